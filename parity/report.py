@@ -1,0 +1,143 @@
+"""`python -m parity report`: every claim checked quickly, printed as one table.
+
+Each topic registers, in `parity/checks/<topic>.py`, one quick check per claim:
+
+    @check("formats.decode")
+    def _() -> Observation:
+        ...
+        return Observation(observed, n, note)
+
+`observed` is in the claim's unit (see parity/compare.py) and the verdict is
+`compare.holds(claim, observed)`. A claim with no registered check is reported as
+"NOT CHECKED" and makes the report fail: the table must never claim more than it checks.
+Topics may also register pictures with `@picture("name.png")`; they are written to the
+output folder when matplotlib is installed (extra `plot`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from parity.compare import holds
+from parity.tolerances import CLAIMS, Claim, claim
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What a quick check saw: the worst case in the claim's unit, over n compared values."""
+
+    observed: float
+    n: int
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Row:
+    claim: Claim
+    observation: Observation | None
+    verdict: str  # "ok", "FAIL", "ERROR", "NOT CHECKED"
+    seconds: float
+
+
+CHECKS: dict[str, Callable[[], Observation]] = {}
+PICTURES: dict[str, Callable[[Path], None]] = {}
+
+
+def check(claim_id: str) -> Callable[[Callable[[], Observation]], Callable[[], Observation]]:
+    """Register the quick check of one claim (the claim must exist in the table)."""
+    claim(claim_id)
+
+    def register(fn: Callable[[], Observation]) -> Callable[[], Observation]:
+        if claim_id in CHECKS:
+            raise RuntimeError(f"two report checks for claim {claim_id}")
+        CHECKS[claim_id] = fn
+        return fn
+
+    return register
+
+
+def picture(name: str) -> Callable[[Callable[[Path], None]], Callable[[Path], None]]:
+    """Register a picture writer: fn(path) draws the file `name` in the output folder."""
+
+    def register(fn: Callable[[Path], None]) -> Callable[[Path], None]:
+        PICTURES[name] = fn
+        return fn
+
+    return register
+
+
+def load_checks() -> None:
+    """Import every module of parity.checks so that their @check decorators run."""
+    import parity.checks
+
+    for info in pkgutil.iter_modules(parity.checks.__path__):
+        importlib.import_module(f"parity.checks.{info.name}")
+
+
+def run(topic: str | None = None) -> list[Row]:
+    """Run the quick check of every claim (of one topic, if given)."""
+    load_checks()
+    rows = []
+    for c in CLAIMS:
+        if topic is not None and c.topic != topic:
+            continue
+        fn = CHECKS.get(c.id)
+        if fn is None:
+            rows.append(Row(c, None, "NOT CHECKED", 0.0))
+            continue
+        start = time.perf_counter()
+        try:
+            obs = fn()
+            verdict = "ok" if holds(c, obs.observed) else "FAIL"
+        except Exception:  # a crashing check is a failed claim, shown with its traceback
+            obs = Observation(float("nan"), 0, traceback.format_exc(limit=3).strip())
+            verdict = "ERROR"
+        rows.append(Row(c, obs, verdict, time.perf_counter() - start))
+    return rows
+
+
+def render(rows: list[Row]) -> str:
+    """A plain-text table: claim / tolerance / observed worst case / n / verdict."""
+    head = ("claim", "kind", "tolerance", "observed", "n", "verdict", "s")
+    body = []
+    for r in rows:
+        obs = r.observation
+        observed = "-" if obs is None else f"{obs.observed:.3g}"
+        n = "-" if obs is None else f"{obs.n:,}"
+        body.append(
+            (r.claim.id, r.claim.kind, r.claim.tolerance, observed, n, r.verdict,
+             f"{r.seconds:.1f}")
+        )
+    widths = [max(len(row[i]) for row in [head, *body]) for i in range(len(head))]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True))]
+    lines.append("  ".join("-" * w for w in widths))
+    for row in body:
+        lines.append("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)))
+    notes = [f"{r.claim.id}: {r.observation.note}" for r in rows
+             if r.observation is not None and r.observation.note and r.verdict != "ok"]
+    if notes:
+        lines += ["", *notes]
+    return "\n".join(lines)
+
+
+def write_pictures(out: Path) -> list[Path]:
+    """Draw every registered picture into `out`; [] when matplotlib is not installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+    except ImportError:
+        return []
+    load_checks()
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, fn in sorted(PICTURES.items()):
+        fn(out / name)
+        written.append(out / name)
+    return written
