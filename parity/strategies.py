@@ -169,20 +169,24 @@ def data_sampler_runs(draw: st.DrawFn, max_samples: int = 64) -> dict:
     boundary, after the last batch); `kind` is recomputed from the numbers, so a test can
     hypothesis.event() the edge it really reached.
     """
+    want = draw(st.sampled_from(DATA_INTERRUPTIONS))
     seed = draw(st.integers(0, 2**32 - 1))
-    n = draw(st.integers(1, max_samples))
-    batch_size = draw(st.integers(1, n + 2))
+    if want == "mid_epoch":  # n // batch_size >= 2: an epoch has an inside
+        n = draw(st.integers(2, max_samples))
+        batch_size = draw(st.integers(1, n // 2))
+    else:
+        n = draw(st.integers(1, max_samples))
+        batch_size = draw(st.integers(1, n + 2))
     drop_last = draw(st.booleans())
-    epochs = draw(st.integers(1, 3))
+    epochs = draw(st.integers(2, 3))  # >= 2: an epoch boundary before the end exists
     per_epoch = data_batches_per_epoch(n, batch_size, drop_last)
     total = epochs * per_epoch
-    want = draw(st.sampled_from(DATA_INTERRUPTIONS))
     if want == "start" or total == 0:
         interrupt = 0
     elif want == "end":
         interrupt = total
     elif want == "epoch_boundary" or per_epoch < 2:
-        interrupt = per_epoch * draw(st.integers(1, epochs))
+        interrupt = per_epoch * draw(st.integers(1, epochs - 1))
     else:
         interrupt = per_epoch * draw(st.integers(0, epochs - 1)) + draw(
             st.integers(1, per_epoch - 1))

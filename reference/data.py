@@ -1,0 +1,305 @@
+"""Resumable data order over a deterministic synthetic task (see docs/data.md).
+
+Everything here is a pure function of integers, so the torch twin (torch_impl/data.py)
+recomputes it natively and gets the same bits: the same dataset and the same order of
+samples in every epoch, in both implementations, with no generator state to save.
+
+Hashing. `mix32` is a bijection on 32-bit words (the "lowbias32" finalizer, C. Wellons 2018):
+
+    x ^= x >> 16;  x = x * 0x7FEB352D mod 2^32;  x ^= x >> 15;
+    x = x * 0x846CA68B mod 2^32;  x ^= x >> 16
+
+    key(seed, purpose, sub) = mix32(mix32(mix32(seed) ^ purpose) ^ sub)
+    word_i(seed, purpose, sub) = mix32(mix32(i ^ key) ^ key),   i = 0, 1, ...
+
+i -> word_i is a bijection for i < 2^32, so distinct indices get distinct words.
+
+The order of epoch e is the argsort of the words of (seed, ORDER, e) over i = 0..n-1:
+    order_e = argsort_i word_i(seed, ORDER, e)
+The words are distinct, so the sorted order is unique: any correct sort gives it.
+
+The task ("a teacher network"). Sample i depends on (seed, i) alone:
+    x_ij = (word_{i*d+j}(seed, INPUTS, 0) >> 8) * 2^-23 - 1      uniform on a 2^-23 grid in [-1, 1)
+    W1 (h, d), b1 (h), W2 (c, h): integers in [-3, 3], word % 7 - 3 (seed, TEACHER, 0)
+    s(x)  = W2 relu(W1 x + b1)                                 teacher logits, shape (c,)
+    b2    = -(upper median of s over 1024 calibration inputs (seed, CALIBRATION, 0))
+    label = argmax_k (s(x) + b2)_k        (first maximum on ties, as numpy and torch)
+    value = (s(x) + b2) * 2^-4            regression target for MSELoss, std ~ 1
+b2 makes each class logit have median 0, which keeps the classes roughly balanced.
+
+# NOTE [ Exact teacher arithmetic ]
+Every input is k * 2^-23 with |k| <= 2^23 and the weights are small integers, so every
+product and every partial sum of W1 x + b1 and of W2 relu(.) + b2 is an integer multiple of
+2^-23 below 2^18 in magnitude (d <= 64, h <= 256): at most 41 significant bits, exact in
+float64 in ANY summation order. So numpy.matmul and torch.matmul (any BLAS, FMA or not)
+return the same float64 bits, and the float32 task is one correctly rounded cast of them
+(inputs are exact in float32: 24 bits).
+
+# NOTE [ Counter-based hashing instead of a Generator ]
+numpy.random.Generator and torch.Generator give different streams for the same seed, so
+an order drawn from either can only be resumed by the same library. A counter-based hash
+(the idea behind Philox / Random123) is an explicit, stateless generator: the order of
+epoch e is recomputed from (seed, e), so a sampler's whole state is (epoch, position) and
+a state saved by one implementation resumes the same stream in the other.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+MASK32 = 0xFFFF_FFFF
+MIX_MUL1 = 0x7FEB_352D
+MIX_MUL2 = 0x846C_A68B
+# Purposes: independent streams from one seed.
+ORDER, INPUTS, TEACHER, CALIBRATION = 1, 2, 3, 4
+CALIBRATION_SIZE = 1024
+INPUT_STEP = float.fromhex("0x1p-23")  # 1.1920928955078125e-07: the input grid
+VALUE_SCALE = float.fromhex("0x1p-4")  # 0.0625: brings the teacher logits to std ~ 1
+STATE_KEYS = ("seed", "num_samples", "epoch", "position")
+
+
+def _check_int(where: str, name: str, value: object, lo: int, hi: int) -> int:
+    """`value` as an int in [lo, hi), or a ValueError/TypeError that says so."""
+    if isinstance(value, bool | np.bool_):
+        raise TypeError(f"{where}: {name} must be an integer, got a bool")
+    try:
+        v = operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"{where}: {name} must be an integer, got {type(value).__name__}") from None
+    if not lo <= v < hi:
+        raise ValueError(f"{where}: {name}={v} is outside [{lo}, {hi})")
+    return v
+
+
+def mix32(x: np.ndarray) -> np.ndarray:
+    """lowbias32 on 32-bit words held in uint64 (products < 2^64 are exact, then mod 2^32)."""
+    x = np.asarray(x, dtype=np.uint64)
+    x = x ^ (x >> np.uint64(16))
+    x = (x * np.uint64(MIX_MUL1)) & np.uint64(MASK32)
+    x = x ^ (x >> np.uint64(15))
+    x = (x * np.uint64(MIX_MUL2)) & np.uint64(MASK32)
+    return x ^ (x >> np.uint64(16))
+
+
+def hash_words(seed: int, purpose: int, sub: int, count: int) -> np.ndarray:
+    """word_i(seed, purpose, sub) for i = 0..count-1, as uint64 holding 32-bit values."""
+    seed = _check_int("hash_words", "seed", seed, 0, 2**32)
+    sub = _check_int("hash_words", "sub", sub, 0, 2**32)
+    # 1-element arrays: NumPy scalars would warn on the (intended) wraparound.
+    key = mix32(mix32(mix32(np.array([seed])) ^ np.uint64(purpose)) ^ np.uint64(sub))
+    i = np.arange(count, dtype=np.uint64)
+    return mix32(mix32(i ^ key) ^ key)
+
+
+def epoch_order(seed: int, epoch: int, num_samples: int) -> np.ndarray:
+    """The order of epoch `epoch`: a permutation of 0..num_samples-1 (int64), unique sort."""
+    words = hash_words(seed, ORDER, epoch, num_samples)
+    return np.argsort(words, kind="stable").astype(np.int64)
+
+
+# ---------------------------------------------------------------- the task
+
+
+@dataclass(frozen=True)
+class Task:
+    """A dataset of n samples: inputs (n, d) float, labels (n,) int64, values (n, c) float."""
+
+    inputs: np.ndarray
+    labels: np.ndarray
+    values: np.ndarray
+
+    def __len__(self) -> int:
+        return self.inputs.shape[0]
+
+    def batch(self, indices: Iterable[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(inputs, labels, values) of these samples, in this order."""
+        idx = np.fromiter(indices, dtype=np.int64)
+        return self.inputs[idx], self.labels[idx], self.values[idx]
+
+
+def _inputs(seed: int, purpose: int, num_samples: int, features: int) -> np.ndarray:
+    words = hash_words(seed, purpose, 0, num_samples * features).reshape(num_samples, features)
+    return (words >> np.uint64(8)).astype(np.float64) * INPUT_STEP - 1.0  # exact: 24 bits
+
+
+def teacher_weights(
+    seed: int, features: int, hidden: int, classes: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The teacher's integer weights W1 (h, d), b1 (h,), W2 (c, h), entries in [-3, 3] (int64)."""
+    ints = (hash_words(seed, TEACHER, 0, hidden * features + hidden + classes * hidden)
+            % np.uint64(7)).astype(np.int64) - 3
+    w1 = ints[: hidden * features].reshape(hidden, features)
+    b1 = ints[hidden * features : hidden * features + hidden]
+    w2 = ints[hidden * features + hidden :].reshape(classes, hidden)
+    return w1, b1, w2
+
+
+def teacher_logits(x: np.ndarray, seed: int, hidden: int, classes: int) -> np.ndarray:
+    """s(x) = W2 relu(W1 x + b1) for float64 x (n, d): (n, c), exact (NOTE [ Exact teacher ...])."""
+    w1, b1, w2 = (w.astype(np.float64) for w in teacher_weights(seed, x.shape[1], hidden, classes))
+    return np.maximum(x @ w1.T + b1, 0.0) @ w2.T
+
+
+def make_task(
+    seed: int,
+    num_samples: int,
+    *,
+    features: int = 8,
+    hidden: int = 16,
+    classes: int = 3,
+    dtype: type | np.dtype = np.float32,
+) -> Task:
+    """The teacher task of the module docstring, with float inputs/values in `dtype`."""
+    seed = _check_int("make_task", "seed", seed, 0, 2**32)
+    num_samples = _check_int("make_task", "num_samples", num_samples, 1, 2**32 // 64)
+    features = _check_int("make_task", "features", features, 1, 65)
+    hidden = _check_int("make_task", "hidden", hidden, 1, 257)
+    classes = _check_int("make_task", "classes", classes, 2, 17)
+    dtype = np.dtype(dtype)
+    if dtype not in (np.float32, np.float64):
+        raise ValueError(f"make_task: dtype must be float32 or float64, got {dtype}")
+    calib = teacher_logits(_inputs(seed, CALIBRATION, CALIBRATION_SIZE, features),
+                            seed, hidden, classes)
+    b2 = -np.sort(calib, axis=0)[CALIBRATION_SIZE // 2]  # (c,) upper median, exact
+    x = _inputs(seed, INPUTS, num_samples, features)  # (n, d)
+    logits = teacher_logits(x, seed, hidden, classes) + b2  # (n, c)
+    return Task(
+        inputs=x.astype(dtype),
+        labels=np.argmax(logits, axis=1).astype(np.int64),
+        values=(logits * VALUE_SCALE).astype(dtype),
+    )
+
+
+# ---------------------------------------------------------------- the sampler
+
+
+class ResumableSampler:
+    """Yields sample indices epoch after epoch; its whole state is (epoch, position).
+
+    `iter(sampler)` yields the rest of the current epoch, epoch_order(seed, epoch, n)[position:],
+    then the sampler stands at (epoch + 1, 0), so the next `iter` is the next epoch.
+
+    # NOTE [ Sampler state is updated before an index is yielded ]
+    When index k of an epoch is handed out, the state already counts it (position = k + 1,
+    or (epoch + 1, 0) after the last one), so state_dict() taken between two draws is exactly
+    "what was consumed" and position is always in [0, n). One live iterator at a time: an
+    iterator whose state was changed under it (load_state_dict, a second iterator) raises.
+    """
+
+    def __init__(self, num_samples: int, seed: int) -> None:
+        self.num_samples = _check_int("ResumableSampler", "num_samples", num_samples, 1, 2**32)
+        self.seed = _check_int("ResumableSampler", "seed", seed, 0, 2**32)
+        self.epoch = 0
+        self.position = 0
+
+    def order(self, epoch: int) -> np.ndarray:
+        """The full order of an epoch (int64 permutation of 0..n-1)."""
+        return epoch_order(self.seed, epoch, self.num_samples)
+
+    def __len__(self) -> int:
+        return self.num_samples - self.position
+
+    def __iter__(self) -> Iterator[int]:
+        epoch, start = self.epoch, self.position
+        order = self.order(epoch).tolist()
+        for k in range(start, self.num_samples):
+            if (self.epoch, self.position) != (epoch, k):
+                raise RuntimeError(
+                    f"ResumableSampler: state changed under a live iterator (expected "
+                    f"epoch={epoch}, position={k}, found {self.epoch}, {self.position}); "
+                    "call iter() again after load_state_dict"
+                )
+            if k + 1 < self.num_samples:
+                self.position = k + 1
+            else:
+                self.epoch, self.position = epoch + 1, 0
+            yield order[k]
+
+    def state_dict(self) -> dict[str, int]:
+        """{'seed', 'num_samples', 'epoch', 'position'}: plain ints, the same in torch_impl.
+
+        seed and num_samples are configuration, kept so a load can refuse a state that
+        belongs to another order; epoch and position (samples consumed in this epoch,
+        0 <= position < num_samples) are the state.
+        """
+        return {"seed": self.seed, "num_samples": self.num_samples,
+                "epoch": self.epoch, "position": self.position}
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        """Restore (epoch, position); ValueError on wrong keys, another seed/length, range."""
+        where = "ResumableSampler.load_state_dict"
+        if not isinstance(state, Mapping):
+            raise TypeError(f"{where}: expected a mapping, got {type(state).__name__}")
+        missing = [k for k in STATE_KEYS if k not in state]
+        unexpected = sorted(str(k) for k in state if k not in STATE_KEYS)
+        if missing or unexpected:
+            raise ValueError(f"{where}: missing keys {missing}, unexpected keys {unexpected}; "
+                             f"expected exactly {list(STATE_KEYS)}")
+        seed = _check_int(where, "seed", state["seed"], 0, 2**32)
+        n = _check_int(where, "num_samples", state["num_samples"], 1, 2**32)
+        if n != self.num_samples:
+            raise ValueError(f"{where}: state is for num_samples={n}, this sampler has "
+                             f"{self.num_samples}: a different dataset length, a different order")
+        if seed != self.seed:
+            raise ValueError(f"{where}: state is for seed={seed}, this sampler has seed="
+                             f"{self.seed}: a different order")
+        epoch = _check_int(where, "epoch", state["epoch"], 0, 2**32)
+        position = _check_int(where, "position", state["position"], 0, n)
+        self.epoch, self.position = epoch, position
+
+
+class BatchSampler:
+    """Groups a sampler's indices into lists of batch_size: torch.utils.data.BatchSampler.
+
+    The last short batch of an epoch is yielded, or dropped when drop_last; either way the
+    sampler has then moved to the next epoch.
+    """
+
+    def __init__(self, sampler: ResumableSampler, batch_size: int, drop_last: bool) -> None:
+        self.sampler = sampler
+        self.batch_size = _check_int("BatchSampler", "batch_size", batch_size, 1, 2**63)
+        self.drop_last = bool(drop_last)
+
+    def __len__(self) -> int:
+        if self.drop_last:
+            return len(self.sampler) // self.batch_size
+        return -(-len(self.sampler) // self.batch_size)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        batch: list[int] = []
+        for index in self.sampler:
+            batch.append(index)
+            if len(batch) == self.batch_size:
+                yield batch
+                batch = []
+        if batch and not self.drop_last:
+            yield batch
+
+
+class Loader:
+    """The reference's DataLoader: each iter() is the rest of the sampler's current epoch."""
+
+    def __init__(self, task: Task, batch_sampler: BatchSampler) -> None:
+        self.task = task
+        self.batch_sampler = batch_sampler
+
+    def __len__(self) -> int:
+        return len(self.batch_sampler)
+
+    def __iter__(self) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        for indices in self.batch_sampler:
+            yield self.task.batch(indices)
+
+
+def make_loader(
+    task: Task, sampler: ResumableSampler, batch_size: int, *, drop_last: bool = False
+) -> Loader:
+    """Batches (inputs, labels, values) in the sampler's order; resumable via the sampler."""
+    if sampler.num_samples != len(task):
+        raise ValueError(f"make_loader: sampler has num_samples={sampler.num_samples}, "
+                         f"task has {len(task)} samples")
+    return Loader(task, BatchSampler(sampler, batch_size, drop_last))
