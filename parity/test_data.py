@@ -58,8 +58,9 @@ def flat(batches: list[tuple]) -> tuple[np.ndarray, ...]:
 
 
 def assert_streams(claim_id: str, actual: list[tuple], expected: list[tuple]) -> None:
+    assert len(actual) == len(expected), (
+        f"claim {claim_id} broken: {len(actual)} batches vs {len(expected)} uninterrupted")
     a, b = flat(actual), flat(expected)
-    assert len(a) == len(b), f"{claim_id}: {len(actual)} batches vs {len(expected)}"
     for name, x, y in zip(("batch sizes", "inputs", "labels", "values"), a, b, strict=False):
         assert_claim(claim_id, x, y, context=name)
 
