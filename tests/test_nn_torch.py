@@ -1,0 +1,100 @@
+"""torch_impl.nn against its own oracles: torch.autograd.gradcheck, documented torch behaviour."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from torch_impl import nn as tnn
+
+
+@pytest.mark.parametrize("activation", tnn.ACTIVATIONS)
+def test_make_mlp_gradients_pass_gradcheck_in_float64(activation: str, device: str) -> None:
+    """The factory's model has correct input and parameter gradients (gradcheck, float64)."""
+    model = tnn.make_mlp((3, 5, 4, 2), activation, generator=torch.Generator().manual_seed(0),
+                         dtype=torch.float64, device=device)
+    x = torch.randn(4, 3, dtype=torch.float64, device=device,
+                    generator=torch.Generator(device).manual_seed(1), requires_grad=True)
+    params = tuple(model.parameters())
+
+    def f(inp: torch.Tensor, *weights: torch.Tensor) -> torch.Tensor:
+        return torch.func.functional_call(model, dict(zip(
+            (n for n, _ in model.named_parameters()), weights, strict=True)), (inp,))
+
+    assert torch.autograd.gradcheck(f, (x, *(p.detach().requires_grad_(True) for p in params)))
+
+
+@pytest.mark.parametrize("loss", [torch.nn.MSELoss(), torch.nn.CrossEntropyLoss()])
+def test_losses_pass_gradcheck_in_float64(loss: torch.nn.Module) -> None:
+    """The two losses the model trains with have correct gradients (gradcheck, float64)."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(5, 3, dtype=torch.float64, generator=gen, requires_grad=True)
+    target = (torch.randn(5, 3, dtype=torch.float64, generator=gen)
+              if isinstance(loss, torch.nn.MSELoss) else torch.tensor([0, 2, 1, 1, 0]))
+    assert torch.autograd.gradcheck(lambda z: loss(z, target), (x,))
+
+
+def test_make_mlp_draws_only_from_its_generator() -> None:
+    """Building the model leaves the global RNG untouched and is reproducible from the seed."""
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        before = torch.random.get_rng_state()
+        a = tnn.make_mlp((8, 16, 4), generator=torch.Generator().manual_seed(3))
+        assert torch.equal(torch.random.get_rng_state(), before)
+    b = tnn.make_mlp((8, 16, 4), generator=torch.Generator().manual_seed(3))
+    for (ka, va), (kb, vb) in zip(a.state_dict().items(), b.state_dict().items(), strict=True):
+        assert ka == kb and torch.equal(va, vb)
+
+
+def test_init_is_torchs_default_distribution() -> None:
+    """init_linear_ draws exactly what Linear.reset_parameters draws from the same RNG state."""
+    gen = torch.Generator().manual_seed(5)
+    layer = torch.nn.Linear(30, 20)
+    tnn.init_linear_(layer, gen)
+    with torch.random.fork_rng():
+        torch.manual_seed(5)
+        expected = torch.nn.Linear(30, 20)  # reset_parameters from the global RNG
+    assert torch.equal(layer.weight, expected.weight) and torch.equal(layer.bias, expected.bias)
+    assert layer.weight.abs().max() <= 1 / math.sqrt(30)
+
+
+def test_state_dict_conversion_round_trips_bits() -> None:
+    """torch -> NumPy -> torch keeps keys, dtypes and every bit (NaN payloads included)."""
+    state = {"0.weight": torch.tensor([[1.5, -0.0], [float("nan"), 3e-45]]),
+             "0.bias": torch.tensor([1e300, -1e-310], dtype=torch.float64)}
+    back = tnn.state_dict_to_torch(tnn.state_dict_from_torch(state))
+    assert list(back) == list(state)
+    for key in state:
+        assert back[key].dtype == state[key].dtype
+        assert torch.equal(back[key].view(torch.int32 if back[key].dtype == torch.float32
+                                          else torch.int64),
+                           state[key].view(torch.int32 if state[key].dtype == torch.float32
+                                           else torch.int64))
+    assert isinstance(tnn.state_dict_from_torch(state)["0.bias"], np.ndarray)
+
+
+def test_measure_saved_tensors_names_what_autograd_keeps() -> None:
+    """The hook-based measurement reports torch's saved tensors per module, by grad_fn name."""
+    model = tnn.make_mlp((4, 6, 2), "relu", 0.5, generator=torch.Generator().manual_seed(0))
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        saved = tnn.measure_saved_tensors(model, torch.ones(3, 4, requires_grad=True))
+    assert [(s.module, s.name, s.shape, s.dtype, s.nbytes, s.is_parameter) for s in saved] == [
+        ("0", "AddmmBackward0._saved_mat1", (3, 4), "float32", 48, False),
+        ("0", "AddmmBackward0._saved_mat2", (4, 6), "float32", 96, True),
+        ("1", "ReluBackward0._saved_result", (3, 6), "float32", 72, False),
+        ("2", "MulBackward0._saved_other", (3, 6), "float32", 72, False),
+        ("3", "AddmmBackward0._saved_mat1", (3, 6), "float32", 72, False),
+        ("3", "AddmmBackward0._saved_mat2", (6, 2), "float32", 48, True),
+    ]
+
+
+def test_make_mlp_refuses_bad_arguments() -> None:
+    """Too few sizes or an unknown activation are clear errors."""
+    with pytest.raises(ValueError, match="sizes needs at least"):
+        tnn.make_mlp((3,), generator=torch.Generator())
+    with pytest.raises(ValueError, match="activation must be"):
+        tnn.make_mlp((3, 2), "swish", generator=torch.Generator())
