@@ -53,7 +53,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(skip)
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def device(request: pytest.FixtureRequest) -> str:
     """The torch device the test runs on: the --device option ("cpu" unless told otherwise)."""
     return request.config.getoption("--device")

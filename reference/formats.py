@@ -7,7 +7,7 @@ A format with e exponent bits and m mantissa (fraction) bits stores a value in 1
     bfloat16       S EEEEEEEE MMMMMMM                    e=8  m=7   bias=127
     float16        S EEEEE MMMMMMMMMM                    e=5  m=10  bias=15
     float8_e5m2    S EEEEE MM                            e=5  m=2   bias=15
-    float8_e4m3fn  S EEEE MMM                            e=4  m=3   bias=7, "fn": finite, S.1111.111 is NaN
+    float8_e4m3fn  S EEEE MMM                            e=4  m=3   bias=7  fn: S.1111.111 is NaN
 
 With bias b = 2^(e-1) - 1, a stored exponent field E and fraction field F mean
 
@@ -119,7 +119,8 @@ class FloatFormat:
     def max(self) -> float:
         # ieee: significand 1.11...1; fn: 1.11...10, since 1.11...1 at the top is NaN.
         top_fraction = 2**self.mantissa_bits - (2 if self.convention == "fn" else 1)
-        return float((2**self.mantissa_bits + top_fraction) * 2.0 ** (self.emax - self.mantissa_bits))
+        significand = 2**self.mantissa_bits + top_fraction
+        return float(significand * 2.0 ** (self.emax - self.mantissa_bits))
 
     @property
     def tiny(self) -> float:
@@ -139,7 +140,9 @@ class FloatFormat:
 
     @property
     def inf_code(self) -> int | None:
-        return None if self.convention == "fn" else (2**self.exponent_bits - 1) << self.mantissa_bits
+        if self.convention == "fn":
+            return None
+        return (2**self.exponent_bits - 1) << self.mantissa_bits
 
     @property
     def nan_code(self) -> int:
@@ -201,17 +204,6 @@ def get_format(fmt: str | FloatFormat) -> FloatFormat:
     raise ValueError(f"unknown format {fmt!r}; known: {', '.join([*FORMATS, 'float64'])}")
 
 
-def _bit_length(v: np.ndarray) -> np.ndarray:
-    """Number of significant bits of each non-negative integer (0 for 0), by halving."""
-    v = v.astype(np.uint64)
-    n = np.zeros(v.shape, dtype=np.int64)
-    for step in (32, 16, 8, 4, 2, 1):
-        big = v >= (np.uint64(1) << np.uint64(step))
-        n += np.where(big, step, 0)
-        v = np.where(big, v >> np.uint64(step), v)
-    return n + (v > 0)
-
-
 def _as_float_array(x: object) -> np.ndarray:
     a = np.asarray(x)
     if a.dtype.kind != "f":
@@ -242,9 +234,11 @@ def encode(
         raise ValueError(f"unknown rounding {rounding!r}; accepted: {', '.join(ROUNDING_MODES)}")
     if overflow is None:
         # IEEE 754 7.4: rounding toward zero carries overflow to the largest finite value.
-        overflow = "saturate" if rounding == "toward_zero" else DEFAULT_OVERFLOW.get(fmt.name, "inf")
+        default = DEFAULT_OVERFLOW.get(fmt.name, "inf")
+        overflow = "saturate" if rounding == "toward_zero" else default
     if overflow not in OVERFLOW_POLICIES:
-        raise ValueError(f"unknown overflow {overflow!r}; accepted: {', '.join(OVERFLOW_POLICIES)}")
+        raise ValueError(
+            f"unknown overflow {overflow!r}; accepted: {', '.join(OVERFLOW_POLICIES)}")
     if overflow == "inf" and fmt.inf_code is None:
         raise ValueError(f"{fmt.name} has no infinity; use overflow='saturate' or 'nan'")
     if via is not None:
@@ -252,70 +246,68 @@ def encode(
             raise ValueError("via='float32' applies to float64 input only (and is the only via)")
         x = decode(encode(x, "float32"), "float32").astype(np.float32)
 
+    if x.dtype == np.float32 and (fmt.mantissa_bits >= 23 or fmt.min_exponent < -126
+                                  or fmt.max_exponent > 128):
+        with np.errstate(invalid="ignore"):  # a signalling NaN is quieted: it stays a NaN
+            x = x.astype(np.float64)  # a target as wide as float32 somewhere: use float64
     src = FORMATS["float32"] if x.dtype == np.float32 else FLOAT64
-    # Work in the narrowest unsigned type that holds both codes: uint32 for float32 input to
-    # a format of <= 32 bits (the common case, and half the memory traffic), else uint64.
-    uint = np.uint32 if (src.bits == 32 and fmt.bits <= 32) else np.uint64
-    width = np.dtype(uint).itemsize * 8
+    # Unsigned arithmetic of the source's width throughout: uint32 for float32 input (half
+    # the memory traffic of uint64), uint64 for float64. Every exponent below is a biased
+    # source exponent, so nothing is negative.
+    uint = np.uint32 if src.bits == 32 else np.uint64
     one = uint(1)
-    word = np.ascontiguousarray(x).view(np.uint32 if src.bits == 32 else np.uint64)
-    word = word.astype(uint, copy=False)
+    word = np.ascontiguousarray(x).view(uint)
     magnitude = word & uint(2 ** (src.bits - 1) - 1)
-    field = (magnitude >> uint(src.mantissa_bits)).astype(np.int64)
-    is_nan = magnitude > uint(src.inf_code)
+    field = magnitude >> uint(src.mantissa_bits)
 
-    # |x| = M * 2^q, q = max(E, 1) - bias - m_src: M is the fraction plus the hidden bit of
-    # normals, which is the magnitude minus (max(E, 1) - 1) binades' worth of exponent.
-    e1 = np.maximum(field, 1)
-    big_m = magnitude - ((e1 - 1).astype(uint) << uint(src.mantissa_bits))
-    # The target binade t = max(floor(log2|x|), 1 - bias), as a biased source exponent.
-    # For subnormal inputs, max(E, 1) overstates log2|x|; that matters only for a target
-    # whose subnormal binade lies below the source's (then count M's bits).
-    floor_t = fmt.min_exponent + src.bias
-    if floor_t < 1:
-        e1 = np.where(field == 0, _bit_length(big_m) - src.mantissa_bits, e1)
+    # |x| = M * 2^q with q = max(E, 1) - bias - m_src: M is the fraction plus the hidden bit
+    # of normals, i.e. the magnitude less (max(E, 1) - 1) binades' worth of exponent.
+    e1 = np.maximum(field, one)
+    big_m = magnitude - ((e1 - one) << uint(src.mantissa_bits))
+    # The target binade t = max(floor(log2|x|), 1 - bias). (For subnormal inputs max(E, 1)
+    # overstates log2|x|; harmless, since the target's subnormal binade is above theirs.)
+    floor_t = uint(fmt.min_exponent + src.bias)
     t = np.maximum(e1, floor_t)
-    # shift = t - m - q: how many low bits of M fall below the target's spacing.
-    shift = (t - e1) + (src.mantissa_bits - fmt.mantissa_bits)
-    if fmt.mantissa_bits > src.mantissa_bits:  # a wider target: M moves up, exactly
-        big_m = big_m << np.clip(-shift, 0, None).astype(uint)
-        shift = np.maximum(shift, 0)
-    down = np.minimum(shift, width - 1).astype(uint)  # M < 2^53: width - 1 drops it all
+    # shift = t - m - q: the low bits of M that fall below the target's spacing.
+    shift = (t - e1) + uint(src.mantissa_bits - fmt.mantissa_bits)
+    down = np.minimum(shift, uint(src.bits - 1))  # M < 2^(m_src+1): dropping all is enough
     kept = big_m >> down
     if rounding == "nearest_even":
-        # Round half to even in one pass: add (half - 1), plus 1 more when kept is odd.
+        # Round half to even in one pass: add half - 1, and 1 more when kept is odd.
+        # (`some` is 0 only where nothing is dropped, possible only for as many mantissa bits.)
+        some = np.minimum(down, one) if fmt.mantissa_bits >= src.mantissa_bits else one
         half = (one << down) >> one
-        kept = (big_m + (half - (half > 0)) + (kept & (half > 0))) >> down
+        kept = (big_m + half - some + (kept & some)) >> down
     elif rounding == "stochastic":
         u = _random_words(x.shape, rng, random_bits)
         rest = (big_m - (kept << down)).astype(np.uint64)
+        shift64 = shift.astype(np.int64)
         # NOTE [ Stochastic rounding with 32-bit words ]: round up when u is below the top 32
         # bits of `rest` as a fraction of the spacing: probability rest / 2^shift, exactly
         # unbiased when shift <= 32. With more dropped bits (results deep in the subnormals,
         # or float64 input) the probability is truncated to 32 bits, a bias below 2^-32 of
         # the spacing.
         top32 = np.where(
-            shift <= 32,
-            rest << np.clip(32 - shift, 0, 63).astype(np.uint64),
-            rest >> np.clip(shift - 32, 0, 63).astype(np.uint64),
+            shift64 <= 32,
+            rest << np.clip(32 - shift64, 0, 63).astype(np.uint64),
+            rest >> np.clip(shift64 - 32, 0, 63).astype(np.uint64),
         )
         kept = kept + (u < top32).astype(uint)
 
     # The monotone code: binades above the subnormal one, then the kept significand.
     # A carry out of the significand (kept == 2^(m+1)) lands in the next binade by itself.
-    code = ((t - floor_t).astype(uint) << uint(fmt.mantissa_bits)) + kept
-    if floor_t < 1:
-        code = np.where(big_m == 0, uint(0), code)  # zero has no binade
+    code = ((t - floor_t) << uint(fmt.mantissa_bits)) + kept
     if not subnormals:
         code = np.where(code < (one << uint(fmt.mantissa_bits)), uint(0), code)
-
-    over = code > uint(fmt.max_code)
-    if fmt.max_exponent > src.max_exponent:
-        over |= (magnitude == uint(src.inf_code))  # +-inf: the arithmetic above sees a finite
+    # Overflow (+-inf lands here too): every code above max becomes the policy's code. When
+    # that code is max or the one right above it, this is a minimum (cheaper than a select).
     replacement = {"inf": fmt.inf_code, "saturate": fmt.max_code, "nan": fmt.nan_code}[overflow]
-    code = np.where(over, uint(replacement), code)
+    if replacement <= fmt.max_code + 1:
+        code = np.minimum(code, uint(replacement))
+    else:
+        code = np.where(code > uint(fmt.max_code), uint(replacement), code)
     # NaN stays NaN: the quiet NaN with the input's sign (payloads are not carried).
-    code = np.where(is_nan, uint(fmt.nan_code), code)
+    np.copyto(code, uint(fmt.nan_code), where=magnitude > uint(src.inf_code))
     code |= (word >> uint(src.bits - 1)) << uint(fmt.bits - 1)
     return code.astype(fmt.code_dtype)
 
