@@ -287,3 +287,9 @@ def data_sampler_runs(draw: st.DrawFn, max_samples: int = 64) -> dict:
         kind = "mid_epoch"
     return {"seed": seed, "num_samples": n, "batch_size": batch_size, "drop_last": drop_last,
             "epochs": epochs, "interrupt": interrupt, "kind": kind}
+
+# ---------------------------------------------------------------- amp and loss scaling
+
+# ---------------------------------------------------------------- recompute
+
+# ---------------------------------------------------------------- resume and train

@@ -483,7 +483,20 @@ DATA_CLAIMS: tuple[Claim, ...] = (
     ),
 )
 
-CLAIMS: tuple[Claim, ...] = FORMATS_CLAIMS + NN_CLAIMS + OPTIM_CLAIMS + DATA_CLAIMS
+AMP_CLAIMS: tuple[Claim, ...] = ()
+
+LOSS_SCALING_CLAIMS: tuple[Claim, ...] = ()
+
+RECOMPUTE_CLAIMS: tuple[Claim, ...] = ()
+
+RESUME_CLAIMS: tuple[Claim, ...] = ()
+
+TRAIN_CLAIMS: tuple[Claim, ...] = ()
+
+CLAIMS: tuple[Claim, ...] = (
+    FORMATS_CLAIMS + NN_CLAIMS + OPTIM_CLAIMS + DATA_CLAIMS + AMP_CLAIMS + LOSS_SCALING_CLAIMS
+    + RECOMPUTE_CLAIMS + RESUME_CLAIMS + TRAIN_CLAIMS
+)
 
 _BY_ID = {c.id: c for c in CLAIMS}
 if len(_BY_ID) != len(CLAIMS):
