@@ -9,7 +9,9 @@ nan_class    mismatches allowed (always 0); NaN == NaN      integer views, NaNs 
 ulps         k: |a - b| <= k units in the last place of     exact integer distance on the
              the format named in `fmt`                      format's ordered encoding
 close        (rtol, atol): |a - b| <= atol + rtol * |b|     float64 arithmetic
-statistical  false-failure probability of the test          the test's own statistic
+statistical  false-failure probability of the test          the test's own statistic; the
+                                                            observation is its p-value, and
+                                                            the claim fails below the bound
 
 Tolerances are declared here once, each with the derivation in `reason`; a test or a report
 check looks its claim up by id and never writes a bare number. `docs/tolerances.md` is
@@ -97,8 +99,8 @@ FORMATS_CLAIMS: tuple[Claim, ...] = (
         "nan_class",
         0,
         "One correctly rounded operation has one right answer; NaN sign and payload differ "
-        "between libraries and even between torch code paths (bf16 NaN is 0xFFFF from "
-        "Tensor.to on CPU, 0x7FC0 elsewhere), so NaNs compare as a class.",
+        "between libraries and even between torch code paths (a bf16 NaN is 0xFFFF from "
+        "Tensor.to on a 1-d CPU tensor, 0x7FC0 from a 0-d one), so NaNs compare as a class.",
     ),
     Claim(
         "formats.encode_f64_correct",

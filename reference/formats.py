@@ -234,7 +234,7 @@ def encode(
         raise ValueError(f"unknown rounding {rounding!r}; accepted: {', '.join(ROUNDING_MODES)}")
     if overflow is None:
         # IEEE 754 7.4: rounding toward zero carries overflow to the largest finite value.
-        default = DEFAULT_OVERFLOW.get(fmt.name, "inf")
+        default = DEFAULT_OVERFLOW.get(fmt.name, "inf" if fmt.inf_code is not None else "saturate")
         overflow = "saturate" if rounding == "toward_zero" else default
     if overflow not in OVERFLOW_POLICIES:
         raise ValueError(
@@ -382,8 +382,8 @@ def quantize(
                  rng= a numpy Generator, or random_bits= uint32 words of x's shape).
     overflow     what a result beyond `fmt.max` becomes: "inf", "saturate" (+-max, +-inf
                  included), or "nan". Default: PyTorch's behaviour for the format (inf for
-                 IEEE formats, saturate for float8_e4m3fn; NOTE [ float8_e4m3fn overflow ]),
-                 and "saturate" for toward_zero (IEEE 754).
+                 IEEE formats, saturate for float8_e4m3fn; NOTE [ float8_e4m3fn overflow ];
+                 saturate for other fn formats), and "saturate" for toward_zero (IEEE 754).
     subnormals   False flushes results that would be subnormal to signed zero.
     via          "float32": round float64 input to float32 first, as torch and ml_dtypes do
                  (double rounding). Default: one correct rounding.
