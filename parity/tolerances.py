@@ -491,7 +491,23 @@ LOSS_SCALING_CLAIMS: tuple[Claim, ...] = ()
 
 RECOMPUTE_CLAIMS: tuple[Claim, ...] = ()
 
-RESUME_CLAIMS: tuple[Claim, ...] = ()
+RESUME_CLAIMS: tuple[Claim, ...] = (
+    Claim(
+        "resume.cross_impl_state",
+        "resume",
+        "A reference training state mapped to torch (torch_impl.resume.state_from_reference), "
+        "saved and loaded as a torch checkpoint, loaded into torch.nn / torch.optim / "
+        "lr_scheduler objects, read back with their state_dict() and mapped home "
+        "(state_to_reference) equals the original in every parameter, optimizer buffer, step "
+        "count, lr, scheduler field, scaler value, data position and counter, bit for bit.",
+        "bits",
+        0,
+        "Every step is a copy: the same keys and (out, in) layouts on both sides, tensors "
+        "made from the arrays' bytes (torch.from_numpy of a copy, .numpy() back), Python "
+        "floats and ints copied as objects; no arithmetic touches a value. Random streams "
+        "are not mapped (NOTE [ Cross-implementation mapping ]) and not compared.",
+    ),
+)
 
 TRAIN_CLAIMS: tuple[Claim, ...] = ()
 
