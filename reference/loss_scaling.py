@@ -1,0 +1,496 @@
+"""Dynamic loss scaling with torch.amp.GradScaler's API, rounding for rounding; the training step.
+
+Why: float16's smallest subnormal is 2^-24 (5.96e-8). Gradients below half of it round to
+zero in a float16 backward and the update they carry is lost. Multiplying the loss by a
+scale S multiplies every gradient by S (backprop is linear in the seed), lifting them into
+range; the optimizer must then see g / S, and a scale so large that some gradient
+overflowed to inf (or became NaN) must be detected, the step skipped and S reduced.
+
+One iteration, for every optimizer:
+    scale(loss)  -> loss * S                        (S: a float32 scalar)
+    backward     -> grads g * S
+    unscale_     -> inv = f32(1 / f64(S)); found_inf = any(!isfinite(g)); g <- g * inv
+    step         -> optimizer.step() unless found_inf
+    update       -> the rule below, found_inf summed over the optimizers
+
+The update rule, as scalar code (executable: tests/test_loss_scaling_reference.py runs it
+against `GradScaler` and they must agree bit for bit). `f32(v)` rounds a float to
+float32; a product of a float32 and a Python float is formed in float64, as in C++.
+
+    def update_rule(scale, growth_tracker, hysteresis_tracker, found_inf,
+                    growth_factor, backoff_factor, growth_interval, hysteresis, min_scale):
+        if found_inf:
+            hysteresis_tracker = hysteresis_tracker - 1
+            if hysteresis_tracker > 0:
+                return scale, 0, hysteresis_tracker
+            scale = f32(scale * backoff_factor)
+            if min_scale is not None:
+                scale = max(scale, f32(min_scale))
+            return scale, 0, hysteresis_tracker
+        successful = growth_tracker + 1
+        if successful == growth_interval:
+            grown = f32(scale * growth_factor)
+            if math.isfinite(grown):
+                scale = grown
+            return scale, 0, hysteresis
+        return scale, successful, hysteresis
+
+With the defaults (hysteresis=1, min_scale=None) this is torch's `_amp_update_scale_`
+(aten/src/ATen/native/cpu/AmpGradScalerKernels.cpp; the CUDA kernel in AmpKernels.cu is the
+same code). Hysteresis follows NVIDIA Apex's `update_scale_hysteresis` (Megatron-LM,
+DeepSpeed): tolerate hysteresis - 1 overflows in a row before backing off; the counter
+refills on every finite step. `min_scale` is Megatron-LM's floor: torch's scale can halve
+down to 0.0 (0 * growth = 0: it never recovers).
+
+Beyond torch, and off by default: `last_step_skipped` (torch gives no signal, so an LR
+scheduler stepping after a skipped step warns), `min_scale`, `hysteresis`, and a
+`StaticLossScaler` (fixed S, same skip logic) for comparison.
+
+`train_step` is the canonical mixed-precision step (see `train_step`'s docstring), written
+line for line like torch_impl/loss_scaling.py's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+import numpy as np
+
+from reference import amp
+from reference.nn import Module, Parameter
+
+__all__ = ["GradScaler", "OptState", "StaticLossScaler", "StepResult", "clip_grad_norm_",
+           "make_scaler", "step_skipped",
+           "train_step"]
+
+# NOTE [ Unscale by reciprocal ]
+# torch unscales by multiplying with a reciprocal, not by dividing:
+#     inv_scale = scale.double().reciprocal().float()        # grad_scaler.py, unscale_
+#     g = (inv_scale == 1) ? g : g * inv_scale                 # in g's opmath type
+# so inv = f32(1 / f64(S)): the reciprocal correctly rounded to float64, then rounded to
+# float32 (double rounding, kept because it is what torch does; "FP32 division can be
+# imprecise for certain compile options"). A float32 gradient is then multiplied in
+# float32, a float64 gradient in float64 by that float32 value, a float16/bfloat16 one in
+# float32 and rounded back. For S a power of two, g * inv == g / S exactly; for any other
+# S the two differ in some elements (docs/loss_scaling.md measures how many). The
+# non-finite check looks at g BEFORE the multiply: with S < 1 (inv > 1) a finite g * inv
+# can overflow to inf unflagged, and S = 0.0 gives inv = inf.
+
+# NOTE [ Scale update rounding ]
+# The kernels hold the scale as a float32 and the factors as C++ doubles:
+#     *scale = (*scale) * backoff_factor;                      // float * double -> double
+#     new_scale = static_cast<float>((*scale) * growth_factor);
+# The product is formed in float64 (rounded once there) and rounded again to float32.
+# float32 x float64 needs up to 77 bits, so the float64 product is itself rounded: this is
+# double rounding, and a float32 product (f32(S) * f32(factor)) differs from it for
+# non-power-of-two factors. Growth is capped: a grown scale that is not finite is
+# dropped (the scale stays, the tracker still resets). Backoff has no floor: S reaches
+# 0.0 after about 277 halvings from 2^128 (subnormals on the way).
+
+# NOTE [ Tracker order ]
+# found_inf: the growth tracker resets to 0, the scale backs off.
+# finite: successful = tracker + 1 is compared with growth_interval BEFORE being stored;
+# on equality the scale grows and the tracker is 0, otherwise the tracker is `successful`.
+# So with growth_interval = n the scale grows on every n-th consecutive finite step, and a
+# growth_interval <= 0 never grows. The tracker is an int32, as torch's.
+
+
+class OptState(Enum):
+    """Where an optimizer is in the iteration (torch.amp.grad_scaler.OptState)."""
+
+    READY = 0
+    UNSCALED = 1
+    STEPPED = 2
+
+
+def _refresh_per_optimizer_state() -> dict[str, Any]:
+    return {"stage": OptState.READY, "found_inf": None}
+
+
+_FIX = ("This may indicate your script did not use scaler.scale(loss or outputs) earlier "
+        "in the iteration.")
+
+
+class GradScaler:
+    """torch.amp.GradScaler on NumPy arrays and reference.optim optimizers.
+
+    Same constructor (without `device`), methods, errors and state_dict keys as torch's.
+    The scale is a float32 0-d array, created lazily by the first `scale()` call; the
+    growth tracker an int32. Extras (defaults reproduce torch exactly): `min_scale`, a
+    floor for backoff; `hysteresis`, the number of consecutive overflows that trigger a
+    backoff; `last_step_skipped`, set by `update()`: whether any optimizer step of the
+    iteration just closed was skipped (None before the first update).
+    """
+
+    def __init__(self, init_scale: float = 2.0**16, growth_factor: float = 2.0,
+                 backoff_factor: float = 0.5, growth_interval: int = 2000,
+                 enabled: bool = True, *, min_scale: float | None = None,
+                 hysteresis: int = 1) -> None:
+        self._enabled = enabled
+        self.last_step_skipped: bool | None = None
+        if not enabled:
+            return
+        if growth_factor <= 1.0:
+            raise AssertionError("The growth factor must be > 1.0.")
+        if backoff_factor >= 1.0:
+            raise AssertionError("The backoff factor must be < 1.0.")
+        if min_scale is not None and not (math.isfinite(min_scale) and min_scale > 0):
+            raise ValueError(f"GradScaler: min_scale must be a positive finite float or None, "
+                             f"got {min_scale!r}")
+        if not (isinstance(hysteresis, int) and hysteresis >= 1):
+            raise ValueError(f"GradScaler: hysteresis must be an int >= 1, got {hysteresis!r}")
+        self._init_scale = init_scale
+        self._scale: np.ndarray | None = None  # float32, 0-d
+        self._growth_factor = growth_factor
+        self._backoff_factor = backoff_factor
+        self._growth_interval = growth_interval
+        self._init_growth_tracker = 0
+        self._growth_tracker: np.ndarray | None = None  # int32, 0-d
+        self._min_scale = min_scale
+        self._hysteresis = hysteresis
+        self._hysteresis_tracker = hysteresis
+        self._per_optimizer_states: dict[int, dict[str, Any]] = {}
+
+    # -- the scale
+    def _check_scale_growth_tracker(self, funcname: str) -> tuple[np.ndarray, np.ndarray]:
+        if self._scale is None:
+            raise AssertionError(f"Attempted {funcname} but _scale is None.  " + _FIX)
+        if self._growth_tracker is None:
+            raise AssertionError(f"Attempted {funcname} but _growth_tracker is None.  " + _FIX)
+        return self._scale, self._growth_tracker
+
+    def _lazy_init_scale_growth_tracker(self) -> None:
+        self._scale = np.array(self._init_scale, dtype=np.float32)
+        self._growth_tracker = np.array(self._init_growth_tracker, dtype=np.int32)
+
+    def scale(self, outputs: Any) -> Any:
+        """outputs * S (an array, or a list/tuple/iterable of them); unchanged if disabled.
+
+        The product is taken in the output's dtype (float32 or float64); float16 outputs
+        are multiplied in float32 and rounded back, as torch's CPU kernel with a scalar.
+        """
+        if not self._enabled:
+            return outputs
+        if isinstance(outputs, (np.ndarray, np.generic)):
+            if self._scale is None:
+                self._lazy_init_scale_growth_tracker()
+            return _times(np.asarray(outputs), self._scale)  # type: ignore[arg-type]
+        if isinstance(outputs, Iterable):
+            scaled = map(self.scale, outputs)
+            return type(outputs)(scaled) if isinstance(outputs, (list, tuple)) else scaled
+        raise ValueError("outputs must be a Tensor or an iterable of Tensors")
+
+    # -- unscale and step
+    def _state(self, optimizer: Any) -> dict[str, Any]:
+        return self._per_optimizer_states.setdefault(id(optimizer),
+                                                     _refresh_per_optimizer_state())
+
+    def _unscale_grads_(self, optimizer: Any, inv_scale: np.ndarray,
+                        allow_fp16: bool) -> np.ndarray:
+        """The non-finite check and unscale of every gradient (NOTE [ Unscale by reciprocal ])."""
+        grads = []
+        for group in optimizer.param_groups:
+            for param in group["params"]:
+                if not isinstance(param, Parameter):
+                    raise AssertionError(
+                        f"expected param to be Parameter, got {type(param).__name__}")
+                if param.grad is None:
+                    continue
+                if not allow_fp16 and param.grad.dtype == np.float16:
+                    raise ValueError("Attempting to unscale FP16 gradients.")
+                grads.append(param.grad)
+        found_inf = np.array(0.0, dtype=np.float32)
+        for g in grads:
+            if not np.all(np.isfinite(g)):
+                found_inf[...] = 1.0
+            if inv_scale != np.float32(1.0):
+                _unscale_inplace(g, inv_scale)
+        return found_inf
+
+    def unscale_(self, optimizer: Any) -> None:
+        """Divide the optimizer's gradients by S in place (by multiplying with f32(1/f64(S)))."""
+        if not self._enabled:
+            return
+        self._check_scale_growth_tracker("unscale_")
+        state = self._state(optimizer)
+        if state["stage"] is OptState.UNSCALED:
+            raise RuntimeError(
+                "unscale_() has already been called on this optimizer since the last update().")
+        if state["stage"] is OptState.STEPPED:
+            raise RuntimeError("unscale_() is being called after step().")
+        assert self._scale is not None
+        with np.errstate(divide="ignore", over="ignore"):  # S = 0 or subnormal: inv = inf
+            inv_scale = (1.0 / self._scale.astype(np.float64)).astype(np.float32)
+        state["found_inf"] = self._unscale_grads_(optimizer, inv_scale, False)
+        state["stage"] = OptState.UNSCALED
+
+    def step(self, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
+        """unscale_ (unless done), then optimizer.step() unless a gradient was inf or NaN."""
+        if not self._enabled:
+            return optimizer.step(*args, **kwargs)
+        if "closure" in kwargs:
+            raise RuntimeError("Closure use is not currently supported if GradScaler is enabled.")
+        self._check_scale_growth_tracker("step")
+        state = self._state(optimizer)
+        if state["stage"] is OptState.STEPPED:
+            raise RuntimeError("step() has already been called since the last update().")
+        if state["stage"] is OptState.READY:
+            self.unscale_(optimizer)
+        if state["found_inf"] is None:
+            raise AssertionError("No inf checks were recorded for this optimizer.")
+        retval = None
+        if not float(state["found_inf"]):
+            retval = optimizer.step(*args, **kwargs)
+        state["stage"] = OptState.STEPPED
+        return retval
+
+    # -- update
+    def update(self, new_scale: float | np.ndarray | None = None) -> None:
+        """Apply the update rule (module docstring) once, or set S to `new_scale`."""
+        if not self._enabled:
+            return
+        self._check_scale_growth_tracker("update")
+        found_infs = [s["found_inf"] for s in self._per_optimizer_states.values()
+                      if s["found_inf"] is not None]
+        if new_scale is not None:
+            assert self._scale is not None
+            if isinstance(new_scale, float):
+                self._scale[...] = new_scale
+            else:
+                reason = ("new_scale should be a float or a 1-element torch.cuda.FloatTensor or "
+                          "torch.FloatTensor with requires_grad=False.")
+                new_scale = np.asarray(new_scale)
+                if new_scale.size != 1:
+                    raise AssertionError(reason)
+                self._scale[...] = new_scale.reshape(())
+            if found_infs:
+                self.last_step_skipped = bool(sum(found_infs))
+        else:
+            if not found_infs:
+                raise AssertionError("No inf checks were recorded prior to update.")
+            found_inf_combined = found_infs[0].copy()
+            for found_inf in found_infs[1:]:
+                found_inf_combined += found_inf
+            self._update_scale_(found_inf_combined)
+            self.last_step_skipped = bool(found_inf_combined)
+        self._per_optimizer_states = {}
+
+    def _update_scale_(self, found_inf: np.ndarray) -> None:
+        """torch._amp_update_scale_ (NOTEs [ Scale update rounding ], [ Tracker order ])."""
+        assert self._scale is not None and self._growth_tracker is not None
+        if found_inf:
+            self._hysteresis_tracker -= 1
+            if self._hysteresis_tracker > 0:
+                self._growth_tracker[...] = 0
+                return
+            self._scale[...] = self._scale.astype(np.float64) * np.float64(self._backoff_factor)
+            if self._min_scale is not None:
+                self._scale[...] = np.maximum(self._scale, np.float32(self._min_scale))
+            self._growth_tracker[...] = 0
+            return
+        successful = self._growth_tracker + np.int32(1)
+        if successful == self._growth_interval:
+            with np.errstate(over="ignore"):  # an infinite growth is computed, then dropped
+                new_scale = (self._scale.astype(np.float64)
+                             * np.float64(self._growth_factor)).astype(np.float32)
+            if np.isfinite(new_scale):
+                self._scale[...] = new_scale
+            self._growth_tracker[...] = 0
+        else:
+            self._growth_tracker[...] = successful
+        self._hysteresis_tracker = self._hysteresis
+
+    # -- getters and setters, as torch's
+    def get_scale(self) -> float:
+        """S as a Python float (init_scale before the first scale(); 1.0 if disabled)."""
+        if self._enabled:
+            return self._init_scale if self._scale is None else float(self._scale)
+        return 1.0
+
+    def get_growth_factor(self) -> float:
+        return self._growth_factor
+
+    def set_growth_factor(self, new_factor: float) -> None:
+        self._growth_factor = new_factor
+
+    def get_backoff_factor(self) -> float:
+        return self._backoff_factor
+
+    def set_backoff_factor(self, new_factor: float) -> None:
+        self._backoff_factor = new_factor
+
+    def get_growth_interval(self) -> int:
+        return self._growth_interval
+
+    def set_growth_interval(self, new_interval: int) -> None:
+        self._growth_interval = new_interval
+
+    def _get_growth_tracker(self) -> int:
+        if self._enabled:
+            return (self._init_growth_tracker if self._growth_tracker is None
+                    else int(self._growth_tracker))
+        return 0
+
+    def is_enabled(self) -> bool:
+        return self._enabled
+
+    def _found_inf_per_device(self, optimizer: Any) -> dict[str, np.ndarray]:
+        """{device: found_inf} of this iteration's unscale_ (as torch's private method)."""
+        found_inf = self._state(optimizer)["found_inf"]
+        return {} if found_inf is None else {"cpu": found_inf}
+
+    # -- state
+    def state_dict(self) -> dict[str, Any]:
+        """torch's five entries, plus the extras' entries only when an extra is in use.
+
+        "scale" (Python float), "growth_factor", "backoff_factor", "growth_interval",
+        "_growth_tracker" (Python int); with min_scale or hysteresis > 1 also "min_scale",
+        "hysteresis", "_hysteresis_tracker". {} when disabled.
+        """
+        if not self._enabled:
+            return {}
+        state: dict[str, Any] = {
+            "scale": self.get_scale(),
+            "growth_factor": self._growth_factor,
+            "backoff_factor": self._backoff_factor,
+            "growth_interval": self._growth_interval,
+            "_growth_tracker": self._get_growth_tracker(),
+        }
+        if self._min_scale is not None or self._hysteresis != 1:
+            state.update(min_scale=self._min_scale, hysteresis=self._hysteresis,
+                         _hysteresis_tracker=self._hysteresis_tracker)
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore `state_dict()`'s entries (a torch state_dict loads as is); no-op if disabled."""
+        if not self._enabled:
+            return
+        if len(state_dict) == 0:
+            raise RuntimeError("The source state dict is empty, possibly because it was saved "
+                               "from a disabled instance of GradScaler.")
+        self._init_scale = state_dict["scale"]
+        if self._scale is not None:
+            self._scale[...] = state_dict["scale"]
+        self._growth_factor = state_dict["growth_factor"]
+        self._backoff_factor = state_dict["backoff_factor"]
+        self._growth_interval = state_dict["growth_interval"]
+        self._init_growth_tracker = state_dict["_growth_tracker"]
+        if self._growth_tracker is not None:
+            self._growth_tracker[...] = state_dict["_growth_tracker"]
+        if "hysteresis" in state_dict:
+            self._min_scale = state_dict["min_scale"]
+            self._hysteresis = state_dict["hysteresis"]
+            self._hysteresis_tracker = state_dict["_hysteresis_tracker"]
+
+
+def _times(x: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """x * S in x's dtype (float16 through float32, as torch's opmath)."""
+    if x.dtype not in (np.float16, np.float32, np.float64):
+        raise TypeError(f"GradScaler.scale: expected a float array, got {x.dtype}")
+    with np.errstate(over="ignore"):  # a scaled loss may overflow; the backward then flags it
+        if x.dtype == np.float16:
+            return (x.astype(np.float32) * scale).astype(np.float16)
+        return x * scale.astype(x.dtype)
+
+
+def _unscale_inplace(g: np.ndarray, inv_scale: np.ndarray) -> None:
+    """g <- g * inv in g's opmath type (NOTE [ Unscale by reciprocal ]).
+
+    inf and NaN gradients are expected here (that is what the check is for), so the
+    floating-point warnings of the multiply are silenced."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        if g.dtype == np.float16:
+            np.copyto(g, (g.astype(np.float32) * inv_scale).astype(np.float16))
+        else:
+            np.multiply(g, inv_scale.astype(g.dtype), out=g)
+
+
+class StaticLossScaler(GradScaler):
+    """A fixed scale S with GradScaler's API and skip logic: update() never changes S."""
+
+    def __init__(self, scale: float = 2.0**16, enabled: bool = True) -> None:
+        super().__init__(init_scale=scale, enabled=enabled)
+
+    def _update_scale_(self, found_inf: np.ndarray) -> None:
+        pass
+
+
+# -- the canonical training step
+def clip_grad_norm_(parameters: Iterable[Parameter], max_norm: float,
+                    norm_type: float = 2.0) -> np.ndarray:
+    """torch.nn.utils.clip_grad_norm_ (2-norm): g <- g * min(1, max_norm / (||g|| + 1e-6)).
+
+    ||g|| is the 2-norm of the per-parameter 2-norms, in the gradients' dtype; a non-finite
+    norm multiplies the gradients by NaN, as torch does (the step is skipped anyway).
+    """
+    if norm_type != 2.0:
+        raise ValueError(f"clip_grad_norm_: only norm_type=2.0 is implemented, got {norm_type}")
+    grads = [p.grad for p in parameters if p.grad is not None]
+    if not grads:
+        return np.array(0.0, dtype=np.float32)
+    dt = grads[0].dtype.type
+    norms = np.array([np.sqrt(np.sum(g * g, dtype=dt)) for g in grads], dtype=dt)
+    total_norm = np.sqrt(np.sum(norms * norms, dtype=dt))
+    # torch: max_norm / (total_norm + 1e-6) is Tensor.__rtruediv__, i.e. reciprocal() * max_norm
+    clip_coef = (dt(1) / (total_norm + dt(1e-6))) * dt(max_norm)
+    clip_coef_clamped = np.minimum(clip_coef, dt(1.0))  # NaN stays NaN, as torch.clamp
+    with np.errstate(invalid="ignore"):  # inf gradients times a NaN coefficient
+        for g in grads:
+            g *= clip_coef_clamped
+    return total_norm
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What one training step did: the unscaled loss, the scale it used, whether it skipped."""
+
+    loss: float
+    scale: float
+    skipped: bool
+
+
+def step_skipped(scaler: GradScaler, optimizer: Any) -> bool:
+    """Whether scaler.step(optimizer) skipped this iteration; call after step, before update."""
+    return scaler.is_enabled() and bool(
+        sum(float(v) for v in scaler._found_inf_per_device(optimizer).values()))
+
+
+def make_scaler(precision: str, **kwargs: Any) -> GradScaler:
+    """GradScaler(enabled=(precision == "fp16")): fp16 needs scaling, bf16 and fp32 do not."""
+    amp.autocast_dtype(precision)
+    return GradScaler(enabled=(precision == "fp16"), **kwargs)
+
+
+def train_step(model: Module, loss_fn: Module, optimizer: Any, scaler: GradScaler,
+               x: np.ndarray, y: np.ndarray, *, precision: str,
+               max_grad_norm: float | None = None) -> StepResult:
+    """One mixed-precision step; torch_impl.loss_scaling.train_step line for line.
+
+    precision "fp32" | "bf16" | "fp16" picks the autocast dtype (amp.autocast_dtype);
+    "fp16" requires an enabled scaler (make_scaler gives the right one for each). Order:
+    zero_grad, autocast forward, float32 loss, scale(loss) backward, unscale_, clip the
+    UNSCALED gradients (if max_grad_norm), step (skipped on inf/NaN), update.
+    `skipped` comes from the scaler's found_inf flags, read before update (step_skipped).
+    """
+    dtype = amp.autocast_dtype(precision)
+    if precision == "fp16" and not scaler.is_enabled():
+        raise ValueError("train_step: precision 'fp16' needs an enabled GradScaler "
+                         "(make_scaler('fp16')); bf16 and fp32 do not")
+    optimizer.zero_grad()
+    amp_model = amp.Autocast(model, dtype)
+    output = amp_model(x)
+    loss = loss_fn(output, y)  # fp32 op list: losses run in float32 (low-precision values
+    #                            already live in float32 arrays here, so no cast is needed)
+    amp_model.backward(loss_fn.backward(scaler.scale(np.ones_like(loss))))  # d(S loss)/dloss
+    scaler.unscale_(optimizer)
+    if max_grad_norm is not None:
+        clip_grad_norm_(model.parameters(), max_norm=max_grad_norm)
+    scale = scaler.get_scale()
+    scaler.step(optimizer)
+    skipped = step_skipped(scaler, optimizer)
+    scaler.update()
+    return StepResult(float(loss), scale, skipped)
