@@ -121,6 +121,18 @@ def linear_backward(layer: Linear, grad_output: np.ndarray, fmt: str) -> np.ndar
     return _q(g2 @ w_lp, fmt).reshape(layer._in_shape)
 
 
+def elementwise_forward(layer: Module, x: np.ndarray, fmt: str) -> np.ndarray:
+    """An op off the lists on an lp input: float32 compute, lp output, lp saved tensors."""
+    y = _q(layer.forward(x), fmt)
+    layer.save_for_backward({k: _q(v, fmt) for k, v in layer.saved_tensors().items()})
+    return y
+
+
+def elementwise_backward(layer: Module, grad_output: np.ndarray, fmt: str) -> np.ndarray:
+    """Its backward: float32 compute from the lp gradient and tape, lp input gradient."""
+    return _q(layer.backward(grad_output), fmt)
+
+
 class Autocast:
     """Run `model` (a Sequential, or one layer) as under torch.autocast("cpu", dtype).
 
@@ -150,11 +162,7 @@ class Autocast:
             if isinstance(layer, Linear):
                 x, low = linear_forward(layer, x, self.dtype), x.dtype == np.float32
             else:
-                x = layer.forward(x)
-                if low:  # torch stores the lp output, and saves lp tensors for backward
-                    x = _q(x, self.dtype)
-                    layer.save_for_backward({k: _q(v, self.dtype)
-                                             for k, v in layer.saved_tensors().items()})
+                x = elementwise_forward(layer, x, self.dtype) if low else layer.forward(x)
             self._low_out.append(low)
         return x
 
@@ -170,7 +178,6 @@ class Autocast:
             if isinstance(layer, Linear):
                 g = linear_backward(layer, g, self.dtype)  # lp; a float32 input gets it exactly
             else:
-                g = layer.backward(g)
-                g = _q(g, self.dtype) if low else g
+                g = elementwise_backward(layer, g, self.dtype) if low else layer.backward(g)
         self._low_out = []
         return g
