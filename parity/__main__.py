@@ -4,7 +4,8 @@
     ranges                  the range table of every format, reference / torch / ml_dtypes
     sweep FORMAT            reference vs torch vs ml_dtypes over float32 inputs
     fuzz                    the parity property tests, for a time budget
-    tolerances [--write]    the claim table as Markdown (docs/tolerances.md)
+    tolerances              the claim table as Markdown
+    docs                    regenerate docs/tolerances.md and the range table in docs/formats.md
     train                   the compact model trained and checkpointed (parity/train_cli.py)
 """
 
@@ -62,12 +63,15 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
 def cmd_tolerances(args: argparse.Namespace) -> int:
     from parity.ranges import tolerances_markdown
 
-    text = tolerances_markdown()
-    if args.write:
-        Path(args.write).write_text(text, encoding="utf-8")
-        print(f"wrote {args.write}")
-    else:
-        print(text)
+    print(tolerances_markdown())
+    return 0
+
+
+def cmd_docs(args: argparse.Namespace) -> int:
+    from parity.ranges import update_docs
+
+    for path in update_docs():
+        print(f"wrote {path}")
     return 0
 
 
@@ -100,8 +104,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_fuzz)
 
     p = sub.add_parser("tolerances", help="the claim table as Markdown")
-    p.add_argument("--write", metavar="PATH", help="write it to PATH (docs/tolerances.md)")
     p.set_defaults(func=cmd_tolerances)
+
+    p = sub.add_parser("docs", help="regenerate the generated parts of docs/")
+    p.set_defaults(func=cmd_docs)
 
     if importlib.util.find_spec("parity.train_cli") is not None:  # lands with resume/train
         from parity import train_cli

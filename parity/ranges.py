@@ -3,10 +3,13 @@
 `range_table()` prints every format's range properties as the reference derives them from
 the bits, as torch.finfo gives them, and as ml_dtypes.finfo gives them, flagging any
 difference. `tolerances_markdown()` renders parity/tolerances.py as docs/tolerances.md.
-Both docs pages are checked to be current by tests/test_docs.py.
+`python -m parity docs` rewrites both; tests/test_docs.py fails when either is stale.
 """
 
 from __future__ import annotations
+
+import math
+from pathlib import Path
 
 import ml_dtypes
 
@@ -24,35 +27,32 @@ ML_FIELDS = {"bits": "bits", "exponent_bits": "nexp", "mantissa_bits": "nmant", 
 
 
 def _fmt(v: float) -> str:
+    """Integers as integers, powers of two as 2^k, anything else exactly in hex float."""
     v = float(v)
     if v == int(v) and abs(v) < 1e6:
         return str(int(v))
-    return f"{v:.6g} (2^{_log2(v)})" if _log2(v) is not None else f"{v:.6g}"
-
-
-def _log2(v: float) -> int | None:
-    import math
-
     m, e = math.frexp(v)
-    return e - 1 if m == 0.5 else None
+    return f"2^{e - 1}" if m == 0.5 else f"{v:.6g} ({v.hex()})"
 
 
 def range_table() -> tuple[str, int]:
-    """(Markdown table, number of differences) over every named format."""
-    lines = ["| format | property | reference (from bits) | torch.finfo | ml_dtypes.finfo |",
-             "|---|---|---|---|---|"]
+    """(Markdown table, number of differences): one row per format, one column per property;
+    the last column says whether torch.finfo and ml_dtypes.finfo agree on every property."""
+    lines = ["| format | " + " | ".join(FIELDS) + " | torch.finfo | ml_dtypes.finfo |",
+             "|---" * (len(FIELDS) + 3) + "|"]
     differences = 0
     for name, r in ref.FORMATS.items():
         t = tim.FORMATS[name]
         fi = ml_dtypes.finfo(ML_DTYPES[name]) if name in ML_DTYPES else None
-        for f in FIELDS:
-            rv, tv = getattr(r, f), getattr(t, f)
-            mv = getattr(fi, ML_FIELDS[f]) if fi is not None else None
-            same = float(rv) == float(tv) and (mv is None or float(mv) == float(rv))
-            differences += not same
-            flag = "" if same else " **DIFFERS**"
-            lines.append(f"| {name} | {f} | {_fmt(rv)} | {_fmt(tv)} | "
-                         f"{'-' if mv is None else _fmt(mv)}{flag} |")
+        torch_diff = [f for f in FIELDS if float(getattr(t, f)) != float(getattr(r, f))]
+        ml_diff = [] if fi is None else [
+            f for f in FIELDS if float(getattr(fi, ML_FIELDS[f])) != float(getattr(r, f))]
+        differences += len(torch_diff) + len(ml_diff)
+        torch_cell = "equal" if not torch_diff else "**differs: " + ", ".join(torch_diff) + "**"
+        ml_cell = "-" if fi is None else (
+            "equal" if not ml_diff else "**differs: " + ", ".join(ml_diff) + "**")
+        cells = [name, *(_fmt(getattr(r, f)) for f in FIELDS), torch_cell, ml_cell]
+        lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     lines.append("torch.finfo has no smallest_subnormal (torch_impl computes tiny * eps) and no "
                  "exponent limits (read off max and tiny); tf32 has no torch dtype and no "
@@ -63,8 +63,8 @@ def range_table() -> tuple[str, int]:
 def tolerances_markdown() -> str:
     """docs/tolerances.md: every claim, its kind, tolerance and reason."""
     out = ["# Claims and tolerances", "",
-           "Generated from `parity/tolerances.py` by `python -m parity tolerances --write "
-           "docs/tolerances.md`; a test fails when this page is out of date. "
+           "Generated from `parity/tolerances.py` by `python -m parity docs`; "
+           "a test fails when this page is out of date. "
            "`python -m parity report` checks every claim and prints the observed worst case.",
            ""]
     topic = None
@@ -80,3 +80,24 @@ def tolerances_markdown() -> str:
         if nxt == len(CLAIMS) or CLAIMS[nxt].topic != topic:
             out.append("")
     return "\n".join(out)
+
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+START, END = "<!-- range-table:start -->", "<!-- range-table:end -->"
+
+
+def formats_page_with_table(page: str) -> str:
+    """docs/formats.md's text with the generated range table between its markers."""
+    head, rest = page.split(START, 1)
+    _, tail = rest.split(END, 1)
+    return f"{head}{START}\n{range_table()[0]}\n{END}{tail}"
+
+
+def update_docs() -> list[Path]:
+    """Regenerate the generated parts of docs/: the range table and docs/tolerances.md."""
+    formats_md = DOCS / "formats.md"
+    formats_md.write_text(formats_page_with_table(formats_md.read_text(encoding="utf-8")),
+                          encoding="utf-8")
+    tolerances_md = DOCS / "tolerances.md"
+    tolerances_md.write_text(tolerances_markdown(), encoding="utf-8")
+    return [formats_md, tolerances_md]
