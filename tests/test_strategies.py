@@ -1,0 +1,83 @@
+"""The named edge strategies reach the edges they are named after (a guard on the guards)."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import reference.formats as ref
+from parity import strategies
+
+# float32's own ties need 25 bits: only narrower formats have float32-representable ties.
+NARROW = ("tf32", "float16", "bfloat16", "float8_e5m2", "float8_e4m3fn")
+
+
+def _position(x: float, fmt: ref.FloatFormat) -> Fraction:
+    """|x| in units of the format's spacing at x's binade (an integer for members)."""
+    e = max(math.frexp(abs(x))[1] - 1, fmt.min_exponent)
+    return Fraction(abs(x)) / Fraction(2) ** (e - fmt.mantissa_bits)
+
+
+@pytest.mark.parametrize("name", NARROW)
+@settings(max_examples=40)
+@given(data=st.data())
+def test_ties_are_exact_midpoints_and_near_ties_are_not(name: str, data: st.DataObject) -> None:
+    """Every `ties` value is a float32 halfway between two members; `near_ties` never is."""
+    fmt = ref.FORMATS[name]
+    tie = data.draw(strategies.ties(name))
+    assert float(np.float32(tie)) == tie
+    assert _position(tie, fmt).denominator == 2
+    near = data.draw(strategies.near_ties(name))
+    assert _position(near, fmt).denominator != 2
+
+
+@pytest.mark.parametrize("name", NARROW)
+@settings(max_examples=40)
+@given(data=st.data())
+def test_members_are_fixed_points_of_exact_rounding(name: str, data: st.DataObject) -> None:
+    """`members` values are finite, representable, and on the format's grid."""
+    fmt = ref.FORMATS[name]
+    v = data.draw(strategies.members(name))
+    assert math.isfinite(v) and abs(v) <= fmt.max and _position(v, fmt).denominator == 1
+
+
+@pytest.mark.parametrize("name", NARROW)
+@settings(max_examples=40)
+@given(data=st.data())
+def test_boundary_strategies_stay_near_their_boundary(name: str, data: st.DataObject) -> None:
+    """overflow_edge lies within a few float32 ulps of max + ulp/2 (or is a named far value);
+    subnormal_edge within a few float32 ulps of tiny or of the smallest subnormal (or half)."""
+    fmt = ref.FORMATS[name]
+    boundary = fmt.max + 2.0 ** (fmt.emax - fmt.mantissa_bits - 1)
+    v = abs(data.draw(strategies.overflow_edge(name)))
+    assert abs(v - boundary) <= 4 * np.spacing(np.float32(boundary)) or v >= fmt.max
+    s = abs(data.draw(strategies.subnormal_edge(name)))
+    anchors = (fmt.tiny, fmt.smallest_subnormal, fmt.smallest_subnormal / 2,
+               fmt.tiny - fmt.smallest_subnormal)
+    assert min(abs(s - a) for a in anchors) <= 3 * float(np.spacing(np.float32(fmt.tiny)))
+
+
+@given(v=strategies.nan_payloads())
+def test_nan_payloads_are_nans_with_any_payload(v: np.float32) -> None:
+    """Every value drawn is a float32 NaN; quiet and signalling both occur across draws."""
+    assert np.isnan(v)
+
+
+def test_double_rounding_cases_do_break_ties_differently_through_float32() -> None:
+    """Among double_rounding_cases, some float64 inputs round differently once vs via float32."""
+    seen = []
+
+    @given(x=strategies.double_rounding_cases("bfloat16"))
+    def collect(x: float) -> None:
+        seen.append(x)
+
+    collect()
+    x = np.array(seen)
+    once = ref.quantize(x, "bfloat16")
+    twice = ref.quantize(x, "bfloat16", via="float32")
+    assert np.count_nonzero(once != twice) > 0
