@@ -289,7 +289,114 @@ def data_sampler_runs(draw: st.DrawFn, max_samples: int = 64) -> dict:
             "epochs": epochs, "interrupt": interrupt, "kind": kind}
 
 # ---------------------------------------------------------------- amp and loss scaling
+# Scales are float32 (the scaler's dtype): powers of two, arbitrary values, the subnormal
+# floor and the float32 ceiling, where growth is capped (NOTE [ Scale update rounding ]).
+def scaler_scales() -> st.SearchStrategy[float]:
+    """Positive finite float32 scales: powers of two, random bit patterns, both extremes."""
+    f32 = np.finfo(np.float32)
+    return st.one_of(
+        st.integers(-149, 127).map(lambda e: math.ldexp(1.0, e)),
+        st.integers(1, 0x7F7FFFFF).map(
+            lambda b: float(np.array(b, dtype=np.uint32).view(np.float32))),
+        st.sampled_from([float(f32.max), float(f32.max) / 2, float(f32.smallest_subnormal),
+                         2.0**16, 2.0**24]),
+    )
+
+
+def scaler_factors() -> st.SearchStrategy[tuple[float, float]]:
+    """(growth_factor > 1, backoff_factor in (0, 1)): torch's defaults, powers of two, any."""
+    return st.tuples(
+        st.one_of(st.just(2.0), st.floats(1.0, 16.0, exclude_min=True)),
+        st.one_of(st.just(0.5), st.floats(0.0, 1.0, exclude_min=True, exclude_max=True)),
+    )
+
+
+def scaler_hyper() -> st.SearchStrategy[dict]:
+    """GradScaler keyword arguments with non-power-of-two factors and short intervals."""
+    return st.builds(
+        lambda scale, factors, interval: {"init_scale": scale, "growth_factor": factors[0],
+                                          "backoff_factor": factors[1],
+                                          "growth_interval": interval},
+        scaler_scales(), scaler_factors(), st.integers(1, 4))
+
+
+def scaler_grad_stream(shapes: list[tuple[int, ...]]) -> st.SearchStrategy[list[np.ndarray]]:
+    """One float32 gradient per shape: normals times 2^k (k in [-140, 70]), and with some
+    probability a +inf, -inf or NaN planted in any of them."""
+
+    def build(seed: int, k: int, plant: int, where: int) -> list[np.ndarray]:
+        rng = np.random.default_rng(seed)
+        with np.errstate(over="ignore"):
+            grads = [(rng.standard_normal(s) * 2.0**k).astype(np.float32) for s in shapes]
+        if plant < 3:
+            flat = grads[where % len(grads)].reshape(-1)
+            flat[int(rng.integers(flat.size))] = (np.inf, -np.inf, np.nan)[plant]
+        return grads
+
+    return st.builds(build, st.integers(0, 2**32 - 1), st.integers(-140, 70),
+                     st.integers(0, 5), st.integers(0, 7))
+
 
 # ---------------------------------------------------------------- recompute
+# Checkpointing schedules for a Sequential of n layers: every spec kind, with K over its
+# whole range 1..n (K = 1: nothing checkpointed; K = n: every segment one layer) and S from 1
+# (only the input stored: the quadratic extreme) to past n - 1 (every state storable).
+RECOMPUTE_KINDS = ("none", "sqrt", "uniform", "optimal")
+
+
+@st.composite
+def recompute_specs(draw: st.DrawFn, n_layers: int) -> str:
+    """A schedule spec valid for n_layers: "none", "sqrt", "uniform:K" or "optimal:S"."""
+    kind = draw(st.sampled_from(RECOMPUTE_KINDS))
+    if kind == "uniform":
+        return f"uniform:{draw(st.integers(1, n_layers))}"
+    if kind == "optimal":
+        return f"optimal:{draw(st.integers(1, n_layers + 1))}"
+    return kind
+
+
+def recompute_models() -> st.SearchStrategy[dict]:
+    """make_mlp arguments: 1-6 hidden layers (3-19 modules), dropout on or off, any activation."""
+    return st.fixed_dictionaries({
+        "sizes": st.lists(st.integers(1, 12), min_size=2, max_size=7),
+        "activation": st.sampled_from(("relu", "tanh", "gelu_tanh", "gelu")),
+        "dropout": st.sampled_from((0.0, 0.2, 0.5)),
+        "dtype": st.sampled_from((np.float32, np.float64)),
+        "batch": st.integers(1, 6),
+        "seed": st.integers(0, 2**32 - 1),
+    })
+
 
 # ---------------------------------------------------------------- resume and train
+
+# A training run interrupted once: a small config (the compact model on the teacher task),
+# the total steps, the step the checkpoint is written at, and how often the interrupted
+# half checkpoints (`every`; its last checkpoint is at `interrupt`). fp16 runs draw a huge
+# initial loss scale half the time, so overflow-skipped steps fall before the interruption.
+TRAIN_PRECISIONS = ("fp32", "bf16", "fp16")
+TRAIN_RECOMPUTE = ("none", "sqrt", "uniform:2", "optimal:2")
+
+
+@st.composite
+def train_configs(draw: st.DrawFn, max_total: int = 10) -> dict:
+    """{config (TrainConfig keywords), total, interrupt (1..total-1), every}."""
+    precision = draw(st.sampled_from(TRAIN_PRECISIONS))
+    config = {
+        "seed": draw(st.integers(0, 2**16)),
+        "sizes": (8, 16, 3),
+        "dropout": draw(st.sampled_from([0.0, 0.25])),
+        "precision": precision,
+        "recompute": draw(st.sampled_from(TRAIN_RECOMPUTE)),
+        "schedule": draw(st.sampled_from(["constant", "cosine", "step"])),
+        "optimizer": draw(st.sampled_from(["SGD", "Adam", "AdamW"])),
+        "total_steps": 8,
+        "batch_size": 8,
+        "num_samples": 24,  # 3 batches an epoch: interruptions fall mid-epoch and on edges
+        "init_scale": draw(st.sampled_from([2.0**16, 2.0**22])) if precision == "fp16"
+        else 2.0**16,
+        "growth_interval": 3,
+    }
+    total = draw(st.integers(2, max_total))
+    interrupt = draw(st.integers(1, total - 1))
+    every = draw(st.integers(1, interrupt))
+    return {"config": config, "total": total, "interrupt": interrupt, "every": every}

@@ -485,11 +485,223 @@ DATA_CLAIMS: tuple[Claim, ...] = (
     ),
 )
 
-AMP_CLAIMS: tuple[Claim, ...] = ()
+AMP_CLAIMS: tuple[Claim, ...] = (
+    Claim(
+        "amp.casts",
+        "amp",
+        "Under autocast (float16 and bfloat16, CPU), what a Linear saves for backward (the lp "
+        "cast of its input, addmm's mat1, and of its weight, mat2) is bit-identical in "
+        "reference.amp and torch.autocast, and the float32 master weights are unchanged.",
+        "bits",
+        0,
+        "A cast is one correctly rounded operation (round to nearest even) with one right "
+        "answer (formats.encode_f32); the weight is cast, never rounded in place.",
+    ),
+    Claim(
+        "amp.linear_bf16",
+        "amp",
+        "A Linear under bfloat16 autocast, fed the same input, weights and lp output gradient: "
+        "output, input gradient, weight gradient and bias gradient are within 1 bfloat16 ulp "
+        "of torch's, at every element where the float32 accumulation bound is below half a "
+        "bfloat16 ulp of the result (the test counts the others; none at its shapes).",
+        "ulps",
+        1,
+        "Both compute q(sum_i a_i b_i) from the same lp operands: a float32 accumulation "
+        "rounded once to lp. The accumulations differ only in order, by at most "
+        "gamma_k sum|a_i b_i| (gamma_k = k 2^-24, k terms); when that is below half an lp ulp "
+        "u of the result, |acc_ref - acc_torch| < u/2 and two round-to-nearest results of "
+        "values closer than u are at most 1 ulp apart.",
+        fmt="bfloat16",
+    ),
+    Claim(
+        "amp.linear_fp16",
+        "amp",
+        "As amp.linear_bf16, under float16 autocast: within 1 float16 ulp where the float32 "
+        "accumulation bound is below half a float16 ulp.",
+        "ulps",
+        1,
+        "The derivation of amp.linear_bf16 with the float16 ulp (2^-10 relative, 2^-24 "
+        "absolute in the subnormal range).",
+        fmt="float16",
+    ),
+    Claim(
+        "amp.activation_bf16",
+        "amp",
+        "GELU (erf and tanh), Tanh and ReLU on a bfloat16 tensor under autocast: forward "
+        "output and input gradient within 1 bfloat16 ulp of torch's.",
+        "ulps",
+        1,
+        "Both compute in float32 and round once to lp; float32 results differ by a few "
+        "float32 ulps (libm/NumPy vs SLEEF, nn.gelu claims), 2^16 times smaller than a "
+        "bfloat16 ulp, so a rounding can flip at most to the neighbour.",
+        fmt="bfloat16",
+    ),
+    Claim(
+        "amp.activation_fp16",
+        "amp",
+        "As amp.activation_bf16 on float16 tensors: within 1 float16 ulp.",
+        "ulps",
+        1,
+        "As amp.activation_bf16; a float16 ulp is 2^13 float32 ulps.",
+        fmt="float16",
+    ),
+    Claim(
+        "amp.model",
+        "amp",
+        "The compact model's forward output and parameter gradients under autocast (bf16 and "
+        "fp16; depth 3, width 64) agree with torch's after dividing both by max|torch's| of "
+        "each tensor, within atol = 16 * 2^-11 (0.0078).",
+        "close",
+        (0.0, 16 * 2.0**-11),
+        "Each op adds at most 1 lp ulp (amp.linear_*, amp.activation_*), i.e. a relative "
+        "2^-8 (bf16) or 2^-11 (fp16) of the tensor's scale; the forward has 2L - 1 = 5 lp ops "
+        "and a gradient passes through at most 2L = 6 more, each propagating the earlier "
+        "differences with gain <= 1 for these unit-scale layers; 16 ulps of fp16 leaves room "
+        "for that. bf16 is held to the same number (observed: 0).",
+    ),
+)
 
-LOSS_SCALING_CLAIMS: tuple[Claim, ...] = ()
+LOSS_SCALING_CLAIMS: tuple[Claim, ...] = (
+    Claim(
+        "loss_scaling.update_rule",
+        "loss_scaling",
+        "For any scale (float32, subnormals and near-max included), tracker, found_inf and "
+        "hyperparameters (non-power-of-two factors, any growth_interval), one update of "
+        "reference.loss_scaling.GradScaler gives the same scale bits and tracker as "
+        "torch._amp_update_scale_.",
+        "bits",
+        0,
+        "The rule is integer logic plus one float64 product rounded to float32 (NOTE [ Scale "
+        "update rounding ]); NumPy's float64 multiply and float32 cast are IEEE, as C++'s.",
+    ),
+    Claim(
+        "loss_scaling.unscale",
+        "loss_scaling",
+        "Unscaling float32, float64 and float16 gradients (finite across magnitudes, +-inf, "
+        "NaN) by any float32 scale gives the same bits and the same found_inf as "
+        "torch._amp_foreach_non_finite_check_and_unscale_.",
+        "nan_class",
+        0,
+        "inv = f32(1/f64(S)) then one multiply per element in the gradient's opmath type "
+        "(NOTE [ Unscale by reciprocal ]): each step is one IEEE rounding. NaN payloads are "
+        "not compared.",
+    ),
+    Claim(
+        "loss_scaling.scaler",
+        "loss_scaling",
+        "Driven by the same gradient stream (finite across magnitudes, +inf, -inf, NaN in any "
+        "tensor; unscale_ explicit or inside step; state_dict save/load across the two "
+        "implementations; random hyperparameters), the reference and torch GradScalers hold "
+        "the same scale, growth tracker, skip decisions, unscaled gradients and SGD "
+        "parameters after every step.",
+        "nan_class",
+        0,
+        "Composition of loss_scaling.update_rule, loss_scaling.unscale and optim.sgd (bit-"
+        "exact SGD); the skip decision is the same found_inf flag. NaN payloads are not "
+        "compared.",
+    ),
+    Claim(
+        "loss_scaling.underflow_mask",
+        "loss_scaling",
+        "float16 autocast without loss scaling: the set of parameter-gradient elements that "
+        "are exactly zero (underflow) is the same in the reference and torch, layer by layer.",
+        "bits",
+        0,
+        "An element is zero when its lp result rounds below 2^-25. The implementations agree "
+        "within 1 lp ulp per op (amp.linear_fp16), so a mask can differ only where one side "
+        "holds the smallest subnormal 2^-24 and the other 0; the test records how many "
+        "elements sit at +-2^-24 (the edge is reached) and requires equal masks.",
+    ),
+    Claim(
+        "loss_scaling.train",
+        "loss_scaling",
+        "A 60-step SGD run (lr 0.1) of the compact model (fp16 with a GradScaler, bf16 and "
+        "fp32 without; grad clipping at 1.0) in both implementations: the loss falls by more "
+        "than 75% in each (observed 81-82%), every step's scale and skip decision are equal, "
+        "and parameters agree within atol = 0.2 (rtol 0).",
+        "close",
+        (0.0, 0.2),
+        "With clipping, |g|_inf <= 1; the two gradients differ by at most ~4 lp ulps of that "
+        "(amp.model: 4 * 2^-7 for bf16, the larger), so one SGD step (lr 0.1) moves the two "
+        "parameter vectors apart by <= 0.1 * 0.031 = 0.0031, and 60 steps by <= 0.19 if "
+        "the differences add up without cancellation or amplification (a contracting, "
+        "well-conditioned regression). Skips and scales are equal when no gradient lies "
+        "within that bound of float16 overflow (checked by the equality itself).",
+    ),
+)
 
-RECOMPUTE_CLAIMS: tuple[Claim, ...] = ()
+RECOMPUTE_CLAIMS: tuple[Claim, ...] = (
+    Claim(
+        "recompute.grads_reference",
+        "recompute",
+        "Under every schedule (none, uniform:K, sqrt, optimal:S), with dropout on, the "
+        "reference's parameter and input gradients are bit-identical to running without "
+        "checkpointing, and the generators end in the same state.",
+        "bits",
+        0,
+        "The recompute re-runs the same NumPy operations on the same input and weights, with "
+        "the generators restored so Dropout draws the same masks (NOTE [ RNG replay ]): every "
+        "tensor backward reads is bit-identical, and so is every gradient.",
+    ),
+    Claim(
+        "recompute.grads_torch",
+        "recompute",
+        "Under every schedule, torch.utils.checkpoint (use_reentrant=False, "
+        "preserve_rng_state=True; nested for optimal:S) gives gradients bit-identical to the "
+        "same model without checkpointing, dropout on.",
+        "bits",
+        0,
+        "The recompute runs the same kernels on the same inputs with the stashed CPU RNG "
+        "state, so nn.Dropout draws the same noise; CPU kernels are deterministic for a "
+        "fixed shape and thread count.",
+    ),
+    Claim(
+        "recompute.held_bytes",
+        "recompute",
+        "The bytes held between forward and backward (distinct storage, parameters "
+        "excluded) predicted from the reference tape equal what torch's saved_tensors_hooks "
+        "see packed, for every schedule.",
+        "bits",
+        0,
+        "Byte counts are integers: the tape holds segment inputs plus the tapes of layers "
+        "run normally (nn.saved_tensors gives the latter per layer); any difference is a "
+        "design mismatch, not rounding.",
+    ),
+    Claim(
+        "recompute.counts",
+        "recompute",
+        "Per layer, the forwards run during backward by the reference equal the forwards "
+        "torch starts (forward pre-hooks) during backward, for every schedule.",
+        "bits",
+        0,
+        "Counts are integers. Both stop a recompute after the last layer that saves "
+        "(NOTE [ Early stop ]): torch interrupts that layer inside its forward, after its "
+        "saves, so it is counted as started, and the reference runs it whole.",
+    ),
+    Claim(
+        "recompute.early_stop",
+        "recompute",
+        "Per layer, torch's finished forwards during backward (forward hooks) equal the "
+        "reference's count minus the recomputes in which that layer is its segment's last "
+        "saving layer (where torch's early stop interrupts it).",
+        "bits",
+        0,
+        "Counts are integers; the interruption happens in every recompute of a segment, at "
+        "the pack of the last tensor the forward saved (NOTE [ Early stop ]).",
+    ),
+    Claim(
+        "recompute.plans",
+        "recompute",
+        "For every spec and 1 <= n <= 64 layers the two trees' parse_schedule give the same "
+        "plan; optimal:S's recompute count equals Griewank-Walther's closed form "
+        "r n - beta(S + 1, r - 1).",
+        "bits",
+        0,
+        "Plans are integers; the reference minimizes over every first split and the torch "
+        "twin takes the binomial formula's largest optimal split, so equal plans check the "
+        "formula against the search.",
+    ),
+)
 
 RESUME_CLAIMS: tuple[Claim, ...] = (
     Claim(
@@ -509,7 +721,48 @@ RESUME_CLAIMS: tuple[Claim, ...] = (
     ),
 )
 
-TRAIN_CLAIMS: tuple[Claim, ...] = ()
+TRAIN_CLAIMS: tuple[Claim, ...] = (
+    Claim(
+        "train.resume_exact",
+        "train",
+        "In each implementation, a run interrupted at any step (checkpoint written, every "
+        "object dropped, resumed from the file) ends in the same complete state as the "
+        "uninterrupted run: parameters, optimizer buffers, lr schedule, loss scale and "
+        "tracker, random streams, data position and counters, for fp32, bf16 and fp16, with "
+        "dropout and recomputation.",
+        "bits",
+        0,
+        "The resumed run executes the same operations on the same bits: the checkpoint holds "
+        "every value the next step reads (the inventory in reference/train.py) and restores "
+        "it by copy; the data order is a hash of (seed, epoch); nothing reads the global RNG "
+        "(NOTE [ Dropout's stream is the default generator ]). Same process kind, same "
+        "kernels, so no rounding can differ.",
+    ),
+    Claim(
+        "train.kill_resume",
+        "train",
+        "A `python -m parity train` process SIGKILLed at arbitrary moments while it writes a "
+        "checkpoint every step, then restarted with --resume, prints the same state-sha256 "
+        "as an uninterrupted process, and no kill leaves a checkpoint that fails to load.",
+        "bits",
+        0,
+        "Atomic writes (NOTE [ Atomic write ]) leave either the old or the new file under a "
+        "checkpoint's name, and the resumed run is exact (train.resume_exact); the digest "
+        "is a function of the bits of the final state.",
+    ),
+    Claim(
+        "train.digest_cross_impl",
+        "train",
+        "reference.train.state_digest of a reference state equals "
+        "torch_impl.train.state_digest of the same state mapped to torch "
+        "(state_from_reference): the canonical digest is implementation-independent.",
+        "bits",
+        0,
+        "Both hash the same length-prefixed records (NOTE [ Canonical state digest ]) built "
+        "from the same bytes (the mapping is lossless: resume.cross_impl_state) and the same "
+        "Python reprs of the scaler's floats and ints.",
+    ),
+)
 
 CLAIMS: tuple[Claim, ...] = (
     FORMATS_CLAIMS + NN_CLAIMS + OPTIM_CLAIMS + DATA_CLAIMS + AMP_CLAIMS + LOSS_SCALING_CLAIMS

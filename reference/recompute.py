@@ -374,6 +374,18 @@ class ScheduledRun:
         self.grad_input = grad_output
         return grad_output
 
+    def interrupted(self) -> dict[int, int]:
+        """Layer index -> recomputes in which it is its segment's last saving layer.
+
+        There torch's non-reentrant early stop cuts the layer's forward short after its saves
+        (NOTE [ Early stop ] in torch_impl/recompute.py); the reference runs it whole.
+        """
+        cut = dict.fromkeys(range(len(self.model)), 0)
+        for node in self.checkpoints:
+            if node._last_saving >= 0 and node._indices[node._last_saving] is not None:
+                cut[node._indices[node._last_saving]] += node.recomputes  # type: ignore[index]
+        return cut
+
     def recomputed(self) -> dict[int, int]:
         """Layer index -> forwards run during backward (0 for layers never recomputed)."""
         done = self.counter.counts["backward"]

@@ -4,8 +4,9 @@ What PyTorch does differently or hides:
 - `checkpoint(fn, x, use_reentrant=False)` (used here, explicitly) saves the segment's inputs
   through a no-op autograd Function (`_NoopSaveInputs`) and runs the segment under its own
   `saved_tensors_hooks`, which keep a placeholder instead of each tensor; an OUTER
-  `saved_tensors_hooks` therefore sees exactly what the region keeps: its input (plus a
-  0-element dummy). Backward recomputes on the first unpack of a placeholder.
+  `saved_tensors_hooks` therefore sees exactly what the region keeps: its input (the
+  0-element dummy the Function also takes is not packed). Backward recomputes on the first
+  unpack of a placeholder.
 - Early stop (NOTE [ Early stop ]): the non-reentrant recompute raises an internal exception
   as soon as it has re-saved as many tensors as the forward saved, so a segment's last layer
   starts (its forward pre-hook fires) but never returns (its forward hook does not), and
