@@ -1,0 +1,135 @@
+"""Checkpointing, reference vs torch: bit-identical gradients within each tree, held bytes
+predicted from the tape == measured by saved_tensors_hooks, recompute counts per layer,
+equal plans, and torch's checkpointed gradients against the reference layers (nn claims)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+from parity.checks.nn import in_eps_units, linear_scales, zeros_like
+from parity.checks.recompute import (
+    counts_array,
+    inputs,
+    make_ref,
+    make_twin,
+    plan_array,
+    ref_case,
+    torch_case,
+)
+from parity.compare import assert_claim
+from parity.strategies import recompute_models, recompute_specs
+from reference import nn as ref
+from reference import recompute as rrc
+from torch_impl import recompute as trc
+
+
+def _n_layers(case: dict) -> int:
+    return len(make_ref(case))
+
+
+@given(case=recompute_models(), data=st.data())
+@settings(max_examples=25)
+def test_reference_gradients_under_any_schedule_are_bitwise_plain(case: dict,
+                                                                  data: st.DataObject) -> None:
+    """Any schedule, dropout on: the reference's gradients and final RNG state are unchanged."""
+    spec = data.draw(recompute_specs(_n_layers(case)))
+    event(spec.partition(":")[0])
+    _, base = ref_case(case, "none")
+    _, grads = ref_case(case, spec)
+    for key in base:
+        assert_claim("recompute.grads_reference", grads[key], base[key], f"({spec}, {key})")
+
+
+@given(case=recompute_models(), data=st.data())
+@settings(max_examples=15)
+def test_torch_gradients_under_any_schedule_are_bitwise_plain(case: dict,
+                                                              data: st.DataObject) -> None:
+    """Any schedule with torch.utils.checkpoint: gradients and the final RNG state unchanged."""
+    spec = data.draw(recompute_specs(_n_layers(case)))
+    event(spec.partition(":")[0])
+    _, base = torch_case(case, "none")
+    _, grads = torch_case(case, spec)
+    for key in base:
+        assert_claim("recompute.grads_torch", grads[key], base[key], f"({spec}, {key})")
+
+
+@given(case=recompute_models(), data=st.data())
+@settings(max_examples=15)
+def test_held_bytes_and_recompute_counts_predicted_by_the_reference_match_torch(
+        case: dict, data: st.DataObject) -> None:
+    """Tape bytes == saved_tensors_hooks bytes; reference recomputes == torch's started
+    forwards; torch's finished forwards == those minus the early-stop interruptions."""
+    spec = data.draw(recompute_specs(_n_layers(case)))
+    run, _ = ref_case(case, spec)
+    m, _ = torch_case(case, spec)
+    event("something recomputed" if sum(m.started.values()) else "nothing recomputed")
+    assert_claim("recompute.held_bytes", np.array([run.held_bytes]), np.array([m.held_bytes]),
+                 f"({spec})")
+    assert_claim("recompute.counts", counts_array(run.recomputed()), counts_array(m.started),
+                 f"({spec})")
+    assert_claim("recompute.early_stop",
+                 counts_array(run.recomputed()) - counts_array(run.interrupted()),
+                 counts_array(m.finished), f"({spec})")
+
+
+def test_plans_are_equal_in_both_trees_and_revolve_meets_the_closed_form() -> None:
+    """parse_schedule agrees across trees for n <= 64; optimal:S costs r n - beta(S+1, r-1)."""
+    for n in range(1, 65):
+        specs = ["none", "sqrt", *(f"uniform:{k}" for k in range(1, n + 1)),
+                 *(f"optimal:{s}" for s in range(1, 9))]
+        for spec in specs:
+            a = plan_array(rrc.parse_schedule(spec, n).plan)
+            b = plan_array(trc.parse_schedule(spec, n).plan)
+            assert a.shape == b.shape, spec
+            assert_claim("recompute.plans", a, b, f"({spec}, n = {n})")
+        for s in range(1, 9):
+            assert_claim("recompute.plans", np.array([rrc.revolve_cost(n, s)]),
+                         np.array([rrc.binomial_cost(n, s)]), f"(optimal:{s}, n = {n})")
+
+
+def _torch_layerwise(twin: torch.nn.Sequential, x: np.ndarray, g: np.ndarray
+                     ) -> tuple[list[torch.Tensor], list[np.ndarray | None]]:
+    """Run torch's plain model layer by layer, keeping every activation's grad and mask."""
+    acts = [torch.from_numpy(x.copy()).requires_grad_(True)]
+    masks: list[np.ndarray | None] = []
+    for module in twin:
+        out = module(acts[-1])
+        dropped = isinstance(module, torch.nn.Dropout) and module.training
+        masks.append((out.grad_fn._saved_other != 0).numpy() if dropped else None)
+        out.retain_grad()
+        acts.append(out)
+    acts[-1].backward(torch.from_numpy(g.copy()))
+    return acts, masks
+
+
+@given(case=recompute_models(), data=st.data())
+@settings(max_examples=15)
+def test_torch_checkpointed_gradients_meet_the_nn_claims_against_reference_layers(
+        case: dict, data: st.DataObject) -> None:
+    """torch's checkpointed parameter gradients equal its plain layer-by-layer run's bits, and
+    each reference Linear fed that run's activation and gradient meets nn.linear for them."""
+    spec = data.draw(recompute_specs(_n_layers(case)))
+    _, tgrads = torch_case(case, spec)
+    x, g = inputs(case)
+    with torch.random.fork_rng():
+        torch.manual_seed(case["seed"])
+        plain = make_twin(case)
+        acts, _ = _torch_layerwise(plain, x, g)
+    model = make_ref(case)
+    for i, layer in enumerate(model):
+        if not isinstance(layer, ref.Linear):
+            continue
+        xi, gi = acts[i].detach().numpy(), acts[i + 1].grad.numpy()
+        layer.zero_grad()
+        layer.forward(xi)
+        layer.backward(gi)
+        scales = linear_scales(layer, xi, gi)
+        for name in ("weight", "bias"):
+            torch_grad = tgrads[f"{i}.{name}"]
+            assert_claim("recompute.grads_torch", torch_grad,
+                         getattr(plain[i], name).grad.numpy(), f"({spec}, layerwise)")
+            units = in_eps_units(getattr(layer, name).grad, torch_grad, scales[name])
+            assert_claim("nn.linear", units, zeros_like(units), f"({spec}, {i}.{name})")
