@@ -82,9 +82,10 @@ def activation_pairs(name: str, fmt: str, n: int, seed: int
                      ) -> list[tuple[str, np.ndarray, np.ndarray, np.ndarray]]:
     """(label, reference, torch, reliable mask) for the forward output and input gradient on
     lp tensors. Reliable: the float32 bound of the nn claims (8 eps |x| forward, 8 eps
-    |g| (1 + |x| (1 + x^2)) backward, eps = 2^-23) is below half an lp ulp of the result."""
+    |g| (1 + |x| (1 + x^2)) backward, eps = 2^-23; 0 for the exact ReLU) is below half an
+    lp ulp of the result."""
     rng = np.random.default_rng(seed)
-    x = quantize((rng.standard_normal(n) * 3).astype(np.float32), fmt)
+    x = quantize((rng.standard_normal(n) * 2).astype(np.float32), fmt)
     g = quantize(rng.standard_normal(n).astype(np.float32), fmt)
     ref_layer, torch_layer = (f() for f in ACTIVATIONS[name])
     y = ramp.elementwise_forward(ref_layer, x, fmt)
@@ -93,7 +94,8 @@ def activation_pairs(name: str, fmt: str, n: int, seed: int
     with torch.autocast("cpu", dtype=TORCH_DTYPES[fmt]):
         ty = torch_layer(tx)
     ty.backward(torch.from_numpy(g).to(TORCH_DTYPES[fmt]))
-    eps, ax = 2.0**-23, np.abs(x.astype(np.float64))
+    eps = 0.0 if name == "relu" else 2.0**-23  # ReLU is exact (nn.relu)
+    ax = np.abs(x.astype(np.float64))
     bound_y, bound_dx = 8 * eps * ax, 8 * eps * np.abs(g) * (1 + ax * (1 + ax * ax))
     return [("y", y, ty.detach().float().numpy(), bound_y < lp_ulp(y, fmt) / 2),
             ("dx", dx, tx.grad.float().numpy(), bound_dx < lp_ulp(dx, fmt) / 2)]
