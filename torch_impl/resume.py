@@ -333,12 +333,12 @@ class CheckpointManager:
 #   data       the sampler's (seed, num_samples, epoch, position): plain ints, copied; the
 #              order itself is a hash both trees compute (NOTE [ Counter-based hashing
 #              instead of a Generator ] in reference/data.py)
-#   config, step, epoch: plain values, copied
+#   config, fingerprint, step, epoch, skipped: plain values, copied
 # NOT mapped: rng. numpy's PCG64 and torch's Mersenne Twister / Philox are different
 # generators; no state of one reproduces the other's stream. The mapped state carries
-# rng = None, and a loop resuming it must draw fresh streams (train.py seeds them from
-# (seed, step)): the same parameters, optimizer, schedule, scaler and data position, but
-# from then on other dropout masks, so not the same run unless dropout is off.
+# rng = None, and a loop resuming it keeps the streams it was built with (train.py: seeded
+# from the config's seed): the same parameters, optimizer, schedule, scaler and data
+# position, but from then on other dropout masks, so not the same run unless dropout is off.
 
 
 def _arrays_to_tensors(value: Any) -> Any:
@@ -362,6 +362,13 @@ def _tensors_to_arrays(value: Any) -> Any:
 
 
 MAPPED_KEYS = ("config", "step", "epoch", "model", "optimizer", "scheduler", "scaler", "data")
+CONVERTED = ("model", "optimizer", "scheduler", "scaler", "rng")
+
+
+def _plain(state: Mapping[str, Any]) -> dict[str, Any]:
+    """Every entry but the converted ones, copied (config, counters, data, fingerprint...)."""
+    return {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in state.items()
+            if k not in CONVERTED}
 
 
 def state_from_reference(ref_state: Mapping[str, Any]) -> dict[str, Any]:
@@ -371,13 +378,12 @@ def state_from_reference(ref_state: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError(f"state_from_reference: missing keys {missing}")
     optimizer = ref_state["config"]["optimizer"]
     return {
-        "config": dict(ref_state["config"]), "step": ref_state["step"],
-        "epoch": ref_state["epoch"],
+        **_plain(ref_state),
         "model": state_dict_to_torch(ref_state["model"]),
         "optimizer": optimizer_state_to_torch(ref_state["optimizer"], optimizer),
         "scheduler": scheduler_state_to_torch(ref_state["scheduler"]),
         "scaler": _arrays_to_tensors(ref_state["scaler"]),
-        "data": dict(ref_state["data"]), "rng": None,
+        "rng": None,
     }
 
 
@@ -387,11 +393,10 @@ def state_to_reference(torch_state: Mapping[str, Any]) -> dict[str, Any]:
     if missing:
         raise ValueError(f"state_to_reference: missing keys {missing}")
     return {
-        "config": dict(torch_state["config"]), "step": torch_state["step"],
-        "epoch": torch_state["epoch"],
+        **_plain(torch_state),
         "model": state_dict_from_torch(torch_state["model"]),
         "optimizer": optimizer_state_from_torch(torch_state["optimizer"]),
         "scheduler": scheduler_state_from_torch(torch_state["scheduler"]),
         "scaler": _tensors_to_arrays(torch_state["scaler"]),
-        "data": dict(torch_state["data"]), "rng": None,
+        "rng": None,
     }

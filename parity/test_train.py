@@ -1,0 +1,204 @@
+"""Resume is exact: interrupted + resumed == uninterrupted, bit for bit, in each
+implementation (train.resume_exact); real processes killed with SIGKILL resume to the same
+digest (train.kill_resume); the digest is implementation-independent
+(train.digest_cross_impl); and a checkpoint missing any inventory item does NOT resume
+exactly (the guard that the exactness tests can fail).
+
+Drivers are in parity/checks/train.py, shared with the report. The hypothesis tests run the
+interrupted and the resumed halves in one process but share nothing but the checkpoint
+file: every object is rebuilt from the config, and the torch global RNG is scrambled in
+between to show nothing depends on it.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import event, given, settings
+
+from parity.checks.train import (
+    KILL_OPTIONS,
+    SMALL,
+    compare_runs,
+    interrupted,
+    kill_at,
+    max_param_difference,
+    one_thread,
+    resumed_without,
+    run_to_end,
+    skipped_steps,
+    uninterrupted,
+)
+from parity.compare import assert_claim
+from parity.strategies import train_configs
+from reference import resume as ref_resume
+from reference import train as ref_train
+from torch_impl import resume as t_resume
+from torch_impl import train as t_train
+
+
+@pytest.fixture(autouse=True)
+def _torch_one_thread() -> Iterator[None]:
+    """Tiny models: one torch thread (parity.checks.train.one_thread says why)."""
+    with one_thread():
+        yield
+
+
+def _assert_same_run(actual: dict, expected: dict, context: str) -> None:
+    worst, n = compare_runs(actual, expected)
+    assert n > 0
+    if worst != 0:  # let assert_claim show which values differ
+        from parity.checks.resume import flatten
+
+        a, b = flatten(actual), flatten(expected)
+        for key, value in b.items():
+            assert_claim("train.resume_exact", a[key], value, context=f"{context} {key}")
+    assert worst == 0
+
+
+@pytest.mark.parametrize("name", ["reference", "torch"])
+@settings(max_examples=20)
+@given(case=train_configs())
+def test_interrupted_and_resumed_equals_uninterrupted_bit_for_bit(name: str, case: dict) -> None:
+    """Any interruption step, precision, dropout, schedule and recompute: the same final state."""
+    config, k, total = case["config"], case["interrupt"], case["total"]
+    if name == "reference" and config["recompute"] != "none" and config["precision"] != "fp32":
+        config = {**config, "precision": "fp32"}  # not composed in the reference
+    expected = uninterrupted(name, config, total)
+    event(f"precision {config['precision']}, skipped steps: {expected['skipped'] > 0}")
+    with tempfile.TemporaryDirectory() as tmp:
+        torch.manual_seed(int(np.random.default_rng(k).integers(2**31)))  # scramble the global RNG
+        actual = interrupted(name, config, k, total, Path(tmp), every=case["every"])
+    _assert_same_run(actual, expected, f"{name} {config} interrupted at {k}/{total}")
+
+
+FP16_SKIPPING = {**SMALL, "precision": "fp16", "init_scale": 2.0**20, "growth_interval": 3}
+
+
+@pytest.mark.parametrize("name", ["reference", "torch"])
+def test_interruption_right_after_a_skipped_fp16_step_resumes_exactly(name: str) -> None:
+    """A checkpoint written just after an overflow-skipped step resumes to the same state."""
+    total = 14
+    m = ref_train if name == "reference" else t_train
+    run = m.Run(m.TrainConfig(**FP16_SKIPPING))
+    skipped = []
+    while run.step < total:
+        if run.train_step().skipped:
+            skipped.append(run.step)
+    assert skipped, "guard: the huge initial scale must make some steps overflow"
+    expected = run.state_dict()
+    with tempfile.TemporaryDirectory() as tmp:
+        for k in skipped[:3]:
+            actual = interrupted(name, FP16_SKIPPING, k, total, Path(tmp) / str(k))
+            _assert_same_run(actual, expected, f"{name} interrupted after skipped step {k}")
+
+
+INVENTORY_CASE = {**SMALL, "precision": "fp16", "init_scale": 2.0**20, "growth_interval": 3,
+                  "schedule": "cosine", "total_steps": 20}
+
+
+@pytest.mark.parametrize("name", ["reference", "torch"])
+@pytest.mark.parametrize("item", ref_train.INVENTORY)
+def test_leaving_out_any_inventory_item_breaks_exactness(name: str, item: str) -> None:
+    """Guard: a resume without one item (weights-only included) does NOT match."""
+    expected = uninterrupted(name, INVENTORY_CASE, 12)
+    with tempfile.TemporaryDirectory() as tmp:
+        actual = resumed_without(name, INVENTORY_CASE, 5, 12, Path(tmp), (item,))
+    worst, _ = compare_runs(actual, expected)
+    assert worst > 0
+    assert max_param_difference(actual, expected) > 0
+
+
+@pytest.mark.parametrize("name", ["reference", "torch"])
+def test_weights_only_resume_does_not_match(name: str) -> None:
+    """Guard: restoring only the parameters (nanoGPT-style) gives different parameters."""
+    expected = uninterrupted(name, INVENTORY_CASE, 12)
+    everything_else = tuple(i for i in ref_train.INVENTORY if i != "model")
+    with tempfile.TemporaryDirectory() as tmp:
+        actual = resumed_without(name, INVENTORY_CASE, 5, 12, Path(tmp), everything_else)
+    assert max_param_difference(actual, expected) > 0
+
+
+def test_state_digest_is_the_same_for_a_state_and_its_torch_mapping() -> None:
+    """reference.train.state_digest(s) == torch_impl.train.state_digest(mapped s)."""
+    for precision in ("fp32", "fp16"):
+        state = uninterrupted("reference", {**FP16_SKIPPING, "precision": precision}, 6)
+        a = bytes.fromhex(t_train.state_digest(t_resume.state_from_reference(state)))
+        b = bytes.fromhex(ref_train.state_digest(state))
+        assert_claim("train.digest_cross_impl", np.frombuffer(a, np.uint8),
+                     np.frombuffer(b, np.uint8))
+    # guard: the digest sees a one-bit change of one parameter
+    state["model"]["0.weight"].view(np.uint32)[0, 0] ^= np.uint32(1)
+    assert ref_train.state_digest(state) != b.hex()
+
+
+def test_torch_resumes_a_reference_checkpoint_at_the_same_position_and_lr(tmp_path: Path) -> None:
+    """A reference checkpoint, mapped, resumes in torch: data position, step and lr continue
+    exactly as an all-torch run's (parameters differ: other kernels, other dropout stream)."""
+    config = {**SMALL, "dropout": 0.0, "schedule": "cosine", "total_steps": 12}
+    ref_train.train(ref_train.TrainConfig(**config), 5, tmp_path, 5)
+    ref_state = ref_resume.load_checkpoint(ref_resume.CheckpointManager(tmp_path).path(5))
+    run = t_train.restored(t_train.TrainConfig(**config), t_resume.state_from_reference(ref_state))
+    while run.step < 12:
+        run.train_step()
+    expected = t_train.train(t_train.TrainConfig(**config), 12)
+    assert run.sampler.state_dict() == expected.sampler.state_dict()
+    assert run.scheduler.get_last_lr() == expected.scheduler.get_last_lr()
+    assert run.step == expected.step
+
+
+# ---------------------------------------------------------------- real processes, SIGKILL
+
+
+def _kill_and_resume(name: str, tmp: Path, steps: int, delays: list[float],
+                     targeted: int | None) -> int:
+    """Uninterrupted digest; kills (targeted first); every checkpoint loads after each kill;
+    the final --resume prints the uninterrupted digest. Returns the number of kills."""
+    expected, lines = run_to_end(name, tmp / "uninterrupted", steps, KILL_OPTIONS)
+    skipped = skipped_steps(lines)
+    assert skipped, "guard: the fp16 options must produce skipped steps"
+    directory = tmp / "killed"
+    kills = 0
+    plan: list[tuple[float | None, str | None]] = [(d, None) for d in delays]
+    if targeted is not None:  # kill right after the checkpoint of a skipped step lands
+        plan.insert(0, (None, f"ckpt-{skipped[targeted]:08d}.ckpt"))
+    for delay, after in plan:
+        kills += kill_at(name, directory, steps, KILL_OPTIONS, delay=delay, after_file=after)
+        mod = ref_resume if name == "reference" else t_resume
+        for _, path in mod.CheckpointManager(directory).checkpoints():
+            mod.load_checkpoint(path)  # every file under a checkpoint name loads
+    assert kills >= 1
+    actual, _ = run_to_end(name, directory, steps, KILL_OPTIONS)
+    assert_claim("train.kill_resume", np.frombuffer(bytes.fromhex(actual), np.uint8),
+                 np.frombuffer(bytes.fromhex(expected), np.uint8))
+    return kills
+
+
+def test_sigkilled_reference_process_resumes_to_the_same_digest(tmp_path: Path) -> None:
+    """A handful of SIGKILLs (one right after a skipped step) then --resume: the same digest."""
+    rng = np.random.default_rng()
+    _kill_and_resume("reference", tmp_path, 100, sorted(rng.uniform(0.3, 0.6, 3)), targeted=0)
+
+
+def test_sigkilled_torch_process_resumes_to_the_same_digest(tmp_path: Path) -> None:
+    """One SIGKILL right after a skipped fp16 step's checkpoint, then --resume: same digest."""
+    _kill_and_resume("torch", tmp_path, 20, [], targeted=1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["reference", "torch"])
+def test_many_sigkills_at_random_moments_resume_to_the_same_digest(name: str,
+                                                                   tmp_path: Path) -> None:
+    """Dozens of SIGKILLs at random moments during a run that checkpoints every step."""
+    rng = np.random.default_rng()
+    if name == "reference":  # startup ~0.3 s, then ~20 ms a step (an fsynced file each)
+        steps, delays = 1500, list(rng.uniform(0.3, 0.6, 40))
+    else:  # startup (import torch) 3-6 s on a loaded 2-core machine
+        steps, delays = 400, list(rng.uniform(3.0, 8.0, 8))
+    kills = _kill_and_resume(name, tmp_path, steps, delays, targeted=2)
+    assert kills >= len(delays) // 2

@@ -1,0 +1,101 @@
+"""reference.train against its own contract: the loop's bookkeeping, the CLI's output, and
+restores that are all-or-nothing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from reference import resume, train
+
+SMALL = {"sizes": (8, 16, 3), "batch_size": 8, "num_samples": 40}
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_a_mismatched_checkpoint_leaves_the_run_untouched(tmp_path: Path) -> None:
+    """Loading a wider model's checkpoint raises CheckpointMismatchError naming the key,
+    and the run's parameters are unchanged (no partial restore)."""
+    train.train(train.TrainConfig(**{**SMALL, "sizes": (8, 32, 3)}), 3, tmp_path, 3)
+    state = resume.load_checkpoint(resume.CheckpointManager(tmp_path).path(3))
+    run = train.Run(train.TrainConfig(**SMALL))
+    before = run.model.state_dict()
+    with pytest.raises(resume.CheckpointMismatchError, match="fingerprint"):
+        run.load_state_dict(state)
+    state = {**state, "fingerprint": run.config.fingerprint()}
+    with pytest.raises(resume.CheckpointMismatchError, match=r"model/0\.weight.*\(32, 8\)"):
+        run.load_state_dict(state)
+    for k, v in run.model.state_dict().items():
+        assert np.array_equal(v, before[k])
+
+
+def test_resume_skips_a_corrupt_newest_checkpoint_and_says_so(tmp_path: Path) -> None:
+    """A torn newest file is reported and the run resumes from the one before it."""
+    config = train.TrainConfig(**SMALL)
+    train.train(config, 6, tmp_path, 3)
+    newest = resume.CheckpointManager(tmp_path).path(6)
+    newest.write_bytes(newest.read_bytes()[:100])
+    lines: list[str] = []
+    run = train.train(config, 6, tmp_path, 3, resume_from_latest=True, log=lines.append)
+    assert lines[0].startswith("skipped ckpt-00000006.ckpt")
+    assert lines[1] == "resumed from ckpt-00000003.ckpt at step 3"
+    expected = train.train(config, 6)
+    assert train.state_digest(run.state_dict()) == train.state_digest(expected.state_dict())
+
+
+def test_a_skipped_step_does_not_advance_the_schedule() -> None:
+    """fp16 with a huge scale: skipped steps leave lr and optimizer state where they were."""
+    run = train.Run(train.TrainConfig(**SMALL, precision="fp16", init_scale=2.0**40))
+    lr = run.scheduler.get_last_lr()
+    result = run.train_step()
+    assert result.skipped and run.skipped == 1 and run.step == 1
+    assert run.scheduler.get_last_lr() == lr and run.optimizer.state == {}
+
+
+def test_state_digest_orders_and_prefixes_records_as_documented() -> None:
+    """The digest equals SHA-256 of the NOTE's records, rebuilt here by hand."""
+    import hashlib
+    import struct
+
+    state = train.train(train.TrainConfig(**SMALL, optimizer="SGD"), 2).state_dict()
+
+    def rec(body: bytes) -> bytes:
+        return struct.pack("<Q", len(body)) + body
+
+    h = hashlib.sha256()
+    for k, v in state["model"].items():
+        h.update(rec(f"model/{k}\0<f4\0{','.join(map(str, v.shape))}\0".encode() + v.tobytes()))
+    for i in sorted(state["optimizer"]["state"]):
+        buf = state["optimizer"]["state"][i]["momentum_buffer"]
+        h.update(rec(f"optimizer/{i}/momentum_buffer\0<f4\0"
+                     f"{','.join(map(str, buf.shape))}\0".encode() + buf.tobytes()))
+    h.update(rec(f"data/epoch\0py\0{state['data']['epoch']}".encode()))
+    h.update(rec(f"data/position\0py\0{state['data']['position']}".encode()))
+    assert state["scaler"] == {}  # fp32: a disabled scaler has no entries
+    assert train.state_digest(state) == h.hexdigest()
+
+
+def test_cli_prints_progress_and_the_digest_last(tmp_path: Path) -> None:
+    """`python -m parity train --impl reference`: one line per step, digest line last."""
+    done = subprocess.run([sys.executable, "-m", "parity", "train", "--impl", "reference",
+                           "--steps", "4", "--checkpoint-dir", str(tmp_path),
+                           "--checkpoint-every", "2"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, check=True)
+    lines = done.stdout.strip().splitlines()
+    assert [line.split()[:2] for line in lines[:4]] == [["step", str(i)] for i in (1, 2, 3, 4)]
+    assert all(" loss " in line and " scale " in line and " skipped " in line
+               for line in lines[:4])
+    assert lines[-1].startswith("state-sha256: ") and len(lines[-1].split()[1]) == 64
+    expected = train.state_digest(train.train(train.TrainConfig(), 4).state_dict())
+    assert lines[-1].split()[1] == expected
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-00000002.ckpt",
+                                                          "ckpt-00000004.ckpt"]
+
+
+def test_recompute_with_low_precision_is_refused_by_name() -> None:
+    """The reference does not compose Autocast with recompute: a ValueError says so."""
+    with pytest.raises(ValueError, match="recompute with precision 'bf16'"):
+        train.Run(train.TrainConfig(**SMALL, precision="bf16", recompute="sqrt"))

@@ -1,0 +1,316 @@
+"""The training loop in PyTorch. See reference/train.py for the step, the inventory of a
+complete checkpoint and NOTE [ Canonical state digest ].
+
+What PyTorch does differently or hides:
+- nn.Dropout draws from the DEFAULT generator (no `generator=` argument), and
+  torch.utils.checkpoint replays that same default generator. The run keeps its own
+  torch.Generator and swaps it in for the step (NOTE [ Dropout's stream is the default
+  generator ]), so the global RNG is never the run's state and never changed by the run.
+- DataLoader draws a base seed at every iter() (NOTE [ DataLoader base seed ] in
+  torch_impl/data.py). The loader's generator is re-seeded from (seed, epoch) before each
+  iter(), so the draw is a function of the epoch, not of the moment a (resumed) run began;
+  with num_workers=0 nothing consumes it, and it needs no place in the checkpoint.
+- Autocast and recomputation compose natively (torch.autocast around
+  torch.utils.checkpoint); the reference composes them only in fp32.
+- The scaler is torch.amp.GradScaler; on CUDA the dropout stream is a CUDA generator.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from torch_impl import amp, loss_scaling, resume
+from torch_impl.data import ResumableSampler, hash_words, make_loader, make_task
+from torch_impl.nn import make_mlp
+
+INVENTORY = ("model", "optimizer", "scheduler", "scaler", "rng", "data", "step")
+OPTIMIZERS = {"SGD": {"momentum": 0.9}, "Adam": {}, "AdamW": {"weight_decay": 0.01}}
+SCHEDULES = ("constant", "cosine", "step")
+LOADER_SEED = 5  # a purpose of reference/data.py's hash, beside ORDER, INPUTS, ...
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything that defines a run: reference.train.TrainConfig, field for field."""
+
+    seed: int = 0
+    sizes: tuple[int, ...] = (8, 32, 32, 3)
+    activation: str = "tanh"
+    dropout: float = 0.0
+    precision: str = "fp32"
+    recompute: str = "none"
+    optimizer: str = "AdamW"
+    lr: float = 1e-2
+    schedule: str = "cosine"
+    total_steps: int = 200
+    batch_size: int = 16
+    num_samples: int = 256
+    loss: str = "cross_entropy"
+    init_scale: float = 2.0**16
+    growth_interval: int = 2000
+    max_grad_norm: float | None = None
+
+    def __post_init__(self) -> None:
+        amp.autocast_dtype(self.precision)
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"TrainConfig: optimizer must be one of {tuple(OPTIMIZERS)}, "
+                             f"got {self.optimizer!r}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"TrainConfig: schedule must be one of {SCHEDULES}, "
+                             f"got {self.schedule!r}")
+        if self.loss not in ("cross_entropy", "mse"):
+            raise ValueError(f"TrainConfig: loss must be 'cross_entropy' or 'mse', "
+                             f"got {self.loss!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
+    def fingerprint(self) -> str:
+        """SHA-256 of the configuration as canonical JSON (sorted keys)."""
+        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()
+
+
+# NOTE [ Dropout's stream is the default generator ]
+# nn.Dropout (and F.dropout) take no generator: they draw from torch's default generator of
+# their device, and torch.utils.checkpoint(preserve_rng_state=True) stashes and replays that
+# same default generator. A step therefore runs inside torch.random.fork_rng (which restores
+# the global state afterwards) with the run's own generator's state copied in, and copies
+# the advanced state back out. The run's stream is an explicit torch.Generator that the
+# checkpoint saves; the global RNG is neither read as the run's state nor left changed.
+
+
+class Run:
+    """A training run's objects and counters; `state_dict()` is its complete checkpoint."""
+
+    def __init__(self, config: TrainConfig, device: str | torch.device = "cpu") -> None:
+        c = self.config = config
+        self.device = torch.device(device)
+        self.generator = torch.Generator().manual_seed(c.seed)  # initialization, then dropout
+        self.model = make_mlp(c.sizes, c.activation, c.dropout, generator=self.generator,
+                              device=self.device)
+        self.cuda_generator = None
+        if self.device.type == "cuda":  # dropout on CUDA draws from the device's generator
+            self.cuda_generator = torch.Generator(self.device).manual_seed(c.seed)
+        self.loss_fn = nn.CrossEntropyLoss() if c.loss == "cross_entropy" else nn.MSELoss()
+        self.optimizer = getattr(torch.optim, c.optimizer)(self.model.parameters(), lr=c.lr,
+                                                           **OPTIMIZERS[c.optimizer])
+        self.scheduler = _make_scheduler(self.optimizer, c)
+        self.scaler = loss_scaling.make_scaler(c.precision, self.device,
+                                               init_scale=c.init_scale,
+                                               growth_interval=c.growth_interval)
+        self.task = make_task(c.seed, c.num_samples, features=c.sizes[0], classes=c.sizes[-1],
+                              device=self.device)
+        self.sampler = ResumableSampler(c.num_samples, c.seed)
+        self.loader_generator = torch.Generator()
+        self.loader = make_loader(self.task, self.sampler, c.batch_size, drop_last=True,
+                                  generator=self.loader_generator)
+        self.schedule = None
+        if c.recompute != "none":
+            from torch_impl import recompute
+
+            self.schedule = recompute.parse_schedule(c.recompute, len(self.model))
+        self.step = 0
+        self.skipped = 0
+        self._batches: Iterator | None = None
+
+    # -- one step
+    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(inputs, targets) of the next batch; a new epoch starts when one is used up."""
+        while True:
+            if self._batches is None:
+                # the base seed of this epoch's iter() is a function of (seed, epoch)
+                seed = int(hash_words(self.config.seed, LOADER_SEED, self.sampler.epoch, 1)[0])
+                self.loader_generator.manual_seed(seed)
+                self._batches = iter(self.loader)
+            try:
+                x, labels, values = next(self._batches)
+            except StopIteration:
+                self._batches = None
+                continue
+            return x, (labels if self.config.loss == "cross_entropy" else values)
+
+    def train_step(self) -> loss_scaling.StepResult:
+        x, y = self.next_batch()
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices, device_type=self.device.type):
+            torch.default_generator.set_state(self.generator.get_state())
+            if self.cuda_generator is not None:
+                torch.cuda.set_rng_state(self.cuda_generator.get_state(), self.device)
+            if self.schedule is None:
+                result = loss_scaling.train_step(self.model, self.loss_fn, self.optimizer,
+                                                 self.scaler, x, y,
+                                                 precision=self.config.precision,
+                                                 max_grad_norm=self.config.max_grad_norm)
+            else:
+                result = _recompute_step(self, x, y)
+            self.generator.set_state(torch.default_generator.get_state())
+            if self.cuda_generator is not None:
+                self.cuda_generator.set_state(torch.cuda.get_rng_state(self.device))
+        if not result.skipped:  # the schedule counts applied updates
+            self.scheduler.step()
+        self.step += 1
+        self.skipped += int(result.skipped)
+        return result
+
+    # -- the complete state
+    def state_dict(self) -> dict[str, Any]:
+        rng = {"model": self.generator.get_state()}
+        if self.cuda_generator is not None:
+            rng["cuda"] = self.cuda_generator.get_state()
+        return _snapshot({
+            "config": self.config.to_dict(), "fingerprint": self.config.fingerprint(),
+            "step": self.step, "epoch": self.sampler.epoch, "skipped": self.skipped,
+            "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict(),
+            "data": self.sampler.state_dict(), "rng": rng})
+
+    def template(self) -> dict[str, Any]:
+        """What a checkpoint must match to be loaded here (resume.check_matches)."""
+        return {"fingerprint": self.config.fingerprint(), "model": self.model.state_dict()}
+
+    def load_state_dict(self, state: Mapping[str, Any], omit: tuple[str, ...] = ()) -> None:
+        """Restore every inventory item but those in `omit` (omit is for measuring damage)."""
+        resume.check_matches(state, self.template())
+        if "model" not in omit:
+            self.model.load_state_dict(state["model"])
+        if "optimizer" not in omit:
+            self.optimizer.load_state_dict(state["optimizer"])
+        if "scheduler" not in omit:
+            self.scheduler.load_state_dict(state["scheduler"])
+        if "scaler" not in omit and self.scaler.is_enabled():
+            self.scaler.load_state_dict(state["scaler"])
+        if "rng" not in omit and state.get("rng") is not None:
+            self.generator.set_state(state["rng"]["model"])
+            if self.cuda_generator is not None and "cuda" in state["rng"]:
+                self.cuda_generator.set_state(state["rng"]["cuda"])
+        if "data" not in omit:
+            self.sampler.load_state_dict(state["data"])
+        if "step" not in omit:
+            self.step, self.skipped = int(state["step"]), int(state["skipped"])
+        self._batches = None
+
+
+def _snapshot(value: Any) -> Any:
+    """A copy with every tensor cloned: torch's state_dicts hand out live tensors."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, dict):
+        return {k: _snapshot(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_snapshot(v) for v in value)
+    return value
+
+
+def restored(config: TrainConfig, state: Mapping[str, Any], omit: tuple[str, ...] = (),
+             device: str | torch.device = "cpu") -> Run:
+    """A new Run with `state` loaded: all or nothing (a failure leaves no half-restored run)."""
+    run = Run(config, device)
+    run.load_state_dict(state, omit)
+    return run
+
+
+def _make_scheduler(optimizer: torch.optim.Optimizer, c: TrainConfig
+                    ) -> torch.optim.lr_scheduler.LRScheduler:
+    lr_scheduler = torch.optim.lr_scheduler
+    if c.schedule == "cosine":
+        return lr_scheduler.CosineAnnealingLR(optimizer, T_max=c.total_steps)
+    if c.schedule == "step":
+        return lr_scheduler.StepLR(optimizer, step_size=max(1, c.total_steps // 4), gamma=0.5)
+    return lr_scheduler.StepLR(optimizer, step_size=c.total_steps + 1, gamma=1.0)
+
+
+def _recompute_step(run: Run, x: torch.Tensor, y: torch.Tensor) -> loss_scaling.StepResult:
+    """loss_scaling.train_step's order with the model run under the recompute schedule."""
+    from torch_impl import recompute
+
+    dtype = amp.autocast_dtype(run.config.precision)
+    run.optimizer.zero_grad()
+    with amp.autocast(dtype, x.device.type):
+        output = recompute.forward_with_schedule(run.model, x, run.schedule)
+        loss = run.loss_fn(output, y)
+    run.scaler.scale(loss).backward()
+    run.scaler.unscale_(run.optimizer)
+    if run.config.max_grad_norm is not None:
+        torch.nn.utils.clip_grad_norm_(run.model.parameters(), run.config.max_grad_norm,
+                                       foreach=False)
+    scale = run.scaler.get_scale()
+    run.scaler.step(run.optimizer)
+    skipped = loss_scaling.step_skipped(run.scaler, run.optimizer)
+    run.scaler.update()
+    return loss_scaling.StepResult(loss.item(), scale, skipped)
+
+
+# ---------------------------------------------------------------- the digest
+
+def _record(name: str, value: Any) -> bytes:
+    if isinstance(value, torch.Tensor):
+        a = np.ascontiguousarray(value.detach().cpu().numpy())
+        body = (f"{name}\0{a.dtype.newbyteorder('<').str}\0{','.join(map(str, a.shape))}\0"
+                .encode() + a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes())
+    else:
+        body = f"{name}\0py\0{value!r}".encode()
+    return struct.pack("<Q", len(body)) + body
+
+
+def state_digest(state: Mapping[str, Any]) -> str:
+    """SHA-256 of params, optimizer buffers, scaler and data position (reference/train.py)."""
+    h = hashlib.sha256()
+    for key, value in state["model"].items():
+        h.update(_record(f"model/{key}", value))
+    opt_state = state["optimizer"]["state"]
+    for i in sorted(opt_state):
+        for name in sorted(opt_state[i]):
+            h.update(_record(f"optimizer/{i}/{name}", opt_state[i][name]))
+    for key in sorted(state["scaler"]):
+        h.update(_record(f"scaler/{key}", state["scaler"][key]))
+    h.update(_record("data/epoch", int(state["data"]["epoch"])))
+    h.update(_record("data/position", int(state["data"]["position"])))
+    return h.hexdigest()
+
+
+# ---------------------------------------------------------------- the loop
+
+def train(config: TrainConfig, steps: int, checkpoint_dir: str | Path | None = None,
+          checkpoint_every: int = 0, *, resume_from_latest: bool = False, keep: int = 3,
+          log: Callable[[str], None] | None = None, device: str | torch.device = "cpu") -> Run:
+    """Train to `steps` total steps, saving a checkpoint every `checkpoint_every` steps.
+
+    reference.train.train, with a device.
+    """
+    manager = None if checkpoint_dir is None else resume.CheckpointManager(Path(checkpoint_dir),
+                                                                            keep=keep)
+    run = Run(config, device)
+    if manager is not None:
+        for p in manager.cleanup():
+            _say(log, f"removed leftover temporary file {p.name}")
+        if resume_from_latest:
+            found = manager.latest_valid(like=run.template())
+            for p, err in manager.skipped:
+                _say(log, f"skipped {p.name}: {err}")
+            if found is not None:
+                path, state = found
+                run = restored(config, state, device=device)
+                _say(log, f"resumed from {path.name} at step {run.step}")
+    while run.step < steps:
+        r = run.train_step()
+        _say(log, f"step {run.step} loss {r.loss:.6g} scale {r.scale:g} "
+                  f"skipped {int(r.skipped)} (total {run.skipped})")
+        if manager is not None and checkpoint_every and (
+                run.step % checkpoint_every == 0 or run.step == steps):
+            manager.save(run.step, run.state_dict())
+    return run
+
+
+def _say(log: Callable[[str], None] | None, line: str) -> None:
+    if log is not None:
+        log(line)
