@@ -167,6 +167,13 @@ class Autocast:
         return x
 
     def backward(self, grad_output: np.ndarray) -> np.ndarray:
+        """Backward through the autocast forward. A scaled lp backward may overflow to inf
+        and then NaN: that is the event the GradScaler checks for, so NumPy's overflow and
+        invalid warnings are silenced here (in fp32 too: a huge scale may overflow float32)."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            return self._backward(grad_output)
+
+    def _backward(self, grad_output: np.ndarray) -> np.ndarray:
         if self.dtype is None:
             return self.model.backward(grad_output)
         if len(self._low_out) != len(self.layers):
