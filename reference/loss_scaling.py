@@ -212,6 +212,12 @@ class GradScaler:
                 _unscale_inplace(g, inv_scale)
         return found_inf
 
+    def _inv_scale(self) -> np.ndarray:
+        """f32(1 / f64(S)) (NOTE [ Unscale by reciprocal ])."""
+        assert self._scale is not None
+        with np.errstate(divide="ignore", over="ignore"):  # S = 0 or subnormal: inv = inf
+            return (1.0 / self._scale.astype(np.float64)).astype(np.float32)
+
     def unscale_(self, optimizer: Any) -> None:
         """Divide the optimizer's gradients by S in place (by multiplying with f32(1/f64(S)))."""
         if not self._enabled:
@@ -223,10 +229,7 @@ class GradScaler:
                 "unscale_() has already been called on this optimizer since the last update().")
         if state["stage"] is OptState.STEPPED:
             raise RuntimeError("unscale_() is being called after step().")
-        assert self._scale is not None
-        with np.errstate(divide="ignore", over="ignore"):  # S = 0 or subnormal: inv = inf
-            inv_scale = (1.0 / self._scale.astype(np.float64)).astype(np.float32)
-        state["found_inf"] = self._unscale_grads_(optimizer, inv_scale, False)
+        state["found_inf"] = self._unscale_grads_(optimizer, self._inv_scale(), False)
         state["stage"] = OptState.UNSCALED
 
     def step(self, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
