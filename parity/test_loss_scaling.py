@@ -11,7 +11,13 @@ import numpy as np
 import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    rule,
+    run_state_machine_as_test,
+)
 
 from parity.checks.loss_scaling import (
     ScalerPair,
@@ -116,3 +122,10 @@ def test_fp16_underflow_masks_agree_exactly(scale: float) -> None:
     if scale == 1.0:  # guards: the fault is seeded and the edge (2^-24 next to 0) is reached
         assert any(np.any(b == 0) for _, _, b in pairs), "no underflow: the fault was not seeded"
         assert at_edge > 0, "no gradient at the smallest subnormal: the edge was not reached"
+
+
+@pytest.mark.slow
+def test_scaler_streams_match_torch_bitwise_long() -> None:
+    """The state machine with 300 streams of up to 30 steps (run with -m slow)."""
+    run_state_machine_as_test(ScalerStreams, settings=settings(
+        max_examples=300, stateful_step_count=30, deadline=None))
