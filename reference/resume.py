@@ -42,7 +42,7 @@ import os
 import re
 import struct
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -92,29 +92,59 @@ class CheckpointWriteError(CheckpointError, OSError):
 # (tests/test_resume_torch.py shows it).
 
 
-def encode_container(payload: bytes, payload_kind: str, writer: str) -> bytes:
-    """magic | header length | header JSON | payload | sha256 of all before."""
+def _head(payload_kind: str, writer: str) -> bytes:
     header = json.dumps({"format": FORMAT, "version": VERSION, "payload": payload_kind,
                          "writer": writer}, sort_keys=True).encode()
-    body = MAGIC + struct.pack("<I", len(header)) + header + payload
+    return MAGIC + struct.pack("<I", len(header)) + header
+
+
+def encode_container(payload: bytes, payload_kind: str, writer: str) -> bytes:
+    """magic | header length | header JSON | payload | sha256 of all before (in memory)."""
+    body = _head(payload_kind, writer) + payload
     return body + hashlib.sha256(body).digest()
 
 
-def decode_container(data: bytes, where: str) -> tuple[dict[str, Any], bytes]:
+class HashingWriter:
+    """A write-only file over a descriptor that SHA-256s every byte on its way to disk.
+
+    The container is streamed through it (no copy of the payload is assembled in memory),
+    and the digest it has accumulated is written last.
+    """
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.sha256 = hashlib.sha256()
+        self.error: OSError | None = None  # a serializer may wrap it in its own exception
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        self.sha256.update(view)
+        try:
+            _write_all(self.fd, view)
+        except OSError as e:
+            self.error = e
+            raise
+        return view.nbytes
+
+    def flush(self) -> None:
+        pass
+
+
+def decode_container(data: bytes, where: str) -> tuple[dict[str, Any], memoryview]:
     """(header, payload) of a container whose digest verifies; CheckpointCorruptError if not."""
     fixed = len(MAGIC) + 4
     if len(data) < fixed + DIGEST_BYTES:
         raise CheckpointCorruptError(f"{where}: {len(data)} bytes is shorter than an empty "
                                      f"checkpoint ({fixed + DIGEST_BYTES}): truncated")
-    body, digest = data[:-DIGEST_BYTES], data[-DIGEST_BYTES:]
+    body, digest = memoryview(data)[:-DIGEST_BYTES], data[-DIGEST_BYTES:]
     if hashlib.sha256(body).digest() != digest:
         raise CheckpointCorruptError(f"{where}: SHA-256 of the content does not match the "
                                      "stored digest: truncated or corrupted")
-    if body[: len(MAGIC)] != MAGIC:
+    if bytes(body[: len(MAGIC)]) != MAGIC:
         raise CheckpointCorruptError(f"{where}: not a mirrortrain checkpoint (bad magic)")
     (header_len,) = struct.unpack("<I", body[len(MAGIC):fixed])
     try:
-        header = json.loads(body[fixed:fixed + header_len])
+        header = json.loads(bytes(body[fixed:fixed + header_len]))
     except ValueError as e:
         raise CheckpointCorruptError(f"{where}: unreadable header: {e}") from None
     if not isinstance(header, dict) or header.get("format") != FORMAT:
@@ -136,21 +166,22 @@ def decode_container(data: bytes, where: str) -> tuple[dict[str, Any], bytes]:
 # tests can make it fail halfway.
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
+def _write_all(fd: int, data: memoryview) -> None:
+    while data:
+        n = os.write(fd, data)
+        data = data[n:]
 
 
-def atomic_write(path: str | os.PathLike, data: bytes) -> None:
-    """Write `data` to `path` atomically and durably (NOTE [ Atomic write ])."""
+def atomic_write(path: str | os.PathLike, write: Callable[[HashingWriter], None]) -> None:
+    """Run `write(writer)` into a temporary file, then commit it to `path` atomically and
+    durably (NOTE [ Atomic write ])."""
     path = Path(path)
     directory = path.parent
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
+    writer = HashingWriter(fd)
     try:
         try:
-            _write_all(fd, data)
+            write(writer)
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -160,10 +191,12 @@ def atomic_write(path: str | os.PathLike, data: bytes) -> None:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
-        if isinstance(e, OSError):
+        # torch.save reports a failed write as RuntimeError: the writer kept the OSError
+        cause = e if isinstance(e, OSError) else writer.error
+        if cause is not None:
             raise CheckpointWriteError(
-                e.errno or errno.EIO, f"save_checkpoint: writing {path} failed ({e}); the "
-                f"previous file at that path, if any, is untouched") from e
+                cause.errno or errno.EIO, f"save_checkpoint: writing {path} failed ({cause}); "
+                f"the previous file at that path, if any, is untouched") from e
         raise
     dir_fd = os.open(directory, os.O_RDONLY)
     try:
@@ -226,15 +259,20 @@ def _decode(node: Any, arrays: list[np.ndarray]) -> Any:
     return {k: _decode(v, arrays) for k, v in node.items()}
 
 
-def encode_state(state: Mapping[str, Any]) -> bytes:
-    """The "npy-records" payload of a state (nested dicts of arrays and plain values)."""
+def write_state(state: Mapping[str, Any], out: Any) -> None:
+    """Write the "npy-records" payload of a state to the file-like `out`."""
     arrays: list[np.ndarray] = []
     skeleton = json.dumps(_encode(state, arrays, ""), allow_nan=False).encode()
-    buf = io.BytesIO()
-    buf.write(struct.pack("<Q", len(skeleton)))
-    buf.write(skeleton)
+    out.write(struct.pack("<Q", len(skeleton)))
+    out.write(skeleton)
     for a in arrays:
-        np.lib.format.write_array(buf, a, allow_pickle=False)
+        np.lib.format.write_array(out, a, allow_pickle=False)
+
+
+def encode_state(state: Mapping[str, Any]) -> bytes:
+    """The "npy-records" payload of a state (nested dicts of arrays and plain values)."""
+    buf = io.BytesIO()
+    write_state(state, buf)
     return buf.getvalue()
 
 
@@ -277,7 +315,12 @@ def save_checkpoint(path: str | os.PathLike, state: Mapping[str, Any]) -> None:
     """Write `state` to `path` atomically, with its digest (module docstring)."""
     if not isinstance(state, Mapping):
         raise TypeError(f"save_checkpoint: state must be a mapping, got {type(state).__name__}")
-    atomic_write(path, encode_container(encode_state(state), PAYLOAD, WRITER))
+    def write(w: HashingWriter) -> None:
+        w.write(_head(PAYLOAD, WRITER))
+        write_state(state, w)
+        w.write(w.sha256.digest())
+
+    atomic_write(path, write)
 
 
 def load_checkpoint(path: str | os.PathLike, *, like: Mapping[str, Any] | None = None

@@ -204,23 +204,29 @@ def test_a_different_model_is_a_mismatch_naming_key_and_shapes(impl: tuple,
     mod.load_checkpoint(tmp_path / "a.ckpt", like={"model": make(hidden=16)["model"]})
 
 
-def _fail_halfway() -> object:
-    """A _write_all that writes half the bytes, then hits a full disk."""
+def _fail_halfway(at_call: int) -> object:
+    """A _write_all that hits a full disk halfway through its `at_call`-th call."""
+    calls = [0]
 
-    def write_all(fd: int, data: bytes) -> None:
+    def write_all(fd: int, data: memoryview) -> None:
+        calls[0] += 1
+        if calls[0] < at_call:
+            os.write(fd, data)
+            return
         os.write(fd, data[: len(data) // 2])
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
     return write_all
 
 
+@pytest.mark.parametrize("at_call", [1, 3])  # in the header; inside the serializer's writes
 def test_disk_full_mid_write_keeps_the_previous_file_and_leaves_no_temp(
-        impl: tuple, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        impl: tuple, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, at_call: int) -> None:
     """ENOSPC halfway through a write: a CheckpointWriteError (errno ENOSPC), old file intact."""
     mod, make = impl
     path = tmp_path / "a.ckpt"
     mod.save_checkpoint(path, make(hidden=16))
     before = path.read_bytes()
-    monkeypatch.setattr(mod, "_write_all", _fail_halfway())
+    monkeypatch.setattr(mod, "_write_all", _fail_halfway(at_call))
     with pytest.raises(mod.CheckpointWriteError, match="untouched") as info:
         mod.save_checkpoint(path, make(hidden=32))
     assert info.value.errno == errno.ENOSPC and isinstance(info.value, OSError)
