@@ -19,6 +19,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import torch  # noqa: E402
+
 from parity.checks.recompute import BENCH_JSON, draw_tradeoff, tradeoff_rows  # noqa: E402
 
 
@@ -28,6 +30,7 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=256)
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
+    torch.set_num_threads(1)  # CPU time of one thread: comparable across schedules and sides
     # 2 units + 1 modules: 8 -> 17 (~16), 16 -> 33 (~32), 32 -> 65 (~64)
     rows = tradeoff_rows((8, 16, 32), args.width, args.repeats)
     head = ("n", "schedule", "held", "torch held", "peak", "R/n", "theory t", "ref t",

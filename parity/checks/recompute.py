@@ -171,20 +171,21 @@ def chain(units: int, width: int, dropout: float = 0.0) -> dict:
 
 def time_schedules(case: dict, specs: Sequence[str], side: str, repeats: int
                    ) -> dict[str, float]:
-    """Median seconds of one forward + backward per spec, timed round-robin (spec after spec,
-    `repeats` rounds after one warm-up round) so load drifts hit every spec alike."""
+    """Median CPU seconds (time.process_time: this process only, so other jobs on a shared
+    machine hardly count) of one forward + backward per spec, timed round-robin (spec after
+    spec, `repeats` rounds after one warm-up round) so drifts hit every spec alike."""
     x, g = inputs(case)
     times: dict[str, list[float]] = {spec: [] for spec in specs}
     model, twin = make_ref(case), make_twin(case)
     tx, tg = torch.from_numpy(x).requires_grad_(True), torch.from_numpy(g)
     for _ in range(repeats + 1):
         for spec in specs:
-            start = time.perf_counter()
+            start = time.process_time()
             if side == "reference":
                 rrc.forward_with_schedule(model, x, spec).backward(g)
             else:
                 trc.forward_with_schedule(twin, tx, spec).backward(tg)
-            times[spec].append(time.perf_counter() - start)
+            times[spec].append(time.process_time() - start)
     return {spec: float(np.median(t[1:])) for spec, t in times.items()}
 
 
