@@ -12,6 +12,7 @@ between to show nothing depends on it.
 
 from __future__ import annotations
 
+import itertools
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -156,9 +157,11 @@ def test_torch_resumes_a_reference_checkpoint_at_the_same_position_and_lr(tmp_pa
 
 
 def _kill_and_resume(name: str, tmp: Path, steps: int, delays: list[float],
-                     targeted: int | None) -> int:
-    """Uninterrupted digest; kills (targeted first); every checkpoint loads after each kill;
-    the final --resume prints the uninterrupted digest. Returns the number of kills."""
+                     targeted: int | None, moments: int = 0) -> int:
+    """Uninterrupted digest; kills (targeted first, then `delays` seconds after start, then
+    `moments` kills at random moments after the targeted one); every checkpoint loads after
+    each kill; the final --resume prints the uninterrupted digest. Returns the number of
+    kills."""
     expected, lines = run_to_end(name, tmp / "uninterrupted", steps, KILL_OPTIONS)
     skipped = skipped_steps(lines)
     assert skipped, "guard: the fp16 options must produce skipped steps"
@@ -167,6 +170,17 @@ def _kill_and_resume(name: str, tmp: Path, steps: int, delays: list[float],
     plan: list[tuple[float | None, str | None]] = [(d, None) for d in delays]
     if targeted is not None:  # kill right after the checkpoint of a skipped step lands
         plan.insert(0, (None, f"ckpt-{skipped[targeted]:08d}.ckpt"))
+    if moments:
+        # Random moments a fast machine cannot outrun: increasing steps at least ~30 apart
+        # (each killed process resumes past the previous kill, and --keep deletes old files),
+        # then a random 0-30 ms into what follows that step's checkpoint (usually the next
+        # step and its checkpoint write).
+        rng = np.random.default_rng()
+        first = (skipped[targeted] if targeted is not None else 0) + 5
+        grid = np.linspace(first, steps - 10, moments + 1)
+        for lo, hi in itertools.pairwise(grid):
+            step = int(rng.integers(int(lo), int(lo + (hi - lo) / 2) + 1))
+            plan.append((float(rng.uniform(0.0, 0.03)), f"ckpt-{step:08d}.ckpt"))
     for delay, after in plan:
         kills += kill_at(name, directory, steps, KILL_OPTIONS, delay=delay, after_file=after)
         mod = ref_resume if name == "reference" else t_resume
@@ -195,10 +209,6 @@ def test_sigkilled_torch_process_resumes_to_the_same_digest(tmp_path: Path) -> N
 def test_many_sigkills_at_random_moments_resume_to_the_same_digest(name: str,
                                                                    tmp_path: Path) -> None:
     """Dozens of SIGKILLs at random moments during a run that checkpoints every step."""
-    rng = np.random.default_rng()
-    if name == "reference":  # startup ~0.3 s, then ~20 ms a step (an fsynced file each)
-        steps, delays = 1500, list(rng.uniform(0.3, 0.6, 40))
-    else:  # startup (import torch) 3-6 s on a loaded 2-core machine
-        steps, delays = 400, list(rng.uniform(3.0, 8.0, 8))
-    kills = _kill_and_resume(name, tmp_path, steps, delays, targeted=2)
-    assert kills >= len(delays) // 2
+    steps, count = (1500, 40) if name == "reference" else (400, 12)
+    kills = _kill_and_resume(name, tmp_path, steps, [], targeted=2, moments=count)
+    assert kills >= (count + 1) // 2

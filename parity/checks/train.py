@@ -129,16 +129,19 @@ def run_to_end(name: str, directory: Path, steps: int, options: tuple[str, ...]
 
 def kill_at(name: str, directory: Path, steps: int, options: tuple[str, ...], *,
             delay: float | None = None, after_file: str | None = None) -> bool:
-    """Start a resuming process and SIGKILL it after `delay` seconds or as soon as the file
-    `after_file` appears in `directory`. True if it was killed (not finished first)."""
+    """Start a resuming process and SIGKILL it after `delay` seconds, or as soon as the file
+    `after_file` appears in `directory`, or (both given) `delay` seconds after it appears.
+    True if it was killed (not finished first)."""
     proc = subprocess.Popen(cli(name, directory, steps, options), cwd=ROOT, env=_ENV,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         start = time.monotonic()
         while proc.poll() is None:
-            if delay is not None and time.monotonic() - start >= delay:
-                break
             if after_file is not None and (directory / after_file).exists():
+                if delay is None:
+                    break
+                start, after_file = time.monotonic(), None  # now count the delay from here
+            if after_file is None and delay is not None and time.monotonic() - start >= delay:
                 break
             time.sleep(0.0005 if after_file else 0.005)
         if proc.poll() is not None:
