@@ -27,6 +27,7 @@ from parity.checks.nn import (
     run_torch,
     saved_signature,
     torch_activation_saved,
+    torch_layerwise,
     torch_twin,
     zeros_like,
 )
@@ -221,23 +222,6 @@ def test_state_dict_round_trip_is_bitwise_and_keys_match_torch(
         assert_claim("nn.state_dict_roundtrip", other.state_dict()[key], value, key)
 
 
-def _torch_layerwise(twin: torch.nn.Sequential, x: np.ndarray, g: np.ndarray
-                     ) -> tuple[list[torch.Tensor], list[np.ndarray | None]]:
-    """Run the torch model layer by layer keeping every activation's grad and dropout mask."""
-    acts = [torch.from_numpy(x.copy()).requires_grad_(True)]
-    masks: list[np.ndarray | None] = []
-    for module in twin:
-        out = module(acts[-1])
-        keep = None
-        if isinstance(module, torch.nn.Dropout) and module.training:
-            keep = (out.grad_fn._saved_other != 0).numpy()
-        out.retain_grad()
-        acts.append(out)
-        masks.append(keep)
-    acts[-1].backward(torch.from_numpy(g.copy()))
-    return acts, masks
-
-
 @given(dtype=st.sampled_from(NN_DTYPES), sizes=mlp_sizes(),
        activation=st.sampled_from(ref.ACTIVATIONS), dropout=st.sampled_from((0.0, 0.3)),
        batch=st.integers(1, 16), seed=st.integers(0, 2**32 - 1), data=st.data())
@@ -255,7 +239,7 @@ def test_mlp_matches_torch_end_to_end_and_layer_by_layer(
     g = data.draw(nn_arrays((batch, sizes[-1]), dtype))
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        acts, masks = _torch_layerwise(twin, x, g)
+        acts, masks = torch_layerwise(twin, x, g)
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         assert torch.equal(twin(torch.from_numpy(x)), acts[-1])  # Sequential == the loop

@@ -9,7 +9,7 @@ import torch
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from parity.checks.nn import in_eps_units, linear_scales, zeros_like
+from parity.checks.nn import in_eps_units, linear_scales, torch_layerwise, zeros_like
 from parity.checks.recompute import (
     counts_array,
     inputs,
@@ -90,21 +90,6 @@ def test_plans_are_equal_in_both_trees_and_revolve_meets_the_closed_form() -> No
                          np.array([rrc.binomial_cost(n, s)]), f"(optimal:{s}, n = {n})")
 
 
-def _torch_layerwise(twin: torch.nn.Sequential, x: np.ndarray, g: np.ndarray
-                     ) -> tuple[list[torch.Tensor], list[np.ndarray | None]]:
-    """Run torch's plain model layer by layer, keeping every activation's grad and mask."""
-    acts = [torch.from_numpy(x.copy()).requires_grad_(True)]
-    masks: list[np.ndarray | None] = []
-    for module in twin:
-        out = module(acts[-1])
-        dropped = isinstance(module, torch.nn.Dropout) and module.training
-        masks.append((out.grad_fn._saved_other != 0).numpy() if dropped else None)
-        out.retain_grad()
-        acts.append(out)
-    acts[-1].backward(torch.from_numpy(g.copy()))
-    return acts, masks
-
-
 @given(case=recompute_models(), data=st.data())
 @settings(max_examples=15)
 def test_torch_checkpointed_gradients_meet_the_nn_claims_against_reference_layers(
@@ -117,7 +102,7 @@ def test_torch_checkpointed_gradients_meet_the_nn_claims_against_reference_layer
     with torch.random.fork_rng():
         torch.manual_seed(case["seed"])
         plain = make_twin(case)
-        acts, _ = _torch_layerwise(plain, x, g)
+        acts, _ = torch_layerwise(plain, x, g)
     model = make_ref(case)
     for i, layer in enumerate(model):
         if not isinstance(layer, ref.Linear):

@@ -66,6 +66,22 @@ def torch_twin(layer: ref.Module) -> torch.nn.Module:
     return {"ReLU": torch.nn.ReLU, "Tanh": torch.nn.Tanh}[type(layer).__name__]()
 
 
+def torch_layerwise(twin: torch.nn.Sequential, x: np.ndarray, g: np.ndarray
+                    ) -> tuple[list[torch.Tensor], list[np.ndarray | None]]:
+    """Run a torch Sequential layer by layer, keeping every activation (with its grad after
+    backward of g) and each Dropout's keep-mask, so reference layers can be fed the same."""
+    acts = [torch.from_numpy(x.copy()).requires_grad_(True)]
+    masks: list[np.ndarray | None] = []
+    for module in twin:
+        out = module(acts[-1])
+        dropped = isinstance(module, torch.nn.Dropout) and module.training
+        masks.append((out.grad_fn._saved_other != 0).numpy() if dropped else None)
+        out.retain_grad()
+        acts.append(out)
+    acts[-1].backward(torch.from_numpy(g.copy()))
+    return acts, masks
+
+
 def run_torch(module: torch.nn.Module, x: np.ndarray, g: np.ndarray
               ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray], np.ndarray | None]:
     """y, dx, parameter grads, and Dropout's keep-mask (from the saved noise) if any."""
