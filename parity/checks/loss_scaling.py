@@ -357,11 +357,12 @@ def draw_exponents(path: Path) -> None:
 
 
 def write_docs_pictures() -> list[Path]:
-    """Draw this topic's pictures into docs/ (python -m parity.checks.loss_scaling)."""
+    """Draw this topic's pictures into docs/img (python -m parity.checks.loss_scaling)."""
     import matplotlib
 
     matplotlib.use("Agg")
-    paths = [DOCS / "loss_scaling_trajectory.png", DOCS / "loss_scaling_exponents.png"]
+    paths = [DOCS / "img" / "loss_scaling_trajectory.png",
+             DOCS / "img" / "loss_scaling_exponents.png"]
     draw_trajectory(paths[0])
     draw_exponents(paths[1])
     return paths
