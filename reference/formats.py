@@ -399,19 +399,19 @@ def quantize(
 
 
 def ulp_distance(a: np.ndarray, b: np.ndarray, fmt: str | FloatFormat) -> np.ndarray:
-    """|number of members of `fmt` between a and b| (both must be members; NaN pairs: 0).
+    """How many members of `fmt` lie between a and b (both members; NaN pairs: 0). uint64.
 
-    Counted on the monotone code: map sign-magnitude codes to a line where +0 and -0 meet.
+    Counted on the monotone codes: same sign, |code_a - code_b|; opposite signs, the two
+    magnitudes' codes add up (+0 and -0 are 0 apart). Exact for every format, float64 too.
     """
     fmt = get_format(fmt)
     a, b = np.asarray(a), np.asarray(b)
-    ca = encode(a.astype(np.float64), fmt, overflow="inf" if fmt.inf_code else "nan")
-    cb = encode(b.astype(np.float64), fmt, overflow="inf" if fmt.inf_code else "nan")
-
-    def line(c: np.ndarray) -> np.ndarray:
-        c = c.astype(np.int64)
-        sign_bit = 1 << (fmt.bits - 1)
-        return np.where(c & sign_bit, -(c & (sign_bit - 1)), c)
-
-    both_nan = np.isnan(a) & np.isnan(b)
-    return np.where(both_nan, 0, np.abs(line(ca) - line(cb)))
+    policy = "inf" if fmt.inf_code is not None else "nan"
+    ca = encode(a.astype(np.float64), fmt, overflow=policy).astype(np.uint64)
+    cb = encode(b.astype(np.float64), fmt, overflow=policy).astype(np.uint64)
+    sign = np.uint64(fmt.bits - 1)
+    magnitude = np.uint64(2 ** (fmt.bits - 1) - 1)
+    ma, mb = ca & magnitude, cb & magnitude
+    same_sign = (ca >> sign) == (cb >> sign)
+    distance = np.where(same_sign, np.maximum(ma, mb) - np.minimum(ma, mb), ma + mb)
+    return np.where(np.isnan(a) & np.isnan(b), np.uint64(0), distance)
