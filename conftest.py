@@ -41,7 +41,27 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def _scale_explicit_budgets(items: list[pytest.Item]) -> None:
+    """Under a profile with more than 100 examples (fuzz), scale each test's own
+    @settings(max_examples=n) by the same factor, so an expensive test that budgets 15
+    examples gets 15 * factor instead of staying at 15 (explicit settings otherwise win
+    over the profile). hypothesis reads this attribute when the test runs."""
+    factor = settings.default.max_examples / 100
+    if factor <= 1:
+        return
+    done: set[int] = set()
+    for item in items:
+        fn = getattr(item, "obj", None)
+        own = getattr(fn, "_hypothesis_internal_use_settings", None)
+        if own is None or id(fn) in done:
+            continue
+        done.add(id(fn))
+        fn._hypothesis_internal_use_settings = settings(
+            own, max_examples=int(own.max_examples * factor), deadline=None)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _scale_explicit_budgets(items)
     if config.getoption("--device") != "cuda":
         return
     import torch
