@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 
@@ -81,36 +83,32 @@ def _resume_cases() -> list[tuple[int, int, bool, int]]:
     return [(7, k, drop, 100) for drop in (False, True) for k in (0, 1, 7, 14, 15, 29, 30)]
 
 
+def _resume_observation(claim_id: str, side: Any, batches: Any, note: str) -> Observation:
+    """Interrupted + resumed stream vs uninterrupted, on one side (reference or torch)."""
+    worst, n = 0.0, 0
+    task = side.make_task(5, 100)
+    for batch_size, interrupt, drop_last, num in _resume_cases():
+        whole = batches(side.ResumableSampler(num, 5), task, batch_size, drop_last, 3)
+        s1 = side.ResumableSampler(num, 5)
+        head = batches(s1, task, batch_size, drop_last, 3, stop_after=interrupt)
+        s2 = side.ResumableSampler(num, 5)
+        s2.load_state_dict(s1.state_dict())
+        tail = batches(s2, task, batch_size, drop_last, 3)
+        worst = max(worst, _compare(claim_id, _flat(head + tail), _flat(whole)))
+        n += 1
+    return Observation(worst, n, note)
+
+
 @check("data.resume_reference")
 def _() -> Observation:
-    worst, n = 0.0, 0
-    task = ref.make_task(5, 100)
-    for batch_size, interrupt, drop_last, num in _resume_cases():
-        whole = _ref_batches(ref.ResumableSampler(num, 5), task, batch_size, drop_last, 3)
-        s1 = ref.ResumableSampler(num, 5)
-        head = _ref_batches(s1, task, batch_size, drop_last, 3, stop_after=interrupt)
-        s2 = ref.ResumableSampler(num, 5)
-        s2.load_state_dict(s1.state_dict())
-        tail = _ref_batches(s2, task, batch_size, drop_last, 3)
-        worst = max(worst, _compare("data.resume_reference", _flat(head + tail), _flat(whole)))
-        n += 1
-    return Observation(worst, n, "n=100, batch 7, 3 epochs, cuts 0..30 batches, drop_last both")
+    return _resume_observation("data.resume_reference", ref, _ref_batches,
+                               "n=100, batch 7, 3 epochs, cuts 0..30 batches, drop_last both")
 
 
 @check("data.resume_torch")
 def _() -> Observation:
-    worst, n = 0.0, 0
-    task = tdata.make_task(5, 100)
-    for batch_size, interrupt, drop_last, num in _resume_cases():
-        whole = _torch_batches(tdata.ResumableSampler(num, 5), task, batch_size, drop_last, 3)
-        s1 = tdata.ResumableSampler(num, 5)
-        head = _torch_batches(s1, task, batch_size, drop_last, 3, stop_after=interrupt)
-        s2 = tdata.ResumableSampler(num, 5)
-        s2.load_state_dict(s1.state_dict())
-        tail = _torch_batches(s2, task, batch_size, drop_last, 3)
-        worst = max(worst, _compare("data.resume_torch", _flat(head + tail), _flat(whole)))
-        n += 1
-    return Observation(worst, n, "DataLoader, n=100, batch 7, 3 epochs, cuts 0..30 batches")
+    return _resume_observation("data.resume_torch", tdata, _torch_batches,
+                               "DataLoader, n=100, batch 7, 3 epochs, cuts 0..30 batches")
 
 
 @check("data.loader")
