@@ -5,7 +5,7 @@
     sweep FORMAT            reference vs torch vs ml_dtypes over float32 inputs
     fuzz                    the parity property tests, for a time budget
     tolerances              the claim table as Markdown
-    docs                    regenerate docs/tolerances.md and the range table in docs/formats.md
+    docs                    regenerate every generated part of docs/ and its pictures
     train                   the compact model trained and checkpointed (parity/train_cli.py)
 """
 
@@ -61,17 +61,26 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
 
 
 def cmd_tolerances(args: argparse.Namespace) -> int:
-    from parity.ranges import tolerances_markdown
+    from parity.gendocs.claims import tolerances_markdown
 
     print(tolerances_markdown())
     return 0
 
 
 def cmd_docs(args: argparse.Namespace) -> int:
-    from parity.ranges import update_docs
+    from parity import gendocs, pictures
+    from parity.report import load_checks
 
-    for path in update_docs():
+    changed = gendocs.update()
+    for path in changed:
         print(f"wrote {path}")
+    print(f"{len(gendocs.PARTS)} generated parts, {len(changed)} pages changed")
+    load_checks()  # topics that still register pictures beside their checks
+    drawn = pictures.draw_all()
+    if drawn:
+        print(f"drew {len(drawn)} pictures into {pictures.IMG}")
+    else:
+        print("pictures: none drawn (install the 'plot' extra for matplotlib)")
     return 0
 
 

@@ -1,9 +1,10 @@
 """Comparisons behind each claim kind (see parity/tolerances.py).
 
-`measure(claim, actual, expected)` returns the observed worst case in the claim's own
-unit (mismatch count, ulps, or the largest |a-b| / (atol + rtol|b|) ratio), so the tests
-and `python -m parity report` judge with one function: a claim holds when
-`measure(...) <= claim.bound` (for `close`, when the ratio is <= 1).
+`measure(claim, actual, expected, scale=S)` returns the observed worst case in the claim's
+own unit (mismatch count, ulps, eps units |a-b| / (eps S), or the largest
+|a-b| / (atol + rtol|b|) ratio), so the tests and `python -m parity report` judge with one
+function: a claim holds when `measure(...) <= claim.bound` (for `close`, when the ratio is
+<= 1). `scale` is the array S of an `eps` claim (its `scale` field says what it is).
 `assert_claim` raises an AssertionError that names the claim and shows the first
 mismatches.
 """
@@ -68,7 +69,24 @@ def mismatches(kind: str, actual: Any, expected: Any) -> np.ndarray:
     return differ
 
 
-def measure(c: Claim, actual: Any, expected: Any) -> float:
+def in_eps_units(actual: Any, expected: Any, scale: Any) -> np.ndarray:
+    """|a - b| / (eps(dtype) * scale), elementwise, in float64 (0 where a == b exactly).
+
+    The difference of two float32/float64 values within a factor 2 of each other is exact
+    in float64 (Sterbenz), so the units are not blurred by the measurement itself.
+    """
+    a, b = as_numpy(actual), as_numpy(expected)
+    if a.shape != b.shape or a.dtype != b.dtype:
+        raise AssertionError(f"shapes/dtypes differ: {a.shape} {a.dtype} vs {b.shape} {b.dtype}")
+    eps = float(np.finfo(a.dtype).eps)
+    diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
+    s = np.broadcast_to(np.asarray(scale, dtype=np.float64), diff.shape)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        units = diff / (eps * s)
+    return np.where(diff == 0, 0.0, units)
+
+
+def measure(c: Claim, actual: Any, expected: Any, *, scale: Any = None) -> float:
     """The observed worst case of `actual` against `expected` in the claim's unit."""
     if c.kind in ("bits", "nan_class"):
         return float(np.count_nonzero(mismatches(c.kind, actual, expected)))
@@ -77,6 +95,14 @@ def measure(c: Claim, actual: Any, expected: Any) -> float:
 
         return float(np.max(ulp_distance(as_numpy(actual), as_numpy(expected),
                                          get_format(c.fmt)), initial=0))
+    if c.kind == "eps":
+        if scale is None:
+            raise ValueError(f"claim {c.id}: an eps claim is measured against its scale S "
+                             f"({c.scale}); pass scale=")
+        a, b = as_numpy(actual), as_numpy(expected)
+        if np.any(np.isnan(a) != np.isnan(b)):
+            return float("inf")
+        return float(np.max(np.nan_to_num(in_eps_units(a, b, scale), nan=0.0), initial=0.0))
     if c.kind == "close":
         rtol, atol = c.bound  # type: ignore[misc]
         a = as_numpy(actual).astype(np.float64)
@@ -104,10 +130,11 @@ def holds(c: Claim, observed: float) -> bool:
     return observed <= float(c.bound)  # type: ignore[arg-type]
 
 
-def assert_claim(claim_id: str, actual: Any, expected: Any, context: str = "") -> float:
+def assert_claim(claim_id: str, actual: Any, expected: Any, context: str = "", *,
+                 scale: Any = None) -> float:
     """Assert the claim for these two arrays; return the observed worst case."""
     c = claim(claim_id)
-    observed = measure(c, actual, expected)
+    observed = measure(c, actual, expected, scale=scale)
     if not holds(c, observed):
         detail = ""
         if c.kind in ("bits", "nan_class"):

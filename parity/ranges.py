@@ -1,22 +1,19 @@
-"""Tables rendered from the code: the format range table and the claim table.
+"""The format range table, rendered from the code.
 
 `range_table()` prints every format's range properties as the reference derives them from
 the bits, as torch.finfo gives them, and as ml_dtypes.finfo gives them, flagging any
-difference. `tolerances_markdown()` renders parity/tolerances.py as docs/tolerances.md.
-`python -m parity docs` rewrites both; tests/test_docs.py fails when either is stale.
+difference (`python -m parity ranges`; docs/formats.md holds it, parity/gendocs/formats.py).
 """
 
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import ml_dtypes
 
 import reference.formats as ref
 import torch_impl.formats as tim
 from parity.sweep import ML_DTYPES
-from parity.tolerances import CLAIMS
 
 FIELDS = ("bits", "exponent_bits", "mantissa_bits", "eps", "max", "tiny",
           "smallest_subnormal", "min_exponent", "max_exponent")
@@ -58,46 +55,3 @@ def range_table() -> tuple[str, int]:
                  "exponent limits (read off max and tiny); tf32 has no torch dtype and no "
                  "ml_dtypes type (its torch column is derived from float32's finfo).")
     return "\n".join(lines), differences
-
-
-def tolerances_markdown() -> str:
-    """docs/tolerances.md: every claim, its kind, tolerance and reason."""
-    out = ["# Claims and tolerances", "",
-           "Generated from `parity/tolerances.py` by `python -m parity docs`; "
-           "a test fails when this page is out of date. "
-           "`python -m parity report` checks every claim and prints the observed worst case.",
-           ""]
-    topic = None
-    for c in CLAIMS:
-        if c.topic != topic:
-            topic = c.topic
-            out += [f"## {topic}", "", "| claim | kind | tolerance | statement | reason |",
-                    "|---|---|---|---|---|"]
-        cells = [f"`{c.id}`", c.kind, c.tolerance, c.statement, c.reason]
-        out.append("| " + " | ".join(x.replace("|", "\\|").replace("\n", " ") for x in cells)
-                   + " |")
-        nxt = CLAIMS.index(c) + 1
-        if nxt == len(CLAIMS) or CLAIMS[nxt].topic != topic:
-            out.append("")
-    return "\n".join(out)
-
-
-DOCS = Path(__file__).resolve().parent.parent / "docs"
-START, END = "<!-- range-table:start -->", "<!-- range-table:end -->"
-
-
-def formats_page_with_table(page: str) -> str:
-    """docs/formats.md's text with the generated range table between its markers."""
-    head, rest = page.split(START, 1)
-    _, tail = rest.split(END, 1)
-    return f"{head}{START}\n{range_table()[0]}\n{END}{tail}"
-
-
-def update_docs() -> list[Path]:
-    """Regenerate the generated parts of docs/: the range table and docs/tolerances.md."""
-    formats_md = DOCS / "formats.md"
-    formats_md.write_text(formats_page_with_table(formats_md.read_text(encoding="utf-8")),
-                          encoding="utf-8")
-    tolerances_md = DOCS / "tolerances.md"
-    tolerances_md.write_text(tolerances_markdown(), encoding="utf-8")
-    return [formats_md, tolerances_md]

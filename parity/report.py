@@ -10,8 +10,7 @@ Each topic registers, in `parity/checks/<topic>.py`, one quick check per claim:
 `observed` is in the claim's unit (see parity/compare.py) and the verdict is
 `compare.holds(claim, observed)`. A claim with no registered check is reported as
 "NOT CHECKED" and makes the report fail: the table must never claim more than it checks.
-Topics may also register pictures with `@picture("name.png")`; they are written to the
-output folder when matplotlib is installed (extra `plot`).
+Pictures are registered in parity/pictures/ and drawn into --out.
 """
 
 from __future__ import annotations
@@ -24,7 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from parity import pictures
 from parity.compare import holds
+from parity.pictures import picture  # noqa: F401  (re-exported for checks modules)
 from parity.tolerances import CLAIMS, Claim, claim
 
 
@@ -46,7 +47,6 @@ class Row:
 
 
 CHECKS: dict[str, Callable[[], Observation]] = {}
-PICTURES: dict[str, Callable[[Path], None]] = {}
 
 
 def check(claim_id: str) -> Callable[[Callable[[], Observation]], Callable[[], Observation]]:
@@ -57,16 +57,6 @@ def check(claim_id: str) -> Callable[[Callable[[], Observation]], Callable[[], O
         if claim_id in CHECKS:
             raise RuntimeError(f"two report checks for claim {claim_id}")
         CHECKS[claim_id] = fn
-        return fn
-
-    return register
-
-
-def picture(name: str) -> Callable[[Callable[[Path], None]], Callable[[Path], None]]:
-    """Register a picture writer: fn(path) draws the file `name` in the output folder."""
-
-    def register(fn: Callable[[Path], None]) -> Callable[[Path], None]:
-        PICTURES[name] = fn
         return fn
 
     return register
@@ -128,16 +118,5 @@ def render(rows: list[Row]) -> str:
 
 def write_pictures(out: Path) -> list[Path]:
     """Draw every registered picture into `out`; [] when matplotlib is not installed."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-    except ImportError:
-        return []
-    load_checks()
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, fn in sorted(PICTURES.items()):
-        fn(out / name)
-        written.append(out / name)
-    return written
+    load_checks()  # topics that still register pictures beside their checks
+    return pictures.draw_all(out)

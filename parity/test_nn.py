@@ -273,14 +273,3 @@ def test_mlp_tape_matches_torchs_saved_tensors_module_by_module(
         mine = [s for s in model.tape() if s.module == path]
         assert_claim("nn.saved_tensors", saved_signature(mine),
                      saved_signature([s for s in theirs if s.module == path]), f"(module {path})")
-
-
-def test_docs_model_tape_table_is_current() -> None:
-    """docs/model.md shows the table tape_table_markdown() generates now (not a stale copy)."""
-    from pathlib import Path
-
-    from parity.checks.nn import TABLE_BEGIN, TABLE_END, tape_table_markdown
-
-    text = (Path(__file__).resolve().parents[1] / "docs" / "model.md").read_text()
-    current = text.split(TABLE_BEGIN, 1)[1].split(TABLE_END, 1)[0].strip()
-    assert current == tape_table_markdown().strip()

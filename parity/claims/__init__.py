@@ -1,0 +1,72 @@
+"""The claim type and the topic list. Each topic declares its claims in
+parity/claims/<topic>.py as `CLAIMS: tuple[Claim, ...]`; parity/tolerances.py collects them
+into the one registry and explains the kinds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Kind = Literal["bits", "nan_class", "ulps", "eps", "close", "statistical"]
+KINDS: tuple[str, ...] = ("bits", "nan_class", "ulps", "eps", "close", "statistical")
+
+# The topics, in the order the report and docs/tolerances.md list them.
+TOPICS: tuple[str, ...] = (
+    "formats", "nn", "optim", "data", "amp", "loss_scaling", "recompute", "resume", "train",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Claim:
+    """One checked statement: what must hold, how tightly, and why that tightness.
+
+    The topic is the id's first part (`formats.decode` belongs to formats).
+    """
+
+    id: str
+    statement: str
+    kind: Kind
+    bound: float | tuple[float, float]
+    reason: str
+    fmt: str | None = None  # ulps: the format whose ulp the bound counts in
+    scale: str | None = None  # eps: what S is, in words ("|y_torch|", "(k+1) |A||B|")
+
+    def __post_init__(self) -> None:
+        where = f"claim {self.id}"
+        if "." not in self.id or self.topic not in TOPICS:
+            raise ValueError(f"{where}: the id must start with one of the topics {TOPICS}")
+        if self.kind not in KINDS:
+            raise ValueError(f"{where}: kind {self.kind!r} is not one of {KINDS}")
+        if not self.reason.strip():
+            raise ValueError(f"{where}: a claim without a reason is a bug")
+        if self.kind in ("bits", "nan_class") and self.bound != 0:
+            raise ValueError(f"{where}: {self.kind} claims allow 0 mismatches")
+        if self.kind == "ulps" and self.fmt is None:
+            raise ValueError(f"{where}: an ulps claim must name its format")
+        if (self.kind == "eps") != (self.scale is not None):
+            raise ValueError(f"{where}: an eps claim, and only an eps claim, names its scale S")
+        if self.kind == "close" and not (isinstance(self.bound, tuple) and len(self.bound) == 2):
+            raise ValueError(f"{where}: a close claim's bound is (rtol, atol)")
+        if self.kind == "statistical" and not 0 < float(self.bound) < 1:  # type: ignore[arg-type]
+            raise ValueError(f"{where}: a statistical bound is a probability in (0, 1)")
+
+    @property
+    def topic(self) -> str:
+        return self.id.split(".", 1)[0]
+
+    @property
+    def tolerance(self) -> str:
+        """The bound in words, as the report and docs/tolerances.md print it."""
+        if self.kind == "bits":
+            return "bit-identical"
+        if self.kind == "nan_class":
+            return "bit-identical, NaN as a class"
+        if self.kind == "ulps":
+            return f"<= {self.bound:g} ulp of {self.fmt}"
+        if self.kind == "eps":
+            return f"|a-b| <= {self.bound:g} eps · {self.scale}"
+        if self.kind == "close":
+            rtol, atol = self.bound  # type: ignore[misc]
+            return f"|a-b| <= {atol:.3g} + {rtol:.3g} |b|"
+        return f"P(false failure) <= {self.bound:.1e}"

@@ -1,0 +1,81 @@
+"""The data claims (the kinds and the registry: parity/tolerances.py)."""
+
+from __future__ import annotations
+
+from parity.claims import Claim
+
+CLAIMS: tuple[Claim, ...] = (
+    Claim(
+        id="data.task",
+        statement=(
+            "make_task(seed, n, ...) gives bit-identical inputs, labels and values in the "
+            "reference (NumPy) and the torch twin, computed independently, float32 and float64."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "Words are integer hashes mod 2^32 (exact on both sides: uint64 products in NumPy, "
+            "split 32x16-bit int64 products in torch); inputs are k * 2^-23, exact; the teacher "
+            "uses small integer weights, so every partial sum is a multiple of 2^-23 below 2^18: "
+            "exact in float64 in any BLAS order (NOTE [ Exact teacher arithmetic ]); float32 is "
+            "then one correctly rounded cast; argmax takes the first maximum in both."
+        ),
+    ),
+    Claim(
+        id="data.order",
+        statement=(
+            "epoch_order(seed, epoch, n) is the same permutation in the reference and in torch, "
+            "for every seed and epoch in [0, 2^32)."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "The order is the argsort of hashed words (integer ops, exact on both sides); the "
+            "hash is a bijection of the index, so the words are distinct and the sorted order is "
+            "unique: numpy.argsort and torch.argsort cannot disagree."
+        ),
+    ),
+    Claim(
+        id="data.resume_reference",
+        statement=(
+            "In the reference, saving ResumableSampler.state_dict() after any number of batches "
+            "(mid-epoch, at an epoch boundary, with or without drop_last) and loading it into a "
+            "fresh sampler yields the same remaining batches as the uninterrupted run."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "The order of an epoch is a pure function of (seed, epoch) and the state counts "
+            "exactly the indices consumed; index streams are integers, compared exactly."
+        ),
+    ),
+    Claim(
+        id="data.resume_torch",
+        statement=(
+            "In torch, a DataLoader from make_loader over a ResumableSampler restored from "
+            "state_dict() after any number of batches yields the same remaining batches (inputs, "
+            "labels, values, batch sizes) as the uninterrupted DataLoader."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "Single-process DataLoader pulls exactly one batch of indices per next(), so the "
+            "sampler state is what was consumed; batches are copies of dataset rows, no "
+            "arithmetic."
+        ),
+    ),
+    Claim(
+        id="data.loader",
+        statement=(
+            "The batch stream of make_loader is bit-identical across implementations, and a "
+            "sampler state saved by one implementation resumes the same stream in the other."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "Same dataset bits (data.task), same order (data.order), the same batching rule "
+            "(reference BatchSampler mirrors torch.utils.data.BatchSampler) and one state format "
+            "of plain ints; batching copies rows without arithmetic."
+        ),
+    ),
+)

@@ -1,0 +1,96 @@
+"""The recompute claims (the kinds and the registry: parity/tolerances.py)."""
+
+from __future__ import annotations
+
+from parity.claims import Claim
+
+CLAIMS: tuple[Claim, ...] = (
+    Claim(
+        id="recompute.grads_reference",
+        statement=(
+            "Under every schedule (none, uniform:K, sqrt, optimal:S), with dropout on, the "
+            "reference's parameter and input gradients are bit-identical to running without "
+            "checkpointing, and the generators end in the same state."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "The recompute re-runs the same NumPy operations on the same input and weights, with "
+            "the generators restored so Dropout draws the same masks (NOTE [ RNG replay ]): every "
+            "tensor backward reads is bit-identical, and so is every gradient."
+        ),
+    ),
+    Claim(
+        id="recompute.grads_torch",
+        statement=(
+            "Under every schedule, torch.utils.checkpoint (use_reentrant=False, "
+            "preserve_rng_state=True; nested for optimal:S) gives gradients bit-identical to the "
+            "same model without checkpointing, dropout on."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "The recompute runs the same kernels on the same inputs with the stashed CPU RNG "
+            "state, so nn.Dropout draws the same noise; CPU kernels are deterministic for a fixed "
+            "shape and thread count."
+        ),
+    ),
+    Claim(
+        id="recompute.held_bytes",
+        statement=(
+            "The bytes held between forward and backward (distinct storage, parameters excluded) "
+            "predicted from the reference tape equal what torch's saved_tensors_hooks see packed, "
+            "for every schedule."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "Byte counts are integers: the tape holds segment inputs plus the tapes of layers run "
+            "normally (nn.saved_tensors gives the latter per layer); any difference is a design "
+            "mismatch, not rounding."
+        ),
+    ),
+    Claim(
+        id="recompute.counts",
+        statement=(
+            "Per layer, the forwards run during backward by the reference equal the forwards "
+            "torch starts (forward pre-hooks) during backward, for every schedule."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "Counts are integers. Both stop a recompute after the last layer that saves (NOTE [ "
+            "Early stop ]): torch interrupts that layer inside its forward, after its saves, so "
+            "it is counted as started, and the reference runs it whole."
+        ),
+    ),
+    Claim(
+        id="recompute.early_stop",
+        statement=(
+            "Per layer, torch's finished forwards during backward (forward hooks) equal the "
+            "reference's count minus the recomputes in which that layer is its segment's last "
+            "saving layer (where torch's early stop interrupts it)."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "Counts are integers; the interruption happens in every recompute of a segment, at "
+            "the pack of the last tensor the forward saved (NOTE [ Early stop ])."
+        ),
+    ),
+    Claim(
+        id="recompute.plans",
+        statement=(
+            "For every spec and 1 <= n <= 64 layers the two trees' parse_schedule give the same "
+            "plan; optimal:S's recompute count equals Griewank-Walther's closed form r n - beta(S "
+            "+ 1, r - 1)."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "Plans are integers; the reference minimizes over every first split and the torch "
+            "twin takes the binomial formula's largest optimal split, so equal plans check the "
+            "formula against the search."
+        ),
+    ),
+)

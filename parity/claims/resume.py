@@ -1,0 +1,26 @@
+"""The resume claims (the kinds and the registry: parity/tolerances.py)."""
+
+from __future__ import annotations
+
+from parity.claims import Claim
+
+CLAIMS: tuple[Claim, ...] = (
+    Claim(
+        id="resume.cross_impl_state",
+        statement=(
+            "A reference training state mapped to torch (torch_impl.resume.state_from_reference), "
+            "saved and loaded as a torch checkpoint, loaded into torch.nn / torch.optim / "
+            "lr_scheduler objects, read back with their state_dict() and mapped home "
+            "(state_to_reference) equals the original in every parameter, optimizer buffer, step "
+            "count, lr, scheduler field, scaler value, data position and counter, bit for bit."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "Every step is a copy: the same keys and (out, in) layouts on both sides, tensors "
+            "made from the arrays' bytes (torch.from_numpy of a copy, .numpy() back), Python "
+            "floats and ints copied as objects; no arithmetic touches a value. Random streams are "
+            "not mapped (NOTE [ Cross-implementation mapping ]) and not compared."
+        ),
+    ),
+)

@@ -1,0 +1,57 @@
+"""The train claims (the kinds and the registry: parity/tolerances.py)."""
+
+from __future__ import annotations
+
+from parity.claims import Claim
+
+CLAIMS: tuple[Claim, ...] = (
+    Claim(
+        id="train.resume_exact",
+        statement=(
+            "In each implementation, a run interrupted at any step (checkpoint written, every "
+            "object dropped, resumed from the file) ends in the same complete state as the "
+            "uninterrupted run: parameters, optimizer buffers, lr schedule, loss scale and "
+            "tracker, random streams, data position and counters, for fp32, bf16 and fp16, with "
+            "dropout and recomputation."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "The resumed run executes the same operations on the same bits: the checkpoint holds "
+            "every value the next step reads (the inventory in reference/train.py) and restores "
+            "it by copy; the data order is a hash of (seed, epoch); nothing reads the global RNG "
+            "(NOTE [ Dropout's stream is the default generator ]). Same process kind, same "
+            "kernels, so no rounding can differ."
+        ),
+    ),
+    Claim(
+        id="train.kill_resume",
+        statement=(
+            "A `python -m parity train` process SIGKILLed at arbitrary moments while it writes a "
+            "checkpoint every step, then restarted with --resume, prints the same state-sha256 as "
+            "an uninterrupted process, and no kill leaves a checkpoint that fails to load."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "Atomic writes (NOTE [ Atomic write ]) leave either the old or the new file under a "
+            "checkpoint's name, and the resumed run is exact (train.resume_exact); the digest is "
+            "a function of the bits of the final state."
+        ),
+    ),
+    Claim(
+        id="train.digest_cross_impl",
+        statement=(
+            "reference.train.state_digest of a reference state equals "
+            "torch_impl.train.state_digest of the same state mapped to torch "
+            "(state_from_reference): the canonical digest is implementation-independent."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "Both hash the same length-prefixed records (NOTE [ Canonical state digest ]) built "
+            "from the same bytes (the mapping is lossless: resume.cross_impl_state) and the same "
+            "Python reprs of the scaler's floats and ints."
+        ),
+    ),
+)

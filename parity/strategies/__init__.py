@@ -1,0 +1,60 @@
+"""Named hypothesis strategies for edge domains, shared by the tests and `python -m parity fuzz`.
+
+A test that targets an edge also shows the edge was reached (hypothesis.event / target,
+or an explicit guard). One module per topic; this package re-exports
+every public name, so `from parity.strategies import ties` works for any topic.
+"""
+
+from __future__ import annotations
+
+from parity.strategies.data import (  # noqa: F401
+    DATA_INTERRUPTIONS,
+    data_batches_per_epoch,
+    data_sampler_runs,
+)
+from parity.strategies.formats import (  # noqa: F401
+    EDGE_NAMES,
+    double_rounding_cases,
+    edge_float32,
+    float32_arrays,
+    float32_bits,
+    float64_arrays,
+    member_value,
+    members,
+    nan_payloads,
+    near_ties,
+    overflow_edge,
+    specials,
+    subnormal_edge,
+    ties,
+)
+from parity.strategies.loss_scaling import (  # noqa: F401
+    scaler_factors,
+    scaler_grad_stream,
+    scaler_hyper,
+    scaler_scales,
+)
+from parity.strategies.nn import (  # noqa: F401
+    NN_DTYPES,
+    mlp_sizes,
+    nn_arrays,
+    nn_shapes,
+)
+from parity.strategies.optim import (  # noqa: F401
+    OPTIM_TAIL_SIZES,
+    optim_adam_hyper,
+    optim_grad_scales,
+    optim_lrs,
+    optim_sgd_hyper,
+    optim_shapes,
+)
+from parity.strategies.recompute import (  # noqa: F401
+    RECOMPUTE_KINDS,
+    recompute_models,
+    recompute_specs,
+)
+from parity.strategies.train import (  # noqa: F401
+    TRAIN_PRECISIONS,
+    TRAIN_RECOMPUTE,
+    train_configs,
+)

@@ -1,0 +1,147 @@
+"""Hypothesis strategies for formats (the conventions: parity/strategies/__init__.py)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from hypothesis import strategies as st
+
+from reference.formats import FloatFormat, get_format
+
+# Values are built from a format's bit widths with Python's exact float arithmetic (math.ldexp
+# on integers), not with reference.formats' rounding, so a strategy cannot share a bug with
+# the code it tests. Each returns Python floats exactly representable in float32 unless it
+# says float64.
+
+
+def member_value(fmt: FloatFormat, magnitude_code: int) -> float:
+    """The value of a non-negative code, from the bit layout alone (exact)."""
+    m = fmt.mantissa_bits
+    field, frac = magnitude_code >> m, magnitude_code & (2**m - 1)
+    if field == 0:
+        return math.ldexp(frac, 1 - fmt.bias - m)
+    return math.ldexp(2**m + frac, field - fmt.bias - m)
+
+
+def _max_code(fmt: FloatFormat) -> int:
+    top = 2**fmt.exponent_bits - 1
+    return (top << fmt.mantissa_bits) + 2**fmt.mantissa_bits - 2 if fmt.convention == "fn" \
+        else (top << fmt.mantissa_bits) - 1
+
+
+def _signed(values: st.SearchStrategy[float]) -> st.SearchStrategy[float]:
+    return st.tuples(values, st.booleans()).map(lambda vs: -vs[0] if vs[1] else vs[0])
+
+
+def _f32(x: float) -> np.float32:
+    """x as a float32; values beyond float32's range become +-inf on purpose."""
+    with np.errstate(over="ignore"):
+        return np.float32(x)
+
+
+def _f32_step(x: float, k: int) -> float:
+    """x moved by k float32 ulps (k may be negative)."""
+    v = _f32(x)
+    toward = np.float32(np.inf if k > 0 else -np.inf)
+    with np.errstate(over="ignore"):  # stepping past float32's max gives inf, on purpose
+        for _ in range(abs(k)):
+            v = np.nextafter(v, toward)
+    return float(v)
+
+
+def members(fmt: str | FloatFormat) -> st.SearchStrategy[float]:
+    """Every finite value of the format, either sign."""
+    f = get_format(fmt)
+    return _signed(st.integers(0, _max_code(f)).map(lambda c: member_value(f, c)))
+
+
+def ties(fmt: str | FloatFormat) -> st.SearchStrategy[float]:
+    """Exact midpoints between adjacent members, including the tie just above max."""
+    f = get_format(fmt)
+
+    def midpoint(c: int) -> float:
+        lo = member_value(f, c)
+        hi = member_value(f, c + 1) if c < _max_code(f) else lo + 2.0 ** (
+            f.emax - f.mantissa_bits)
+        return (lo + hi) / 2
+
+    return _signed(st.integers(0, _max_code(f)).map(midpoint))
+
+
+def near_ties(fmt: str | FloatFormat) -> st.SearchStrategy[float]:
+    """One to three float32 ulps either side of a tie."""
+    return st.tuples(ties(fmt), st.sampled_from([-3, -2, -1, 1, 2, 3])).map(
+        lambda t: _f32_step(*t))
+
+
+def overflow_edge(fmt: str | FloatFormat) -> st.SearchStrategy[float]:
+    """Around the overflow boundary max + ulp(max)/2, at max, and far beyond."""
+    f = get_format(fmt)
+    boundary = f.max + 2.0 ** (f.emax - f.mantissa_bits - 1)
+    near = st.integers(-4, 4).map(lambda k: _f32_step(boundary, k))
+    far = st.sampled_from([f.max, 2 * f.max, f.max + 2.0 ** (f.emax - f.mantissa_bits),
+                           float(np.finfo(np.float32).max)])
+    return _signed(st.one_of(near, far))
+
+
+def subnormal_edge(fmt: str | FloatFormat) -> st.SearchStrategy[float]:
+    """Around tiny, the smallest subnormal, and half the smallest subnormal."""
+    f = get_format(fmt)
+    anchors = [f.tiny, f.smallest_subnormal, f.smallest_subnormal / 2,
+               f.tiny - f.smallest_subnormal]
+    return _signed(st.tuples(st.sampled_from(anchors), st.integers(-3, 3)).map(
+        lambda t: _f32_step(*t)))
+
+
+def specials() -> st.SearchStrategy[float]:
+    """Signed zeros and infinities."""
+    return st.sampled_from([0.0, -0.0, math.inf, -math.inf])
+
+
+def nan_payloads() -> st.SearchStrategy[np.float32]:
+    """float32 NaNs of either sign, quiet or signalling, with any payload."""
+    return st.tuples(st.integers(1, 2**23 - 1), st.booleans()).map(
+        lambda t: np.uint32((0xFF800000 if t[1] else 0x7F800000) | t[0]).view(np.float32))
+
+
+def float32_bits() -> st.SearchStrategy[np.float32]:
+    """Any float32 bit pattern."""
+    return st.integers(0, 2**32 - 1).map(lambda b: np.uint32(b).view(np.float32))
+
+
+EDGE_NAMES = ("ties", "near_ties", "overflow_edge", "subnormal_edge", "members", "specials",
+              "nan_payloads", "float32_bits")
+
+
+def edge_float32(fmt: str | FloatFormat) -> st.SearchStrategy[np.float32]:
+    """Any of the named edges for `fmt`, as float32 scalars."""
+    finite = st.one_of(ties(fmt), near_ties(fmt), overflow_edge(fmt), subnormal_edge(fmt),
+                       members(fmt), specials())
+    return st.one_of(finite.map(_f32), nan_payloads(), float32_bits())
+
+
+def float32_arrays(fmt: str | FloatFormat, max_size: int = 64) -> st.SearchStrategy[np.ndarray]:
+    """1-d float32 arrays of edge values (many values per example: cheap and thorough)."""
+    return st.lists(edge_float32(fmt), min_size=1, max_size=max_size).map(
+        lambda v: np.array(v, dtype=np.float32))
+
+
+def double_rounding_cases(fmt: str | FloatFormat) -> st.SearchStrategy[float]:
+    """float64 values within a few float64 ulps of float32-representable ties of `fmt`:
+    rounding through float32 lands on the tie, and the tie then breaks the wrong way
+    whenever the offset's sign disagrees with the even neighbour."""
+    return st.tuples(ties(fmt), st.integers(-3, 3), st.integers(0, 20)).map(
+        lambda t: t[0] + math.copysign(t[1] * math.ulp(t[0]) * 2.0 ** t[2], t[0])
+        if t[0] != 0 and math.isfinite(t[0]) else t[0])
+
+
+def float64_arrays(fmt: str | FloatFormat, max_size: int = 64) -> st.SearchStrategy[np.ndarray]:
+    """1-d float64 arrays: double-rounding cases, edges, and any finite float64."""
+    values = st.one_of(
+        double_rounding_cases(fmt),
+        edge_float32(fmt).map(float),
+        st.floats(allow_nan=True, allow_infinity=True, width=64),
+    )
+    return st.lists(values, min_size=1, max_size=max_size).map(
+        lambda v: np.array(v, dtype=np.float64))
