@@ -111,8 +111,8 @@ _ENV = {**os.environ, "OMP_NUM_THREADS": "1"}  # see one_thread()
 
 
 def cli(name: str, directory: Path, steps: int, options: tuple[str, ...]) -> list[str]:
-    """The argv of a training process (parity.train_cli's own runner)."""
-    return [sys.executable, "-m", "parity.train_cli", "--impl", name, "--steps", str(steps),
+    """The argv of a training process."""
+    return [sys.executable, "-m", "parity", "train", "--impl", name, "--steps", str(steps),
             "--checkpoint-dir", str(directory), "--resume", *options]
 
 

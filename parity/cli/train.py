@@ -18,11 +18,10 @@ import argparse
 import sys
 from typing import Any
 
+HELP = "train the compact model with checkpoints; kill it, --resume, same digest"
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Register the `train` subcommand on an argparse subparsers object."""
-    p = subparsers.add_parser("train", help="train the compact model with checkpoints",
-                              description=__doc__.split("\n\n")[0])
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--impl", choices=("reference", "torch"), required=True)
     p.add_argument("--steps", type=int, required=True, help="train until this many steps")
     p.add_argument("--checkpoint-dir", required=True)
@@ -42,11 +41,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--keep", type=int, default=3, help="checkpoints kept (default 3)")
     p.add_argument("--device", default="cpu", help="torch device (default cpu)")
     p.add_argument("--quiet", action="store_true", help="print only the digest line")
-    p.set_defaults(func=main)
-    return p
 
 
-def main(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """Run the training command; return the exit status."""
     if args.steps < 0 or args.checkpoint_every < 0:
         print("train: --steps and --checkpoint-every must be >= 0", file=sys.stderr)
@@ -76,10 +73,3 @@ def main(args: argparse.Namespace) -> int:
                      resume_from_latest=args.resume, keep=args.keep, log=log, **extra)
     print(f"state-sha256: {impl.state_digest(run.state_dict())}", flush=True)
     return 0
-
-
-if __name__ == "__main__":  # a runner that does not need parity/__main__.py
-    parser = argparse.ArgumentParser(prog="parity.train_cli")
-    add_parser(parser.add_subparsers(dest="command", required=True))
-    ns = parser.parse_args(["train", *sys.argv[1:]])
-    sys.exit(ns.func(ns))

@@ -1,0 +1,107 @@
+"""`python -m parity COMMAND`: the command line, one module per command.
+
+Each module of this package named in COMMANDS defines
+
+    HELP = "one line for the command list"
+    def add_arguments(p: argparse.ArgumentParser) -> None: ...
+    def run(args: argparse.Namespace) -> int: ...      # the exit status
+
+and is imported only when its command runs (so `--impl reference` never imports torch).
+
+Exit statuses, the same for every command:
+    0  done, every claim held / nothing found
+    1  a claim failed, a comparison mismatched, a test failed
+    2  bad input: a one-line error on stderr naming what was wrong and what is accepted
+       (argparse's own errors included; never a traceback)
+    3  the command found what it looks for (a first invalid value, a fault): a result, not
+       an error
+A user error is raised as `UsageError("...")` anywhere below `run`; `main` prints it as one
+line. Long work shows a progress bar (tqdm, on stderr) and ends with a line scripts can parse.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import math
+import sys
+from typing import NoReturn
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_FOUND = 0, 1, 2, 3
+
+# The commands, in the order `python -m parity --help` lists them; each is parity/cli/<name>.py.
+COMMANDS: tuple[str, ...] = ("report", "ranges", "sweep", "fuzz", "tolerances", "docs", "train")
+
+
+class UsageError(Exception):
+    """Bad input from the user: printed as one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but an error is ONE line (no usage block) and exits with EXIT_USAGE."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+# -- argument types: each raises argparse.ArgumentTypeError, which argparse prints as one line
+
+def int_at_least(low: int) -> type:
+    """An argparse type: an integer >= low."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{value} is below the minimum {low}")
+        return value
+
+    parse.__name__ = f"integer >= {low}"
+    return parse  # type: ignore[return-value]
+
+
+def finite_float(*, low: float = -math.inf, high: float = math.inf, low_open: bool = False,
+                 high_open: bool = False) -> type:
+    """An argparse type: a finite float in the interval given (open or closed ends)."""
+    lo, hi = "(" if low_open else "[", ")" if high_open else "]"
+    interval = f"{lo}{low:g}, {high:g}{hi}"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        inside = (low < value if low_open else low <= value) and (
+            value < high if high_open else value <= high)
+        if not math.isfinite(value) or not inside:
+            raise argparse.ArgumentTypeError(f"{text} is not a finite number in {interval}")
+        return value
+
+    parse.__name__ = f"number in {interval}"
+    return parse  # type: ignore[return-value]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m parity",
+                     description="mirrortrain: every claim checked, sweeps, fuzzing, training.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                parser_class=_Parser)
+    for name in COMMANDS:
+        module = importlib.import_module(f"parity.cli.{name}")
+        p = sub.add_parser(name, help=module.HELP, description=module.__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        module.add_arguments(p)
+        p.set_defaults(run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse, run the command, and turn a UsageError into one line and exit status 2."""
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except UsageError as e:
+        print(f"python -m parity {args.command}: error: {e}", file=sys.stderr)
+        return EXIT_USAGE

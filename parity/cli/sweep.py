@@ -1,0 +1,39 @@
+"""Reference vs torch vs ml_dtypes over float32 inputs: every one of the 2^32 bit patterns
+(--exhaustive) or a random sample; exit status 1 on any mismatch beyond the declared
+overflow policies.
+
+    python -m parity sweep FORMAT [--exhaustive | --sample N] [--seed S] [--workers W]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from parity.cli import int_at_least
+
+HELP = "reference vs torch vs ml_dtypes over float32 inputs"
+FORMATS = ("float16", "bfloat16", "float8_e5m2", "float8_e4m3fn")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("format", choices=FORMATS)
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--exhaustive", action="store_true", help="all 2^32 float32 inputs")
+    mode.add_argument("--sample", type=int_at_least(1), default=1 << 24,
+                      help="random inputs (default 2^24)")
+    p.add_argument("--seed", type=int_at_least(0), default=0)
+    p.add_argument("--workers", type=int_at_least(1), default=2, help="processes (default 2)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from parity import sweep
+
+    start = time.perf_counter()
+    if args.exhaustive:
+        summary = sweep.sweep_range(args.format, 0, 2**32, workers=args.workers, progress=True)
+    else:
+        summary = sweep.sweep_sample(args.format, args.sample, seed=args.seed,
+                                     workers=args.workers, progress=True)
+    print(sweep.render(summary, time.perf_counter() - start))
+    return 1 if summary.mismatches_torch or summary.mismatches_ml_dtypes else 0
