@@ -54,19 +54,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
 import numpy as np
 
 from reference import amp
-from reference.nn import Module, Parameter
+from reference.nn import Parameter
 
-FAULTS = (None, "fp16_without_scaler", "clip_before_unscale")
-
-__all__ = ["FAULTS", "GradScaler", "OptState", "StaticLossScaler", "StepResult",
-           "clip_grad_norm_", "make_scaler", "step_skipped", "train_step"]
+__all__ = ["GradScaler", "OptState", "StaticLossScaler", "clip_grad_norm_", "make_scaler",
+           "step_skipped"]
 
 # NOTE [ Unscale by reciprocal ]
 # torch unscales by multiplying with a reciprocal, not by dividing:
@@ -448,16 +445,6 @@ def clip_grad_norm_(parameters: Iterable[Parameter], max_norm: float,
     return total_norm
 
 
-@dataclass(frozen=True)
-class StepResult:
-    """What one training step did: the unscaled loss, the scale it used, whether it skipped."""
-
-    loss: float
-    scale: float
-    skipped: bool
-    grad_norm: float | None = None  # what clip_grad_norm_ returned (None: no clipping)
-
-
 def step_skipped(scaler: GradScaler, optimizer: Any) -> bool:
     """Whether scaler.step(optimizer) skipped this iteration; call after step, before update."""
     return scaler.is_enabled() and bool(
@@ -468,43 +455,3 @@ def make_scaler(precision: str, **kwargs: Any) -> GradScaler:
     """GradScaler(enabled=(precision == "fp16")): fp16 needs scaling, bf16 and fp32 do not."""
     amp.autocast_dtype(precision)
     return GradScaler(enabled=(precision == "fp16"), **kwargs)
-
-
-def train_step(model: Module, loss_fn: Module, optimizer: Any, scaler: GradScaler,
-               x: np.ndarray, y: np.ndarray, *, precision: str,
-               max_grad_norm: float | None = None, fault: str | None = None) -> StepResult:
-    """One mixed-precision step; torch_impl.loss_scaling.train_step line for line.
-
-    precision "fp32" | "bf16" | "fp16" picks the autocast dtype (amp.autocast_dtype);
-    "fp16" requires an enabled scaler (make_scaler gives the right one for each). Order:
-    zero_grad, autocast forward, float32 loss, scale(loss) backward, unscale_, clip the
-    UNSCALED gradients (if max_grad_norm), step (skipped on inf/NaN), update.
-    `fault` reproduces a classic mistake, for the tests and docs only (FAULTS):
-    "fp16_without_scaler" lifts the fp16 guard, "clip_before_unscale" clips the scaled
-    gradients (the threshold is then effectively max_grad_norm * S).
-    `skipped` comes from the scaler's found_inf flags, read before update (step_skipped).
-    """
-    dtype = amp.autocast_dtype(precision)
-    if fault not in FAULTS:
-        raise ValueError(f"train_step: fault must be one of {FAULTS}, got {fault!r}")
-    if precision == "fp16" and not scaler.is_enabled() and fault != "fp16_without_scaler":
-        raise ValueError("train_step: precision 'fp16' needs an enabled GradScaler "
-                         "(make_scaler('fp16')); bf16 and fp32 do not")
-    optimizer.zero_grad()
-    amp_model = amp.Autocast(model, dtype)
-    output = amp_model(x)
-    loss = loss_fn(output, y)  # fp32 op list: losses run in float32 (low-precision values
-    #                            already live in float32 arrays here, so no cast is needed)
-    amp_model.backward(loss_fn.backward(scaler.scale(np.ones_like(loss))))  # d(S loss)/dloss
-    grad_norm = None
-    if fault == "clip_before_unscale" and max_grad_norm is not None:
-        grad_norm = clip_grad_norm_(model.parameters(), max_norm=max_grad_norm)
-    scaler.unscale_(optimizer)
-    if max_grad_norm is not None and fault != "clip_before_unscale":
-        grad_norm = clip_grad_norm_(model.parameters(), max_norm=max_grad_norm)
-    scale = scaler.get_scale()
-    scaler.step(optimizer)
-    skipped = step_skipped(scaler, optimizer)
-    scaler.update()
-    return StepResult(float(loss), scale, skipped,
-                      None if grad_norm is None else float(grad_norm))

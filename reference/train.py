@@ -1,11 +1,12 @@
 """The training loop over the compact model, with complete checkpoints and bit-exact resume.
 
-One step (loss_scaling.train_step, or its recomputing twin below when a schedule is set):
+One step (`train_step`, the only one; recomputation is an argument of it, not a copy):
 
     zero_grad; forward (autocast to the precision; checkpointed segments per the schedule);
-    loss in float32; backward of S * loss; unscale; step unless a gradient is inf/NaN
-    (skipped); update S; scheduler.step() unless skipped (the schedule counts applied
-    updates; torch also warns when a scheduler steps before its optimizer ever did)
+    loss in float32; backward of S * loss; unscale; clip the UNSCALED gradients; step unless
+    a gradient is inf/NaN (skipped); update S; then, in Run, scheduler.step() unless skipped
+    (the schedule counts applied updates; torch also warns when a scheduler steps before its
+    optimizer ever did)
 
 A run is a pure function of its configuration and of the number of steps, so an interrupted
 run resumed from a checkpoint must reach the SAME bits as an uninterrupted one. That holds
@@ -49,8 +50,10 @@ import numpy as np
 
 from reference import amp, loss_scaling, optim, resume
 from reference.data import ResumableSampler, make_loader, make_task
-from reference.nn import CrossEntropyLoss, MSELoss, make_mlp
+from reference.nn import CrossEntropyLoss, Module, MSELoss, make_mlp
+from reference.recompute import Schedule
 
+FAULTS = (None, "fp16_without_scaler", "clip_before_unscale")
 INVENTORY = ("model", "optimizer", "scheduler", "scaler", "rng", "data", "step")
 OPTIMIZERS = {"SGD": {"momentum": 0.9}, "Adam": {}, "AdamW": {"weight_decay": 0.01}}
 SCHEDULES = ("constant", "cosine", "step")
@@ -118,10 +121,8 @@ class Run:
             from reference import recompute
 
             if c.precision != "fp32":
-                raise ValueError("reference.train: recompute with precision "
-                                 f"{c.precision!r} is not composed in the reference "
-                                 "(amp.Autocast and recompute.ScheduledRun each drive the "
-                                 "layers); torch_impl.train composes them")
+                _scheduled(self.model, recompute.parse_schedule(c.recompute, len(self.model)),
+                           c.precision)  # refuses now, not at the first step
             self.schedule = recompute.parse_schedule(c.recompute, len(self.model))
         self.step = 0
         self.skipped = 0
@@ -140,7 +141,7 @@ class Run:
                 continue
             return x, (labels if self.config.loss == "cross_entropy" else values)
 
-    def train_step(self) -> loss_scaling.StepResult:
+    def train_step(self) -> StepResult:
         x, y = self.next_batch()
         # fp16 with a loss scale overflows on purpose now and then: the step is skipped, and
         # inf * 0 = NaN in the backward is how the scaler finds out (found_inf)
@@ -152,12 +153,10 @@ class Run:
         self.skipped += int(result.skipped)
         return result
 
-    def _step(self, x: np.ndarray, y: np.ndarray) -> loss_scaling.StepResult:
-        if self.schedule is None:
-            return loss_scaling.train_step(self.model, self.loss_fn, self.optimizer,
-                                           self.scaler, x, y, precision=self.config.precision,
-                                           max_grad_norm=self.config.max_grad_norm)
-        return _recompute_step(self, x, y)
+    def _step(self, x: np.ndarray, y: np.ndarray) -> StepResult:
+        return train_step(self.model, self.loss_fn, self.optimizer, self.scaler, x, y,
+                          precision=self.config.precision,
+                          max_grad_norm=self.config.max_grad_norm, schedule=self.schedule)
 
     # -- the complete state
     def state_dict(self) -> dict[str, Any]:
@@ -207,23 +206,72 @@ def _make_scheduler(optimizer: optim.Optimizer, c: TrainConfig) -> optim.LRSched
     return optim.StepLR(optimizer, step_size=c.total_steps + 1, gamma=1.0)
 
 
-def _recompute_step(run: Run, x: np.ndarray, y: np.ndarray) -> loss_scaling.StepResult:
-    """loss_scaling.train_step's order with the forward/backward of recompute.ScheduledRun."""
+@dataclass(frozen=True)
+class StepResult:
+    """What one training step did: the unscaled loss, the scale it used, whether it skipped."""
+
+    loss: float
+    scale: float
+    skipped: bool
+    grad_norm: float | None = None  # what clip_grad_norm_ returned (None: no clipping)
+
+
+
+def train_step(model: Module, loss_fn: Module, optimizer: Any,
+               scaler: loss_scaling.GradScaler, x: np.ndarray, y: np.ndarray, *,
+               precision: str, max_grad_norm: float | None = None,
+               schedule: Schedule | None = None, fault: str | None = None) -> StepResult:
+    """One mixed-precision step; torch_impl.train.train_step line for line.
+
+    precision "fp32" | "bf16" | "fp16" picks the autocast dtype (amp.autocast_dtype);
+    "fp16" requires an enabled scaler (make_scaler gives the right one for each). Order:
+    zero_grad, autocast forward, float32 loss, scale(loss) backward, unscale_, clip the
+    UNSCALED gradients (if max_grad_norm), step (skipped on inf/NaN), update.
+    `fault` reproduces a classic mistake, for the tests and docs only (FAULTS):
+    "fp16_without_scaler" lifts the fp16 guard, "clip_before_unscale" clips the scaled
+    gradients (the threshold is then effectively max_grad_norm * S).
+    `skipped` comes from the scaler's found_inf flags, read before update (step_skipped).
+    `schedule` (recompute.parse_schedule) runs the forward with checkpointed segments that
+    backward recomputes (recompute.ScheduledRun); in the reference only in fp32 for now:
+    amp.Autocast and ScheduledRun each drive the layers themselves, so they do not nest.
+    """
+    dtype = amp.autocast_dtype(precision)
+    if fault not in FAULTS:
+        raise ValueError(f"train_step: fault must be one of {FAULTS}, got {fault!r}")
+    if precision == "fp16" and not scaler.is_enabled() and fault != "fp16_without_scaler":
+        raise ValueError("train_step: precision 'fp16' needs an enabled GradScaler "
+                         "(make_scaler('fp16')); bf16 and fp32 do not")
+    optimizer.zero_grad()
+    runner = amp.Autocast(model, dtype) if schedule is None else _scheduled(model, schedule,
+                                                                             precision)
+    output = runner.forward(x)
+    loss = loss_fn(output, y)  # fp32 op list: losses run in float32 (low-precision values
+    #                            already live in float32 arrays here, so no cast is needed)
+    runner.backward(loss_fn.backward(scaler.scale(np.ones_like(loss))))  # d(S loss)/dloss
+    grad_norm = None
+    if fault == "clip_before_unscale" and max_grad_norm is not None:
+        grad_norm = loss_scaling.clip_grad_norm_(model.parameters(), max_norm=max_grad_norm)
+    scaler.unscale_(optimizer)
+    if max_grad_norm is not None and fault != "clip_before_unscale":
+        grad_norm = loss_scaling.clip_grad_norm_(model.parameters(), max_norm=max_grad_norm)
+    scale = scaler.get_scale()
+    scaler.step(optimizer)
+    skipped = loss_scaling.step_skipped(scaler, optimizer)
+    scaler.update()
+    return StepResult(float(loss), scale, skipped,
+                      None if grad_norm is None else float(grad_norm))
+
+
+def _scheduled(model: Module, schedule: Schedule, precision: str) -> Any:
+    """The recompute adapter: the model's forward/backward under a checkpointing schedule."""
     from reference import recompute
 
-    run.optimizer.zero_grad()
-    scheduled = recompute.ScheduledRun(run.model, run.schedule)
-    output = scheduled.forward(x)
-    loss = run.loss_fn(output, y)
-    scheduled.backward(run.loss_fn.backward(run.scaler.scale(np.ones_like(loss))))
-    run.scaler.unscale_(run.optimizer)
-    if run.config.max_grad_norm is not None:
-        loss_scaling.clip_grad_norm_(run.model.parameters(), run.config.max_grad_norm)
-    scale = run.scaler.get_scale()
-    run.scaler.step(run.optimizer)
-    skipped = loss_scaling.step_skipped(run.scaler, run.optimizer)
-    run.scaler.update()
-    return loss_scaling.StepResult(float(loss), scale, skipped)
+    if precision != "fp32":
+        raise ValueError("reference.train: recompute with precision "
+                         f"{precision!r} is not composed in the reference (amp.Autocast and "
+                         "recompute.ScheduledRun each drive the layers); torch_impl composes "
+                         "them")
+    return recompute.ScheduledRun(model, schedule)
 
 
 # ---------------------------------------------------------------- the digest

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from reference import loss_scaling as rls
 from reference import nn as rnn
 from reference import optim as ropt
+from reference import train as rtrain
 from reference.nn import Parameter
 
 
@@ -209,18 +210,18 @@ def test_fp16_without_a_scaler_is_refused() -> None:
     """train_step refuses precision fp16 with a disabled scaler (the guard of fault 1)."""
     model, opt = _model()
     with pytest.raises(ValueError, match="needs an enabled GradScaler"):
-        rls.train_step(model, rnn.MSELoss(), opt, rls.make_scaler("fp32"), *_batch(),
+        rtrain.train_step(model, rnn.MSELoss(), opt, rls.make_scaler("fp32"), *_batch(),
                        precision="fp16")
 
 
 def test_fault_fp16_without_scaler_underflows_and_scaling_repairs_it() -> None:
     """Detector 'no gradient element is exactly 0' fires without scaling, not with it."""
     model, opt = _model()
-    rls.train_step(model, rnn.MSELoss(), opt, rls.make_scaler("fp32"), *_batch(),
+    rtrain.train_step(model, rnn.MSELoss(), opt, rls.make_scaler("fp32"), *_batch(),
                    precision="fp16", fault="fp16_without_scaler")
     faulty = _zero_fraction(model)
     model, opt = _model()
-    rls.train_step(model, rnn.MSELoss(), opt, rls.make_scaler("fp16"), *_batch(),
+    rtrain.train_step(model, rnn.MSELoss(), opt, rls.make_scaler("fp16"), *_batch(),
                    precision="fp16")
     assert faulty > 0.05 and _zero_fraction(model) == 0.0
 
@@ -228,7 +229,7 @@ def test_fault_fp16_without_scaler_underflows_and_scaling_repairs_it() -> None:
 def test_fault_bf16_needs_no_scaling() -> None:
     """The same model and batch under bf16 without a scaler: no element underflows."""
     model, opt = _model()
-    rls.train_step(model, rnn.MSELoss(), opt, rls.make_scaler("bf16"), *_batch(),
+    rtrain.train_step(model, rnn.MSELoss(), opt, rls.make_scaler("bf16"), *_batch(),
                    precision="bf16")
     assert _zero_fraction(model) == 0.0
 
@@ -241,7 +242,7 @@ def test_fault_clip_before_unscale_clips_at_max_norm_times_scale() -> None:
         model, opt = _model()
         before = [p.data.copy() for p in model.parameters()]
         scaler = rls.make_scaler("fp16", init_scale=2.0**10)
-        results[fault] = rls.train_step(model, rnn.MSELoss(), opt, scaler, *_batch(),
+        results[fault] = rtrain.train_step(model, rnn.MSELoss(), opt, scaler, *_batch(),
                                         precision="fp16", max_grad_norm=1e-3, fault=fault)
         moves[fault] = math.sqrt(sum(float(np.sum((p.data - b) ** 2))
                                      for p, b in zip(model.parameters(), before, strict=True)))

@@ -8,6 +8,7 @@ import torch
 
 from torch_impl import loss_scaling as tls
 from torch_impl import nn as tnn
+from torch_impl import train as ttrain
 
 
 def _setup(precision: str, **kwargs: float) -> tuple:
@@ -24,7 +25,7 @@ def test_skipped_signal_matches_the_backoff_torch_then_applies() -> None:
     seen = []
     for _ in range(40):
         before = [p.detach().clone() for p in model.parameters()]
-        r = tls.train_step(model, torch.nn.MSELoss(), opt, scaler, x, y, precision="fp16")
+        r = ttrain.train_step(model, torch.nn.MSELoss(), opt, scaler, x, y, precision="fp16")
         moved = any(not torch.equal(p, b) for p, b in zip(model.parameters(), before,
                                                           strict=True))
         assert r.skipped is (scaler.get_scale() < r.scale) is (not moved)
@@ -36,7 +37,7 @@ def test_fp16_without_an_enabled_scaler_is_refused_and_bf16_needs_none() -> None
     """precision fp16 with make_scaler('fp32') raises; bf16 trains with a disabled scaler."""
     model, opt, scaler, x, y = _setup("fp32")
     with pytest.raises(ValueError, match="needs an enabled GradScaler"):
-        tls.train_step(model, torch.nn.MSELoss(), opt, scaler, x, y, precision="fp16")
+        ttrain.train_step(model, torch.nn.MSELoss(), opt, scaler, x, y, precision="fp16")
     model, opt, scaler, x, y = _setup("bf16")
-    r = tls.train_step(model, torch.nn.MSELoss(), opt, scaler, x, y, precision="bf16")
+    r = ttrain.train_step(model, torch.nn.MSELoss(), opt, scaler, x, y, precision="bf16")
     assert not scaler.is_enabled() and r.scale == 1.0 and not r.skipped

@@ -32,7 +32,9 @@ from torch import nn
 from torch_impl import amp, loss_scaling, resume
 from torch_impl.data import ResumableSampler, hash_words, make_loader, make_task
 from torch_impl.nn import make_mlp
+from torch_impl.recompute import Schedule
 
+FAULTS = (None, "fp16_without_scaler", "clip_before_unscale")
 INVENTORY = ("model", "optimizer", "scheduler", "scaler", "rng", "data", "step")
 OPTIMIZERS = {"SGD": {"momentum": 0.9}, "Adam": {}, "AdamW": {"weight_decay": 0.01}}
 SCHEDULES = ("constant", "cosine", "step")
@@ -139,20 +141,16 @@ class Run:
                 continue
             return x, (labels if self.config.loss == "cross_entropy" else values)
 
-    def train_step(self) -> loss_scaling.StepResult:
+    def train_step(self) -> StepResult:
         x, y = self.next_batch()
         devices = [self.device] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices, device_type=self.device.type):
             torch.default_generator.set_state(self.generator.get_state())
             if self.cuda_generator is not None:
                 torch.cuda.set_rng_state(self.cuda_generator.get_state(), self.device)
-            if self.schedule is None:
-                result = loss_scaling.train_step(self.model, self.loss_fn, self.optimizer,
-                                                 self.scaler, x, y,
-                                                 precision=self.config.precision,
-                                                 max_grad_norm=self.config.max_grad_norm)
-            else:
-                result = _recompute_step(self, x, y)
+            result = train_step(self.model, self.loss_fn, self.optimizer, self.scaler, x, y,
+                                precision=self.config.precision,
+                                max_grad_norm=self.config.max_grad_norm, schedule=self.schedule)
             self.generator.set_state(torch.default_generator.get_state())
             if self.cuda_generator is not None:
                 self.cuda_generator.set_state(torch.cuda.get_rng_state(self.device))
@@ -229,25 +227,63 @@ def _make_scheduler(optimizer: torch.optim.Optimizer, c: TrainConfig
     return lr_scheduler.StepLR(optimizer, step_size=c.total_steps + 1, gamma=1.0)
 
 
-def _recompute_step(run: Run, x: torch.Tensor, y: torch.Tensor) -> loss_scaling.StepResult:
-    """loss_scaling.train_step's order with the model run under the recompute schedule."""
+@dataclass(frozen=True)
+class StepResult:
+    """What one training step did: the unscaled loss, the scale it used, whether it skipped."""
+
+    loss: float
+    scale: float
+    skipped: bool
+    grad_norm: float | None = None  # what clip_grad_norm_ returned (None: no clipping)
+
+
+
+def train_step(model: nn.Module, loss_fn: nn.Module, optimizer: torch.optim.Optimizer,
+               scaler: torch.amp.GradScaler, x: torch.Tensor, y: torch.Tensor, *,
+               precision: str, max_grad_norm: float | None = None,
+               schedule: Schedule | None = None, fault: str | None = None) -> StepResult:
+    """One mixed-precision step; reference.train.train_step line for line.
+
+    precision "fp32" | "bf16" | "fp16" picks the autocast dtype (amp.autocast_dtype);
+    "fp16" requires an enabled scaler (make_scaler gives the right one for each). Order:
+    zero_grad, autocast forward, float32 loss, scale(loss).backward(), unscale_, clip the
+    UNSCALED gradients (if max_grad_norm), step (skipped on inf/NaN), update.
+    `fault` reproduces a classic mistake, for the tests and docs only (FAULTS):
+    "fp16_without_scaler" lifts the fp16 guard, "clip_before_unscale" clips the scaled
+    gradients (the threshold is then effectively max_grad_norm * S).
+    `schedule` runs the forward with checkpointed segments (recompute.forward_with_schedule);
+    torch.autocast and torch.utils.checkpoint compose natively, in every precision.
+    """
+    dtype = amp.autocast_dtype(precision)
+    if fault not in FAULTS:
+        raise ValueError(f"train_step: fault must be one of {FAULTS}, got {fault!r}")
+    if precision == "fp16" and not scaler.is_enabled() and fault != "fp16_without_scaler":
+        raise ValueError("train_step: precision 'fp16' needs an enabled GradScaler "
+                         "(make_scaler('fp16')); bf16 and fp32 do not")
+    optimizer.zero_grad()
+    with amp.autocast(dtype, x.device.type):
+        output = model(x) if schedule is None else _scheduled(model, x, schedule)
+        loss = loss_fn(output, y)  # fp32 op list: losses run in float32
+    scaler.scale(loss).backward()
+    grad_norm = None
+    if fault == "clip_before_unscale" and max_grad_norm is not None:
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=max_grad_norm)
+    scaler.unscale_(optimizer)
+    if max_grad_norm is not None and fault != "clip_before_unscale":
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=max_grad_norm)
+    scale = scaler.get_scale()
+    scaler.step(optimizer)
+    skipped = loss_scaling.step_skipped(scaler, optimizer)
+    scaler.update()
+    return StepResult(loss.item(), scale, skipped,
+                      None if grad_norm is None else grad_norm.item())
+
+
+def _scheduled(model: nn.Module, x: torch.Tensor, schedule: Schedule) -> torch.Tensor:
+    """The recompute adapter: the model's forward under a checkpointing schedule."""
     from torch_impl import recompute
 
-    dtype = amp.autocast_dtype(run.config.precision)
-    run.optimizer.zero_grad()
-    with amp.autocast(dtype, x.device.type):
-        output = recompute.forward_with_schedule(run.model, x, run.schedule)
-        loss = run.loss_fn(output, y)
-    run.scaler.scale(loss).backward()
-    run.scaler.unscale_(run.optimizer)
-    if run.config.max_grad_norm is not None:
-        torch.nn.utils.clip_grad_norm_(run.model.parameters(), run.config.max_grad_norm,
-                                       foreach=False)
-    scale = run.scaler.get_scale()
-    run.scaler.step(run.optimizer)
-    skipped = loss_scaling.step_skipped(run.scaler, run.optimizer)
-    run.scaler.update()
-    return loss_scaling.StepResult(loss.item(), scale, skipped)
+    return recompute.forward_with_schedule(model, x, schedule)
 
 
 # ---------------------------------------------------------------- the digest

@@ -18,9 +18,11 @@ from reference import amp as ramp
 from reference import loss_scaling as rls
 from reference import nn as rnn
 from reference import optim as ropt
+from reference import train as rtrain
 from reference.nn import Parameter
 from torch_impl import loss_scaling as tls
 from torch_impl import nn as tnn
+from torch_impl import train as ttrain
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
@@ -116,9 +118,9 @@ def train_runs(precision: str, steps: int = 60, seed: int = 2, *, lr: float = 0.
     out: dict[str, Any] = {"ref": [], "torch": []}
     for _ in range(steps):
         x, y = regression_batch(rng)
-        out["ref"].append(rls.train_step(ref, rnn.MSELoss(), ro, rs, x, y, precision=precision,
+        out["ref"].append(rtrain.train_step(ref, rnn.MSELoss(), ro, rs, x, y, precision=precision,
                                          max_grad_norm=max_grad_norm, fault=fault))
-        out["torch"].append(tls.train_step(tm, torch.nn.MSELoss(), to, ts, torch.from_numpy(x),
+        out["torch"].append(ttrain.train_step(tm, torch.nn.MSELoss(), to, ts, torch.from_numpy(x),
                                            torch.from_numpy(y), precision=precision,
                                            max_grad_norm=max_grad_norm, fault=fault))
     out["params"] = [(name, p.data, tp.detach().numpy()) for (name, p), tp
