@@ -86,6 +86,19 @@ def in_eps_units(actual: Any, expected: Any, scale: Any) -> np.ndarray:
     return np.where(diff == 0, 0.0, units)
 
 
+def max_abs_difference(actual: Any, expected: Any) -> float:
+    """max |a - b| in float64 over elements that are not NaN on both sides (inf if the NaN
+    sets differ): the raw number a report prints beside a close or eps claim's ratio."""
+    a = as_numpy(actual).astype(np.float64)
+    b = as_numpy(expected).astype(np.float64)
+    if a.shape != b.shape:
+        raise AssertionError(f"shapes differ: {a.shape} vs {b.shape}")
+    if np.any(np.isnan(a) != np.isnan(b)):
+        return float("inf")
+    with np.errstate(invalid="ignore"):
+        return float(np.max(np.where(np.isnan(a), 0.0, np.abs(a - b)), initial=0.0))
+
+
 def measure(c: Claim, actual: Any, expected: Any, *, scale: Any = None) -> float:
     """The observed worst case of `actual` against `expected` in the claim's unit."""
     if c.kind in ("bits", "nan_class"):

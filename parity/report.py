@@ -36,6 +36,9 @@ class Observation:
     observed: float
     n: int
     note: str = ""
+    # close and eps claims: the raw max |a - b| behind `observed` (compare.max_abs_difference),
+    # printed next to the bound so a ratio is never read as an absolute difference
+    raw: float | None = None
 
 
 @dataclass(frozen=True)
@@ -93,15 +96,18 @@ def run(topic: str | None = None) -> list[Row]:
 
 
 def render(rows: list[Row]) -> str:
-    """A plain-text table: claim / tolerance / observed worst case / n / verdict."""
-    head = ("claim", "kind", "tolerance", "observed", "n", "verdict", "s")
+    """A plain-text table: claim / tolerance / observed worst case in the claim's unit (a
+    count, ulps, eps units, or the ratio to a close bound) / the raw max |a-b| where the
+    check reports it / n / verdict."""
+    head = ("claim", "kind", "tolerance", "observed", "max |a-b|", "n", "verdict", "s")
     body = []
     for r in rows:
         obs = r.observation
         observed = "-" if obs is None else f"{obs.observed:.3g}"
+        raw = "-" if obs is None or obs.raw is None else f"{obs.raw:.3g}"
         n = "-" if obs is None else f"{obs.n:,}"
         body.append(
-            (r.claim.id, r.claim.kind, r.claim.tolerance, observed, n, r.verdict,
+            (r.claim.id, r.claim.kind, r.claim.tolerance, observed, raw, n, r.verdict,
              f"{r.seconds:.1f}")
         )
     widths = [max(len(row[i]) for row in [head, *body]) for i in range(len(head))]

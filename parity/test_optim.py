@@ -17,8 +17,8 @@ import torch
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from parity.checks.optim import FUSED, SCHEDULERS, run_optimizers, run_schedules, torch_sqrt
 from parity.compare import assert_claim
+from parity.drivers.optim import FUSED, SCHEDULERS, run_optimizers, run_schedules, torch_sqrt
 from parity.strategies import (
     OPTIM_TAIL_SIZES,
     optim_adam_hyper,

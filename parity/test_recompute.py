@@ -9,7 +9,6 @@ import torch
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from parity.checks.nn import in_eps_units, linear_scales, torch_layerwise, zeros_like
 from parity.checks.recompute import (
     counts_array,
     inputs,
@@ -19,7 +18,8 @@ from parity.checks.recompute import (
     ref_case,
     torch_case,
 )
-from parity.compare import assert_claim
+from parity.compare import assert_claim, in_eps_units
+from parity.drivers.nn import linear_scales, torch_layerwise, zeros_like
 from parity.strategies import recompute_models, recompute_specs
 from reference import nn as ref
 from reference import recompute as rrc

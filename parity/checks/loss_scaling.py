@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from parity.checks.optim import FUSED
 from parity.compare import measure
+from parity.drivers.optim import FUSED
 from parity.report import Observation, check, picture
 from parity.tolerances import claim
 from reference import amp as ramp
