@@ -9,7 +9,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from hypothesis import event, given, settings
+from hypothesis import event, example, given, settings
 
 from parity.compare import assert_claim
 from parity.drivers import accounting as drv
@@ -20,6 +20,7 @@ from parity.strategies.accounting import (
 )
 from reference import accounting as racc
 from reference import flops as rflops
+from reference.recompute import parse_schedule
 
 STATE = ("weights", "grads", "master", "grad_buffer", "optimizer_state", "optimizer_step")
 PHASES = ("forward", "backward", "recompute", "optimizer")
@@ -34,7 +35,17 @@ def _measured(state: dict[str, int], names: tuple[str, ...]) -> np.ndarray:
     return np.array([state.get(n, 0) for n in names], dtype=np.int64)
 
 
+# A schedule whose segments end in a Linear: torch's early stop cuts those GEMMs
+CUT = {"sizes": (4, 6, 6, 3), "batch": 3, "activation": "tanh", "dropout": 0.0,
+       "precision": "bf16", "optimizer": "adam", "recompute": "uniform:3", "early_stop": True,
+       "seed": 1}
+
+
 def _events(case: drv.MLPCase) -> None:
+    n = len(rflops.mlp_layers(case.sizes, case.activation, case.dropout))
+    _, cut = rflops.recompute_runs(parse_schedule(case.recompute, n).plan, [True] * n,
+                                   case.early_stop)
+    event("early stop cuts a GEMM" if sum(cut.values()) else "no cut")
     event(f"recompute {case.recompute.partition(':')[0]}")
     event(f"precision {case.precision}")
     event("dropout p = 1 (0-dim mask)" if case.dropout == 1.0 else f"dropout {case.dropout > 0}")
@@ -97,6 +108,7 @@ def test_formula_precisions_and_project_precisions_map_both_ways(optimizer: str)
 
 
 @given(fields=accounting_mlp_cases())
+@example(fields=CUT)
 @settings(max_examples=15)
 def test_flop_counter_equals_mlp_flops_per_phase(fields: dict, device: str) -> None:
     """FlopCounterMode over one torch step, by phase (forward, backward, recompute,
@@ -123,6 +135,7 @@ def test_flop_counter_on_meta_counts_an_mlp_too_large_to_allocate(recompute: str
 
 
 @given(fields=accounting_mlp_cases())
+@example(fields=CUT)
 @settings(max_examples=30)
 def test_reference_counts_its_own_gemms_and_the_two_named_terms(fields: dict) -> None:
     """The reference's forward (tape shapes and counters), backward and recompute GEMMs ==
@@ -135,7 +148,6 @@ def test_reference_counts_its_own_gemms_and_the_two_named_terms(fields: dict) ->
     mine = drv.reference_step(case)
     fl = mine["flops"]
     cut = fl["cut"] if case.early_stop else 0  # type: ignore[index]
-    event("early stop cut a GEMM" if cut else "no GEMM cut")
     measured = [fl["forward"], fl["backward"] - drv.first_dx(case),  # type: ignore[index]
                 fl["recompute"] - cut]  # type: ignore[index]
     expected = [predicted["forward"], predicted["backward"], predicted["recompute"]]
