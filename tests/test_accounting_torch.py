@@ -145,3 +145,46 @@ def test_cuda_phases_hold_at_least_the_saved_bytes(cuda_device: str) -> None:
     assert grew >= held["model"] + held["loss"] - data  # type: ignore[index]
     for stats in cuda.values():  # type: ignore[union-attr]
         assert stats["peak"] >= stats["end"] and stats["reserved"] >= stats["peak"]
+
+
+def test_account_command_reconciles_the_mlp_with_every_gap_named(capsys: pytest.CaptureFixture
+                                                                 ) -> None:
+    """`account --model mlp --measure --json`: one JSON object; torch measures every
+    predicted row exactly; the reference's gaps all carry their terms; exit 0."""
+    import json
+
+    from parity.cli import main
+
+    argv = ["account", "--model", "mlp", "--measure", "--json", "--precision", "fp16",
+            "--recompute", "sqrt", "--dropout", "0.2", "--optimizer", "adam"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["unexplained"] == 0 and out["totals"]["bytes_per_param"] == 16
+    assert all(r["measured"]["torch"] == r["predicted"] for r in out["rows"])
+    assert main(["account", "--model", "mlp", "--measure"]) == 0
+    text = capsys.readouterr().out.strip().splitlines()
+    assert "the reference computes the first dx" in "\n".join(text)
+    assert text[-1].startswith("account: memory ") and text[-1].endswith("unexplained gaps 0")
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--model", "gpt", "--n-head", "7"], "divisors of d_model"),
+    (["--model", "gpt", "--recompute", "selective"], "'full_early_stop'"),
+    (["--model", "mlp", "--recompute", "full"], "optimal:S"),
+    (["--model", "mlp", "--precision", "bf16_mixed"], "fp32, bf16, fp16"),
+    (["--model", "mlp", "--sizes", "8,0,3"], "positive widths"),
+    (["--model", "mlp", "--batch", "-2"], "below the minimum 1"),
+    (["--model", "mlp", "--optimizer", "lion"], "'sgd_momentum'"),
+    (["--model", "mlp", "--device", "tpu"], "cpu, cuda, cuda:N"),
+    (["--model", "gpt", "--measure"], "needs the GPT model"),
+])
+def test_account_command_bad_input_is_one_line_and_exit_2(argv: list[str], says: str,
+                                                          capsys: pytest.CaptureFixture) -> None:
+    from parity.cli import main
+
+    try:
+        status = main(["account", *argv])
+    except SystemExit as e:  # argparse's own errors
+        status = e.code  # type: ignore[assignment]
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and len(err) == 1 and says in err[0], err

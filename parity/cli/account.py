@@ -16,7 +16,8 @@ and fp16_mixed hold the weights in 2 bytes with a float32 master copy (gpt's she
 (none, sqrt, uniform:K, optimal:S), whole blocks for gpt (full re-runs every block's forward;
 full_early_stop is torch's non-reentrant checkpoint, which stops before the last GEMM).
 The gpt sheet comes from formulas only: its exact activations and --measure need the model.
-Last line: `account: memory B bytes (state S, P bytes/param), flops F, unexplained gaps U`.
+Last line: `account: memory B bytes (state S, P bytes/param), flops F, unexplained gaps U`
+(with --json, the one JSON object holds the same: totals, unexplained).
 Exit status: 0; 1 if --measure finds a gap no named term explains; 2 for bad input.
 """
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 
 from parity.cli import EXIT_FAILED, EXIT_OK, UsageError, finite_float, int_at_least
 
@@ -123,6 +125,8 @@ def run(args: argparse.Namespace) -> int:
     from parity.drivers import accounting as drv
 
     case = _case(args)
+    if args.device != "cpu" and not re.fullmatch(r"cuda(:\d+)?", args.device):
+        raise UsageError(f"--device {args.device!r}: accepted: cpu, cuda, cuda:N")
     try:
         rows = drv.predict_mlp(case, args.device) if args.model == "mlp" else \
             drv.predict_gpt(case)  # type: ignore[arg-type]
@@ -131,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
     trees: tuple[str, ...] = ()
     cuda = None
     if args.measure and args.model == "mlp":
-        if args.device.startswith("cuda"):
+        if args.device != "cpu":
             import torch
 
             if not torch.cuda.is_available():
@@ -157,7 +161,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"\nexact activations and --measure: {drv.NEEDS_THE_MODEL}")
     if args.measure and args.model == "gpt":
         raise UsageError(f"--measure: {drv.NEEDS_THE_MODEL}")
-    print(f"account: memory {t['memory']} bytes (state {t['state']}, "
-          f"{t['bytes_per_param']} bytes/param), flops {t['flops']}, "
-          f"unexplained gaps {unexplained}")
+    if not args.json:
+        print(f"account: memory {t['memory']} bytes (state {t['state']}, "
+              f"{t['bytes_per_param']} bytes/param), flops {t['flops']}, "
+              f"unexplained gaps {unexplained}")
     return EXIT_FAILED if unexplained else EXIT_OK
