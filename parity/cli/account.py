@@ -155,6 +155,11 @@ def run(args: argparse.Namespace) -> int:
             print("\nCUDA memory by phase (bytes; allocated at start and end, peak, reserved):")
             for phase, stats in cuda.items():
                 print(f"  {phase:<10} " + "  ".join(f"{k} {v:,}" for k, v in stats.items()))
+            grew = cuda["forward"]["end"] - cuda["forward"]["start"]
+            saved = sum(r.measured["torch"] or 0 for r in rows if r.name.startswith("activ"))
+            print(f"  the forward left {grew:,} bytes allocated for {saved:,} saved: the gap is "
+                  "each allocation rounded up to 512 bytes, the outputs, and cuBLAS's "
+                  "workspace at the first GEMM (kept); reserved - allocated is the cache")
         if trees and case.precision != "fp32":  # type: ignore[attr-defined]
             print(f"\nreference under {case.precision}: {drv.REFERENCE_LOW_PRECISION}")  # type: ignore[attr-defined]
         if args.model == "gpt":
