@@ -68,9 +68,9 @@ CLAIMS: tuple[Claim, ...] = (
             "The bytes held between forward and backward, measured with saved_tensors_hooks "
             "(distinct (data_ptr, nbytes), parameters excluded), equal mlp_activation_bytes "
             "for the model, loss_saved for the loss and 4 bytes for fp16's GradScaler "
-            "multiply, for every precision, activation, dropout and schedule; in float32 and "
-            "float64 the reference's tape holds the model's bytes exactly and the loss's minus "
-            "nll_loss's 0-dim total_weight."
+            "multiply, for every precision, activation, dropout and schedule; the reference's "
+            "tape holds the same bytes for the model (float32 and float64) and for the loss "
+            "(float32) minus nll_loss's 0-dim total_weight."
         ),
         kind="bits",
         bound=0,
