@@ -30,7 +30,8 @@ from typing import NoReturn
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_FOUND = 0, 1, 2, 3
 
 # The commands, in the order `python -m parity --help` lists them; each is parity/cli/<name>.py.
-COMMANDS: tuple[str, ...] = ("report", "ranges", "sweep", "fuzz", "tolerances", "docs", "train")
+COMMANDS: tuple[str, ...] = ("report", "ranges", "sweep", "fuzz", "tolerances", "docs", "train",
+                             "account")
 
 
 class UsageError(Exception):

@@ -1,0 +1,173 @@
+"""The prediction sheet of one training step: bytes per category, FLOPs per phase, bytes per
+parameter; with --measure, the same step run in both trees, each measurement beside the
+prediction with the gap and the term that explains it.
+
+    python -m parity account --model mlp [--sizes 8,32,32,3] [--batch 16] [--activation A]
+        [--dropout P] [--precision {fp32,bf16,fp16}] [--optimizer O] [--recompute SPEC]
+        [--no-early-stop] [--measure] [--device D] [--json]
+    python -m parity account --model gpt [--n-layer 12] [--d-model 768] [--n-head 12]
+        [--seq-len 1024] [--vocab 50257] [--batch 8] [--d-ff F] [--no-bias] [--tie-weights]
+        [--dropout P] [--precision {fp32,bf16,fp16,bf16_mixed,fp16_mixed}] [--optimizer O]
+        [--recompute {none,full,full_early_stop}] [--json]
+
+--precision: fp32, bf16, fp16 are this project's (autocast over float32 weights); bf16_mixed
+and fp16_mixed hold the weights in 2 bytes with a float32 master copy (gpt's sheet only).
+--optimizer: sgd, sgd_momentum, adam, adamw. --recompute: a checkpoint schedule for the MLP
+(none, sqrt, uniform:K, optimal:S), whole blocks for gpt (full re-runs every block's forward;
+full_early_stop is torch's non-reentrant checkpoint, which stops before the last GEMM).
+The gpt sheet comes from formulas only: its exact activations and --measure need the model.
+Last line: `account: memory B bytes (state S, P bytes/param), flops F, unexplained gaps U`
+(with --json, the one JSON object holds the same: totals, unexplained).
+Exit status: 0; 1 if --measure finds a gap no named term explains; 2 for bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+
+from parity.cli import EXIT_FAILED, EXIT_OK, UsageError, finite_float, int_at_least
+
+HELP = "predict bytes and FLOPs of one step; --measure reconciles both trees term by term"
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers "
+                                         "(e.g. 8,32,32,3)") from None
+    if len(sizes) < 2 or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: needs at least two positive widths "
+                                         "(d_in,...,d_out)")
+    return sizes
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from parity.drivers.accounting import MODELS, OPTIMIZERS, PRECISIONS
+
+    p.add_argument("--model", choices=MODELS, required=True)
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32")
+    p.add_argument("--optimizer", choices=tuple(OPTIMIZERS), default="adamw")
+    p.add_argument("--recompute", default="none", metavar="SPEC",
+                   help="mlp: none | sqrt | uniform:K | optimal:S; gpt: none | full | "
+                        "full_early_stop (default none)")
+    p.add_argument("--batch", type=int_at_least(1), default=None,
+                   help="rows (mlp, default 16) or sequences (gpt, default 8)")
+    p.add_argument("--dropout", type=finite_float(low=0.0, high=1.0), default=0.0)
+    p.add_argument("--json", action="store_true", help="one JSON object instead of the table")
+    mlp = p.add_argument_group("mlp")
+    mlp.add_argument("--sizes", type=_sizes, default=(8, 32, 32, 3), metavar="D0,...,DN")
+    mlp.add_argument("--activation", choices=("relu", "tanh", "gelu", "gelu_tanh"),
+                     default="tanh")
+    mlp.add_argument("--no-early-stop", action="store_true",
+                     help="torch.utils.checkpoint.set_checkpoint_early_stop(False)")
+    mlp.add_argument("--measure", action="store_true",
+                     help="run one step in both trees and reconcile")
+    mlp.add_argument("--device", default="cpu", help="torch device for --measure (cpu, cuda)")
+    gpt = p.add_argument_group("gpt")
+    gpt.add_argument("--n-layer", type=int_at_least(1), default=12)
+    gpt.add_argument("--d-model", type=int_at_least(1), default=768)
+    gpt.add_argument("--n-head", type=int_at_least(1), default=12)
+    gpt.add_argument("--seq-len", type=int_at_least(1), default=1024)
+    gpt.add_argument("--vocab", type=int_at_least(1), default=50257)
+    gpt.add_argument("--d-ff", type=int_at_least(1), default=None, help="default 4 d_model")
+    gpt.add_argument("--no-bias", action="store_true")
+    gpt.add_argument("--tie-weights", action="store_true")
+
+
+def _case(args: argparse.Namespace) -> object:
+    from parity.drivers import accounting as drv
+
+    if args.model == "mlp":
+        if args.precision not in ("fp32", "bf16", "fp16"):
+            raise UsageError(f"--precision {args.precision}: the MLP trains under autocast in "
+                             "this project; accepted for --model mlp: fp32, bf16, fp16")
+        return drv.MLPCase(sizes=args.sizes, batch=args.batch or 16,
+                           activation=args.activation, dropout=args.dropout,
+                           precision=args.precision, optimizer=args.optimizer,
+                           recompute=args.recompute, early_stop=not args.no_early_stop)
+    return drv.GPTCase(n_layer=args.n_layer, d_model=args.d_model, n_head=args.n_head,
+                       seq_len=args.seq_len, vocab=args.vocab, batch=args.batch or 8,
+                       d_ff=args.d_ff, bias=not args.no_bias, tie_weights=args.tie_weights,
+                       dropout=args.dropout, precision=args.precision,
+                       optimizer=args.optimizer, recompute=args.recompute)
+
+
+def _number(value: int | None) -> str:
+    return "-" if value is None else f"{value:,}"
+
+
+def render(rows: list, trees: tuple[str, ...]) -> str:
+    """The sheet as a plain-text table; with trees, measured | gap | term per tree."""
+    head = ["section", "quantity", "predicted"]
+    for tree in trees:
+        head += [tree, "gap", "term"]
+    head.append("formula")
+    body = []
+    for r in rows:
+        line = [r.section, r.name, _number(r.predicted)]
+        for tree in trees:
+            gap = r.gap(tree)
+            line += [_number(r.measured.get(tree)), _number(gap) if gap else "",
+                     r.terms.get(tree, "")]
+        body.append([*line, r.formula])
+    widths = [max(len(row[i]) for row in [head, *body]) for i in range(len(head))]
+    right = {i for i, h in enumerate(head) if h in ("predicted", "gap", *trees)}
+    fmt = lambda row: "  ".join(v.rjust(w) if i in right else v.ljust(w)  # noqa: E731
+                                for i, (v, w) in enumerate(zip(row, widths, strict=True)))
+    lines = [fmt(head), fmt(["-" * w for w in widths]), *map(fmt, body)]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from parity.drivers import accounting as drv
+
+    case = _case(args)
+    if args.device != "cpu" and not re.fullmatch(r"cuda(:\d+)?", args.device):
+        raise UsageError(f"--device {args.device!r}: accepted: cpu, cuda, cuda:N")
+    try:
+        rows = drv.predict_mlp(case, args.device) if args.model == "mlp" else \
+            drv.predict_gpt(case)  # type: ignore[arg-type]
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    trees: tuple[str, ...] = ()
+    cuda = None
+    if args.measure and args.model == "mlp":
+        if args.device != "cpu":
+            import torch
+
+            if not torch.cuda.is_available():
+                raise UsageError(f"--device {args.device}: torch.cuda.is_available() is False")
+        measured = drv.torch_step(case, args.device)  # type: ignore[arg-type]
+        drv.reconcile(rows, case, measured, drv.reference_step(case))  # type: ignore[arg-type]
+        trees, cuda = ("torch", "reference"), measured["cuda"]
+    unexplained = sum(term == "UNEXPLAINED" for r in rows for term in r.terms.values())
+    t = drv.totals(rows, case.n_params)  # type: ignore[attr-defined]
+    if args.json:
+        out = drv.as_json(args.model, case, rows)  # type: ignore[arg-type]
+        out.update(unexplained=unexplained, cuda=cuda)
+        print(json.dumps(out, indent=1))
+    else:
+        print(render(rows, trees))
+        if cuda:
+            print("\nCUDA memory by phase (bytes; allocated at start and end, peak, reserved):")
+            for phase, stats in cuda.items():
+                print(f"  {phase:<10} " + "  ".join(f"{k} {v:,}" for k, v in stats.items()))
+            grew = cuda["forward"]["end"] - cuda["forward"]["start"]
+            saved = sum(r.measured["torch"] or 0 for r in rows if r.name.startswith("activ"))
+            print(f"  the forward left {grew:,} bytes allocated for {saved:,} saved: the gap is "
+                  "each allocation rounded up to 512 bytes, the outputs, and cuBLAS's "
+                  "workspace at the first GEMM (kept); reserved - allocated is the cache")
+        if trees and case.precision != "fp32":  # type: ignore[attr-defined]
+            print(f"\nreference under {case.precision}: {drv.REFERENCE_LOW_PRECISION}")  # type: ignore[attr-defined]
+        if args.model == "gpt":
+            print(f"\nexact activations and --measure: {drv.NEEDS_THE_MODEL}")
+    if args.measure and args.model == "gpt":
+        raise UsageError(f"--measure: {drv.NEEDS_THE_MODEL}")
+    if not args.json:
+        print(f"account: memory {t['memory']} bytes (state {t['state']}, "
+              f"{t['bytes_per_param']} bytes/param), flops {t['flops']}, "
+              f"unexplained gaps {unexplained}")
+    return EXIT_FAILED if unexplained else EXIT_OK
