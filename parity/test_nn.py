@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from hypothesis import event, given, settings
+from hypothesis import event, given, settings, target
 from hypothesis import strategies as st
 
 from parity.compare import assert_claim
@@ -20,10 +20,11 @@ from parity.drivers.nn import (
     TORCH_DTYPE,
     activation_claims,
     activation_scales,
+    ce_scales,
     linear_scales,
     loss_pair,
-    loss_scales,
     mlp_forward_with_bound,
+    mse_scale,
     run_ref,
     run_torch,
     saved_signature,
@@ -34,6 +35,7 @@ from parity.drivers.nn import (
     torch_twin,
 )
 from parity.strategies import NN_DTYPES, mlp_sizes, nn_arrays, nn_shapes
+from parity.strategies.nn import nn_absorbing_logits, nn_absorbing_residuals
 from reference import nn as ref
 from torch_impl import nn as tnn
 
@@ -151,37 +153,47 @@ def test_dropout_in_eval_is_the_identity_like_torch(device: str, dtype: type, se
 
 
 @given(dtype=st.sampled_from(NN_DTYPES), reduction=st.sampled_from(("none", "sum", "mean")),
-       shape=nn_shapes(1, 3), data=st.data())
+       shape=nn_shapes(1, 3), absorbing=st.booleans(), data=st.data())
 @settings(max_examples=40)
 def test_mse_loss_matches_torch_bits_elementwise_and_bound_reduced(
-        device: str, dtype: type, reduction: str, shape: tuple[int, ...],
+        device: str, dtype: type, reduction: str, shape: tuple[int, ...], absorbing: bool,
         data: st.DataObject) -> None:
-    """MSE terms and gradients have torch's bits; reduced losses differ only by summation order."""
-    x, t = data.draw(nn_arrays(shape, dtype)), data.draw(nn_arrays(shape, dtype))
-    loss, tloss, dx, tdx, g = loss_pair("mse", x, t, np.random.default_rng(0), reduction, device)
+    """MSE terms and gradients have torch's bits; reduced losses differ only by summation
+    order, within the any-order bound (driven toward it by absorbing residuals)."""
+    if absorbing:
+        x, t = data.draw(nn_absorbing_residuals(shape, dtype)), np.zeros(shape, dtype)
+    else:
+        x, t = data.draw(nn_arrays(shape, dtype)), data.draw(nn_arrays(shape, dtype))
+    loss, tloss, dx, tdx, _, _ = loss_pair("mse", x, t, np.random.default_rng(0), reduction,
+                                           device)
     assert_claim("nn.mse_loss.elementwise", dx, tdx, "(input gradient)")
     if reduction == "none":
         assert_claim("nn.mse_loss.elementwise", loss, tloss, "(loss)")
     else:
-        assert_claim("nn.mse_loss.reduced", loss, tloss,
-                     scale=loss_scales("mse", reduction, x, t, g)[0])
+        seen = assert_claim("nn.mse_loss.reduced", loss, tloss,
+                            scale=mse_scale(reduction, x, t))
+        target(seen, label=f"nn.mse_loss.reduced, absorbing={absorbing}")
 
 
 @given(dtype=st.sampled_from(NN_DTYPES), reduction=st.sampled_from(("none", "sum", "mean")),
        batch=st.integers(0, 40), classes=st.integers(1, 50), seed=st.integers(0, 2**32 - 1),
-       data=st.data())
+       absorbing=st.booleans(), data=st.data())
 @settings(max_examples=40)
 def test_cross_entropy_matches_torch_within_logsumexp_bound(
         device: str, dtype: type, reduction: str, batch: int, classes: int, seed: int,
-        data: st.DataObject) -> None:
-    """Cross-entropy loss and gradient (2-D and 1-D logits) stay within the claimed bound."""
+        absorbing: bool, data: st.DataObject) -> None:
+    """Cross-entropy loss and gradient (2-D and 1-D logits) stay within the derived bound,
+    also where the class sums absorb all but one term."""
     shape = (classes,) if batch == 0 else (batch, classes)
-    x = data.draw(nn_arrays(shape, dtype))
-    loss, tloss, dx, tdx, g = loss_pair("ce", x, x, np.random.default_rng(seed), reduction,
-                                        device)
-    s_loss, s_grad = loss_scales("ce", reduction, x, x, g)
-    assert_claim("nn.cross_entropy", loss, tloss, f"({reduction}, {shape}) loss", scale=s_loss)
-    assert_claim("nn.cross_entropy", dx, tdx, f"({reduction}, {shape}) dx", scale=s_grad)
+    x = data.draw(nn_absorbing_logits(shape, dtype) if absorbing else nn_arrays(shape, dtype))
+    loss, tloss, dx, tdx, g, classes_t = loss_pair("ce", x, x, np.random.default_rng(seed),
+                                                   reduction, device)
+    s_loss, s_grad = ce_scales(reduction, x, classes_t, g, dx)
+    seen = assert_claim("nn.cross_entropy", loss, tloss, f"({reduction}, {shape}) loss",
+                        scale=s_loss)
+    seen = max(seen, assert_claim("nn.cross_entropy", dx, tdx, f"({reduction}, {shape}) dx",
+                                  scale=s_grad))
+    target(seen, label=f"nn.cross_entropy, absorbing={absorbing}")
 
 
 SAVED_LAYERS = {

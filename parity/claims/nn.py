@@ -158,19 +158,29 @@ CLAIMS: tuple[Claim, ...] = (
     Claim(
         id="nn.cross_entropy",
         statement=(
-            "CrossEntropyLoss loss and input gradient: |a - b| <= eps S with S = (C + N + 2)(1 + "
-            "2 max|x|) times N for reduction 'sum' (loss) and times |g| (/ N for 'mean') for the "
-            "gradient."
+            "CrossEntropyLoss loss and input gradient: |a - b| <= eps S. With A = C + 5 + 5 ln C "
+            "for C classes: per row A + |nll| ('none'); sum_i (A + |nll_i|) + (N - 1) sum_i "
+            "|nll_i| ('sum'); that divided by N, plus |loss| ('mean'); for the gradient, "
+            "elementwise |g'| p (A + 6 + |log p|) + |dx| + (5 |g'| + 2) eta / eps, g' the "
+            "incoming gradient (/ N for 'mean'), p the softmax, eta the smallest subnormal."
         ),
         kind="eps",
         bound=1.0,
-        scale="(C + N + 2)(1 + 2 max|x|) [N | max|g| [/ N]]",
+        scale="A + |nll| per row, A = C + 5 + 5 ln C; reduced and gradient forms in the statement",
         reason=(
-            "x - max x is bit-identical; exp differs by <= 2 ulp, a C-term sum of positives by <= "
-            "C eps relative, log by <= eps |log| + the propagated relative error: a "
-            "log-probability is within (C + 2) eps (1 + 2 max|x|) on each side. Reducing N of "
-            "them adds N eps of their sum. The gradient softmax - onehot is bounded by the same "
-            "relative errors times |g|."
+            "NOTE [ Cross-entropy error budget ]. x - max x and the final (x - max x) - log Z are "
+            "the same IEEE operations in the same order on both sides (torch's log_softmax kernel "
+            "keeps that order). Per side, exp is within a_e eps relative, the C-term sum adds (C "
+            "- 1) u in any order, log Z (0 <= log Z <= ln C) adds a_l eps ln C and the "
+            "subtraction u |log p|; SLEEF (torch) has a_e = a_l = 1, NumPy's float32 SIMD exp and "
+            "log are not correctly rounded and are taken as a_e = a_l = 4 (float64: 1). Both sides "
+            "together: |d log p| <= eps (C + 4 + 5 ln C + |log p|) < eps (A + |log p|). A "
+            "reduction over N rows adds (N - 1) eps sum |nll| (two summations in any order) and "
+            "'mean' one rounding of the division per side. The gradient g' (p - onehot) is formed "
+            "as g' onehot-part plus exp(log p) g' (torch's log_softmax backward, possibly fused): "
+            "p carries eps (A + |log p| + 5) relative, the product and the sum round once each "
+            "per side (eps/2 p |g'| and eps/2 |dx| each); where p or the product is subnormal "
+            "these errors are absolute, up to a_e eta |g'| for exp and eta/2 per rounding."
         ),
     ),
     Claim(

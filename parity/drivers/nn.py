@@ -139,26 +139,51 @@ def activation_scales(layer: ref.Module, x: np.ndarray, y: np.ndarray, g: np.nda
     return ax, ag * (1.0 + ax * (1.0 + ax * ax))
 
 
-def loss_scales(kind: str, reduction: str, x: np.ndarray, target: np.ndarray,
-                g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(S_loss, S_grad) of nn.mse_loss.reduced ("mse") and nn.cross_entropy ("ce")."""
-    xf = x.astype(np.float64)
-    if kind == "mse":
-        d2 = (xf - target.astype(np.float64)) ** 2
-        s = (d2.size + 1) * d2.sum()
-        return np.asarray(s / d2.size if reduction == "mean" else s), np.ones(x.shape)
-    batch, classes = (1, x.shape[0]) if x.ndim == 1 else x.shape
-    k = (classes + batch + 2) * (1.0 + 2.0 * np.max(np.abs(xf), initial=0.0))
-    s_loss = k * (batch if reduction == "sum" else 1)
-    s_grad = k * np.max(np.abs(g.astype(np.float64)), initial=0.0)
-    return np.asarray(s_loss), np.asarray(s_grad / batch if reduction == "mean" else s_grad)
+def mse_scale(reduction: str, x: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """S of nn.mse_loss.reduced: (n + 1) sum (x - t)^2, divided by n for 'mean'."""
+    d2 = (x.astype(np.float64) - target.astype(np.float64)) ** 2
+    s = (d2.size + 1) * d2.sum()
+    return np.asarray(s / d2.size if reduction == "mean" else s)
+
+
+# NOTE [ Cross-entropy error budget ] (parity/claims/nn.py, nn.cross_entropy): with C classes,
+# each log-probability differs between the trees by at most eps (A + |logp|), A = C + 5 +
+# 5 log C; a reduction over N rows adds (N - 1) eps sum |nll| (any summation order) and, for
+# 'mean', one rounding of the division.
+def ce_scales(reduction: str, x: np.ndarray, target: np.ndarray, g: np.ndarray,
+              dx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(S_loss, S_grad) of nn.cross_entropy for logits x (N, C) or (C,), classes target, the
+    incoming gradient g and the reference's input gradient dx."""
+    x64 = np.atleast_2d(x.astype(np.float64))  # (N, C)
+    batch, classes = x64.shape
+    shifted = x64 - x64.max(axis=-1, keepdims=True)
+    logp = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))  # (N, C)
+    nll = -np.take_along_axis(logp, np.atleast_1d(target).reshape(-1, 1), axis=-1)[:, 0]
+    a = classes + 5 + 5 * np.log(classes)
+    s_nll = a + np.abs(nll)  # (N,)
+    if reduction == "none" or x.ndim == 1:
+        s_loss = s_nll.reshape(np.shape(target))
+    else:
+        s_sum = s_nll.sum() + (batch - 1) * nll.sum()
+        s_loss = np.asarray(s_sum / batch + nll.mean() if reduction == "mean" else s_sum)
+    g64 = np.abs(np.asarray(g, dtype=np.float64))
+    if reduction == "none":
+        g_row = g64.reshape(-1, 1)  # (N, 1): each row's incoming gradient
+    else:  # one scalar, divided by N (identically in both trees) for 'mean'
+        g_row = np.full((batch, 1), float(g64) / (batch if reduction == "mean" and x.ndim == 2
+                                                 else 1))
+    finfo = np.finfo(x.dtype)
+    tiny = float(finfo.smallest_subnormal) / float(finfo.eps)  # underflow: absolute, in eps
+    s_grad = g_row * np.exp(logp) * (a + 6 + np.abs(logp)) + np.abs(
+        np.atleast_2d(dx.astype(np.float64))) + (5 * g_row + 2) * tiny
+    return s_loss, s_grad.reshape(x.shape)
 
 
 # -- the losses on both sides
 def loss_pair(kind: str, x: np.ndarray, t: np.ndarray, rng: np.random.Generator,
               reduction: str, device: str = "cpu") -> tuple[np.ndarray, ...]:
-    """(loss, torch loss, dx, torch dx, g) for one loss ("mse" or "ce") on given inputs; the
-    cross-entropy target classes are drawn from `rng`."""
+    """(loss, torch loss, dx, torch dx, g, target) for one loss ("mse" or "ce") on given
+    inputs; the cross-entropy target classes are drawn from `rng`, the MSE target is t."""
     if kind == "mse":
         r, tm, target = rloss.MSELoss(reduction), torch.nn.MSELoss(reduction=reduction), t
     else:
@@ -171,7 +196,7 @@ def loss_pair(kind: str, x: np.ndarray, t: np.ndarray, rng: np.random.Generator,
     tx = to_torch(x, device, grad=True)
     tl = tm(tx, to_torch(np.asarray(target), device))
     tl.backward(to_torch(g, device))
-    return loss, to_numpy(tl), dx, to_numpy(tx.grad), g
+    return loss, to_numpy(tl), dx, to_numpy(tx.grad), g, np.asarray(target)
 
 
 # -- saved tensors
