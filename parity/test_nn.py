@@ -177,15 +177,17 @@ def test_mse_loss_matches_torch_bits_elementwise_and_bound_reduced(
 
 @given(dtype=st.sampled_from(NN_DTYPES), reduction=st.sampled_from(("none", "sum", "mean")),
        batch=st.integers(0, 40), classes=st.integers(1, 50), seed=st.integers(0, 2**32 - 1),
-       absorbing=st.booleans(), data=st.data())
+       absorbing=st.booleans(), offset=st.sampled_from((0.0, 100.0, -3000.0)), data=st.data())
 @settings(max_examples=40)
 def test_cross_entropy_matches_torch_within_logsumexp_bound(
         device: str, dtype: type, reduction: str, batch: int, classes: int, seed: int,
-        absorbing: bool, data: st.DataObject) -> None:
+        absorbing: bool, offset: float, data: st.DataObject) -> None:
     """Cross-entropy loss and gradient (2-D and 1-D logits) stay within the derived bound,
-    also where the class sums absorb all but one term."""
+    also where the class sums absorb all but one term, and for logits with a large common
+    offset (where (x - max) - log Z and x - (max + log Z) part)."""
     shape = (classes,) if batch == 0 else (batch, classes)
     x = data.draw(nn_absorbing_logits(shape, dtype) if absorbing else nn_arrays(shape, dtype))
+    x = (x + dtype(offset)).astype(dtype)
     loss, tloss, dx, tdx, g, classes_t = loss_pair("ce", x, x, np.random.default_rng(seed),
                                                    reduction, device)
     s_loss, s_grad = ce_scales(reduction, x, classes_t, g, dx)

@@ -109,15 +109,19 @@ def test_a_loss_keeps_its_tape_until_backward_and_refuses_a_second_one() -> None
 
 
 def test_gradients_accumulate_until_zero_grad() -> None:
-    """Two backwards sum into .grad (torch's semantics); zero_grad sets it back to None."""
+    """Two backwards sum into every .grad (torch's semantics; doubling is exact, so the sum of
+    two equal gradients is exactly twice one); zero_grad sets them back to None."""
     layer = nn.Linear(3, 2, rng=np.random.default_rng(0), dtype=np.float64)
-    x, g = np.ones((4, 3)), np.ones((4, 2))
+    rng = np.random.default_rng(1)
+    x, g = rng.standard_normal((4, 3)), rng.standard_normal((4, 2))
     layer.forward(x)
     layer.backward(g)
-    once = layer.weight.grad.copy()
+    once = {name: p.grad.copy() for name, p in layer.named_parameters()}
     layer.forward(x)
     layer.backward(g)
-    np.testing.assert_array_equal(layer.weight.grad, 2 * once)
+    assert sorted(once) == ["bias", "weight"]
+    for name, p in layer.named_parameters():
+        np.testing.assert_array_equal(p.grad, 2 * once[name], err_msg=name)
     layer.zero_grad()
     assert layer.weight.grad is None and layer.bias.grad is None
 
