@@ -4,6 +4,7 @@ import numpy as np
 import torch
 
 import reference.data as rdata
+import reference.losses as rloss
 import reference.nn as rnn
 import reference.optim as roptim
 import torch_impl.data as tdata
@@ -21,7 +22,7 @@ torch_loader = tdata.make_loader(torch_task, tdata.ResumableSampler(1024, seed=0
 
 ref_opt = roptim.SGD(ref_model.parameters(), lr=0.1, momentum=0.9)
 torch_opt = torch.optim.SGD(torch_model.parameters(), lr=0.1, momentum=0.9)
-ref_loss_fn, torch_loss_fn = rnn.CrossEntropyLoss(), torch.nn.CrossEntropyLoss()
+ref_loss_fn, torch_loss_fn = rloss.CrossEntropyLoss(), torch.nn.CrossEntropyLoss()
 
 print("epoch  reference loss  torch loss")
 for epoch in range(5):

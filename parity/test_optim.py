@@ -1,8 +1,11 @@
-"""Parity of reference.optim with torch.optim (CPU): optimizers, schedules, state conversion.
+"""Parity of reference.optim (and reference.fma, reference.lr_scheduler) with torch.optim:
+the FMA emulation, the optimizers, the schedules and the state conversion.
 
 Both sides start from the same parameters and receive the same gradients; every parameter
-and every state entry is compared through a claim of parity/tolerances.py. The drivers
-(`run_optimizers`, `run_schedules`) are in parity/checks/optim.py, shared with the report.
+and every state entry is compared through a claim of parity/claims/optim.py. The drivers
+(`run_optimizers`, `run_schedules`) are in parity/drivers/optim.py, shared with the report.
+The optimizer claims are about torch's CPU kernels and skip on CUDA, saying why; the
+schedules and the state conversion hold on any device.
 """
 
 from __future__ import annotations
@@ -27,10 +30,23 @@ from parity.strategies import (
     optim_sgd_hyper,
     optim_shapes,
 )
-from reference import optim as ref
+from reference import fma as ref
+from reference import lr_scheduler as ref_lr
+from reference import optim as ref_optim
+from reference.module import Parameter
 from torch_impl import optim as topt
 
 DTYPES = st.sampled_from([np.float32, np.float64])
+
+CPU_KERNELS = (
+    "the claim is about torch's CPU kernels (NOTE [ FMA in torch's CPU kernels ], NOTE [ "
+    "torch's CPU sqrt is MKL's ]); on CUDA torch.optim takes the foreach path by default, with "
+    "other kernels")
+
+
+def skip_on_cuda(device: str, why: str = CPU_KERNELS) -> None:
+    if device != "cpu":
+        pytest.skip(f"CPU-specific claim: {why}")
 
 
 def _assert_all(claim_id: str, pairs: list[tuple[str, np.ndarray, np.ndarray]]) -> None:
@@ -41,8 +57,10 @@ def _assert_all(claim_id: str, pairs: list[tuple[str, np.ndarray, np.ndarray]]) 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("n", [*OPTIM_TAIL_SIZES, 0, 1000, 40_003])
-def test_fma_and_lerp_match_torch_kernels_bitwise_at_every_size(dtype: type, n: int) -> None:
+def test_fma_and_lerp_match_torch_kernels_bitwise_at_every_size(device: str, dtype: type,
+                                                                n: int) -> None:
     """fma/lerp equal torch's add(alpha=), addcmul_ and lerp_ in the vector body and the tail."""
+    skip_on_cuda(device)
     rng = np.random.default_rng(n)
     shape = () if n == 0 else (n,)
     p, g, e = (np.asarray(rng.standard_normal(shape) * 2.0 ** rng.integers(-20, 20, shape))
@@ -62,7 +80,7 @@ def test_fma_matches_unfused_torch_kernels_bitwise_under_default_capability() ->
     """Under ATEN_CPU_CAPABILITY=default torch does not fuse, and fma(fused=False) matches."""
     script = (
         "import numpy as np, torch\n"
-        "from reference import optim as ref\n"
+        "from reference import fma as ref\n"
         "from parity.compare import assert_claim\n"
         "assert torch.backends.cpu.get_cpu_capability() == 'DEFAULT'\n"
         "rng = np.random.default_rng(0)\n"
@@ -84,9 +102,10 @@ def test_fma_matches_unfused_torch_kernels_bitwise_under_default_capability() ->
        scale=optim_grad_scales(), new_lr=optim_lrs(), cut=st.integers(0, 12),
        seed=st.integers(0, 2**32 - 1), cross=st.booleans(), two_groups=st.booleans())
 def test_sgd_matches_torch_bitwise_for_any_hyperparameters(
-        hyper: dict, dtype: type, shapes: list, steps: int, scale: float, new_lr: float,
-        cut: int, seed: int, cross: bool, two_groups: bool) -> None:
+        device: str, hyper: dict, dtype: type, shapes: list, steps: int, scale: float,
+        new_lr: float, cut: int, seed: int, cross: bool, two_groups: bool) -> None:
     """SGD params and momentum buffers stay bit-identical through lr changes and save/load."""
+    skip_on_cuda(device)
     event(f"momentum={hyper['momentum']}, nesterov={hyper['nesterov']}")
     pairs = run_optimizers("SGD", hyper, dtype, shapes, steps, seed, grad_scale=scale,
                            lr_changes={cut // 2: new_lr}, save_at=cut, cross=cross,
@@ -100,9 +119,10 @@ def test_sgd_matches_torch_bitwise_for_any_hyperparameters(
        new_lr=optim_lrs(), cut=st.integers(0, 12), seed=st.integers(0, 2**32 - 1),
        cross=st.booleans(), two_groups=st.booleans())
 def test_adam_matches_torch_bitwise_given_torchs_sqrt(
-        name: str, hyper: dict, dtype: type, shapes: list, steps: int, scale: float,
+        device: str, name: str, hyper: dict, dtype: type, shapes: list, steps: int, scale: float,
         new_lr: float, cut: int, seed: int, cross: bool, two_groups: bool) -> None:
     """Adam/AdamW params and state are bit-identical when only the sqrt is torch's."""
+    skip_on_cuda(device)
     event(f"lerp branch: {'end' if abs(dtype(1 - hyper['betas'][0])) >= 0.5 else 'start'}")
     pairs = run_optimizers(name, hyper, dtype, shapes, steps, seed, grad_scale=scale,
                            lr_changes={cut // 2: new_lr}, save_at=cut, cross=cross,
@@ -114,8 +134,10 @@ def test_adam_matches_torch_bitwise_given_torchs_sqrt(
 @given(hyper=optim_adam_hyper(), dtype=DTYPES, shapes=optim_shapes(),
        steps=st.integers(1, 20), scale=optim_grad_scales(), seed=st.integers(0, 2**32 - 1))
 def test_adam_moments_match_torch_bitwise_with_ieee_sqrt(
-        hyper: dict, dtype: type, shapes: list, steps: int, scale: float, seed: int) -> None:
+        device: str, hyper: dict, dtype: type, shapes: list, steps: int, scale: float,
+        seed: int) -> None:
     """Without weight decay, Adam's moments never see the sqrt and stay bit-identical."""
+    skip_on_cuda(device)
     hyper = {**hyper, "weight_decay": 0}
     pairs = run_optimizers("Adam", hyper, dtype, shapes, steps, seed, grad_scale=scale,
                            sqrt="ieee")
@@ -123,8 +145,9 @@ def test_adam_moments_match_torch_bitwise_with_ieee_sqrt(
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_torch_sqrt_is_within_one_ulp_of_ieee_sqrt(dtype: type) -> None:
+def test_torch_sqrt_is_within_one_ulp_of_ieee_sqrt(device: str, dtype: type) -> None:
     """torch's CPU sqrt differs from the IEEE sqrt, by at most one ulp."""
+    skip_on_cuda(device)
     v = np.abs(np.random.default_rng(11).standard_normal(100_000)).astype(dtype)
     t = torch_sqrt(v)
     claim_id = "optim.torch_sqrt_f32_ulps" if dtype == np.float32 else "optim.torch_sqrt_f64_ulps"
@@ -147,34 +170,41 @@ SCHEDULE_ARGS = {
 @given(data=st.data(), kind=st.sampled_from(SCHEDULERS), base_lr=st.floats(1e-5, 1.0),
        steps=st.integers(1, 60), cut=st.integers(0, 60), cross=st.booleans())
 def test_schedules_match_torch_bitwise_through_save_and_load(
-        data: st.DataObject, kind: str, base_lr: float, steps: int, cut: int,
+        device: str, data: st.DataObject, kind: str, base_lr: float, steps: int, cut: int,
         cross: bool) -> None:
     """StepLR, CosineAnnealingLR and LinearLR give torch's lr sequence bit for bit."""
     kw = data.draw(SCHEDULE_ARGS[kind])
     if kind == "CosineAnnealingLR" and steps > 2 * kw["T_max"]:
         event("cosine: additive restart branch reached")
-    r, t = run_schedules(kind, kw, base_lr, steps, save_at=cut, cross=cross)
+    r, t = run_schedules(kind, kw, base_lr, steps, save_at=cut, cross=cross, device=device)
     assert_claim("optim.schedules_bits", r, t)
+
+
+def _stepped_torch_optimizer(name: str, dtype: type, shapes: list, seed: int, device: str
+                             ) -> torch.optim.Optimizer:
+    """A torch optimizer that has taken one step (so it holds state), on `device`."""
+    rng = np.random.default_rng(seed)
+    params = [torch.nn.Parameter(torch.from_numpy(np.asarray(rng.standard_normal(s))
+                                                  .astype(dtype)).to(device)) for s in shapes]
+    hyper = {"lr": 0.1, "momentum": 0.9} if name == "SGD" else {"lr": 0.1, "amsgrad": True}
+    opt = getattr(torch.optim, name)(params, **hyper)
+    for p in params:
+        p.grad = torch.from_numpy(np.asarray(rng.standard_normal(p.shape)).astype(dtype)).to(
+            device)
+    opt.step()
+    return opt
 
 
 @settings(max_examples=20)
 @given(name=st.sampled_from(["SGD", "Adam", "AdamW"]), dtype=DTYPES, shapes=optim_shapes(),
        seed=st.integers(0, 2**32 - 1))
-def test_optimizer_state_round_trips_bitwise(name: str, dtype: type, shapes: list,
+def test_optimizer_state_round_trips_bitwise(device: str, name: str, dtype: type, shapes: list,
                                              seed: int) -> None:
     """torch -> reference -> torch and reference -> torch -> reference change no bit."""
-    rng = np.random.default_rng(seed)
-    params = [torch.nn.Parameter(torch.from_numpy(np.asarray(rng.standard_normal(s))
-                                                  .astype(dtype))) for s in shapes]
-    hyper = {"lr": 0.1, "momentum": 0.9} if name == "SGD" else {"lr": 0.1, "amsgrad": True}
-    opt = getattr(torch.optim, name)(params, **hyper)
-    for p in params:
-        p.grad = torch.from_numpy(np.asarray(rng.standard_normal(p.shape)).astype(dtype))
-    opt.step()
-    sd = opt.state_dict()
-    mid = topt.optimizer_state_from_torch(sd)
+    sd = _stepped_torch_optimizer(name, dtype, shapes, seed, device).state_dict()
+    mid = topt.optimizer_state_from_torch(sd, name)
     back = topt.optimizer_state_to_torch(mid, name)
-    again = topt.optimizer_state_from_torch(back)
+    again = topt.optimizer_state_from_torch(back, name)
     assert back["param_groups"] == sd["param_groups"]
     assert again["param_groups"] == mid["param_groups"]
     assert sorted(back["state"]) == sorted(sd["state"]) == sorted(again["state"])
@@ -185,22 +215,92 @@ def test_optimizer_state_round_trips_bitwise(name: str, dtype: type, shapes: lis
             assert_claim("optim.state_roundtrip_bits", again["state"][i][k], mid["state"][i][k])
 
 
-def test_scheduler_state_round_trips_exactly() -> None:
-    """A torch scheduler's state survives torch -> reference -> torch unchanged."""
-    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.3)
+@pytest.mark.parametrize("name", ["SGD", "Adam", "AdamW"])
+def test_converted_groups_hold_exactly_each_sides_keys(device: str, name: str) -> None:
+    """to_torch writes exactly the installed torch's group keys, from_torch exactly the
+    reference's (whatever the torch version: NOTE in torch_impl/optim.py)."""
+    ref_opt = getattr(ref_optim, name)([Parameter(np.zeros(3))], lr=0.1)
+    sd = _stepped_torch_optimizer(name, np.float64, [(3,)], 0, device).state_dict()
+    to_torch = topt.optimizer_state_to_torch(ref_opt.state_dict(), name)
+    from_torch = topt.optimizer_state_from_torch(sd, name)
+    assert set(to_torch["param_groups"][0]) == set(sd["param_groups"][0])
+    assert set(from_torch["param_groups"][0]) == set(ref_opt.state_dict()["param_groups"][0])
+
+
+def _stepped_torch_scheduler(device: str) -> torch.optim.lr_scheduler.LRScheduler:
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1, device=device))], lr=0.3)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=5)
     for _ in range(3):
         opt.step()
         sched.step()
-    sd = sched.state_dict()
-    back = topt.scheduler_state_to_torch(topt.scheduler_state_from_torch(sd))
+    return sched
+
+
+def test_scheduler_state_round_trips_exactly(device: str) -> None:
+    """A torch scheduler's state survives torch -> reference -> torch unchanged, and the
+    reference's survives reference -> torch -> reference; each holds exactly its side's keys."""
+    sd = _stepped_torch_scheduler(device).state_dict()
+    mid = topt.scheduler_state_from_torch(sd)
+    back = topt.scheduler_state_to_torch(mid)
     assert back == sd
+    ref_sched = ref_lr.CosineAnnealingLR(ref_optim.SGD([Parameter(np.zeros(1))], lr=0.3), T_max=5)
+    ref_sched.step()
+    ref_sd = ref_sched.state_dict()
+    assert set(mid) == set(ref_sd)
+    assert topt.scheduler_state_from_torch(topt.scheduler_state_to_torch(ref_sd)) == ref_sd
     assert_claim("optim.state_roundtrip_bits", np.array(back["_last_lr"]),
                  np.array(sd["_last_lr"]))
 
 
-def test_conversion_refuses_a_non_default_torch_path() -> None:
+def test_conversion_refuses_a_non_default_torch_path(device: str) -> None:
     """A torch state_dict saved with foreach=True names the switch the reference lacks."""
-    opt = torch.optim.Adam([torch.nn.Parameter(torch.zeros(2))], foreach=True)
+    opt = torch.optim.Adam([torch.nn.Parameter(torch.zeros(2, device=device))], foreach=True)
     with pytest.raises(ValueError, match="foreach"):
-        topt.optimizer_state_from_torch(opt.state_dict())
+        topt.optimizer_state_from_torch(opt.state_dict(), "Adam")
+
+
+# -- torch versions: a torch without decoupled_weight_decay, with `verbose`, without
+# `_is_initial` (2.6.0), simulated on whichever torch is installed
+def _as_torch_2_6(monkeypatch: pytest.MonkeyPatch) -> None:
+    real_groups, real_sched = topt.torch_group_keys, topt.torch_scheduler_keys
+    monkeypatch.setattr(topt, "torch_group_keys",
+                        lambda name: real_groups(name) - {"decoupled_weight_decay"})
+    monkeypatch.setattr(topt, "torch_scheduler_keys",
+                        lambda: (real_sched() - {"_is_initial"}) | {"verbose"})
+
+
+@pytest.mark.parametrize("name", ["Adam", "AdamW"])
+def test_conversion_to_a_torch_without_decoupled_weight_decay_round_trips(
+        monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """Where torch's groups lack decoupled_weight_decay, to_torch drops it (it is implied by
+    the class) and from_torch restores it from the optimizer's name."""
+    _as_torch_2_6(monkeypatch)
+    sd = ref_optim.AdamW([Parameter(np.zeros(2))]).state_dict() if name == "AdamW" else \
+        ref_optim.Adam([Parameter(np.zeros(2))]).state_dict()
+    theirs = topt.optimizer_state_to_torch(sd, name)
+    assert "decoupled_weight_decay" not in theirs["param_groups"][0]
+    assert topt.optimizer_state_from_torch(theirs, name) == sd
+    with pytest.raises(ValueError, match="pass optimizer='Adam' or 'AdamW'"):
+        topt.optimizer_state_from_torch(theirs)
+
+
+def test_conversion_refuses_decoupled_decay_a_torch_adam_cannot_express(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Adam(decoupled_weight_decay=True) has no twin in a torch whose Adam lacks the key."""
+    _as_torch_2_6(monkeypatch)
+    sd = ref_optim.Adam([Parameter(np.zeros(2))], decoupled_weight_decay=True).state_dict()
+    with pytest.raises(ValueError, match="always behaves as decoupled_weight_decay=False"):
+        topt.optimizer_state_to_torch(sd, "Adam")
+
+
+def test_scheduler_conversion_for_a_torch_with_verbose_and_without_is_initial(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where torch saves `verbose` and no `_is_initial`, the conversion swaps exactly those."""
+    _as_torch_2_6(monkeypatch)
+    ref_sd = ref_lr.StepLR(ref_optim.SGD([Parameter(np.zeros(1))], lr=0.3), step_size=2
+                           ).state_dict()
+    theirs = topt.scheduler_state_to_torch(ref_sd)
+    assert "_is_initial" not in theirs and theirs["verbose"] is False
+    assert topt.scheduler_state_from_torch(theirs) == ref_sd
+    with pytest.raises(ValueError, match="verbose=True cannot be mapped"):
+        topt.scheduler_state_from_torch({**theirs, "verbose": True})

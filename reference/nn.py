@@ -1,11 +1,12 @@
 """The compact model on a tape of saved tensors: layers with explicit forward and backward.
 
-Every module works like one PyTorch autograd node. `forward(x)` computes the output and
-records, under a name, each tensor its `backward` will need (the node's "saved tensors");
-`backward(grad_output)` reads only those, frees them, accumulates parameter gradients into
-`Parameter.grad` (summed across backwards until `zero_grad`, as in torch) and returns the
-gradient with respect to the input. Parameters are not put on the tape: a module reads its
-own weights at backward, as torch reads the parameter it saved by reference.
+Every module works like one PyTorch autograd node (reference/module.py). `forward(x)`
+computes the output and records, under a name, each tensor its `backward` will need (the
+node's "saved tensors"); `backward(grad_output)` reads only those, frees them, accumulates
+parameter gradients into `Parameter.grad` (summed across backwards until `zero_grad`, as in
+torch) and returns the gradient with respect to the input. Parameters are not put on the
+tape: a module reads its own weights at backward, as torch reads the parameter it saved by
+reference.
 
     Linear     y = x W^T + b                  W: (out, in)   saves input as (N, in)   "input"
                dx = g W,  dW += g^T x,  db += sum_N g
@@ -15,9 +16,9 @@ own weights at backward, as torch reads the parameter it saved by reference.
                none:  y = x/2 (1 + erf(x / sqrt 2))  (exact; erf from math.erf, per element)
     Dropout    y = x * m,  m = keep / (1 - p),  keep ~ Bernoulli(1 - p)         saves "mask"
                (training only; identity in eval or when p = 0; m in the input dtype)
-    MSELoss    l = (x - t)^2, reduced             dx = 2 (x - t) g [/ n]  saves "self", "target"
-    CrossEntropyLoss  l_i = -log softmax(x_i)[t_i]   dx = (softmax(x) - onehot(t)) g [/ N]
-                                                          saves "result" (log-probs), "target"
+
+The losses (MSELoss, CrossEntropyLoss) take a target besides the input: reference/losses.py
+(re-exported here for `from reference.nn import MSELoss`).
 
 Saved-tensor names follow PyTorch's (`grad_fn._saved_result`, `_saved_self`), except
 Linear's "input" (torch: `_saved_mat1`, the input flattened to (N, in)) and Dropout's
@@ -26,7 +27,7 @@ Every elementwise formula is evaluated in the parameters' dtype with the operati
 PyTorch's CPU kernels (NOTE [ GELU formulas ]), so the two differ only by libm vs SLEEF
 rounding and by BLAS accumulation order.
 
-Activation checkpointing is built on this (see DESIGN.md): `free_saved()` drops a
+Activation checkpointing (reference/recompute.py) is built on this: `free_saved()` drops a
 segment's tape, re-running `forward` records a fresh one, and `generators()` lists every
 generator a forward draws from so its `bit_generator.state` can be captured and restored.
 """
@@ -35,160 +36,20 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 import numpy as np
 
-FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
-
-
-class Parameter:
-    """A trainable array: `.data` (the values) and `.grad` (None until a backward)."""
-
-    def __init__(self, data: np.ndarray) -> None:
-        self.data = np.asarray(data)
-        self.grad: np.ndarray | None = None
-
-    def accumulate(self, grad: np.ndarray) -> None:
-        """grad <- grad + g (torch accumulates into .grad; the first backward assigns it)."""
-        self.grad = grad.copy() if self.grad is None else self.grad + grad
-
-    def __repr__(self) -> str:
-        return f"Parameter(shape={self.data.shape}, dtype={self.data.dtype})"
-
-
-@dataclass(frozen=True)
-class SavedTensor:
-    """One entry of the tape: which module saved what, and how many bytes it holds."""
-
-    module: str
-    name: str
-    shape: tuple[int, ...]
-    dtype: str
-    nbytes: int
-
-
-class Module:
-    """Base class: parameters, children, the tape of saved tensors, train/eval."""
-
-    def __init__(self) -> None:
-        self.training = True
-        self._params: dict[str, Parameter] = {}
-        self._children: dict[str, Module] = {}
-        self._saved: dict[str, np.ndarray] = {}
-
-    # -- the tape
-    def save_for_backward(self, tensors: Mapping[str, np.ndarray]) -> None:
-        """Record named tensors for backward (replacing any earlier tape of this module)."""
-        self._saved = dict(tensors)
-
-    def saved_tensors(self) -> dict[str, np.ndarray]:
-        """This module's own saved tensors, by name (empty after backward)."""
-        return dict(self._saved)
-
-    def pop_saved(self) -> dict[str, np.ndarray]:
-        """Hand the tape to backward and free it; an error if forward has not recorded one."""
-        if not self._saved and self._needs_tape():
-            raise RuntimeError(f"{self!r}: backward without a forward (the tape is empty)")
-        saved, self._saved = self._saved, {}
-        return saved
-
-    def _needs_tape(self) -> bool:
-        return True
-
-    def free_saved(self) -> None:
-        """Drop the tape of this module and all its children (what a checkpoint discards)."""
-        for m in self.modules():
-            m._saved = {}
-
-    def tape(self, prefix: str = "") -> list[SavedTensor]:
-        """Every saved tensor held now, with module path, name, shape, dtype and bytes."""
-        return [
-            SavedTensor(name, key, tuple(a.shape), str(a.dtype), int(a.nbytes))
-            for name, m in self.named_modules(prefix)
-            for key, a in m._saved.items()
-        ]
-
-    # -- structure
-    def named_modules(self, prefix: str = "") -> Iterator[tuple[str, Module]]:
-        yield prefix, self
-        for name, child in self._children.items():
-            yield from child.named_modules(f"{prefix}.{name}" if prefix else name)
-
-    def modules(self) -> Iterator[Module]:
-        for _, m in self.named_modules():
-            yield m
-
-    def named_parameters(self, prefix: str = "") -> Iterator[tuple[str, Parameter]]:
-        """("0.weight", p), ... in registration order, as torch names them."""
-        for path, m in self.named_modules(prefix):
-            for name, p in m._params.items():
-                yield (f"{path}.{name}" if path else name), p
-
-    def parameters(self) -> list[Parameter]:
-        return [p for _, p in self.named_parameters()]
-
-    def generators(self) -> dict[str, np.random.Generator]:
-        """Every generator a forward draws from, by module path (for recompute and resume)."""
-        return {path: m.rng for path, m in self.named_modules() if isinstance(m, Dropout)}
-
-    def zero_grad(self) -> None:
-        """Set every .grad to None (torch's default, set_to_none=True)."""
-        for p in self.parameters():
-            p.grad = None
-
-    def train(self, mode: bool = True) -> Module:
-        for m in self.modules():
-            m.training = mode
-        return self
-
-    def eval(self) -> Module:
-        return self.train(False)
-
-    # -- state
-    def state_dict(self) -> dict[str, np.ndarray]:
-        """Parameter name -> a copy of its values (same keys and layouts as torch)."""
-        return {name: p.data.copy() for name, p in self.named_parameters()}
-
-    def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
-        """Copy values in; keys, shapes and dtypes must match exactly (torch's strict=True)."""
-        params = dict(self.named_parameters())
-        missing, unexpected = sorted(set(params) - set(state)), sorted(set(state) - set(params))
-        if missing or unexpected:
-            raise KeyError(f"load_state_dict: missing keys {missing}, unexpected keys {unexpected}")
-        for name, p in params.items():
-            value = np.asarray(state[name])
-            if value.shape != p.data.shape or value.dtype != p.data.dtype:
-                raise ValueError(
-                    f"load_state_dict: {name} expects {p.data.shape} {p.data.dtype}, "
-                    f"got {value.shape} {value.dtype}"
-                )
-            p.data = value.copy()
-
-    # -- calling
-    def forward(self, x: np.ndarray) -> np.ndarray:
-        raise NotImplementedError
-
-    def backward(self, grad_output: np.ndarray) -> np.ndarray:
-        raise NotImplementedError
-
-    def __call__(self, x: np.ndarray) -> np.ndarray:
-        return self.forward(x)
-
-
-def _check_float(module: Module, x: np.ndarray) -> np.ndarray:
-    x = np.asarray(x)
-    if x.dtype not in FLOAT_DTYPES:
-        raise TypeError(f"{module!r}: expected a float32 or float64 array, got {x.dtype}")
-    return x
-
-
-def _check_grad(module: Module, grad: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    grad = np.asarray(grad)
-    if grad.shape != shape:
-        raise ValueError(f"{module!r}: expected grad_output of shape {shape}, got {grad.shape}")
-    return grad
+from reference.losses import CrossEntropyLoss, MSELoss  # noqa: F401  (re-exported: old path)
+from reference.module import (  # noqa: F401  (FLOAT_DTYPES, Node, SavedTensor re-exported)
+    FLOAT_DTYPES,
+    Module,
+    Node,
+    Parameter,
+    SavedTensor,
+    check_float,
+    check_grad,
+)
 
 
 class Linear(Module):
@@ -207,6 +68,7 @@ class Linear(Module):
         if in_features < 1 or out_features < 1:
             raise ValueError(f"Linear: sizes must be positive, got ({in_features}, {out_features})")
         self.in_features, self.out_features = in_features, out_features
+        self._in_shape: tuple[int, ...] = ()  # forward's input shape, for backward's reshape
         bound = 1.0 / math.sqrt(in_features)
         w = rng.uniform(-bound, bound, size=(out_features, in_features))
         self.weight = self._params["weight"] = Parameter(w.astype(dtype))
@@ -219,7 +81,7 @@ class Linear(Module):
         return f"Linear({self.in_features}, {self.out_features})"
 
     def forward(self, x: np.ndarray) -> np.ndarray:
-        x = _check_float(self, x)
+        x = check_float(self, x)
         if x.ndim < 1 or x.shape[-1] != self.in_features:
             raise ValueError(f"{self!r}: expected input (..., {self.in_features}), got {x.shape}")
         if x.dtype != self.weight.data.dtype:
@@ -235,7 +97,7 @@ class Linear(Module):
 
     def backward(self, grad_output: np.ndarray) -> np.ndarray:
         x2 = self.pop_saved()["input"]  # (N, in)
-        g = _check_grad(self, grad_output, (*self._in_shape[:-1], self.out_features))
+        g = check_grad(self, grad_output, (*self._in_shape[:-1], self.out_features))
         g2 = g.reshape(-1, self.out_features)  # (N, out)
         self.weight.accumulate(g2.T @ x2)  # (out, in)
         if self.bias is not None:
@@ -254,14 +116,14 @@ class ReLU(Module):
         return "ReLU()"
 
     def forward(self, x: np.ndarray) -> np.ndarray:
-        x = _check_float(self, x)
+        x = check_float(self, x)
         y = np.where(x < 0, x.dtype.type(0), x)
         self.save_for_backward({"result": y})
         return y
 
     def backward(self, grad_output: np.ndarray) -> np.ndarray:
         y = self.pop_saved()["result"]
-        g = _check_grad(self, grad_output, y.shape)
+        g = check_grad(self, grad_output, y.shape)
         return np.where(y <= 0, g.dtype.type(0), g)
 
 
@@ -272,13 +134,13 @@ class Tanh(Module):
         return "Tanh()"
 
     def forward(self, x: np.ndarray) -> np.ndarray:
-        y = np.tanh(_check_float(self, x))
+        y = np.tanh(check_float(self, x))
         self.save_for_backward({"result": y})
         return y
 
     def backward(self, grad_output: np.ndarray) -> np.ndarray:
         y = self.pop_saved()["result"]
-        g = _check_grad(self, grad_output, y.shape)
+        g = check_grad(self, grad_output, y.shape)
         return g * (y.dtype.type(1) - y * y)
 
 
@@ -317,7 +179,7 @@ class GELU(Module):
         return f"GELU(approximate={self.approximate!r})"
 
     def forward(self, x: np.ndarray) -> np.ndarray:
-        x = _check_float(self, x)
+        x = check_float(self, x)
         c = x.dtype.type
         self.save_for_backward({"self": x})
         if self.approximate == "tanh":
@@ -327,7 +189,7 @@ class GELU(Module):
 
     def backward(self, grad_output: np.ndarray) -> np.ndarray:
         x = self.pop_saved()["self"]
-        g = _check_grad(self, grad_output, x.shape)
+        g = check_grad(self, grad_output, x.shape)
         c = x.dtype.type
         if self.approximate == "tanh":
             x_sq = x * x
@@ -359,6 +221,7 @@ class Dropout(Module):
         if not isinstance(rng, np.random.Generator):
             raise TypeError(f"Dropout: rng must be a numpy.random.Generator, got {type(rng)}")
         self.p, self.rng = p, rng
+        self._shape: tuple[int, ...] = ()  # forward's input shape, for backward's check
 
     def __repr__(self) -> str:
         return f"Dropout(p={self.p})"
@@ -368,7 +231,7 @@ class Dropout(Module):
 
     def forward(self, x: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
         """`mask`: a boolean keep-mask to use instead of drawing one (parity, recompute)."""
-        x = _check_float(self, x)
+        x = check_float(self, x)
         self._shape = x.shape
         if not self.training or self.p == 0.0:
             self.save_for_backward({})
@@ -390,7 +253,7 @@ class Dropout(Module):
 
     def backward(self, grad_output: np.ndarray) -> np.ndarray:
         saved = self.pop_saved()
-        g = _check_grad(self, grad_output, self._shape)
+        g = check_grad(self, grad_output, self._shape)
         return g * saved["mask"] if "mask" in saved else g
 
 
@@ -425,99 +288,6 @@ class Sequential(Module):
         return grad_output
 
 
-_REDUCTIONS = ("mean", "sum", "none")
-
-
-def _check_reduction(name: str, reduction: str) -> str:
-    if reduction not in _REDUCTIONS:
-        raise ValueError(f"{name}: reduction must be one of {_REDUCTIONS}, got {reduction!r}")
-    return reduction
-
-
-class MSELoss(Module):
-    """l = (x - t)^2 elementwise, then mean / sum / none; dx = 2 (x - t) g, / n for mean."""
-
-    def __init__(self, reduction: str = "mean") -> None:
-        super().__init__()
-        self.reduction = _check_reduction("MSELoss", reduction)
-
-    def __repr__(self) -> str:
-        return f"MSELoss(reduction={self.reduction!r})"
-
-    def forward(self, x: np.ndarray, target: np.ndarray) -> np.ndarray:  # type: ignore[override]
-        x, target = _check_float(self, x), np.asarray(target)
-        if target.shape != x.shape or target.dtype != x.dtype:
-            raise ValueError(f"{self!r}: target must match input {x.shape} {x.dtype}, "
-                             f"got {target.shape} {target.dtype}")
-        self.save_for_backward({"self": x, "target": target})
-        d = x - target
-        loss = d * d
-        if self.reduction == "mean":
-            return np.asarray(loss.mean(dtype=x.dtype))
-        return np.asarray(loss.sum(dtype=x.dtype)) if self.reduction == "sum" else loss
-
-    def __call__(self, x: np.ndarray, target: np.ndarray) -> np.ndarray:  # type: ignore[override]
-        return self.forward(x, target)
-
-    def backward(self, grad_output: np.ndarray | float = 1.0) -> np.ndarray:
-        saved = self.pop_saved()
-        x, target = saved["self"], saved["target"]
-        c = x.dtype.type
-        shape = x.shape if self.reduction == "none" else ()
-        g = _check_grad(self, np.asarray(grad_output, dtype=x.dtype), shape)
-        norm = c(2.0 / x.size) if self.reduction == "mean" else c(2.0)
-        return (x - target) * norm * g  # torch: sub, mul_(norm), mul_(grad)
-
-
-class CrossEntropyLoss(Module):
-    """l_i = logsumexp(x_i) - x_i[t_i] for logits (N, C) or (C,) and integer classes t.
-
-    log_softmax(x) = (x - m) - log(sum exp(x - m)), m = max x (torch's stable form); reduction
-    "mean" divides the sum by N (no class weights, no ignore_index, no label smoothing).
-    """
-
-    def __init__(self, reduction: str = "mean") -> None:
-        super().__init__()
-        self.reduction = _check_reduction("CrossEntropyLoss", reduction)
-
-    def __repr__(self) -> str:
-        return f"CrossEntropyLoss(reduction={self.reduction!r})"
-
-    def forward(self, x: np.ndarray, target: np.ndarray) -> np.ndarray:  # type: ignore[override]
-        x, target = _check_float(self, x), np.asarray(target)
-        if x.ndim not in (1, 2) or target.shape != x.shape[:-1]:
-            raise ValueError(f"{self!r}: expected logits (N, C) with target (N,) or (C,) with "
-                             f"target (), got {x.shape} and {target.shape}")
-        if target.dtype.kind not in "iu":
-            raise TypeError(f"{self!r}: target must hold integer classes, got {target.dtype}")
-        if np.any((target < 0) | (target >= x.shape[-1])):
-            raise ValueError(f"{self!r}: target classes must lie in [0, {x.shape[-1]})")
-        shifted = x - x.max(axis=-1, keepdims=True)
-        logp = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))  # (N, C)
-        self.save_for_backward({"result": logp, "target": target.astype(np.int64)})
-        nll = -np.take_along_axis(logp, target[..., None].astype(np.intp), axis=-1)[..., 0]
-        if self.reduction == "none" or x.ndim == 1:
-            return nll if self.reduction == "none" else np.asarray(nll)
-        total = nll.sum(dtype=x.dtype)
-        return np.asarray(total / x.dtype.type(x.shape[0]) if self.reduction == "mean" else total)
-
-    def __call__(self, x: np.ndarray, target: np.ndarray) -> np.ndarray:  # type: ignore[override]
-        return self.forward(x, target)
-
-    def backward(self, grad_output: np.ndarray | float = 1.0) -> np.ndarray:
-        saved = self.pop_saved()
-        logp, target = saved["result"], saved["target"]
-        c = logp.dtype.type
-        shape = logp.shape[:-1] if self.reduction == "none" else ()
-        g = _check_grad(self, np.asarray(grad_output, dtype=logp.dtype), shape)
-        if self.reduction == "mean" and logp.ndim == 2:
-            g = g / c(logp.shape[0])
-        onehot = np.zeros_like(logp)
-        np.put_along_axis(onehot, target[..., None].astype(np.intp), c(1), axis=-1)
-        grad_logp = -onehot * np.asarray(g)[..., None]  # nll backward
-        return grad_logp - np.exp(logp) * grad_logp.sum(axis=-1, keepdims=True)
-
-
 ACTIVATIONS = ("relu", "tanh", "gelu", "gelu_tanh")
 
 
@@ -547,3 +317,4 @@ def make_mlp(sizes: Sequence[int], activation: str = "gelu", dropout: float = 0.
             if dropout > 0.0:
                 layers.append(Dropout(dropout, rng=rng))
     return Sequential(*layers)
+

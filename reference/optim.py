@@ -1,8 +1,9 @@
-"""Optimizers and learning-rate schedules with torch.optim's semantics, rounding for rounding.
+"""Optimizers with torch.optim's semantics, rounding for rounding.
 
 Per parameter p with gradient g, in p's dtype (float32 or float64); `fma(a, b, c)` is
-a * b + c rounded ONCE, every other operation rounds once as usual, and every Python
-float hyperparameter is first cast to p's dtype (NOTE [ Scalars are cast to the dtype ]):
+a * b + c rounded ONCE (reference/fma.py), every other operation rounds once as usual, and
+every Python float hyperparameter is first cast to p's dtype (NOTE [ Scalars are cast to
+the dtype ]):
 
     SGD(lr, momentum, dampening, nesterov, weight_decay, maximize):
         g <- -g                                  if maximize
@@ -22,136 +23,40 @@ float hyperparameter is first cast to p's dtype (NOTE [ Scalars are cast to the 
         c1 = 1 - beta1**t; c2 = 1 - beta2**t     Python float64 scalars
         p <- p + ((-lr / c1) * m) / (sqrt(v) / c2**0.5 + eps)
 
-    lerp(s, e, w) = fma(w, e - s, s) if |w| < 0.5 else fma(w - 1, e - s, e)
-
 Where torch's kernels do not fuse (ATEN_CPU_CAPABILITY=default), pass `fma=False`: every
-fma above then rounds twice, like NumPy's `a * b + c`. `sqrt` is IEEE's (np.sqrt) unless
-Adam is given another; torch's MKL builds round it differently (NOTE [ torch's CPU sqrt
-is MKL's ]). The schedules StepLR,
-CosineAnnealingLR and LinearLR are plain Python float arithmetic, written with torch's
-recursive ("chainable") formulas; see NOTE [ Chainable schedules ].
+fma above then rounds twice, like NumPy's `a * b + c` (NOTE [ FMA in torch's CPU kernels ]
+in reference/fma.py). `sqrt` is IEEE's (np.sqrt) unless Adam is given another; torch's MKL
+builds round it differently (NOTE [ torch's CPU sqrt is MKL's ]).
+
+The learning-rate schedules are in reference/lr_scheduler.py (re-exported here, so
+`optim.CosineAnnealingLR` still works). torch's twins are torch.optim's classes themselves;
+torch_impl/optim.py only converts state between the two.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
 
-from reference.nn import Parameter
-
-# NOTE [ FMA in torch's CPU kernels ]
-# torch's CPU kernels for add(alpha=), addcmul, lerp (and SGD/Adam are built from them) are
-# written `self + alpha * other`. The vectorized body calls vec::fmadd, a hardware fused
-# multiply-add on the AVX2 and AVX512 builds; the scalar tail (n mod 2*vector width
-# elements, and 0-d tensors) is plain C++ that GCC contracts to an FMA too (GNU mode,
-# -ffp-contract=fast). Measured on torch 2.13 (sizes 1..69, 1000, 40000, 100003, 300001):
-# with capability AVX512 or AVX2 every element equals fma(a, b, c), in the body and in the
-# tail; with ATEN_CPU_CAPABILITY=default no element is fused (two roundings everywhere).
-# Unfused NumPy differs from the fused kernels (standard normal p, g; docs/optim.md):
-# `p + (-lr) * g` in 2% of elements at lr = 0.0123 (more as |lr g| nears |p|), lerp in 11%
-# (weight 0.1) to 46% (weight 0.9), addcmul in 0.26%. addcdiv `self + value * t1 / t2` ends in a
-# division, so there is nothing to fuse and NumPy's three roundings match.
+from reference.fma import fma, lerp
+from reference.module import Parameter
 
 # NOTE [ torch's CPU sqrt is MKL's ]
 # torch's CPU builds with MKL compute Tensor.sqrt through MKL VML, which is NOT correctly
-# rounded: on this machine 17% of float32 and 1.2% of float64 results are 1 ulp away from
-# the IEEE square root (np.sqrt), on every CPU capability (it is MKL's own dispatch), at
-# every size and position. No NumPy expression reproduces a closed library's rounding, so
-# Adam takes the square root as a parameter: `sqrt=np.sqrt` (IEEE) by default; the parity
-# tests pass torch's own sqrt to show that every OTHER operation is bit-identical, and
-# measure the sqrt separately (parity claims optim.torch_sqrt_*).
+# rounded: a fraction of float32 and float64 results is 1 ulp away from the IEEE square root
+# (np.sqrt), on every CPU capability (it is MKL's own dispatch), at every size and position
+# (docs/optim.md gives the measured fractions). No NumPy expression reproduces a closed
+# library's rounding, so Adam takes the square root as a parameter: `sqrt=np.sqrt` (IEEE) by
+# default; the parity tests pass torch's own sqrt to show that every OTHER operation is
+# bit-identical, and measure the sqrt separately (parity claims optim.torch_sqrt_*).
 
 # NOTE [ Scalars are cast to the dtype ]
 # A Python float hyperparameter reaches the kernel as a c10::Scalar converted to the
 # tensor's dtype (`value.to<scalar_t>()`), and float32 kernels compute in float32: torch's
-# `v.mul_(beta2)` is float32(v * float32(beta2)), not float32(v * beta2) (they differ in
-# ~16% of elements). So every scalar below goes through `dt(...)` first.
-
-
-def _add_round_to_odd(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """x + y rounded to odd: exact sums as is, inexact ones to the neighbour with odd last bit.
-
-    TwoSum (Knuth) gives the exact error e = (x + y) - s of s = fl(x + y); when e != 0 the
-    exact sum lies strictly between s and its neighbour toward e, and round-to-odd picks
-    whichever of the two has an odd significand.
-    """
-    s = x + y
-    bb = s - x
-    e = (x - (s - bb)) + (y - bb)
-    uint = np.uint64 if s.dtype == np.float64 else np.uint32
-    even = (np.asarray(s).view(uint) & uint(1)) == 0
-    push = (e != 0) & even & np.isfinite(s)
-    return np.where(push, np.nextafter(s, np.where(e > 0, np.inf, -np.inf).astype(s.dtype)), s)
-
-
-def _split(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Veltkamp splitting: a = hi + lo exactly, each with at most 26 significant bits."""
-    t = a * 134217729.0  # 2**27 + 1
-    hi = t - (t - a)
-    return hi, a - hi
-
-
-# NOTE [ Exact FMA emulation ]
-# float32: the product of two float32 (24 + 24 = 48 significant bits) is exact in float64
-# (53 bits). The sum p + c rounded to float64 and then to float32 is a DOUBLE rounding that
-# can go wrong: Figueroa's q >= 2p + 2 guarantee covers one operation on p-bit operands,
-# not a 48-bit product plus a 24-bit addend. Counterexample: a = 2**-12 (1 + 2**-23),
-# b = 2**-12 (1 - 2**-23), c = 1 + 2**-23; a*b + c = 1 + 2**-23 + 2**-24 - 2**-70 rounds to
-# float64 as the exact float32 midpoint 1 + 2**-23 + 2**-24, which ties to even upward,
-# while the true sum rounds down to c. Rounding the float64 sum to ODD instead (TwoSum
-# error, then push an inexact even result one ulp toward the error) keeps the sticky
-# information, and a round-to-odd result with >= p + 2 bits rounds correctly to p bits
-# (Boldo and Melquiond 2008): 53 >= 24 + 2.
-# float64: no wider type holds the product (np.longdouble is x87 80-bit here: 64 bits <
-# 106), so use error-free transformations: a*b = uh + ul exactly (Dekker's TwoProduct with
-# Veltkamp splitting), c + uh = th + tl exactly (TwoSum), then fma = RN(th + RO(tl + ul))
-# (Boldo and Melquiond 2008, Algorithm 5.4). Exact while nothing overflows and the product
-# does not underflow: |a|, |b| < 2**995 and |a*b| >= 2**-969 (or a*b == 0). Non-finite
-# operands fall back to a * b + c, which gives the same inf/NaN as the hardware FMA.
-
-
-def fma(a: Any, b: Any, c: Any, fused: bool = True) -> np.ndarray:
-    """a * b + c rounded once to nearest-even in the operands' dtype (float32 or float64).
-
-    With `fused=False`: a * b rounded, then + c rounded (the unfused kernels' rounding).
-    """
-    a, b, c = np.broadcast_arrays(np.asarray(a), np.asarray(b), np.asarray(c))
-    dtype = a.dtype
-    if b.dtype != dtype or c.dtype != dtype or dtype not in (np.float32, np.float64):
-        raise TypeError(f"fma: operands must share dtype float32 or float64, got "
-                        f"{a.dtype}, {b.dtype}, {c.dtype}")
-    with np.errstate(over="ignore", invalid="ignore"):
-        if not fused:
-            return np.asarray(a * b + c)
-        if dtype == np.float32:
-            wide = _add_round_to_odd(a.astype(np.float64) * b.astype(np.float64),
-                                     c.astype(np.float64))
-            return np.asarray(wide.astype(np.float32))
-        uh = a * b
-        (ah, al), (bh, bl) = _split(a), _split(b)
-        ul = ((ah * bh - uh) + ah * bl + al * bh) + al * bl
-        th = c + uh
-        bb = th - c
-        tl = (c - (th - bb)) + (uh - bb)
-        exact = th + _add_round_to_odd(tl, ul)
-        naive = uh + c
-        return np.asarray(np.where(np.isfinite(naive), exact, naive))
-
-
-def lerp(start: np.ndarray, end: np.ndarray, weight: np.floating, fused: bool = True
-         ) -> np.ndarray:
-    """torch.lerp with a scalar weight: start + weight * (end - start), torch's two branches.
-
-    For |weight| >= 0.5 torch anchors at `end` (end - (end - start) * (1 - weight)), which is
-    exact at weight = 1; the fused form is fma(weight - 1, end - start, end).
-    """
-    diff = end - start
-    if abs(weight) < 0.5:
-        return fma(weight, diff, start, fused)
-    return fma(weight - weight.dtype.type(1), diff, end, fused)
+# `v.mul_(beta2)` is float32(v * float32(beta2)), not float32(v * beta2) (they differ in a
+# sizeable fraction of elements: docs/optim.md). So every scalar below goes through `dt(...)`.
 
 
 class Optimizer:
@@ -383,129 +288,14 @@ class AdamW(Adam):
                          decoupled_weight_decay=True, fma=fma, sqrt=sqrt)
 
 
-# NOTE [ Chainable schedules ]
-# torch's get_lr() updates each group's CURRENT lr from the previous one (StepLR:
-# lr * gamma every step_size steps; LinearLR and CosineAnnealingLR: lr times a ratio of
-# consecutive factors), not from base_lr with the closed form. The recursion accumulates
-# one rounding per step, so the closed form differs from it in the last bits (docs/optim.md
-# gives the measured rates), and a resumed run must carry the current lr, not recompute
-# it: state_dict() holds `_last_lr` and the optimizer's state_dict holds each group's lr.
+_SCHEDULES = ("LRScheduler", "StepLR", "LinearLR", "CosineAnnealingLR")
 
 
-class LRScheduler:
-    """Sets each group's lr once at construction (step 0) and at every step().
+def __getattr__(name: str) -> Any:
+    """`optim.StepLR` etc. still work: the schedules moved to reference/lr_scheduler.py
+    (imported lazily, since lr_scheduler.py builds on this module's Optimizer)."""
+    if name in _SCHEDULES:
+        from reference import lr_scheduler
 
-    State (state_dict): every attribute except the optimizer: base_lrs (the groups'
-    `initial_lr`), last_epoch, _step_count, _is_initial, _last_lr, and the schedule's own
-    hyperparameters. Call optimizer.step() before scheduler.step(), as with torch.
-    """
-
-    def __init__(self, optimizer: Optimizer, last_epoch: int = -1) -> None:
-        if not isinstance(optimizer, Optimizer):
-            raise TypeError(f"{type(optimizer).__name__} is not an Optimizer")
-        self.optimizer = optimizer
-        for i, group in enumerate(optimizer.param_groups):
-            if last_epoch == -1:
-                group.setdefault("initial_lr", group["lr"])
-            elif "initial_lr" not in group:
-                raise KeyError(f"param 'initial_lr' is not specified in param_groups[{i}] when "
-                               "resuming scheduler with last_epoch >= 0.")
-        self.base_lrs = [group["initial_lr"] for group in optimizer.param_groups]
-        self.last_epoch = last_epoch
-        self._step_count = 0
-        self._is_initial = True
-        self.step()
-        self._is_initial = False
-
-    def get_lr(self) -> list[float]:
-        """The next lr of every group (called by step() after last_epoch advanced)."""
-        raise NotImplementedError
-
-    def step(self) -> None:
-        """Advance last_epoch and write the new lr into every param group."""
-        self._step_count += 1
-        self.last_epoch += 1
-        for group, lr in zip(self.optimizer.param_groups, self.get_lr(), strict=True):
-            group["lr"] = lr
-        self._last_lr = [group["lr"] for group in self.optimizer.param_groups]
-
-    def get_last_lr(self) -> list[float]:
-        """The lrs the last step() wrote."""
-        return list(self._last_lr)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {k: (list(v) if isinstance(v, list) else v) for k, v in vars(self).items()
-                if k != "optimizer"}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.__dict__.update(state_dict)
-
-    def _lrs(self) -> list[float]:
-        return [group["lr"] for group in self.optimizer.param_groups]
-
-
-class StepLR(LRScheduler):
-    """lr <- lr * gamma whenever last_epoch is a positive multiple of step_size."""
-
-    def __init__(self, optimizer: Optimizer, step_size: int, gamma: float = 0.1,
-                 last_epoch: int = -1) -> None:
-        self.step_size = step_size
-        self.gamma = gamma
-        super().__init__(optimizer, last_epoch)
-
-    def get_lr(self) -> list[float]:
-        if self.last_epoch == 0 or self.last_epoch % self.step_size != 0:
-            return self._lrs()
-        return [lr * self.gamma for lr in self._lrs()]
-
-
-class LinearLR(LRScheduler):
-    """Factor from start_factor to end_factor linearly over total_iters steps, recursively:
-    lr_t = lr_{t-1} * (1 + (end - start) / (total_iters * start + (t - 1) * (end - start)))."""
-
-    def __init__(self, optimizer: Optimizer, start_factor: float = 1.0 / 3,
-                 end_factor: float = 1.0, total_iters: int = 5, last_epoch: int = -1) -> None:
-        if start_factor > 1.0 or start_factor <= 0:
-            raise ValueError("Starting multiplicative factor expected to be greater than 0 and "
-                             "less or equal to 1.")
-        if end_factor > 1.0 or end_factor < 0:
-            raise ValueError("Ending multiplicative factor expected to be between 0 and 1.")
-        self.start_factor = start_factor
-        self.end_factor = end_factor
-        self.total_iters = total_iters
-        super().__init__(optimizer, last_epoch)
-
-    def get_lr(self) -> list[float]:
-        if self.last_epoch == 0:
-            return [lr * self.start_factor for lr in self._lrs()]
-        if self._is_initial or self.last_epoch > self.total_iters:
-            return self._lrs()
-        delta = self.end_factor - self.start_factor
-        return [lr * (1.0 + delta / (self.total_iters * self.start_factor
-                                     + (self.last_epoch - 1) * delta))
-                for lr in self._lrs()]
-
-
-class CosineAnnealingLR(LRScheduler):
-    """eta_min + (base_lr - eta_min)(1 + cos(pi t / T_max)) / 2, recursively:
-    lr_t = (1 + cos(pi t / T)) / (1 + cos(pi (t-1) / T)) * (lr_{t-1} - eta_min) + eta_min,
-    with an additive step where the denominator vanishes (t - 1 - T a multiple of 2T)."""
-
-    def __init__(self, optimizer: Optimizer, T_max: int, eta_min: float = 0.0,
-                 last_epoch: int = -1) -> None:
-        self.T_max = T_max
-        self.eta_min = eta_min
-        super().__init__(optimizer, last_epoch)
-
-    def get_lr(self) -> list[float]:
-        t, T, eta_min = self.last_epoch, self.T_max, self.eta_min
-        if self._is_initial:
-            return self._lrs()
-        if self._step_count == 1 and t > 0:
-            return [eta_min + (base - eta_min) * (1 + math.cos(t * math.pi / T)) / 2
-                    for base in self.base_lrs]
-        if (t - 1 - T) % (2 * T) == 0:
-            return [lr + (base - eta_min) * (1 - math.cos(math.pi / T)) / 2
-                    for base, lr in zip(self.base_lrs, self._lrs(), strict=True)]
-        return [(1 + math.cos(math.pi * t / T)) / (1 + math.cos(math.pi * (t - 1) / T))
-                * (lr - eta_min) + eta_min for lr in self._lrs()]
+        return getattr(lr_scheduler, name)
+    raise AttributeError(f"module 'reference.optim' has no attribute {name!r}")

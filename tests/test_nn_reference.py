@@ -13,7 +13,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from reference import nn
+from reference import losses, nn
 
 FD_STEP = 2.0**-18
 FD_TOL = 1e-7
@@ -80,9 +80,9 @@ def test_loss_gradients_match_central_finite_differences(reduction: str) -> None
     """MSELoss and CrossEntropyLoss (2-D and 1-D logits) backward equal central differences."""
     rng = np.random.default_rng(2)
     x = rng.standard_normal((4, 3)) * 2
-    cases = [(nn.MSELoss(reduction), x, rng.standard_normal((4, 3))),
-             (nn.CrossEntropyLoss(reduction), x, np.array([0, 2, 1, 2])),
-             (nn.CrossEntropyLoss(reduction), x[0].copy(), np.array(1))]
+    cases = [(losses.MSELoss(reduction), x, rng.standard_normal((4, 3))),
+             (losses.CrossEntropyLoss(reduction), x, np.array([0, 2, 1, 2])),
+             (losses.CrossEntropyLoss(reduction), x[0].copy(), np.array(1))]
     for loss_fn, xi, target in cases:
         out = loss_fn(xi, target)
         g = rng.standard_normal(np.shape(out))
@@ -93,20 +93,35 @@ def test_loss_gradients_match_central_finite_differences(reduction: str) -> None
 
 def test_cross_entropy_value_is_negative_log_softmax() -> None:
     """CE of logits (0, log 3) with class 1 is log(1 + 3) - log 3 (mean over a batch of 1)."""
-    loss = nn.CrossEntropyLoss()(np.array([[0.0, np.log(3.0)]]), np.array([1]))
+    loss = losses.CrossEntropyLoss()(np.array([[0.0, np.log(3.0)]]), np.array([1]))
     assert loss == pytest.approx(np.log(4.0) - np.log(3.0), rel=1e-15)
 
 
+def test_a_loss_keeps_its_tape_until_backward_and_refuses_a_second_one() -> None:
+    """A loss is a node on the same tape: forward saves, backward consumes, twice is an error."""
+    loss_fn = losses.MSELoss()
+    loss_fn(np.ones(3), np.zeros(3))
+    assert [(s.name, s.shape) for s in loss_fn.tape()] == [("self", (3,)), ("target", (3,))]
+    np.testing.assert_array_equal(loss_fn.backward(), np.full(3, 2 / 3))
+    assert loss_fn.tape() == []
+    with pytest.raises(RuntimeError, match=r"MSELoss\(reduction='mean'\): backward without"):
+        loss_fn.backward()
+
+
 def test_gradients_accumulate_until_zero_grad() -> None:
-    """Two backwards sum into .grad (torch's semantics); zero_grad sets it back to None."""
+    """Two backwards sum into every .grad (torch's semantics; doubling is exact, so the sum of
+    two equal gradients is exactly twice one); zero_grad sets them back to None."""
     layer = nn.Linear(3, 2, rng=np.random.default_rng(0), dtype=np.float64)
-    x, g = np.ones((4, 3)), np.ones((4, 2))
+    rng = np.random.default_rng(1)
+    x, g = rng.standard_normal((4, 3)), rng.standard_normal((4, 2))
     layer.forward(x)
     layer.backward(g)
-    once = layer.weight.grad.copy()
+    once = {name: p.grad.copy() for name, p in layer.named_parameters()}
     layer.forward(x)
     layer.backward(g)
-    np.testing.assert_array_equal(layer.weight.grad, 2 * once)
+    assert sorted(once) == ["bias", "weight"]
+    for name, p in layer.named_parameters():
+        np.testing.assert_array_equal(p.grad, 2 * once[name], err_msg=name)
     layer.zero_grad()
     assert layer.weight.grad is None and layer.bias.grad is None
 
@@ -176,7 +191,7 @@ def test_bad_arguments_are_refused() -> None:
     with pytest.raises(ValueError, match="p must be in"):
         nn.Dropout(1.5, rng=rng)
     with pytest.raises(ValueError, match="reduction must be"):
-        nn.MSELoss("avg")
+        losses.MSELoss("avg")
     with pytest.raises(ValueError, match="activation must be"):
         nn.make_mlp((2, 2, 2), "swish", rng=rng)
     relu = nn.ReLU()
@@ -184,7 +199,7 @@ def test_bad_arguments_are_refused() -> None:
     with pytest.raises(ValueError, match=r"ReLU\(\): expected grad_output of shape \(2, 3\)"):
         relu.backward(np.ones((3, 2)))
     with pytest.raises(ValueError, match=r"target classes must lie in \[0, 3\)"):
-        nn.CrossEntropyLoss()(np.ones((2, 3)), np.array([0, 3]))
+        losses.CrossEntropyLoss()(np.ones((2, 3)), np.array([0, 3]))
     model = nn.make_mlp((2, 3, 2), rng=rng)
     with pytest.raises(KeyError, match="missing keys"):
         model.load_state_dict({})

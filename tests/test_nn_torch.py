@@ -28,25 +28,32 @@ def test_make_mlp_gradients_pass_gradcheck_in_float64(activation: str, device: s
 
 
 @pytest.mark.parametrize("loss", [torch.nn.MSELoss(), torch.nn.CrossEntropyLoss()])
-def test_losses_pass_gradcheck_in_float64(loss: torch.nn.Module) -> None:
+def test_losses_pass_gradcheck_in_float64(loss: torch.nn.Module, device: str) -> None:
     """The two losses the model trains with have correct gradients (gradcheck, float64)."""
     gen = torch.Generator().manual_seed(0)
-    x = torch.randn(5, 3, dtype=torch.float64, generator=gen, requires_grad=True)
+    x = torch.randn(5, 3, dtype=torch.float64, generator=gen).to(device).requires_grad_(True)
     target = (torch.randn(5, 3, dtype=torch.float64, generator=gen)
               if isinstance(loss, torch.nn.MSELoss) else torch.tensor([0, 2, 1, 1, 0]))
+    target = target.to(device)
     assert torch.autograd.gradcheck(lambda z: loss(z, target), (x,))
 
 
-def test_make_mlp_draws_only_from_its_generator() -> None:
-    """Building the model leaves the global RNG untouched and is reproducible from the seed."""
-    with torch.random.fork_rng():
+def test_make_mlp_draws_only_from_its_generator(device: str) -> None:
+    """Building the model leaves the global RNGs untouched and gives, on any device, the
+    weights the same seed gives on the CPU."""
+    cuda = device != "cpu"
+    with torch.random.fork_rng(devices=None if cuda else []):
         torch.manual_seed(0)
         before = torch.random.get_rng_state()
-        a = tnn.make_mlp((8, 16, 4), generator=torch.Generator().manual_seed(3))
+        before_cuda = torch.cuda.get_rng_state() if cuda else None
+        a = tnn.make_mlp((8, 16, 4), generator=torch.Generator().manual_seed(3), device=device)
         assert torch.equal(torch.random.get_rng_state(), before)
+        if cuda:
+            assert torch.equal(torch.cuda.get_rng_state(), before_cuda)
     b = tnn.make_mlp((8, 16, 4), generator=torch.Generator().manual_seed(3))
     for (ka, va), (kb, vb) in zip(a.state_dict().items(), b.state_dict().items(), strict=True):
-        assert ka == kb and torch.equal(va, vb)
+        assert ka == kb and va.device.type == torch.device(device).type
+        assert torch.equal(va.cpu(), vb)
 
 
 def test_init_is_torchs_default_distribution() -> None:
@@ -61,14 +68,14 @@ def test_init_is_torchs_default_distribution() -> None:
     assert layer.weight.abs().max() <= 1 / math.sqrt(30)
 
 
-def test_state_dict_conversion_round_trips_bits() -> None:
+def test_state_dict_conversion_round_trips_bits(device: str) -> None:
     """torch -> NumPy -> torch keeps keys, dtypes and every bit (NaN payloads included)."""
-    state = {"0.weight": torch.tensor([[1.5, -0.0], [float("nan"), 3e-45]]),
-             "0.bias": torch.tensor([1e300, -1e-310], dtype=torch.float64)}
-    back = tnn.state_dict_to_torch(tnn.state_dict_from_torch(state))
+    state = {"0.weight": torch.tensor([[1.5, -0.0], [float("nan"), 3e-45]], device=device),
+             "0.bias": torch.tensor([1e300, -1e-310], dtype=torch.float64, device=device)}
+    back = tnn.state_dict_to_torch(tnn.state_dict_from_torch(state), device)
     assert list(back) == list(state)
     for key in state:
-        assert back[key].dtype == state[key].dtype
+        assert back[key].dtype == state[key].dtype and back[key].device == state[key].device
         assert torch.equal(back[key].view(torch.int32 if back[key].dtype == torch.float32
                                           else torch.int64),
                            state[key].view(torch.int32 if state[key].dtype == torch.float32
@@ -76,8 +83,11 @@ def test_state_dict_conversion_round_trips_bits() -> None:
     assert isinstance(tnn.state_dict_from_torch(state)["0.bias"], np.ndarray)
 
 
-def test_measure_saved_tensors_names_what_autograd_keeps() -> None:
-    """The hook-based measurement reports torch's saved tensors per module, by grad_fn name."""
+def test_measure_saved_tensors_names_what_autograd_keeps(device: str) -> None:
+    """The hook-based measurement reports torch's saved tensors per module, by grad_fn name
+    (the CPU's: CUDA fuses dropout into a node that saves a bool mask)."""
+    if device != "cpu":
+        pytest.skip("CPU-specific: CUDA's fused dropout saves NativeDropoutBackward0's bool mask")
     model = tnn.make_mlp((4, 6, 2), "relu", 0.5, generator=torch.Generator().manual_seed(0))
     with torch.random.fork_rng():
         torch.manual_seed(0)

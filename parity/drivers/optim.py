@@ -1,4 +1,8 @@
-"""Running the optimizers and LR schedules of both trees on the same parameters and gradients."""
+"""Running the optimizers and LR schedules of both trees on the same parameters and gradients.
+
+The optimizers run on the CPU only: their claims are about torch's CPU kernels (NOTE [ FMA in
+torch's CPU kernels ] in reference/fma.py); the schedules are plain Python on any device.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +11,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from reference import lr_scheduler as ref_sched
 from reference import optim as ref
-from reference.nn import Parameter
+from reference.module import Parameter
 from torch_impl import optim as topt
 
-FUSED = torch.backends.cpu.get_cpu_capability() != "DEFAULT"  # NOTE [ FMA in torch's CPU kernels ]
+# NOTE [ FMA in torch's CPU kernels ]: the kernels fuse unless the capability is DEFAULT.
+FUSED = torch.backends.cpu.get_cpu_capability() != "DEFAULT"
 
 
 SCHEDULERS = ("StepLR", "CosineAnnealingLR", "LinearLR")
@@ -60,7 +66,7 @@ def run_optimizers(name: str, hyper: dict[str, Any], dtype: type, shapes: list[t
             ref_sd, torch_sd = ref_opt.state_dict(), torch_opt.state_dict()
             ref_opt, torch_opt = build()
             if cross:
-                ref_sd, torch_sd = (topt.optimizer_state_from_torch(torch_sd),
+                ref_sd, torch_sd = (topt.optimizer_state_from_torch(torch_sd, name),
                                     topt.optimizer_state_to_torch(ref_sd, name))
             ref_opt.load_state_dict(ref_sd)
             torch_opt.load_state_dict(torch_sd)
@@ -77,7 +83,7 @@ def run_optimizers(name: str, hyper: dict[str, Any], dtype: type, shapes: list[t
     out = [(f"param {i}", rp.data, tp.detach().numpy())
            for i, (rp, tp) in enumerate(zip(ref_params, torch_params, strict=True))]
     ref_state = ref_opt.state_dict()["state"]
-    torch_state = topt.optimizer_state_from_torch(torch_opt.state_dict())["state"]
+    torch_state = topt.optimizer_state_from_torch(torch_opt.state_dict(), name)["state"]
     if {i: sorted(s) for i, s in ref_state.items()} != {i: sorted(s) for i, s in
                                                          torch_state.items()}:
         raise AssertionError(f"state entries differ: {ref_state.keys()} vs {torch_state.keys()}")
@@ -87,29 +93,31 @@ def run_optimizers(name: str, hyper: dict[str, Any], dtype: type, shapes: list[t
 
 
 def run_schedules(kind: str, kw: dict[str, Any], base_lr: float, steps: int,
-                  save_at: int | None = None, cross: bool = False) -> tuple[np.ndarray, ...]:
+                  save_at: int | None = None, cross: bool = False, device: str = "cpu"
+                  ) -> tuple[np.ndarray, ...]:
     """The lr after construction and after each of `steps` steps, reference and torch.
 
     At `save_at` both sides are rebuilt as torch documents for a resume (new optimizer,
     new scheduler, then both load_state_dict), from the other side's state when `cross`.
+    The torch optimizer's parameter lives on `device` (the schedule itself is Python).
     """
     def build(side: Any, optim_module: Any, param: Any) -> tuple[Any, Any]:
         opt = optim_module.SGD([param], lr=base_lr)
         return opt, getattr(side, kind)(opt, **kw)
 
     ref_param = Parameter(np.zeros(1))
-    torch_param = torch.nn.Parameter(torch.zeros(1, dtype=torch.float64))
-    r_opt, r_sched = build(ref, ref, ref_param)
+    torch_param = torch.nn.Parameter(torch.zeros(1, dtype=torch.float64, device=device))
+    r_opt, r_sched = build(ref_sched, ref, ref_param)
     t_opt, t_sched = build(torch.optim.lr_scheduler, torch.optim, torch_param)
     ref_lrs, torch_lrs = [r_sched.get_last_lr()[0]], [t_sched.get_last_lr()[0]]
     for step in range(steps):
         if step == save_at:
             r_sd = (r_opt.state_dict(), r_sched.state_dict())
             t_sd = (t_opt.state_dict(), t_sched.state_dict())
-            r_opt, r_sched = build(ref, ref, ref_param)
+            r_opt, r_sched = build(ref_sched, ref, ref_param)
             t_opt, t_sched = build(torch.optim.lr_scheduler, torch.optim, torch_param)
             if cross:
-                r_sd, t_sd = ((topt.optimizer_state_from_torch(t_sd[0]),
+                r_sd, t_sd = ((topt.optimizer_state_from_torch(t_sd[0], "SGD"),
                                topt.scheduler_state_from_torch(t_sd[1])),
                               (topt.optimizer_state_to_torch(r_sd[0], "SGD"),
                                topt.scheduler_state_to_torch(r_sd[1])))

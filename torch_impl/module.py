@@ -1,0 +1,121 @@
+"""torch's side of reference/module.py: what autograd saves, and state_dicts as NumPy arrays.
+
+See reference/module.py for the tape. torch.nn.Module and torch.nn.Parameter are the twins of
+the reference's Module and Parameter; what PyTorch does differently or hides:
+- The tape is autograd's: each op's grad_fn keeps its saved tensors (`_saved_result`,
+  `_saved_self`, ...), invisible to the module. `measure_saved_tensors` (the twin of
+  `Module.tape()`) observes them with `torch.autograd.graph.saved_tensors_hooks` and
+  attributes each to the module whose forward was running. Linear saves its input as
+  addmm's mat1, flattened to (N, in), AND the weight (mat2 = weight.t(), a view of the
+  parameter: flagged `is_parameter`, no new bytes). CrossEntropyLoss saves the
+  log-probabilities twice (log_softmax's result and nll_loss's self, one storage) plus the
+  int64 target and a 0-dim total_weight.
+- torch's state_dict holds tensors, the reference's NumPy arrays: same keys, same (out, in)
+  layouts, so the conversion is a bit-exact copy (`state_dict_to_torch`, `_from_torch`).
+- Inputs are checked inside torch's ops (the reference's check_float, check_grad).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class SavedTensor:
+    """One saved tensor as autograd packs it: module path, name, shape, dtype, bytes."""
+
+    module: str
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    nbytes: int
+    is_parameter: bool = False
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _saved_names(grad_fn: object, stop: set[object]) -> dict[tuple[int, tuple], str]:
+    """(data_ptr, shape) -> "Node._saved_x" for the nodes a module's forward created."""
+    names: dict[tuple[int, tuple], str] = {}
+    todo, seen = [grad_fn], set()
+    while todo:
+        node = todo.pop()
+        if node is None or node in stop or node in seen:
+            continue
+        seen.add(node)
+        for attr in dir(node):
+            if attr.startswith("_saved_"):
+                value = getattr(node, attr)
+                if isinstance(value, torch.Tensor):
+                    key = (value.data_ptr(), tuple(value.shape))
+                    names.setdefault(key, f"{node.name()}.{attr}")
+        todo.extend(next_fn for next_fn, _ in node.next_functions)
+    return names
+
+
+def measure_saved_tensors(model: nn.Module, *inputs: torch.Tensor) -> list[SavedTensor]:
+    """Run model(*inputs) and list every tensor autograd saved, attributed to leaf modules.
+
+    The pack hook of `saved_tensors_hooks` sees each saved tensor as it is saved; forward
+    pre/post hooks keep track of which (innermost) module is running. Names come from
+    walking that module's new grad_fn nodes. Tensors sharing storage with a parameter are
+    flagged `is_parameter` (torch holds a view of the weight; the reference reads it instead).
+    """
+    stack: list[str] = []
+    packed: list[tuple[str, torch.Tensor]] = []
+    param_ptrs = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    outputs: dict[str, tuple[object, set[object]]] = {}
+    handles = []
+    for path, module in model.named_modules():
+        if next(module.children(), None) is not None:
+            continue  # containers: their leaves get the tensors
+
+        def pre(mod: nn.Module, args: tuple, path: str = path) -> None:
+            stack.append(path)
+
+        def post(mod: nn.Module, args: tuple, out: torch.Tensor, path: str = path) -> None:
+            stack.pop()
+            stop = {a.grad_fn for a in args if isinstance(a, torch.Tensor)}
+            outputs[path] = (out.grad_fn, stop)
+
+        handles.append(module.register_forward_pre_hook(pre))
+        handles.append(module.register_forward_hook(post))
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        packed.append((stack[-1] if stack else "", t))
+        return t
+
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            model(*inputs)
+    finally:
+        for h in handles:
+            h.remove()
+    names: dict[str, dict[tuple[int, tuple], str]] = {
+        path: _saved_names(fn, stop) for path, (fn, stop) in outputs.items()}
+    result = []
+    for path, t in packed:
+        name = names.get(path, {}).get((t.data_ptr(), tuple(t.shape)), "?")
+        result.append(SavedTensor(path, name, tuple(t.shape), _dtype_name(t.dtype),
+                                  t.numel() * t.element_size(),
+                                  t.untyped_storage().data_ptr() in param_ptrs))
+    return result
+
+
+# -- lossless weight conversion: same keys, same layouts ((out, in) weights), same bits
+def state_dict_to_torch(ref_state: Mapping[str, np.ndarray],
+                        device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
+    """A reference state_dict as torch tensors (copies; bit-exact; keys unchanged)."""
+    return {k: torch.from_numpy(np.array(v, copy=True)).to(device) for k, v in ref_state.items()}
+
+
+def state_dict_from_torch(torch_state: Mapping[str, torch.Tensor]) -> dict[str, np.ndarray]:
+    """A torch state_dict as NumPy arrays (copies; bit-exact; keys unchanged)."""
+    return {k: v.detach().cpu().numpy().copy() for k, v in torch_state.items()}
