@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import event, given, settings
+from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import run_state_machine_as_test
 
@@ -99,6 +99,9 @@ def test_scaler_streams_match_torch_bitwise_long(device: str) -> None:
 
 
 @given(grads=clip_grad_lists(), norm=clip_norms(), foreach=st.sampled_from([False, True]))
+@example(grads=[np.array([1.0, -2.0, np.inf], np.float32)], norm=float("nan"), foreach=False)
+@example(grads=[np.array([1.0, -2.0, np.inf], np.float32)], norm=float("inf"), foreach=True)
+@example(grads=[np.array([1.0, -2.0], np.float32)], norm=0.5, foreach=False)
 def test_clip_with_a_given_norm_matches_torch_bitwise(grads: list[np.ndarray], norm: float,
                                                       foreach: bool, device: str) -> None:
     """clip_grads_with_norm_ (max_norm 1) leaves torch's bits for any norm, either side of
@@ -130,6 +133,11 @@ def test_clip_edges_are_reached_exactly(device: str) -> None:
 @settings(max_examples=40)
 @given(grads=clip_grad_lists(), max_norm=st.sampled_from([1e-3, 0.1, 1.0, 10.0, 1e4]),
        foreach=st.sampled_from([False, True]))
+@example(grads=[np.array([1.0, np.nan], np.float32), np.ones(3, np.float32)], max_norm=1.0,
+         foreach=False)
+@example(grads=[np.array([1.0, np.inf], np.float32), np.ones(3, np.float32)], max_norm=1.0,
+         foreach=True)
+@example(grads=[np.full(5, 0.1, np.float32)], max_norm=1.0, foreach=False)
 def test_clip_grad_norm_within_the_n_term_bound_of_torch(grads: list[np.ndarray],
                                                          max_norm: float, foreach: bool,
                                                          device: str) -> None:
