@@ -48,8 +48,12 @@ __all__ = ["inv_scale", "non_finite_check_and_unscale_", "update_scale_"]
 #     inv_scale = scale.double().reciprocal().float()        # grad_scaler.py, unscale_
 #     g = (inv_scale == 1) ? g : g * inv_scale                 # in g's opmath type
 # so inv = f32(1 / f64(S)): the reciprocal correctly rounded to float64, then rounded to
-# float32 (double rounding, kept because it is what torch does; "FP32 division can be
-# imprecise for certain compile options"). A float32 gradient is then multiplied in
+# float32 ("FP32 division can be imprecise for certain compile options"). This double
+# rounding is harmless: float64 carries 53 >= 2 * 24 + 2 bits, enough for a quotient of
+# float32 values rounded twice to equal the float32 quotient rounded once, so inv is the
+# correctly rounded float32 reciprocal (tests/test_loss_scaling_reference.py checks every
+# float32 significand). The reference keeps torch's formula, which says what torch does
+# without relying on that fact. A float32 gradient is then multiplied in
 # float32, a float64 gradient in float64 by that float32 value, a float16/bfloat16 one in
 # float32 and rounded back. For S a power of two, g * inv == g / S exactly; for any other
 # S the two differ in some elements (docs/loss_scaling.md measures how many). The

@@ -140,6 +140,17 @@ def test_unscale_multiplies_by_reciprocal_not_divides() -> None:
         assert np.array_equal(p.grad, divided) is expect_equal, scale
 
 
+def test_reciprocal_through_float64_is_the_correctly_rounded_float32_reciprocal() -> None:
+    """inv_scale(S) = f32(1 / f64(S)) equals the float32 division 1 / S for every float32
+    significand (all of [1, 2)) and for every power of two from 2^-149 to 2^127: the double
+    rounding of NOTE [ Unscale by reciprocal ] never shows (53 >= 2 * 24 + 2 bits)."""
+    ones = np.arange(0x3F800000, 0x40000000, dtype=np.uint32).view(np.float32)
+    powers = np.ldexp(np.float32(1), np.arange(-149, 128)).astype(np.float32)
+    for s in (ones, powers, ones * np.float32(2.0**-100), ones * np.float32(2.0**100)):
+        with np.errstate(divide="ignore", over="ignore"):
+            assert np.array_equal(kernels.inv_scale(s), np.float32(1) / s)
+
+
 def test_misuse_raises_torchs_errors() -> None:
     """unscale_ twice, unscale_ after step, step twice, update without step, fp16 grads,
     closures and bad factors raise torch's exception types and messages."""

@@ -10,7 +10,13 @@ import numpy as np
 import torch
 from hypothesis import event
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
 
 from parity.drivers.optim import FUSED
 from parity.strategies.loss_scaling import scaler_grad_stream, scaler_hyper
@@ -88,7 +94,7 @@ def special_grads(rng: np.random.Generator, shape: tuple[int, ...], dtype: type)
 # -- the scaler state machine: one pair, driven by tests and the report alike
 class ScalerPair:
     """A reference and a torch GradScaler, each with SGD (momentum 0.5) over the same
-    parameters; `iterate`, `save_load` and `compare` are the state machine's moves."""
+    parameters; `iterate`, `save`, `load` and `compare` are the state machine's moves."""
 
     def __init__(self, hyper: dict[str, Any], shapes: list[tuple[int, ...]], seed: int,
                  device: str = "cpu") -> None:
@@ -103,6 +109,7 @@ class ScalerPair:
         self.ref = rls.GradScaler(**hyper)
         self.torch = tls.GradScaler(torch.device(device).type, **hyper)
         self.skips: tuple[bool, bool] = (False, False)
+        self.saved: tuple[dict[str, Any], dict[str, Any]] | None = None
 
     def iterate(self, grads: list[np.ndarray], explicit_unscale: bool) -> None:
         """scale (a 1.0 loss), set the gradients, [unscale_], step, update: both sides."""
@@ -120,17 +127,23 @@ class ScalerPair:
         self.ref.update()
         self.torch.update()
 
-    def save_load(self, cross: bool) -> None:
-        """Rebuild both scalers from state_dicts (each from the other's when `cross`)."""
-        ref_state, torch_state = self.ref.state_dict(), self.torch.state_dict()
-        if set(ref_state) != set(torch_state):
-            raise ValueError(f"state_dict keys differ: {sorted(ref_state)} vs "
-                             f"{sorted(torch_state)}")
-        if cross:
-            ref_state, torch_state = torch_state, ref_state
-        self.ref = rls.GradScaler(**self.hyper)
+    def save(self) -> None:
+        """Keep both scalers' state_dicts (a checkpoint of the scalers)."""
+        self.saved = (self.ref.state_dict(), self.torch.state_dict())
+        if set(self.saved[0]) != set(self.saved[1]):
+            raise ValueError(f"state_dict keys differ: {sorted(self.saved[0])} vs "
+                             f"{sorted(self.saved[1])}")
+
+    def load(self, cross: bool, live: bool) -> None:
+        """Load the kept state_dicts (each tree the other's when `cross`): into new scalers,
+        or into the live ones, whose scale and tracker have moved on since, when `live`."""
+        if self.saved is None:
+            raise RuntimeError("ScalerPair.load before save")
+        ref_state, torch_state = self.saved[::-1] if cross else self.saved
+        if not live:
+            self.ref = rls.GradScaler(**self.hyper)
+            self.torch = tls.GradScaler(torch.device(self.device).type, **self.hyper)
         self.ref.load_state_dict(ref_state)
-        self.torch = tls.GradScaler(torch.device(self.device).type, **self.hyper)
         self.torch.load_state_dict(torch_state)
 
     def compare(self) -> list[tuple[str, Any, Any]]:
@@ -152,7 +165,8 @@ SCALER_SHAPES = [(3,), (2, 5)]
 
 
 class ScalerStreams(RuleBasedStateMachine):
-    """Both scalers, one gradient stream, save/load between steps; after every move each
+    """Both scalers, one gradient stream, state_dicts saved and loaded (into new or live
+    scalers, across the trees) between steps; after every move each
     (label, reference, torch) of ScalerPair.compare goes to `judge`, which a test makes an
     assertion and the report a measurement (the one scaler state machine of the project)."""
 
@@ -170,9 +184,15 @@ class ScalerStreams(RuleBasedStateMachine):
         self.pair.iterate(stream, explicit_unscale)
         event("skipped" if self.pair.skips[1] else "stepped")
 
-    @rule(cross=st.booleans())
-    def save_load(self, cross: bool) -> None:
-        self.pair.save_load(cross)
+    @rule()
+    def save(self) -> None:
+        self.pair.save()
+
+    @precondition(lambda self: hasattr(self, "pair") and self.pair.saved is not None)
+    @rule(cross=st.booleans(), live=st.booleans())
+    def load(self, cross: bool, live: bool) -> None:
+        event("loaded into live scalers" if live else "loaded into new scalers")
+        self.pair.load(cross, live)
 
     @invariant()
     def judged(self) -> None:
