@@ -16,7 +16,7 @@ above 1.8e19) give an inf norm too, and that step applies a zero update, unflagg
 The norms are sums of squares in float32, in an order that is each library's own (NumPy's
 pairwise sum here, torch's vectorized reduction there): each is within gamma_n of the exact
 value, so two implementations agree to about n float32 ulps, not bit for bit (the bound:
-parity/claims/loss_scaling.py, `loss_scaling.total_norm`). The coefficient and the multiply
+parity/claims/loss_scaling.py, `loss_scaling.clip_grad_norm`). The coefficient and the multiply
 are the same IEEE operations in the same order on both sides: given one total norm, the
 clipped gradients are bit-identical (`loss_scaling.clip`).
 """

@@ -1,10 +1,13 @@
 """The loss_scaling claims (the kinds and the registry: parity/tolerances.py).
 
-The scaler's kernels hold on CUDA as on CPU (AmpKernels.cu and
-ForeachNonFiniteCheckAndUnscale.cu compute the same IEEE operations). Clipping's norms do not
-share an order across devices (CUDA's multi-tensor norm kernel reduces in its own order), which
-the n-term bound of loss_scaling.clip_grad_norm already allows; clip, train and underflow_mask
-inherit the CUDA conditions of the amp claims.
+On CUDA: the scaler's kernels compute the same IEEE operations as on CPU (AmpKernels.cu,
+ForeachNonFiniteCheckAndUnscale.cu), and so do the clip coefficient and multiply; the SGD of
+loss_scaling.scaler is bit-exact only where torch's CUDA kernels fuse multiply-adds as the
+reference's `fma` flag says (optim.sgd). Clipping's norms do not share an order across
+devices (CUDA's multi-tensor norm kernel reduces in its own), which the n-term bound of
+loss_scaling.clip_grad_norm allows. underflow_mask and train inherit the CUDA conditions of
+the amp claims (the drivers run torch's train_step with cuBLAS's reduced-precision
+reductions off).
 """
 
 from __future__ import annotations

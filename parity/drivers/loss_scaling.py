@@ -18,6 +18,7 @@ from hypothesis.stateful import (
     rule,
 )
 
+from parity.drivers.amp import float32_accumulation
 from parity.drivers.optim import FUSED
 from parity.strategies.loss_scaling import scaler_grad_stream, scaler_hyper
 from reference import amp as ramp
@@ -280,10 +281,11 @@ def underflow_grads(scale: float, dtype: str = "float16", device: str = "cpu"
     amp_model, loss_fn = ramp.Autocast(ref, dtype), rnn.MSELoss()
     loss_fn(amp_model(x), y)
     amp_model.backward(loss_fn.backward(np.float32(scale)))
-    with torch.autocast(torch.device(device).type, dtype=getattr(torch, dtype)):
-        loss = torch.nn.functional.mse_loss(tm(torch.from_numpy(x).to(device)),
-                                            torch.from_numpy(y).to(device))
-    (loss * torch.tensor(scale, dtype=torch.float32, device=device)).backward()
+    with float32_accumulation(device):
+        with torch.autocast(torch.device(device).type, dtype=getattr(torch, dtype)):
+            loss = torch.nn.functional.mse_loss(tm(torch.from_numpy(x).to(device)),
+                                                torch.from_numpy(y).to(device))
+        (loss * torch.tensor(scale, dtype=torch.float32, device=device)).backward()
     return [(name, p.grad / np.float32(scale), _np(tp.grad) / np.float32(scale))
             for (name, p), tp in zip(ref.named_parameters(), tm.parameters(), strict=True)]
 

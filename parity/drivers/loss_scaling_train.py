@@ -51,14 +51,17 @@ class TrainPair:
 
     def step(self, x: np.ndarray, y: np.ndarray) -> tuple[Any, Any]:
         """(reference StepResult, torch StepResult) of one step on the batch (x, y)."""
+        from parity.drivers.amp import float32_accumulation
+
         r = self.rtrain.train_step(self.ref, rnn.MSELoss(), self.ref_opt, self.ref_scaler, x,
                                    y, precision=self.precision,
                                    max_grad_norm=self.max_grad_norm, fault=self.fault)
-        t = self.ttrain.train_step(self.tm, torch.nn.MSELoss(), self.torch_opt,
-                                   self.torch_scaler, torch.from_numpy(x).to(self.device),
-                                   torch.from_numpy(y).to(self.device),
-                                   precision=self.precision, max_grad_norm=self.max_grad_norm,
-                                   fault=self.fault)
+        with float32_accumulation(self.device):  # as step_gradients computes them
+            t = self.ttrain.train_step(self.tm, torch.nn.MSELoss(), self.torch_opt,
+                                       self.torch_scaler, torch.from_numpy(x).to(self.device),
+                                       torch.from_numpy(y).to(self.device),
+                                       precision=self.precision,
+                                       max_grad_norm=self.max_grad_norm, fault=self.fault)
         return r, t
 
     def sync(self) -> None:
