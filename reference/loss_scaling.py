@@ -42,6 +42,7 @@ from reference.nn import Parameter
 __all__ = ["GradScaler", "OptState", "StaticLossScaler", "clip_grad_norm_",
            "clip_grads_with_norm_", "get_total_norm", "make_scaler", "step_skipped"]
 
+
 class OptState(Enum):
     """Where an optimizer is in the iteration (torch.amp.grad_scaler.OptState)."""
 
