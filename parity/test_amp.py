@@ -1,15 +1,27 @@
-"""Parity of reference.amp (autocast emulation) with torch.autocast on CPU, op by op and for
-the whole compact model. Drivers are in parity/checks/amp.py."""
+"""Parity of reference.amp (autocast emulation) with torch.autocast: op by op, the whole compact
+model layer by layer, and the op lists. Drivers: parity/drivers/amp.py, amp_lists.py.
+
+Every low-precision result is checked to be a member of its format before it is compared
+(the drivers refuse non-members), so a missing rounding fails here instead of reading as
+0 ulps."""
 
 from __future__ import annotations
 
 import numpy as np
-import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from parity.checks.amp import ACTIVATIONS, SUFFIX, activation_pairs, linear_pairs, model_pairs
+from parity.claims.amp import ACTIVATION_MIN_COMPARED, LINEAR_MIN_COMPARED, MODEL_MIN_EXACT
 from parity.compare import assert_claim
+from parity.drivers import amp_lists
+from parity.drivers.amp import (
+    ACTIVATIONS,
+    SUFFIX,
+    activation_pairs,
+    linear_pairs,
+    model_pairs,
+    toward,
+)
 
 FMTS = st.sampled_from(["bfloat16", "float16"])
 
@@ -18,30 +30,52 @@ FMTS = st.sampled_from(["bfloat16", "float16"])
 @given(fmt=FMTS, n=st.integers(1, 40), k=st.integers(1, 96), m=st.integers(1, 24),
        seed=st.integers(0, 2**32 - 1))
 def test_linear_under_autocast_within_one_lp_ulp_of_torch(fmt: str, n: int, k: int, m: int,
-                                                          seed: int) -> None:
-    """Output and all three gradients within 1 lp ulp; casts and master weights bit-identical."""
-    for label, a, b, ok in linear_pairs(fmt, n, k, m, seed):
+                                                          seed: int, device: str) -> None:
+    """Output and all three gradients within 1 lp ulp where the accumulation bound allows
+    (at least LINEAR_MIN_COMPARED of the elements); casts and master weights bit-identical."""
+    compared = total = 0
+    for label, a, b, ok in linear_pairs(fmt, n, k, m, seed, device):
         if label.startswith(("saved", "master")):
             assert_claim("amp.casts", a, b, label)
             continue
         event(f"{label}: precondition excluded {'some' if not ok.all() else 'none'}")
         assert_claim(f"amp.linear_{SUFFIX[fmt]}", a[ok], b[ok], label)
+        compared, total = compared + int(ok.sum()), total + ok.size
+    assert compared >= LINEAR_MIN_COMPARED * total, f"compared {compared} of {total} elements"
 
 
 @settings(max_examples=20)
 @given(fmt=FMTS, name=st.sampled_from(sorted(ACTIVATIONS)), seed=st.integers(0, 2**32 - 1))
-def test_activations_on_lp_tensors_within_one_lp_ulp_of_torch(fmt: str, name: str,
-                                                              seed: int) -> None:
+def test_activations_on_lp_tensors_within_one_lp_ulp_of_torch(fmt: str, name: str, seed: int,
+                                                              device: str) -> None:
     """Forward output and input gradient within 1 lp ulp where the float32 bound allows."""
-    for label, a, b, ok in activation_pairs(name, fmt, 512, seed):
-        assert ok.mean() > 0.5, "the precondition excluded most elements: little was tested"
+    for label, a, b, ok in activation_pairs(name, fmt, 512, seed, device):
+        assert ok.mean() >= ACTIVATION_MIN_COMPARED, f"{name} {label}: compared {ok.mean():.1%}"
         assert_claim(f"amp.activation_{SUFFIX[fmt]}", a[ok], b[ok], f"{name} {label}")
 
 
-@pytest.mark.parametrize("fmt", ["bfloat16", "float16"])
-@pytest.mark.parametrize("activation", ["gelu", "tanh", "relu"])
-def test_compact_model_under_autocast_matches_torch(fmt: str, activation: str) -> None:
-    """Output and parameter gradients of the whole model within amp.model's bound."""
-    for label, a, b in model_pairs(activation, fmt, seed=0):
-        assert np.all(np.isfinite(b)), label
-        assert_claim("amp.model", a, b, label)
+@settings(max_examples=12)
+@given(fmt=FMTS, activation=st.sampled_from(["gelu", "gelu_tanh", "tanh", "relu"]),
+       seed=st.integers(0, 2**32 - 1))
+def test_compact_model_layers_within_the_rounding_spread_of_torch(fmt: str, activation: str,
+                                                                  seed: int,
+                                                                  device: str) -> None:
+    """Every layer of the reference's autocast run, given to torch with the same inputs and
+    incoming gradient, within k ulps per element (k = 0, bit-identical, where no rounding
+    boundary lies within the op's float32 bound of the exact result); the loss gradient
+    bit-identical."""
+    exact = total = 0
+    for label, a, b, k in model_pairs(activation, fmt, seed, device):
+        assert_claim(f"amp.model_{SUFFIX[fmt]}", a, toward(b, a, k, fmt), label)
+        exact, total = exact + int((k == 0).sum()), total + k.size
+        if np.any((k > 0) & (a != b)):
+            event("an ambiguous element differs by its allowance")
+    assert exact >= MODEL_MIN_EXACT * total, f"only {exact} of {total} elements must be exact"
+
+
+def test_op_lists_match_what_torch_registers_and_does(device: str) -> None:
+    """Every listed op is registered for its device's Autocast key (and no other device's list
+    is), and every simply callable one gives the list's output dtype on this device."""
+    found, checked = amp_lists.mismatches(device)
+    assert checked > 100
+    assert_claim("amp.op_lists", np.int64(len(found)), np.int64(0), "; ".join(found))

@@ -1,4 +1,4 @@
-"""Dynamic loss scaling with torch.amp.GradScaler's API, rounding for rounding; the training step.
+"""Dynamic loss scaling with torch.amp.GradScaler's API, rounding for rounding.
 
 Why: float16's smallest subnormal is 2^-24 (5.96e-8). Gradients below half of it round to
 zero in a float16 backward and the update they carry is lost. Multiplying the loss by a
@@ -11,43 +11,18 @@ One iteration, for every optimizer:
     backward     -> grads g * S
     unscale_     -> inv = f32(1 / f64(S)); found_inf = any(!isfinite(g)); g <- g * inv
     step         -> optimizer.step() unless found_inf
-    update       -> the rule below, found_inf summed over the optimizers
+    update       -> the update rule, found_inf summed over the optimizers
 
-The update rule, as scalar code (executable: tests/test_loss_scaling_reference.py runs it
-against `GradScaler` and they must agree bit for bit). `f32(v)` rounds a float to
-float32; a product of a float32 and a Python float is formed in float64, as in C++.
-
-    def update_rule(scale, growth_tracker, hysteresis_tracker, found_inf,
-                    growth_factor, backoff_factor, growth_interval, hysteresis, min_scale):
-        if found_inf:
-            hysteresis_tracker = hysteresis_tracker - 1
-            if hysteresis_tracker > 0:
-                return scale, 0, hysteresis_tracker
-            scale = f32(scale * backoff_factor)
-            if min_scale is not None:
-                scale = max(scale, f32(min_scale))
-            return scale, 0, hysteresis_tracker
-        successful = growth_tracker + 1
-        if successful == growth_interval:
-            grown = f32(scale * growth_factor)
-            if math.isfinite(grown):
-                scale = grown
-            return scale, 0, hysteresis
-        return scale, successful, hysteresis
-
-With the defaults (hysteresis=1, min_scale=None) this is torch's `_amp_update_scale_`
-(aten/src/ATen/native/cpu/AmpGradScalerKernels.cpp; the CUDA kernel in AmpKernels.cu is the
-same code). Hysteresis follows NVIDIA Apex's `update_scale_hysteresis` (Megatron-LM,
-DeepSpeed): tolerate hysteresis - 1 overflows in a row before backing off; the counter
-refills on every finite step. `min_scale` is Megatron-LM's floor: torch's scale can halve
-down to 0.0 (0 * growth = 0: it never recovers).
+The two kernels (unscale with the non-finite check; the update rule, with its scalar
+pseudocode and the NOTEs on their rounding) are in reference/loss_scale_kernels.py. This
+file is the bookkeeping around them, as torch/amp/grad_scaler.py is around torch's: the
+lazily created scale, a stage per optimizer (READY -> UNSCALED -> STEPPED), the errors for
+misuse, state_dict. Clipping (clip_grad_norm_, from reference/clip_grad.py) happens between
+unscale_ and step; the training step that orders all of it is reference/train.py's.
 
 Beyond torch, and off by default: `last_step_skipped` (torch gives no signal, so an LR
 scheduler stepping after a skipped step warns), `min_scale`, `hysteresis`, and a
 `StaticLossScaler` (fixed S, same skip logic) for comparison.
-
-`train_step` is the canonical mixed-precision step (see `train_step`'s docstring), written
-line for line like torch_impl/loss_scaling.py's.
 """
 
 from __future__ import annotations
@@ -60,41 +35,12 @@ from typing import Any
 import numpy as np
 
 from reference import amp
+from reference.clip_grad import clip_grad_norm_, clip_grads_with_norm_, get_total_norm
+from reference.loss_scale_kernels import inv_scale, non_finite_check_and_unscale_, update_scale_
 from reference.nn import Parameter
 
-__all__ = ["GradScaler", "OptState", "StaticLossScaler", "clip_grad_norm_", "make_scaler",
-           "step_skipped"]
-
-# NOTE [ Unscale by reciprocal ]
-# torch unscales by multiplying with a reciprocal, not by dividing:
-#     inv_scale = scale.double().reciprocal().float()        # grad_scaler.py, unscale_
-#     g = (inv_scale == 1) ? g : g * inv_scale                 # in g's opmath type
-# so inv = f32(1 / f64(S)): the reciprocal correctly rounded to float64, then rounded to
-# float32 (double rounding, kept because it is what torch does; "FP32 division can be
-# imprecise for certain compile options"). A float32 gradient is then multiplied in
-# float32, a float64 gradient in float64 by that float32 value, a float16/bfloat16 one in
-# float32 and rounded back. For S a power of two, g * inv == g / S exactly; for any other
-# S the two differ in some elements (docs/loss_scaling.md measures how many). The
-# non-finite check looks at g BEFORE the multiply: with S < 1 (inv > 1) a finite g * inv
-# can overflow to inf unflagged, and S = 0.0 gives inv = inf.
-
-# NOTE [ Scale update rounding ]
-# The kernels hold the scale as a float32 and the factors as C++ doubles:
-#     *scale = (*scale) * backoff_factor;                      // float * double -> double
-#     new_scale = static_cast<float>((*scale) * growth_factor);
-# The product is formed in float64 (rounded once there) and rounded again to float32.
-# float32 x float64 needs up to 77 bits, so the float64 product is itself rounded: this is
-# double rounding, and a float32 product (f32(S) * f32(factor)) differs from it for
-# non-power-of-two factors. Growth is capped: a grown scale that is not finite is
-# dropped (the scale stays, the tracker still resets). Backoff has no floor: S reaches
-# 0.0 after about 277 halvings from 2^128 (subnormals on the way).
-
-# NOTE [ Tracker order ]
-# found_inf: the growth tracker resets to 0, the scale backs off.
-# finite: successful = tracker + 1 is compared with growth_interval BEFORE being stored;
-# on equality the scale grows and the tracker is 0, otherwise the tracker is `successful`.
-# So with growth_interval = n the scale grows on every n-th consecutive finite step, and a
-# growth_interval <= 0 never grows. The tracker is an int32, as torch's.
+__all__ = ["GradScaler", "OptState", "StaticLossScaler", "clip_grad_norm_",
+           "clip_grads_with_norm_", "get_total_norm", "make_scaler", "step_skipped"]
 
 
 class OptState(Enum):
@@ -187,9 +133,9 @@ class GradScaler:
         return self._per_optimizer_states.setdefault(id(optimizer),
                                                      _refresh_per_optimizer_state())
 
-    def _unscale_grads_(self, optimizer: Any, inv_scale: np.ndarray,
-                        allow_fp16: bool) -> np.ndarray:
-        """The non-finite check and unscale of every gradient (NOTE [ Unscale by reciprocal ])."""
+    def _unscale_grads_(self, optimizer: Any, inv: np.ndarray, allow_fp16: bool) -> np.ndarray:
+        """The non-finite check and unscale of every gradient of `optimizer` (one kernel call,
+        loss_scale_kernels.non_finite_check_and_unscale_); returns found_inf (0-d float32)."""
         grads = []
         for group in optimizer.param_groups:
             for param in group["params"]:
@@ -202,31 +148,21 @@ class GradScaler:
                     raise ValueError("Attempting to unscale FP16 gradients.")
                 grads.append(param.grad)
         found_inf = np.array(0.0, dtype=np.float32)
-        for g in grads:
-            if not np.all(np.isfinite(g)):
-                found_inf[...] = 1.0
-            if inv_scale != np.float32(1.0):
-                _unscale_inplace(g, inv_scale)
+        non_finite_check_and_unscale_(grads, found_inf, inv)
         return found_inf
-
-    def _inv_scale(self) -> np.ndarray:
-        """f32(1 / f64(S)) (NOTE [ Unscale by reciprocal ])."""
-        assert self._scale is not None
-        with np.errstate(divide="ignore", over="ignore"):  # S = 0 or subnormal: inv = inf
-            return (1.0 / self._scale.astype(np.float64)).astype(np.float32)
 
     def unscale_(self, optimizer: Any) -> None:
         """Divide the optimizer's gradients by S in place (by multiplying with f32(1/f64(S)))."""
         if not self._enabled:
             return
-        self._check_scale_growth_tracker("unscale_")
+        scale, _ = self._check_scale_growth_tracker("unscale_")
         state = self._state(optimizer)
         if state["stage"] is OptState.UNSCALED:
             raise RuntimeError(
                 "unscale_() has already been called on this optimizer since the last update().")
         if state["stage"] is OptState.STEPPED:
             raise RuntimeError("unscale_() is being called after step().")
-        state["found_inf"] = self._unscale_grads_(optimizer, self._inv_scale(), False)
+        state["found_inf"] = self._unscale_grads_(optimizer, inv_scale(scale), False)
         state["stage"] = OptState.UNSCALED
 
     def step(self, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
@@ -251,7 +187,7 @@ class GradScaler:
 
     # -- update
     def update(self, new_scale: float | np.ndarray | None = None) -> None:
-        """Apply the update rule (module docstring) once, or set S to `new_scale`."""
+        """Apply the update rule (reference/loss_scale_kernels.py) once, or set S to `new_scale`."""
         if not self._enabled:
             return
         self._check_scale_growth_tracker("update")
@@ -281,29 +217,13 @@ class GradScaler:
         self._per_optimizer_states = {}
 
     def _update_scale_(self, found_inf: np.ndarray) -> None:
-        """torch._amp_update_scale_ (NOTEs [ Scale update rounding ], [ Tracker order ])."""
+        """The update rule, once (loss_scale_kernels.update_scale_)."""
         assert self._scale is not None and self._growth_tracker is not None
-        if found_inf:
-            self._hysteresis_tracker -= 1
-            if self._hysteresis_tracker > 0:
-                self._growth_tracker[...] = 0
-                return
-            self._scale[...] = self._scale.astype(np.float64) * np.float64(self._backoff_factor)
-            if self._min_scale is not None:
-                self._scale[...] = np.maximum(self._scale, np.float32(self._min_scale))
-            self._growth_tracker[...] = 0
-            return
-        successful = self._growth_tracker + np.int32(1)
-        if successful == self._growth_interval:
-            with np.errstate(over="ignore"):  # an infinite growth is computed, then dropped
-                new_scale = (self._scale.astype(np.float64)
-                             * np.float64(self._growth_factor)).astype(np.float32)
-            if np.isfinite(new_scale):
-                self._scale[...] = new_scale
-            self._growth_tracker[...] = 0
-        else:
-            self._growth_tracker[...] = successful
-        self._hysteresis_tracker = self._hysteresis
+        self._hysteresis_tracker = update_scale_(
+            self._scale, self._growth_tracker, found_inf, self._growth_factor,
+            self._backoff_factor, self._growth_interval,
+            hysteresis_tracker=self._hysteresis_tracker, hysteresis=self._hysteresis,
+            min_scale=self._min_scale)
 
     # -- getters and setters, as torch's
     def get_scale(self) -> float:
@@ -398,18 +318,6 @@ def _times(x: np.ndarray, scale: np.ndarray) -> np.ndarray:
         return x * scale.astype(x.dtype)
 
 
-def _unscale_inplace(g: np.ndarray, inv_scale: np.ndarray) -> None:
-    """g <- g * inv in g's opmath type (NOTE [ Unscale by reciprocal ]).
-
-    inf and NaN gradients are expected here (that is what the check is for), so the
-    floating-point warnings of the multiply are silenced."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        if g.dtype == np.float16:
-            np.copyto(g, (g.astype(np.float32) * inv_scale).astype(np.float16))
-        else:
-            np.multiply(g, inv_scale.astype(g.dtype), out=g)
-
-
 class StaticLossScaler(GradScaler):
     """A fixed scale S with GradScaler's API and skip logic: update() never changes S."""
 
@@ -418,31 +326,6 @@ class StaticLossScaler(GradScaler):
 
     def _update_scale_(self, found_inf: np.ndarray) -> None:
         pass
-
-
-# -- the canonical training step
-def clip_grad_norm_(parameters: Iterable[Parameter], max_norm: float,
-                    norm_type: float = 2.0) -> np.ndarray:
-    """torch.nn.utils.clip_grad_norm_ (2-norm): g <- g * min(1, max_norm / (||g|| + 1e-6)).
-
-    ||g|| is the 2-norm of the per-parameter 2-norms, in the gradients' dtype; a non-finite
-    norm multiplies the gradients by NaN, as torch does (the step is skipped anyway).
-    """
-    if norm_type != 2.0:
-        raise ValueError(f"clip_grad_norm_: only norm_type=2.0 is implemented, got {norm_type}")
-    grads = [p.grad for p in parameters if p.grad is not None]
-    if not grads:
-        return np.array(0.0, dtype=np.float32)
-    dt = grads[0].dtype.type
-    norms = np.array([np.sqrt(np.sum(g * g, dtype=dt)) for g in grads], dtype=dt)
-    total_norm = np.sqrt(np.sum(norms * norms, dtype=dt))
-    # torch: max_norm / (total_norm + 1e-6) is Tensor.__rtruediv__, i.e. reciprocal() * max_norm
-    clip_coef = (dt(1) / (total_norm + dt(1e-6))) * dt(max_norm)
-    clip_coef_clamped = np.minimum(clip_coef, dt(1.0))  # NaN stays NaN, as torch.clamp
-    with np.errstate(invalid="ignore"):  # inf gradients times a NaN coefficient
-        for g in grads:
-            g *= clip_coef_clamped
-    return total_norm
 
 
 def step_skipped(scaler: GradScaler, optimizer: Any) -> bool:

@@ -1,6 +1,7 @@
-"""reference.loss_scaling against its own oracles: the docstring's scalar pseudocode, torch's
-documented errors and semantics, the extras (min_scale, hysteresis, last_step_skipped), and
-the seeded faults (float16 without scaling, clipping before unscale_, bfloat16 range)."""
+"""reference.loss_scaling, loss_scale_kernels and clip_grad against their own oracles: the
+kernels' docstring pseudocode, torch's documented errors and semantics, the extras
+(min_scale, hysteresis, last_step_skipped), clipping against a float64 oracle, and the
+seeded faults (float16 without scaling, clipping before unscale_, bfloat16 range)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
+from reference import clip_grad
+from reference import loss_scale_kernels as kernels
 from reference import loss_scaling as rls
 from reference import nn as rnn
 from reference import optim as ropt
@@ -26,10 +29,10 @@ def _f32(v: float) -> float:
 
 
 def _pseudocode_update_rule():  # type: ignore[no-untyped-def]
-    """The `update_rule` written in the module docstring, compiled as it stands."""
-    doc = rls.__doc__ or ""
+    """The `update_rule` written in loss_scale_kernels' docstring, compiled as it stands."""
+    doc = kernels.__doc__ or ""
     match = re.search(r"\n( +)def update_rule\(.*?(?=\n\n\S)", doc, re.S)
-    assert match, "the module docstring lost its update_rule pseudocode"
+    assert match, "the kernels' docstring lost its update_rule pseudocode"
     indent = len(match.group(1))
     source = "\n".join(line[indent:] for line in match.group(0).strip("\n").splitlines())
     namespace = {"math": math, "f32": _f32}
@@ -77,6 +80,39 @@ def test_update_matches_docstring_pseudocode(init: float, growth: float, backoff
     event("grew" if scale > np.float32(init) else "did not grow")
 
 
+@settings(max_examples=300)
+@given(scale=st.one_of(st.floats(0.0, float(np.finfo(np.float32).max), width=32),
+                      st.sampled_from([0.0, 2.0**-149])),
+       tracker=st.integers(0, 8), hyst=st.integers(0, 3), found=st.booleans(),
+       growth=st.floats(1.0, 10.0, exclude_min=True),
+       backoff=st.floats(0.0, 1.0, exclude_min=True, exclude_max=True),
+       interval=st.integers(-1, 6), hysteresis=st.integers(1, 3),
+       min_scale=st.one_of(st.none(), st.floats(2.0**-20, 4.0)))
+def test_update_kernel_is_the_docstring_pseudocode_from_any_state(
+        scale: float, tracker: int, hyst: int, found: bool, growth: float, backoff: float,
+        interval: int, hysteresis: int, min_scale: float | None) -> None:
+    """update_scale_ from any state (trackers past the interval, growth_interval <= 0, zero
+    and subnormal scales) equals the pseudocode bit for bit, hysteresis tracker included."""
+    s, t = np.array(scale, np.float32), np.array(tracker, np.int32)
+    new_hyst = kernels.update_scale_(s, t, np.array(float(found), np.float32), growth, backoff,
+                                     interval, hysteresis_tracker=hyst, hysteresis=hysteresis,
+                                     min_scale=min_scale)
+    want = UPDATE_RULE(float(np.float32(scale)), tracker, hyst, found, growth, backoff,
+                       interval, hysteresis, min_scale)
+    assert (s.tobytes(), int(t), new_hyst) == (np.float32(want[0]).tobytes(), want[1], want[2])
+    event("grew" if s > np.float32(scale) else "backed off" if s < np.float32(scale) else "kept")
+
+
+def test_growth_happens_on_exactly_the_interval_th_finite_step() -> None:
+    """growth_interval 3: the scale doubles after the 3rd, 6th, ... finite step, never earlier."""
+    scaler, opt, p = _one_param_scaler(init_scale=8.0, growth_interval=3)
+    seen = []
+    for _ in range(7):
+        _iterate(scaler, opt, p, False)
+        seen.append(scaler.get_scale())
+    assert seen == [8.0, 8.0, 16.0, 16.0, 16.0, 32.0, 32.0]
+
+
 def test_non_power_of_two_factors_round_through_float64() -> None:
     """The backed-off scale is f32(f64(S) * b), which can differ from the float32 product."""
     rng = np.random.default_rng(0)
@@ -102,6 +138,17 @@ def test_unscale_multiplies_by_reciprocal_not_divides() -> None:
         scaler.unscale_(opt)
         divided = g / np.float32(scale)
         assert np.array_equal(p.grad, divided) is expect_equal, scale
+
+
+def test_reciprocal_through_float64_is_the_correctly_rounded_float32_reciprocal() -> None:
+    """inv_scale(S) = f32(1 / f64(S)) equals the float32 division 1 / S for every float32
+    significand (all of [1, 2)) and for every power of two from 2^-149 to 2^127: the double
+    rounding of NOTE [ Unscale by reciprocal ] never shows (53 >= 2 * 24 + 2 bits)."""
+    ones = np.arange(0x3F800000, 0x40000000, dtype=np.uint32).view(np.float32)
+    powers = np.ldexp(np.float32(1), np.arange(-149, 128)).astype(np.float32)
+    for s in (ones, powers, ones * np.float32(2.0**-100), ones * np.float32(2.0**100)):
+        with np.errstate(divide="ignore", over="ignore"):
+            assert np.array_equal(kernels.inv_scale(s), np.float32(1) / s)
 
 
 def test_misuse_raises_torchs_errors() -> None:
@@ -187,6 +234,52 @@ def test_static_loss_scaler_keeps_its_scale_and_still_skips() -> None:
     for f in (True, False, True):
         _iterate(scaler, opt, p, f)
         assert scaler.get_scale() == 128.0 and scaler.last_step_skipped is f
+
+
+# -- clipping
+@settings(max_examples=50)
+@given(seed=st.integers(0, 2**32 - 1), sizes=st.lists(st.integers(1, 400), min_size=1,
+                                                       max_size=4), k=st.integers(-20, 20))
+def test_total_norm_within_the_n_term_bound_of_the_exact_norm(seed: int, sizes: list[int],
+                                                               k: int) -> None:
+    """get_total_norm is within (n + m + 6)/2 u of the exact 2-norm (float64 oracle)."""
+    rng = np.random.default_rng(seed)
+    grads = [(rng.standard_normal(n) * 2.0**k).astype(np.float32) for n in sizes]
+    exact = math.sqrt(math.fsum(float(v) ** 2 for g in grads for v in g.astype(np.float64)))
+    got = float(clip_grad.get_total_norm(grads))
+    assert abs(got - exact) <= (max(sizes) + len(sizes) + 6) / 2 * 2.0**-24 * exact
+
+
+def test_clip_leaves_gradients_below_max_norm_and_scales_them_above() -> None:
+    """Below max_norm - 1e-6 the gradients keep their bits; above, the global norm becomes
+    max_norm (within float32 rounding); the returned norm is the one before clipping."""
+    g = np.array([3.0, 4.0], np.float32)  # norm 5
+    for max_norm, want_norm in ((10.0, 5.0), (1.0, 1.0)):
+        p = Parameter(np.zeros(2, np.float32))
+        p.grad = g.copy()
+        assert float(clip_grad.clip_grad_norm_([p], max_norm)) == 5.0
+        assert abs(float(np.linalg.norm(p.grad)) - want_norm) <= 4 * 2.0**-24 * want_norm
+        assert (p.grad.tobytes() == g.tobytes()) is (max_norm == 10.0)
+
+
+def test_non_finite_norms_zero_or_poison_the_gradients() -> None:
+    """An inf norm gives coefficient 0 (finite gradients 0, infinite NaN); a NaN norm NaN."""
+    for norm, finite_becomes in ((np.inf, 0.0), (np.nan, np.nan)):
+        p = Parameter(np.zeros(3, np.float32))
+        p.grad = np.array([1.0, -2.0, np.inf], np.float32)
+        clip_grad.clip_grads_with_norm_([p], 1.0, np.array(norm, np.float32))
+        assert np.array_equal(p.grad[:2], [finite_becomes] * 2, equal_nan=True)
+        assert np.isnan(p.grad[2])
+
+
+def test_clip_refuses_other_norms_and_mixed_dtypes() -> None:
+    """Only the 2-norm is implemented; gradients of several dtypes are refused."""
+    with pytest.raises(ValueError, match=r"only norm_type=2\.0"):
+        clip_grad.get_total_norm([np.ones(2, np.float32)], norm_type=1.0)
+    with pytest.raises(TypeError, match="one dtype"):
+        clip_grad.get_total_norm([np.ones(2, np.float32), np.ones(2, np.float64)])
+    assert float(clip_grad.get_total_norm([])) == 0.0
+    assert rls.clip_grad_norm_ is clip_grad.clip_grad_norm_  # re-exported for train.py
 
 
 # -- the canonical step and the seeded faults

@@ -1,14 +1,52 @@
-"""The amp claims (the kinds and the registry: parity/tolerances.py)."""
+"""The amp claims (the kinds and the registry: parity/tolerances.py).
+
+Every amp claim holds on CPU and, by the same derivation, on CUDA provided cuBLAS
+accumulates fp16/bf16 products in float32 (parity/drivers/amp.py switches
+torch.backends.cuda.matmul.allow_{fp16,bf16}_reduced_precision_reduction off around the CUDA
+runs) and the float32 elementary functions on CUDA meet the nn claims' bounds; the CUDA runs
+use the CUDA op lists.
+"""
 
 from __future__ import annotations
 
 from parity.claims import Claim
 
+# The smallest share of elements a single run must meet the precondition of an
+# amp.linear_* / amp.activation_* claim in (so a test never passes by comparing nothing),
+# and of elements an amp.model_* run must find bit-identical (k = 0).
+LINEAR_MIN_COMPARED = 0.9
+ACTIVATION_MIN_COMPARED = 0.75
+MODEL_MIN_EXACT = 0.85
+
+_MODEL_STATEMENT = (
+    "Under {fmt} autocast, the compact model (Linear, activation, Linear, activation, Linear; "
+    "GELU, tanh-GELU, Tanh or ReLU; MSE loss) run by reference.amp.Autocast, and each torch "
+    "layer under torch.autocast fed the input and the incoming gradient the reference's run gave "
+    "the same layer: every layer output, input gradient and parameter gradient is within k "
+    "{fmt} ulps of torch's, per element, where k = ord(q(v + d)) - ord(q(v - d)) counts the "
+    "{fmt} members that round the interval around the exact result v of the op on those lp "
+    "operands (d: the op's float32 error bound), and the loss gradient reaching the last "
+    "Linear is bit-identical (k = 0). k = 0, i.e. bit-identical, for at least "
+    f"{MODEL_MIN_EXACT:.0%} of the elements of each run. Observed: the ulps beyond k."
+)
+_MODEL_REASON = (
+    "Given the same lp operands each tree's float32 result lies within d of v: a dot product "
+    "of length k within gamma_k sum|a_i b_i| (Higham, Thm 3.5; v in float64 adds k 2^-53 of "
+    "it), an activation within the float32 bound c eps S of its nn claim (tanh 2 eps |y|, 6 eps "
+    "|g|; GELU c eps |x|, c eps |g|(1 + |x|(1 + x^2)); ReLU exact); Tanh's backward adds the "
+    "observed difference of the two saved outputs. Round to nearest is monotone, so both "
+    "results lie among the members from q(v - d) to q(v + d): k apart at most, and the same "
+    "member when no rounding boundary falls within d of v. The loss gradient is the same "
+    "float32 value on both sides (nn.mse_loss.elementwise), rounded once. Comparing every "
+    "layer on the reference's own inputs tests the wiring (which results are rounded, in "
+    "which order) without the propagation of earlier 1-ulp differences that a free run adds."
+)
+
 CLAIMS: tuple[Claim, ...] = (
     Claim(
         id="amp.casts",
         statement=(
-            "Under autocast (float16 and bfloat16, CPU), what a Linear saves for backward (the lp "
+            "Under autocast (float16 and bfloat16), what a Linear saves for backward (the lp "
             "cast of its input, addmm's mat1, and of its weight, mat2) is bit-identical in "
             "reference.amp and torch.autocast, and the float32 master weights are unchanged."
         ),
@@ -16,17 +54,18 @@ CLAIMS: tuple[Claim, ...] = (
         bound=0,
         reason=(
             "A cast is one correctly rounded operation (round to nearest even) with one right "
-            "answer (formats.encode_f32); the weight is cast, never rounded in place."
+            "answer (formats.encode); the weight is cast, never rounded in place."
         ),
     ),
     Claim(
         id="amp.linear_bf16",
         statement=(
             "A Linear under bfloat16 autocast, fed the same input, weights and lp output "
-            "gradient: output, input gradient, weight gradient and bias gradient are within 1 "
-            "bfloat16 ulp of torch's, at every element where the float32 accumulation bound is "
-            "below half a bfloat16 ulp of the result (the test counts the others; none at its "
-            "shapes)."
+            "gradient: output, input gradient, weight gradient and bias gradient are bfloat16 "
+            "values within 1 bfloat16 ulp of torch's, at every element where the float32 "
+            "accumulation bound is below half a bfloat16 ulp of the result; that precondition "
+            f"holds for at least {LINEAR_MIN_COMPARED:.0%} of the elements of every Linear "
+            "tested (batch 1-40, 1-96 inputs, 1-24 outputs)."
         ),
         kind="ulps",
         bound=1,
@@ -42,8 +81,9 @@ CLAIMS: tuple[Claim, ...] = (
     Claim(
         id="amp.linear_fp16",
         statement=(
-            "As amp.linear_bf16, under float16 autocast: within 1 float16 ulp where the float32 "
-            "accumulation bound is below half a float16 ulp."
+            "As amp.linear_bf16, under float16 autocast: float16 values within 1 float16 ulp "
+            "where the float32 accumulation bound is below half a float16 ulp, which holds for "
+            f"at least {LINEAR_MIN_COMPARED:.0%} of the elements of every Linear tested."
         ),
         kind="ulps",
         bound=1,
@@ -57,18 +97,19 @@ CLAIMS: tuple[Claim, ...] = (
         id="amp.activation_bf16",
         statement=(
             "GELU (erf and tanh), Tanh and ReLU on a bfloat16 tensor under autocast: forward "
-            "output and input gradient within 1 bfloat16 ulp of torch's wherever the float32 "
-            "bound of the nn claims (8 eps |x| forward, 8 eps |g| (1 + |x| (1 + x^2)) backward) "
-            "is below half a bfloat16 ulp of the result (the check counts the others: GELU's "
-            "negative tail, where |y| << |x| and float32 cancellation dominates)."
+            "output and input gradient are bfloat16 values within 1 bfloat16 ulp of torch's "
+            "wherever the float32 bound of the matching nn claim (nn.tanh.*, nn.gelu*.*) is "
+            "below half a bfloat16 ulp of the result; that holds for at least "
+            f"{ACTIVATION_MIN_COMPARED:.0%} of the elements of each tensor (the others: GELU's "
+            "tails and Tanh's saturation, where the result is tiny next to the bound's scale)."
         ),
         kind="ulps",
         bound=1,
         reason=(
             "Both compute in float32 and round once to lp. The float32 results differ by at most "
-            "the nn.tanh/nn.gelu*/nn.relu bounds (<= 8 eps S); where that is below half an lp ulp "
-            "u of the result, the two values are closer than u and their round-to-nearest images "
-            "are at most 1 ulp apart."
+            "the nn claim's c eps S; where that is below half an lp ulp u of the result, the two "
+            "values are closer than u and their round-to-nearest images are at most 1 ulp "
+            "apart. ReLU is exact on lp values."
         ),
         fmt="bfloat16",
     ),
@@ -76,7 +117,8 @@ CLAIMS: tuple[Claim, ...] = (
         id="amp.activation_fp16",
         statement=(
             "As amp.activation_bf16 on float16 tensors: within 1 float16 ulp under the same "
-            "precondition."
+            f"precondition, which holds for at least {ACTIVATION_MIN_COMPARED:.0%} of the "
+            "elements of each tensor."
         ),
         kind="ulps",
         bound=1,
@@ -84,20 +126,40 @@ CLAIMS: tuple[Claim, ...] = (
         fmt="float16",
     ),
     Claim(
-        id="amp.model",
+        id="amp.model_bf16",
+        statement=_MODEL_STATEMENT.format(fmt="bfloat16"),
+        kind="ulps",
+        bound=0,
+        reason=_MODEL_REASON,
+        fmt="bfloat16",
+    ),
+    Claim(
+        id="amp.model_fp16",
+        statement=_MODEL_STATEMENT.format(fmt="float16"),
+        kind="ulps",
+        bound=0,
+        reason=_MODEL_REASON + " float16 has 3 more mantissa bits than bfloat16, so a float32 "
+        "bound of the same size straddles a rounding boundary about 8 times as often.",
+        fmt="float16",
+    ),
+    Claim(
+        id="amp.op_lists",
         statement=(
-            "The compact model's forward output and parameter gradients under autocast (bf16 and "
-            "fp16; depth 3, width 64) agree with torch's after dividing both by max|torch's| of "
-            "each tensor, within atol = 16 * 2^-11 (0.0078)."
+            "reference.amp's op lists are torch's: every op listed for a device type has an "
+            "Autocast kernel registered for it in the installed torch (AutocastCPU, "
+            "AutocastCUDA; torch 2.6 to 2.13 register the same listed ops), and every listed "
+            "op that can be called with plain tensors returns lp under CPU autocast "
+            "(lower_precision_fp: float32 inputs) or float32 (fp32: lp inputs); the CUDA "
+            "policies are called on a CUDA device only. Observed: the ops whose registration "
+            "or dtype differs from the list."
         ),
-        kind="close",
-        bound=(0.0, 16 * 2.0**-11),
+        kind="bits",
+        bound=0,
         reason=(
-            "Each op adds at most 1 lp ulp (amp.linear_*, amp.activation_*), i.e. a relative 2^-8 "
-            "(bf16) or 2^-11 (fp16) of the tensor's scale; the forward has 2L - 1 = 5 lp ops and "
-            "a gradient passes through at most 2L = 6 more, each propagating the earlier "
-            "differences with gain <= 1 for these unit-scale layers; 16 ulps of fp16 leaves room "
-            "for that. bf16 is held to the same number (observed: 0)."
+            "Membership and policy are discrete: the dispatcher either has an Autocast kernel "
+            "for the op or not, and an op's output dtype is the policy's. Ops that need "
+            "structured arguments (RNN layers, native multi-head attention, CTC, "
+            "_convolution.deprecated) are checked by registration only."
         ),
     ),
 )

@@ -54,3 +54,34 @@ def scaler_grad_stream(shapes: list[tuple[int, ...]]) -> st.SearchStrategy[list[
 
     return st.builds(build, st.integers(0, 2**32 - 1), st.integers(-140, 70),
                      st.integers(0, 5), st.integers(0, 7))
+
+
+# Clipping: gradient lists whose global norm lands below, near and above max_norm (both
+# branches of the clamp), and planted inf/NaN that make the norm non-finite.
+def clip_grad_lists(max_size: int = 300) -> st.SearchStrategy[list[np.ndarray]]:
+    """1-5 float32 gradients of 0-max_size elements, one magnitude 2^k (k in [-30, 30])
+    times normals, an inf or NaN planted in some of them."""
+
+    def build(seed: int, sizes: list[int], k: int, plant: int) -> list[np.ndarray]:
+        rng = np.random.default_rng(seed)
+        grads = [(rng.standard_normal(n) * 2.0**k).astype(np.float32) for n in sizes]
+        if plant < 3 and any(g.size for g in grads):
+            g = next(g for g in grads if g.size)
+            g[int(rng.integers(g.size))] = (np.inf, -np.inf, np.nan)[plant]
+        return grads
+
+    return st.builds(build, st.integers(0, 2**32 - 1),
+                     st.lists(st.integers(0, max_size), min_size=1, max_size=5),
+                     st.integers(-30, 30), st.integers(0, 12))
+
+
+def clip_norms() -> st.SearchStrategy[float]:
+    """Total norms for clip_grads_with_norm_ with max_norm = 1: any positive float32, 0,
+    inf, NaN, and values within a few ulps of 1 - 1e-6 (where the clamp switches)."""
+    edge = int(np.float32(1.0 - 1e-6).view(np.uint32))
+    near_edge = st.integers(-4, 4).map(
+        lambda d: float(np.array(edge + d, dtype=np.uint32).view(np.float32)))
+    return st.one_of(
+        st.floats(0.0, float(np.finfo(np.float32).max), width=32), near_edge,
+        st.sampled_from([0.0, float("inf"), float("nan"), 1.0]),
+    )
