@@ -4,7 +4,7 @@ digest (train.kill_resume); the digest is implementation-independent
 (train.digest_cross_impl); and a checkpoint missing any inventory item does NOT resume
 exactly (the guard that the exactness tests can fail).
 
-Drivers are in parity/checks/train.py, shared with the report. The hypothesis tests run the
+Drivers are in parity/drivers/train.py, shared with the report. The hypothesis tests run the
 interrupted and the resumed halves in one process but share nothing but the checkpoint
 file: every object is rebuilt from the config, and the torch global RNG is scrambled in
 between to show nothing depends on it.
@@ -22,7 +22,9 @@ import pytest
 import torch
 from hypothesis import event, given, settings
 
-from parity.checks.train import (
+from parity.compare import assert_claim
+from parity.drivers.train import (
+    INVENTORY_CASE,
     KILL_OPTIONS,
     SMALL,
     compare_runs,
@@ -35,7 +37,6 @@ from parity.checks.train import (
     skipped_steps,
     uninterrupted,
 )
-from parity.compare import assert_claim
 from parity.strategies import train_configs
 from reference import resume as ref_resume
 from reference import train as ref_train
@@ -54,7 +55,7 @@ def _assert_same_run(actual: dict, expected: dict, context: str) -> None:
     worst, n = compare_runs(actual, expected)
     assert n > 0
     if worst != 0:  # let assert_claim show which values differ
-        from parity.checks.resume import flatten
+        from parity.drivers.resume import flatten
 
         a, b = flatten(actual), flatten(expected)
         for key, value in b.items():
@@ -99,10 +100,6 @@ def test_interruption_right_after_a_skipped_fp16_step_resumes_exactly(name: str)
             _assert_same_run(actual, expected, f"{name} interrupted after skipped step {k}")
 
 
-INVENTORY_CASE = {**SMALL, "precision": "fp16", "init_scale": 2.0**20, "growth_interval": 3,
-                  "schedule": "cosine", "total_steps": 20}
-
-
 @pytest.mark.parametrize("name", ["reference", "torch"])
 @pytest.mark.parametrize("item", ref_train.INVENTORY)
 def test_leaving_out_any_inventory_item_breaks_exactness(name: str, item: str) -> None:
@@ -141,7 +138,7 @@ def test_state_digest_is_the_same_for_a_state_and_its_torch_mapping() -> None:
 def test_torch_resumes_a_reference_checkpoint_at_the_same_position_and_lr(tmp_path: Path) -> None:
     """A reference checkpoint, mapped, resumes in torch: data position, step and lr continue
     exactly as an all-torch run's (parameters differ: other kernels, other dropout stream)."""
-    config = {**SMALL, "dropout": 0.0, "schedule": "cosine", "total_steps": 12}
+    config = {**SMALL, "dropout": 0.0, "schedule": "cosine", "horizon": 12}
     ref_train.train(ref_train.TrainConfig(**config), 5, tmp_path, 5)
     ref_state = ref_resume.load_checkpoint(ref_resume.CheckpointManager(tmp_path).path(5))
     run = t_train.restored(t_train.TrainConfig(**config), t_resume.state_from_reference(ref_state))

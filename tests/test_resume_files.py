@@ -1,21 +1,25 @@
-"""reference.resume and torch_impl.resume against the file contract both promise.
+"""reference.resume and torch_impl.resume against the file contract both promise: the shared
+container of the `ckpt` package around each tree's payload.
 
-Each test runs on both implementations (the contract is the same; the payloads differ):
-a save/load round trip keeps every value and type; any truncation or single bit flip is a
-CheckpointCorruptError; a failing write (disk full, a failing rename) leaves the previous
-file intact and no temporary file; versions and mismatches get their own errors; the
-directory manager keeps K files, skips corrupt ones and removes leftovers.
+Each test runs on both implementations (the contract is the same; the payloads differ): a
+save/load round trip keeps every value and type; any truncation or single bit flip is a
+CheckpointCorruptError; lengths are checked against the file's size before its body is read
+(a huge file costs 52 bytes of reading); only a regular file is opened (a FIFO never
+blocks); versions and mismatches get their own errors; a failing write (disk full, a
+failing rename, a read-only filesystem) leaves the previous file intact, no temporary file,
+and an error naming the user's path. The system calls of an atomic write are recorded and
+their order asserted, for any state and with a failure injected at each one of them.
 """
 
 from __future__ import annotations
 
 import errno
-import hashlib
-import json
 import os
 import struct
 import subprocess
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -25,53 +29,18 @@ import torch
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from reference import nn as ref_nn
-from reference import optim as ref_optim
+import ckpt
+from ckpt import atomic
+from parity.drivers.resume import recontainer, small_reference_state, small_torch_state
 from reference import resume as ref_resume
-from torch_impl import nn as t_nn
 from torch_impl import resume as t_resume
 
-
-def _reference_state(hidden: int = 16) -> dict:
-    """A small complete-looking state: model, Adam after two steps, StepLR, rng, data."""
-    rng = np.random.default_rng(0)
-    model = ref_nn.make_mlp((8, hidden, 3), dropout=0.1, rng=rng)
-    opt = ref_optim.Adam(model.parameters(), lr=1e-3)
-    sched = ref_optim.StepLR(opt, step_size=2)
-    for _ in range(2):
-        for p in model.parameters():
-            p.grad = rng.standard_normal(p.data.shape).astype(np.float32)
-        opt.step()
-        sched.step()
-    return {"config": {"sizes": [8, hidden, 3], "optimizer": "Adam"}, "step": 2, "epoch": 0,
-            "model": model.state_dict(), "optimizer": opt.state_dict(),
-            "scheduler": sched.state_dict(), "scaler": {"scale": 65536.0, "growth_tracker": 3},
-            "data": {"seed": 0, "num_samples": 64, "epoch": 0, "position": 16},
-            "rng": {"init": rng.bit_generator.state}, "special": [float("inf"), None, True]}
-
-
-def _torch_state(hidden: int = 16) -> dict:
-    g = torch.Generator().manual_seed(0)
-    model = t_nn.make_mlp((8, hidden, 3), dropout=0.1, generator=g)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2)
-    for _ in range(2):
-        for p in model.parameters():
-            p.grad = torch.randn(p.shape, generator=g)
-        opt.step()
-        sched.step()
-    return {"config": {"sizes": [8, hidden, 3], "optimizer": "Adam"}, "step": 2, "epoch": 0,
-            "model": model.state_dict(), "optimizer": opt.state_dict(),
-            "scheduler": sched.state_dict(), "scaler": {"scale": 65536.0, "growth_tracker": 3},
-            "data": {"seed": 0, "num_samples": 64, "epoch": 0, "position": 16},
-            "rng": {"init": g.get_state()}, "special": [float("inf"), None, True]}
-
-
-IMPLS = {"reference": (ref_resume, _reference_state), "torch": (t_resume, _torch_state)}
+IMPLS = {"reference": (ref_resume, small_reference_state),
+         "torch": (t_resume, small_torch_state)}
 
 
 @pytest.fixture(params=sorted(IMPLS))
-def impl(request: pytest.FixtureRequest) -> tuple[ModuleType, object]:
+def impl(request: pytest.FixtureRequest) -> tuple[ModuleType, Callable[..., dict]]:
     return IMPLS[request.param]
 
 
@@ -94,6 +63,15 @@ def _same(a: object, b: object, path: str = "state") -> None:
         assert np.asarray(a).tobytes() == np.asarray(b).tobytes(), path
     else:
         assert a == b, f"{path}: {a!r} vs {b!r}"
+
+
+def test_both_trees_raise_the_one_error_family() -> None:
+    """Every error class either tree exports is ckpt's own class, under one base."""
+    names = [n for n in dir(ckpt) if n.startswith("Checkpoint") and n.endswith("Error")]
+    assert len(names) == 7
+    for name in names:
+        assert getattr(ref_resume, name) is getattr(t_resume, name) is getattr(ckpt, name)
+        assert issubclass(getattr(ckpt, name), ckpt.CheckpointError)
 
 
 def test_round_trip_keeps_every_value_type_and_bit(impl: tuple, tmp_path: Path) -> None:
@@ -132,8 +110,8 @@ def test_any_truncation_is_detected(name: str, saved: dict, tmp_path: Path,
     mod, _ = IMPLS[name]
     blob = saved[name]
     cut = data.draw(st.one_of(st.integers(0, len(blob) - 1),
-                              st.sampled_from([0, 1, 43, 44, len(blob) - 32, len(blob) - 1])))
-    event("cut inside the trailing digest" if cut >= len(blob) - 32 else "cut before it")
+                              st.sampled_from([0, 1, 51, 52, len(blob) - 40, len(blob) - 1])))
+    event("cut inside the trailer" if cut >= len(blob) - 40 else "cut before it")
     path = tmp_path / f"cut-{cut}.ckpt"
     path.write_bytes(blob[:cut])
     with pytest.raises(mod.CheckpointCorruptError):
@@ -145,38 +123,65 @@ def test_any_truncation_is_detected(name: str, saved: dict, tmp_path: Path,
 @given(data=st.data())
 def test_any_bit_flip_is_detected(name: str, saved: dict, tmp_path: Path,
                                   data: st.DataObject) -> None:
-    """Flipping any one bit anywhere (magic, header, payload, digest) is CheckpointCorruptError."""
+    """Flipping any one bit anywhere (magic, header, payload, length, digest) is corrupt."""
     mod, _ = IMPLS[name]
     blob = bytearray(saved[name])
     pos = data.draw(st.integers(0, len(blob) - 1))
     bit = data.draw(st.integers(0, 7))
     blob[pos] ^= 1 << bit
-    header_end = 12 + struct.unpack("<I", bytes(blob[8:12]))[0] if pos >= 12 else 12
+    header_end = 12 + struct.unpack("<I", bytes(saved[name][8:12]))[0]
     event("magic/length" if pos < 12 else "header" if pos < header_end
-          else "digest" if pos >= len(blob) - 32 else "payload")
+          else "trailer" if pos >= len(blob) - 40 else "payload")
     path = tmp_path / f"flip-{pos}-{bit}.ckpt"
     path.write_bytes(bytes(blob))
     with pytest.raises(mod.CheckpointCorruptError):
         mod.load_checkpoint(path)
 
 
-def _recontainer(blob: bytes, **header_changes: object) -> bytes:
-    """The same checkpoint with header fields changed and a freshly computed, valid digest."""
-    (hlen,) = struct.unpack("<I", blob[8:12])
-    header = {**json.loads(blob[12:12 + hlen]), **header_changes}
-    new_header = json.dumps(header, sort_keys=True).encode()
-    body = blob[:8] + struct.pack("<I", len(new_header)) + new_header + blob[12 + hlen:-32]
-    return body + hashlib.sha256(body).digest()
+@pytest.mark.parametrize("extra", [1, 2**40])
+def test_an_extended_checkpoint_is_refused_before_its_body_is_read(
+        impl: tuple, tmp_path: Path, extra: int) -> None:
+    """A checkpoint grown by 1 byte or 1 TiB (sparse) is corrupt at once: its lengths do not
+    add up, found from the first 12 and last 40 bytes (reading 1 TiB would take minutes)."""
+    mod, make = impl
+    path = tmp_path / "a.ckpt"
+    mod.save_checkpoint(path, make())
+    os.truncate(path, path.stat().st_size + extra)
+    start = time.perf_counter()
+    with pytest.raises(mod.CheckpointCorruptError, match="do not add up"):
+        mod.load_checkpoint(path)
+    assert time.perf_counter() - start < 5.0
 
 
-def test_another_format_version_is_a_version_error(impl: tuple, saved: dict,
-                                                   tmp_path: Path) -> None:
-    """A well-formed checkpoint of version 2 is refused with CheckpointVersionError."""
+def test_a_fifo_is_refused_without_blocking(impl: tuple, tmp_path: Path) -> None:
+    """Loading a FIFO (no writer on the other end) raises at once instead of hanging."""
     mod, _ = impl
-    name = "reference" if mod is ref_resume else "torch"
-    path = tmp_path / "v2.ckpt"
-    path.write_bytes(_recontainer(saved[name], version=2))
-    with pytest.raises(mod.CheckpointVersionError, match="version 2"):
+    fifo = tmp_path / "a.ckpt"
+    os.mkfifo(fifo)
+    outcome: list[BaseException] = []
+
+    def load() -> None:
+        try:
+            mod.load_checkpoint(fifo)
+        except BaseException as e:  # handed to the main thread
+            outcome.append(e)
+
+    worker = threading.Thread(target=load, daemon=True)
+    worker.start()
+    worker.join(timeout=10)
+    assert not worker.is_alive(), "load_checkpoint blocked on a FIFO"
+    assert isinstance(outcome[0], mod.CheckpointCorruptError) and "FIFO" in str(outcome[0])
+
+
+@pytest.mark.parametrize("version", [1, 3])
+def test_another_format_version_is_a_version_error(impl: tuple, saved: dict, tmp_path: Path,
+                                                   version: int) -> None:
+    """A well-formed checkpoint of version 1 or 3 is refused with CheckpointVersionError."""
+    mod, _ = impl
+    path = tmp_path / "v.ckpt"
+    path.write_bytes(recontainer(saved["reference" if mod is ref_resume else "torch"],
+                                 version=version))
+    with pytest.raises(mod.CheckpointVersionError, match=f"version {version}"):
         mod.load_checkpoint(path)
 
 
@@ -204,8 +209,23 @@ def test_a_different_model_is_a_mismatch_naming_key_and_shapes(impl: tuple,
     mod.load_checkpoint(tmp_path / "a.ckpt", like={"model": make(hidden=16)["model"]})
 
 
-def _fail_halfway(at_call: int) -> object:
-    """A _write_all that hits a full disk halfway through its `at_call`-th call."""
+def test_a_changed_configuration_names_each_differing_field() -> None:
+    """check_config: one phrase per field, the checkpoint's value first, in one line."""
+    saved = {"precision": "fp32", "seed": 0, "horizon": 200}
+    with pytest.raises(ckpt.CheckpointMismatchError) as info:
+        ckpt.check_config(saved, {**saved, "precision": "bf16", "horizon": 60})
+    message = str(info.value)
+    assert "horizon: 200 in the checkpoint, 60 now" in message
+    assert "precision: 'fp32' in the checkpoint, 'bf16' now" in message
+    assert "seed" not in message and "\n" not in message
+    ckpt.check_config(saved, dict(saved))
+
+
+# ---------------------------------------------------------------- failing writes
+
+
+def _fail_halfway(at_call: int) -> Callable[[int, memoryview], None]:
+    """A write_all that hits a full disk halfway through its `at_call`-th call."""
     calls = [0]
 
     def write_all(fd: int, data: memoryview) -> None:
@@ -221,104 +241,174 @@ def _fail_halfway(at_call: int) -> object:
 @pytest.mark.parametrize("at_call", [1, 3])  # in the header; inside the serializer's writes
 def test_disk_full_mid_write_keeps_the_previous_file_and_leaves_no_temp(
         impl: tuple, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, at_call: int) -> None:
-    """ENOSPC halfway through a write: a CheckpointWriteError (errno ENOSPC), old file intact."""
+    """ENOSPC halfway through a write: a CheckpointWriteError (errno ENOSPC) naming the
+    checkpoint's path and no temporary name; the old file intact."""
     mod, make = impl
     path = tmp_path / "a.ckpt"
     mod.save_checkpoint(path, make(hidden=16))
     before = path.read_bytes()
-    monkeypatch.setattr(mod, "_write_all", _fail_halfway(at_call))
+    monkeypatch.setattr(atomic, "write_all", _fail_halfway(at_call))
     with pytest.raises(mod.CheckpointWriteError, match="untouched") as info:
         mod.save_checkpoint(path, make(hidden=32))
     assert info.value.errno == errno.ENOSPC and isinstance(info.value, OSError)
+    assert str(path) in str(info.value) and ".tmp" not in str(info.value)
     assert path.read_bytes() == before
     assert os.listdir(tmp_path) == ["a.ckpt"]
     mod.load_checkpoint(path)
 
 
-def test_a_failing_rename_keeps_the_previous_file_and_leaves_no_temp(
-        impl: tuple, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """If os.replace fails after the data was written, nothing at the final name changes."""
-    mod, make = impl
-    path = tmp_path / "a.ckpt"
-    mod.save_checkpoint(path, make(hidden=16))
-    before = path.read_bytes()
-
-    def replace(src: str, dst: str) -> None:
-        raise OSError(errno.EIO, "simulated rename failure")
-
-    monkeypatch.setattr(mod.os, "replace", replace)
-    with pytest.raises(mod.CheckpointWriteError):
-        mod.save_checkpoint(path, make(hidden=32))
-    monkeypatch.undo()
-    assert path.read_bytes() == before
-    assert os.listdir(tmp_path) == ["a.ckpt"]
-
-
 @pytest.fixture
-def tiny_tmpfs(tmp_path: Path) -> Iterator[Path]:
-    """A 64 KiB tmpfs under tmp_path (a REAL full disk), or a skip where mounting is denied."""
-    mnt = tmp_path / "tmpfs"
-    mnt.mkdir()
-    try:
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)],
-                              capture_output=True, timeout=10, check=False)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        pytest.skip(f"cannot run mount: {e}")
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.decode().strip()}")
-    yield mnt
-    subprocess.run(["umount", str(mnt)], capture_output=True, timeout=10, check=False)
+def tmpfs(tmp_path: Path) -> Iterator[Callable[[str], Path]]:
+    """mount(options) -> a fresh tmpfs under tmp_path, or a skip where mounting is denied."""
+    mounted: list[Path] = []
+
+    def mount(options: str) -> Path:
+        mnt = tmp_path / f"tmpfs{len(mounted)}"
+        mnt.mkdir()
+        try:
+            done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mnt)],
+                                  capture_output=True, timeout=10, check=False)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            pytest.skip(f"cannot run mount: {e}")
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.decode().strip()}")
+        mounted.append(mnt)
+        return mnt
+
+    yield mount
+    for mnt in mounted:
+        subprocess.run(["umount", str(mnt)], capture_output=True, timeout=10, check=False)
 
 
 def test_a_real_full_disk_keeps_the_previous_file_and_leaves_no_temp(
-        impl: tuple, tiny_tmpfs: Path) -> None:
-    """On a 64 KiB tmpfs, a checkpoint too big to fit fails with ENOSPC; the old one loads."""
+        impl: tuple, tmpfs: Callable[[str], Path]) -> None:
+    """On a 64 KiB tmpfs, a checkpoint too big to fit fails with ENOSPC; the old one loads.
+    (torch.save reports the failed write as a RuntimeError: the writer keeps the OSError.)"""
     mod, make = impl
-    path = tiny_tmpfs / "a.ckpt"
+    disk = tmpfs("size=64k")
+    path = disk / "a.ckpt"
     mod.save_checkpoint(path, make(hidden=16))
     before = path.read_bytes()
     with pytest.raises(mod.CheckpointWriteError) as info:
         mod.save_checkpoint(path, make(hidden=2048))  # ~200 KB of parameters and moments
-    assert info.value.errno == errno.ENOSPC
+    assert info.value.errno == errno.ENOSPC and ".tmp" not in str(info.value)
     assert path.read_bytes() == before
-    assert os.listdir(tiny_tmpfs) == ["a.ckpt"]
+    assert os.listdir(disk) == ["a.ckpt"]
     mod.load_checkpoint(path)
 
 
-def test_manager_keeps_the_last_k_and_resumes_from_the_newest_valid(impl: tuple,
-                                                                     tmp_path: Path) -> None:
-    """keep=2 leaves two files; a corrupt newest file is skipped and reported, not fatal."""
+def test_a_read_only_filesystem_is_a_write_error_naming_the_path(
+        impl: tuple, tmpfs: Callable[[str], Path]) -> None:
+    """EROFS: CheckpointWriteError naming the checkpoint's path (root ignores chmod, so the
+    filesystem itself is mounted read-only)."""
     mod, make = impl
-    manager = mod.CheckpointManager(tmp_path, keep=2)
-    state = make()
-    for step in (5, 10, 15):
-        manager.save(step, {**state, "step": step})
-    assert [s for s, _ in manager.checkpoints()] == [10, 15]
-    newest = manager.path(15)
-    newest.write_bytes(newest.read_bytes()[:-100])  # torn
-    path, loaded = manager.latest_valid()
-    assert path == manager.path(10) and loaded["step"] == 10
-    assert [p for p, _ in manager.skipped] == [newest]
-    assert isinstance(manager.skipped[0][1], mod.CheckpointCorruptError)
+    path = tmpfs("size=64k,ro") / "a.ckpt"
+    with pytest.raises(mod.CheckpointWriteError, match=str(path)) as info:
+        mod.save_checkpoint(path, make())
+    assert info.value.errno == errno.EROFS and ".tmp" not in str(info.value)
 
 
-def test_manager_returns_none_when_nothing_is_valid(impl: tuple, tmp_path: Path) -> None:
-    """With only corrupt files, latest_valid() is None and every file is reported."""
-    mod, _ = impl
-    manager = mod.CheckpointManager(tmp_path)
-    manager.path(1).write_bytes(b"garbage")
-    assert manager.latest_valid() is None
-    assert len(manager.skipped) == 1
+# ---------------------------------------------------------------- the system calls, in order
 
 
-def test_manager_cleanup_removes_the_temp_files_a_crash_left(impl: tuple,
-                                                             tmp_path: Path) -> None:
-    """cleanup() removes `.ckpt-*.tmp` leftovers and nothing else."""
-    mod, make = impl
-    manager = mod.CheckpointManager(tmp_path)
-    manager.save(1, make())
-    (tmp_path / ".ckpt-00000002.ckpt.abc123.tmp").write_bytes(b"half a file")
-    (tmp_path / "notes.txt").write_text("keep me")
-    removed = manager.cleanup()
-    assert [p.name for p in removed] == [".ckpt-00000002.ckpt.abc123.tmp"]
-    assert sorted(os.listdir(tmp_path)) == ["ckpt-00000001.ckpt", "notes.txt"]
+class _Recorder:
+    """Stands in for `os` inside ckpt.atomic: records the calls NOTE [ Atomic write ] orders,
+    labelled by what they touch (temp, dir, final), and makes the `fail_at`-th one fail."""
+
+    CALLS = ("open", "write", "fsync", "close", "replace", "unlink")
+
+    def __init__(self, directory: Path, fail_at: int | None = None) -> None:
+        self.directory, self.fail_at = directory, fail_at
+        self.calls: list[str] = []
+        self.fds: dict[int, str] = {}
+
+    def _label(self, name: str, args: tuple) -> str:
+        if name == "open":
+            return f"open {'dir' if Path(args[0]) == self.directory else 'temp'}"
+        if name in ("write", "fsync", "close"):
+            return f"{name} {self.fds.get(args[0], '?')}"
+        return name
+
+    def __getattr__(self, name: str) -> object:
+        real = getattr(os, name)
+        if name not in self.CALLS:
+            return real
+
+        def call(*args: object, **kwargs: object) -> object:
+            label = self._label(name, args)
+            if not (label == "write temp" and self.calls[-1:] == ["write temp"]):
+                self.calls.append(label)  # consecutive writes are one entry
+            if len(self.calls) - 1 == self.fail_at:
+                if name == "close":
+                    real(*args, **kwargs)  # a failing close still releases the descriptor
+                raise OSError(errno.EIO, "injected failure")
+            result = real(*args, **kwargs)
+            if name == "open":
+                self.fds[result] = label.split()[1]
+            return result
+        return call
+
+
+ORDER = ["open temp", "write temp", "fsync temp", "close temp", "replace", "open dir",
+         "fsync dir", "close dir"]
+
+
+def _states() -> st.SearchStrategy[dict]:
+    arrays = st.builds(lambda shape, seed: np.asarray(np.random.default_rng(seed)
+                                                      .standard_normal(shape), np.float32),
+                       st.lists(st.integers(0, 5), max_size=3).map(tuple),
+                       st.integers(0, 2**32 - 1))
+    return st.dictionaries(st.text("abcxyz", min_size=1, max_size=5),
+                           st.one_of(arrays, st.integers(), st.floats(allow_nan=False)),
+                           max_size=4)
+
+
+@pytest.mark.parametrize("name", sorted(IMPLS))
+@settings(max_examples=15, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(state=_states())
+def test_an_atomic_write_makes_its_system_calls_in_the_documented_order(
+        name: str, state: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """open temp, write, fsync temp, close, replace, open dir, fsync dir, close: the file's
+    bytes are durable before its name, and its name before save_checkpoint returns."""
+    mod, _ = IMPLS[name]
+    if name == "torch":
+        state = {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v
+                 for k, v in state.items()}
+    recorder = _Recorder(tmp_path)
+    monkeypatch.setattr(atomic, "os", recorder)
+    mod.save_checkpoint(tmp_path / "a.ckpt", state)
+    monkeypatch.undo()
+    assert recorder.calls == ORDER
+    assert sorted(os.listdir(tmp_path)) == ["a.ckpt"]
+    _same(mod.load_checkpoint(tmp_path / "a.ckpt"), state)
+
+
+@pytest.mark.parametrize("name", sorted(IMPLS))
+@pytest.mark.parametrize("fail_at", range(len(ORDER)))
+def test_a_failure_at_any_system_call_keeps_the_final_name_safe(
+        name: str, fail_at: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failure at any call before the rename: the temp file is unlinked, replace is never
+    reached (or fails), the old file is intact. After it: the new file is complete and the
+    error says the rename may not be durable. Always a CheckpointWriteError naming the path."""
+    mod, make = IMPLS[name]
+    path = tmp_path / "a.ckpt"
+    mod.save_checkpoint(path, make(hidden=16))
+    before = path.read_bytes()
+    recorder = _Recorder(tmp_path, fail_at)
+    monkeypatch.setattr(atomic, "os", recorder)
+    with pytest.raises(mod.CheckpointWriteError) as info:
+        mod.save_checkpoint(path, make(hidden=32))
+    monkeypatch.undo()
+    assert recorder.calls[fail_at] == ORDER[fail_at], "guard: the injection hit its call"
+    assert str(path) in str(info.value) and ".tmp" not in str(info.value)
+    assert sorted(os.listdir(tmp_path)) == ["a.ckpt"]  # no temporary file left
+    assert recorder.calls[: fail_at + 1] == ORDER[: fail_at + 1]
+    if fail_at <= ORDER.index("replace"):  # the temp file is closed, then unlinked
+        closing = ["close temp"] if ORDER[fail_at] in ("write temp", "fsync temp") else []
+        assert recorder.calls[fail_at + 1:] == ([*closing, "unlink"] if fail_at else [])
+        assert path.read_bytes() == before
+    else:  # renamed: only the directory's sync failed
+        assert recorder.calls[fail_at + 1:] == (["close dir"] if ORDER[fail_at] == "fsync dir"
+                                                else [])
+        assert "rename may not survive" in str(info.value)
+        assert mod.load_checkpoint(path)["config"]["sizes"] == [8, 32, 3]

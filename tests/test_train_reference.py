@@ -17,15 +17,16 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_a_mismatched_checkpoint_leaves_the_run_untouched(tmp_path: Path) -> None:
-    """Loading a wider model's checkpoint raises CheckpointMismatchError naming the key,
-    and the run's parameters are unchanged (no partial restore)."""
+    """Loading a wider model's checkpoint raises CheckpointMismatchError naming the changed
+    field, then (config forged) the key and shapes; the run's parameters are unchanged."""
     train.train(train.TrainConfig(**{**SMALL, "sizes": (8, 32, 3)}), 3, tmp_path, 3)
     state = resume.load_checkpoint(resume.CheckpointManager(tmp_path).path(3))
     run = train.Run(train.TrainConfig(**SMALL))
     before = run.model.state_dict()
-    with pytest.raises(resume.CheckpointMismatchError, match="fingerprint"):
+    with pytest.raises(resume.CheckpointMismatchError,
+                       match=r"sizes: \[8, 32, 3\] in the checkpoint, \[8, 16, 3\] now"):
         run.load_state_dict(state)
-    state = {**state, "fingerprint": run.config.fingerprint()}
+    state = {**state, "config": run.config.to_dict(), "fingerprint": run.config.fingerprint()}
     with pytest.raises(resume.CheckpointMismatchError, match=r"model/0\.weight.*\(32, 8\)"):
         run.load_state_dict(state)
     for k, v in run.model.state_dict().items():
@@ -33,15 +34,18 @@ def test_a_mismatched_checkpoint_leaves_the_run_untouched(tmp_path: Path) -> Non
 
 
 def test_resume_skips_a_corrupt_newest_checkpoint_and_says_so(tmp_path: Path) -> None:
-    """A torn newest file is reported and the run resumes from the one before it."""
+    """A torn newest file is reported, the run resumes from the one before it, and the torn
+    file is renamed aside (kept), not overwritten, when the run writes its name again."""
     config = train.TrainConfig(**SMALL)
     train.train(config, 6, tmp_path, 3)
     newest = resume.CheckpointManager(tmp_path).path(6)
-    newest.write_bytes(newest.read_bytes()[:100])
+    torn = newest.read_bytes()[:100]
+    newest.write_bytes(torn)
     lines: list[str] = []
     run = train.train(config, 6, tmp_path, 3, resume_from_latest=True, log=lines.append)
-    assert lines[0].startswith("skipped ckpt-00000006.ckpt")
+    assert lines[0].startswith("skipped ckpt-00000006.ckpt: ")
     assert lines[1] == "resumed from ckpt-00000003.ckpt at step 3"
+    assert (tmp_path / "ckpt-00000006.ckpt.unreadable").read_bytes() == torn
     expected = train.train(config, 6)
     assert train.state_digest(run.state_dict()) == train.state_digest(expected.state_dict())
 
@@ -82,8 +86,8 @@ def test_cli_prints_progress_and_the_digest_last(tmp_path: Path) -> None:
     """`python -m parity train --impl reference`: one line per step, digest line last."""
     done = subprocess.run([sys.executable, "-m", "parity", "train", "--impl", "reference",
                            "--steps", "4", "--checkpoint-dir", str(tmp_path),
-                           "--checkpoint-every", "2"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120, check=True)
+                           "--checkpoint-every", "2", "--horizon", "200"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, check=True)
     lines = done.stdout.strip().splitlines()
     assert [line.split()[:2] for line in lines[:4]] == [["step", str(i)] for i in (1, 2, 3, 4)]
     assert all(" loss " in line and " scale " in line and " skipped " in line

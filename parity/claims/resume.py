@@ -23,4 +23,22 @@ CLAIMS: tuple[Claim, ...] = (
             "not mapped (NOTE [ Cross-implementation mapping ]) and not compared."
         ),
     ),
+    Claim(
+        id="resume.crafted_refused",
+        statement=(
+            "Loading each file of a table of crafted checkpoints (a valid digest around hostile "
+            "content: lengths beyond the file, nesting deeper than any parser's recursion or "
+            "than ckpt.MAX_DEPTH, a state that is not a dict, a structure that does not fit "
+            "its records) ends the same way in both trees: CheckpointCorruptError, without "
+            "allocating what a length declares; the table's control file loads in both."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "The container's bounds are checked once, in the shared ckpt package, before "
+            "either payload is parsed; each payload decoder checks every declared length "
+            "against the bytes left and the decoded state against ckpt.check_state. The "
+            "outcome is a class, compared exactly."
+        ),
+    ),
 )
