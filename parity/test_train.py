@@ -150,6 +150,36 @@ def test_torch_resumes_a_reference_checkpoint_at_the_same_position_and_lr(tmp_pa
     assert run.step == expected.step
 
 
+@pytest.mark.parametrize(("writer", "reader"), [("reference", "torch"), ("torch", "reference")])
+def test_resume_from_the_other_implementation_continues_exactly_where_it_can(
+        writer: str, reader: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The command line continues the other tree's checkpoint: at its step the same digest;
+    continued, the same step, data position, skipped count and lr as a run of its own."""
+    from parity.cli import main
+
+    base = ["--steps", "5", "--horizon", "9", "--checkpoint-dir", str(tmp_path),
+            "--checkpoint-every", "5", "--seed", "3"]
+    assert main(["train", "--impl", writer, *base, "--quiet"]) == 0
+    written = capsys.readouterr().out.split()[-1]
+    assert main(["train", "--impl", reader, *base, "--resume"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("resumed from ckpt-00000005.ckpt at step 5 (written by ")
+    assert_claim("resume.cross_impl_resume", np.frombuffer(bytes.fromhex(lines[-1].split()[1]),
+                                                           np.uint8),
+                 np.frombuffer(bytes.fromhex(written), np.uint8))
+    m = ref_train if reader == "reference" else t_train
+    from parity.cli.train import converters
+
+    config = m.TrainConfig(seed=3, horizon=9)
+    run = m.train(config, 9, tmp_path, 5, resume_from_latest=True, foreign=converters(reader))
+    own = m.train(config, 9)
+    for got, want in ((run.step, own.step), (run.skipped, own.skipped),
+                      (run.sampler.state_dict(), own.sampler.state_dict()),
+                      (run.scheduler.get_last_lr(), own.scheduler.get_last_lr())):
+        assert_claim("resume.cross_impl_resume", np.frombuffer(repr(got).encode(), np.uint8),
+                     np.frombuffer(repr(want).encode(), np.uint8))
+
+
 # ---------------------------------------------------------------- real processes, SIGKILL
 
 

@@ -3,6 +3,7 @@ restores that are all-or-nothing."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -103,3 +104,37 @@ def test_recompute_with_low_precision_is_refused_by_name() -> None:
     """The reference does not compose Autocast with recompute: a ValueError says so."""
     with pytest.raises(ValueError, match="recompute with precision 'bf16'"):
         train.Run(train.TrainConfig(**SMALL, precision="bf16", recompute="sqrt"))
+
+
+@pytest.mark.parametrize(("field", "value", "phrase"), [
+    ("seed", -1, "seed must be an int >= 0 and < 4294967296"),
+    ("seed", 2**32, "seed must be an int >= 0"),
+    ("dropout", 1.0, "dropout must be a finite number in [0, 1)"),
+    ("init_scale", 0.0, "init_scale must be a finite number in (0, 3.40282e+38]"),
+    ("init_scale", -2.0, "init_scale"),
+    ("init_scale", float("nan"), "init_scale"),
+    ("init_scale", 1e39, "init_scale"),  # finite in float64, inf in float32
+    ("growth_interval", 0, "growth_interval must be an int >= 1"),
+    ("horizon", 0, "horizon must be an int >= 1"),
+    ("num_samples", 4, "num_samples must be an int >= 8"),  # fewer than one batch
+    ("lr", float("inf"), "lr must be a finite number in (0, inf]"),
+    ("max_grad_norm", 0.0, "max_grad_norm"),
+    ("sizes", (8,), "sizes needs (d_in, ..., d_out)"),
+    ("optimizer", "LBFGS", "optimizer must be one of"),
+])
+def test_train_config_refuses_each_bad_field_by_name(field: str, value: object,
+                                                     phrase: str) -> None:
+    """One configuration for both trees (torch_impl.train.TrainConfig is this class): a bad
+    value is a ValueError naming the field and what is accepted, never a later surprise
+    (an epoch of zero batches would loop forever)."""
+    from torch_impl import train as torch_train
+
+    assert torch_train.TrainConfig is train.TrainConfig
+    with pytest.raises(ValueError, match=re.escape(phrase)):
+        train.TrainConfig(**{**SMALL, "batch_size": 8, field: value})
+
+
+def test_train_refuses_steps_past_the_schedule_horizon() -> None:
+    """A cosine schedule run past its horizon would climb back: refused."""
+    with pytest.raises(ValueError, match=r"horizon = 3"):
+        train.train(train.TrainConfig(**SMALL, horizon=3), 4)

@@ -41,4 +41,24 @@ CLAIMS: tuple[Claim, ...] = (
             "outcome is a class, compared exactly."
         ),
     ),
+    Claim(
+        id="resume.cross_impl_resume",
+        statement=(
+            "`python -m parity train --resume` with one implementation, on a directory whose "
+            "newest checkpoint the OTHER implementation wrote at step k, continues through the "
+            "state mapping and says so: asked for k steps it prints the writer's state-sha256, "
+            "in both directions; continued to n > k, its step counter, data position, skipped "
+            "count and lr equal those of an uninterrupted run of its own implementation."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "The mapping is lossless (resume.cross_impl_state) and the digest is "
+            "implementation-independent (train.digest_cross_impl); the counters, the data order "
+            "(a hash of (seed, epoch)) and the lr schedule (a function of the applied updates, "
+            "fp32: none skipped) do not depend on the arithmetic. The parameters after the "
+            "switch are NOT claimed equal: the trees' matmuls round differently, and the random "
+            "streams restart from the seed (NOTE [ Cross-implementation mapping ])."
+        ),
+    ),
 )

@@ -43,7 +43,8 @@ def _directory(text: str) -> str:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--impl", choices=("reference", "torch"), required=True)
+    p.add_argument("--impl", choices=("reference", "torch"), required=True,
+                   help="which implementation trains (--resume continues either's checkpoint)")
     p.add_argument("--steps", type=int_at_least(1), required=True,
                    help="train until this many steps in all (a resumed run counts its past)")
     p.add_argument("--checkpoint-dir", type=_directory, required=True,
@@ -59,13 +60,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overwrite", action="store_true",
                    help="start afresh in a directory that holds checkpoints, deleting the "
                         "ones it can read first")
-    p.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32")
+    p.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32",
+                   help="autocast precision (default fp32; fp16 scales the loss)")
     p.add_argument("--recompute", default="none",
                    help="none | sqrt | uniform:K | optimal:S (default none)")
     p.add_argument("--seed", type=int_at_least(0), default=0, help="in [0, 2^32)")
     p.add_argument("--dropout", type=finite_float(low=0.0, high=1.0, high_open=True),
                    default=0.0, help="in [0, 1) (default 0)")
-    p.add_argument("--schedule", choices=("constant", "cosine", "step"), default="cosine")
+    p.add_argument("--schedule", choices=("constant", "cosine", "step"), default="cosine",
+                   help="LR schedule over the horizon (default cosine)")
     p.add_argument("--horizon", type=int_at_least(1), default=None, metavar="H",
                    help="the LR schedule's length in steps (default: --steps); part of the "
                         "configuration a resume must match")
