@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import ckpt
 from torch_impl import resume
 
 
@@ -61,7 +62,7 @@ def test_a_malicious_pickle_is_refused_and_never_runs(tmp_path: Path) -> None:
     torch.save({"model": _Payload(str(marker))}, buf)
     payload = buf.getvalue()
     path = tmp_path / "evil.ckpt"
-    path.write_bytes(resume.encode_container(payload, resume.PAYLOAD, resume.WRITER))
+    path.write_bytes(ckpt.encode_container(payload, resume.PAYLOAD, resume.WRITER))
     with pytest.raises(resume.CheckpointUnsafeError, match="refused"):
         resume.load_checkpoint(path)
     assert not marker.exists()

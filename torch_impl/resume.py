@@ -11,6 +11,9 @@ shared, library-free `ckpt` package, the same classes as the reference's. What d
   tensor's data loads as a different value, silently. torch bounds-checks its own records
   (a storage larger than its record is a RuntimeError, reported as corrupt), and the
   decoded state must be a dict nested at most ckpt.MAX_DEPTH deep, as in the reference.
+  Version-dependent: torch 2.6 does not compare a storage's declared size with its zip
+  record (2.11 and 2.13 do); it loads the record's own bytes and allocates nothing from the
+  declared size, so such a crafted file loads there (claim resume.crafted_refused).
 - the state holds tensors where the reference holds arrays; torch.Generator states are
   uint8 tensors (`get_state()`), so they need no special case.
 - `state_to_reference` / `state_from_reference`: the lossless mapping between the two trees'
@@ -86,13 +89,21 @@ def write_state(state: Mapping[str, Any], out: Any) -> None:
     torch.save(dict(state), out)
 
 
+# What torch's weights_only unpickler says when it refuses a pickle for what it would RUN
+# (a global outside its allowlist, a call, an object build); any other failure is damage.
+# torch 2.6 wraps every failure in UnpicklingError, later versions only these.
+_UNSAFE = ("GLOBAL", "call reduce", "Can only create new object", "Can only build")
+
+
 def decode_state(payload: memoryview, where: str) -> Any:
     """The state of a "torch-zip" payload via torch.load(weights_only=True): no pickle code."""
     try:
         return torch.load(ckpt.ViewReader(payload), weights_only=True, map_location="cpu")
     except pickle.UnpicklingError as e:
-        raise CheckpointUnsafeError(f"{where}: the payload needs pickle beyond tensors and "
-                                    f"plain containers to load: refused ({e})") from None
+        if any(marker in str(e) for marker in _UNSAFE):
+            raise CheckpointUnsafeError(f"{where}: the payload needs pickle beyond tensors "
+                                        f"and plain containers to load: refused ({e})") from None
+        raise CheckpointCorruptError(f"{where}: unreadable torch payload: {e}") from None
     except Exception as e:  # a crafted pickle reaches asserts, TypeErrors
         raise CheckpointCorruptError(f"{where}: unreadable torch payload: "
                                      f"{type(e).__name__}: {e}") from None

@@ -30,7 +30,10 @@ CLAIMS: tuple[Claim, ...] = (
             "content: lengths beyond the file, nesting deeper than any parser's recursion or "
             "than ckpt.MAX_DEPTH, a state that is not a dict, a structure that does not fit "
             "its records) ends the same way in both trees: CheckpointCorruptError, without "
-            "allocating what a length declares; the table's control file loads in both."
+            "allocating what a length declares; the table's control file loads in both. "
+            "Version-gated: torch 2.6 loads a storage declared larger than its zip record from "
+            "the record's own bytes (no check, nothing allocated from the declared size); "
+            "2.11 and later refuse it."
         ),
         kind="bits",
         bound=0,
