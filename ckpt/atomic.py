@@ -8,13 +8,13 @@ unlink), so a test can record their order or make any one of them fail
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 import secrets
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ckpt.digest import PiecewiseSHA256, wait_for
 from ckpt.errors import CheckpointWriteError
 
 TEMP_SUFFIX = ".tmp"  # temporary names: "." + final name + "." + 8 hex digits + TEMP_SUFFIX
@@ -32,26 +32,32 @@ TEMP_SUFFIX = ".tmp"  # temporary names: "." + final name + "." + 8 hex digits +
 
 
 class HashingWriter:
-    """A write-only file over a descriptor that SHA-256s every byte on its way to disk.
+    """A write-only file over a descriptor that digests every byte on its way to disk.
 
-    The payload is streamed through it (no copy of it is assembled in memory) and the
-    digest it has accumulated is written last (container.write_container).
+    The payload is streamed through it (no copy of it is assembled in memory; torch.save
+    hands over each tensor's own memory) and the digest it has accumulated is written last
+    (container.write_container). The whole 1 MiB pieces of a write are hashed on helper
+    threads while this thread writes the same bytes (NOTE [ Piecewise digest ]), and all of
+    it is done before write() returns (the caller owns the buffer): every byte is hashed
+    once and copied never.
     """
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
-        self.sha256 = hashlib.sha256()
+        self.hasher = PiecewiseSHA256()
         self.error: OSError | None = None  # a serializer may wrap it in its own exception
         self.size = 0
 
     def write(self, data: Any) -> int:
         view = memoryview(data).cast("B")
-        self.sha256.update(view)
+        pending = self.hasher.update(view)
         try:
             write_all(self.fd, view)
         except OSError as e:
             self.error = e
             raise
+        finally:
+            wait_for(pending)
         self.size += view.nbytes
         return view.nbytes
 

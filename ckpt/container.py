@@ -8,7 +8,8 @@
     12 + H      P      payload: "npy-records" (reference/resume.py) or "torch-zip"
                        (torch_impl/resume.py)
     12 + H + P  8      P, uint64 little-endian (known only once the payload is written)
-    20 + H + P  32     SHA-256 of every byte before it
+    20 + H + P  32     digest of every byte before it: SHA-256 over the SHA-256s of its
+                       1 MiB pieces (NOTE [ Piecewise digest ] in ckpt/digest.py)
 
 `meta` (optional) is what the directory needs to know without decoding the payload: a
 training checkpoint's {"step": s, "config": {...}} (ckpt/directory.py).
@@ -24,7 +25,6 @@ after reading 52 bytes, not read into memory.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import mmap
 import os
@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ckpt.atomic import HashingWriter, atomic_write
+from ckpt.digest import PiecewiseSHA256, digest_of, wait_for
 from ckpt.errors import CheckpointCorruptError, CheckpointVersionError
 
 MAGIC = b"\x89MTCKPT\n"
@@ -58,6 +59,16 @@ MAX_DEPTH = 32  # a training state nests about 6 deep; more is a crafted file
 # crafted file carries a valid one, so payloads are ALSO parsed without pickle and within
 # bounds (NOTE [ No pickle on load ] in reference/resume.py).
 
+# NOTE [ Verify while decoding ]
+# Loading a checkpoint costs a digest of every byte and a decode that copies every byte;
+# both release the GIL, so load_container hashes on helper threads while it decodes. Decoding bytes
+# whose digest is not yet known adds nothing an attacker lacks (a crafted file carries a
+# valid digest, so every decoder is bounded for ANY bytes: lengths checked against the
+# bytes present, nesting limited); what it must not do is let damage masquerade as
+# something else, so when the digest fails, the decoded state is dropped and the error is
+# "corrupt", whatever the decoder said. open_checkpoint, which only reads the header,
+# verifies first.
+
 
 def header_bytes(payload: str, writer: str, meta: Mapping[str, Any] | None = None) -> bytes:
     """magic | H | header JSON: the first bytes of a container."""
@@ -74,7 +85,7 @@ def encode_container(payload_bytes: bytes, payload: str, writer: str,
     """A whole container in memory (for tests and crafted files; saving streams instead)."""
     body = header_bytes(payload, writer, meta) + payload_bytes + struct.pack(
         "<Q", len(payload_bytes))
-    return body + hashlib.sha256(body).digest()
+    return body + digest_of(body)
 
 
 def write_container(out: HashingWriter, payload: str, writer: str,
@@ -84,7 +95,7 @@ def write_container(out: HashingWriter, payload: str, writer: str,
     start = out.write(header_bytes(payload, writer, meta))
     write_payload(out)
     out.write(struct.pack("<Q", out.size - start))
-    out.write(out.sha256.digest())
+    out.write(out.hasher.digest())
 
 
 # ---------------------------------------------------------------- reading
@@ -165,10 +176,9 @@ def _map(fd: int, size: int) -> tuple[memoryview, Callable[[], None]]:
     return memoryview(mapped), close
 
 
-def open_checkpoint(path: str | os.PathLike, *, follow_symlinks: bool = True) -> Container:
-    """Open, bound-check and verify a container (module docstring); CheckpointCorruptError or
-    CheckpointVersionError naming the path if it is not one this code reads."""
-    where = os.fspath(path)
+def _mapped(path: str | os.PathLike, where: str, follow_symlinks: bool
+            ) -> tuple[memoryview, Callable[[], None], int]:
+    """(the file's bytes, their closer, H) after the length checks (module docstring)."""
     fd = open_regular(path, where, follow_symlinks=follow_symlinks)
     try:
         size = os.fstat(fd).st_size
@@ -187,11 +197,30 @@ def open_checkpoint(path: str | os.PathLike, *, follow_symlinks: bool = True) ->
         view, closer = _map(fd, size)
     finally:
         os.close(fd)
+    if len(view) != size:
+        view.release()
+        closer()
+        raise CheckpointCorruptError(f"{where}: changed size while it was read")
+    return view, closer, header_len
+
+
+def _digest_matches(view: memoryview) -> bool:
+    return digest_of(view[:-DIGEST_BYTES]) == view[-DIGEST_BYTES:]
+
+
+def _digest_error(where: str) -> CheckpointCorruptError:
+    return CheckpointCorruptError(f"{where}: SHA-256 of the content does not match the stored "
+                                  "digest: truncated or corrupted")
+
+
+def open_checkpoint(path: str | os.PathLike, *, follow_symlinks: bool = True) -> Container:
+    """Open, bound-check and verify a container (module docstring); CheckpointCorruptError or
+    CheckpointVersionError naming the path if it is not one this code reads."""
+    where = os.fspath(path)
+    view, closer, header_len = _mapped(path, where, follow_symlinks)
     try:
-        if len(view) != size or hashlib.sha256(view[:-DIGEST_BYTES]).digest() != view[
-                -DIGEST_BYTES:]:
-            raise CheckpointCorruptError(f"{where}: SHA-256 of the content does not match the "
-                                         "stored digest: truncated or corrupted")
+        if not _digest_matches(view):
+            raise _digest_error(where)
         header = parse_header(bytes(view[PREFIX:PREFIX + header_len]), where)
     except BaseException:
         view.release()
@@ -297,13 +326,40 @@ def load_container(path: str | os.PathLike, payload: str,
                    ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(header, state): a verified container of this payload kind, decoded by `decode` and
     bound-checked (check_state). Another payload kind is a CheckpointVersionError with
-    `hint` (how to convert it)."""
+    `hint` (how to convert it).
+
+    The digest is computed on the helper thread WHILE the header is parsed and the payload
+    decoded (NOTE [ Verify while decoding ]); if it does not match, the decoded state is
+    dropped and the only error is the digest's.
+    """
     where = os.fspath(path)
-    with open_checkpoint(path) as container:
-        header = container.header
-        if header["payload"] != payload:
-            raise CheckpointVersionError(
-                f"{where}: payload {header['payload']!r} written by {header['writer']!r}; "
-                f"this loader reads {payload!r} ({hint})")
-        state = decode(container.payload, where)
+    view, closer, header_len = _mapped(path, where, follow_symlinks=True)
+    try:
+        hasher = PiecewiseSHA256()
+        pending = hasher.update(view[:-DIGEST_BYTES])  # whole pieces: on helper threads
+
+        def digest_matches() -> bool:
+            wait_for(pending)
+            return hasher.digest() == view[-DIGEST_BYTES:]
+
+        try:
+            header = parse_header(bytes(view[PREFIX:PREFIX + header_len]), where)
+            if header["payload"] != payload:
+                raise CheckpointVersionError(
+                    f"{where}: payload {header['payload']!r} written by {header['writer']!r}; "
+                    f"this loader reads {payload!r} ({hint})")
+            body = view[PREFIX + header_len:-TRAILER]
+            try:
+                state = decode(body, where)
+            finally:
+                body.release()
+        except BaseException as e:
+            if not digest_matches():
+                raise _digest_error(where) from e
+            raise
+        if not digest_matches():
+            raise _digest_error(where)
+    finally:
+        view.release()
+        closer()
     return header, check_state(state, where)

@@ -3,7 +3,6 @@ crafted checkpoint files (valid digest, hostile content) built for either tree's
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import struct
@@ -16,6 +15,7 @@ import numpy as np
 import torch
 
 import ckpt
+from ckpt.digest import digest_of
 from parity.compare import as_numpy, measure
 from parity.tolerances import claim
 from reference import nn as ref_nn
@@ -197,11 +197,11 @@ def recontainer(blob: bytes, **header_changes: object) -> bytes:
     header = {**json.loads(blob[12:12 + hlen]), **header_changes}
     new_header = json.dumps(header, sort_keys=True).encode()
     body = blob[:8] + struct.pack("<I", len(new_header)) + new_header + blob[12 + hlen:-32]
-    return body + hashlib.sha256(body).digest()
+    return body + digest_of(body)
 
 
 def _signed(body: bytes) -> bytes:
-    return body + hashlib.sha256(body).digest()
+    return body + digest_of(body)
 
 
 def _header(payload: str) -> bytes:
