@@ -62,30 +62,37 @@ def one_thread() -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def uninterrupted(name: str, config: dict[str, Any], total: int) -> dict[str, Any]:
+def on(name: str, device: str) -> dict[str, Any]:
+    """The keyword that puts a torch run on `device` (the reference has none)."""
+    return {} if name == "reference" else {"device": device}
+
+
+def uninterrupted(name: str, config: dict[str, Any], total: int, device: str = "cpu"
+                  ) -> dict[str, Any]:
     """The final complete state of a run of `total` steps without checkpoints."""
     m = impl(name)
-    return m.train(m.TrainConfig(**config), total).state_dict()
+    return m.train(m.TrainConfig(**config), total, **on(name, device)).state_dict()
 
 
 def interrupted(name: str, config: dict[str, Any], k: int, total: int, directory: Path,
-                every: int = 0) -> dict[str, Any]:
+                every: int = 0, device: str = "cpu") -> dict[str, Any]:
     """Train to step k writing checkpoints (every `every` steps, and at k), drop every
     object, then resume from the newest valid file in `directory` to `total`."""
     m = impl(name)
     cfg = m.TrainConfig(**config)
-    m.train(cfg, k, directory, every or k)
-    return m.train(cfg, total, directory, every or k, resume_from_latest=True).state_dict()
+    m.train(cfg, k, directory, every or k, **on(name, device))
+    return m.train(cfg, total, directory, every or k, resume_from_latest=True,
+                   **on(name, device)).state_dict()
 
 
 def resumed_without(name: str, config: dict[str, Any], k: int, total: int, directory: Path,
-                    omit: tuple[str, ...]) -> dict[str, Any]:
+                    omit: tuple[str, ...], device: str = "cpu") -> dict[str, Any]:
     """Like `interrupted`, but the items in `omit` are NOT restored (they stay fresh)."""
     m = impl(name)
     cfg = m.TrainConfig(**config)
-    m.train(cfg, k, directory, k)
+    m.train(cfg, k, directory, k, **on(name, device))
     path = m.resume.CheckpointManager(directory).checkpoints()[-1][1]
-    run = m.restored(cfg, m.resume.load_checkpoint(path), omit)
+    run = m.restored(cfg, m.resume.load_checkpoint(path), omit, **on(name, device))
     while run.step < total:
         run.train_step()
     return run.state_dict()
