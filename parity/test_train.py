@@ -28,6 +28,7 @@ from parity.drivers.train import (
     KILL_OPTIONS,
     SMALL,
     compare_runs,
+    cross_impl_resume,
     interrupted,
     kill_at,
     max_param_difference,
@@ -182,18 +183,9 @@ def test_resume_from_the_other_implementation_continues_exactly_where_it_can(
     assert_claim("resume.cross_impl_resume", np.frombuffer(bytes.fromhex(lines[-1].split()[1]),
                                                            np.uint8),
                  np.frombuffer(bytes.fromhex(written), np.uint8))
-    m = ref_train if reader == "reference" else t_train
-    from parity.cli.train import converters
-
-    config = m.TrainConfig(seed=3, horizon=9)
-    run = m.train(config, 9, tmp_path, 5, resume_from_latest=True, foreign=converters(reader),
-                  **on(reader, device))
-    own = m.train(config, 9, **on(reader, device))
-    for got, want in ((run.step, own.step), (run.skipped, own.skipped),
-                      (run.sampler.state_dict(), own.sampler.state_dict()),
-                      (run.scheduler.get_last_lr(), own.scheduler.get_last_lr())):
-        assert_claim("resume.cross_impl_resume", np.frombuffer(repr(got).encode(), np.uint8),
-                     np.frombuffer(repr(want).encode(), np.uint8))
+    with tempfile.TemporaryDirectory() as tmp:  # the library's path, continued past k
+        for what, actual, expected in cross_impl_resume(writer, reader, Path(tmp), device):
+            assert_claim("resume.cross_impl_resume", actual, expected, context=what)
 
 
 # ---------------------------------------------------------------- real processes, SIGKILL

@@ -60,23 +60,15 @@ FAULTS = (None, "fp16_without_scaler", "clip_before_unscale")
 INVENTORY = ("model", "optimizer", "scheduler", "scaler", "rng", "data", "step")
 OPTIMIZERS = {"SGD": {"momentum": 0.9}, "Adam": {}, "AdamW": {"weight_decay": 0.01}}
 SCHEDULES = ("constant", "cosine", "step")
-
-
 F32_MAX = float.fromhex("0x1.fffffep+127")  # 3.4028235e38, the largest finite float32
 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Everything that defines a run (and must not change across a resume: the fingerprint).
-
-    Refused with a ValueError naming the field and what is accepted, in the same words in
-    both trees: a seed outside [0, 2^32), sizes not >= 2 positive ints, dropout outside
-    [0, 1), an lr that is not finite and > 0, a horizon or batch size below 1, fewer samples
-    than one batch (an epoch of 0 batches), an init_scale that is not a finite float32 > 0,
-    a growth interval below 1, a max_grad_norm that is not None or finite and > 0, and an
-    unknown precision, optimizer, schedule or loss. Recompute specs are checked by Run
-    (their range depends on the model's length).
-    """
+    """Everything that defines a run (and must not change across a resume: the fingerprint);
+    torch_impl.train uses this very class. A value out of range is a ValueError naming the
+    field and what is accepted (fewer samples than a batch would make epochs of 0 batches;
+    init_scale must be a finite float32). Run checks the recompute spec against the model."""
 
     seed: int = 0
     sizes: tuple[int, ...] = (8, 32, 32, 3)

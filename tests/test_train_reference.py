@@ -3,6 +3,7 @@ restores that are all-or-nothing."""
 
 from __future__ import annotations
 
+import itertools
 import re
 import subprocess
 import sys
@@ -138,3 +139,24 @@ def test_train_refuses_steps_past_the_schedule_horizon() -> None:
     """A cosine schedule run past its horizon would climb back: refused."""
     with pytest.raises(ValueError, match=r"horizon = 3"):
         train.train(train.TrainConfig(**SMALL, horizon=3), 4)
+
+
+@pytest.mark.parametrize("tree", ["reference", "torch"])
+@pytest.mark.parametrize("horizon", [6, 12])
+def test_the_cosine_schedule_reaches_its_minimum_at_the_horizon_and_never_climbs(
+        tree: str, horizon: int) -> None:
+    """lr(step) follows cos over exactly `horizon` applied updates: non-increasing, and at
+    the horizon the minimum (0) up to rounding; a schedule of another length would not."""
+    import importlib
+
+    from parity.drivers.train import one_thread
+
+    m = importlib.import_module("reference.train" if tree == "reference" else "torch_impl.train")
+    run = m.Run(m.TrainConfig(**SMALL, horizon=horizon))
+    lrs = [run.scheduler.get_last_lr()[0]]
+    with one_thread():  # a tiny model: more threads only contend
+        while run.step < horizon:
+            run.train_step()
+            lrs.append(run.scheduler.get_last_lr()[0])
+    assert all(b <= a for a, b in itertools.pairwise(lrs)), lrs
+    assert lrs[-1] <= 1e-12 * lrs[0] < lrs[-2]
