@@ -28,7 +28,7 @@ from types import ModuleType
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 import ckpt
@@ -428,6 +428,7 @@ def _oracle(data: bytes, piece: int) -> bytes:
 @settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.binary(max_size=700), cuts=st.lists(st.integers(0, 700), max_size=8),
        piece=st.sampled_from([1, 7, 64, 256]))
+@example(data=bytes(range(256)) * 2, cuts=[3], piece=64)  # finish a piece, then whole ones
 def test_the_streamed_digest_equals_the_piecewise_formula_for_any_write_sizes(
         data: bytes, cuts: list[int], piece: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """Fed in writes of any sizes (pieces split, spanned, ended exactly), the writer's digest
@@ -437,6 +438,8 @@ def test_the_streamed_digest_equals_the_piecewise_formula_for_any_write_sizes(
     bounds = sorted({0, len(data), *(c for c in cuts if c <= len(data))})
     for lo, hi in itertools.pairwise(bounds):
         digest.wait_for(hasher.update(memoryview(data)[lo:hi]))
+        if lo % piece and hi - lo >= 2 * piece - lo % piece:
+            event("a write finishes an unfinished piece and carries whole pieces")
     event(f"pieces: {'one' if len(data) <= piece else 'several'}, "
           f"ends on a boundary: {len(data) % piece == 0}")
     assert hasher.digest() == digest.digest_of(data) == _oracle(data, piece)
