@@ -225,7 +225,7 @@ class CheckpointDirectory:
         self._save(path, state, {"step": step, "config": dict(config)})
         self.own(Entry(path, step, None, None, _identity(os.lstat(path)), verified=True))
         for old in sorted(self.owned.values(), key=lambda e: e.step)[: -self.keep]:
-            if not self.remove(old):
+            if not self.remove(old) and os.path.lexists(old.path):
                 self.say(f"kept {old.name}: it changed since this run read it")
         return path
 
