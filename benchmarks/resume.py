@@ -10,11 +10,15 @@ the plain load of that plain file: `torch.load(path, weights_only=True)`, and `n
 of every array (allow_pickle=False). Both files were just written, so both reads come from
 the page cache: the ratio is the cost of the verification and decoding, not of the disk.
 
-Method: wall time (time.perf_counter) of each call, one thread for torch; the two sides of
-a ratio run alternately within each repeat (interleaved), and the ratio is formed per
-repeat, so a slow moment of the shared machine hits both sides. Reported: the median ratio
-and its min-max over the repeats. `--write` stores the result in docs/data/resume_io.json
-(docs/resume.md prints it through `python -m parity docs`). Never asserted in tests.
+Method: wall time (time.perf_counter) and CPU time of every thread (time.process_time) of
+each call, one thread for torch; the two sides of a ratio run alternately within each
+repeat (interleaved), and the wall ratio is formed per repeat, so a slow moment of the
+shared machine hits both sides. Reported: the median wall ratio and its min-max over the
+repeats, and the ratio of the median CPU times (the work done, which other processes'
+load does not inflate: on a saturated machine the digest's helper threads find no free
+core, so wall time approaches the sum of the work). `--write` stores the result in
+docs/data/resume_io.json (docs/resume.md prints it through `python -m parity docs`).
+Never asserted in tests.
 """
 
 from __future__ import annotations
@@ -79,10 +83,11 @@ def _plain_load(tree: str, path: Path) -> None:
             np.load(f, allow_pickle=False)
 
 
-def _time(fn: Callable[[], object]) -> float:
-    start = time.perf_counter()
+def _time(fn: Callable[[], object]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of every thread of this process)."""
+    start, cpu = time.perf_counter(), time.process_time()
     fn()
-    return time.perf_counter() - start
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
 def measure(tree: str, mib: float, repeats: int, directory: Path) -> dict:
@@ -90,8 +95,9 @@ def measure(tree: str, mib: float, repeats: int, directory: Path) -> dict:
     mod = ref_resume if tree == "reference" else t_resume
     state = _state(_arrays(mib), tree)
     plain, safe = directory / "plain.bin", directory / "safe.ckpt"
-    save_ratios, load_ratios, times = [], [], {"plain_save": [], "save": [], "plain_load": [],
-                                              "load": []}
+    save_ratios, load_ratios = [], []
+    times: dict[str, list[float]] = {"plain_save": [], "save": [], "plain_load": [], "load": []}
+    cpus: dict[str, list[float]] = {k: [] for k in times}
     for i in range(repeats + 1):  # the first round warms the page cache and allocator
         order = [("plain_save", lambda: _plain_save(tree, state, plain)),
                  ("save", lambda: mod.save_checkpoint(safe, state))]
@@ -100,11 +106,13 @@ def measure(tree: str, mib: float, repeats: int, directory: Path) -> dict:
         if i % 2:  # alternate which side goes first
             order.reverse()
             loads.reverse()
-        got = {name: _time(fn) for name, fn in order + loads}
+        measured = {name: _time(fn) for name, fn in order + loads}
         if i == 0:
             continue
-        for name, t in got.items():
-            times[name].append(t)
+        got = {name: wall for name, (wall, _) in measured.items()}
+        for name, (wall, cpu) in measured.items():
+            times[name].append(wall)
+            cpus[name].append(cpu)
         save_ratios.append(got["save"] / got["plain_save"])
         load_ratios.append(got["plain_load"] / got["load"])  # throughput ratio
     size = safe.stat().st_size / 2**20
@@ -113,7 +121,8 @@ def measure(tree: str, mib: float, repeats: int, directory: Path) -> dict:
             "save_ratio": statistics.median(save_ratios), "save_ratio_lo": min(save_ratios),
             "save_ratio_hi": max(save_ratios), "load_ratio": statistics.median(load_ratios),
             "load_ratio_lo": min(load_ratios), "load_ratio_hi": max(load_ratios),
-            "median_ms": {k: round(statistics.median(v) * 1e3, 1) for k, v in times.items()}}
+            "median_ms": {k: round(statistics.median(v) * 1e3, 1) for k, v in times.items()},
+            "median_cpu_ms": {k: round(statistics.median(v) * 1e3, 1) for k, v in cpus.items()}}
 
 
 def main() -> None:
@@ -135,12 +144,15 @@ def main() -> None:
                 print(f"{tree:9s} {row['mib']:4d} MiB  save/plain {row['save_ratio']:.2f}x "
                       f"[{row['save_ratio_lo']:.2f}, {row['save_ratio_hi']:.2f}]  "
                       f"load thr/plain {row['load_ratio']:.2f}x [{row['load_ratio_lo']:.2f}, "
-                      f"{row['load_ratio_hi']:.2f}]  ms {row['median_ms']}", flush=True)
+                      f"{row['load_ratio_hi']:.2f}]  wall ms {row['median_ms']}  cpu ms "
+                      f"{row['median_cpu_ms']}", flush=True)
     if args.write:
-        data = {"method": f"Median over {args.repeats} interleaved repeats [min, max], wall "
-                          "time, torch on one thread; the plain side is the library's own save "
-                          "into a file + the same fsync, and its own load of that file (page "
-                          "cache warm for both).",
+        data = {"method": f"Median over {args.repeats} interleaved repeats [min, max] of the "
+                          "per-repeat ratio of wall times, and the ratio of median CPU times "
+                          "(every thread of the process, the digest's helpers included); torch "
+                          "on one thread; the plain side is the library's own save into a file "
+                          "+ the same fsync, and its own load of that file (page cache warm "
+                          "for both).",
                 "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python "
                            f"{platform.python_version()}, torch {torch.__version__}, NumPy "
                            f"{np.__version__}",

@@ -82,13 +82,15 @@ def _() -> str:
         return "Not measured yet: run `python benchmarks/resume.py --write`."
     data = json.loads(path.read_text(encoding="utf-8"))
     lines = [f"{data['method']} Machine: {data['machine']}.", "",
-             "| tree | size | save / (baseline save + fsync) | load+verify throughput / "
-             "baseline load's |", "|---|---|---|---|"]
+             "| tree | size | save / (baseline save + fsync), wall | CPU | load+verify "
+             "throughput / baseline load's, wall | CPU |", "|---|---|---|---|---|---|"]
     for row in data["rows"]:
+        cpu = row["median_cpu_ms"]
         lines.append(f"| {row['tree']} (vs {row['baseline']}) | {row['mib']} MiB | "
                      f"{row['save_ratio']:.2f}x [{row['save_ratio_lo']:.2f}, "
-                     f"{row['save_ratio_hi']:.2f}] | {row['load_ratio']:.2f}x "
-                     f"[{row['load_ratio_lo']:.2f}, {row['load_ratio_hi']:.2f}] |")
+                     f"{row['save_ratio_hi']:.2f}] | {cpu['save'] / cpu['plain_save']:.2f}x | "
+                     f"{row['load_ratio']:.2f}x [{row['load_ratio_lo']:.2f}, "
+                     f"{row['load_ratio_hi']:.2f}] | {cpu['plain_load'] / cpu['load']:.2f}x |")
     lines += ["", f"Targets: save at most {data['targets']['save']}x, load+verify at least "
               f"{data['targets']['load']}x. {data['conditions']}"]
     return "\n".join(lines)
