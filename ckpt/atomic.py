@@ -2,7 +2,7 @@
 
 Every system call goes through this module's `os` (open, write, fsync, close, replace,
 unlink), so a test can record their order or make any one of them fail
-(tests/test_resume_files.py).
+(tests/test_resume_atomic.py).
 """
 
 from __future__ import annotations
