@@ -1,79 +1,165 @@
-"""Cost of a safe checkpoint: atomic save (temp file, fsync, rename, directory fsync, SHA-256)
-against a plain torch.save to the same disk, and load+verify throughput.
+"""Cost of a safe checkpoint, each tree against its library's own plain save and load.
 
-    python benchmarks/resume.py [--mb 64] [--repeats 7] [--dir DIR]
+    python benchmarks/resume.py [--mib 1 64 512] [--repeats 7] [--dir DIR] [--write]
 
-Prints medians of `repeats` interleaved runs (the machine is noisy) and their ratio. The
-plain torch.save is given the same fsync the atomic save does, in a second column, so the
-ratio separates "durability" from "atomicity + digest". Never asserted in tests.
+Save: `save_checkpoint` (stream through the hashing writer into a temporary file, fsync,
+rename, fsync the directory) against the library's plain save into a file followed by the
+same fsync: `torch.save(state, f)` for torch_impl, `numpy.save(f, a)` of every array for the
+reference. Load: `load_checkpoint` (map, check lengths, verify the SHA-256, decode) against
+the plain load of that plain file: `torch.load(path, weights_only=True)`, and `numpy.load`
+of every array (allow_pickle=False). Both files were just written, so both reads come from
+the page cache: the ratio is the cost of the verification and decoding, not of the disk.
+
+Method: wall time (time.perf_counter) and CPU time of every thread (time.process_time) of
+each call, one thread for torch; the two sides of a ratio run alternately within each
+repeat (interleaved), and the wall ratio is formed per repeat, so a slow moment of the
+shared machine hits both sides. Reported: the median wall ratio and its min-max over the
+repeats, and the ratio of the median CPU times (the work done, which other processes'
+load does not inflate: on a saturated machine the digest's helper threads find no free
+core, so wall time approaches the sum of the work). `--write` stores the result in
+docs/data/resume_io.json (docs/resume.md prints it through `python -m parity docs`).
+Never asserted in tests.
 """
 
 from __future__ import annotations
 
 import argparse
-import io
+import json
 import os
+import platform
 import statistics
+import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import torch
 
-from torch_impl import resume
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from reference import resume as ref_resume  # noqa: E402
+from torch_impl import resume as t_resume  # noqa: E402
+
+TARGETS = {"save": 1.2, "load": 0.8}
 
 
-def _state(mb: float) -> dict:
-    n = int(mb * 2**20 / 4 / 3)  # params, exp_avg, exp_avg_sq of n float32 each
-    g = torch.Generator().manual_seed(0)
-    return {"model": {"w": torch.randn(n, generator=g)},
-            "optimizer": {"state": {0: {"exp_avg": torch.randn(n, generator=g),
-                                        "exp_avg_sq": torch.rand(n, generator=g),
-                                        "step": torch.tensor(10.0)}}}}
+def _arrays(mib: float) -> dict[str, np.ndarray]:
+    n = int(mib * 2**20 / 4 / 3)  # params, exp_avg, exp_avg_sq: n float32 each
+    rng = np.random.default_rng(0)
+    return {"w": rng.standard_normal(n, dtype=np.float32),
+            "exp_avg": rng.standard_normal(n, dtype=np.float32),
+            "exp_avg_sq": rng.random(n, dtype=np.float32)}
 
 
-def _plain_save(state: dict, path: Path, fsync: bool) -> None:
+def _state(arrays: dict[str, np.ndarray], tree: str) -> dict:
+    conv = (lambda a: a) if tree == "reference" else (lambda a: torch.from_numpy(a))
+    return {"model": {"w": conv(arrays["w"])},
+            "optimizer": {"state": {0: {"exp_avg": conv(arrays["exp_avg"]),
+                                        "exp_avg_sq": conv(arrays["exp_avg_sq"]),
+                                        "step": conv(np.array(10.0, np.float32))}}},
+            "step": 10}
+
+
+def _plain_save(tree: str, state: dict, path: Path) -> None:
     with open(path, "wb") as f:
-        torch.save(state, f)
-        if fsync:
-            f.flush()
-            os.fsync(f.fileno())
+        if tree == "torch":
+            torch.save(state, f)
+        else:
+            for a in (state["model"]["w"], *state["optimizer"]["state"][0].values()):
+                np.save(f, a, allow_pickle=False)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _plain_load(tree: str, path: Path) -> None:
+    if tree == "torch":
+        torch.load(path, weights_only=True, map_location="cpu")
+        return
+    with open(path, "rb") as f:
+        for _ in range(4):
+            np.load(f, allow_pickle=False)
+
+
+def _time(fn: Callable[[], object]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of every thread of this process)."""
+    start, cpu = time.perf_counter(), time.process_time()
+    fn()
+    return time.perf_counter() - start, time.process_time() - cpu
+
+
+def measure(tree: str, mib: float, repeats: int, directory: Path) -> dict:
+    """Interleaved timings of one tree at one size: per-repeat ratios, median and range."""
+    mod = ref_resume if tree == "reference" else t_resume
+    state = _state(_arrays(mib), tree)
+    plain, safe = directory / "plain.bin", directory / "safe.ckpt"
+    save_ratios, load_ratios = [], []
+    times: dict[str, list[float]] = {"plain_save": [], "save": [], "plain_load": [], "load": []}
+    cpus: dict[str, list[float]] = {k: [] for k in times}
+    for i in range(repeats + 1):  # the first round warms the page cache and allocator
+        order = [("plain_save", lambda: _plain_save(tree, state, plain)),
+                 ("save", lambda: mod.save_checkpoint(safe, state))]
+        loads = [("plain_load", lambda: _plain_load(tree, plain)),
+                 ("load", lambda: mod.load_checkpoint(safe))]
+        if i % 2:  # alternate which side goes first
+            order.reverse()
+            loads.reverse()
+        measured = {name: _time(fn) for name, fn in order + loads}
+        if i == 0:
+            continue
+        got = {name: wall for name, (wall, _) in measured.items()}
+        for name, (wall, cpu) in measured.items():
+            times[name].append(wall)
+            cpus[name].append(cpu)
+        save_ratios.append(got["save"] / got["plain_save"])
+        load_ratios.append(got["plain_load"] / got["load"])  # throughput ratio
+    size = safe.stat().st_size / 2**20
+    return {"tree": tree, "baseline": "torch.save/torch.load" if tree == "torch"
+            else "numpy.save/numpy.load", "mib": round(size), "repeats": repeats,
+            "save_ratio": statistics.median(save_ratios), "save_ratio_lo": min(save_ratios),
+            "save_ratio_hi": max(save_ratios), "load_ratio": statistics.median(load_ratios),
+            "load_ratio_lo": min(load_ratios), "load_ratio_hi": max(load_ratios),
+            "median_ms": {k: round(statistics.median(v) * 1e3, 1) for k, v in times.items()},
+            "median_cpu_ms": {k: round(statistics.median(v) * 1e3, 1) for k, v in cpus.items()}}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--mb", type=float, default=64.0, help="state size in MiB")
+    parser.add_argument("--mib", type=float, nargs="+", default=[1, 64, 512])
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--trees", nargs="+", default=["torch", "reference"])
     parser.add_argument("--dir", default=None, help="where to write (default: a temp dir)")
+    parser.add_argument("--write", action="store_true", help="write docs/data/resume_io.json")
+    parser.add_argument("--conditions", default="", help="a note on the machine's load")
     args = parser.parse_args()
-    state = _state(args.mb)
+    torch.set_num_threads(1)
+    rows = []
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
-        d = Path(tmp)
-        times: dict[str, list[float]] = {"torch.save": [], "torch.save+fsync": [],
-                                         "save_checkpoint": [], "load_checkpoint": [],
-                                         "torch.load": []}
-        for _ in range(args.repeats):
-            for name, fn in (
-                ("torch.save", lambda: _plain_save(state, d / "plain.pt", fsync=False)),
-                ("torch.save+fsync", lambda: _plain_save(state, d / "plainf.pt", fsync=True)),
-                ("save_checkpoint", lambda: resume.save_checkpoint(d / "a.ckpt", state)),
-                ("load_checkpoint", lambda: resume.load_checkpoint(d / "a.ckpt")),
-                ("torch.load", lambda: torch.load(io.BytesIO((d / "plain.pt").read_bytes()),
-                                                  weights_only=True)),
-            ):
-                start = time.perf_counter()
-                fn()
-                times[name].append(time.perf_counter() - start)
-        size = (d / "a.ckpt").stat().st_size
-    med = {k: statistics.median(v) for k, v in times.items()}
-    print(f"state: {size / 2**20:.1f} MiB, {args.repeats} repeats, medians")
-    for k, v in med.items():
-        print(f"  {k:18s} {v * 1e3:8.1f} ms   {size / 2**20 / v:8.0f} MiB/s")
-    print(f"atomic save / torch.save        = {med['save_checkpoint'] / med['torch.save']:.2f}x")
-    print(f"atomic save / torch.save+fsync  = "
-          f"{med['save_checkpoint'] / med['torch.save+fsync']:.2f}x")
-    print(f"load+verify throughput          = {size / 2**20 / med['load_checkpoint']:.0f} MiB/s "
-          f"(torch.load alone: {size / 2**20 / med['torch.load']:.0f} MiB/s)")
+        for mib in args.mib:
+            for tree in args.trees:
+                row = measure(tree, mib, args.repeats, Path(tmp))
+                rows.append(row)
+                print(f"{tree:9s} {row['mib']:4d} MiB  save/plain {row['save_ratio']:.2f}x "
+                      f"[{row['save_ratio_lo']:.2f}, {row['save_ratio_hi']:.2f}]  "
+                      f"load thr/plain {row['load_ratio']:.2f}x [{row['load_ratio_lo']:.2f}, "
+                      f"{row['load_ratio_hi']:.2f}]  wall ms {row['median_ms']}  cpu ms "
+                      f"{row['median_cpu_ms']}", flush=True)
+    if args.write:
+        data = {"method": f"Median over {args.repeats} interleaved repeats [min, max] of the "
+                          "per-repeat ratio of wall times, and the ratio of median CPU times "
+                          "(every thread of the process, the digest's helpers included); torch "
+                          "on one thread; the plain side is the library's own save into a file "
+                          "+ the same fsync, and its own load of that file (page cache warm "
+                          "for both).",
+                "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python "
+                           f"{platform.python_version()}, torch {torch.__version__}, NumPy "
+                           f"{np.__version__}",
+                "conditions": args.conditions, "targets": TARGETS, "rows": rows}
+        out = ROOT / "docs" / "data" / "resume_io.json"
+        out.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+        print(f"wrote {out}")
 
 
 if __name__ == "__main__":

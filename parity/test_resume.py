@@ -1,8 +1,9 @@
 """Parity of reference.resume and torch_impl.resume: a training state crosses between the
-implementations losslessly (claim resume.cross_impl_state).
+implementations losslessly (claim resume.cross_impl_state), and both trees refuse the same
+crafted files (valid digest, hostile content) with the same error (resume.crafted_refused).
 
-The drivers (reference_state, through_torch, through_reference) are in
-parity/checks/resume.py, shared with the report. Random streams are the one part that
+The drivers (reference_state, through_torch, through_reference, crafted) are in
+parity/drivers/resume.py, shared with the report. Random streams are the one part that
 cannot cross (NOTE [ Cross-implementation mapping ] in torch_impl/resume.py).
 """
 
@@ -12,21 +13,27 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parity.checks.resume import (
+from parity.compare import assert_claim
+from parity.drivers.resume import (
+    CASES,
+    CONTAINER_CASES,
     OPTIMIZERS,
     SCHEDULES,
     compare_states,
+    crafted,
+    crafted_outcomes,
     flatten,
     reference_state,
     through_reference,
     through_torch,
     torch_objects,
 )
-from parity.compare import assert_claim
+from reference import resume as ref_resume
 from torch_impl import resume as t_resume
 
 
@@ -85,3 +92,26 @@ def test_a_changed_bit_breaks_the_cross_impl_comparison() -> None:
     w.view(np.uint32)[0, 0] ^= np.uint32(1)
     worst, _ = compare_states("resume.cross_impl_state", back, state)
     assert worst == 1
+
+
+@pytest.mark.parametrize("case", [*CASES, *CONTAINER_CASES])
+def test_both_trees_refuse_each_crafted_file_with_the_same_error(case: str,
+                                                                 tmp_path: Path) -> None:
+    """A file with a valid digest and hostile content (a length beyond the file, nesting
+    deeper than any parser's recursion, a state that is not a dict, a structure that does not
+    fit) is a CheckpointCorruptError in both trees; the control case loads in both."""
+    codes = crafted_outcomes(case, tmp_path)
+    assert_claim("resume.crafted_refused", codes["actual"], codes["expected"],
+                 context=f"{case}: {codes['names']}")
+    if not case.startswith("control"):
+        assert codes["names"][0] == "CheckpointCorruptError"  # the reference: always
+
+
+def test_a_crafted_file_loads_as_corrupt_without_reading_its_declared_size(
+        tmp_path: Path) -> None:
+    """Guard for the table: the crafted lengths are really out of bounds (4e12 bytes)."""
+    blob = crafted("array larger than its bytes", ref_resume.PAYLOAD)
+    assert len(blob) < 4096
+    with pytest.raises(ref_resume.CheckpointCorruptError, match="4000000000000 bytes"):
+        (tmp_path / "a.ckpt").write_bytes(blob)
+        ref_resume.load_checkpoint(tmp_path / "a.ckpt")

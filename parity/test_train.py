@@ -4,7 +4,7 @@ digest (train.kill_resume); the digest is implementation-independent
 (train.digest_cross_impl); and a checkpoint missing any inventory item does NOT resume
 exactly (the guard that the exactness tests can fail).
 
-Drivers are in parity/checks/train.py, shared with the report. The hypothesis tests run the
+Drivers are in parity/drivers/train.py, shared with the report. The hypothesis tests run the
 interrupted and the resumed halves in one process but share nothing but the checkpoint
 file: every object is rebuilt from the config, and the torch global RNG is scrambled in
 between to show nothing depends on it.
@@ -22,20 +22,23 @@ import pytest
 import torch
 from hypothesis import event, given, settings
 
-from parity.checks.train import (
+from parity.compare import assert_claim
+from parity.drivers.train import (
+    INVENTORY_CASE,
     KILL_OPTIONS,
     SMALL,
     compare_runs,
+    cross_impl_resume,
     interrupted,
     kill_at,
     max_param_difference,
+    on,
     one_thread,
     resumed_without,
     run_to_end,
     skipped_steps,
     uninterrupted,
 )
-from parity.compare import assert_claim
 from parity.strategies import train_configs
 from reference import resume as ref_resume
 from reference import train as ref_train
@@ -54,7 +57,7 @@ def _assert_same_run(actual: dict, expected: dict, context: str) -> None:
     worst, n = compare_runs(actual, expected)
     assert n > 0
     if worst != 0:  # let assert_claim show which values differ
-        from parity.checks.resume import flatten
+        from parity.drivers.resume import flatten
 
         a, b = flatten(actual), flatten(expected)
         for key, value in b.items():
@@ -65,16 +68,18 @@ def _assert_same_run(actual: dict, expected: dict, context: str) -> None:
 @pytest.mark.parametrize("name", ["reference", "torch"])
 @settings(max_examples=20)
 @given(case=train_configs())
-def test_interrupted_and_resumed_equals_uninterrupted_bit_for_bit(name: str, case: dict) -> None:
+def test_interrupted_and_resumed_equals_uninterrupted_bit_for_bit(name: str, case: dict,
+                                                                  device: str) -> None:
     """Any interruption step, precision, dropout, schedule and recompute: the same final state."""
     config, k, total = case["config"], case["interrupt"], case["total"]
     if name == "reference" and config["recompute"] != "none" and config["precision"] != "fp32":
         config = {**config, "precision": "fp32"}  # not composed in the reference
-    expected = uninterrupted(name, config, total)
+    expected = uninterrupted(name, config, total, device)
     event(f"precision {config['precision']}, skipped steps: {expected['skipped'] > 0}")
     with tempfile.TemporaryDirectory() as tmp:
         torch.manual_seed(int(np.random.default_rng(k).integers(2**31)))  # scramble the global RNG
-        actual = interrupted(name, config, k, total, Path(tmp), every=case["every"])
+        actual = interrupted(name, config, k, total, Path(tmp), every=case["every"],
+                             device=device)
     _assert_same_run(actual, expected, f"{name} {config} interrupted at {k}/{total}")
 
 
@@ -82,11 +87,12 @@ FP16_SKIPPING = {**SMALL, "precision": "fp16", "init_scale": 2.0**20, "growth_in
 
 
 @pytest.mark.parametrize("name", ["reference", "torch"])
-def test_interruption_right_after_a_skipped_fp16_step_resumes_exactly(name: str) -> None:
+def test_interruption_right_after_a_skipped_fp16_step_resumes_exactly(name: str,
+                                                                      device: str) -> None:
     """A checkpoint written just after an overflow-skipped step resumes to the same state."""
     total = 14
     m = ref_train if name == "reference" else t_train
-    run = m.Run(m.TrainConfig(**FP16_SKIPPING))
+    run = m.Run(m.TrainConfig(**FP16_SKIPPING), **on(name, device))
     skipped = []
     while run.step < total:
         if run.train_step().skipped:
@@ -95,33 +101,32 @@ def test_interruption_right_after_a_skipped_fp16_step_resumes_exactly(name: str)
     expected = run.state_dict()
     with tempfile.TemporaryDirectory() as tmp:
         for k in skipped[:3]:
-            actual = interrupted(name, FP16_SKIPPING, k, total, Path(tmp) / str(k))
+            actual = interrupted(name, FP16_SKIPPING, k, total, Path(tmp) / str(k),
+                                 device=device)
             _assert_same_run(actual, expected, f"{name} interrupted after skipped step {k}")
-
-
-INVENTORY_CASE = {**SMALL, "precision": "fp16", "init_scale": 2.0**20, "growth_interval": 3,
-                  "schedule": "cosine", "total_steps": 20}
 
 
 @pytest.mark.parametrize("name", ["reference", "torch"])
 @pytest.mark.parametrize("item", ref_train.INVENTORY)
-def test_leaving_out_any_inventory_item_breaks_exactness(name: str, item: str) -> None:
+def test_leaving_out_any_inventory_item_breaks_exactness(name: str, item: str,
+                                                         device: str) -> None:
     """Guard: a resume without one item (weights-only included) does NOT match."""
-    expected = uninterrupted(name, INVENTORY_CASE, 12)
+    expected = uninterrupted(name, INVENTORY_CASE, 12, device)
     with tempfile.TemporaryDirectory() as tmp:
-        actual = resumed_without(name, INVENTORY_CASE, 5, 12, Path(tmp), (item,))
+        actual = resumed_without(name, INVENTORY_CASE, 5, 12, Path(tmp), (item,), device)
     worst, _ = compare_runs(actual, expected)
     assert worst > 0
     assert max_param_difference(actual, expected) > 0
 
 
 @pytest.mark.parametrize("name", ["reference", "torch"])
-def test_weights_only_resume_does_not_match(name: str) -> None:
+def test_weights_only_resume_does_not_match(name: str, device: str) -> None:
     """Guard: restoring only the parameters (nanoGPT-style) gives different parameters."""
-    expected = uninterrupted(name, INVENTORY_CASE, 12)
+    expected = uninterrupted(name, INVENTORY_CASE, 12, device)
     everything_else = tuple(i for i in ref_train.INVENTORY if i != "model")
     with tempfile.TemporaryDirectory() as tmp:
-        actual = resumed_without(name, INVENTORY_CASE, 5, 12, Path(tmp), everything_else)
+        actual = resumed_without(name, INVENTORY_CASE, 5, 12, Path(tmp), everything_else,
+                                 device)
     assert max_param_difference(actual, expected) > 0
 
 
@@ -138,31 +143,62 @@ def test_state_digest_is_the_same_for_a_state_and_its_torch_mapping() -> None:
     assert ref_train.state_digest(state) != b.hex()
 
 
-def test_torch_resumes_a_reference_checkpoint_at_the_same_position_and_lr(tmp_path: Path) -> None:
+def test_torch_resumes_a_reference_checkpoint_at_the_same_position_and_lr(
+        tmp_path: Path, device: str) -> None:
     """A reference checkpoint, mapped, resumes in torch: data position, step and lr continue
     exactly as an all-torch run's (parameters differ: other kernels, other dropout stream)."""
-    config = {**SMALL, "dropout": 0.0, "schedule": "cosine", "total_steps": 12}
+    config = {**SMALL, "dropout": 0.0, "schedule": "cosine", "horizon": 12}
     ref_train.train(ref_train.TrainConfig(**config), 5, tmp_path, 5)
     ref_state = ref_resume.load_checkpoint(ref_resume.CheckpointManager(tmp_path).path(5))
-    run = t_train.restored(t_train.TrainConfig(**config), t_resume.state_from_reference(ref_state))
+    run = t_train.restored(t_train.TrainConfig(**config), t_resume.state_from_reference(ref_state),
+                           device=device)
     while run.step < 12:
         run.train_step()
-    expected = t_train.train(t_train.TrainConfig(**config), 12)
+    expected = t_train.train(t_train.TrainConfig(**config), 12, device=device)
     assert run.sampler.state_dict() == expected.sampler.state_dict()
     assert run.scheduler.get_last_lr() == expected.scheduler.get_last_lr()
     assert run.step == expected.step
+
+
+@pytest.mark.parametrize(("writer", "reader"), [("reference", "torch"), ("torch", "reference")])
+def test_resume_from_the_other_implementation_continues_exactly_where_it_can(
+        writer: str, reader: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        device: str) -> None:
+    """The command line continues the other tree's checkpoint: at its step the same digest;
+    continued, the same step, data position, skipped count and lr as a run of its own."""
+    from parity.cli import main
+
+    base = ["--steps", "5", "--horizon", "9", "--checkpoint-dir", str(tmp_path),
+            "--checkpoint-every", "5", "--seed", "3"]
+
+    def argv(name: str) -> list[str]:
+        return ["train", "--impl", name, *base, *(["--device", device] if name == "torch"
+                                                  else [])]
+
+    assert main([*argv(writer), "--quiet"]) == 0
+    written = capsys.readouterr().out.split()[-1]
+    assert main([*argv(reader), "--resume"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("resumed from ckpt-00000005.ckpt at step 5 (written by ")
+    assert_claim("resume.cross_impl_resume", np.frombuffer(bytes.fromhex(lines[-1].split()[1]),
+                                                           np.uint8),
+                 np.frombuffer(bytes.fromhex(written), np.uint8))
+    with tempfile.TemporaryDirectory() as tmp:  # the library's path, continued past k
+        for what, actual, expected in cross_impl_resume(writer, reader, Path(tmp), device):
+            assert_claim("resume.cross_impl_resume", actual, expected, context=what)
 
 
 # ---------------------------------------------------------------- real processes, SIGKILL
 
 
 def _kill_and_resume(name: str, tmp: Path, steps: int, delays: list[float],
-                     targeted: int | None, moments: int = 0) -> int:
+                     targeted: int | None, moments: int = 0, device: str = "cpu") -> int:
     """Uninterrupted digest; kills (targeted first, then `delays` seconds after start, then
     `moments` kills at random moments after the targeted one); every checkpoint loads after
     each kill; the final --resume prints the uninterrupted digest. Returns the number of
     kills."""
-    expected, lines = run_to_end(name, tmp / "uninterrupted", steps, KILL_OPTIONS)
+    options = KILL_OPTIONS + (("--device", device) if name == "torch" else ())
+    expected, lines = run_to_end(name, tmp / "uninterrupted", steps, options)
     skipped = skipped_steps(lines)
     assert skipped, "guard: the fp16 options must produce skipped steps"
     directory = tmp / "killed"
@@ -182,12 +218,12 @@ def _kill_and_resume(name: str, tmp: Path, steps: int, delays: list[float],
             step = int(rng.integers(int(lo), int(lo + (hi - lo) / 2) + 1))
             plan.append((float(rng.uniform(0.0, 0.03)), f"ckpt-{step:08d}.ckpt"))
     for delay, after in plan:
-        kills += kill_at(name, directory, steps, KILL_OPTIONS, delay=delay, after_file=after)
+        kills += kill_at(name, directory, steps, options, delay=delay, after_file=after)
         mod = ref_resume if name == "reference" else t_resume
         for _, path in mod.CheckpointManager(directory).checkpoints():
             mod.load_checkpoint(path)  # every file under a checkpoint name loads
     assert kills >= 1
-    actual, _ = run_to_end(name, directory, steps, KILL_OPTIONS)
+    actual, _ = run_to_end(name, directory, steps, options)
     assert_claim("train.kill_resume", np.frombuffer(bytes.fromhex(actual), np.uint8),
                  np.frombuffer(bytes.fromhex(expected), np.uint8))
     return kills
@@ -199,16 +235,17 @@ def test_sigkilled_reference_process_resumes_to_the_same_digest(tmp_path: Path) 
     _kill_and_resume("reference", tmp_path, 100, sorted(rng.uniform(0.3, 0.6, 3)), targeted=0)
 
 
-def test_sigkilled_torch_process_resumes_to_the_same_digest(tmp_path: Path) -> None:
+def test_sigkilled_torch_process_resumes_to_the_same_digest(tmp_path: Path, device: str) -> None:
     """One SIGKILL right after a skipped fp16 step's checkpoint, then --resume: same digest."""
-    _kill_and_resume("torch", tmp_path, 20, [], targeted=1)
+    _kill_and_resume("torch", tmp_path, 20, [], targeted=1, device=device)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["reference", "torch"])
-def test_many_sigkills_at_random_moments_resume_to_the_same_digest(name: str,
-                                                                   tmp_path: Path) -> None:
+def test_many_sigkills_at_random_moments_resume_to_the_same_digest(name: str, tmp_path: Path,
+                                                                   device: str) -> None:
     """Dozens of SIGKILLs at random moments during a run that checkpoints every step."""
     steps, count = (1500, 40) if name == "reference" else (400, 12)
-    kills = _kill_and_resume(name, tmp_path, steps, [], targeted=2, moments=count)
+    kills = _kill_and_resume(name, tmp_path, steps, [], targeted=2, moments=count,
+                             device=device)
     assert kills >= (count + 1) // 2

@@ -40,14 +40,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import struct
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+import ckpt
 from reference import amp, loss_scaling, optim, resume
 from reference.data import ResumableSampler, make_loader, make_task
 from reference.nn import CrossEntropyLoss, Module, MSELoss, make_mlp
@@ -57,11 +60,15 @@ FAULTS = (None, "fp16_without_scaler", "clip_before_unscale")
 INVENTORY = ("model", "optimizer", "scheduler", "scaler", "rng", "data", "step")
 OPTIMIZERS = {"SGD": {"momentum": 0.9}, "Adam": {}, "AdamW": {"weight_decay": 0.01}}
 SCHEDULES = ("constant", "cosine", "step")
+F32_MAX = float.fromhex("0x1.fffffep+127")  # 3.4028235e38, the largest finite float32
 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Everything that defines a run (and must not change across a resume: the fingerprint)."""
+    """Everything that defines a run (and must not change across a resume: the fingerprint);
+    torch_impl.train uses this very class. A value out of range is a ValueError naming the
+    field and what is accepted (fewer samples than a batch would make epochs of 0 batches;
+    init_scale must be a finite float32). Run checks the recompute spec against the model."""
 
     seed: int = 0
     sizes: tuple[int, ...] = (8, 32, 32, 3)
@@ -72,7 +79,7 @@ class TrainConfig:
     optimizer: str = "AdamW"
     lr: float = 1e-2
     schedule: str = "cosine"
-    total_steps: int = 200  # the schedule's horizon (T_max), not the steps of one invocation
+    horizon: int = 200  # the LR schedule's length (T_max), the steps of the whole run
     batch_size: int = 16
     num_samples: int = 256
     loss: str = "cross_entropy"
@@ -81,16 +88,25 @@ class TrainConfig:
     max_grad_norm: float | None = None
 
     def __post_init__(self) -> None:
+        _whole("seed", self.seed, 0, 2**32)
+        if len(self.sizes) < 2:
+            raise ValueError(f"TrainConfig: sizes needs (d_in, ..., d_out), got {self.sizes!r}")
+        for size in self.sizes:
+            _whole("sizes", size, 1)
+        _real("dropout", self.dropout, 0.0, 1.0, high_open=True)
         amp.autocast_dtype(self.precision)
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"TrainConfig: optimizer must be one of {tuple(OPTIMIZERS)}, "
-                             f"got {self.optimizer!r}")
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"TrainConfig: schedule must be one of {SCHEDULES}, "
-                             f"got {self.schedule!r}")
-        if self.loss not in ("cross_entropy", "mse"):
-            raise ValueError(f"TrainConfig: loss must be 'cross_entropy' or 'mse', "
-                             f"got {self.loss!r}")
+        _choice("optimizer", self.optimizer, tuple(OPTIMIZERS))
+        _real("lr", self.lr, 0.0, math.inf, low_open=True)
+        _choice("schedule", self.schedule, SCHEDULES)
+        _whole("horizon", self.horizon, 1)
+        _whole("batch_size", self.batch_size, 1)
+        _whole("num_samples", self.num_samples, self.batch_size)
+        _choice("loss", self.loss, ("cross_entropy", "mse"))
+        _real("init_scale", self.init_scale, 0.0, F32_MAX, low_open=True)
+        _whole("growth_interval", self.growth_interval, 1)
+        if self.max_grad_norm is not None:
+            _real("max_grad_norm", self.max_grad_norm, 0.0, math.inf, low_open=True)
+        object.__setattr__(self, "sizes", tuple(self.sizes))
 
     def to_dict(self) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
@@ -98,6 +114,30 @@ class TrainConfig:
     def fingerprint(self) -> str:
         """SHA-256 of the configuration as canonical JSON (sorted keys)."""
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()
+
+
+def _whole(name: str, value: Any, low: int, high: float = math.inf) -> None:
+    """ValueError unless `value` is an int (not a bool) in [low, high)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value < high:
+        accepted = f"an int >= {low}" + (f" and < {high}" if high != math.inf else "")
+        raise ValueError(f"TrainConfig: {name} must be {accepted}, got {value!r}")
+
+
+def _real(name: str, value: Any, low: float, high: float, *, low_open: bool = False,
+          high_open: bool = False) -> None:
+    """ValueError unless `value` is a finite int or float in the interval given."""
+    ok = (not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
+          and (low < value if low_open else low <= value)
+          and (value < high if high_open else value <= high))
+    if not ok:
+        interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+        raise ValueError(f"TrainConfig: {name} must be a finite number in {interval}, "
+                         f"got {value!r}")
+
+
+def _choice(name: str, value: Any, accepted: tuple[str, ...]) -> None:
+    if value not in accepted:
+        raise ValueError(f"TrainConfig: {name} must be one of {accepted}, got {value!r}")
 
 
 class Run:
@@ -172,7 +212,9 @@ class Run:
         return {"fingerprint": self.config.fingerprint(), "model": self.model.state_dict()}
 
     def load_state_dict(self, state: Mapping[str, Any], omit: tuple[str, ...] = ()) -> None:
-        """Restore every inventory item but those in `omit` (omit is for measuring damage)."""
+        """Restore every inventory item but those in `omit` (omit is for measuring damage);
+        a state of another configuration is refused naming the fields that differ."""
+        ckpt.check_config(state.get("config"), self.config.to_dict())
         resume.check_matches(state, self.template())
         if "model" not in omit:
             self.model.load_state_dict(state["model"])
@@ -200,10 +242,10 @@ def restored(config: TrainConfig, state: Mapping[str, Any], omit: tuple[str, ...
 
 def _make_scheduler(optimizer: optim.Optimizer, c: TrainConfig) -> optim.LRScheduler:
     if c.schedule == "cosine":
-        return optim.CosineAnnealingLR(optimizer, T_max=c.total_steps)
+        return optim.CosineAnnealingLR(optimizer, T_max=c.horizon)
     if c.schedule == "step":
-        return optim.StepLR(optimizer, step_size=max(1, c.total_steps // 4), gamma=0.5)
-    return optim.StepLR(optimizer, step_size=c.total_steps + 1, gamma=1.0)
+        return optim.StepLR(optimizer, step_size=max(1, c.horizon // 4), gamma=0.5)
+    return optim.StepLR(optimizer, step_size=c.horizon + 1, gamma=1.0)
 
 
 @dataclass(frozen=True)
@@ -304,37 +346,58 @@ def state_digest(state: Mapping[str, Any]) -> str:
 
 # ---------------------------------------------------------------- the loop
 
-def train(config: TrainConfig, steps: int, checkpoint_dir: str | Path | None = None,
-          checkpoint_every: int = 0, *, resume_from_latest: bool = False, keep: int = 3,
-          log: Callable[[str], None] | None = None) -> Run:
-    """Train to `steps` total steps, saving a checkpoint every `checkpoint_every` steps.
+Loader = Callable[[Path], dict[str, Any]]
 
-    With `resume_from_latest`, continue from the newest valid checkpoint in checkpoint_dir
-    (corrupt ones are skipped and reported through `log`); temporary files a killed writer
-    left are removed first. The final state is saved too when checkpoints are on.
+
+def train(config: TrainConfig, steps: int, checkpoint_dir: str | Path | None = None,
+          checkpoint_every: int = 0, *, resume_from_latest: bool = False,
+          overwrite: bool = False, keep: int = 3, log: Callable[[str], None] | None = None,
+          foreign: Mapping[str, Loader] | None = None) -> Run:
+    """Train to `steps` steps in all; with `checkpoint_dir`, write a checkpoint every
+    `checkpoint_every` steps (0: none between) and after the last step.
+
+    What the directory already holds decides where the run starts (ckpt.policy: fresh,
+    `resume_from_latest`, `overwrite`, or a CheckpointError refusing, with nothing changed;
+    docs/resume.md has the table). `foreign` maps another tree's payload kind to a loader
+    returning THIS tree's state (python -m parity train passes the cross-implementation
+    mapping); a converted state's random streams restart from the seed.
     """
-    manager = None if checkpoint_dir is None else resume.CheckpointManager(Path(checkpoint_dir),
-                                                                            keep=keep)
+    if not 0 <= steps <= config.horizon or checkpoint_every < 0:
+        raise ValueError(f"train: steps must be in [0, horizon = {config.horizon}] (a schedule "
+                         f"run past its horizon restarts) and checkpoint_every >= 0, got "
+                         f"steps {steps}, checkpoint_every {checkpoint_every}")
     run = Run(config)
-    if manager is not None:
-        for p in manager.cleanup():
-            _say(log, f"removed leftover temporary file {p.name}")
-        if resume_from_latest:
-            found = manager.latest_valid(like=run.template())
-            for p, err in manager.skipped:
-                _say(log, f"skipped {p.name}: {err}")
+    directory = (None if checkpoint_dir is None
+                 else resume.CheckpointManager(checkpoint_dir, keep=keep, log=log))
+    with directory.opened() if directory is not None else nullcontext():
+        if directory is not None:
+            found = ckpt.start(directory, config=config.to_dict(), steps=steps,
+                               resume=resume_from_latest, overwrite=overwrite,
+                               readable={resume.PAYLOAD, *(foreign or {})})
             if found is not None:
-                path, state = found
-                run = restored(config, state)
-                _say(log, f"resumed from {path.name} at step {run.step}")
-    while run.step < steps:
-        r = run.train_step()
-        _say(log, f"step {run.step} loss {r.loss:.6g} scale {r.scale:g} "
-                  f"skipped {int(r.skipped)} (total {run.skipped})")
-        if manager is not None and checkpoint_every and (
-                run.step % checkpoint_every == 0 or run.step == steps):
-            manager.save(run.step, run.state_dict())
+                run = restored(config, _read(found, foreign))
+                _say(log, f"resumed from {found.name} at step {run.step}" + (
+                    "" if found.payload == resume.PAYLOAD else f" (written by {found.writer}, "
+                    "converted; random streams restart from the seed)"))
+        while run.step < steps:
+            r = run.train_step()
+            _say(log, f"step {run.step} loss {r.loss:.6g} scale {r.scale:g} "
+                      f"skipped {int(r.skipped)} (total {run.skipped})")
+            if directory is not None and ckpt.due(run.step, steps, checkpoint_every):
+                directory.save(run.step, run.state_dict(), config.to_dict())
     return run
+
+
+def _read(found: ckpt.Entry, foreign: Mapping[str, Loader] | None) -> dict[str, Any]:
+    """The state of the checkpoint the policy chose, converted if another tree wrote it."""
+    if found.payload == resume.PAYLOAD:
+        state = resume.load_checkpoint(found.path)
+    else:
+        state = (foreign or {})[found.payload](found.path)
+    if state.get("step") != found.step:
+        raise resume.CheckpointCorruptError(f"{found.path}: holds step {state.get('step')!r}, "
+                                            f"its name and header say {found.step}")
+    return state
 
 
 def _say(log: Callable[[str], None] | None, line: str) -> None:

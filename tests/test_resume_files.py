@@ -1,21 +1,21 @@
-"""reference.resume and torch_impl.resume against the file contract both promise.
+"""reference.resume and torch_impl.resume against the file contract both promise: the shared
+container of the `ckpt` package around each tree's payload (the writing side:
+tests/test_resume_atomic.py).
 
-Each test runs on both implementations (the contract is the same; the payloads differ):
-a save/load round trip keeps every value and type; any truncation or single bit flip is a
-CheckpointCorruptError; a failing write (disk full, a failing rename) leaves the previous
-file intact and no temporary file; versions and mismatches get their own errors; the
-directory manager keeps K files, skips corrupt ones and removes leftovers.
+Each test runs on both implementations (the contract is the same; the payloads differ): a
+save/load round trip keeps every value and type; any truncation or single bit flip is a
+CheckpointCorruptError; lengths are checked against the file's size before its body is read
+(a huge file costs 52 bytes of reading); only a regular file is opened (a FIFO never
+blocks); versions and mismatches get their own errors, the configuration's named by field.
 """
 
 from __future__ import annotations
 
-import errno
-import hashlib
-import json
 import os
 import struct
-import subprocess
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -25,53 +25,17 @@ import torch
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from reference import nn as ref_nn
-from reference import optim as ref_optim
+import ckpt
+from parity.drivers.resume import recontainer, small_reference_state, small_torch_state
 from reference import resume as ref_resume
-from torch_impl import nn as t_nn
 from torch_impl import resume as t_resume
 
-
-def _reference_state(hidden: int = 16) -> dict:
-    """A small complete-looking state: model, Adam after two steps, StepLR, rng, data."""
-    rng = np.random.default_rng(0)
-    model = ref_nn.make_mlp((8, hidden, 3), dropout=0.1, rng=rng)
-    opt = ref_optim.Adam(model.parameters(), lr=1e-3)
-    sched = ref_optim.StepLR(opt, step_size=2)
-    for _ in range(2):
-        for p in model.parameters():
-            p.grad = rng.standard_normal(p.data.shape).astype(np.float32)
-        opt.step()
-        sched.step()
-    return {"config": {"sizes": [8, hidden, 3], "optimizer": "Adam"}, "step": 2, "epoch": 0,
-            "model": model.state_dict(), "optimizer": opt.state_dict(),
-            "scheduler": sched.state_dict(), "scaler": {"scale": 65536.0, "growth_tracker": 3},
-            "data": {"seed": 0, "num_samples": 64, "epoch": 0, "position": 16},
-            "rng": {"init": rng.bit_generator.state}, "special": [float("inf"), None, True]}
-
-
-def _torch_state(hidden: int = 16) -> dict:
-    g = torch.Generator().manual_seed(0)
-    model = t_nn.make_mlp((8, hidden, 3), dropout=0.1, generator=g)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2)
-    for _ in range(2):
-        for p in model.parameters():
-            p.grad = torch.randn(p.shape, generator=g)
-        opt.step()
-        sched.step()
-    return {"config": {"sizes": [8, hidden, 3], "optimizer": "Adam"}, "step": 2, "epoch": 0,
-            "model": model.state_dict(), "optimizer": opt.state_dict(),
-            "scheduler": sched.state_dict(), "scaler": {"scale": 65536.0, "growth_tracker": 3},
-            "data": {"seed": 0, "num_samples": 64, "epoch": 0, "position": 16},
-            "rng": {"init": g.get_state()}, "special": [float("inf"), None, True]}
-
-
-IMPLS = {"reference": (ref_resume, _reference_state), "torch": (t_resume, _torch_state)}
+IMPLS = {"reference": (ref_resume, small_reference_state),
+         "torch": (t_resume, small_torch_state)}
 
 
 @pytest.fixture(params=sorted(IMPLS))
-def impl(request: pytest.FixtureRequest) -> tuple[ModuleType, object]:
+def impl(request: pytest.FixtureRequest) -> tuple[ModuleType, Callable[..., dict]]:
     return IMPLS[request.param]
 
 
@@ -94,6 +58,15 @@ def _same(a: object, b: object, path: str = "state") -> None:
         assert np.asarray(a).tobytes() == np.asarray(b).tobytes(), path
     else:
         assert a == b, f"{path}: {a!r} vs {b!r}"
+
+
+def test_both_trees_raise_the_one_error_family() -> None:
+    """Every error class either tree exports is ckpt's own class, under one base."""
+    names = [n for n in dir(ckpt) if n.startswith("Checkpoint") and n.endswith("Error")]
+    assert len(names) == 7
+    for name in names:
+        assert getattr(ref_resume, name) is getattr(t_resume, name) is getattr(ckpt, name)
+        assert issubclass(getattr(ckpt, name), ckpt.CheckpointError)
 
 
 def test_round_trip_keeps_every_value_type_and_bit(impl: tuple, tmp_path: Path) -> None:
@@ -132,8 +105,8 @@ def test_any_truncation_is_detected(name: str, saved: dict, tmp_path: Path,
     mod, _ = IMPLS[name]
     blob = saved[name]
     cut = data.draw(st.one_of(st.integers(0, len(blob) - 1),
-                              st.sampled_from([0, 1, 43, 44, len(blob) - 32, len(blob) - 1])))
-    event("cut inside the trailing digest" if cut >= len(blob) - 32 else "cut before it")
+                              st.sampled_from([0, 1, 51, 52, len(blob) - 40, len(blob) - 1])))
+    event("cut inside the trailer" if cut >= len(blob) - 40 else "cut before it")
     path = tmp_path / f"cut-{cut}.ckpt"
     path.write_bytes(blob[:cut])
     with pytest.raises(mod.CheckpointCorruptError):
@@ -145,38 +118,65 @@ def test_any_truncation_is_detected(name: str, saved: dict, tmp_path: Path,
 @given(data=st.data())
 def test_any_bit_flip_is_detected(name: str, saved: dict, tmp_path: Path,
                                   data: st.DataObject) -> None:
-    """Flipping any one bit anywhere (magic, header, payload, digest) is CheckpointCorruptError."""
+    """Flipping any one bit anywhere (magic, header, payload, length, digest) is corrupt."""
     mod, _ = IMPLS[name]
     blob = bytearray(saved[name])
     pos = data.draw(st.integers(0, len(blob) - 1))
     bit = data.draw(st.integers(0, 7))
     blob[pos] ^= 1 << bit
-    header_end = 12 + struct.unpack("<I", bytes(blob[8:12]))[0] if pos >= 12 else 12
+    header_end = 12 + struct.unpack("<I", bytes(saved[name][8:12]))[0]
     event("magic/length" if pos < 12 else "header" if pos < header_end
-          else "digest" if pos >= len(blob) - 32 else "payload")
+          else "trailer" if pos >= len(blob) - 40 else "payload")
     path = tmp_path / f"flip-{pos}-{bit}.ckpt"
     path.write_bytes(bytes(blob))
     with pytest.raises(mod.CheckpointCorruptError):
         mod.load_checkpoint(path)
 
 
-def _recontainer(blob: bytes, **header_changes: object) -> bytes:
-    """The same checkpoint with header fields changed and a freshly computed, valid digest."""
-    (hlen,) = struct.unpack("<I", blob[8:12])
-    header = {**json.loads(blob[12:12 + hlen]), **header_changes}
-    new_header = json.dumps(header, sort_keys=True).encode()
-    body = blob[:8] + struct.pack("<I", len(new_header)) + new_header + blob[12 + hlen:-32]
-    return body + hashlib.sha256(body).digest()
+@pytest.mark.parametrize("extra", [1, 2**40])
+def test_an_extended_checkpoint_is_refused_before_its_body_is_read(
+        impl: tuple, tmp_path: Path, extra: int) -> None:
+    """A checkpoint grown by 1 byte or 1 TiB (sparse) is corrupt at once: its lengths do not
+    add up, found from the first 12 and last 40 bytes (reading 1 TiB would take minutes)."""
+    mod, make = impl
+    path = tmp_path / "a.ckpt"
+    mod.save_checkpoint(path, make())
+    os.truncate(path, path.stat().st_size + extra)
+    start = time.perf_counter()
+    with pytest.raises(mod.CheckpointCorruptError, match="do not add up"):
+        mod.load_checkpoint(path)
+    assert time.perf_counter() - start < 5.0
 
 
-def test_another_format_version_is_a_version_error(impl: tuple, saved: dict,
-                                                   tmp_path: Path) -> None:
-    """A well-formed checkpoint of version 2 is refused with CheckpointVersionError."""
+def test_a_fifo_is_refused_without_blocking(impl: tuple, tmp_path: Path) -> None:
+    """Loading a FIFO (no writer on the other end) raises at once instead of hanging."""
     mod, _ = impl
-    name = "reference" if mod is ref_resume else "torch"
-    path = tmp_path / "v2.ckpt"
-    path.write_bytes(_recontainer(saved[name], version=2))
-    with pytest.raises(mod.CheckpointVersionError, match="version 2"):
+    fifo = tmp_path / "a.ckpt"
+    os.mkfifo(fifo)
+    outcome: list[BaseException] = []
+
+    def load() -> None:
+        try:
+            mod.load_checkpoint(fifo)
+        except BaseException as e:  # handed to the main thread
+            outcome.append(e)
+
+    worker = threading.Thread(target=load, daemon=True)
+    worker.start()
+    worker.join(timeout=10)
+    assert not worker.is_alive(), "load_checkpoint blocked on a FIFO"
+    assert isinstance(outcome[0], mod.CheckpointCorruptError) and "FIFO" in str(outcome[0])
+
+
+@pytest.mark.parametrize("version", [1, 3])
+def test_another_format_version_is_a_version_error(impl: tuple, saved: dict, tmp_path: Path,
+                                                   version: int) -> None:
+    """A well-formed checkpoint of version 1 or 3 is refused with CheckpointVersionError."""
+    mod, _ = impl
+    path = tmp_path / "v.ckpt"
+    path.write_bytes(recontainer(saved["reference" if mod is ref_resume else "torch"],
+                                 version=version))
+    with pytest.raises(mod.CheckpointVersionError, match=f"version {version}"):
         mod.load_checkpoint(path)
 
 
@@ -204,121 +204,13 @@ def test_a_different_model_is_a_mismatch_naming_key_and_shapes(impl: tuple,
     mod.load_checkpoint(tmp_path / "a.ckpt", like={"model": make(hidden=16)["model"]})
 
 
-def _fail_halfway(at_call: int) -> object:
-    """A _write_all that hits a full disk halfway through its `at_call`-th call."""
-    calls = [0]
-
-    def write_all(fd: int, data: memoryview) -> None:
-        calls[0] += 1
-        if calls[0] < at_call:
-            os.write(fd, data)
-            return
-        os.write(fd, data[: len(data) // 2])
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-    return write_all
-
-
-@pytest.mark.parametrize("at_call", [1, 3])  # in the header; inside the serializer's writes
-def test_disk_full_mid_write_keeps_the_previous_file_and_leaves_no_temp(
-        impl: tuple, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, at_call: int) -> None:
-    """ENOSPC halfway through a write: a CheckpointWriteError (errno ENOSPC), old file intact."""
-    mod, make = impl
-    path = tmp_path / "a.ckpt"
-    mod.save_checkpoint(path, make(hidden=16))
-    before = path.read_bytes()
-    monkeypatch.setattr(mod, "_write_all", _fail_halfway(at_call))
-    with pytest.raises(mod.CheckpointWriteError, match="untouched") as info:
-        mod.save_checkpoint(path, make(hidden=32))
-    assert info.value.errno == errno.ENOSPC and isinstance(info.value, OSError)
-    assert path.read_bytes() == before
-    assert os.listdir(tmp_path) == ["a.ckpt"]
-    mod.load_checkpoint(path)
-
-
-def test_a_failing_rename_keeps_the_previous_file_and_leaves_no_temp(
-        impl: tuple, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """If os.replace fails after the data was written, nothing at the final name changes."""
-    mod, make = impl
-    path = tmp_path / "a.ckpt"
-    mod.save_checkpoint(path, make(hidden=16))
-    before = path.read_bytes()
-
-    def replace(src: str, dst: str) -> None:
-        raise OSError(errno.EIO, "simulated rename failure")
-
-    monkeypatch.setattr(mod.os, "replace", replace)
-    with pytest.raises(mod.CheckpointWriteError):
-        mod.save_checkpoint(path, make(hidden=32))
-    monkeypatch.undo()
-    assert path.read_bytes() == before
-    assert os.listdir(tmp_path) == ["a.ckpt"]
-
-
-@pytest.fixture
-def tiny_tmpfs(tmp_path: Path) -> Iterator[Path]:
-    """A 64 KiB tmpfs under tmp_path (a REAL full disk), or a skip where mounting is denied."""
-    mnt = tmp_path / "tmpfs"
-    mnt.mkdir()
-    try:
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)],
-                              capture_output=True, timeout=10, check=False)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        pytest.skip(f"cannot run mount: {e}")
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.decode().strip()}")
-    yield mnt
-    subprocess.run(["umount", str(mnt)], capture_output=True, timeout=10, check=False)
-
-
-def test_a_real_full_disk_keeps_the_previous_file_and_leaves_no_temp(
-        impl: tuple, tiny_tmpfs: Path) -> None:
-    """On a 64 KiB tmpfs, a checkpoint too big to fit fails with ENOSPC; the old one loads."""
-    mod, make = impl
-    path = tiny_tmpfs / "a.ckpt"
-    mod.save_checkpoint(path, make(hidden=16))
-    before = path.read_bytes()
-    with pytest.raises(mod.CheckpointWriteError) as info:
-        mod.save_checkpoint(path, make(hidden=2048))  # ~200 KB of parameters and moments
-    assert info.value.errno == errno.ENOSPC
-    assert path.read_bytes() == before
-    assert os.listdir(tiny_tmpfs) == ["a.ckpt"]
-    mod.load_checkpoint(path)
-
-
-def test_manager_keeps_the_last_k_and_resumes_from_the_newest_valid(impl: tuple,
-                                                                     tmp_path: Path) -> None:
-    """keep=2 leaves two files; a corrupt newest file is skipped and reported, not fatal."""
-    mod, make = impl
-    manager = mod.CheckpointManager(tmp_path, keep=2)
-    state = make()
-    for step in (5, 10, 15):
-        manager.save(step, {**state, "step": step})
-    assert [s for s, _ in manager.checkpoints()] == [10, 15]
-    newest = manager.path(15)
-    newest.write_bytes(newest.read_bytes()[:-100])  # torn
-    path, loaded = manager.latest_valid()
-    assert path == manager.path(10) and loaded["step"] == 10
-    assert [p for p, _ in manager.skipped] == [newest]
-    assert isinstance(manager.skipped[0][1], mod.CheckpointCorruptError)
-
-
-def test_manager_returns_none_when_nothing_is_valid(impl: tuple, tmp_path: Path) -> None:
-    """With only corrupt files, latest_valid() is None and every file is reported."""
-    mod, _ = impl
-    manager = mod.CheckpointManager(tmp_path)
-    manager.path(1).write_bytes(b"garbage")
-    assert manager.latest_valid() is None
-    assert len(manager.skipped) == 1
-
-
-def test_manager_cleanup_removes_the_temp_files_a_crash_left(impl: tuple,
-                                                             tmp_path: Path) -> None:
-    """cleanup() removes `.ckpt-*.tmp` leftovers and nothing else."""
-    mod, make = impl
-    manager = mod.CheckpointManager(tmp_path)
-    manager.save(1, make())
-    (tmp_path / ".ckpt-00000002.ckpt.abc123.tmp").write_bytes(b"half a file")
-    (tmp_path / "notes.txt").write_text("keep me")
-    removed = manager.cleanup()
-    assert [p.name for p in removed] == [".ckpt-00000002.ckpt.abc123.tmp"]
-    assert sorted(os.listdir(tmp_path)) == ["ckpt-00000001.ckpt", "notes.txt"]
+def test_a_changed_configuration_names_each_differing_field() -> None:
+    """check_config: one phrase per field, the checkpoint's value first, in one line."""
+    saved = {"precision": "fp32", "seed": 0, "horizon": 200}
+    with pytest.raises(ckpt.CheckpointMismatchError) as info:
+        ckpt.check_config(saved, {**saved, "precision": "bf16", "horizon": 60})
+    message = str(info.value)
+    assert "horizon: 200 in the checkpoint, 60 now" in message
+    assert "precision: 'fp32' in the checkpoint, 'bf16' now" in message
+    assert "seed" not in message and "\n" not in message
+    ckpt.check_config(saved, dict(saved))

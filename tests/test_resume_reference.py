@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import ckpt
 from reference import resume
 
 
@@ -43,7 +44,7 @@ def test_a_pickled_object_array_is_refused_and_never_runs(tmp_path: Path) -> Non
     marker = tmp_path / "payload-ran"
     payload = _hostile_payload(marker)
     path = tmp_path / "evil.ckpt"
-    path.write_bytes(resume.encode_container(payload, resume.PAYLOAD, resume.WRITER))
+    path.write_bytes(ckpt.encode_container(payload, resume.PAYLOAD, resume.WRITER))
     with pytest.raises(resume.CheckpointUnsafeError, match="pickle"):
         resume.load_checkpoint(path)
     assert not marker.exists()

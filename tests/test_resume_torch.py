@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import ckpt
 from torch_impl import resume
 
 
@@ -61,7 +62,7 @@ def test_a_malicious_pickle_is_refused_and_never_runs(tmp_path: Path) -> None:
     torch.save({"model": _Payload(str(marker))}, buf)
     payload = buf.getvalue()
     path = tmp_path / "evil.ckpt"
-    path.write_bytes(resume.encode_container(payload, resume.PAYLOAD, resume.WRITER))
+    path.write_bytes(ckpt.encode_container(payload, resume.PAYLOAD, resume.WRITER))
     with pytest.raises(resume.CheckpointUnsafeError, match="refused"):
         resume.load_checkpoint(path)
     assert not marker.exists()
@@ -79,3 +80,16 @@ def test_generator_states_round_trip_and_replay_the_stream(tmp_path: Path) -> No
     h = torch.Generator()
     h.set_state(resume.load_checkpoint(tmp_path / "g.ckpt")["rng"])
     assert torch.equal(torch.rand(100, generator=h), expected)
+
+
+def test_tensors_saved_on_the_device_load_on_the_cpu_bit_for_bit(tmp_path: Path,
+                                                                 device: str) -> None:
+    """A checkpoint of device tensors loads with map_location="cpu": same dtype, shape, bits."""
+    g = torch.Generator().manual_seed(0)
+    state = {"w": torch.randn(64, 8, generator=g).to(device),
+             "h": torch.randn(5, generator=g).half().to(device)}
+    resume.save_checkpoint(tmp_path / "d.ckpt", state)
+    loaded = resume.load_checkpoint(tmp_path / "d.ckpt")
+    for key, value in state.items():
+        assert loaded[key].device.type == "cpu"
+        assert torch.equal(loaded[key], value.cpu()) and loaded[key].dtype == value.dtype

@@ -13,15 +13,19 @@ What PyTorch does differently or hides:
 - Autocast and recomputation compose natively (torch.autocast around
   torch.utils.checkpoint); the reference composes them only in fp32.
 - The scaler is torch.amp.GradScaler; on CUDA the dropout stream is a CUDA generator.
+
+TrainConfig (and the optimizers' fixed hyperparameters) are the reference's, imported as
+plain data: one configuration, validated once, with one fingerprint, so a checkpoint's
+configuration compares across the implementations field by field.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import struct
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import asdict, dataclass
+from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +33,8 @@ import numpy as np
 import torch
 from torch import nn
 
+import ckpt
+from reference.train import OPTIMIZERS, TrainConfig  # plain data (module docstring)
 from torch_impl import amp, loss_scaling, resume
 from torch_impl.data import ResumableSampler, hash_words, make_loader, make_task
 from torch_impl.nn import make_mlp
@@ -36,50 +42,7 @@ from torch_impl.recompute import Schedule
 
 FAULTS = (None, "fp16_without_scaler", "clip_before_unscale")
 INVENTORY = ("model", "optimizer", "scheduler", "scaler", "rng", "data", "step")
-OPTIMIZERS = {"SGD": {"momentum": 0.9}, "Adam": {}, "AdamW": {"weight_decay": 0.01}}
-SCHEDULES = ("constant", "cosine", "step")
 LOADER_SEED = 5  # a purpose of reference/data.py's hash, beside ORDER, INPUTS, ...
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """Everything that defines a run: reference.train.TrainConfig, field for field."""
-
-    seed: int = 0
-    sizes: tuple[int, ...] = (8, 32, 32, 3)
-    activation: str = "tanh"
-    dropout: float = 0.0
-    precision: str = "fp32"
-    recompute: str = "none"
-    optimizer: str = "AdamW"
-    lr: float = 1e-2
-    schedule: str = "cosine"
-    total_steps: int = 200
-    batch_size: int = 16
-    num_samples: int = 256
-    loss: str = "cross_entropy"
-    init_scale: float = 2.0**16
-    growth_interval: int = 2000
-    max_grad_norm: float | None = None
-
-    def __post_init__(self) -> None:
-        amp.autocast_dtype(self.precision)
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"TrainConfig: optimizer must be one of {tuple(OPTIMIZERS)}, "
-                             f"got {self.optimizer!r}")
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"TrainConfig: schedule must be one of {SCHEDULES}, "
-                             f"got {self.schedule!r}")
-        if self.loss not in ("cross_entropy", "mse"):
-            raise ValueError(f"TrainConfig: loss must be 'cross_entropy' or 'mse', "
-                             f"got {self.loss!r}")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
-
-    def fingerprint(self) -> str:
-        """SHA-256 of the configuration as canonical JSON (sorted keys)."""
-        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()
 
 
 # NOTE [ Dropout's stream is the default generator ]
@@ -177,7 +140,9 @@ class Run:
         return {"fingerprint": self.config.fingerprint(), "model": self.model.state_dict()}
 
     def load_state_dict(self, state: Mapping[str, Any], omit: tuple[str, ...] = ()) -> None:
-        """Restore every inventory item but those in `omit` (omit is for measuring damage)."""
+        """Restore every inventory item but those in `omit` (omit is for measuring damage);
+        a state of another configuration is refused naming the fields that differ."""
+        ckpt.check_config(state.get("config"), self.config.to_dict())
         resume.check_matches(state, self.template())
         if "model" not in omit:
             self.model.load_state_dict(state["model"])
@@ -221,10 +186,10 @@ def _make_scheduler(optimizer: torch.optim.Optimizer, c: TrainConfig
                     ) -> torch.optim.lr_scheduler.LRScheduler:
     lr_scheduler = torch.optim.lr_scheduler
     if c.schedule == "cosine":
-        return lr_scheduler.CosineAnnealingLR(optimizer, T_max=c.total_steps)
+        return lr_scheduler.CosineAnnealingLR(optimizer, T_max=c.horizon)
     if c.schedule == "step":
-        return lr_scheduler.StepLR(optimizer, step_size=max(1, c.total_steps // 4), gamma=0.5)
-    return lr_scheduler.StepLR(optimizer, step_size=c.total_steps + 1, gamma=1.0)
+        return lr_scheduler.StepLR(optimizer, step_size=max(1, c.horizon // 4), gamma=0.5)
+    return lr_scheduler.StepLR(optimizer, step_size=c.horizon + 1, gamma=1.0)
 
 
 @dataclass(frozen=True)
@@ -316,35 +281,51 @@ def state_digest(state: Mapping[str, Any]) -> str:
 
 # ---------------------------------------------------------------- the loop
 
-def train(config: TrainConfig, steps: int, checkpoint_dir: str | Path | None = None,
-          checkpoint_every: int = 0, *, resume_from_latest: bool = False, keep: int = 3,
-          log: Callable[[str], None] | None = None, device: str | torch.device = "cpu") -> Run:
-    """Train to `steps` total steps, saving a checkpoint every `checkpoint_every` steps.
+Loader = Callable[[Path], dict[str, Any]]
 
-    reference.train.train, with a device.
-    """
-    manager = None if checkpoint_dir is None else resume.CheckpointManager(Path(checkpoint_dir),
-                                                                            keep=keep)
+
+def train(config: TrainConfig, steps: int, checkpoint_dir: str | Path | None = None,
+          checkpoint_every: int = 0, *, resume_from_latest: bool = False,
+          overwrite: bool = False, keep: int = 3, log: Callable[[str], None] | None = None,
+          foreign: Mapping[str, Loader] | None = None,
+          device: str | torch.device = "cpu") -> Run:
+    """reference.train.train, on a device."""
+    if not 0 <= steps <= config.horizon or checkpoint_every < 0:
+        raise ValueError(f"train: steps must be in [0, horizon = {config.horizon}] (a schedule "
+                         f"run past its horizon restarts) and checkpoint_every >= 0, got "
+                         f"steps {steps}, checkpoint_every {checkpoint_every}")
     run = Run(config, device)
-    if manager is not None:
-        for p in manager.cleanup():
-            _say(log, f"removed leftover temporary file {p.name}")
-        if resume_from_latest:
-            found = manager.latest_valid(like=run.template())
-            for p, err in manager.skipped:
-                _say(log, f"skipped {p.name}: {err}")
+    directory = (None if checkpoint_dir is None
+                 else resume.CheckpointManager(checkpoint_dir, keep=keep, log=log))
+    with directory.opened() if directory is not None else nullcontext():
+        if directory is not None:
+            found = ckpt.start(directory, config=config.to_dict(), steps=steps,
+                               resume=resume_from_latest, overwrite=overwrite,
+                               readable={resume.PAYLOAD, *(foreign or {})})
             if found is not None:
-                path, state = found
-                run = restored(config, state, device=device)
-                _say(log, f"resumed from {path.name} at step {run.step}")
-    while run.step < steps:
-        r = run.train_step()
-        _say(log, f"step {run.step} loss {r.loss:.6g} scale {r.scale:g} "
-                  f"skipped {int(r.skipped)} (total {run.skipped})")
-        if manager is not None and checkpoint_every and (
-                run.step % checkpoint_every == 0 or run.step == steps):
-            manager.save(run.step, run.state_dict())
+                run = restored(config, _read(found, foreign), device=device)
+                _say(log, f"resumed from {found.name} at step {run.step}" + (
+                    "" if found.payload == resume.PAYLOAD else f" (written by {found.writer}, "
+                    "converted; random streams restart from the seed)"))
+        while run.step < steps:
+            r = run.train_step()
+            _say(log, f"step {run.step} loss {r.loss:.6g} scale {r.scale:g} "
+                      f"skipped {int(r.skipped)} (total {run.skipped})")
+            if directory is not None and ckpt.due(run.step, steps, checkpoint_every):
+                directory.save(run.step, run.state_dict(), config.to_dict())
     return run
+
+
+def _read(found: ckpt.Entry, foreign: Mapping[str, Loader] | None) -> dict[str, Any]:
+    """The state of the checkpoint the policy chose, converted if another tree wrote it."""
+    if found.payload == resume.PAYLOAD:
+        state = resume.load_checkpoint(found.path)
+    else:
+        state = (foreign or {})[found.payload](found.path)
+    if state.get("step") != found.step:
+        raise resume.CheckpointCorruptError(f"{found.path}: holds step {state.get('step')!r}, "
+                                            f"its name and header say {found.step}")
+    return state
 
 
 def _say(log: Callable[[str], None] | None, line: str) -> None:

@@ -23,4 +23,45 @@ CLAIMS: tuple[Claim, ...] = (
             "not mapped (NOTE [ Cross-implementation mapping ]) and not compared."
         ),
     ),
+    Claim(
+        id="resume.crafted_refused",
+        statement=(
+            "Loading each file of a table of crafted checkpoints (a valid digest around hostile "
+            "content: lengths beyond the file, nesting deeper than any parser's recursion or "
+            "than ckpt.MAX_DEPTH, a state that is not a dict, a structure that does not fit "
+            "its records) ends the same way in both trees: CheckpointCorruptError, without "
+            "allocating what a length declares; the table's control file loads in both. "
+            "Version-gated: torch 2.6 loads a storage declared larger than its zip record from "
+            "the record's own bytes (no check, nothing allocated from the declared size); "
+            "2.11 and later refuse it."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "The container's bounds are checked once, in the shared ckpt package, before "
+            "either payload is parsed; each payload decoder checks every declared length "
+            "against the bytes left and the decoded state against ckpt.check_state. The "
+            "outcome is a class, compared exactly."
+        ),
+    ),
+    Claim(
+        id="resume.cross_impl_resume",
+        statement=(
+            "`python -m parity train --resume` with one implementation, on a directory whose "
+            "newest checkpoint the OTHER implementation wrote at step k, continues through the "
+            "state mapping and says so: asked for k steps it prints the writer's state-sha256, "
+            "in both directions; continued to n > k, its step counter, data position, skipped "
+            "count and lr equal those of an uninterrupted run of its own implementation."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "The mapping is lossless (resume.cross_impl_state) and the digest is "
+            "implementation-independent (train.digest_cross_impl); the counters, the data order "
+            "(a hash of (seed, epoch)) and the lr schedule (a function of the applied updates, "
+            "fp32: none skipped) do not depend on the arithmetic. The parameters after the "
+            "switch are NOT claimed equal: the trees' matmuls round differently, and the random "
+            "streams restart from the seed (NOTE [ Cross-implementation mapping ])."
+        ),
+    ),
 )

@@ -1,75 +1,160 @@
 """`python -m parity train`: the compact model trained with checkpoints; killable, resumable.
 
     python -m parity train --impl {reference,torch} --steps N --checkpoint-dir DIR
-        --checkpoint-every K [--precision {fp32,bf16,fp16}] [--recompute SPEC] [--resume]
-        [--seed S] [--dropout P] [--schedule S] [--init-scale S] [--growth-interval G]
-        [--keep K] [--device D] [--quiet]
+        [--checkpoint-every K] [--keep K] [--resume | --overwrite]
+        [--precision {fp32,bf16,fp16}] [--recompute SPEC] [--seed S] [--dropout P]
+        [--schedule S] [--horizon H] [--init-scale S] [--growth-interval G]
+        [--device D] [--quiet]
 
 Prints one line per step (step, loss, loss scale, skipped steps) and, as its LAST line,
 `state-sha256: <64 hex digits>`: train.state_digest of the final state (NOTE [ Canonical
 state digest ] in reference/train.py). A run killed at any moment and restarted with
---resume prints the same digest as an uninterrupted run.
-The implementation is imported only when chosen: `--impl reference` never imports torch.
+--resume prints the same digest as an uninterrupted run. What the run does with what the
+checkpoint directory already holds is the table in docs/resume.md (ckpt/policy.py); a
+refusal is one line on stderr and exit status 2, with nothing in the directory changed.
+With --resume, a checkpoint the OTHER implementation wrote is continued through the
+cross-implementation state mapping (torch_impl/resume.py), and the run says so.
+The implementation is imported only when chosen: `--impl reference` never imports torch
+(unless it converts a torch checkpoint).
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
+import os
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from ckpt import CheckpointError
+from parity.cli import UsageError, finite_float, int_at_least
+
 HELP = "train the compact model with checkpoints; kill it, --resume, same digest"
+F32_MAX = float.fromhex("0x1.fffffep+127")  # the largest finite float32
+
+
+def _directory(text: str) -> str:
+    """An argparse type: a checkpoint directory path (non-empty, not an existing file)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("the checkpoint directory is an empty path")
+    if os.path.lexists(text) and not os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text!r} exists and is not a directory")
+    return text
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--impl", choices=("reference", "torch"), required=True)
-    p.add_argument("--steps", type=int, required=True, help="train until this many steps")
-    p.add_argument("--checkpoint-dir", required=True)
-    p.add_argument("--checkpoint-every", type=int, default=10, metavar="K")
-    p.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32")
+    p.add_argument("--impl", choices=("reference", "torch"), required=True,
+                   help="which implementation trains (--resume continues either's checkpoint)")
+    p.add_argument("--steps", type=int_at_least(1), required=True,
+                   help="train until this many steps in all (a resumed run counts its past)")
+    p.add_argument("--checkpoint-dir", type=_directory, required=True,
+                   help="where checkpoints go (created if missing)")
+    p.add_argument("--checkpoint-every", type=int_at_least(0), default=10, metavar="K",
+                   help="write a checkpoint every K steps and after the last step "
+                        "(0: only after the last; default 10)")
+    p.add_argument("--keep", type=int_at_least(1), default=3, metavar="K",
+                   help="checkpoints of this run kept (default 3)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue from the newest checkpoint in the directory (says so when "
+                        "there is none)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="start afresh in a directory that holds checkpoints, deleting the "
+                        "ones it can read first")
+    p.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32",
+                   help="autocast precision (default fp32; fp16 scales the loss)")
     p.add_argument("--recompute", default="none",
                    help="none | sqrt | uniform:K | optimal:S (default none)")
-    p.add_argument("--resume", action="store_true",
-                   help="continue from the newest valid checkpoint in --checkpoint-dir")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--dropout", type=float, default=0.0)
-    p.add_argument("--schedule", choices=("constant", "cosine", "step"), default="cosine")
-    p.add_argument("--init-scale", type=float, default=2.0**16,
-                   help="initial loss scale for fp16 (a huge one forces skipped steps)")
-    p.add_argument("--growth-interval", type=int, default=2000,
+    p.add_argument("--seed", type=int_at_least(0), default=0, help="in [0, 2^32)")
+    p.add_argument("--dropout", type=finite_float(low=0.0, high=1.0, high_open=True),
+                   default=0.0, help="in [0, 1) (default 0)")
+    p.add_argument("--schedule", choices=("constant", "cosine", "step"), default="cosine",
+                   help="LR schedule over the horizon (default cosine)")
+    p.add_argument("--horizon", type=int_at_least(1), default=None, metavar="H",
+                   help="the LR schedule's length in steps (default: --steps); part of the "
+                        "configuration a resume must match")
+    p.add_argument("--init-scale", type=finite_float(low=0.0, high=F32_MAX, low_open=True),
+                   default=2.0**16,
+                   help="initial loss scale for fp16, a finite float32 > 0 (a huge one forces "
+                        "skipped steps; default 65536)")
+    p.add_argument("--growth-interval", type=int_at_least(1), default=2000,
                    help="steps without overflow before the fp16 scale doubles (default 2000)")
-    p.add_argument("--keep", type=int, default=3, help="checkpoints kept (default 3)")
-    p.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    p.add_argument("--device", default=None,
+                   help="torch device: cpu, cuda or cuda:N (--impl torch only; default cpu)")
     p.add_argument("--quiet", action="store_true", help="print only the digest line")
+
+
+def torch_device(text: str) -> Any:
+    """The torch.device named by --device, or a UsageError saying what is accepted."""
+    import torch
+
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise UsageError(f"--device {text!r} is not a device; accepted: cpu, cuda, cuda:N"
+                         ) from None
+    if device.type not in ("cpu", "cuda"):
+        raise UsageError(f"--device {text!r}: this command runs on cpu or cuda")
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise UsageError(f"--device {text!r}: torch.cuda.is_available() is False here")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise UsageError(f"--device {text!r}: there are {torch.cuda.device_count()} CUDA "
+                             "devices")
+    return device
+
+
+def converters(impl: str) -> dict[str, Callable[[Path], dict[str, Any]]]:
+    """Payload kind of the OTHER implementation -> a loader returning `impl`'s state
+    (NOTE [ Cross-implementation mapping ] in torch_impl/resume.py); torch is imported only
+    when a conversion is needed."""
+
+    def from_torch(path: Path) -> dict[str, Any]:
+        from torch_impl import resume as t_resume
+
+        return t_resume.state_to_reference(t_resume.load_checkpoint(path))
+
+    def from_reference(path: Path) -> dict[str, Any]:
+        from reference import resume as r_resume
+        from torch_impl import resume as t_resume
+
+        return t_resume.state_from_reference(r_resume.load_checkpoint(path))
+
+    return {"torch-zip": from_torch} if impl == "reference" else {"npy-records": from_reference}
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the training command; return the exit status."""
-    if args.steps < 0 or args.checkpoint_every < 0:
-        print("train: --steps and --checkpoint-every must be >= 0", file=sys.stderr)
-        return 2
+    horizon = args.steps if args.horizon is None else args.horizon
+    if horizon < args.steps:
+        raise UsageError(f"--horizon {horizon} is shorter than --steps {args.steps}: the LR "
+                         "schedule would restart past its end")
+    extra: dict[str, Any] = {}
     if args.impl == "reference":
+        if args.device is not None:
+            raise UsageError("--device applies to --impl torch; the reference runs on NumPy")
         from reference import train as impl
-
-        extra: dict[str, Any] = {}
     else:
+        extra["device"] = torch_device(args.device or "cpu")
         from torch_impl import train as impl
-
-        extra = {"device": args.device}
     try:
         config = impl.TrainConfig(seed=args.seed, precision=args.precision,
                                   recompute=args.recompute, dropout=args.dropout,
-                                  schedule=args.schedule, init_scale=args.init_scale,
+                                  schedule=args.schedule, horizon=horizon,
+                                  init_scale=args.init_scale,
                                   growth_interval=args.growth_interval)
+        impl.Run(config, **extra)  # refuses a recompute spec this model cannot take
     except ValueError as e:
-        print(f"train: {e}", file=sys.stderr)
-        return 2
+        raise UsageError(str(e)) from None
 
     def log(line: str) -> None:
         if not args.quiet:
             print(line, flush=True)
 
-    run = impl.train(config, args.steps, args.checkpoint_dir, args.checkpoint_every,
-                     resume_from_latest=args.resume, keep=args.keep, log=log, **extra)
-    print(f"state-sha256: {impl.state_digest(run.state_dict())}", flush=True)
+    try:
+        result = impl.train(config, args.steps, args.checkpoint_dir, args.checkpoint_every,
+                            resume_from_latest=args.resume, overwrite=args.overwrite,
+                            keep=args.keep, log=log, foreign=converters(args.impl), **extra)
+    except CheckpointError as e:
+        raise UsageError(str(e)) from None
+    print(f"state-sha256: {impl.state_digest(result.state_dict())}", flush=True)
     return 0

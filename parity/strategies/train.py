@@ -24,7 +24,7 @@ def train_configs(draw: st.DrawFn, max_total: int = 10) -> dict:
         "recompute": draw(st.sampled_from(TRAIN_RECOMPUTE)),
         "schedule": draw(st.sampled_from(["constant", "cosine", "step"])),
         "optimizer": draw(st.sampled_from(["SGD", "Adam", "AdamW"])),
-        "total_steps": 8,
+        "horizon": 10,
         "batch_size": 8,
         "num_samples": 24,  # 3 batches an epoch: interruptions fall mid-epoch and on edges
         "init_scale": draw(st.sampled_from([2.0**16, 2.0**22])) if precision == "fp16"

@@ -1,0 +1,365 @@
+"""The checkpoint file: one container for both trees, which differ only in the payload.
+
+    offset      bytes  content
+    0           8      magic  b"\\x89MTCKPT\\n"
+    8           4      H = header length, uint32 little-endian, H <= MAX_HEADER
+    12          H      header, UTF-8 JSON object: {"format": "mirrortrain-checkpoint",
+                       "version": 2, "payload": kind, "writer": tree, "meta": {...}}
+    12 + H      P      payload: "npy-records" (reference/resume.py) or "torch-zip"
+                       (torch_impl/resume.py)
+    12 + H + P  8      P, uint64 little-endian (known only once the payload is written)
+    20 + H + P  32     digest of every byte before it: SHA-256 over the SHA-256s of its
+                       1 MiB pieces (NOTE [ Piecewise digest ] in ckpt/digest.py)
+
+`meta` (optional) is what the directory needs to know without decoding the payload: a
+training checkpoint's {"step": s, "config": {...}} (ckpt/directory.py).
+
+Reading (`open_checkpoint`): only a regular file is opened, never a FIFO or a device
+(O_NONBLOCK, then fstat); the prefix and the trailer must add up to the file's size
+(12 + H + P + 40) before the body is read; the file is mapped, not read into memory, and
+the digest is verified over the mapping before the header or the payload is parsed. So a
+truncation or a flipped bit anywhere is a CheckpointCorruptError (unnoticed with
+probability 2^-256), and a huge file (garbage, or a checkpoint extended or cut) is refused
+after reading 52 bytes, not read into memory.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import stat
+import struct
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ckpt.atomic import HashingWriter, atomic_write
+from ckpt.digest import PiecewiseSHA256, digest_of, wait_for
+from ckpt.errors import CheckpointCorruptError, CheckpointVersionError
+
+MAGIC = b"\x89MTCKPT\n"
+FORMAT = "mirrortrain-checkpoint"
+VERSION = 2
+PREFIX = len(MAGIC) + 4  # magic and the header length
+DIGEST_BYTES = 32
+TRAILER = 8 + DIGEST_BYTES  # the payload length and the digest
+MAX_HEADER = 1 << 20  # a header is a few hundred bytes; more is a crafted length
+MAX_DEPTH = 32  # a training state nests about 6 deep; more is a crafted file
+
+# NOTE [ Checkpoint file layout ]
+# Both trees write this container and differ only in the payload. The digest covers the
+# header too, so a flip that happens to turn "version": 2 into another valid number is
+# "corrupt", not "another version": the frame magic | H | header | ... | P | SHA-256 is the
+# same in every version, so any version's digest can be verified before its version is
+# read. The payload's length follows the payload because a streamed payload's length is
+# known only at its end; the digest covers it too.
+# torch.load alone would not notice damage: it does not verify the CRC-32s of its zip
+# members, so a flipped byte inside a tensor loads silently with another value
+# (tests/test_resume_torch.py shows it). The digest is integrity, not authenticity: a
+# crafted file carries a valid one, so payloads are ALSO parsed without pickle and within
+# bounds (NOTE [ No pickle on load ] in reference/resume.py).
+
+# NOTE [ Verify while decoding ]
+# Loading a checkpoint costs a digest of every byte and a decode that copies every byte;
+# both release the GIL, so load_container hashes on helper threads while it decodes. Decoding bytes
+# whose digest is not yet known adds nothing an attacker lacks (a crafted file carries a
+# valid digest, so every decoder is bounded for ANY bytes: lengths checked against the
+# bytes present, nesting limited); what it must not do is let damage masquerade as
+# something else, so when the digest fails, the decoded state is dropped and the error is
+# "corrupt", whatever the decoder said. open_checkpoint, which only reads the header,
+# verifies first.
+
+
+def header_bytes(payload: str, writer: str, meta: Mapping[str, Any] | None = None) -> bytes:
+    """magic | H | header JSON: the first bytes of a container."""
+    fields: dict[str, Any] = {"format": FORMAT, "version": VERSION, "payload": payload,
+                              "writer": writer}
+    if meta is not None:
+        fields["meta"] = dict(meta)
+    header = json.dumps(fields, sort_keys=True, allow_nan=False).encode()
+    return MAGIC + struct.pack("<I", len(header)) + header
+
+
+def encode_container(payload_bytes: bytes, payload: str, writer: str,
+                     meta: Mapping[str, Any] | None = None) -> bytes:
+    """A whole container in memory (for tests and crafted files; saving streams instead)."""
+    body = header_bytes(payload, writer, meta) + payload_bytes + struct.pack(
+        "<Q", len(payload_bytes))
+    return body + digest_of(body)
+
+
+def write_container(out: HashingWriter, payload: str, writer: str,
+                    meta: Mapping[str, Any] | None,
+                    write_payload: Callable[[HashingWriter], None]) -> None:
+    """Stream a container into `out`: prefix and header, the payload, its length, the digest."""
+    start = out.write(header_bytes(payload, writer, meta))
+    write_payload(out)
+    out.write(struct.pack("<Q", out.size - start))
+    out.write(out.hasher.digest())
+
+
+# ---------------------------------------------------------------- reading
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"),
+                       (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def open_regular(path: str | os.PathLike, where: str, *, follow_symlinks: bool = True) -> int:
+    """A read-only descriptor of `path`, refusing anything but a regular file.
+
+    O_NONBLOCK keeps a FIFO from blocking the open; fstat then refuses it before any read.
+    A missing file stays FileNotFoundError.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    if not follow_symlinks:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise CheckpointCorruptError(f"{where}: cannot open: {e.strerror}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise CheckpointCorruptError(f"{where}: {_kind(mode)}, not a regular file")
+    return fd
+
+
+class Container:
+    """A verified container: `header` (a dict) and `payload` (a read-only memoryview of the
+    mapped file). Use as a context manager; the payload is valid until close()."""
+
+    def __init__(self, header: dict[str, Any], view: memoryview, payload: memoryview,
+                 closer: Callable[[], None]) -> None:
+        self.header, self.payload = header, payload
+        self._view, self._closer = view, closer
+
+    def close(self) -> None:
+        self.payload.release()
+        self._view.release()
+        self._closer()
+
+    def __enter__(self) -> Container:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _map(fd: int, size: int) -> tuple[memoryview, Callable[[], None]]:
+    """The file's bytes without reading them into memory (a read when mapping is refused)."""
+    try:
+        mapped = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+    except (OSError, ValueError):
+        buf = bytearray(size)
+        view, done = memoryview(buf), 0
+        while done < size:
+            n = os.preadv(fd, [view[done:]], done)
+            if n == 0:
+                break
+            done += n
+        return memoryview(buf)[:done], lambda: None
+
+    def close() -> None:
+        try:
+            mapped.close()
+        except BufferError:  # a caller still holds a view of it: it closes when collected
+            pass
+
+    return memoryview(mapped), close
+
+
+def _mapped(path: str | os.PathLike, where: str, follow_symlinks: bool
+            ) -> tuple[memoryview, Callable[[], None], int]:
+    """(the file's bytes, their closer, H) after the length checks (module docstring)."""
+    fd = open_regular(path, where, follow_symlinks=follow_symlinks)
+    try:
+        size = os.fstat(fd).st_size
+        if size < PREFIX + TRAILER:
+            raise CheckpointCorruptError(f"{where}: {size} bytes is shorter than the smallest "
+                                         f"checkpoint ({PREFIX + TRAILER}): truncated")
+        prefix = os.pread(fd, PREFIX, 0)
+        if prefix[: len(MAGIC)] != MAGIC:
+            raise CheckpointCorruptError(f"{where}: not a mirrortrain checkpoint (bad magic)")
+        (header_len,) = struct.unpack("<I", prefix[len(MAGIC):])
+        (payload_len,) = struct.unpack("<Q", os.pread(fd, 8, size - TRAILER))
+        if header_len > MAX_HEADER or PREFIX + header_len + payload_len + TRAILER != size:
+            raise CheckpointCorruptError(
+                f"{where}: its lengths (header {header_len}, payload {payload_len}) do not add "
+                f"up to its {size} bytes: truncated, extended or corrupted")
+        view, closer = _map(fd, size)
+    finally:
+        os.close(fd)
+    if len(view) != size:
+        view.release()
+        closer()
+        raise CheckpointCorruptError(f"{where}: changed size while it was read")
+    return view, closer, header_len
+
+
+def _digest_matches(view: memoryview) -> bool:
+    return digest_of(view[:-DIGEST_BYTES]) == view[-DIGEST_BYTES:]
+
+
+def _digest_error(where: str) -> CheckpointCorruptError:
+    return CheckpointCorruptError(f"{where}: SHA-256 of the content does not match the stored "
+                                  "digest: truncated or corrupted")
+
+
+def open_checkpoint(path: str | os.PathLike, *, follow_symlinks: bool = True) -> Container:
+    """Open, bound-check and verify a container (module docstring); CheckpointCorruptError or
+    CheckpointVersionError naming the path if it is not one this code reads."""
+    where = os.fspath(path)
+    view, closer, header_len = _mapped(path, where, follow_symlinks)
+    try:
+        if not _digest_matches(view):
+            raise _digest_error(where)
+        header = parse_header(bytes(view[PREFIX:PREFIX + header_len]), where)
+    except BaseException:
+        view.release()
+        closer()
+        raise
+    return Container(header, view, view[PREFIX + header_len:-TRAILER], closer)
+
+
+def parse_header(raw: bytes, where: str) -> dict[str, Any]:
+    """The header of a verified container; the version is checked after the digest."""
+    try:
+        header = json.loads(raw)
+    except (ValueError, RecursionError) as e:
+        raise CheckpointCorruptError(f"{where}: unreadable header: {type(e).__name__}") from None
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise CheckpointCorruptError(f"{where}: the header is not a {FORMAT} header")
+    version = header.get("version")
+    if version != VERSION:
+        newer = isinstance(version, int) and version > VERSION
+        raise CheckpointVersionError(
+            f"{where}: format version {version!r}"
+            f"{' (written by a newer mirrortrain)' if newer else ''}; this code reads "
+            f"version {VERSION} only")
+    if not (isinstance(header.get("payload"), str) and isinstance(header.get("writer"), str)
+            and isinstance(header.get("meta", {}), dict)):
+        raise CheckpointCorruptError(f"{where}: the header's payload, writer or meta has the "
+                                     "wrong type")
+    check_depth(header, where)
+    return header
+
+
+def check_depth(value: Any, where: str, limit: int = MAX_DEPTH) -> None:
+    """CheckpointCorruptError if dicts, lists and tuples nest deeper than `limit`."""
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children = (node.values() if isinstance(node, Mapping)
+                    else node if isinstance(node, list | tuple) else ())
+        for child in children:
+            if isinstance(child, Mapping | list | tuple):
+                if depth + 1 > limit:
+                    raise CheckpointCorruptError(f"{where}: nested deeper than {limit} levels")
+                stack.append((child, depth + 1))
+
+
+def check_state(state: Any, where: str) -> dict[str, Any]:
+    """A decoded state must be a dict nested at most MAX_DEPTH deep."""
+    if not isinstance(state, dict):
+        raise CheckpointCorruptError(f"{where}: the payload is a {type(state).__name__}, "
+                                     "not a dict")
+    check_depth(state, where)
+    return state
+
+
+class ViewReader:
+    """A read-only, seekable file over a memoryview: decoders read the mapped payload
+    without a copy of it (torch.load reads its records straight into tensors)."""
+
+    def __init__(self, view: memoryview) -> None:
+        self.view, self.pos = view, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = (0, self.pos, len(self.view))[whence]
+        self.pos = max(0, base + offset)
+        return self.pos
+
+    def read(self, n: int = -1) -> bytes:
+        end = len(self.view) if n is None or n < 0 else min(len(self.view), self.pos + n)
+        out = bytes(self.view[self.pos:end])
+        self.pos = max(self.pos, end)
+        return out
+
+    def readinto(self, buffer: Any) -> int:
+        target = memoryview(buffer).cast("B")
+        n = max(0, min(len(target), len(self.view) - self.pos))
+        target[:n] = self.view[self.pos:self.pos + n]
+        self.pos += n
+        return n
+
+
+# ---------------------------------------------------------------- what each tree calls
+
+
+def save_container(path: str | os.PathLike, payload: str, writer: str,
+                   write_payload: Callable[[HashingWriter], None],
+                   meta: Mapping[str, Any] | None = None) -> int:
+    """Stream a container to `path` atomically (NOTE [ Atomic write ]); return its size."""
+    return atomic_write(path, lambda out: write_container(out, payload, writer, meta,
+                                                          write_payload))
+
+
+def load_container(path: str | os.PathLike, payload: str,
+                   decode: Callable[[memoryview, str], Any], hint: str
+                   ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(header, state): a verified container of this payload kind, decoded by `decode` and
+    bound-checked (check_state). Another payload kind is a CheckpointVersionError with
+    `hint` (how to convert it).
+
+    The digest is computed on the helper thread WHILE the header is parsed and the payload
+    decoded (NOTE [ Verify while decoding ]); if it does not match, the decoded state is
+    dropped and the only error is the digest's.
+    """
+    where = os.fspath(path)
+    view, closer, header_len = _mapped(path, where, follow_symlinks=True)
+    try:
+        hasher = PiecewiseSHA256()
+        pending = hasher.update(view[:-DIGEST_BYTES])  # whole pieces: on helper threads
+
+        def digest_matches() -> bool:
+            wait_for(pending)
+            return hasher.digest() == view[-DIGEST_BYTES:]
+
+        try:
+            header = parse_header(bytes(view[PREFIX:PREFIX + header_len]), where)
+            if header["payload"] != payload:
+                raise CheckpointVersionError(
+                    f"{where}: payload {header['payload']!r} written by {header['writer']!r}; "
+                    f"this loader reads {payload!r} ({hint})")
+            body = view[PREFIX + header_len:-TRAILER]
+            try:
+                state = decode(body, where)
+            finally:
+                body.release()
+        except BaseException as e:
+            if not digest_matches():
+                raise _digest_error(where) from e
+            raise
+        if not digest_matches():
+            raise _digest_error(where)
+    finally:
+        view.release()
+        closer()
+    return header, check_state(state, where)

@@ -1,0 +1,139 @@
+"""`python -m parity train` through the real command line (parity.cli.main, in process):
+every bad input is ONE line on stderr and exit status 2, never a traceback; a refused
+resume names what differs; --checkpoint-every 0 still writes the final state."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from parity.cli import EXIT_USAGE, main
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of `python -m parity train ARGV`."""
+    try:
+        status = main(["train", *argv])
+    except SystemExit as e:  # argparse's own errors
+        status = int(e.code or 0)
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def _bad_cuda() -> str:
+    """A CUDA device this machine does not have."""
+    return f"cuda:{torch.cuda.device_count()}" if torch.cuda.is_available() else "cuda"
+
+
+# (arguments after --impl IMPL --steps 4 --checkpoint-dir DIR, a phrase the error must hold)
+BAD = [
+    (["--keep", "0"], "--keep: 0 is below the minimum 1"),
+    (["--recompute", "bogus"], "unknown schedule 'bogus'"),
+    (["--recompute", "uniform:99"], "uniform:K needs 1 <= K"),
+    (["--recompute", "optimal:0"], "optimal:S needs S >= 1"),
+    (["--dropout", "1"], "--dropout"),
+    (["--dropout", "-0.1"], "--dropout"),
+    (["--dropout", "nan"], "--dropout"),
+    (["--seed", "-1"], "--seed"),
+    (["--seed", str(2**32)], "seed must be an int >= 0 and < 4294967296"),
+    (["--init-scale", "0"], "--init-scale"),
+    (["--init-scale", "-1"], "--init-scale"),
+    (["--init-scale", "nan"], "--init-scale"),
+    (["--init-scale", "1e39"], "--init-scale"),  # overflows float32
+    (["--init-scale", "inf"], "--init-scale"),
+    (["--growth-interval", "0"], "--growth-interval"),
+    (["--checkpoint-every", "-1"], "--checkpoint-every"),
+    (["--horizon", "2"], "--horizon 2 is shorter than --steps 4"),
+    (["--resume", "--overwrite"], "choose one"),
+]
+BAD_STEPS = [(["--steps", "-1"], "--steps"), (["--steps", "0"], "--steps")]
+
+
+@pytest.mark.parametrize("impl", ["reference", "torch"])
+@pytest.mark.parametrize(("extra", "phrase"), BAD + BAD_STEPS, ids=lambda v: " ".join(v)
+                         if isinstance(v, list) else None)
+def test_bad_input_is_one_line_and_exit_2(impl: str, extra: list[str], phrase: str,
+                                          tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """Each bad value: exit 2, one line naming it, no traceback, nothing trained."""
+    argv = ["--impl", impl, "--steps", "4", "--checkpoint-dir", str(tmp_path / "d"), *extra]
+    status, out, err = _cli(capsys, *argv)
+    assert status == EXIT_USAGE, (out, err)
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert phrase in err, err
+    assert "step 1 " not in out
+
+
+@pytest.mark.parametrize(("impl", "device", "phrase"), [
+    ("torch", "bogus", "is not a device; accepted: cpu, cuda, cuda:N"),
+    ("torch", "meta", "runs on cpu or cuda"),
+    ("torch", _bad_cuda(), "cuda"),
+    ("reference", "cpu", "--device applies to --impl torch"),
+])
+def test_a_device_that_cannot_be_used_is_one_line_and_exit_2(
+        impl: str, device: str, phrase: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Unknown, unsupported or absent devices, and --device for the reference: refused."""
+    status, _, err = _cli(capsys, "--impl", impl, "--steps", "2", "--checkpoint-dir",
+                          str(tmp_path), "--device", device)
+    assert status == EXIT_USAGE and len(err.strip().splitlines()) == 1 and phrase in err, err
+
+
+@pytest.mark.parametrize("what", ["empty", "a file"])
+def test_a_checkpoint_dir_that_cannot_be_a_directory_is_refused(
+        what: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    target = "" if what == "empty" else str(tmp_path / "f")
+    if what == "a file":
+        Path(target).write_text("mine")
+    status, _, err = _cli(capsys, "--impl", "reference", "--steps", "2", "--checkpoint-dir",
+                          target)
+    assert status == EXIT_USAGE and len(err.strip().splitlines()) == 1, err
+    assert ("empty path" if what == "empty" else "is not a directory") in err
+    if what == "a file":
+        assert Path(target).read_text() == "mine"
+
+
+def test_recompute_with_low_precision_in_the_reference_is_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A combination the reference does not compose is refused before training."""
+    status, _, err = _cli(capsys, "--impl", "reference", "--steps", "2", "--checkpoint-dir",
+                          str(tmp_path), "--precision", "bf16", "--recompute", "sqrt")
+    assert status == EXIT_USAGE and "recompute with precision 'bf16'" in err
+    assert not tmp_path.exists() or os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("impl", ["reference", "torch"])
+def test_a_refused_resume_names_the_changed_fields_in_one_line(
+        impl: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--precision changed on --resume: 'precision: 'fp32' in the checkpoint, 'bf16' now'."""
+    base = ["--impl", impl, "--steps", "2", "--checkpoint-dir", str(tmp_path), "--quiet"]
+    assert _cli(capsys, *base)[0] == 0
+    status, _, err = _cli(capsys, *base, "--resume", "--precision", "bf16")
+    assert status == EXIT_USAGE and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert "precision: 'fp32' in the checkpoint, 'bf16' now" in err
+    assert "fingerprint" not in err and not re.search(r"[0-9a-f]{64}", err)
+
+
+@pytest.mark.parametrize("impl", ["reference", "torch"])
+def test_checkpoint_every_0_writes_only_the_final_state(
+        impl: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = _cli(capsys, "--impl", impl, "--steps", "3", "--checkpoint-dir",
+                          str(tmp_path), "--checkpoint-every", "0", "--quiet")
+    assert status == 0 and out.startswith("state-sha256: ")
+    assert os.listdir(tmp_path) == ["ckpt-00000003.ckpt"]
+
+
+def test_the_horizon_follows_steps_and_enters_the_configuration(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without --horizon the schedule's length is --steps: a resume asking for more steps
+    is another configuration (named), unless the horizon is given."""
+    base = ["--impl", "reference", "--checkpoint-dir", str(tmp_path), "--quiet"]
+    assert _cli(capsys, *base, "--steps", "2")[0] == 0
+    status, _, err = _cli(capsys, *base, "--steps", "4", "--resume")
+    assert status == EXIT_USAGE and "horizon: 2 in the checkpoint, 4 now" in err
+    status, _, err = _cli(capsys, *base, "--steps", "4", "--resume", "--horizon", "2")
+    assert status == EXIT_USAGE and "--horizon 2 is shorter than --steps 4" in err
