@@ -53,6 +53,7 @@ import numpy as np
 import ckpt
 from reference import amp, loss_scaling, optim, resume
 from reference.data import ResumableSampler, make_loader, make_task
+from reference.losses import Loss
 from reference.nn import CrossEntropyLoss, Module, MSELoss, make_mlp
 from reference.recompute import Schedule
 
@@ -259,7 +260,7 @@ class StepResult:
 
 
 
-def train_step(model: Module, loss_fn: Module, optimizer: Any,
+def train_step(model: Module, loss_fn: Loss, optimizer: Any,
                scaler: loss_scaling.GradScaler, x: np.ndarray, y: np.ndarray, *,
                precision: str, max_grad_norm: float | None = None,
                schedule: Schedule | None = None, fault: str | None = None) -> StepResult:

@@ -213,7 +213,9 @@ def state_to_reference(torch_state: Mapping[str, Any]) -> dict[str, Any]:
     return {
         **_plain(torch_state),
         "model": state_dict_from_torch(torch_state["model"]),
-        "optimizer": optimizer_state_from_torch(torch_state["optimizer"]),
+        # the name: torch 2.6's Adam groups do not say whether decay is decoupled
+        "optimizer": optimizer_state_from_torch(torch_state["optimizer"],
+                                                torch_state["config"]["optimizer"]),
         "scheduler": scheduler_state_from_torch(torch_state["scheduler"]),
         "scaler": _tensors_to_arrays(torch_state["scaler"]),
         "rng": None,
