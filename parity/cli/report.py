@@ -21,7 +21,6 @@ import argparse
 import json
 import math
 import sys
-from pathlib import Path
 from typing import Any
 
 from parity.claims import TOPICS
@@ -63,16 +62,18 @@ def as_json(rows: list[Any]) -> list[dict[str, Any]]:
 
 def run(args: argparse.Namespace) -> int:
     from parity import report
+    from parity.cli import output_folder
 
-    rows = report.run(args.topic)
     out = args.out if args.out is not None else ("" if args.json else "report")
+    folder = output_folder(out) if out else None  # refuse a bad --out before any work
+    rows = report.run(args.topic)
     say = (lambda text: print(text, file=sys.stderr)) if args.json else print
     if args.json:
         objects = [json.dumps(o, allow_nan=False) for o in as_json(rows)]
         print("[\n" + ",\n".join(objects) + "\n]")  # valid JSON, one claim per line
     else:
         print(report.render(rows))
-    pictures = report.write_pictures(Path(out)) if out else []
+    pictures = report.write_pictures(folder) if folder is not None else []
     if pictures:
         say(f"\npictures: {', '.join(str(p) for p in pictures)}")
     elif out:
