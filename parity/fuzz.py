@@ -120,63 +120,87 @@ def _applied(fixtures: list[Callable[[], object]]) -> Iterator[None]:
         yield
 
 
-class _TimeUp(KeyboardInterrupt):
-    """Raised inside a hypothesis run to end it when its time slice is spent. A
-    BaseException, so hypothesis does not take it for a test failure (it neither shrinks nor
-    retries it) and lets it through; only raised while no example has failed."""
+class TimeUp(KeyboardInterrupt):
+    """Raised inside a hypothesis run to end it when its time slice is spent. hypothesis lets
+    a KeyboardInterrupt through at once: it does not take it for a test failure, neither
+    shrinks nor replays it, and records nothing about the example (any other exception at
+    that point makes it report flaky data generation). Only raised while no example has
+    failed, so a failure found late is still shrunk to the end."""
+
+
+@dataclass
+class Slice:
+    """What `time_slice` saw: examples started, whether one failed, whether time ran out."""
+
+    count: int = 0
+    failed: bool = False
+    stopped: bool = False
+
+
+@contextlib.contextmanager
+def time_slice(fn: Callable, seconds: float | None) -> Iterator[Slice]:
+    """While active, the hypothesis test `fn` counts its examples and starts none after
+    `seconds` (None: no limit) unless one has failed: it raises TimeUp instead, which the
+    caller treats as a normal end (`call` below; conftest.py's fuzz profile). hypothesis' own
+    control flow (StopTest, a BaseException, when a draw runs out of data;
+    UnsatisfiedAssumption) passes through the test and is not a failure."""
+    from hypothesis.errors import UnsatisfiedAssumption
+
+    inner = fn.hypothesis.inner_test  # type: ignore[attr-defined]
+    stop_at = None if seconds is None else time.monotonic() + seconds
+    state = Slice()
+
+    @functools.wraps(inner)
+    def counted(*args: object, **kw: object) -> object:
+        if state.count and not state.failed and stop_at is not None and (
+                time.monotonic() > stop_at):
+            state.stopped = True
+            raise TimeUp
+        state.count += 1
+        try:
+            return inner(*args, **kw)
+        except UnsatisfiedAssumption:
+            raise  # assume() or a filter: hypothesis' control flow, not a failure
+        except Exception:
+            state.failed = True
+            raise
+
+    fn.hypothesis.inner_test = counted  # type: ignore[attr-defined]
+    try:
+        yield state
+    finally:
+        fn.hypothesis.inner_test = inner  # type: ignore[attr-defined]
 
 
 def _runner(fn: Callable, kwargs: dict,
             fixtures: list[Callable[[], object]]) -> Callable[[int, float | None], int]:
-    """call(n, seconds): run the hypothesis test `fn` for up to n fresh examples, starting no
-    new example after `seconds` (None: no limit) unless one has failed (then hypothesis
-    shrinks it to the end); return how many examples ran (rejected ones included), or raise
-    TargetFailed. hypothesis' own control flow (StopTest, a BaseException, when a draw runs
-    out of data; UnsatisfiedAssumption) passes through the test and is not a failure."""
+    """call(n, seconds): run the hypothesis test `fn` for up to n fresh examples within a
+    time slice (`time_slice`); return how many examples ran (rejected ones included), or
+    raise TargetFailed with the traceback and hypothesis' report."""
     from hypothesis import HealthCheck, settings
-    from hypothesis.errors import UnsatisfiedAssumption
     from hypothesis.reporting import with_reporter
 
     def call(n: int, seconds: float | None) -> int:
         own = getattr(fn, "_hypothesis_internal_use_settings", None)
-        inner = fn.hypothesis.inner_test  # type: ignore[attr-defined]
-        stop_at = None if seconds is None else time.monotonic() + seconds
-        count, failed, reports = 0, False, []
-
-        @functools.wraps(inner)
-        def counted(*args: object, **kw: object) -> object:
-            nonlocal count, failed
-            if count and not failed and stop_at is not None and time.monotonic() > stop_at:
-                raise _TimeUp
-            count += 1
-            try:
-                return inner(*args, **kw)
-            except UnsatisfiedAssumption:
-                raise  # assume() or a filter: hypothesis' control flow, not a failure
-            except Exception:
-                failed = True
-                raise
-
+        reports: list[object] = []
         # A test's own @settings cannot be re-decorated; hypothesis reads this attribute at
         # call time, so replacing it (for this call) sets the number of examples.
         fn._hypothesis_internal_use_settings = settings(  # type: ignore[attr-defined]
             own, max_examples=n, deadline=None, database=None, derandomize=False,
             suppress_health_check=list(HealthCheck))
-        fn.hypothesis.inner_test = counted  # type: ignore[attr-defined]
         try:
-            with (warnings.catch_warnings(), _applied(fixtures),
-                  with_reporter(reports.append)):
+            with (time_slice(fn, seconds) as state, warnings.catch_warnings(),
+                  _applied(fixtures), with_reporter(reports.append)):
                 warnings.simplefilter("error")  # as in pytest: a warning is a failure
                 fn(**kwargs)
-        except _TimeUp:
+        except TimeUp:
             pass
         except Exception:
             text = "\n".join([traceback.format_exc(limit=2), *map(str, reports)])
-            raise TargetFailed(count, text) from None
+            raise TargetFailed(state.count, text) from None
         finally:
             fn._hypothesis_internal_use_settings = own  # type: ignore[attr-defined]
-            fn.hypothesis.inner_test = inner  # type: ignore[attr-defined]
-        return count
+        return state.count
 
     return call
 
