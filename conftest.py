@@ -1,7 +1,7 @@
 """Shared pytest setup: hypothesis profiles, the --device option, the fuzz profile's time
 budget, and the slowest tests' durations.
 
-Profiles (see DESIGN.md, "Hypothesis"):
+Profiles:
     dev   default: 100 examples, no deadline (a noisy 2-core machine);
     ci    selected automatically when the CI environment variable is set: derandomized, no deadline;
     fuzz  pytest parity/ --hypothesis-profile=fuzz [--fuzz-seconds T]
