@@ -1,5 +1,5 @@
-"""Shared pytest setup: hypothesis profiles, the --device option, the fuzz profile's time
-budget, and the slowest tests' durations.
+"""Shared pytest setup: hypothesis profiles, the --device option and the fuzz profile's time
+budget.
 
 Profiles:
     dev   default: 100 examples, no deadline (a noisy 2-core machine);
