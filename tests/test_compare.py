@@ -249,3 +249,13 @@ def test_max_abs_difference_is_the_raw_worst_case() -> None:
     assert max_abs_difference(np.array([np.inf]), np.array([np.inf])) == 0
     assert max_abs_difference(np.array([np.nan]), np.array([1.0])) == math.inf
     assert max_abs_difference(np.zeros(0), np.zeros(0)) == 0
+
+
+def test_tolerance_texts_read_as_what_the_bound_means() -> None:
+    """The report's and docs/tolerances.md's tolerance column states the inequality."""
+    assert EPS.tolerance == "|a-b| <= 2 eps · |b|"
+    assert CLOSE.tolerance == "|a-b| <= 0.25 + 0.125 |b|"
+    assert ULPS_BF16.tolerance == "<= 1 ulp of bfloat16"
+    assert BITS.tolerance == "bit-identical"
+    assert NAN_CLASS.tolerance == "bit-identical, NaN as a class"
+    assert STAT.tolerance == "P(false failure) <= 1.0e-06"

@@ -92,7 +92,10 @@ def finite_float(*, low: float = -math.inf, high: float = math.inf, low_open: bo
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m parity",
-                     description="mirrortrain: every claim checked, sweeps, fuzzing, training.")
+                     description="mirrortrain: every claim checked, sweeps, fuzzing, training.",
+                     epilog="exit status: 0 done, every claim held; 1 a claim or test failed; "
+                            "2 bad input (one line on stderr); 3 found what was looked for; "
+                            "4 incomplete (the time budget ran out); 130 interrupted")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                 parser_class=_Parser)
     for name in COMMANDS:
