@@ -11,13 +11,14 @@ Scheduling, so that every topic gets time within any budget of a few minutes:
    of each topic), topics and targets shuffled by `--seed`, so a budget cut short still
    touched every topic, and a different seed starts elsewhere.
 2. First pass: FIRST_PASS examples per target, timed, which measures each target's cost per
-   example (one example of the torch training target costs ~1000 of a format target's).
+   example (a training run and a float cast differ by orders of magnitude).
 3. Rounds of ROUND_SECONDS (or what is left): each topic gets an equal share of the round,
    each target an equal slice of its topic's; a call starts no new example once its slice
    is spent (at least one example, at most MAX_PER_CALL), so slow targets get fewer
    examples and the budget is overrun by at most one example. Near the end a target whose
    measured cost per example exceeds what is left is skipped; the order rotates by one
    target every round.
+The budget counts from the first example (importing the tests takes a few seconds more).
 A target that fails is not run again; its traceback (with hypothesis' falsifying example)
 is printed. The summary lists every target with the examples it ran, and the last line
 says whether every target ran ("complete") or which did not.
