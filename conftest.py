@@ -1,17 +1,33 @@
-"""Shared pytest setup: hypothesis profiles and the --device option.
+"""Shared pytest setup: hypothesis profiles, the --device option and the fuzz profile's time
+budget.
 
-Profiles (see DESIGN.md, "Hypothesis"):
-    dev   default: 100 examples, a deadline generous enough for a noisy 2-core machine;
+Profiles:
+    dev   default: 100 examples, no deadline (a noisy 2-core machine);
     ci    selected automatically when the CI environment variable is set: derandomized, no deadline;
-    fuzz  tens of thousands of examples, no deadline: pytest parity/ --hypothesis-profile=fuzz
+    fuzz  pytest parity/ --hypothesis-profile=fuzz [--fuzz-seconds T]
+
+The fuzz profile has a bounded, stated duration. hypothesis settings cannot take a time, and
+the tests' costs per example differ by a factor of ~1000 (a float cast vs a training run),
+so a flat example count either barely fuzzes the cheap tests or spends many minutes in one
+expensive test. Instead every @given test gets up to 20,000 examples OR T seconds
+(--fuzz-seconds, default FUZZ_SECONDS), whichever comes first: its own @settings budget is
+raised to the profile's, and while it runs, parity.fuzz.time_slice stops it from starting a
+new example after T seconds (never while a failure is being shrunk; the test then passes
+with the examples it ran). So `pytest parity/ --hypothesis-profile=fuzz` takes at most
+(number of @given tests) x T plus the rest of the suite: 66 tests x 5 s + ~2 minutes, about
+7.5 minutes on 2 cores, and the summary at the end lists the examples each test got.
+State machines keep their own budgets (hypothesis runs them through unittest).
 """
 
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+FUZZ_SECONDS = 5.0  # default time budget per @given test under the fuzz profile
 
 settings.register_profile("dev", max_examples=100, deadline=None)
 settings.register_profile(
@@ -30,6 +46,9 @@ settings.register_profile(
 )
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
+# nodeid -> (examples, seconds, stopped by the time budget), for the fuzz summary
+_FUZZED: dict[str, tuple[int, float, bool]] = {}
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
@@ -39,16 +58,30 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         choices=("cpu", "cuda"),
         help="device for the torch side of the tests (default: cpu)",
     )
+    parser.addoption(
+        "--fuzz-seconds",
+        action="store",
+        type=float,
+        default=FUZZ_SECONDS,
+        help=f"with --hypothesis-profile=fuzz: seconds per @given test (default "
+             f"{FUZZ_SECONDS:g}); each stops at 20,000 examples or this, whichever is first",
+    )
 
 
-def _scale_explicit_budgets(items: list[pytest.Item]) -> None:
-    """Under a profile with more than 100 examples (fuzz), scale each test's own
-    @settings(max_examples=n) by the same factor, so an expensive test that budgets 15
-    examples gets 15 * factor instead of staying at 15 (explicit settings otherwise win
-    over the profile). hypothesis reads this attribute when the test runs."""
-    factor = settings.default.max_examples / 100
-    if factor <= 1:
-        return
+def _fuzz_seconds(config: pytest.Config) -> float | None:
+    """The per-test time budget when the fuzz profile is selected, else None."""
+    if config.getoption("hypothesis_profile", None) != "fuzz":
+        return None
+    seconds = config.getoption("--fuzz-seconds")
+    if not seconds > 0 or seconds == float("inf"):
+        raise pytest.UsageError(f"--fuzz-seconds {seconds}: must be a finite number > 0")
+    return seconds
+
+
+def _raise_explicit_budgets(items: list[pytest.Item]) -> None:
+    """Under the fuzz profile, give every test with its own @settings(max_examples=n) the
+    profile's max_examples: the time budget, not the small everyday count, ends it (explicit
+    settings otherwise win over the profile). hypothesis reads this attribute at call time."""
     done: set[int] = set()
     for item in items:
         fn = getattr(item, "obj", None)
@@ -56,12 +89,13 @@ def _scale_explicit_budgets(items: list[pytest.Item]) -> None:
         if own is None or id(fn) in done:
             continue
         done.add(id(fn))
-        fn._hypothesis_internal_use_settings = settings(
-            own, max_examples=int(own.max_examples * factor), deadline=None)
+        fn._hypothesis_internal_use_settings = settings(  # type: ignore[union-attr]
+            own, max_examples=settings.default.max_examples, deadline=None)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    _scale_explicit_budgets(items)
+    if _fuzz_seconds(config) is not None:
+        _raise_explicit_budgets(items)
     if config.getoption("--device") != "cuda":
         return
     import torch
@@ -71,6 +105,40 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             if "device" in getattr(item, "fixturenames", ()):
                 item.add_marker(skip)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function):  # type: ignore[no-untyped-def]
+    """Under the fuzz profile, run each @given test inside its time budget (module docstring);
+    running out of time is a normal end, not a failure."""
+    seconds = _fuzz_seconds(pyfuncitem.config)
+    fn = pyfuncitem.obj
+    if seconds is None or not hasattr(fn, "hypothesis"):
+        yield
+        return
+    from parity.fuzz import TimeUp, time_slice
+
+    began = time.monotonic()
+    with time_slice(fn, seconds) as state:
+        outcome = yield
+    if outcome.excinfo is not None and isinstance(outcome.excinfo[1], TimeUp):
+        outcome.force_result(True)
+    _FUZZED[pyfuncitem.nodeid] = (state.count, time.monotonic() - began, state.stopped)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Under the fuzz profile: how many examples each @given test got, fewest first."""
+    seconds = _fuzz_seconds(terminalreporter.config)
+    if seconds is None or not _FUZZED:
+        return
+    tr = terminalreporter
+    tr.section(f"fuzz profile: up to 20,000 examples or {seconds:g} s per @given test")
+    for nodeid, (count, spent, stopped) in sorted(_FUZZED.items(), key=lambda kv: kv[1][0]):
+        why = "time budget" if stopped else "all examples"
+        tr.write_line(f"{count:>7,} examples {spent:>6.1f} s  ({why})  {nodeid}")
+    total = sum(c for c, _, _ in _FUZZED.values())
+    spent = sum(s for _, s, _ in _FUZZED.values())
+    tr.write_line(f"{len(_FUZZED)} @given tests, {total:,} examples in {spent:.0f} s")
 
 
 @pytest.fixture(scope="session")

@@ -1,12 +1,24 @@
 """Comparisons behind each claim kind (see parity/tolerances.py).
 
 `measure(claim, actual, expected, scale=S)` returns the observed worst case in the claim's
-own unit (mismatch count, ulps, eps units |a-b| / (eps S), or the largest
-|a-b| / (atol + rtol|b|) ratio), so the tests and `python -m parity report` judge with one
-function: a claim holds when `measure(...) <= claim.bound` (for `close`, when the ratio is
-<= 1). `scale` is the array S of an `eps` claim (its `scale` field says what it is).
-`assert_claim` raises an AssertionError that names the claim and shows the first
-mismatches.
+own unit, so the tests and `python -m parity report` judge with one function,
+`holds(claim, observed)`:
+
+    kind         observed                                         holds when
+    bits         count of elements whose bit patterns differ      observed <= 0
+    nan_class    the same, every NaN one class                    observed <= 0
+    ulps         max ulps of `fmt` between the two sides          observed <= k
+    eps          max |a-b| / (eps S), S the claim's `scale`       observed <= c
+    close        max |a-b| / (atol + rtol |b|)                    observed <= 1
+    statistical  the smallest p-value of the test's statistics    observed >= bound
+
+Where the two sides disagree on which elements are NaN, `ulps`, `eps` and `close` observe
+inf; elements NaN on both sides, and equal infinities, differ by 0. An `ulps` claim compares
+values already rounded into its format: both sides must have the same shape and dtype and
+hold only members of the format, or the claim fails naming the first outsider (rounding
+both sides here would hide a missing final rounding as 0 ulps). `assert_claim` raises an
+AssertionError that names the claim, the observed value, and for `close`/`eps` the raw
+max |a-b| beside it.
 """
 
 from __future__ import annotations
@@ -49,19 +61,35 @@ def bit_view(x: Any) -> np.ndarray:
     return a.view(_UINT_OF_SIZE[a.dtype.itemsize])
 
 
+def _float64(x: Any) -> np.ndarray:
+    """The values of `x` in float64 (exact for every format here; a signaling NaN becomes a
+    quiet one, which NumPy would otherwise warn about)."""
+    with np.errstate(invalid="ignore"):
+        return as_numpy(x).astype(np.float64)
+
+
 def _is_nan(a: np.ndarray) -> np.ndarray:
-    if a.dtype.kind in "ui":
+    if a.dtype.kind in "biu":
         return np.zeros(a.shape, dtype=bool)
-    return np.isnan(a.astype(np.float64))
+    return np.isnan(_float64(a))
+
+
+def _same_shape(a: np.ndarray, b: np.ndarray, where: str = "") -> None:
+    if a.shape != b.shape:
+        raise AssertionError(f"{where}shapes differ: actual {a.shape} vs expected {b.shape}")
+
+
+def _same_shape_and_dtype(a: np.ndarray, b: np.ndarray, where: str = "") -> None:
+    _same_shape(a, b, where)
+    if a.dtype != b.dtype:
+        raise AssertionError(f"{where}dtypes differ: actual {a.dtype} vs expected {b.dtype}")
 
 
 def mismatches(kind: str, actual: Any, expected: Any) -> np.ndarray:
-    """Boolean mask of the elements that break a `bits` or `nan_class` claim."""
+    """Boolean mask of the elements that break a `bits` or `nan_class` claim: differing bit
+    patterns (for `nan_class`, any NaN equals any NaN, and a NaN differs from any number)."""
     a, b = as_numpy(actual), as_numpy(expected)
-    if a.shape != b.shape:
-        raise AssertionError(f"shapes differ: {a.shape} vs {b.shape}")
-    if a.dtype != b.dtype:
-        raise AssertionError(f"dtypes differ: {a.dtype} vs {b.dtype}")
+    _same_shape_and_dtype(a, b)
     differ = bit_view(a) != bit_view(b)
     if kind == "nan_class":
         nan_a, nan_b = _is_nan(a), _is_nan(b)
@@ -69,34 +97,86 @@ def mismatches(kind: str, actual: Any, expected: Any) -> np.ndarray:
     return differ
 
 
+def _abs_difference(a: Any, b: Any) -> tuple[np.ndarray, bool]:
+    """(|a - b| in float64 with 0 where a == b or both are NaN, whether the NaN sets differ)."""
+    a64, b64 = _float64(a), _float64(b)
+    _same_shape(a64, b64)
+    nan_a, nan_b = np.isnan(a64), np.isnan(b64)
+    with np.errstate(invalid="ignore"):
+        diff = np.abs(a64 - b64)
+    return np.where((a64 == b64) | (nan_a & nan_b), 0.0, diff), bool(np.any(nan_a != nan_b))
+
+
+def eps_of(dtype: Any) -> float:
+    """Machine epsilon of a floating dtype, NumPy's or ml_dtypes' (bfloat16, float8_*)."""
+    import ml_dtypes
+
+    return float(ml_dtypes.finfo(dtype).eps)
+
+
 def in_eps_units(actual: Any, expected: Any, scale: Any) -> np.ndarray:
-    """|a - b| / (eps(dtype) * scale), elementwise, in float64 (0 where a == b exactly).
+    """|a - b| / (eps(dtype) * scale), elementwise, in float64 (0 where a == b exactly,
+    equal infinities and NaN pairs included; inf where a != b and the scale is 0).
 
     The difference of two float32/float64 values within a factor 2 of each other is exact
     in float64 (Sterbenz), so the units are not blurred by the measurement itself.
     """
     a, b = as_numpy(actual), as_numpy(expected)
-    if a.shape != b.shape or a.dtype != b.dtype:
-        raise AssertionError(f"shapes/dtypes differ: {a.shape} {a.dtype} vs {b.shape} {b.dtype}")
-    eps = float(np.finfo(a.dtype).eps)
-    diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
-    s = np.broadcast_to(np.asarray(scale, dtype=np.float64), diff.shape)
+    _same_shape_and_dtype(a, b)
+    diff, _ = _abs_difference(a, b)
+    s = np.broadcast_to(np.abs(np.asarray(scale, dtype=np.float64)), diff.shape)
     with np.errstate(divide="ignore", invalid="ignore"):
-        units = diff / (eps * s)
+        units = diff / (eps_of(a.dtype) * s)
     return np.where(diff == 0, 0.0, units)
 
 
 def max_abs_difference(actual: Any, expected: Any) -> float:
     """max |a - b| in float64 over elements that are not NaN on both sides (inf if the NaN
     sets differ): the raw number a report prints beside a close or eps claim's ratio."""
-    a = as_numpy(actual).astype(np.float64)
-    b = as_numpy(expected).astype(np.float64)
-    if a.shape != b.shape:
-        raise AssertionError(f"shapes differ: {a.shape} vs {b.shape}")
-    if np.any(np.isnan(a) != np.isnan(b)):
+    diff, nan_sets_differ = _abs_difference(actual, expected)
+    return float("inf") if nan_sets_differ else float(np.max(diff, initial=0.0))
+
+
+def non_members(x: Any, fmt: str) -> np.ndarray:
+    """Boolean mask of the elements of `x` that are not values of the format `fmt`.
+
+    v is a member when encoding it into `fmt` and decoding gives v back bit for bit (in
+    float64, which holds every value of every format here, signed zeros included). NaN is a
+    member (every format has one); infinity only where the format has it.
+    """
+    from reference.formats import decode, encode, get_format
+
+    f = get_format(fmt)
+    v = np.ascontiguousarray(_float64(x))
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        back = decode(encode(v, f), f, dtype=np.float64)
+    return ~np.isnan(v) & (back.view(np.uint64) != v.view(np.uint64))
+
+
+def _ulps(c: Claim, actual: Any, expected: Any) -> float:
+    """The `ulps` branch of `measure`: members only, NaN positions must agree."""
+    from reference.formats import get_format, ulp_distance
+
+    a, b = as_numpy(actual), as_numpy(expected)
+    _same_shape_and_dtype(a, b, f"claim {c.id}: ")
+    for side, x in (("actual", a), ("expected", b)):
+        if x.dtype.kind in "biuSUOMm":
+            raise AssertionError(f"claim {c.id}: the {side} side has dtype {x.dtype}; an ulps "
+                                 "claim compares floating-point values")
+        outside = np.flatnonzero(non_members(x, c.fmt))  # type: ignore[arg-type]
+        if outside.size:
+            i = int(outside[0])
+            v = float(x.reshape(-1)[i])
+            raise AssertionError(
+                f"claim {c.id}: the {side} side holds {outside.size} value(s) that are not "
+                f"members of {c.fmt}, the first at flat index {i}: {v!r} ({v.hex()}); an ulps "
+                f"claim compares values already rounded to {c.fmt} (a missing rounding?)")
+    a64, b64 = _float64(a), _float64(b)
+    nan_a, nan_b = np.isnan(a64), np.isnan(b64)
+    if np.any(nan_a != nan_b):
         return float("inf")
-    with np.errstate(invalid="ignore"):
-        return float(np.max(np.where(np.isnan(a), 0.0, np.abs(a - b)), initial=0.0))
+    both = ~nan_a
+    return float(np.max(ulp_distance(a64[both], b64[both], get_format(c.fmt)), initial=0))
 
 
 def measure(c: Claim, actual: Any, expected: Any, *, scale: Any = None) -> float:
@@ -104,38 +184,30 @@ def measure(c: Claim, actual: Any, expected: Any, *, scale: Any = None) -> float
     if c.kind in ("bits", "nan_class"):
         return float(np.count_nonzero(mismatches(c.kind, actual, expected)))
     if c.kind == "ulps":
-        from reference.formats import get_format, ulp_distance
-
-        return float(np.max(ulp_distance(as_numpy(actual), as_numpy(expected),
-                                         get_format(c.fmt)), initial=0))
+        return _ulps(c, actual, expected)
     if c.kind == "eps":
         if scale is None:
             raise ValueError(f"claim {c.id}: an eps claim is measured against its scale S "
                              f"({c.scale}); pass scale=")
-        a, b = as_numpy(actual), as_numpy(expected)
-        if np.any(np.isnan(a) != np.isnan(b)):
+        _, nan_sets_differ = _abs_difference(actual, expected)
+        if nan_sets_differ:
             return float("inf")
-        return float(np.max(np.nan_to_num(in_eps_units(a, b, scale), nan=0.0), initial=0.0))
+        return float(np.max(in_eps_units(actual, expected, scale), initial=0.0))
     if c.kind == "close":
         rtol, atol = c.bound  # type: ignore[misc]
-        a = as_numpy(actual).astype(np.float64)
-        b = as_numpy(expected).astype(np.float64)
-        if a.shape != b.shape:
-            raise AssertionError(f"shapes differ: {a.shape} vs {b.shape}")
-        if np.any(np.isnan(a) != np.isnan(b)):
+        diff, nan_sets_differ = _abs_difference(actual, expected)
+        if nan_sets_differ:
             return float("inf")
-        with np.errstate(invalid="ignore"):
-            err = np.where(np.isnan(a), 0.0, np.abs(a - b))
-        return float(np.max(err / (atol + rtol * np.abs(b)), initial=0.0))
+        b = np.abs(_float64(expected))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(diff == 0, 0.0, diff / (atol + rtol * b))
+        return float(np.max(ratio, initial=0.0))
     raise ValueError(f"claim {c.id}: statistical claims are measured by their own test")
 
 
 def holds(c: Claim, observed: float) -> bool:
-    """Whether an observed worst case is within the claim's bound.
-
-    For `statistical` claims the observation is the smallest p-value of the checked
-    statistics, and the claim holds while it is at least the false-failure probability.
-    """
+    """Whether an observed worst case is within the claim's bound (see the module's table);
+    a NaN observation never holds."""
     if c.kind == "close":
         return observed <= 1.0
     if c.kind == "statistical":
@@ -143,21 +215,27 @@ def holds(c: Claim, observed: float) -> bool:
     return observed <= float(c.bound)  # type: ignore[arg-type]
 
 
-def assert_claim(claim_id: str, actual: Any, expected: Any, context: str = "", *,
+def _first_mismatches(kind: str, actual: Any, expected: Any) -> str:
+    bad = np.flatnonzero(mismatches(kind, actual, expected))[:5]
+    a = as_numpy(actual).reshape(-1)
+    b = as_numpy(expected).reshape(-1)
+    ba, bb = bit_view(a), bit_view(b)
+    return "; ".join(
+        f"[{i}] {a[i]!r} (0x{int(ba[i]):x}) vs {b[i]!r} (0x{int(bb[i]):x})" for i in bad)
+
+
+def assert_claim(claim_id: str | Claim, actual: Any, expected: Any, context: str = "", *,
                  scale: Any = None) -> float:
-    """Assert the claim for these two arrays; return the observed worst case."""
-    c = claim(claim_id)
+    """Assert the claim (an id of the registry, or a Claim) for these two arrays; return the
+    observed worst case."""
+    c = claim_id if isinstance(claim_id, Claim) else claim(claim_id)
     observed = measure(c, actual, expected, scale=scale)
     if not holds(c, observed):
         detail = ""
         if c.kind in ("bits", "nan_class"):
-            bad = np.flatnonzero(mismatches(c.kind, actual, expected))[:5]
-            a = as_numpy(actual).reshape(-1)
-            b = as_numpy(expected).reshape(-1)
-            ba, bb = bit_view(a), bit_view(b)
-            detail = "; ".join(
-                f"[{i}] {a[i]!r} (0x{int(ba[i]):x}) vs {b[i]!r} (0x{int(bb[i]):x})" for i in bad
-            )
+            detail = _first_mismatches(c.kind, actual, expected)
+        elif c.kind in ("eps", "close"):
+            detail = f"(max |a-b| = {max_abs_difference(actual, expected):g})"
         raise AssertionError(
             f"claim {c.id} ({c.tolerance}) broken{' ' + context if context else ''}: "
             f"observed {observed:g}. {c.statement} {detail}"

@@ -3,8 +3,9 @@
 
     python -m parity docs [--no-pictures]
 
-Works from a source checkout (it writes into the checkout's docs/); tests/test_docs.py fails
-when any generated part is stale.
+Works in a source checkout (it writes into the checkout's docs/; an installed wheel has none
+and is refused with a one-line reason); tests/test_docs.py fails when any generated part is
+stale.
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ def run(args: argparse.Namespace) -> int:
     from parity import gendocs, pictures
     from parity.report import load_checks
 
-    if not gendocs.DOCS.is_dir():
-        raise UsageError(f"{gendocs.DOCS} does not exist: `docs` rewrites the docs/ of a source "
-                         "checkout; run it from one (pip install -e .)")
+    problem = gendocs.checkout_problem()
+    if problem is not None:
+        raise UsageError(problem)
     changed = gendocs.update()
     for path in changed:
         print(f"wrote {path}")

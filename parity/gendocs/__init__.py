@@ -30,7 +30,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-DOCS = Path(__file__).resolve().parent.parent.parent / "docs"
+ROOT = Path(__file__).resolve().parent.parent.parent  # the checkout holding parity/
+DOCS = ROOT / "docs"
+
+
+def checkout_problem(docs: Path | None = None) -> str | None:
+    """Why `docs/` (default DOCS) cannot be regenerated here, or None: it needs the source
+    checkout (docs/ and pyproject.toml beside the parity package), which a wheel install does
+    not have."""
+    docs = DOCS if docs is None else docs
+    if not docs.is_dir() or not (docs.parent / "pyproject.toml").is_file():
+        return (f"no source checkout around this parity package ({docs.parent}: no docs/ "
+                "folder and pyproject.toml beside it); this is an installed copy, and `docs` "
+                "rewrites the docs/ of a checkout: run it in a clone (pip install -e .)")
+    return None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,261 @@
+"""The comparison helpers (parity/compare.py) fail where a claim is broken and hold exactly at
+its boundary, for every claim kind: each test builds a Claim and two arrays by hand, with
+the expected observation computed here from the definition, not from the helper."""
+
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from parity.compare import (
+    as_numpy,
+    assert_claim,
+    holds,
+    in_eps_units,
+    max_abs_difference,
+    measure,
+    mismatches,
+    non_members,
+)
+from parity.tolerances import Claim
+
+REASON = "a hand-made claim for the comparison helpers' own tests"
+BITS = Claim(id="formats.t_bits", statement="s", kind="bits", bound=0, reason=REASON)
+NAN_CLASS = Claim(id="formats.t_nan", statement="s", kind="nan_class", bound=0, reason=REASON)
+ULPS_BF16 = Claim(id="formats.t_ulps", statement="s", kind="ulps", bound=1, reason=REASON,
+                  fmt="bfloat16")
+ULPS_E4M3 = Claim(id="formats.t_ulps8", statement="s", kind="ulps", bound=1, reason=REASON,
+                  fmt="float8_e4m3fn")
+EPS = Claim(id="formats.t_eps", statement="s", kind="eps", bound=2, reason=REASON,
+            scale="|b|")
+CLOSE = Claim(id="formats.t_close", statement="s", kind="close", bound=(2.0**-3, 2.0**-2),
+              reason=REASON)
+STAT = Claim(id="formats.t_stat", statement="s", kind="statistical", bound=1e-6,
+             reason=REASON)
+
+F32_EPS = 2.0**-23
+
+
+def f32(*values: float) -> np.ndarray:
+    return np.array(values, dtype=np.float32)
+
+
+def f32_bits(*codes: int) -> np.ndarray:
+    return np.array(codes, dtype=np.uint32).view(np.float32)
+
+
+# -- holds: the boundary of every kind ---------------------------------------------------
+
+@pytest.mark.parametrize(("c", "at_bound", "beyond"), [
+    (BITS, 0.0, 1.0),
+    (NAN_CLASS, 0.0, 1.0),
+    (ULPS_BF16, 1.0, 2.0),
+    (EPS, 2.0, math.nextafter(2.0, 3.0)),
+    (CLOSE, 1.0, math.nextafter(1.0, 2.0)),
+])
+def test_holds_at_the_bound_and_fails_just_beyond_it(c: Claim, at_bound: float,
+                                                     beyond: float) -> None:
+    """`observed <= bound` (close: <= 1): equality holds, the next float above fails."""
+    assert holds(c, at_bound)
+    assert not holds(c, beyond)
+    assert not holds(c, math.inf)
+    assert not holds(c, math.nan), "a NaN observation must never hold"
+
+
+def test_statistical_holds_while_the_p_value_is_at_least_the_bound() -> None:
+    """A statistical claim fails below its false-failure probability, holds at it."""
+    assert holds(STAT, 1e-6)
+    assert holds(STAT, 0.5)
+    assert not holds(STAT, math.nextafter(1e-6, 0.0))
+    assert not holds(STAT, math.nan)
+
+
+def test_statistical_claims_are_not_measured_here() -> None:
+    with pytest.raises(ValueError, match="statistical"):
+        measure(STAT, f32(1.0), f32(1.0))
+
+
+# -- bits ----------------------------------------------------------------------------------
+
+def test_bits_counts_one_ulp_signed_zeros_and_nan_payloads_as_mismatches() -> None:
+    """One ulp apart, +0 vs -0, and two NaNs with different payloads each break `bits`."""
+    a = f32_bits(0x3F800000, 0x00000000, 0x7FC00000, 0x40000000)
+    b = f32_bits(0x3F800001, 0x80000000, 0x7FC00001, 0x40000000)
+    assert mismatches("bits", a, b).tolist() == [True, True, True, False]
+    assert measure(BITS, a, b) == 3
+    with pytest.raises(AssertionError, match=r"claim formats\.t_bits .*observed 3.*0x3f800001"):
+        assert_claim(BITS, a, b)
+
+
+def test_bits_holds_for_identical_patterns_nan_payloads_included() -> None:
+    a = f32_bits(0x3F800000, 0x80000000, 0x7FC00001, 0xFF800000)
+    assert measure(BITS, a, a.copy()) == 0
+    assert assert_claim(BITS, a, a.copy()) == 0
+
+
+def test_bits_refuses_different_shapes_and_dtypes() -> None:
+    with pytest.raises(AssertionError, match="shapes differ"):
+        measure(BITS, f32(1.0, 2.0), f32(1.0))
+    with pytest.raises(AssertionError, match="dtypes differ"):
+        measure(BITS, f32(1.0), np.array([1.0]))
+
+
+def test_bits_sees_torch_tensors_of_dtypes_numpy_lacks(device: str) -> None:
+    """A bfloat16 tensor compares by its bits (one bf16 ulp apart is one mismatch)."""
+    torch = pytest.importorskip("torch")
+    a = torch.tensor([1.0, 2.0], dtype=torch.bfloat16, device=device)
+    b = torch.tensor([1.0, 2.0 + 2.0**-6], dtype=torch.bfloat16, device=device)
+    assert as_numpy(a).dtype == np.dtype(ml_dtypes.bfloat16)
+    assert measure(BITS, a, b) == 1
+    assert measure(BITS, a, a.clone()) == 0
+
+
+# -- nan_class -------------------------------------------------------------------------------
+
+def test_nan_class_counts_nan_against_a_number_and_any_differing_number() -> None:
+    a = f32_bits(0x7FC00000, 0x7FC00000, 0x3F800000, 0x00000000)
+    b = f32_bits(0x3F800000, 0x7F800000, 0x3F800001, 0x80000000)
+    assert mismatches("nan_class", a, b).tolist() == [True, True, True, True]
+    assert measure(NAN_CLASS, a, b) == 4
+    with pytest.raises(AssertionError, match=r"claim formats\.t_nan"):
+        assert_claim(NAN_CLASS, a, b)
+
+
+def test_nan_class_holds_for_nans_of_any_sign_and_payload() -> None:
+    a = f32_bits(0x7FC00000, 0xFFC00001, 0x7F800001, 0x3F800000)
+    b = f32_bits(0xFFC00000, 0x7FC00000, 0x7FFFFFFF, 0x3F800000)
+    assert measure(NAN_CLASS, a, b) == 0
+
+
+# -- ulps ------------------------------------------------------------------------------------
+
+def test_ulps_counts_steps_between_members_and_fails_beyond_the_bound() -> None:
+    """bfloat16 has 7 mantissa bits: 1 and 1 + 2^-7 are 1 ulp apart, 1 + 2^-6 two."""
+    one = f32(1.0, -1.0, 0.0)
+    assert measure(ULPS_BF16, one, f32(1.0 + 2.0**-7, -1.0 - 2.0**-7, -0.0)) == 1
+    assert measure(ULPS_BF16, one, f32(1.0 + 2.0**-6, -1.0, 0.0)) == 2
+    with pytest.raises(AssertionError, match=r"claim formats\.t_ulps .*observed 2"):
+        assert_claim(ULPS_BF16, one, f32(1.0 + 2.0**-6, -1.0, 0.0))
+
+
+def test_ulps_across_zero_counts_both_sides_steps() -> None:
+    """-smallest subnormal to +smallest subnormal is 2 ulps (the zeros are one member)."""
+    tiny = 2.0**-133  # bfloat16's smallest subnormal: 2^(1 - 127 - 7)
+    assert measure(ULPS_BF16, f32(-tiny), f32(tiny)) == 2
+    assert measure(ULPS_BF16, f32(-tiny), f32(0.0)) == 1
+
+
+def test_ulps_refuses_a_non_member_naming_the_claim_side_and_element() -> None:
+    """A missing final rounding (a float32 value between two bfloat16 values) must fail,
+    not read as 0 ulps: whichever side holds it is named with its flat index."""
+    member, outsider = f32(1.0, 2.0), f32(1.0, 2.0 + 2.0**-20)
+    with pytest.raises(AssertionError, match=r"formats\.t_ulps: the actual side .*not "
+                                             r"members of bfloat16.*flat index 1"):
+        measure(ULPS_BF16, outsider, member)
+    with pytest.raises(AssertionError, match=r"the expected side .*flat index 1"):
+        measure(ULPS_BF16, member, outsider)
+
+
+def test_ulps_refuses_infinity_in_a_format_without_one() -> None:
+    """float8_e4m3fn has no infinity: inf is not a member, 448 (its max) is."""
+    assert non_members(f32(448.0, np.inf, -np.inf, np.nan), "float8_e4m3fn").tolist() == [
+        False, True, True, False]
+    with pytest.raises(AssertionError, match="not members of float8_e4m3fn"):
+        measure(ULPS_E4M3, f32(np.inf), f32(448.0))
+    assert measure(ULPS_E4M3, f32(448.0), f32(416.0)) == 1
+
+
+def test_ulps_refuses_different_shapes_dtypes_and_integers() -> None:
+    with pytest.raises(AssertionError, match="shapes differ"):
+        measure(ULPS_BF16, f32(1.0), f32(1.0, 1.0))
+    with pytest.raises(AssertionError, match="dtypes differ"):
+        measure(ULPS_BF16, f32(1.0), np.array([1.0]))
+    with pytest.raises(AssertionError, match="floating-point"):
+        measure(ULPS_BF16, np.array([1], np.int32), np.array([1], np.int32))
+
+
+def test_ulps_nan_on_one_side_only_is_infinitely_far() -> None:
+    assert measure(ULPS_BF16, f32(np.nan, 1.0), f32(np.nan, 1.0)) == 0
+    assert measure(ULPS_BF16, f32(np.nan, 1.0), f32(1.0, 1.0)) == math.inf
+
+
+# -- eps -------------------------------------------------------------------------------------
+
+def test_eps_units_are_the_difference_over_eps_times_scale() -> None:
+    """float32: 1 + 2 eps against 1 is 2 eps units of S = 1; in float64 eps is 2^-52."""
+    units = in_eps_units(f32(1.0 + 2 * F32_EPS, 4.0), f32(1.0, 4.0 + 16 * F32_EPS), f32(1, 4))
+    assert units.tolist() == [2.0, 4.0]
+    assert in_eps_units(np.array([1.0 + 2.0**-51]), np.array([1.0]), 1.0).tolist() == [2.0]
+    bf = np.array([1.0 + 2.0**-7], ml_dtypes.bfloat16)
+    assert in_eps_units(bf, np.array([1.0], ml_dtypes.bfloat16), 1.0).tolist() == [1.0]
+
+
+def test_eps_holds_at_c_and_fails_one_float_beyond() -> None:
+    b = f32(1.0, 2.0)
+    assert measure(EPS, f32(1.0 + 2 * F32_EPS, 2.0), b, scale=np.abs(b)) == 2
+    assert assert_claim(EPS, f32(1.0 + 2 * F32_EPS, 2.0), b, scale=np.abs(b)) == 2
+    assert measure(EPS, f32(1.0 + 3 * F32_EPS, 2.0), b, scale=np.abs(b)) == 3
+    with pytest.raises(AssertionError, match=r"claim formats\.t_eps .*observed 3.*max \|a-b\|"):
+        assert_claim(EPS, f32(1.0 + 3 * F32_EPS, 2.0), b, scale=np.abs(b))
+
+
+def test_eps_with_zero_scale_holds_only_for_equal_values() -> None:
+    assert measure(EPS, f32(0.0, 1.0), f32(0.0, 1.0), scale=0.0) == 0
+    assert measure(EPS, f32(2.0**-149), f32(0.0), scale=0.0) == math.inf
+
+
+def test_eps_needs_its_scale_and_sees_nan_sets_that_differ() -> None:
+    with pytest.raises(ValueError, match=r"t_eps.*\|b\|.*scale="):
+        measure(EPS, f32(1.0), f32(1.0))
+    assert measure(EPS, f32(np.nan, np.inf), f32(np.nan, np.inf), scale=1.0) == 0
+    assert measure(EPS, f32(np.nan), f32(1.0), scale=1.0) == math.inf
+    assert measure(EPS, f32(np.inf), f32(-np.inf), scale=1.0) == math.inf
+    with pytest.raises(AssertionError, match="dtypes differ"):
+        measure(EPS, f32(1.0), np.array([1.0]), scale=1.0)
+
+
+# -- close -----------------------------------------------------------------------------------
+
+def test_close_ratio_is_one_at_atol_plus_rtol_b_and_above_one_beyond() -> None:
+    """(rtol, atol) = (1/8, 1/4); b = 2 allows |a-b| <= 1/2 exactly."""
+    assert measure(CLOSE, np.array([2.5]), np.array([2.0])) == 1.0
+    assert measure(CLOSE, np.array([2.25, -2.0]), np.array([2.0, -2.0])) == 0.5
+    beyond = np.array([math.nextafter(2.5, 3.0)])
+    assert measure(CLOSE, beyond, np.array([2.0])) > 1.0
+    with pytest.raises(AssertionError, match=r"claim formats\.t_close .*max \|a-b\| = 0\.5"):
+        assert_claim(CLOSE, beyond, np.array([2.0]))
+
+
+def test_close_scales_with_the_expected_side_not_the_actual() -> None:
+    """|b| in the bound is the expected side's: swapping sides changes the ratio."""
+    assert measure(CLOSE, np.array([6.0]), np.array([4.0])) == 2.0 / (0.25 + 0.5)
+    assert measure(CLOSE, np.array([4.0]), np.array([6.0])) == 2.0 / (0.25 + 0.75)
+
+
+def test_close_sees_nan_and_infinity_mismatches() -> None:
+    assert measure(CLOSE, np.array([np.nan, np.inf]), np.array([np.nan, np.inf])) == 0
+    assert measure(CLOSE, np.array([np.nan]), np.array([0.0])) == math.inf
+    assert measure(CLOSE, np.array([np.inf]), np.array([1e308])) == math.inf
+    with pytest.raises(AssertionError, match="shapes differ"):
+        measure(CLOSE, np.zeros(2), np.zeros(3))
+
+
+def test_max_abs_difference_is_the_raw_worst_case() -> None:
+    """The report's raw column: max |a-b| over non-NaN pairs, inf when NaN sets differ."""
+    assert max_abs_difference(np.array([1.0, 5.0, np.nan]), np.array([1.5, 3.0, np.nan])) == 2
+    assert max_abs_difference(np.array([np.inf]), np.array([np.inf])) == 0
+    assert max_abs_difference(np.array([np.nan]), np.array([1.0])) == math.inf
+    assert max_abs_difference(np.zeros(0), np.zeros(0)) == 0
+
+
+def test_tolerance_texts_read_as_what_the_bound_means() -> None:
+    """The report's and docs/tolerances.md's tolerance column states the inequality."""
+    assert EPS.tolerance == "|a-b| <= 2 eps · |b|"
+    assert CLOSE.tolerance == "|a-b| <= 0.25 + 0.125 |b|"
+    assert ULPS_BF16.tolerance == "<= 1 ulp of bfloat16"
+    assert BITS.tolerance == "bit-identical"
+    assert NAN_CLASS.tolerance == "bit-identical, NaN as a class"
+    assert STAT.tolerance == "P(false failure) <= 1.0e-06"
