@@ -4,16 +4,19 @@
 
 Chains of 17, 33 and 65 modules (Linear(256, 256) + Tanh pairs, then a Linear; float32,
 batch 64), seven schedules, both implementations (the reference with track_peak=False: its
-peak-bytes sampling walks the tape after every step, bookkeeping, not training). Timing: CPU
-time of this process (time.process_time) for one forward + backward, on ONE thread
-(torch.set_num_threads(1); OPENBLAS/MKL/OMP_NUM_THREADS=1 for NumPy's BLAS, set before NumPy
-loads). CPU time counts this process only, so other jobs on a shared machine count less
-than in wall time (they still contend for caches and memory bandwidth). One warm-up round, then `repeats` rounds;
-in each round every (chain, implementation, schedule) runs once, in an order shuffled per
-round, so drifts hit every point alike. Each point's time ratio is taken within a round
-(schedule / "none" of the same chain and implementation) and summarized over rounds by the
-median, quartiles and min-max. Next to it: R / n (recomputed layer forwards over n) and
-the time it predicts, 1 + R / (3n), if a layer's backward costs two of its forwards.
+peak-bytes sampling walks the tape after every step, bookkeeping, not training).
+
+Timing: CPU time of this process (time.process_time) for one forward + backward, on ONE
+thread (torch.set_num_threads(1); OPENBLAS/MKL/OMP_NUM_THREADS=1 for NumPy's BLAS, set
+before NumPy loads). CPU time counts this process only, so other jobs on a shared machine
+count less than in wall time (they still contend for caches and memory bandwidth). One
+warm-up round, then `repeats` rounds; in each round every (chain, implementation, schedule)
+runs once, in an order shuffled per round, so drifts hit every point alike. Each point's
+time ratio is taken within a round (schedule / "none" of the same chain and implementation)
+and summarized over rounds by the median, quartiles and min-max. Next to it: R / n
+(recomputed layer forwards over n) and the time it predicts, 1 + R / (3n), if a layer's
+backward costs two of its forwards.
+
 --write saves docs/data/recompute_benchmark.json and redraws docs/img/recompute_tradeoff.png;
 `python -m parity docs` regenerates the figures in docs/recompute.md from that file.
 """

@@ -56,6 +56,21 @@ def _() -> str:
             s = r[f"{side}_time_ratio"]
             cells.append(f"{s['median']:.2f} [{s['q1']:.2f}, {s['q3']:.2f}]")
         lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "Measured median over prediction, range over the chains and schedules of a "
+              "kind (1 + R/(3n): a backward costs two forwards; 1 + R/(2n): one), and the "
+              "interquartile range relative to the median:", "",
+              "| implementation | schedules | median / (1 + R/(3n)) | median / (1 + R/(2n)) | "
+              "IQR / median |", "|---|---|---|---|---|"]
+    for side in ("torch", "reference"):
+        for kind, revolve in (("uniform:K, sqrt", False), ("optimal:S", True)):
+            rows = [r for r in bench["rows"]
+                    if r["spec"] != "none" and r["spec"].startswith("optimal:") == revolve]
+            cols = [[r[f"{side}_time_ratio"]["median"] / (1 + r["recompute_fraction"] / d)
+                     for r in rows] for d in (3, 2)]
+            cols.append([(r[f"{side}_time_ratio"]["q3"] - r[f"{side}_time_ratio"]["q1"])
+                         / r[f"{side}_time_ratio"]["median"] for r in rows])
+            lines.append(f"| {side} | {kind} | "
+                         + " | ".join(f"{min(c):.2f}-{max(c):.2f}" for c in cols) + " |")
     return (f"Measured by `python benchmarks/recompute.py --write` ({bench['repeats']} "
             f"interleaved rounds; {bench['method']}; {bench['machine']}, torch "
             f"{bench['torch']}, NumPy {bench['numpy']}; width {bench['width']}, batch "

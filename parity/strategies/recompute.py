@@ -23,7 +23,7 @@ def recompute_specs(draw: st.DrawFn, n_layers: int) -> str:
 
 
 def recompute_models() -> st.SearchStrategy[dict]:
-    """make_mlp arguments: 1-6 hidden layers (3-19 modules), dropout on or off, any activation."""
+    """make_mlp arguments: 0-5 hidden layers (1-16 modules), dropout on or off, any activation."""
     return st.fixed_dictionaries({
         "sizes": st.lists(st.integers(1, 12), min_size=2, max_size=7),
         "activation": st.sampled_from(("relu", "tanh", "gelu_tanh", "gelu")),
