@@ -29,7 +29,7 @@ def mix32_int(x: int) -> int:
     return x ^ (x >> 16)
 
 
-@given(st.lists(st.integers(0, M32 - 1), min_size=1, max_size=50))
+@given(xs=st.lists(st.integers(0, M32 - 1), min_size=1, max_size=50))
 def test_mix32_split_int64_product_matches_python_int_formula(xs: list[int], device: str
                                                              ) -> None:
     """The int64 split multiply (two 32x16-bit products) is x * c mod 2^32 exactly."""
