@@ -5,6 +5,7 @@ equal plans, and torch's checkpointed gradients against the reference layers (nn
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
@@ -60,7 +61,7 @@ def test_torch_gradients_under_any_schedule_are_bitwise_plain(case: dict, data: 
 
 
 @given(case=recompute_models(), data=st.data(), early_stop=st.booleans())
-@settings(max_examples=15)
+@settings(max_examples=40)
 def test_held_bytes_and_recompute_counts_predicted_by_the_reference_match_torch(
         case: dict, data: st.DataObject, early_stop: bool, device: str) -> None:
     """Tape bytes == saved_tensors_hooks bytes; reference recomputes == torch's started
@@ -72,9 +73,34 @@ def test_held_bytes_and_recompute_counts_predicted_by_the_reference_match_torch(
     recomputed = counts_array(run.recomputed())
     event("something recomputed" if recomputed.sum() else "nothing recomputed")
     event("a layer interrupted" if counts_array(run.interrupted()).sum() else "none interrupted")
+    event("early stop skipped trailing layers" if any(
+        node.recomputes and node.last_saving < len(node.layer_indices) - 1
+        for node in run.checkpoints) else "no trailing layer skipped")
     assert_claim("recompute.held_bytes", np.array([predicted_held_bytes(run, device)]),
                  np.array([m.held_bytes]), f"({spec})")
     assert_claim("recompute.counts", recomputed, counts_array(m.started), f"({spec})")
+    assert_claim("recompute.early_stop", finished_predicted(run), counts_array(m.finished),
+                 f"({spec}, early_stop={early_stop})")
+
+
+@pytest.mark.parametrize("spec", ["uniform:3", "uniform:10", "optimal:2", "sqrt"])
+@pytest.mark.parametrize("early_stop", [True, False])
+def test_segments_ending_in_layers_that_save_nothing_recompute_alike_in_both_trees(
+        spec: str, early_stop: bool, device: str) -> None:
+    """Eval-mode Dropouts save nothing: segments ending in one stop early, at a layer or at
+    a nested checkpoint's input (optimal:2), in both trees; counts and held bytes agree."""
+    case = {"sizes": [4, 6, 6, 6, 3], "activation": "tanh", "dropout": 0.5, "training": False,
+            "dtype": np.float64, "batch": 2, "seed": 5}  # L A D L A D L A D L
+    run, _ = ref_case(case, spec, early_stop=early_stop)
+    m, _ = torch_case(case, spec, device, early_stop=early_stop)
+    assert any(node.last_saving < len(node.layer_indices) - 1 for node in run.checkpoints)
+    if spec == "optimal:2":  # a nested checkpoint is some segment's last saving child
+        assert any(node.last_saving >= 0 and node.last_saving_layer is None
+                   for node in run.checkpoints)
+    assert_claim("recompute.held_bytes", np.array([predicted_held_bytes(run, device)]),
+                 np.array([m.held_bytes]), f"({spec})")
+    assert_claim("recompute.counts", counts_array(run.recomputed()), counts_array(m.started),
+                 f"({spec})")
     assert_claim("recompute.early_stop", finished_predicted(run), counts_array(m.finished),
                  f"({spec}, early_stop={early_stop})")
 

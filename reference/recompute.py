@@ -18,9 +18,10 @@ recomputation:
 
     forward:   for item in plan: a layer runs normally; a Segment becomes a Checkpoint that
                stashes generator states, runs its body, frees the body's tapes, keeps x
-    backward:  in reverse; a Checkpoint restores the stashed states, re-runs its body up to
-               the last child that saves tensors (early stop), restores the states it found,
-               then back-propagates through the fresh tapes
+    backward:  in reverse; a Checkpoint whose body saved anything restores the stashed
+               states, re-runs its body up to the last child that saves tensors (early
+               stop), restores the states it found, then back-propagates through the fresh
+               tapes
 
 The memory model is read off the tape, not a formula: `held_bytes` after forward (what is
 kept for backward) and `peak_bytes` during backward, both counting each distinct storage
@@ -121,6 +122,8 @@ class Checkpoint(Region):
     child that records tensors (children after it saved nothing, so backward needs nothing
     from them). After a forward, `last_saving` is that child's position (-1: none) and
     `last_saving_layer` its layer index (None when it is a nested Checkpoint or absent).
+    A segment whose children saved nothing is not recomputed at all, early stop or not: torch
+    recomputes on the first unpack of a saved tensor, and there is none to unpack.
     """
 
     def __init__(self, segment: Segment, items: Sequence[Item], counter: Counter,
@@ -161,14 +164,30 @@ class Checkpoint(Region):
         self.save_for_backward({"input": x})
         return y
 
+    def keep_input(self, x: np.ndarray) -> None:
+        """Save `x` as this segment's input without running it (an early-stopped recompute
+        of the enclosing segment ends here; the stashed states are still this forward's)."""
+        self.save_for_backward({"input": x})
+
     def recompute(self, x: np.ndarray) -> None:
-        """Re-run the children's forward on a fresh tape with the generators replayed."""
+        """Re-run the children's forward on a fresh tape with the generators replayed.
+
+        With early stop, up to the last save the forward made: through the last saving child
+        if it is a layer (torch cuts it short inside, NOTE [ Early stop ]), or up to the
+        input of a nested Checkpoint, whose body torch then does not run either.
+        """
         generators = self._generators() if self.preserve_rng_state else []
         now = [copy.deepcopy(g.bit_generator.state) for g in generators]
         for g, state in zip(generators, self.stashed, strict=True):
             g.bit_generator.state = copy.deepcopy(state)
         try:
-            self.run(x, self.last_saving if self.early_stop else None)
+            last = list(self._children.values())[self.last_saving]
+            if not self.early_stop:
+                self.run(x)
+            elif isinstance(last, Checkpoint):
+                last.keep_input(self.run(x, self.last_saving - 1))
+            else:
+                self.run(x, self.last_saving)
         finally:
             for g, state in zip(generators, now, strict=True):
                 g.bit_generator.state = state
@@ -179,8 +198,9 @@ class Checkpoint(Region):
         if grad_output.shape != self.out_shape:
             raise ValueError(f"{self!r}: expected grad_output of shape {self.out_shape}, "
                              f"got {grad_output.shape}")
-        self.recompute(x)
-        self.on_step()
+        if self.last_saving >= 0:
+            self.recompute(x)
+            self.on_step()
         return super().backward(grad_output)
 
 

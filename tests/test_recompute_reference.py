@@ -189,3 +189,9 @@ def test_early_stop_skips_trailing_layers_that_save_nothing() -> None:
     assert runs[True].interrupted() == {0: 0, 1: 1, 2: 0, 3: 0}  # torch cuts layer 1 short
     assert runs[False].interrupted() == dict.fromkeys(range(4), 0)
     assert np.array_equal(runs[True].grad_input, runs[False].grad_input)
+    lone = rc.Schedule("custom", 4, (0, 1, rc.Segment(2, 3, (2,)), 3))
+    for stop in (True, False):  # a segment that saved nothing is not recomputed at all
+        run = rc.forward_with_schedule(model(), x, lone, early_stop=stop)
+        run.backward(np.ones_like(x))
+        assert run.recomputed() == dict.fromkeys(range(4), 0)
+        assert run.checkpoints[0].recomputes == 0

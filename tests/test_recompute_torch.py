@@ -62,6 +62,18 @@ def test_early_stop_interrupts_the_last_saving_layer_of_each_segment(device: str
     assert inner.finished == m.finished
 
 
+@pytest.mark.parametrize("early_stop", [True, False])
+def test_a_segment_that_saved_nothing_is_never_recomputed(early_stop: bool, device: str) -> None:
+    """The recompute starts at the first unpack of a saved tensor: a checkpointed eval-mode
+    Dropout saves nothing and never runs again, early stop or not; the Tanh segment does."""
+    model = torch.nn.Sequential(torch.nn.Tanh(), torch.nn.Dropout(0.5).eval(), torch.nn.Tanh())
+    x = torch.ones(2, 3, dtype=torch.float64, requires_grad=True, device=device)
+    plan = Schedule("custom", 3, (trc.Segment(0, 1, (0,)), trc.Segment(1, 2, (1,)), 2))
+    m = trc.measure(model, x, torch.ones(2, 3, dtype=torch.float64, device=device), plan,
+                    early_stop=early_stop)
+    assert m.started == {0: 1, 1: 0, 2: 0}
+
+
 def test_outer_saved_tensors_hook_sees_the_segment_input_and_before_2_12_a_dummy(
         device: str) -> None:
     """checkpoint(use_reentrant=False) shows an outer hook one tensor with bytes, its input;

@@ -85,10 +85,14 @@ def dropout_saves_bool_mask(device: torch.device | str) -> bool:
 # pack hook, abandoning the rest of the forward. The segment's last saving layer is interrupted
 # in the middle (after its saves: for Linear, before the matmul even runs, because addmm saves
 # its inputs first), so counting layer forwards by forward hooks (post) misses one per
-# recompute, while forward pre-hooks count every layer started. The reference recompute runs
+# recompute, while forward pre-hooks count every layer started. When the last save is a nested
+# checkpoint's input (its trailing layers saved nothing), the stop comes as that input is
+# saved, before any layer of the nested segment starts. The reference recompute runs
 # whole layers and also stops after the last layer that saves (early_stop=True), so its counts
 # equal torch's pre-hook counts. torch.utils.checkpoint.set_checkpoint_early_stop(False) turns
-# it off: then post-hook counts equal pre-hook counts.
+# it off: then post-hook counts equal pre-hook counts. Either way the recompute starts at the
+# first unpack of a tensor the segment saved, so a segment that saved nothing (an eval-mode
+# Dropout alone) is never recomputed; the reference skips such a segment too.
 def _run_plan(layers: Sequence[nn.Module], plan: Sequence[int | Segment], x: torch.Tensor,
               use_reentrant: bool, preserve_rng_state: bool) -> torch.Tensor:
     for item in plan:

@@ -22,19 +22,24 @@ from torch_impl import recompute as trc
 TORCH_DTYPE = {np.dtype(np.float32): torch.float32, np.dtype(np.float64): torch.float64}
 SPECS_SMALL = ("none", "sqrt", "uniform:1", "uniform:2", "uniform:3", "optimal:1", "optimal:2",
                "optimal:3")
-CASES = (  # the report's fixed cases: dropout on and off, three activations, both dtypes
+CASES = (  # the report's fixed cases: dropout on, off and in eval mode, both dtypes
     {"sizes": [6, 8, 8, 8, 8, 3], "activation": "gelu_tanh", "dropout": 0.3,
      "dtype": np.float64, "batch": 4, "seed": 11},
     {"sizes": [5, 7, 7, 7, 2], "activation": "relu", "dropout": 0.0, "dtype": np.float32,
      "batch": 3, "seed": 12},
     {"sizes": [4, 9, 9, 9, 9, 9, 4], "activation": "tanh", "dropout": 0.5,
      "dtype": np.float32, "batch": 2, "seed": 13},
+    {"sizes": [3, 5, 5, 2], "activation": "gelu", "dropout": 0.2, "training": False,
+     "dtype": np.float64, "batch": 3, "seed": 14},  # eval: Dropouts save nothing
 )
 
 
 def make_ref(case: dict) -> ref.Sequential:
-    return ref.make_mlp(case["sizes"], case["activation"], case["dropout"],
-                        rng=np.random.default_rng(case["seed"]), dtype=case["dtype"])
+    """The case's reference model (in eval mode when the case says "training": False)."""
+    model = ref.make_mlp(case["sizes"], case["activation"], case["dropout"],
+                         rng=np.random.default_rng(case["seed"]), dtype=case["dtype"])
+    model.train(case.get("training", True))
+    return model
 
 
 def n_layers(case: dict) -> int:
@@ -71,7 +76,7 @@ def make_twin(case: dict, device: str = "cpu") -> torch.nn.Sequential:
                         generator=torch.Generator().manual_seed(0),
                         dtype=TORCH_DTYPE[np.dtype(case["dtype"])], device=device)
     twin.load_state_dict(tnn.state_dict_to_torch(make_ref(case).state_dict(), device))
-    return twin
+    return twin.train(case.get("training", True))
 
 
 def rng_state(device: str) -> np.ndarray:
