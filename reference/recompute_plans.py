@@ -134,6 +134,8 @@ def revolve_cost(length: int, slots: int) -> int:
     """min over the first split m of m + t(m, c) + t(l - m, c - 1): all recursive schedules."""
     if length <= 1:
         return 0
+    if slots < 1:
+        raise ValueError(f"revolve_cost: {length} steps need at least one slot, got {slots}")
     return min(_split_cost(length, slots, m) for m in _feasible_splits(length, slots))
 
 

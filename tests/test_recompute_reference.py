@@ -151,6 +151,14 @@ def test_bad_specs_are_refused_with_the_accepted_range(spec: str, message: str) 
         rc.parse_schedule(spec, 5)
 
 
+def test_revolve_refuses_a_chain_with_no_slot_left() -> None:
+    """Reversing two or more steps with no slot is impossible: an error, not a hang."""
+    with pytest.raises(ValueError, match="at least one slot"):
+        rc.revolve_cost(3, 0)
+    with pytest.raises(ValueError, match="at least one slot"):
+        rc.revolve_plan(0, 3, 0)
+
+
 def test_bad_models_segments_and_budgets_are_refused() -> None:
     """A non-Sequential model, a mismatched schedule, bad segments, an over-budget plan."""
     model = tanh_chain(4)

@@ -149,3 +149,5 @@ def test_errors_name_the_accepted_values(device: str) -> None:
         trc.parse_schedule("optimal:0", 7)
     with pytest.raises(ValueError, match="for 8 layers, the model has 7"):
         trc.forward_with_schedule(model, x, trc.parse_schedule("none", 8))
+    with pytest.raises(ValueError, match="slots >= 1"):
+        trc.revolve_plan(0, 3, 0)

@@ -68,6 +68,9 @@ def _beta(c: int, r: int) -> int:
 
 def revolve_split(length: int, slots: int) -> int:
     """The largest optimal first checkpoint distance: min(beta(c, r-1), l - beta(c-1, r-1))."""
+    if slots < 1 or length < 2:
+        raise ValueError(f"revolve_split: needs length >= 2 and slots >= 1, got length "
+                         f"{length}, slots {slots}")
     r = 0
     while _beta(slots, r) < length:
         r += 1
