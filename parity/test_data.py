@@ -49,6 +49,7 @@ def test_task_is_bit_identical_across_implementations(
 
 
 @given(seed=st.integers(0, 2**32 - 1), epoch=st.integers(0, 2**32 - 1), n=st.integers(1, 512))
+@settings(max_examples=100)  # an explicit budget, so a profile's scaling applies to it once
 def test_epoch_order_is_the_same_permutation_across_implementations(
     seed: int, epoch: int, n: int, device: str
 ) -> None:
@@ -71,6 +72,7 @@ def test_epoch_order_of_large_datasets_is_the_same_permutation_across_implementa
 
 
 @given(run=data_sampler_runs())
+@settings(max_examples=100)  # an explicit budget, so a profile's scaling applies to it once
 def test_reference_resume_from_state_dict_equals_uninterrupted_stream(run: dict) -> None:
     """Reference: cut after any batch, save, load into a fresh sampler: same remaining batches."""
     event(f"interrupt: {run['kind']}")
