@@ -5,29 +5,30 @@ equal plans, and torch's checkpointed gradients against the reference layers (nn
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from parity.checks.recompute import (
+from parity.compare import assert_claim, in_eps_units
+from parity.drivers.nn import linear_scales, torch_layerwise, zeros_like
+from parity.drivers.recompute import (
     counts_array,
+    dropout_recomputed,
+    finished_predicted,
     inputs,
     make_ref,
     make_twin,
+    n_layers,
     plan_array,
+    predicted_held_bytes,
     ref_case,
     torch_case,
 )
-from parity.compare import assert_claim, in_eps_units
-from parity.drivers.nn import linear_scales, torch_layerwise, zeros_like
 from parity.strategies import recompute_models, recompute_specs
 from reference import nn as ref
 from reference import recompute as rrc
 from torch_impl import recompute as trc
-
-
-def _n_layers(case: dict) -> int:
-    return len(make_ref(case))
 
 
 @given(case=recompute_models(), data=st.data())
@@ -35,44 +36,73 @@ def _n_layers(case: dict) -> int:
 def test_reference_gradients_under_any_schedule_are_bitwise_plain(case: dict,
                                                                   data: st.DataObject) -> None:
     """Any schedule, dropout on: the reference's gradients and final RNG state are unchanged."""
-    spec = data.draw(recompute_specs(_n_layers(case)))
+    spec = data.draw(recompute_specs(n_layers(case)))
     event(spec.partition(":")[0])
     _, base = ref_case(case, "none")
-    _, grads = ref_case(case, spec)
+    run, grads = ref_case(case, spec)
+    event(f"dropout recomputed: {dropout_recomputed(case, run.recomputed())}")
     for key in base:
         assert_claim("recompute.grads_reference", grads[key], base[key], f"({spec}, {key})")
 
 
 @given(case=recompute_models(), data=st.data())
 @settings(max_examples=15)
-def test_torch_gradients_under_any_schedule_are_bitwise_plain(case: dict,
-                                                              data: st.DataObject) -> None:
-    """Any schedule with torch.utils.checkpoint: gradients and the final RNG state unchanged."""
-    spec = data.draw(recompute_specs(_n_layers(case)))
+def test_torch_gradients_under_any_schedule_are_bitwise_plain(case: dict, data: st.DataObject,
+                                                              device: str) -> None:
+    """Any schedule with torch.utils.checkpoint on the device: gradients and where the
+    device's dropout generator ends are unchanged."""
+    spec = data.draw(recompute_specs(n_layers(case)))
     event(spec.partition(":")[0])
-    _, base = torch_case(case, "none")
-    _, grads = torch_case(case, spec)
+    _, base = torch_case(case, "none", device)
+    m, grads = torch_case(case, spec, device)
+    event(f"dropout recomputed: {dropout_recomputed(case, m.started)}")
     for key in base:
         assert_claim("recompute.grads_torch", grads[key], base[key], f"({spec}, {key})")
 
 
-@given(case=recompute_models(), data=st.data())
-@settings(max_examples=15)
+@given(case=recompute_models(), data=st.data(), early_stop=st.booleans())
+@settings(max_examples=40)
 def test_held_bytes_and_recompute_counts_predicted_by_the_reference_match_torch(
-        case: dict, data: st.DataObject) -> None:
+        case: dict, data: st.DataObject, early_stop: bool, device: str) -> None:
     """Tape bytes == saved_tensors_hooks bytes; reference recomputes == torch's started
-    forwards; torch's finished forwards == those minus the early-stop interruptions."""
-    spec = data.draw(recompute_specs(_n_layers(case)))
-    run, _ = ref_case(case, spec)
-    m, _ = torch_case(case, spec)
-    event("something recomputed" if sum(m.started.values()) else "nothing recomputed")
-    assert_claim("recompute.held_bytes", np.array([run.held_bytes]), np.array([m.held_bytes]),
-                 f"({spec})")
+    forwards; torch's finished forwards == those minus the early-stop interruptions (none
+    with early_stop=False, in both trees)."""
+    spec = data.draw(recompute_specs(n_layers(case)))
+    run, _ = ref_case(case, spec, early_stop=early_stop)
+    m, _ = torch_case(case, spec, device, early_stop=early_stop)
+    recomputed = counts_array(run.recomputed())
+    event("something recomputed" if recomputed.sum() else "nothing recomputed")
+    event("a layer interrupted" if counts_array(run.interrupted()).sum() else "none interrupted")
+    event("early stop skipped trailing layers" if any(
+        node.recomputes and node.last_saving < len(node.layer_indices) - 1
+        for node in run.checkpoints) else "no trailing layer skipped")
+    assert_claim("recompute.held_bytes", np.array([predicted_held_bytes(run, device)]),
+                 np.array([m.held_bytes]), f"({spec})")
+    assert_claim("recompute.counts", recomputed, counts_array(m.started), f"({spec})")
+    assert_claim("recompute.early_stop", finished_predicted(run), counts_array(m.finished),
+                 f"({spec}, early_stop={early_stop})")
+
+
+@pytest.mark.parametrize("spec", ["uniform:3", "uniform:10", "optimal:2", "sqrt"])
+@pytest.mark.parametrize("early_stop", [True, False])
+def test_segments_ending_in_layers_that_save_nothing_recompute_alike_in_both_trees(
+        spec: str, early_stop: bool, device: str) -> None:
+    """Eval-mode Dropouts save nothing: segments ending in one stop early, at a layer or at
+    a nested checkpoint's input (optimal:2), in both trees; counts and held bytes agree."""
+    case = {"sizes": [4, 6, 6, 6, 3], "activation": "tanh", "dropout": 0.5, "training": False,
+            "dtype": np.float64, "batch": 2, "seed": 5}  # L A D L A D L A D L
+    run, _ = ref_case(case, spec, early_stop=early_stop)
+    m, _ = torch_case(case, spec, device, early_stop=early_stop)
+    assert any(node.last_saving < len(node.layer_indices) - 1 for node in run.checkpoints)
+    if spec == "optimal:2":  # a nested checkpoint is some segment's last saving child
+        assert any(node.last_saving >= 0 and node.last_saving_layer is None
+                   for node in run.checkpoints)
+    assert_claim("recompute.held_bytes", np.array([predicted_held_bytes(run, device)]),
+                 np.array([m.held_bytes]), f"({spec})")
     assert_claim("recompute.counts", counts_array(run.recomputed()), counts_array(m.started),
                  f"({spec})")
-    assert_claim("recompute.early_stop",
-                 counts_array(run.recomputed()) - counts_array(run.interrupted()),
-                 counts_array(m.finished), f"({spec})")
+    assert_claim("recompute.early_stop", finished_predicted(run), counts_array(m.finished),
+                 f"({spec}, early_stop={early_stop})")
 
 
 def test_plans_are_equal_in_both_trees_and_revolve_meets_the_closed_form() -> None:
@@ -95,8 +125,11 @@ def test_plans_are_equal_in_both_trees_and_revolve_meets_the_closed_form() -> No
 def test_torch_checkpointed_gradients_meet_the_nn_claims_against_reference_layers(
         case: dict, data: st.DataObject) -> None:
     """torch's checkpointed parameter gradients equal its plain layer-by-layer run's bits, and
-    each reference Linear fed that run's activation and gradient meets nn.linear for them."""
-    spec = data.draw(recompute_specs(_n_layers(case)))
+    each reference Linear fed that run's activation and gradient meets nn.linear for them.
+
+    CPU only: the layer-by-layer run (parity.drivers.nn) reads CPU Dropout's saved noise, and
+    the nn claims' CUDA coverage belongs to the nn topic."""
+    spec = data.draw(recompute_specs(n_layers(case)))
     _, tgrads = torch_case(case, spec)
     x, g = inputs(case)
     with torch.random.fork_rng():

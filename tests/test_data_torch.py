@@ -1,4 +1,8 @@
-"""torch_impl/data.py against its own oracles: Python-int hashing, DataLoader behaviour."""
+"""torch_impl/data.py against its own oracles: Python-int hashing, DataLoader behaviour.
+
+Tests whose claim should hold on CUDA take the --device (the hash, the orders and the task
+are computed there); the sampler's state and the DataLoader's own machinery are CPU-side
+Python and are tested once."""
 
 from __future__ import annotations
 
@@ -25,28 +29,30 @@ def mix32_int(x: int) -> int:
     return x ^ (x >> 16)
 
 
-@given(st.lists(st.integers(0, M32 - 1), min_size=1, max_size=50))
-def test_mix32_split_int64_product_matches_python_int_formula(xs: list[int]) -> None:
+@given(xs=st.lists(st.integers(0, M32 - 1), min_size=1, max_size=50))
+def test_mix32_split_int64_product_matches_python_int_formula(xs: list[int], device: str
+                                                             ) -> None:
     """The int64 split multiply (two 32x16-bit products) is x * c mod 2^32 exactly."""
-    assert data.mix32(torch.tensor(xs)).tolist() == [mix32_int(x) for x in xs]
+    assert data.mix32(torch.tensor(xs, device=device)).tolist() == [mix32_int(x) for x in xs]
 
 
 @given(seed=st.integers(0, M32 - 1), epoch=st.integers(0, M32 - 1), n=st.integers(1, 500))
 def test_epoch_order_is_a_deterministic_permutation_sorted_by_hashed_words(
-    seed: int, epoch: int, n: int
+    seed: int, epoch: int, n: int, device: str
 ) -> None:
     """Each epoch is a permutation of 0..n-1, ascending in its (distinct) words."""
-    order = data.epoch_order(seed, epoch, n)
+    order = data.epoch_order(seed, epoch, n, device)
     assert order.dtype == torch.int64
-    assert torch.equal(torch.sort(order).values, torch.arange(n))
-    words = data.hash_words(seed, data.ORDER, epoch, n)[order]
+    assert torch.equal(torch.sort(order).values, torch.arange(n, device=device))
+    words = data.hash_words(seed, data.ORDER, epoch, n, device)[order]
     assert bool(torch.all(words.diff() > 0))
-    assert torch.equal(order, data.epoch_order(seed, epoch, n))
+    assert torch.equal(order, data.epoch_order(seed, epoch, n, device))
 
 
-def test_different_epochs_and_seeds_give_different_orders() -> None:
+def test_different_epochs_and_seeds_give_different_orders(device: str) -> None:
     """Over 5 seeds x 5 epochs, the 25 orders of 64 samples are pairwise different."""
-    orders = {tuple(data.epoch_order(s, e, 64).tolist()) for s in range(5) for e in range(5)}
+    orders = {tuple(data.epoch_order(s, e, 64, device).tolist())
+              for s in range(5) for e in range(5)}
     assert len(orders) == 25
 
 
@@ -60,9 +66,9 @@ def test_task_on_device_is_bit_identical_to_cpu(device: str) -> None:
         assert torch.equal(x, y.cpu())
 
 
-def test_task_is_a_dataset_whose_items_and_batches_agree() -> None:
+def test_task_is_a_dataset_whose_items_and_batches_agree(device: str) -> None:
     """task[i] is row i of (inputs, labels, values); batch(indices) stacks the same rows."""
-    task = data.make_task(1, 50)
+    task = data.make_task(1, 50, device=device)
     assert len(task) == 50 and task.labels.dtype == torch.int64
     x, y, v = task.batch([7, 3])
     assert torch.equal(x[1], task[3][0]) and int(y[0]) == int(task[7][1])
@@ -72,9 +78,10 @@ def test_task_is_a_dataset_whose_items_and_batches_agree() -> None:
 # ---------------------------------------------------------------- DataLoader
 
 
-def test_sampler_and_batch_sampler_forms_of_dataloader_give_the_same_batches() -> None:
+def test_sampler_and_batch_sampler_forms_of_dataloader_give_the_same_batches(device: str
+                                                                            ) -> None:
     """DataLoader(sampler=s, batch_size=B) and make_loader (batch_sampler=) yield equal batches."""
-    task = data.make_task(2, 23)
+    task = data.make_task(2, 23, device=device)
     for drop_last in (False, True):
         s1, s2 = data.ResumableSampler(23, 2), data.ResumableSampler(23, 2)
         g = torch.Generator().manual_seed(0)
@@ -87,9 +94,9 @@ def test_sampler_and_batch_sampler_forms_of_dataloader_give_the_same_batches() -
                                                       "epoch": 1, "position": 0}
 
 
-def test_dataloader_resumes_mid_epoch_from_a_state_saved_with_torch_save() -> None:
+def test_dataloader_resumes_mid_epoch_from_a_state_saved_with_torch_save(device: str) -> None:
     """Break after 3 batches, torch.save/load(weights_only) the state: the rest of the epoch."""
-    task = data.make_task(4, 40)
+    task = data.make_task(4, 40, device=device)
     whole = list(data.make_loader(task, data.ResumableSampler(40, 4), 6,
                                   generator=torch.Generator()))
     s1 = data.ResumableSampler(40, 4)
@@ -134,7 +141,10 @@ def test_make_loader_requires_a_generator_and_a_matching_sampler() -> None:
 
 
 def test_worker_prefetch_runs_the_sampler_state_ahead_of_consumption() -> None:
-    """NOTE [ Workers run ahead ]: with num_workers=1 the state counts prefetched batches too."""
+    """NOTE [ Workers run ahead ]: with num_workers=1 the state counts prefetched batches too.
+
+    CPU only: a worker process cannot index a dataset of CUDA tensors (CUDA does not survive
+    fork), and the prefetch is the DataLoader's, not the device's."""
     task = data.make_task(0, 100)
     s = data.ResumableSampler(100, 0)
     loader = DataLoader(task, sampler=s, batch_size=5, num_workers=1,

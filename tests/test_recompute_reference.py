@@ -151,6 +151,14 @@ def test_bad_specs_are_refused_with_the_accepted_range(spec: str, message: str) 
         rc.parse_schedule(spec, 5)
 
 
+def test_revolve_refuses_a_chain_with_no_slot_left() -> None:
+    """Reversing two or more steps with no slot is impossible: an error, not a hang."""
+    with pytest.raises(ValueError, match="at least one slot"):
+        rc.revolve_cost(3, 0)
+    with pytest.raises(ValueError, match="at least one slot"):
+        rc.revolve_plan(0, 3, 0)
+
+
 def test_bad_models_segments_and_budgets_are_refused() -> None:
     """A non-Sequential model, a mismatched schedule, bad segments, an over-budget plan."""
     model = tanh_chain(4)
@@ -162,6 +170,36 @@ def test_bad_models_segments_and_budgets_are_refused() -> None:
         rc.checkpoint_sequential(model, 0, np.ones(3))
     with pytest.raises(ValueError, match="needs 2 checkpoint slots but the budget is 1"):
         rc.check_budget(rc.parse_schedule("uniform:3", 4).plan, 1)
-    bad = rc.Schedule("custom", 4, (0, 2, 3))
-    with pytest.raises(ValueError, match="in order"):
-        rc.forward_with_schedule(model, np.ones(3), bad)
+    with pytest.raises(ValueError, match="item 2 starts at 2, expected 1"):
+        rc.Schedule("custom", 4, (0, 2, 3))
+    with pytest.raises(ValueError, match=r"covers layers 0\.\.2, expected \.\.3"):
+        rc.Schedule("custom", 4, (0, rc.Segment(1, 3, (1, 2))))
+    with pytest.raises(ValueError, match="item 2 starts at 2, expected 1"):
+        rc.Schedule("custom", 4, (0, rc.Segment(1, 4, (2, 3)), 3))
+    with pytest.raises(ValueError, match="n_layers must be a positive int"):
+        rc.Schedule("custom", 0, ())
+
+
+def test_early_stop_skips_trailing_layers_that_save_nothing() -> None:
+    """A segment's recompute stops after its last child that saved tensors (an eval-mode
+    Dropout saves nothing); early_stop=False re-runs every child. Gradients agree."""
+    def model() -> nn.Sequential:
+        return nn.Sequential(nn.Tanh(), nn.Tanh(),
+                             nn.Dropout(0.5, rng=np.random.default_rng(0)).eval(), nn.Tanh())
+    schedule = rc.Schedule("custom", 4, (rc.Segment(0, 3, (0, 1, 2)), 3))
+    x = np.linspace(-1, 1, 6).reshape(2, 3)
+    runs = {stop: rc.forward_with_schedule(model(), x, schedule, early_stop=stop)
+            for stop in (True, False)}
+    for run in runs.values():
+        run.backward(np.ones_like(x))
+    assert runs[True].recomputed() == {0: 1, 1: 1, 2: 0, 3: 0}
+    assert runs[False].recomputed() == {0: 1, 1: 1, 2: 1, 3: 0}
+    assert runs[True].interrupted() == {0: 0, 1: 1, 2: 0, 3: 0}  # torch cuts layer 1 short
+    assert runs[False].interrupted() == dict.fromkeys(range(4), 0)
+    assert np.array_equal(runs[True].grad_input, runs[False].grad_input)
+    lone = rc.Schedule("custom", 4, (0, 1, rc.Segment(2, 3, (2,)), 3))
+    for stop in (True, False):  # a segment that saved nothing is not recomputed at all
+        run = rc.forward_with_schedule(model(), x, lone, early_stop=stop)
+        run.backward(np.ones_like(x))
+        assert run.recomputed() == dict.fromkeys(range(4), 0)
+        assert run.checkpoints[0].recomputes == 0

@@ -65,6 +65,22 @@ CLAIMS: tuple[Claim, ...] = (
         ),
     ),
     Claim(
+        id="data.length",
+        statement=(
+            "After any number of samples consumed (drawn, or restored by load_state_dict), "
+            "len(sampler) and len(loader) are the same in both implementations and equal to "
+            "the indices and batches the next iter() then yields, with or without drop_last."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "Counts are integers. len(sampler) is num_samples - position, the rest of the "
+            "epoch; the batch count is its floor or ceiling by the batch size "
+            "(torch.utils.data.BatchSampler's rule, mirrored by the reference); a length that "
+            "ignores the position would announce a full epoch that never comes."
+        ),
+    ),
+    Claim(
         id="data.loader",
         statement=(
             "The batch stream of make_loader is bit-identical across implementations, and a "

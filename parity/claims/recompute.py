@@ -25,36 +25,44 @@ CLAIMS: tuple[Claim, ...] = (
         statement=(
             "Under every schedule, torch.utils.checkpoint (use_reentrant=False, "
             "preserve_rng_state=True; nested for optimal:S) gives gradients bit-identical to the "
-            "same model without checkpointing, dropout on."
+            "same model without checkpointing, dropout on, and leaves the dropout generator "
+            "where it would be; on CPU and on CUDA."
         ),
         kind="bits",
         bound=0,
         reason=(
-            "The recompute runs the same kernels on the same inputs with the stashed CPU RNG "
-            "state, so nn.Dropout draws the same noise; CPU kernels are deterministic for a fixed "
-            "shape and thread count."
+            "The recompute runs the same kernels on the same inputs with the stashed RNG state "
+            "of the input's device (the CPU generator, or the CUDA device's: nn.Dropout draws "
+            "from the generator of its input's device), so Dropout draws the same noise; the "
+            "kernels are deterministic for a fixed shape, thread count and stream (these use no "
+            "atomics)."
         ),
     ),
     Claim(
         id="recompute.held_bytes",
         statement=(
-            "The bytes held between forward and backward (distinct storage, parameters excluded) "
-            "predicted from the reference tape equal what torch's saved_tensors_hooks see packed, "
-            "for every schedule."
+            "The bytes held between forward and backward (distinct storage, parameters and "
+            "0-byte tensors excluded) predicted from the reference tape equal what torch's "
+            "saved_tensors_hooks see packed, for every schedule, with and without early stop; on "
+            "CUDA with each Dropout mask at 1 byte per element."
         ),
         kind="bits",
         bound=0,
         reason=(
             "Byte counts are integers: the tape holds segment inputs plus the tapes of layers run "
-            "normally (nn.saved_tensors gives the latter per layer); any difference is a design "
-            "mismatch, not rounding."
+            "normally, the same tensors torch saves; any difference is a modelling error, not "
+            "rounding. Version and device facts: torch < 2.12 also packs the 0-element dummy "
+            "input of its _NoopSaveInputs Function (no bytes); on CUDA nn.Dropout runs the fused "
+            "native_dropout, which saves a bool mask where the CPU kernel saves float noise "
+            "(NOTE [ Dropout's saved mask by device ])."
         ),
     ),
     Claim(
         id="recompute.counts",
         statement=(
             "Per layer, the forwards run during backward by the reference equal the forwards "
-            "torch starts (forward pre-hooks) during backward, for every schedule."
+            "torch starts (forward pre-hooks) during backward, for every schedule, with and "
+            "without early stop, on CPU and CUDA."
         ),
         kind="bits",
         bound=0,
@@ -69,7 +77,7 @@ CLAIMS: tuple[Claim, ...] = (
         statement=(
             "Per layer, torch's finished forwards during backward (forward hooks) equal the "
             "reference's count minus the recomputes in which that layer is its segment's last "
-            "saving layer (where torch's early stop interrupts it)."
+            "saving layer (where torch's early stop interrupts it; none with early_stop=False)."
         ),
         kind="bits",
         bound=0,

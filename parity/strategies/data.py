@@ -53,3 +53,19 @@ def data_sampler_runs(draw: st.DrawFn, max_samples: int = 64) -> dict:
         kind = "mid_epoch"
     return {"seed": seed, "num_samples": n, "batch_size": batch_size, "drop_last": drop_last,
             "epochs": epochs, "interrupt": interrupt, "kind": kind}
+
+
+@st.composite
+def data_length_cases(draw: st.DrawFn, max_samples: int = 64) -> dict:
+    """{seed, num_samples, batch_size, drop_last, consumed, via}: a sampler moved past
+    `consumed` samples of epoch 0 (0..n; n is the epoch's end) by drawing them or by
+    load_state_dict. `where` names the edge reached, for events."""
+    n = draw(st.integers(1, max_samples))
+    consumed = draw(st.one_of(st.sampled_from((0, n)), st.integers(0, n)))
+    case = {"seed": draw(st.integers(0, 2**32 - 1)), "num_samples": n,
+            "batch_size": draw(st.integers(1, n + 2)), "drop_last": draw(st.booleans()),
+            "consumed": consumed, "via": draw(st.sampled_from(("iterate", "load_state_dict")))}
+    left = n - consumed if consumed < n else n
+    case["where"] = ("start" if consumed == 0 else "epoch end" if consumed == n else
+                     "short last batch" if left % case["batch_size"] else "whole batches left")
+    return case

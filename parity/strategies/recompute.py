@@ -23,11 +23,14 @@ def recompute_specs(draw: st.DrawFn, n_layers: int) -> str:
 
 
 def recompute_models() -> st.SearchStrategy[dict]:
-    """make_mlp arguments: 1-6 hidden layers (3-19 modules), dropout on or off, any activation."""
+    """make_mlp arguments: 0-5 hidden layers (1-16 modules), dropout on or off, any activation,
+    in training or eval mode (in eval a Dropout saves nothing: a segment may then end in
+    layers that save nothing, which early stop does not re-run)."""
     return st.fixed_dictionaries({
         "sizes": st.lists(st.integers(1, 12), min_size=2, max_size=7),
         "activation": st.sampled_from(("relu", "tanh", "gelu_tanh", "gelu")),
         "dropout": st.sampled_from((0.0, 0.2, 0.5)),
+        "training": st.booleans(),
         "dtype": st.sampled_from((np.float32, np.float64)),
         "batch": st.integers(1, 6),
         "seed": st.integers(0, 2**32 - 1),

@@ -1,0 +1,191 @@
+"""Checkpointing plans: which layers of a Sequential of n layers are checkpointed, and how.
+
+A plan is plain data: a tuple of items, each a layer index (run normally, its tape kept
+until backward) or a `Segment(start, stop, body)` (checkpointed: only its input is kept and
+backward re-runs it; `body` is again a plan, so segments nest). reference/recompute.py runs
+a plan on the tape; torch_impl/recompute.py runs the same plan with torch.utils.checkpoint.
+
+Specs (`parse_schedule(spec, n)`), with R the layer forwards recomputed during backward:
+
+    none         no checkpoint: n layer tapes held, R = 0
+    uniform:K    torch's checkpoint_sequential(model, K): K - 1 checkpointed segments of
+                 n // K layers, then the rest run normally (the last segment is NOT
+                 checkpointed); R = (K - 1) (n // K)
+    sqrt         uniform:K with K = round(sqrt n), the K that minimizes K + n / K
+    optimal:S    Griewank-Walther "revolve" with S checkpoint slots, nested segments;
+                 R = t(n, S) (NOTE [ Revolve counting ])
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+
+SPECS = ("none", "sqrt", "uniform:K", "optimal:S")
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Layers start..stop-1 checkpointed; `body` says how they run when recomputed."""
+
+    start: int
+    stop: int
+    body: tuple[int | Segment, ...]
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A plan for a model of n_layers layers, with its spec and checkpoint budget.
+
+    Built valid or not at all: the plan must cover layers 0..n_layers-1 in order, each
+    segment's body its own layers (ValueError naming the first item out of place).
+    """
+
+    spec: str
+    n_layers: int
+    plan: tuple[int | Segment, ...]
+    slots: int | None = None  # optimal:S's budget; None when the schedule sets none
+
+    def __post_init__(self) -> None:
+        if isinstance(self.n_layers, bool) or not isinstance(self.n_layers, int) \
+                or self.n_layers < 1:
+            raise ValueError(f"Schedule: n_layers must be a positive int, got {self.n_layers!r}")
+        check_plan(self.plan, 0, self.n_layers)
+
+
+def check_plan(plan: Sequence[int | Segment], start: int, stop: int) -> None:
+    """ValueError unless `plan` covers layers start..stop-1 in order, segments nesting."""
+    at = start
+    for item in plan:
+        lo, hi = (item, item + 1) if isinstance(item, int) else (item.start, item.stop)
+        if lo != at or hi <= lo:
+            raise ValueError(f"schedule plan must cover layers {start}..{stop - 1} in order; "
+                             f"item {item!r} starts at {lo}, expected {at}")
+        if isinstance(item, Segment):
+            check_plan(item.body, item.start, item.stop)
+        at = hi
+    if at != stop:
+        raise ValueError(f"schedule plan covers layers {start}..{at - 1}, expected ..{stop - 1}")
+
+
+def _parse_int(spec: str, what: str) -> int:
+    head, _, value = spec.partition(":")
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"parse_schedule: {head}:{what} needs an integer {what}, "
+                         f"got {spec!r}") from None
+
+
+def parse_schedule(spec: str, n_layers: int) -> Schedule:
+    """The plan for "none", "sqrt", "uniform:K" (1 <= K <= n) or "optimal:S" (S >= 1)."""
+    if isinstance(n_layers, bool) or not isinstance(n_layers, int) or n_layers < 1:
+        raise ValueError(f"parse_schedule: n_layers must be a positive int, got {n_layers!r}")
+    if spec == "none":
+        return Schedule(spec, n_layers, tuple(range(n_layers)))
+    if spec == "sqrt":
+        return Schedule(spec, n_layers, uniform_plan(n_layers, max(1, round(math.sqrt(n_layers)))))
+    if spec.startswith("uniform:"):
+        k = _parse_int(spec, "K")
+        if not 1 <= k <= n_layers:
+            raise ValueError(f"parse_schedule: uniform:K needs 1 <= K <= {n_layers} (the number "
+                             f"of layers), got K = {k}")
+        return Schedule(spec, n_layers, uniform_plan(n_layers, k))
+    if spec.startswith("optimal:"):
+        s = _parse_int(spec, "S")
+        if s < 1:
+            raise ValueError(f"parse_schedule: optimal:S needs S >= 1 checkpoint slot (the "
+                             f"input's), got S = {s}")
+        plan = revolve_plan(0, n_layers, s)
+        check_budget(plan, s)
+        return Schedule(spec, n_layers, plan, s)
+    raise ValueError(f"parse_schedule: unknown schedule {spec!r}; accepted: {', '.join(SPECS)}")
+
+
+def uniform_plan(n: int, k: int) -> tuple[int | Segment, ...]:
+    """torch.utils.checkpoint.checkpoint_sequential(functions, k): k - 1 checkpoints of n // k."""
+    size = n // k
+    plan: list[int | Segment] = [Segment(s, s + size, tuple(range(s, s + size)))
+                                 for s in range(0, size * (k - 1), size)]
+    return (*plan, *range(size * (k - 1), n))
+
+
+# NOTE [ Revolve counting ]
+# Griewank and Walther's model (ACM TOMS 26(1), 2000, "Algorithm 799: revolve"): a chain of
+# l equal steps, c checkpoint slots (the chain's input occupies one), a step's tape exists only
+# while that step is reversed. t(l, c) counts the forward steps run without tape ("advances"),
+# the first forward sweep included; the l taped steps are not counted. Its closed form:
+#     t(l, c) = r l - beta(c + 1, r - 1),   beta(c, r) = C(c + r, c),
+#     r the integer with beta(c, r - 1) < l <= beta(c, r).
+# Realized with nested checkpoints: plan(i, j, c) = [Segment(i, m, plan(i, m, c))] +
+# plan(m, j, c - 1), and plan(i, i + 1, c) = [i]. Every layer is run with its tape exactly
+# once (as the last plain item of some plan), so counting OUR way, "recomputed layer forwards"
+# R = (layer forwards in forward + backward) - n, gives R = t(n, S): the n counted in our
+# forward are the one taped step plus the n - 1 advances of the first sweep, and every other
+# forward happens in backward. The budget S = c counts stored segment inputs; the tape of the
+# layer being differentiated comes on top, so the tape peaks at S + 1 activations.
+# The optimal first split m is any in [max(beta(c, r-2), l - beta(c-1, r)),
+# min(beta(c, r-1), l - beta(c-1, r-1))]; both trees take the largest (revolve advances as far
+# as it may). The reference finds it by minimizing over all m; the torch twin uses the formula.
+@cache
+def revolve_cost(length: int, slots: int) -> int:
+    """min over the first split m of m + t(m, c) + t(l - m, c - 1): all recursive schedules."""
+    if length <= 1:
+        return 0
+    if slots < 1:
+        raise ValueError(f"revolve_cost: {length} steps need at least one slot, got {slots}")
+    return min(_split_cost(length, slots, m) for m in _feasible_splits(length, slots))
+
+
+def _feasible_splits(length: int, slots: int) -> range:
+    # the tail after m needs a slot per checkpoint; with c = 1 it must be one plain layer
+    return range(length - 1, length) if slots == 1 else range(1, length)
+
+
+def _split_cost(length: int, slots: int, m: int) -> int:
+    return m + revolve_cost(m, slots) + revolve_cost(length - m, slots - 1)
+
+
+def revolve_split(length: int, slots: int) -> int:
+    """The largest first checkpoint distance m that attains revolve_cost(length, slots)."""
+    best = revolve_cost(length, slots)
+    return max(m for m in _feasible_splits(length, slots) if _split_cost(length, slots, m) == best)
+
+
+def revolve_plan(i: int, j: int, slots: int) -> tuple[int | Segment, ...]:
+    """NOTE [ Revolve counting ]: the plan of layers i..j-1 with `slots` checkpoint slots."""
+    if j - i == 1:
+        return (i,)
+    m = i + revolve_split(j - i, slots)
+    return (Segment(i, m, revolve_plan(i, m, slots)), *revolve_plan(m, j, slots - 1))
+
+
+def binomial_cost(length: int, slots: int) -> int:
+    """Griewank-Walther's closed form t(l, c) = r l - beta(c + 1, r - 1) (NOTE above)."""
+    r = 0
+    while math.comb(slots + r, slots) < length:
+        r += 1
+    return r * length - math.comb(slots + r, slots + 1) if r > 0 else 0
+
+
+def checkpoints_held(plan: Sequence[int | Segment]) -> int:
+    """The most segment inputs stored at once while running `plan` forward and backward.
+
+    After forward every Segment of the plan holds its input; backward frees them from the
+    end, and a segment being recomputed hands its input to its body (the body's first
+    segment stores that same array).
+    """
+    segments = [item for item in plan if isinstance(item, Segment)]
+    peak = len(segments)
+    for count, segment in enumerate(segments):
+        peak = max(peak, count + max(1, checkpoints_held(segment.body)))
+    return peak
+
+
+def check_budget(plan: Sequence[int | Segment], slots: int) -> None:
+    """ValueError when running `plan` would store more than `slots` segment inputs at once."""
+    held = checkpoints_held(plan)
+    if held > slots:
+        raise ValueError(f"schedule needs {held} checkpoint slots but the budget is {slots}")
