@@ -42,6 +42,7 @@ What PyTorch does differently or hides:
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -121,15 +122,20 @@ def _checked_schedule(model: nn.Sequential, schedule: Schedule | str) -> Schedul
 
 
 def forward_with_schedule(model: nn.Sequential, x: torch.Tensor, schedule: Schedule | str, *,
-                          preserve_rng_state: bool = True, early_stop: bool = True,
+                          preserve_rng_state: bool = True, early_stop: bool | None = None,
                           use_reentrant: bool = False) -> torch.Tensor:
     """model(x) with the schedule's segments wrapped in torch.utils.checkpoint.checkpoint.
 
     Returns the output; autograd's backward does the recomputation. Uniform schedules go
     through torch's own checkpoint_sequential, so its segment rule is exercised as written.
+    `early_stop` True/False sets torch's early stop for these segments; None (the default)
+    leaves whatever is in force (True, unless an enclosing set_checkpoint_early_stop(False)
+    says otherwise), so a caller's own setting is never overridden behind its back.
     """
     schedule = _checked_schedule(model, schedule)
-    with set_checkpoint_early_stop(early_stop):
+    setting = contextlib.nullcontext() if early_stop is None else \
+        set_checkpoint_early_stop(early_stop)
+    with setting:
         if schedule.spec.startswith("uniform:"):
             return checkpoint_sequential(model, int(schedule.spec.partition(":")[2]), x,
                                          use_reentrant=use_reentrant,
