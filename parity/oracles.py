@@ -11,13 +11,15 @@ rounding, which is what these oracles judge. A format is read only for its
 - The range fields (RANGE_FIELDS) and how ml_dtypes.finfo names each (`ml_dtypes_ranges`).
 - Rounding: `round_exact` rounds a rational to a format (nearest-even or toward zero);
   `member_value` is the value of a code; `position` is |x| in units of the format's spacing.
-- Stochastic rounding: `words_rounding_up` counts the 32-bit random words that round x up.
+- Stochastic rounding: `round_up_fraction` is the exact probability an unbiased rounding
+  rounds x up; `words_rounding_up` counts the 32-bit random words that should round x up.
 - Distances: `member_ranks` numbers every value of a small format in order (ulp_distance's
   oracle).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from fractions import Fraction
@@ -91,6 +93,11 @@ class Spec:
         return 1 - self.bias
 
     @property
+    def max_code(self) -> int:
+        """The largest finite magnitude code (ieee: exponent field top - 1; fn: 1...10)."""
+        return 2 ** (self.e + self.m) - 2 if self.fn else ((2**self.e - 1) << self.m) - 1
+
+    @property
     def max(self) -> Fraction:
         top_field = 2**self.e - 1 if self.fn else 2**self.e - 2
         top_fraction = 2**self.m - 2 if self.fn else 2**self.m - 1
@@ -151,20 +158,25 @@ def round_exact(x: float | Fraction, fmt: BitWidths, rounding: str = "nearest_ev
     return sign * float(value)
 
 
-def words_rounding_up(x: float, fmt: BitWidths) -> int:
-    """How many of the 2^32 random words round finite x up (away from zero) in stochastic
-    rounding: floor(2^32 * p), p = the exact fraction of a spacing that x lies above its
-    toward-zero neighbour. The probability of rounding up is this count / 2^32: exactly p
-    whenever 2^32 p is an integer (at most 32 dropped bits), p truncated to 32 bits
-    otherwise."""
+def round_up_fraction(x: float, fmt: BitWidths) -> Fraction:
+    """p: the exact fraction of a spacing that finite x lies above its toward-zero neighbour
+    (0 for members, 1/2 for ties): what an unbiased stochastic rounding rounds up with."""
     a = Fraction(abs(x))
     if a == 0:
-        return 0
+        return Fraction(0)
     spacing = Spec.of(fmt).spacing(a)
-    p = (a % spacing) / spacing
-    return math.floor(p * 2**32)
+    return (a % spacing) / spacing
 
 
+def words_rounding_up(x: float, fmt: BitWidths) -> int:
+    """How many of the 2^32 random words round finite x up (away from zero) in stochastic
+    rounding: floor(2^32 p), p = round_up_fraction(x). The probability of rounding up is this
+    count / 2^32: exactly p whenever 2^32 p is an integer (at most 32 dropped bits), p
+    truncated to 32 bits otherwise."""
+    return math.floor(round_up_fraction(x, fmt) * 2**32)
+
+
+@functools.cache
 def member_ranks(fmt: BitWidths) -> tuple[np.ndarray, np.ndarray]:
     """(values, ranks) of every finite member of a format of at most 16 bits (and +-inf for
     IEEE formats), both signs, in increasing order; equal values share a rank (+0 and -0).
@@ -172,9 +184,9 @@ def member_ranks(fmt: BitWidths) -> tuple[np.ndarray, np.ndarray]:
     s = Spec.of(fmt)
     if s.e + s.m > 15:
         raise ValueError("member_ranks enumerates formats of at most 16 bits")
-    top = 2 ** (s.e + s.m) - 2 if s.fn else ((2**s.e - 1) << s.m) - 1
-    positive = [member_value(fmt, c) for c in range(top + 1)]
+    positive = [member_value(fmt, c) for c in range(s.max_code + 1)]
     if not s.fn:
         positive.append(math.inf)
     values = np.array(sorted({*positive, *(-v for v in positive)}))
+    values.flags.writeable = False  # cached: shared by every caller
     return values, np.arange(values.size)

@@ -11,24 +11,18 @@ float8_e4m3fn (ml_dtypes never saturates).
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 
-import ml_dtypes
 import numpy as np
+from tqdm import tqdm
 
 import reference.formats as ref
+from parity.oracles import ML_DTYPES, STORAGE_FORMATS
 
 CHUNK = 1 << 15
-ML_DTYPES = {
-    "float16": np.dtype(np.float16),
-    "bfloat16": np.dtype(ml_dtypes.bfloat16),
-    "float8_e5m2": np.dtype(ml_dtypes.float8_e5m2),
-    "float8_e4m3fn": np.dtype(ml_dtypes.float8_e4m3fn),
-}
 CLASSES = ("normal", "subnormal", "zero", "overflow", "inf", "nan")
 
 
@@ -136,45 +130,23 @@ def _sample_span(name: str, seed: int, n: int) -> Summary:
     return total
 
 
-class Progress:
-    """A one-line progress bar on stderr (no dependency: ten lines beat a package)."""
-
-    def __init__(self, total: int, label: str, enabled: bool = True) -> None:
-        self.total, self.label, self.done = total, label, 0
-        self.start = time.perf_counter()
-        self.enabled = enabled and sys.stderr.isatty()
-
-    def advance(self, n: int) -> None:
-        self.done += n
-        if self.enabled:
-            frac = self.done / self.total
-            bar = "#" * int(30 * frac)
-            elapsed = time.perf_counter() - self.start
-            sys.stderr.write(f"\r{self.label} [{bar:<30}] {100 * frac:5.1f}% {elapsed:6.1f}s")
-            sys.stderr.flush()
-
-    def close(self) -> None:
-        if self.enabled:
-            sys.stderr.write("\n")
-
-
 def _run(name: str, tasks: list[tuple[Callable[..., Summary], tuple, int]], workers: int,
          progress: bool) -> Summary:
-    if name not in ML_DTYPES:
-        raise ValueError(f"sweep formats: {', '.join(ML_DTYPES)}; got {name!r}")
+    if name not in STORAGE_FORMATS:
+        raise ValueError(f"sweep formats: {', '.join(STORAGE_FORMATS)}; got {name!r}")
     total = Summary(name)
-    bar = Progress(sum(t[2] for t in tasks), name, progress)
-    if workers <= 1:
-        for fn, args, size in tasks:
-            total.add(fn(*args))
-            bar.advance(size)
-    else:
-        with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
-            futures = {pool.submit(fn, *args): size for fn, args, size in tasks}
-            for f in as_completed(futures):
-                total.add(f.result())
-                bar.advance(futures[f])
-    bar.close()
+    with tqdm(total=sum(t[2] for t in tasks), desc=name, unit="input", unit_scale=True,
+              file=sys.stderr, disable=not progress) as bar:
+        if workers <= 1:
+            for fn, args, size in tasks:
+                total.add(fn(*args))
+                bar.update(size)
+        else:
+            with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+                futures = {pool.submit(fn, *args): size for fn, args, size in tasks}
+                for f in as_completed(futures):
+                    total.add(f.result())
+                    bar.update(futures[f])
     return total
 
 

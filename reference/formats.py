@@ -361,7 +361,7 @@ def ulp_distance(a: object, b: object, fmt: str | FloatFormat) -> np.ndarray:
     for name, v in (("a", a), ("b", b)):
         c, member = _member_codes(v, fmt)
         if not member.all():
-            index = np.unravel_index(int(np.argmin(member)), v.shape)
+            index = tuple(int(i) for i in np.unravel_index(int(np.argmin(member)), v.shape))
             bad = float(v[index])
             raise ValueError(
                 f"ulp_distance counts steps between members of {fmt.name}, but "
