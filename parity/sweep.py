@@ -1,17 +1,23 @@
 """`python -m parity sweep FORMAT`: reference vs torch vs ml_dtypes over float32 inputs.
 
 The inputs are bit patterns: all 2^32 with --exhaustive, or a random sample. Work is cut
-into chunks of 2^15 inputs (128 KiB of float32: the arrays of one chunk stay in cache) and
-spread over worker processes. A mismatch is any pair of codes that differ, NaN counting as
-one class; the declared policies are applied before comparing: torch with its own overflow
-policy (DEFAULT_OVERFLOW of torch_impl.formats) and ml_dtypes with overflow="nan" for
-float8_e4m3fn (ml_dtypes never saturates).
+into chunks of CHUNK inputs and spread over worker processes (one thread each). A mismatch
+is any pair of codes that differ, NaN counting as one class; the declared policies are
+applied before comparing: torch with its own overflow policy (DEFAULT_OVERFLOW of
+torch_impl.formats) and ml_dtypes with overflow="nan" for float8_e4m3fn (ml_dtypes never
+saturates).
+
+Per chunk: one reference encode (with the policy that keeps overflow visible; torch's
+saturating policy follows from it), one torch cast, one ml_dtypes (or NumPy) cast, and a
+comparison that looks at NaN classes only where the codes differ. `oracle_time` times the
+third library's cast alone over the same inputs, the floor a sweep cannot go below.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from multiprocessing import get_context
@@ -22,8 +28,9 @@ from tqdm import tqdm
 import reference.formats as ref
 from parity.oracles import ML_DTYPES, STORAGE_FORMATS
 
-CHUNK = 1 << 15
+CHUNK = 1 << 16
 CLASSES = ("normal", "subnormal", "zero", "overflow", "inf", "nan")
+_MAGNITUDE32, _INF32 = np.uint32(0x7FFFFFFF), np.uint32(0x7F800000)
 
 
 @dataclass
@@ -53,9 +60,34 @@ def _nan_codes(codes: np.ndarray, fmt: ref.FloatFormat) -> np.ndarray:
     return magnitude > fmt.inf_code
 
 
-def _differ(a: np.ndarray, b: np.ndarray, fmt: ref.FloatFormat) -> np.ndarray:
-    nan_a, nan_b = _nan_codes(a, fmt), _nan_codes(b, fmt)
-    return np.where(nan_a | nan_b, nan_a != nan_b, a != b)
+def _mismatches(a: np.ndarray, b: np.ndarray, fmt: ref.FloatFormat) -> np.ndarray:
+    """Indices where two code arrays differ, NaN counting as one class (NaN classes are
+    looked at only where the codes differ: few places)."""
+    differ = np.flatnonzero(a != b)
+    both_nan = _nan_codes(a[differ], fmt) & _nan_codes(b[differ], fmt)
+    return differ[~both_nan]
+
+
+def _saturated(codes: np.ndarray, nan_in: np.ndarray, fmt: ref.FloatFormat) -> np.ndarray:
+    """Codes of the non-saturating policy turned into the saturating one: every overflow
+    (not a NaN input) becomes +-max, sign kept (integer arithmetic: a select is slower)."""
+    magnitude = codes & fmt.code_dtype(2 ** (fmt.bits - 1) - 1)
+    beyond = (magnitude > fmt.max_code) & ~nan_in
+    return codes - beyond.astype(fmt.code_dtype) * (magnitude - fmt.code_dtype(fmt.max_code))
+
+
+def _classes(codes: np.ndarray, bits: np.ndarray, nan_in: np.ndarray, fmt: ref.FloatFormat
+             ) -> dict[str, int]:
+    """Inputs by class: NaN and inf from the input bits, the rest from the magnitudes of the
+    reference's (non-saturating) codes."""
+    magnitude = codes & fmt.code_dtype(2 ** (fmt.bits - 1) - 1)
+    zero = int(np.count_nonzero(magnitude == 0))
+    below_normal = int(np.count_nonzero(magnitude < fmt.code_dtype(2**fmt.mantissa_bits)))
+    beyond = int(np.count_nonzero(magnitude > fmt.code_dtype(fmt.max_code)))
+    nan = int(np.count_nonzero(nan_in))
+    inf = int(np.count_nonzero((bits & _MAGNITUDE32) == _INF32))
+    return {"normal": codes.size - below_normal - beyond, "subnormal": below_normal - zero,
+            "zero": zero, "overflow": beyond - nan - inf, "inf": inf, "nan": nan}
 
 
 def sweep_bits(name: str, bits: np.ndarray) -> Summary:
@@ -66,45 +98,31 @@ def sweep_bits(name: str, bits: np.ndarray) -> Summary:
 
     fmt = ref.FORMATS[name]
     x = bits.view(np.float32)
-    magnitude = bits & np.uint32(0x7FFFFFFF)
-    is_nan = magnitude > np.uint32(0x7F800000)
-    is_inf = magnitude == np.uint32(0x7F800000)
-    # One reference rounding with the non-saturating policy shows where results overflow;
-    # a saturating policy's codes then follow by replacing those (sign kept).
-    unbounded = ref.encode(x, name, overflow="nan" if fmt.convention == "fn" else "inf")
-    code_mag = unbounded & fmt.code_dtype(2 ** (fmt.bits - 1) - 1)
-    beyond = ~is_nan & (code_mag == (fmt.nan_code if fmt.convention == "fn" else fmt.inf_code))
+    ours = ref.encode(x, name, overflow="nan" if fmt.convention == "fn" else "inf")
+    nan_in = (bits & _MAGNITUDE32) > _INF32
+    native = torch.from_numpy(x).to(tim.FORMATS[name].dtype)
+    torch_codes = native.view(tim.FORMATS[name].code_dtype).numpy().view(fmt.code_dtype)
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is the subject
+        ml_codes = x.astype(ML_DTYPES[name]).view(fmt.code_dtype)
+    ours_torch = _saturated(ours, nan_in, fmt) if tim.DEFAULT_OVERFLOW[name] == "saturate" \
+        else ours
+    bad_torch = _mismatches(ours_torch, torch_codes, fmt)
+    bad_ml = _mismatches(ours, ml_codes, fmt)  # ml_dtypes never saturates
 
-    def with_policy(policy: str) -> np.ndarray:
-        if policy != "saturate":
-            return unbounded
-        return np.where(beyond, (unbounded & fmt.code_dtype(2 ** (fmt.bits - 1))) | fmt.max_code,
-                        unbounded).astype(fmt.code_dtype)
-
-    got = with_policy(tim.DEFAULT_OVERFLOW[name])
-    native = torch.from_numpy(x).to(tim.FORMATS[name].dtype).view(tim.FORMATS[name].code_dtype)
-    bad_torch = _differ(got, native.numpy().view(fmt.code_dtype), fmt)
-    got_ml = with_policy("nan" if fmt.convention == "fn" else "inf")  # ml_dtypes never saturates
-    with np.errstate(over="ignore", invalid="ignore"):
-        ml = x.astype(ML_DTYPES[name]).view(fmt.code_dtype)
-    bad_ml = _differ(got_ml, ml, fmt)
-
-    s = Summary(name, total=bits.size)
-    overflow = beyond & ~is_inf
-    finite = ~is_nan & ~beyond
-    s.by_class["nan"] = int(is_nan.sum())
-    s.by_class["inf"] = int(is_inf.sum())
-    s.by_class["overflow"] = int(overflow.sum())
-    s.by_class["zero"] = int((finite & (code_mag == 0)).sum())
-    subnormal = finite & (code_mag > 0) & (code_mag < 2**fmt.mantissa_bits)
-    s.by_class["subnormal"] = int(subnormal.sum())
-    s.by_class["normal"] = int((finite & (code_mag >= 2**fmt.mantissa_bits)).sum())
-    s.mismatches_torch = int(bad_torch.sum())
-    s.mismatches_ml_dtypes = int(bad_ml.sum())
-    for i in np.flatnonzero(bad_torch | bad_ml)[:10]:
-        s.examples.append(f"input 0x{int(bits[i]):08x}: reference 0x{int(got[i]):x}, "
-                          f"torch 0x{int(native[i]):x}, ml_dtypes 0x{int(ml[i]):x}")
+    s = Summary(name, total=bits.size, by_class=_classes(ours, bits, nan_in, fmt),
+                mismatches_torch=bad_torch.size, mismatches_ml_dtypes=bad_ml.size)
+    for i in np.union1d(bad_torch, bad_ml)[:10]:
+        s.examples.append(f"input 0x{int(bits[i]):08x}: reference 0x{int(ours_torch[i]):x} "
+                          f"(0x{int(ours[i]):x} not saturating), torch "
+                          f"0x{int(torch_codes[i]):x}, ml_dtypes 0x{int(ml_codes[i]):x}")
     return s
+
+
+def _chunks(start: int, stop: int) -> Iterator[np.ndarray]:
+    """The bit patterns [start, stop), chunk by chunk."""
+    base = np.arange(CHUNK, dtype=np.uint32)
+    for lo in range(start, stop, CHUNK):
+        yield base[: min(CHUNK, stop - lo)] + np.uint32(lo)
 
 
 def _sweep_span(name: str, start: int, stop: int) -> Summary:
@@ -112,8 +130,7 @@ def _sweep_span(name: str, start: int, stop: int) -> Summary:
 
     torch.set_num_threads(1)  # one core per worker process
     total = Summary(name)
-    for lo in range(start, stop, CHUNK):
-        bits = np.arange(lo, min(lo + CHUNK, stop), dtype=np.uint64).astype(np.uint32)
+    for bits in _chunks(start, stop):
         total.add(sweep_bits(name, bits))
     return total
 
@@ -130,13 +147,21 @@ def _sample_span(name: str, seed: int, n: int) -> Summary:
     return total
 
 
+def _oracle_span(name: str, start: int, stop: int) -> Summary:
+    """The third library's cast alone on the same inputs (what oracle_time measures)."""
+    for bits in _chunks(start, stop):
+        with np.errstate(over="ignore", invalid="ignore"):
+            bits.view(np.float32).astype(ML_DTYPES[name])
+    return Summary(name, total=stop - start)
+
+
 def _run(name: str, tasks: list[tuple[Callable[..., Summary], tuple, int]], workers: int,
-         progress: bool) -> Summary:
+         progress: bool, label: str = "") -> Summary:
     if name not in STORAGE_FORMATS:
         raise ValueError(f"sweep formats: {', '.join(STORAGE_FORMATS)}; got {name!r}")
     total = Summary(name)
-    with tqdm(total=sum(t[2] for t in tasks), desc=name, unit="input", unit_scale=True,
-              file=sys.stderr, disable=not progress) as bar:
+    with tqdm(total=sum(t[2] for t in tasks), desc=label or name, unit="input",
+              unit_scale=True, file=sys.stderr, disable=not progress) as bar:
         if workers <= 1:
             for fn, args, size in tasks:
                 total.add(fn(*args))
@@ -150,13 +175,26 @@ def _run(name: str, tasks: list[tuple[Callable[..., Summary], tuple, int]], work
     return total
 
 
+def _spans(start: int, stop: int) -> list[tuple[int, int]]:
+    step = 1 << 24
+    return [(lo, min(lo + step, stop)) for lo in range(start, stop, step)]
+
+
 def sweep_range(name: str, start: int, stop: int, workers: int = 2,
                 progress: bool = False) -> Summary:
     """Every float32 bit pattern in [start, stop)."""
-    step = 1 << 24
-    tasks = [(_sweep_span, (name, lo, min(lo + step, stop)), min(lo + step, stop) - lo)
-             for lo in range(start, stop, step)]
+    tasks = [(_sweep_span, (name, lo, hi), hi - lo) for lo, hi in _spans(start, stop)]
     return _run(name, tasks, workers, progress)
+
+
+def oracle_time(name: str, start: int, stop: int, workers: int = 2,
+                progress: bool = False) -> float:
+    """Wall seconds the third library's own cast (ml_dtypes, or NumPy's astype(float16))
+    takes over the bit patterns [start, stop), in the same worker processes and chunks."""
+    tasks = [(_oracle_span, (name, lo, hi), hi - lo) for lo, hi in _spans(start, stop)]
+    began = time.perf_counter()
+    _run(name, tasks, workers, progress, f"{name} {ML_DTYPES[name].name} cast alone")
+    return time.perf_counter() - began
 
 
 def sweep_sample(name: str, n: int, seed: int = 0, workers: int = 1,

@@ -81,11 +81,13 @@ OVERFLOW_POLICIES = ("inf", "saturate", "nan")
 DEFAULT_OVERFLOW: dict[str, str] = {"float8_e4m3fn": "saturate"}
 
 # NOTE [ Encoding in blocks ]
-# encode makes about twenty elementwise passes; over a large array each pass would stream
-# the whole array through memory and allocate a fresh temporary (fresh pages fault on first
-# touch). So encode runs the rounding on blocks of BLOCK elements: every temporary of one
-# block stays in the L2 cache, and NumPy's allocator hands the same memory back for the next
-# block. The rounding does not know about blocks; the result is the same for any BLOCK.
+# encode makes 15 to 23 elementwise passes; over a large array each pass would stream
+# the whole array through memory and allocate a fresh temporary as large as the array (big
+# allocations are fresh pages from the kernel, each faulting on first touch). So encode runs
+# the rounding on blocks of BLOCK elements: the temporaries of one block stay in cache, and
+# the allocator hands the same memory back for the next block. 2^14 elements keep a uint32
+# temporary at 64 KiB, below glibc's smallest threshold for serving an allocation with fresh
+# pages (128 KiB). The rounding does not know about blocks: any BLOCK gives the same codes.
 BLOCK = 1 << 14
 
 
@@ -117,10 +119,10 @@ def encode(
     for start in range(0, x.size, BLOCK):  # NOTE [ Encoding in blocks ]
         block = slice(start, start + BLOCK)
         word = flat_x[block].view(uint)
-        w, shift = _decompose(word, src, fmt)
+        sign, w, shift, nan = _decompose(word, src, fmt)
         u = None if words is None else words.reshape(-1)[block]
-        kept = _round(w, shift, rounding, u, src, fmt)
-        flat_codes[block] = _pack(kept, word, src, fmt, overflow, subnormals)
+        kept = _round(w, shift, rounding, u)
+        flat_codes[block] = _pack(sign, kept, nan, fmt, overflow, subnormals)
     return codes
 
 
@@ -167,27 +169,30 @@ def _source(x: np.ndarray, fmt: FloatFormat, via: str | None) -> np.ndarray:
     return x
 
 
-def _decompose(word: np.ndarray, src: FloatFormat, fmt: FloatFormat) -> tuple[np.ndarray, object]:
-    """(W, shift) of each source word: W = ((t - (1 - b)) << (m + shift)) + M.
+def _decompose(word: np.ndarray, src: FloatFormat, fmt: FloatFormat
+               ) -> tuple[np.ndarray, np.ndarray, object, np.ndarray]:
+    """(sign, W, shift, nan) of each source word: x = (-1)^sign * M * 2^q, placed in the
+    target's binades as W = ((t - (1 - b)) << (m + shift)) + M; nan marks NaN inputs.
 
-    In the source's biased exponents: M * 2^q with q = max(E, 1) - bias - m_src, and the
-    target binade t = max(E, lowest) with `lowest` the target's 1 - b. So shift = t - m - q
-    = lowest - min(max(E, 1), lowest) + (m_src - m), and W is the magnitude less the binades
-    below min(max(E, 1), lowest). Everything is unsigned and non-negative.
+    In the source's biased exponents, M * 2^q has q = max(E, 1) - bias - m_src and the
+    target binade is t = max(E, lowest), `lowest` being the target's 1 - b. So
+    shift = t - m - q = lowest - min(max(E, 1), lowest) + (m_src - m), and W is the magnitude
+    less the binades below min(max(E, 1), lowest). Everything is unsigned and non-negative.
     """
     uint = word.dtype.type
+    sign = word >> uint(src.bits - 1)
     magnitude = word & uint(2 ** (src.bits - 1) - 1)
+    nan = magnitude > uint(src.inf_code)
     lowest = fmt.min_exponent + src.bias  # the target's lowest binade, as a source exponent
     drop = src.mantissa_bits - fmt.mantissa_bits
     if lowest == 1:  # the target has every binade of the source: one shift for all (bf16)
-        return magnitude, uint(drop)
+        return sign, magnitude, uint(drop), nan
     binade = np.clip(magnitude >> uint(src.mantissa_bits), uint(1), uint(lowest))
     w = magnitude - ((binade - uint(1)) << uint(src.mantissa_bits))
-    return w, uint(lowest + drop) - binade
+    return sign, w, uint(lowest + drop) - binade, nan
 
 
-def _round(w: np.ndarray, shift: object, rounding: str, u: np.ndarray | None,
-           src: FloatFormat, fmt: FloatFormat) -> np.ndarray:
+def _round(w: np.ndarray, shift: object, rounding: str, u: np.ndarray | None) -> np.ndarray:
     """kept: W with `shift` bits dropped by the rounding rule (module docstring).
 
     Shifts past the word's width give 0 in NumPy (all bits dropped), which is what rounding
@@ -197,12 +202,11 @@ def _round(w: np.ndarray, shift: object, rounding: str, u: np.ndarray | None,
     if rounding == "toward_zero":
         return w >> shift
     if rounding == "nearest_even":
-        half = (one << shift) >> one
         odd = (w >> shift) & one
-        # shift is 0 (nothing dropped) only for targets as precise as the source: then no
-        # carry at all, which `unit` = min(shift, 1) keeps.
-        unit = np.minimum(shift, one) if fmt.mantissa_bits >= src.mantissa_bits else one
-        return (w + half - unit + (odd & unit)) >> shift
+        # carry = half - 1 + odd, written so that it is 0 when nothing is dropped (shift = 0,
+        # reached only by targets as precise as the source).
+        carry = ((one << shift) - one + odd) >> one
+        return (w + carry) >> shift
     # NOTE [ Stochastic rounding with 32-bit words ]: round up when u is below the top 32
     # dropped bits, read as a fraction of the spacing: probability floor(2^32 p) / 2^32 for
     # p = rest / 2^shift, which is exactly p when shift <= 32. With more dropped bits
@@ -216,7 +220,7 @@ def _round(w: np.ndarray, shift: object, rounding: str, u: np.ndarray | None,
     return kept + (u < top32).astype(uint)
 
 
-def _pack(kept: np.ndarray, word: np.ndarray, src: FloatFormat, fmt: FloatFormat,
+def _pack(sign: np.ndarray, kept: np.ndarray, nan: np.ndarray, fmt: FloatFormat,
           overflow: str, subnormals: bool) -> np.ndarray:
     """The code: kept is |code| already; apply the overflow policy, NaN, and the sign."""
     uint = kept.dtype.type
@@ -230,10 +234,10 @@ def _pack(kept: np.ndarray, word: np.ndarray, src: FloatFormat, fmt: FloatFormat
         code = np.minimum(code, uint(replacement))
     else:
         code = np.where(code > uint(fmt.max_code), uint(replacement), code)
-    # NaN stays NaN: the quiet NaN with the input's sign (payloads are not carried).
-    magnitude = word & uint(2 ** (src.bits - 1) - 1)
-    code = np.where(magnitude > uint(src.inf_code), uint(fmt.nan_code), code)
-    return code | ((word >> uint(src.bits - 1)) << uint(fmt.bits - 1))
+    # NaN stays NaN, the quiet NaN with the input's sign (payloads are not carried). Every
+    # other code is below the NaN code now, so a maximum sets it (cheaper than a select).
+    code = np.maximum(code, nan * uint(fmt.nan_code))
+    return code | (sign << uint(fmt.bits - 1))
 
 
 def _random_words(shape: tuple[int, ...], rng: np.random.Generator | None,

@@ -133,6 +133,28 @@ def test_generic_formats_round_like_fractions() -> None:
     assert ref.quantize(x, e3m2).tolist() == [0.125, 0.125, 1.0, 1.5, 12.0, 14.0, math.inf]
 
 
+@given(x=strategies.float32_arrays("float16", max_size=64), name=st.sampled_from(NAMED),
+       rounding=st.sampled_from(ref.ROUNDING_MODES), block=st.integers(1, 9),
+       seed=st.integers(0, 2**32 - 1))
+def test_encode_in_blocks_gives_the_codes_of_the_whole_array(
+        x: np.ndarray, name: str, rounding: str, block: int, seed: int) -> None:
+    """NOTE [ Encoding in blocks ]: any block size gives the same codes, random words
+    included (each block reads its own slice of them), for n-d arrays too."""
+    words = ref.draw_random_words(x.shape, np.random.default_rng(seed))
+    kw = {"random_bits": words} if rounding == "stochastic" else {}
+    whole = ref.encode(x, name, rounding=rounding, **kw)
+    saved, ref.BLOCK = ref.BLOCK, block
+    try:
+        blocked = ref.encode(x, name, rounding=rounding, **kw)
+        blocked_2d = ref.encode(x[: x.size // 2 * 2].reshape(2, -1), name, rounding=rounding,
+                                **({"random_bits": words[: x.size // 2 * 2].reshape(2, -1)}
+                                   if kw else {}))
+    finally:
+        ref.BLOCK = saved
+    assert np.array_equal(blocked, whole)
+    assert np.array_equal(blocked_2d.reshape(-1), whole[: x.size // 2 * 2])
+
+
 SMALL = [f for f in ref.FORMATS.values() if f.bits <= 16] + list(GENERIC)
 
 

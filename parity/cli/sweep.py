@@ -1,8 +1,11 @@
 """Reference vs torch vs ml_dtypes over float32 inputs: every one of the 2^32 bit patterns
 (--exhaustive) or a random sample; exit status 1 on any mismatch beyond the declared
-overflow policies.
+overflow policies. An exhaustive sweep then times the third library's own cast (ml_dtypes,
+or NumPy's astype(float16)) alone over the same inputs and workers, the floor no sweep can
+go below, and prints both times.
 
-    python -m parity sweep FORMAT [--exhaustive | --sample N] [--seed S] [--workers W]
+    python -m parity sweep FORMAT [--exhaustive [--no-oracle-time] | --sample N] [--seed S]
+                                  [--workers W]
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     mode.add_argument("--exhaustive", action="store_true", help="all 2^32 float32 inputs")
     mode.add_argument("--sample", type=int_at_least(1), default=1 << 24,
                       help="random inputs (default 2^24)")
+    p.add_argument("--no-oracle-time", action="store_true",
+                   help="with --exhaustive: do not time the third library's cast alone")
     p.add_argument("--seed", type=int_at_least(0), default=0)
     p.add_argument("--workers", type=int_at_least(1), default=2, help="processes (default 2)")
 
@@ -35,5 +40,11 @@ def run(args: argparse.Namespace) -> int:
     else:
         summary = sweep.sweep_sample(args.format, args.sample, seed=args.seed,
                                      workers=args.workers, progress=True)
-    print(sweep.render(summary, time.perf_counter() - start))
+    seconds = time.perf_counter() - start
+    print(sweep.render(summary, seconds))
+    if args.exhaustive and not args.no_oracle_time:
+        alone = sweep.oracle_time(args.format, 0, 2**32, workers=args.workers, progress=True)
+        cast = sweep.ML_DTYPES[args.format].name
+        print(f"  {cast} cast alone, same inputs and {args.workers} workers: {alone:.1f} s; "
+              f"sweep / cast alone = {seconds / alone:.2f}")
     return 1 if summary.mismatches_torch or summary.mismatches_ml_dtypes else 0

@@ -7,8 +7,10 @@ parity/oracles.py. Inputs are built from the bit layout with exact Python arithm
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 
 import numpy as np
@@ -17,6 +19,17 @@ import torch
 import reference.formats as ref
 import torch_impl.formats as tim
 from parity import oracles
+
+# The committed measurement of benchmarks/formats.py (the picture and the table in
+# docs/formats.md are drawn from it), and the ratios it is judged against: the reference's
+# encode at least this fraction of torch's single-thread cast's speed at every size.
+ENCODE_JSON = Path(__file__).resolve().parents[2] / "docs" / "data" / "formats_encode.json"
+ENCODE_TARGETS = {"bfloat16": 0.1, "float16": 0.1, "float8_e5m2": 0.05, "float8_e4m3fn": 0.05}
+
+
+def encode_benchmark() -> dict:
+    """The committed encode benchmark (python benchmarks/formats.py writes it)."""
+    return json.loads(ENCODE_JSON.read_text(encoding="utf-8"))
 
 
 def as_torch(x: np.ndarray, device: str = "cpu") -> torch.Tensor:
