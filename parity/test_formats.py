@@ -147,7 +147,7 @@ def test_stochastic_rounding_matches_torch_given_the_same_words(
 
 
 @formats
-@settings(max_examples=30)
+@settings(max_examples=20)
 @given(data=st.data(), dtype=st.sampled_from([np.float32, np.float64]))
 def test_stochastic_rounding_rounds_up_with_exactly_the_right_probability(
     name: str, device: str, data: st.DataObject, dtype: type

@@ -126,12 +126,18 @@ def double_rounding_cases(fmt: str | FloatFormat) -> st.SearchStrategy[float]:
         if t[0] != 0 and math.isfinite(t[0]) else t[0])
 
 
+def float64_bits() -> st.SearchStrategy[float]:
+    """Any float64 bit pattern (full 52-bit significands, which st.floats seldom draws)."""
+    return st.integers(0, 2**64 - 1).map(lambda b: float(np.uint64(b).view(np.float64)))
+
+
 def float64_arrays(fmt: str | FloatFormat, max_size: int = 64) -> st.SearchStrategy[np.ndarray]:
-    """1-d float64 arrays: double-rounding cases, edges, and any finite float64."""
+    """1-d float64 arrays: double-rounding cases, edges, any float64, any bit pattern."""
     values = st.one_of(
         double_rounding_cases(fmt),
         edge_float32(fmt).map(float),
         st.floats(allow_nan=True, allow_infinity=True, width=64),
+        float64_bits(),
     )
     return st.lists(values, min_size=1, max_size=max_size).map(
         lambda v: np.array(v, dtype=np.float64))
