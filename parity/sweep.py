@@ -9,8 +9,11 @@ saturates).
 
 Per chunk: one reference encode (with the policy that keeps overflow visible; torch's
 saturating policy follows from it), one torch cast, one ml_dtypes (or NumPy) cast, and a
-comparison that looks at NaN classes only where the codes differ. `oracle_time` times the
-third library's cast alone over the same inputs, the floor a sweep cannot go below.
+comparison that looks at NaN classes only where the codes differ. With `time_oracle`, each
+worker also runs the third library's cast alone on each chunk, just before sweeping it, and
+the thread CPU time of both is summed: the cast alone is the floor a sweep cannot go below,
+and timing the two interleaved, in the same processes, keeps their ratio fair on a machine
+whose load changes.
 """
 
 from __future__ import annotations
@@ -43,9 +46,13 @@ class Summary:
     mismatches_torch: int = 0
     mismatches_ml_dtypes: int = 0
     examples: list[str] = field(default_factory=list)
+    cpu_seconds: float = 0.0  # thread CPU time of sweep_bits, summed over workers
+    oracle_cpu_seconds: float = 0.0  # the third library's cast alone (with time_oracle)
 
     def add(self, other: Summary) -> None:
         self.total += other.total
+        self.cpu_seconds += other.cpu_seconds
+        self.oracle_cpu_seconds += other.oracle_cpu_seconds
         for k, v in other.by_class.items():
             self.by_class[k] += v
         self.mismatches_torch += other.mismatches_torch
@@ -125,13 +132,22 @@ def _chunks(start: int, stop: int) -> Iterator[np.ndarray]:
         yield base[: min(CHUNK, stop - lo)] + np.uint32(lo)
 
 
-def _sweep_span(name: str, start: int, stop: int) -> Summary:
+def _sweep_span(name: str, start: int, stop: int, time_oracle: bool = False) -> Summary:
     import torch
 
     torch.set_num_threads(1)  # one core per worker process
-    total = Summary(name)
+    total, oracle = Summary(name), 0.0
     for bits in _chunks(start, stop):
-        total.add(sweep_bits(name, bits))
+        if time_oracle:
+            began = time.thread_time()
+            with np.errstate(over="ignore", invalid="ignore"):
+                bits.view(np.float32).astype(ML_DTYPES[name])
+            oracle += time.thread_time() - began
+        began = time.thread_time()
+        part = sweep_bits(name, bits)
+        part.cpu_seconds = time.thread_time() - began
+        total.add(part)
+    total.oracle_cpu_seconds = oracle
     return total
 
 
@@ -147,20 +163,12 @@ def _sample_span(name: str, seed: int, n: int) -> Summary:
     return total
 
 
-def _oracle_span(name: str, start: int, stop: int) -> Summary:
-    """The third library's cast alone on the same inputs (what oracle_time measures)."""
-    for bits in _chunks(start, stop):
-        with np.errstate(over="ignore", invalid="ignore"):
-            bits.view(np.float32).astype(ML_DTYPES[name])
-    return Summary(name, total=stop - start)
-
-
 def _run(name: str, tasks: list[tuple[Callable[..., Summary], tuple, int]], workers: int,
-         progress: bool, label: str = "") -> Summary:
+         progress: bool) -> Summary:
     if name not in STORAGE_FORMATS:
         raise ValueError(f"sweep formats: {', '.join(STORAGE_FORMATS)}; got {name!r}")
     total = Summary(name)
-    with tqdm(total=sum(t[2] for t in tasks), desc=label or name, unit="input",
+    with tqdm(total=sum(t[2] for t in tasks), desc=name, unit="input",
               unit_scale=True, file=sys.stderr, disable=not progress) as bar:
         if workers <= 1:
             for fn, args, size in tasks:
@@ -175,26 +183,14 @@ def _run(name: str, tasks: list[tuple[Callable[..., Summary], tuple, int]], work
     return total
 
 
-def _spans(start: int, stop: int) -> list[tuple[int, int]]:
+def sweep_range(name: str, start: int, stop: int, workers: int = 2, progress: bool = False,
+                time_oracle: bool = False) -> Summary:
+    """Every float32 bit pattern in [start, stop); with time_oracle, also the CPU time of the
+    third library's cast alone on the same chunks (Summary.oracle_cpu_seconds)."""
     step = 1 << 24
-    return [(lo, min(lo + step, stop)) for lo in range(start, stop, step)]
-
-
-def sweep_range(name: str, start: int, stop: int, workers: int = 2,
-                progress: bool = False) -> Summary:
-    """Every float32 bit pattern in [start, stop)."""
-    tasks = [(_sweep_span, (name, lo, hi), hi - lo) for lo, hi in _spans(start, stop)]
+    tasks = [(_sweep_span, (name, lo, min(lo + step, stop), time_oracle),
+              min(lo + step, stop) - lo) for lo in range(start, stop, step)]
     return _run(name, tasks, workers, progress)
-
-
-def oracle_time(name: str, start: int, stop: int, workers: int = 2,
-                progress: bool = False) -> float:
-    """Wall seconds the third library's own cast (ml_dtypes, or NumPy's astype(float16))
-    takes over the bit patterns [start, stop), in the same worker processes and chunks."""
-    tasks = [(_oracle_span, (name, lo, hi), hi - lo) for lo, hi in _spans(start, stop)]
-    began = time.perf_counter()
-    _run(name, tasks, workers, progress, f"{name} {ML_DTYPES[name].name} cast alone")
-    return time.perf_counter() - began
 
 
 def sweep_sample(name: str, n: int, seed: int = 0, workers: int = 1,
@@ -207,10 +203,15 @@ def sweep_sample(name: str, n: int, seed: int = 0, workers: int = 1,
 
 
 def render(s: Summary, seconds: float) -> str:
-    lines = [f"{s.name}: {s.total:,} float32 inputs in {seconds:.1f} s"]
+    lines = [f"{s.name}: {s.total:,} float32 inputs in {seconds:.1f} s (wall)"]
     for k in CLASSES:
         lines.append(f"  {k:<10} {s.by_class[k]:>14,}")
     lines.append(f"  mismatches vs torch    {s.mismatches_torch:,}")
     lines.append(f"  mismatches vs ml_dtypes {s.mismatches_ml_dtypes:,}")
     lines += [f"  {e}" for e in s.examples]
+    if s.oracle_cpu_seconds:
+        lines.append(f"  CPU time in the workers: sweep {s.cpu_seconds:.1f} s, the "
+                     f"{ML_DTYPES[s.name].name} cast alone on the same chunks "
+                     f"{s.oracle_cpu_seconds:.1f} s; sweep / cast alone = "
+                     f"{s.cpu_seconds / s.oracle_cpu_seconds:.2f}")
     return "\n".join(lines)
