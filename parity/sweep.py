@@ -18,12 +18,15 @@ whose load changes.
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from multiprocessing import get_context
+from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
@@ -32,6 +35,7 @@ import reference.formats as ref
 from parity.oracles import ML_DTYPES, STORAGE_FORMATS
 
 CHUNK = 1 << 16
+SWEEP_JSON = Path(__file__).resolve().parents[1] / "docs" / "data" / "formats_sweep.json"
 CLASSES = ("normal", "subnormal", "zero", "overflow", "inf", "nan")
 _MAGNITUDE32, _INF32 = np.uint32(0x7FFFFFFF), np.uint32(0x7F800000)
 
@@ -200,6 +204,29 @@ def sweep_sample(name: str, n: int, seed: int = 0, workers: int = 1,
     tasks = [(_sample_span, (name, seed * 100_003 + i, min(step, n - lo)), min(step, n - lo))
              for i, lo in enumerate(range(0, n, step))]
     return _run(name, tasks, workers, progress)
+
+
+def record(s: Summary, seconds: float, workers: int, path: Path = SWEEP_JSON) -> None:
+    """Store an exhaustive sweep's result under its format in docs/data/formats_sweep.json
+    (the table in docs/formats.md is drawn from it: python -m parity docs)."""
+    import platform
+
+    import torch
+
+    results = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    results[s.name] = {
+        "inputs": s.total, "workers": workers, "wall_seconds": round(seconds, 1),
+        "cpu_seconds_sweep": round(s.cpu_seconds, 1),
+        "cpu_seconds_cast_alone": round(s.oracle_cpu_seconds, 1),
+        "cast": ML_DTYPES[s.name].name, "mismatches_torch": s.mismatches_torch,
+        "mismatches_ml_dtypes": s.mismatches_ml_dtypes, "by_class": s.by_class,
+        "load_average_1min_at_end": round(os.getloadavg()[0], 1),
+        "machine": f"{platform.machine()}, {os.cpu_count()} logical CPUs",
+        "versions": f"numpy {np.__version__}, torch {torch.__version__}",
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(dict(sorted(results.items())), indent=1) + "\n",
+                    encoding="utf-8")
 
 
 def render(s: Summary, seconds: float) -> str:

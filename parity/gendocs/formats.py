@@ -1,12 +1,16 @@
-"""docs/formats.md: the range table of every format (reference / torch.finfo / ml_dtypes), and
-the encode benchmark's ratios (from the committed docs/data/formats_encode.json)."""
+"""docs/formats.md: the range table of every format (reference / torch.finfo / ml_dtypes), the
+encode benchmark's ratios and the exhaustive sweeps' times (from the committed
+docs/data/formats_encode.json and formats_sweep.json)."""
 
 from __future__ import annotations
+
+import json
 
 from parity.drivers.formats import ENCODE_TARGETS, encode_benchmark
 from parity.gendocs import section
 from parity.oracles import STORAGE_FORMATS
 from parity.ranges import range_table
+from parity.sweep import SWEEP_JSON
 
 
 @section("formats.md", "range-table")
@@ -41,4 +45,32 @@ def _() -> str:
             f"{target}x: {'met' if ratios[least] >= target else 'not met'}); from 2^14 up the "
             f"slowest size is {flat:.2f}x the best per element (target 1.5x: "
             f"{'met' if flat <= 1.5 else 'not met'}).")
+    return "\n".join(lines)
+
+
+@section("formats.md", "sweep-times")
+def _() -> str:
+    runs = json.loads(SWEEP_JSON.read_text(encoding="utf-8")) if SWEEP_JSON.exists() else {}
+    lines = ["Recorded by `python -m parity sweep FORMAT --exhaustive --record` (CPU times are "
+             "thread CPU time summed over the workers; the cast alone ran on every chunk just "
+             "before the sweep of it):", "",
+             "| format (third library's cast) | inputs | mismatches (torch, ml_dtypes) "
+             "| wall s (both) | workers "
+             "| CPU s: sweep | CPU s: cast alone | sweep / cast | load at end |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for name in STORAGE_FORMATS:
+        r = runs.get(name)
+        if r is None:
+            lines.append(f"| {name} | not recorded |" + " |" * 7)
+            continue
+        ratio = r["cpu_seconds_sweep"] / r["cpu_seconds_cast_alone"] \
+            if r["cpu_seconds_cast_alone"] else float("nan")
+        lines.append(
+            f"| {name} ({r['cast']}) | {r['inputs']:,} | {r['mismatches_torch']}, "
+            f"{r['mismatches_ml_dtypes']} | {r['wall_seconds']} | {r['workers']} | "
+            f"{r['cpu_seconds_sweep']} | {r['cpu_seconds_cast_alone']} | {ratio:.2f} | "
+            f"{r['load_average_1min_at_end']} |")
+    machines = sorted({f"{r['machine']}; {r['versions']}" for r in runs.values()})
+    if machines:
+        lines += ["", "On " + " / ".join(machines) + "."]
     return "\n".join(lines)
