@@ -23,8 +23,9 @@ def _() -> str:
     bench = encode_benchmark()
     rows = {(r["format"], r["log2_size"]): r for r in bench["rows"]}
     sizes = sorted({k for _, k in rows})
-    lines = [f"Measured by `python benchmarks/formats.py`: {bench['what']}; {bench['clock']}, "
-             f"{bench['threads']}, {bench['repeats']} repeats ({bench['spread']}); "
+    lines = [f"Measured by `python benchmarks/formats.py`: {bench['what']}; clock: "
+             f"{bench['clock']}; threads: {bench['threads']}; {bench['repeats']} repeats "
+             f"({bench['spread']}); "
              f"{bench['machine']}; {bench['versions']}.", "",
              "torch time / reference time, median [interquartile range]:", "",
              "| elements | " + " | ".join(STORAGE_FORMATS) + " |",
