@@ -72,9 +72,10 @@ OVERFLOW_POLICIES = ("inf", "saturate", "nan")
 # NOTE [ float8_e4m3fn overflow ]
 # float8_e4m3fn has no infinity, so what a value beyond max (or +-inf) becomes is a policy.
 # PyTorch >= 2.13 saturates: every such value, +-inf included, casts to +-448 (the C++
-# conversion fp8e4m3fn_from_fp32_value, shared by CPU and CUDA, pytorch/pytorch#178817,
-# merged 2026-04-17; the 2.12.0 release still has the NaN branch). PyTorch 2.6-2.12 and
-# ml_dtypes give NaN. Values in (448, 464] round to 448 in all of them: 464 is the tie
+# conversion fp8e4m3fn_from_fp32_value, compiled for CPU and CUDA, pytorch/pytorch#178817,
+# merged 2026-04-17; the 2.12.0 release still has the NaN branch; CUDA builds against
+# CUDA >= 13.2 call NVIDIA's saturating conversion instead). PyTorch 2.6-2.12 and ml_dtypes
+# give NaN. Values in (448, 464] round to 448 in all of them: 464 is the tie
 # between 448 (1.110b * 2^8, even) and 480, the first value beyond the format. The reference
 # follows current torch by default; overflow="nan" reproduces older torch and ml_dtypes.
 # The torch twin picks its default from the installed torch's version.
