@@ -9,18 +9,11 @@ from __future__ import annotations
 
 import math
 
-import ml_dtypes
-
 import reference.formats as ref
 import torch_impl.formats as tim
-from parity.sweep import ML_DTYPES
+from parity.oracles import ML_DTYPES, RANGE_FIELDS, ml_dtypes_ranges
 
-FIELDS = ("bits", "exponent_bits", "mantissa_bits", "eps", "max", "tiny",
-          "smallest_subnormal", "min_exponent", "max_exponent")
-ML_FIELDS = {"bits": "bits", "exponent_bits": "nexp", "mantissa_bits": "nmant", "eps": "eps",
-             "max": "max", "tiny": "smallest_normal",
-             "smallest_subnormal": "smallest_subnormal", "min_exponent": "minexp",
-             "max_exponent": "maxexp"}
+FIELDS = tuple(f for f in RANGE_FIELDS if f != "unit_roundoff")  # (eps / 2: one column less)
 
 
 def _fmt(v: float) -> str:
@@ -40,13 +33,12 @@ def range_table() -> tuple[str, int]:
     differences = 0
     for name, r in ref.FORMATS.items():
         t = tim.FORMATS[name]
-        fi = ml_dtypes.finfo(ML_DTYPES[name]) if name in ML_DTYPES else None
+        ml = ml_dtypes_ranges(name) if name in ML_DTYPES else None
         torch_diff = [f for f in FIELDS if float(getattr(t, f)) != float(getattr(r, f))]
-        ml_diff = [] if fi is None else [
-            f for f in FIELDS if float(getattr(fi, ML_FIELDS[f])) != float(getattr(r, f))]
+        ml_diff = [] if ml is None else [f for f in FIELDS if ml[f] != float(getattr(r, f))]
         differences += len(torch_diff) + len(ml_diff)
         torch_cell = "equal" if not torch_diff else "**differs: " + ", ".join(torch_diff) + "**"
-        ml_cell = "-" if fi is None else (
+        ml_cell = "-" if ml is None else (
             "equal" if not ml_diff else "**differs: " + ", ".join(ml_diff) + "**")
         cells = [name, *(_fmt(getattr(r, f)) for f in FIELDS), torch_cell, ml_cell]
         lines.append("| " + " | ".join(cells) + " |")

@@ -1,35 +1,43 @@
 """`python -m parity sweep FORMAT`: reference vs torch vs ml_dtypes over float32 inputs.
 
 The inputs are bit patterns: all 2^32 with --exhaustive, or a random sample. Work is cut
-into chunks of 2^15 inputs (128 KiB of float32: the arrays of one chunk stay in cache) and
-spread over worker processes. A mismatch is any pair of codes that differ, NaN counting as
-one class; the declared policies are applied before comparing: torch with its own overflow
-policy (DEFAULT_OVERFLOW of torch_impl.formats) and ml_dtypes with overflow="nan" for
-float8_e4m3fn (ml_dtypes never saturates).
+into chunks of CHUNK inputs and spread over worker processes (one thread each). A mismatch
+is any pair of codes that differ, NaN counting as one class; the declared policies are
+applied before comparing: torch with its own overflow policy (DEFAULT_OVERFLOW of
+torch_impl.formats) and ml_dtypes with overflow="nan" for float8_e4m3fn (ml_dtypes never
+saturates).
+
+Per chunk: one reference encode (with the policy that keeps overflow visible; torch's
+saturating policy follows from it), one torch cast, one ml_dtypes (or NumPy) cast, and a
+comparison that looks at NaN classes only where the codes differ. With `time_oracle`, each
+worker also runs the third library's cast alone on each chunk, just before sweeping it, and
+the thread CPU time of both is summed: the cast alone is the floor a sweep cannot go below,
+and timing the two interleaved, in the same processes, keeps their ratio fair on a machine
+whose load changes.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from multiprocessing import get_context
+from pathlib import Path
 
-import ml_dtypes
 import numpy as np
+from tqdm import tqdm
 
 import reference.formats as ref
+from parity.oracles import ML_DTYPES, STORAGE_FORMATS
 
-CHUNK = 1 << 15
-ML_DTYPES = {
-    "float16": np.dtype(np.float16),
-    "bfloat16": np.dtype(ml_dtypes.bfloat16),
-    "float8_e5m2": np.dtype(ml_dtypes.float8_e5m2),
-    "float8_e4m3fn": np.dtype(ml_dtypes.float8_e4m3fn),
-}
+CHUNK = 1 << 16
+SWEEP_JSON = Path(__file__).resolve().parents[1] / "docs" / "data" / "formats_sweep.json"
 CLASSES = ("normal", "subnormal", "zero", "overflow", "inf", "nan")
+_MAGNITUDE32, _INF32 = np.uint32(0x7FFFFFFF), np.uint32(0x7F800000)
 
 
 @dataclass
@@ -42,9 +50,13 @@ class Summary:
     mismatches_torch: int = 0
     mismatches_ml_dtypes: int = 0
     examples: list[str] = field(default_factory=list)
+    cpu_seconds: float = 0.0  # thread CPU time of sweep_bits, summed over workers
+    oracle_cpu_seconds: float = 0.0  # the third library's cast alone (with time_oracle)
 
     def add(self, other: Summary) -> None:
         self.total += other.total
+        self.cpu_seconds += other.cpu_seconds
+        self.oracle_cpu_seconds += other.oracle_cpu_seconds
         for k, v in other.by_class.items():
             self.by_class[k] += v
         self.mismatches_torch += other.mismatches_torch
@@ -59,9 +71,47 @@ def _nan_codes(codes: np.ndarray, fmt: ref.FloatFormat) -> np.ndarray:
     return magnitude > fmt.inf_code
 
 
-def _differ(a: np.ndarray, b: np.ndarray, fmt: ref.FloatFormat) -> np.ndarray:
-    nan_a, nan_b = _nan_codes(a, fmt), _nan_codes(b, fmt)
-    return np.where(nan_a | nan_b, nan_a != nan_b, a != b)
+def _mismatches(a: np.ndarray, b: np.ndarray, fmt: ref.FloatFormat) -> np.ndarray:
+    """Indices where two code arrays differ, NaN counting as one class (NaN classes are
+    looked at only where the codes differ: few places)."""
+    differ = np.flatnonzero(a != b)
+    both_nan = _nan_codes(a[differ], fmt) & _nan_codes(b[differ], fmt)
+    return differ[~both_nan]
+
+
+def _saturated(codes: np.ndarray, nan_in: np.ndarray, fmt: ref.FloatFormat) -> np.ndarray:
+    """Codes of the non-saturating policy turned into the saturating one: every overflow
+    (not a NaN input) becomes +-max, sign kept (integer arithmetic: a select is slower)."""
+    magnitude = codes & fmt.code_dtype(2 ** (fmt.bits - 1) - 1)
+    beyond = (magnitude > fmt.max_code) & ~nan_in
+    return codes - beyond.astype(fmt.code_dtype) * (magnitude - fmt.code_dtype(fmt.max_code))
+
+
+def _classes(codes: np.ndarray, bits: np.ndarray, nan_in: np.ndarray, fmt: ref.FloatFormat
+             ) -> dict[str, int]:
+    """Inputs by class: NaN and inf from the input bits, the rest from the magnitudes of the
+    reference's (non-saturating) codes."""
+    magnitude = codes & fmt.code_dtype(2 ** (fmt.bits - 1) - 1)
+    zero = int(np.count_nonzero(magnitude == 0))
+    below_normal = int(np.count_nonzero(magnitude < fmt.code_dtype(2**fmt.mantissa_bits)))
+    beyond = int(np.count_nonzero(magnitude > fmt.code_dtype(fmt.max_code)))
+    nan = int(np.count_nonzero(nan_in))
+    inf = int(np.count_nonzero((bits & _MAGNITUDE32) == _INF32))
+    return {"normal": codes.size - below_normal - beyond, "subnormal": below_normal - zero,
+            "zero": zero, "overflow": beyond - nan - inf, "inf": inf, "nan": nan}
+
+
+_TORCH_OUT: dict = {}  # per process: one output tensor per (dtype, size), reused by each chunk
+
+
+def _torch_buffer(dtype: object, size: int) -> object:
+    """An output tensor for torch's cast: `out.copy_(src)` runs the same conversion kernel as
+    `src.to(dtype)` without allocating (fresh pages) for every chunk."""
+    import torch
+
+    if (dtype, size) not in _TORCH_OUT:
+        _TORCH_OUT[(dtype, size)] = torch.empty(size, dtype=dtype)  # type: ignore[arg-type]
+    return _TORCH_OUT[(dtype, size)]
 
 
 def sweep_bits(name: str, bits: np.ndarray) -> Summary:
@@ -72,55 +122,49 @@ def sweep_bits(name: str, bits: np.ndarray) -> Summary:
 
     fmt = ref.FORMATS[name]
     x = bits.view(np.float32)
-    magnitude = bits & np.uint32(0x7FFFFFFF)
-    is_nan = magnitude > np.uint32(0x7F800000)
-    is_inf = magnitude == np.uint32(0x7F800000)
-    # One reference rounding with the non-saturating policy shows where results overflow;
-    # a saturating policy's codes then follow by replacing those (sign kept).
-    unbounded = ref.encode(x, name, overflow="nan" if fmt.convention == "fn" else "inf")
-    code_mag = unbounded & fmt.code_dtype(2 ** (fmt.bits - 1) - 1)
-    beyond = ~is_nan & (code_mag == (fmt.nan_code if fmt.convention == "fn" else fmt.inf_code))
+    ours = ref.encode(x, name, overflow="nan" if fmt.convention == "fn" else "inf")
+    nan_in = (bits & _MAGNITUDE32) > _INF32
+    native = _torch_buffer(tim.FORMATS[name].dtype, x.size).copy_(torch.from_numpy(x))
+    torch_codes = native.view(tim.FORMATS[name].code_dtype).numpy().view(fmt.code_dtype)
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is the subject
+        ml_codes = x.astype(ML_DTYPES[name]).view(fmt.code_dtype)
+    ours_torch = _saturated(ours, nan_in, fmt) if tim.DEFAULT_OVERFLOW[name] == "saturate" \
+        else ours
+    bad_torch = _mismatches(ours_torch, torch_codes, fmt)
+    bad_ml = _mismatches(ours, ml_codes, fmt)  # ml_dtypes never saturates
 
-    def with_policy(policy: str) -> np.ndarray:
-        if policy != "saturate":
-            return unbounded
-        return np.where(beyond, (unbounded & fmt.code_dtype(2 ** (fmt.bits - 1))) | fmt.max_code,
-                        unbounded).astype(fmt.code_dtype)
-
-    got = with_policy(tim.DEFAULT_OVERFLOW[name])
-    native = torch.from_numpy(x).to(tim.FORMATS[name].dtype).view(tim.FORMATS[name].code_dtype)
-    bad_torch = _differ(got, native.numpy().view(fmt.code_dtype), fmt)
-    got_ml = with_policy("nan" if fmt.convention == "fn" else "inf")  # ml_dtypes never saturates
-    with np.errstate(over="ignore", invalid="ignore"):
-        ml = x.astype(ML_DTYPES[name]).view(fmt.code_dtype)
-    bad_ml = _differ(got_ml, ml, fmt)
-
-    s = Summary(name, total=bits.size)
-    overflow = beyond & ~is_inf
-    finite = ~is_nan & ~beyond
-    s.by_class["nan"] = int(is_nan.sum())
-    s.by_class["inf"] = int(is_inf.sum())
-    s.by_class["overflow"] = int(overflow.sum())
-    s.by_class["zero"] = int((finite & (code_mag == 0)).sum())
-    subnormal = finite & (code_mag > 0) & (code_mag < 2**fmt.mantissa_bits)
-    s.by_class["subnormal"] = int(subnormal.sum())
-    s.by_class["normal"] = int((finite & (code_mag >= 2**fmt.mantissa_bits)).sum())
-    s.mismatches_torch = int(bad_torch.sum())
-    s.mismatches_ml_dtypes = int(bad_ml.sum())
-    for i in np.flatnonzero(bad_torch | bad_ml)[:10]:
-        s.examples.append(f"input 0x{int(bits[i]):08x}: reference 0x{int(got[i]):x}, "
-                          f"torch 0x{int(native[i]):x}, ml_dtypes 0x{int(ml[i]):x}")
+    s = Summary(name, total=bits.size, by_class=_classes(ours, bits, nan_in, fmt),
+                mismatches_torch=bad_torch.size, mismatches_ml_dtypes=bad_ml.size)
+    for i in np.union1d(bad_torch, bad_ml)[:10] if bad_torch.size or bad_ml.size else ():
+        s.examples.append(f"input 0x{int(bits[i]):08x}: reference 0x{int(ours_torch[i]):x} "
+                          f"(0x{int(ours[i]):x} not saturating), torch "
+                          f"0x{int(torch_codes[i]):x}, ml_dtypes 0x{int(ml_codes[i]):x}")
     return s
 
 
-def _sweep_span(name: str, start: int, stop: int) -> Summary:
+def _chunks(start: int, stop: int) -> Iterator[np.ndarray]:
+    """The bit patterns [start, stop), chunk by chunk."""
+    base = np.arange(CHUNK, dtype=np.uint32)
+    for lo in range(start, stop, CHUNK):
+        yield base[: min(CHUNK, stop - lo)] + np.uint32(lo)
+
+
+def _sweep_span(name: str, start: int, stop: int, time_oracle: bool = False) -> Summary:
     import torch
 
     torch.set_num_threads(1)  # one core per worker process
-    total = Summary(name)
-    for lo in range(start, stop, CHUNK):
-        bits = np.arange(lo, min(lo + CHUNK, stop), dtype=np.uint64).astype(np.uint32)
-        total.add(sweep_bits(name, bits))
+    total, oracle = Summary(name), 0.0
+    for bits in _chunks(start, stop):
+        if time_oracle:
+            began = time.thread_time()
+            with np.errstate(over="ignore", invalid="ignore"):
+                bits.view(np.float32).astype(ML_DTYPES[name])
+            oracle += time.thread_time() - began
+        began = time.thread_time()
+        part = sweep_bits(name, bits)
+        part.cpu_seconds = time.thread_time() - began
+        total.add(part)
+    total.oracle_cpu_seconds = oracle
     return total
 
 
@@ -136,54 +180,33 @@ def _sample_span(name: str, seed: int, n: int) -> Summary:
     return total
 
 
-class Progress:
-    """A one-line progress bar on stderr (no dependency: ten lines beat a package)."""
-
-    def __init__(self, total: int, label: str, enabled: bool = True) -> None:
-        self.total, self.label, self.done = total, label, 0
-        self.start = time.perf_counter()
-        self.enabled = enabled and sys.stderr.isatty()
-
-    def advance(self, n: int) -> None:
-        self.done += n
-        if self.enabled:
-            frac = self.done / self.total
-            bar = "#" * int(30 * frac)
-            elapsed = time.perf_counter() - self.start
-            sys.stderr.write(f"\r{self.label} [{bar:<30}] {100 * frac:5.1f}% {elapsed:6.1f}s")
-            sys.stderr.flush()
-
-    def close(self) -> None:
-        if self.enabled:
-            sys.stderr.write("\n")
-
-
 def _run(name: str, tasks: list[tuple[Callable[..., Summary], tuple, int]], workers: int,
          progress: bool) -> Summary:
-    if name not in ML_DTYPES:
-        raise ValueError(f"sweep formats: {', '.join(ML_DTYPES)}; got {name!r}")
+    if name not in STORAGE_FORMATS:
+        raise ValueError(f"sweep formats: {', '.join(STORAGE_FORMATS)}; got {name!r}")
     total = Summary(name)
-    bar = Progress(sum(t[2] for t in tasks), name, progress)
-    if workers <= 1:
-        for fn, args, size in tasks:
-            total.add(fn(*args))
-            bar.advance(size)
-    else:
-        with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
-            futures = {pool.submit(fn, *args): size for fn, args, size in tasks}
-            for f in as_completed(futures):
-                total.add(f.result())
-                bar.advance(futures[f])
-    bar.close()
+    with tqdm(total=sum(t[2] for t in tasks), desc=name, unit="input",
+              unit_scale=True, file=sys.stderr, disable=not progress) as bar:
+        if workers <= 1:
+            for fn, args, size in tasks:
+                total.add(fn(*args))
+                bar.update(size)
+        else:
+            with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+                futures = {pool.submit(fn, *args): size for fn, args, size in tasks}
+                for f in as_completed(futures):
+                    total.add(f.result())
+                    bar.update(futures[f])
     return total
 
 
-def sweep_range(name: str, start: int, stop: int, workers: int = 2,
-                progress: bool = False) -> Summary:
-    """Every float32 bit pattern in [start, stop)."""
+def sweep_range(name: str, start: int, stop: int, workers: int = 2, progress: bool = False,
+                time_oracle: bool = False) -> Summary:
+    """Every float32 bit pattern in [start, stop); with time_oracle, also the CPU time of the
+    third library's cast alone on the same chunks (Summary.oracle_cpu_seconds)."""
     step = 1 << 24
-    tasks = [(_sweep_span, (name, lo, min(lo + step, stop)), min(lo + step, stop) - lo)
-             for lo in range(start, stop, step)]
+    tasks = [(_sweep_span, (name, lo, min(lo + step, stop), time_oracle),
+              min(lo + step, stop) - lo) for lo in range(start, stop, step)]
     return _run(name, tasks, workers, progress)
 
 
@@ -196,11 +219,39 @@ def sweep_sample(name: str, n: int, seed: int = 0, workers: int = 1,
     return _run(name, tasks, workers, progress)
 
 
+def record(s: Summary, seconds: float, workers: int, path: Path = SWEEP_JSON) -> None:
+    """Store an exhaustive sweep's result under its format in docs/data/formats_sweep.json
+    (the table in docs/formats.md is drawn from it: python -m parity docs)."""
+    import platform
+
+    import torch
+
+    results = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    results[s.name] = {
+        "inputs": s.total, "workers": workers, "wall_seconds": round(seconds, 1),
+        "cpu_seconds_sweep": round(s.cpu_seconds, 1),
+        "cpu_seconds_cast_alone": round(s.oracle_cpu_seconds, 1),
+        "cast": ML_DTYPES[s.name].name, "mismatches_torch": s.mismatches_torch,
+        "mismatches_ml_dtypes": s.mismatches_ml_dtypes, "by_class": s.by_class,
+        "load_average_1min_at_end": round(os.getloadavg()[0], 1),
+        "machine": f"{platform.machine()}, {os.cpu_count()} logical CPUs",
+        "versions": f"numpy {np.__version__}, torch {torch.__version__}",
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(dict(sorted(results.items())), indent=1) + "\n",
+                    encoding="utf-8")
+
+
 def render(s: Summary, seconds: float) -> str:
-    lines = [f"{s.name}: {s.total:,} float32 inputs in {seconds:.1f} s"]
+    lines = [f"{s.name}: {s.total:,} float32 inputs in {seconds:.1f} s (wall)"]
     for k in CLASSES:
         lines.append(f"  {k:<10} {s.by_class[k]:>14,}")
     lines.append(f"  mismatches vs torch    {s.mismatches_torch:,}")
     lines.append(f"  mismatches vs ml_dtypes {s.mismatches_ml_dtypes:,}")
     lines += [f"  {e}" for e in s.examples]
+    if s.oracle_cpu_seconds:
+        lines.append(f"  CPU time in the workers: sweep {s.cpu_seconds:.1f} s, the "
+                     f"{ML_DTYPES[s.name].name} cast alone on the same chunks "
+                     f"{s.oracle_cpu_seconds:.1f} s; sweep / cast alone = "
+                     f"{s.cpu_seconds / s.oracle_cpu_seconds:.2f}")
     return "\n".join(lines)

@@ -6,11 +6,11 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import reference.formats as ref
-from parity import strategies
+from parity import oracles, strategies
 
 NAMED = tuple(ref.FORMATS)
 GENERIC = (ref.FloatFormat("e3m2", 3, 2), ref.FloatFormat("e6m9", 6, 9),
@@ -131,6 +131,95 @@ def test_generic_formats_round_like_fractions() -> None:
     # 15 is the overflow tie, and 14 = 1.11b * 2^3 is odd, so it rounds up to inf.
     x = np.array([0.09375, 0.15625, 1.125, 1.375, 13.0, 14.5, 15.0])
     assert ref.quantize(x, e3m2).tolist() == [0.125, 0.125, 1.0, 1.5, 12.0, 14.0, math.inf]
+
+
+@given(x=strategies.float32_arrays("float16", max_size=64), name=st.sampled_from(NAMED),
+       rounding=st.sampled_from(ref.ROUNDING_MODES), block=st.integers(1, 9),
+       seed=st.integers(0, 2**32 - 1))
+def test_encode_in_blocks_gives_the_codes_of_the_whole_array(
+        x: np.ndarray, name: str, rounding: str, block: int, seed: int) -> None:
+    """NOTE [ Encoding in blocks ]: any block size gives the same codes, random words
+    included (each block reads its own slice of them), for n-d arrays too."""
+    words = ref.draw_random_words(x.shape, np.random.default_rng(seed))
+    kw = {"random_bits": words} if rounding == "stochastic" else {}
+    whole = ref.encode(x, name, rounding=rounding, **kw)
+    saved, ref.BLOCK = ref.BLOCK, block
+    try:
+        blocked = ref.encode(x, name, rounding=rounding, **kw)
+        blocked_2d = ref.encode(x[: x.size // 2 * 2].reshape(2, -1), name, rounding=rounding,
+                                **({"random_bits": words[: x.size // 2 * 2].reshape(2, -1)}
+                                   if kw else {}))
+    finally:
+        ref.BLOCK = saved
+    assert np.array_equal(blocked, whole)
+    assert np.array_equal(blocked_2d.reshape(-1), whole[: x.size // 2 * 2])
+
+
+SMALL = [f for f in ref.FORMATS.values() if f.bits <= 16] + list(GENERIC)
+
+
+@pytest.mark.parametrize("fmt", SMALL, ids=str)
+@settings(max_examples=40)
+@given(data=st.data())
+def test_ulp_distance_counts_nextafter_steps_between_members(fmt: ref.FloatFormat,
+                                                             data: st.DataObject) -> None:
+    """ulp_distance(a, b) is the difference of a's and b's ranks among all members in order
+    (oracles.member_ranks, +0 and -0 one rank), for any two members, infinities included."""
+    values, ranks = oracles.member_ranks(fmt)
+    pairs = data.draw(st.lists(st.tuples(st.integers(0, values.size - 1),
+                                         st.integers(0, values.size - 1)),
+                                min_size=1, max_size=64))
+    i, j = np.array(pairs).T
+    a, b = values[i], values[j]
+    a = np.where((a == 0) & data.draw(st.booleans()), -0.0, a)  # either zero, either side
+    assert np.array_equal(ref.ulp_distance(a, b, fmt), np.abs(ranks[i] - ranks[j]))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@given(bits=st.integers(0, 2**64 - 1), steps=st.integers(-300, 300))
+def test_ulp_distance_counts_numpy_nextafter_steps_in_float32_and_float64(
+        dtype: type, bits: int, steps: int) -> None:
+    """Walking k times with np.nextafter from any finite value gives ulp_distance |k| (the
+    steps that moved: the walk stops at +-inf)."""
+    uint = np.uint32 if dtype == np.float32 else np.uint64
+    start = np.array([bits % 2 ** (8 * np.dtype(dtype).itemsize)], dtype=uint).view(dtype)
+    assume(np.isfinite(start[0]))
+    end, moved = start.copy(), 0
+    with np.errstate(over="ignore"):  # walking off the top reaches inf, still a member
+        for _ in range(abs(steps)):
+            step = np.nextafter(end, dtype(np.inf if steps > 0 else -np.inf))
+            moved += int(step[0] != end[0])  # (nextafter stays put at +-inf)
+            end = step
+    name = "float32" if dtype == np.float32 else "float64"
+    assert ref.ulp_distance(start, end, name)[0] == moved
+
+
+@pytest.mark.parametrize(
+    "a, b, fmt, words",
+    [
+        (np.array([1.0, np.nan]), np.array([1.0, 1.0]), "bfloat16", r"a\[1\] = nan is NaN"),
+        (np.array([1.0]), np.array([np.nan]), "float16", "members of float16.*b.* is NaN"),
+        (np.array([[1.0, 1.001]]), np.ones((1, 2)), "bfloat16",
+         r"bfloat16.*a\[0, 1\] = 1.001 is not exactly representable"),
+        (np.array([np.inf]), np.array([448.0]), "float8_e4m3fn", "not exactly representable"),
+        (np.array(1 + 2.0**-30), np.array(1.0), "float32", "float32.*a = 1.0000000009"),
+        (np.ones(2), np.ones(3), "float16", "one shape"),
+    ],
+)
+def test_ulp_distance_refuses_nan_and_non_members_naming_the_first(
+        a: np.ndarray, b: np.ndarray, fmt: str, words: str) -> None:
+    """A NaN or a value the format cannot hold is a ValueError naming it and the format: a
+    distance counted after rounding would hide a missing rounding."""
+    with pytest.raises(ValueError, match=words):
+        ref.ulp_distance(a, b, fmt)
+
+
+def test_is_member_means_encode_then_decode_gives_the_value_back() -> None:
+    """Members: the format's values, +-0, +-inf in IEEE formats; not NaN, not in-between."""
+    x = np.array([1.0, 1 + 2.0**-7, 1 + 2.0**-8, -0.0, np.inf, np.nan, 2.0**-133, 2.0**-134])
+    assert ref.is_member(x, "bfloat16").tolist() == [True, True, False, True, True, False,
+                                                      True, False]
+    assert not ref.is_member(np.array([np.inf]), "float8_e4m3fn")[0]
 
 
 @pytest.mark.parametrize(

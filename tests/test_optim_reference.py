@@ -12,27 +12,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from parity.oracles import round_exact
 from reference import optim as ref
+from reference.format_spec import FLOAT64, FORMATS
 from reference.nn import Parameter
 
 
-def _round_fraction(x: Fraction, dtype: type) -> float:
-    """x rounded once to nearest-even in float32/float64, by exact integer arithmetic."""
-    mant, emin = (24, -126) if dtype == np.float32 else (53, -1022)
-    if x == 0:
-        return 0.0
-    sign, x = (-1 if x < 0 else 1), abs(x)
-    e = x.numerator.bit_length() - x.denominator.bit_length()
-    e = e if Fraction(2) ** e <= x else e - 1  # 2**e <= x < 2**(e+1)
-    quantum = Fraction(2) ** (max(e, emin) - (mant - 1))
-    q, r = divmod(x / quantum, 1)
-    if r > Fraction(1, 2) or (r == Fraction(1, 2) and q % 2 == 1):
-        q += 1
-    return sign * float(q * quantum)
-
-
 def _exact_fma(a: np.ndarray, b: np.ndarray, c: np.ndarray, dtype: type) -> np.ndarray:
-    out = [_round_fraction(Fraction(float(x)) * Fraction(float(y)) + Fraction(float(z)), dtype)
+    fmt = FORMATS["float32"] if dtype == np.float32 else FLOAT64  # bit widths for the oracle
+    out = [round_exact(Fraction(float(x)) * Fraction(float(y)) + Fraction(float(z)), fmt)
            for x, y, z in zip(a.ravel(), b.ravel(), c.ravel(), strict=True)]
     return np.array(out).astype(dtype).reshape(a.shape)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -12,15 +11,8 @@ from hypothesis import strategies as st
 
 import reference.formats as ref
 from parity import strategies
-
-# float32's own ties need 25 bits: only narrower formats have float32-representable ties.
-NARROW = ("tf32", "float16", "bfloat16", "float8_e5m2", "float8_e4m3fn")
-
-
-def _position(x: float, fmt: ref.FloatFormat) -> Fraction:
-    """|x| in units of the format's spacing at x's binade (an integer for members)."""
-    e = max(math.frexp(abs(x))[1] - 1, fmt.min_exponent)
-    return Fraction(abs(x)) / Fraction(2) ** (e - fmt.mantissa_bits)
+from parity.oracles import NARROW
+from parity.oracles import position as _position
 
 
 @pytest.mark.parametrize("name", NARROW)

@@ -1,12 +1,13 @@
 """Number formats with PyTorch's native API. See reference/formats.py for the math.
 
-Same public names as the reference: FORMATS, get_format, quantize, encode, decode,
-draw_random_words. What PyTorch does differently or hides:
+Same public names as the reference, in the same order: encode, decode, quantize,
+draw_random_words (FORMATS and get_format from torch_impl/format_spec.py). Where the two
+differ in shape: a torch cast yields values, whose bits are the codes, so here `quantize`
+holds the rounding and `encode` is quantize plus a bit view; the reference rounds on codes,
+so there `encode` holds the rounding and `quantize` is encode plus decode. `is_member` and
+`ulp_distance` (measuring in a format) exist in the reference only. What PyTorch does
+differently or hides:
 
-- Ranges come from `torch.finfo`, which has no `smallest_subnormal` (it is tiny * eps) and no
-  exponent limits (read off max and tiny with math.frexp). tf32 has no torch dtype at all:
-  its range is float32's with a 10-bit mantissa (the bit widths are the one thing taken from
-  the reference, as a plain spec).
 - Round to nearest even is `Tensor.to(dtype)`: C++ bit tricks (c10/util/Half.h,
   BFloat16.h, torch/headeronly/util/Float8_*.h) or hardware conversion instructions (F16C,
   AVX512) on vectorized CPU paths. tf32 uses the classic integer trick on the int32 view.
@@ -20,20 +21,21 @@ draw_random_words. What PyTorch does differently or hides:
   is built from torch.frexp / ldexp / trunc, which are exact, and a 32-bit random word per
   element from a torch.Generator (NOTE [ Stochastic rounding with 32-bit words ]).
 - float8_e4m3fn overflow depends on the torch version (NOTE [ float8_e4m3fn overflow ] in
-  reference/formats.py): torch >= 2.12 saturates (+-inf included), 2.6-2.11 give NaN.
+  reference/formats.py): torch >= 2.13 saturates (+-inf included), 2.6-2.12 give NaN.
   `DEFAULT_OVERFLOW` holds what the installed torch does, and the default policy leaves the
   native result untouched, so a parity test sees torch's own behaviour.
+- The unsigned code dtypes (torch.uint16, uint32) get arithmetic and indexing only in recent
+  torch (2.6 has neither for uint16), so codes are checked and converted as int64.
 Works on CPU and CUDA tensors alike.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 
-from reference.formats import FORMATS as _SPECS  # bit widths only: a plain data spec
+from torch_impl.format_spec import FORMATS, TorchFormat, get_format  # noqa: F401
 
 ROUNDING_MODES = ("nearest_even", "toward_zero", "stochastic")
 OVERFLOW_POLICIES = ("inf", "saturate", "nan")
@@ -44,7 +46,8 @@ def _torch_version() -> tuple[int, int]:
     return int(major), int(minor)
 
 
-E4M3FN_SATURATES = _torch_version() >= (2, 12)
+# NOTE [ float8_e4m3fn overflow ] (reference/formats.py): the first release that saturates.
+E4M3FN_SATURATES = _torch_version() >= (2, 13)
 # What the installed torch's cast does with a value that rounds beyond max, and with +-inf.
 DEFAULT_OVERFLOW: dict[str, str] = {
     "float32": "inf",
@@ -54,90 +57,30 @@ DEFAULT_OVERFLOW: dict[str, str] = {
     "float8_e5m2": "inf",
     "float8_e4m3fn": "saturate" if E4M3FN_SATURATES else "nan",
 }
-
-
-@dataclass(frozen=True)
-class TorchFormat:
-    """A named format as torch sees it: its dtype (None for tf32) and torch.finfo ranges."""
-
-    name: str
-    dtype: torch.dtype | None
-    code_dtype: torch.dtype  # the unsigned integer dtype of one code
-
-    @property
-    def _finfo(self) -> torch.finfo:
-        return torch.finfo(self.dtype if self.dtype is not None else torch.float32)
-
-    @property
-    def mantissa_bits(self) -> int:
-        if self.dtype is None:
-            return _SPECS[self.name].mantissa_bits
-        return -math.frexp(self._finfo.eps)[1] + 1  # eps = 2^-m
-
-    @property
-    def bits(self) -> int:
-        if self.dtype is None:
-            return _SPECS[self.name].bits
-        return self._finfo.bits
-
-    @property
-    def exponent_bits(self) -> int:
-        return self.bits - 1 - self.mantissa_bits
-
-    @property
-    def eps(self) -> float:
-        return 2.0 ** -self.mantissa_bits if self.dtype is None else self._finfo.eps
-
-    @property
-    def unit_roundoff(self) -> float:
-        return self.eps / 2
-
-    @property
-    def max(self) -> float:
-        if self.dtype is None:  # float32's largest binade with m mantissa bits
-            top = math.frexp(self._finfo.max)[1] - 1
-            return (2.0 - self.eps) * 2.0**top
-        return self._finfo.max
-
-    @property
-    def tiny(self) -> float:
-        return self._finfo.tiny
-
-    @property
-    def smallest_subnormal(self) -> float:
-        return self.tiny * self.eps  # torch.finfo lacks it
-
-    @property
-    def max_exponent(self) -> int:
-        return math.frexp(self.max)[1]  # max = f * 2^e, 0.5 <= f < 1: 2^e is not finite
-
-    @property
-    def min_exponent(self) -> int:
-        return math.frexp(self.tiny)[1] - 1
-
-
-FORMATS: dict[str, TorchFormat] = {
-    "float32": TorchFormat("float32", torch.float32, torch.uint32),
-    "tf32": TorchFormat("tf32", None, torch.uint32),
-    "float16": TorchFormat("float16", torch.float16, torch.uint16),
-    "bfloat16": TorchFormat("bfloat16", torch.bfloat16, torch.uint16),
-    "float8_e5m2": TorchFormat("float8_e5m2", torch.float8_e5m2, torch.uint8),
-    "float8_e4m3fn": TorchFormat("float8_e4m3fn", torch.float8_e4m3fn, torch.uint8),
-}
 _TF32_DROP = 23 - 10  # float32 fraction bits below tf32's
 _SIGN32 = -(2**31)  # the int32 with only the sign bit set
 
 
-def get_format(fmt: str | TorchFormat) -> TorchFormat:
-    """A TorchFormat from itself or its name (only named formats have torch twins)."""
-    if isinstance(fmt, TorchFormat):
-        return fmt
-    if isinstance(fmt, str) and fmt in FORMATS:
-        return FORMATS[fmt]
-    raise ValueError(
-        f"unknown format {fmt!r}; torch_impl knows {', '.join(FORMATS)} "
-        "(generic formats exist only in reference.formats)"
-    )
+def encode(
+    x: torch.Tensor,
+    fmt: str | TorchFormat,
+    *,
+    rounding: str = "nearest_even",
+    rng: torch.Generator | None = None,
+    random_bits: torch.Tensor | None = None,
+    overflow: str | None = None,
+    subnormals: bool = True,
+    via: str | None = None,
+) -> torch.Tensor:
+    """Round like `quantize` and return the codes (torch.uint8/uint16/uint32, x's shape)."""
+    fmt = get_format(fmt)
+    values = quantize(x, fmt, rounding=rounding, rng=rng, random_bits=random_bits,
+                      overflow=overflow, subnormals=subnormals, via=via)
+    values = values.to(torch.float32)  # members: this cast is exact
+    if fmt.dtype is None:  # tf32: the top 19 bits of the float32 word
+        word = values.view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+        return (word >> _TF32_DROP).to(torch.uint32)
+    return values.to(fmt.dtype).view(fmt.code_dtype)
 
 
 def _check_input(x: object) -> torch.Tensor:
@@ -146,6 +89,35 @@ def _check_input(x: object) -> torch.Tensor:
     if x.dtype not in (torch.float32, torch.float64):
         raise TypeError(f"expected a float32 or float64 tensor, got dtype {x.dtype}")
     return x
+
+
+def _check_policies(fmt: TorchFormat, rounding: str, overflow: str | None,
+                    rng: object, random_bits: object) -> str:
+    """Refuse unknown modes and policies; return the overflow policy that applies."""
+    if rounding not in ROUNDING_MODES:
+        raise ValueError(f"unknown rounding {rounding!r}; accepted: {', '.join(ROUNDING_MODES)}")
+    if rounding != "stochastic" and (rng is not None or random_bits is not None):
+        raise ValueError("rng= and random_bits= apply to rounding='stochastic' only")
+    if overflow is None:
+        overflow = "saturate" if rounding == "toward_zero" else DEFAULT_OVERFLOW[fmt.name]
+    if overflow not in OVERFLOW_POLICIES:
+        raise ValueError(f"unknown overflow {overflow!r}; accepted: {', '.join(OVERFLOW_POLICIES)}")
+    if overflow == "inf" and not fmt.has_infinity:
+        raise ValueError(f"{fmt.name} has no infinity; use overflow='saturate' or 'nan'")
+    return overflow
+
+
+def _source(x: torch.Tensor, fmt: TorchFormat, via: str | None
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x32, source): the float32 the native casts read, and the exact value the result must
+    be the rounding of (x itself, or x rounded to float32 first with via="float32")."""
+    if via is not None and (via != "float32" or x.dtype != torch.float64):
+        raise ValueError("via='float32' applies to float64 input only (and is the only via)")
+    if x.dtype == torch.float32 or via == "float32" or fmt.name == "float32":
+        x32 = x.to(torch.float32)  # one rounding (or none): what the cast does is right
+    else:
+        x32 = _round_to_odd_float32(x)
+    return x32, (x32 if via == "float32" else x)
 
 
 def _round_to_odd_float32(x: torch.Tensor) -> torch.Tensor:
@@ -159,10 +131,10 @@ def _round_to_odd_float32(x: torch.Tensor) -> torch.Tensor:
     return (code | inexact.to(torch.int32)).view(torch.float32)
 
 
-def _nearest_native(x32: torch.Tensor, fmt: TorchFormat) -> torch.Tensor:
-    """Round-to-nearest-even of float32 values by torch's own cast, returned as float32."""
+def _nearest(x32: torch.Tensor, fmt: TorchFormat) -> torch.Tensor:
+    """Round-to-nearest-even of float32 values by torch's own cast, returned as float64."""
     if fmt.dtype is not None:
-        return x32.to(fmt.dtype).to(torch.float32)
+        return x32.to(fmt.dtype).to(torch.float64)
     # tf32: add half a tf32 ulp minus one, plus the kept lsb, then clear the dropped bits.
     code = x32.view(torch.int32)
     sign = code & _SIGN32
@@ -170,7 +142,18 @@ def _nearest_native(x32: torch.Tensor, fmt: TorchFormat) -> torch.Tensor:
     lsb = (magnitude >> _TF32_DROP) & 1
     rounded = ((magnitude + (1 << (_TF32_DROP - 1)) - 1 + lsb) >> _TF32_DROP) << _TF32_DROP
     rounded = torch.where(torch.isnan(x32), magnitude, rounded)
-    return (rounded | sign).view(torch.float32)
+    return (rounded | sign).view(torch.float32).to(torch.float64)
+
+
+def _toward_zero(x32: torch.Tensor, source: torch.Tensor, fmt: TorchFormat) -> torch.Tensor:
+    """The native nearest, then one step back toward zero where it rounded away."""
+    magnitude = source.abs().to(torch.float64)
+    r = _nearest(x32, fmt)
+    # Anything between max and the overflow boundary truncates to max; the cast's own
+    # overflow result (inf, NaN or max, by version) must not be stepped from.
+    r = torch.where(magnitude > fmt.max, torch.full_like(r, fmt.max).copysign(r), r)
+    away = r.abs() > magnitude
+    return torch.where(away, _step_toward_zero(r.to(torch.float32), fmt).to(torch.float64), r)
 
 
 def _step_toward_zero(r: torch.Tensor, fmt: TorchFormat) -> torch.Tensor:
@@ -183,23 +166,6 @@ def _step_toward_zero(r: torch.Tensor, fmt: TorchFormat) -> torch.Tensor:
     return code.view(fmt.dtype).to(torch.float32)
 
 
-def _overflow_boundary(fmt: TorchFormat, rounding: str) -> tuple[float, bool]:
-    """(b, tie_overflows): a value overflows when |v| > b, or |v| == b and tie_overflows."""
-    ulp_max = 2.0 ** (fmt.max_exponent - 1 - fmt.mantissa_bits)
-    if rounding == "toward_zero":
-        return fmt.max + ulp_max, True
-    # Round to nearest even: the tie at max + ulp/2 goes up when max's last bit is odd
-    # (IEEE: 1.11...1) and stays at max when it is even (fn: 1.11...10).
-    max_is_odd = (fmt.max / ulp_max) % 2 == 1
-    return fmt.max + ulp_max / 2, max_is_odd
-
-
-def draw_random_words(shape: tuple[int, ...], rng: torch.Generator,
-                      device: str | torch.device = "cpu") -> torch.Tensor:
-    """The random words stochastic rounding consumes: int64 in [0, 2^32), one per element."""
-    return torch.randint(0, 2**32, shape, dtype=torch.int64, generator=rng, device=device)
-
-
 def _stochastic(x: torch.Tensor, fmt: TorchFormat, words: torch.Tensor) -> torch.Tensor:
     """Stochastic rounding in float64 with exact operations (frexp, ldexp, trunc)."""
     xd = x.to(torch.float64)
@@ -207,11 +173,85 @@ def _stochastic(x: torch.Tensor, fmt: TorchFormat, words: torch.Tensor) -> torch
     spacing_exp = torch.clamp(e.to(torch.int64) - 1, min=fmt.min_exponent) - fmt.mantissa_bits
     scaled = torch.ldexp(xd.abs(), -spacing_exp.to(torch.float64))  # |x| / spacing: exact
     kept = torch.trunc(scaled)
+    # NOTE [ Stochastic rounding with 32-bit words ]: up when u < floor(2^32 * rest/spacing).
     top32 = torch.floor(torch.ldexp(scaled - kept, torch.tensor(32.0, dtype=torch.float64,
                                                                    device=x.device)))
     kept = kept + (words < top32.to(torch.int64)).to(torch.float64)
     r = torch.ldexp(kept, spacing_exp.to(torch.float64)).copysign(xd)
     return torch.where(torch.isfinite(xd), r, xd)
+
+
+def _overflow(r: torch.Tensor, source: torch.Tensor, fmt: TorchFormat, rounding: str,
+              overflow: str) -> torch.Tensor:
+    """r with every result beyond max replaced by the policy's value (sign kept). With the
+    installed torch's own policy, round to nearest keeps the cast's result untouched."""
+    magnitude = source.abs().to(torch.float64)
+    ulp_max = 2.0 ** (fmt.max_exponent - 1 - fmt.mantissa_bits)
+    if rounding == "stochastic":
+        over = (r.abs() > fmt.max) | torch.isinf(source)
+    elif rounding == "toward_zero":  # the next member up, max + ulp, is the first too large
+        over = (magnitude >= fmt.max + ulp_max) & ~torch.isnan(magnitude)
+    elif overflow == DEFAULT_OVERFLOW[fmt.name]:
+        return r  # leave torch's own overflow result visible
+    else:
+        # Round to nearest even: the tie at max + ulp/2 goes up when max's last bit is odd
+        # (IEEE: 1.11...1) and stays at max when it is even (fn: 1.11...10).
+        bound, max_is_odd = fmt.max + ulp_max / 2, (fmt.max / ulp_max) % 2 == 1
+        over = (magnitude > bound) | ((magnitude == bound) & max_is_odd)
+    replacement = {"inf": math.inf, "saturate": fmt.max, "nan": math.nan}[overflow]
+    signed = torch.full_like(r, replacement).copysign(source.to(torch.float64))
+    return torch.where(over, signed, r)
+
+
+def _random_words(x: torch.Tensor, rng: torch.Generator | None,
+                  random_bits: object) -> torch.Tensor:
+    """The words u of stochastic rounding: int64 on x's device, each in [0, 2^32)."""
+    if (rng is None) == (random_bits is None):
+        raise ValueError("stochastic rounding needs exactly one of rng= (a torch.Generator) "
+                         "or random_bits= (integers in [0, 2^32), one per element)")
+    if random_bits is None:
+        if not isinstance(rng, torch.Generator):
+            raise TypeError(f"rng must be a torch.Generator, got {type(rng).__name__}")
+        return draw_random_words(tuple(x.shape), rng, device=x.device)
+    if not isinstance(random_bits, torch.Tensor) or random_bits.dtype.is_floating_point or \
+            random_bits.dtype.is_complex or random_bits.dtype == torch.bool:
+        what = random_bits.dtype if isinstance(random_bits, torch.Tensor) else \
+            type(random_bits).__name__
+        raise TypeError(f"random_bits must be an integer tensor, got {what}")
+    if random_bits.shape != x.shape:
+        raise ValueError(f"random_bits must have x's shape {tuple(x.shape)}, "
+                         f"got {tuple(random_bits.shape)}")
+    words = random_bits.to(device=x.device, dtype=torch.int64)
+    if words.numel() and (words.min() < 0 or words.max() >= 2**32):
+        raise ValueError("random_bits must lie in [0, 2^32)")
+    return words
+
+
+def draw_random_words(shape: tuple[int, ...], rng: torch.Generator,
+                      device: str | torch.device = "cpu") -> torch.Tensor:
+    """The words stochastic rounding consumes: int64 in [0, 2^32), one per element."""
+    return torch.randint(0, 2**32, shape, dtype=torch.int64, generator=rng, device=device)
+
+
+def decode(codes: torch.Tensor, fmt: str | TorchFormat,
+           dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """The exact value of each code, by reinterpreting the bits (`Tensor.view`)."""
+    fmt = get_format(fmt)
+    if not isinstance(codes, torch.Tensor) or codes.dtype.is_floating_point or \
+            codes.dtype.is_complex or codes.dtype == torch.bool:
+        what = codes.dtype if isinstance(codes, torch.Tensor) else type(codes).__name__
+        raise TypeError(f"decode expects an integer tensor of codes, got {what}")
+    c = codes.to(torch.int64)
+    if c.numel() and (c.min() < 0 or c.max() >= 2**fmt.bits):
+        raise ValueError(f"codes out of range for the {fmt.bits}-bit format {fmt.name}: "
+                         f"expected [0, 2^{fmt.bits})")
+    if dtype not in (torch.float32, torch.float64):
+        raise TypeError(f"decode produces float32 or float64, got {dtype}")
+    width = 32 if fmt.dtype is None else fmt.bits  # tf32: the top 19 bits of float32's word
+    word = c << (width - fmt.bits)
+    word = torch.where(word >= 2 ** (width - 1), word - 2**width, word)  # two's complement
+    signed = {8: torch.int8, 16: torch.int16, 32: torch.int32}[width]
+    return word.to(signed).view(fmt.dtype or torch.float32).to(dtype)
 
 
 def quantize(
@@ -225,7 +265,8 @@ def quantize(
     subnormals: bool = True,
     via: str | None = None,
 ) -> torch.Tensor:
-    """Each element replaced by the member of `fmt` the rounding picks; x's dtype and device.
+    """Each element replaced by the member of `fmt` the rounding picks; x's dtype, shape and
+    device.
 
     Arguments as in reference.formats.quantize; `rng` is a torch.Generator, `random_bits`
     an integer tensor of x's shape with values in [0, 2^32). Default overflow: what the
@@ -233,86 +274,16 @@ def quantize(
     """
     fmt = get_format(fmt)
     x = _check_input(x)
-    if rounding not in ROUNDING_MODES:
-        raise ValueError(f"unknown rounding {rounding!r}; accepted: {', '.join(ROUNDING_MODES)}")
-    native = DEFAULT_OVERFLOW[fmt.name]
-    if overflow is None:
-        overflow = "saturate" if rounding == "toward_zero" else native
-    if overflow not in OVERFLOW_POLICIES:
-        raise ValueError(f"unknown overflow {overflow!r}; accepted: {', '.join(OVERFLOW_POLICIES)}")
-    if overflow == "inf" and fmt.name == "float8_e4m3fn":
-        raise ValueError(f"{fmt.name} has no infinity; use overflow='saturate' or 'nan'")
-    if via is not None and (via != "float32" or x.dtype != torch.float64):
-        raise ValueError("via='float32' applies to float64 input only (and is the only via)")
-
-    if x.dtype == torch.float32 or via == "float32" or fmt.name == "float32":
-        x32 = x.to(torch.float32)  # one rounding (or none): what the cast does is right
+    overflow = _check_policies(fmt, rounding, overflow, rng, random_bits)
+    words = _random_words(x, rng, random_bits) if rounding == "stochastic" else None
+    x32, source = _source(x, fmt, via)
+    if rounding == "nearest_even":
+        r = _nearest(x32, fmt)
+    elif rounding == "toward_zero":
+        r = _toward_zero(x32, source, fmt)
     else:
-        x32 = _round_to_odd_float32(x)
-    source = x32 if via == "float32" else x  # what the exact comparisons below compare with
-
-    if rounding == "stochastic":
-        if (rng is None) == (random_bits is None):
-            raise ValueError("stochastic rounding needs exactly one of rng= (a torch.Generator) "
-                             "or random_bits= (integers in [0, 2^32), one per element)")
-        if random_bits is None:
-            if not isinstance(rng, torch.Generator):
-                raise TypeError(f"rng must be a torch.Generator, got {type(rng).__name__}")
-            words = draw_random_words(tuple(x.shape), rng, device=x.device)
-        else:
-            if random_bits.shape != x.shape or random_bits.dtype.is_floating_point:
-                raise ValueError(f"random_bits must be integers of shape {tuple(x.shape)}, "
-                                 f"got {random_bits.dtype} {tuple(random_bits.shape)}")
-            words = random_bits.to(device=x.device, dtype=torch.int64)
-        r = _stochastic(source, fmt, words)
-        over = (r.abs() > fmt.max) | torch.isinf(source)
-    elif rounding == "nearest_even":
-        r = _nearest_native(x32, fmt).to(torch.float64)
-        if overflow == native:
-            over = torch.zeros_like(torch.isinf(r))  # leave torch's own overflow result visible
-        else:
-            bound, tie_overflows = _overflow_boundary(fmt, "nearest_even")
-            magnitude = source.abs().to(torch.float64)
-            over = (magnitude > bound) | ((magnitude == bound) & tie_overflows)
-    else:  # toward_zero: the native nearest, then one step back where it rounded away
-        magnitude = source.abs().to(torch.float64)
-        r = _nearest_native(x32, fmt).to(torch.float64)
-        # Anything between max and the overflow boundary truncates to max; the cast's own
-        # overflow result (inf, NaN or max, by version) must not be stepped from.
-        r = torch.where(magnitude > fmt.max, torch.full_like(r, fmt.max).copysign(r), r)
-        away = r.abs() > magnitude
-        stepped = _step_toward_zero(r.to(torch.float32), fmt).to(torch.float64)
-        r = torch.where(away, stepped, r)
-        bound, _ = _overflow_boundary(fmt, "toward_zero")
-        over = (magnitude >= bound) & ~torch.isnan(magnitude)
-    replacement = {"inf": math.inf, "saturate": fmt.max, "nan": math.nan}[overflow]
-    signed = torch.full_like(r, replacement).copysign(source.to(torch.float64))
-    r = torch.where(over, signed, r)
+        r = _stochastic(source, fmt, words)  # type: ignore[arg-type]
+    r = _overflow(r, source, fmt, rounding, overflow)
     if not subnormals:
         r = torch.where(r.abs() < fmt.tiny, torch.zeros_like(r).copysign(r), r)
     return r.to(x.dtype)
-
-
-def encode(x: torch.Tensor, fmt: str | TorchFormat, **kwargs: object) -> torch.Tensor:
-    """Round like `quantize` and return the codes (torch.uint8/uint16/uint32, x's shape)."""
-    fmt = get_format(fmt)
-    values = quantize(x, fmt, **kwargs).to(torch.float32)  # members: this cast is exact
-    if fmt.dtype is None:
-        word = values.view(torch.int32).to(torch.int64) & 0xFFFFFFFF
-        return (word >> _TF32_DROP).to(torch.uint32)
-    return values.to(fmt.dtype).view(fmt.code_dtype)
-
-
-def decode(codes: torch.Tensor, fmt: str | TorchFormat,
-           dtype: torch.dtype = torch.float64) -> torch.Tensor:
-    """The exact value of each code, by reinterpreting the bits (`Tensor.view`)."""
-    fmt = get_format(fmt)
-    if not isinstance(codes, torch.Tensor) or codes.dtype.is_floating_point:
-        raise TypeError("decode expects an integer tensor of codes")
-    if fmt.dtype is None:
-        word = codes.to(torch.int64) << _TF32_DROP
-        word = torch.where(word >= 2**31, word - 2**32, word)  # two's complement int32
-        return word.to(torch.int32).view(torch.float32).to(dtype)
-    if codes.dtype != fmt.code_dtype:
-        raise TypeError(f"{fmt.name} codes are {fmt.code_dtype}, got {codes.dtype}")
-    return codes.view(fmt.dtype).to(dtype)

@@ -1,8 +1,11 @@
 """Reference vs torch vs ml_dtypes over float32 inputs: every one of the 2^32 bit patterns
 (--exhaustive) or a random sample; exit status 1 on any mismatch beyond the declared
-overflow policies.
+overflow policies. An exhaustive sweep also times the third library's own cast (ml_dtypes,
+or NumPy's astype(float16)) alone on every chunk, in the same workers, the floor no sweep
+can go below, and prints both CPU times (the wall time then includes that cast).
 
-    python -m parity sweep FORMAT [--exhaustive | --sample N] [--seed S] [--workers W]
+    python -m parity sweep FORMAT [--exhaustive [--no-oracle-time] [--record] | --sample N]
+                                  [--seed S] [--workers W]
 """
 
 from __future__ import annotations
@@ -10,18 +13,22 @@ from __future__ import annotations
 import argparse
 import time
 
-from parity.cli import int_at_least
+from parity.cli import UsageError, int_at_least
+from parity.oracles import STORAGE_FORMATS
 
 HELP = "reference vs torch vs ml_dtypes over float32 inputs"
-FORMATS = ("float16", "bfloat16", "float8_e5m2", "float8_e4m3fn")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("format", choices=FORMATS)
+    p.add_argument("format", choices=STORAGE_FORMATS)
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--exhaustive", action="store_true", help="all 2^32 float32 inputs")
     mode.add_argument("--sample", type=int_at_least(1), default=1 << 24,
                       help="random inputs (default 2^24)")
+    p.add_argument("--no-oracle-time", action="store_true",
+                   help="with --exhaustive: do not also time the third library's cast alone")
+    p.add_argument("--record", action="store_true",
+                   help="with --exhaustive: store the result in docs/data/formats_sweep.json")
     p.add_argument("--seed", type=int_at_least(0), default=0)
     p.add_argument("--workers", type=int_at_least(1), default=2, help="processes (default 2)")
 
@@ -29,11 +36,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from parity import sweep
 
+    if args.record and not args.exhaustive:
+        raise UsageError("--record stores exhaustive sweeps only; add --exhaustive")
     start = time.perf_counter()
     if args.exhaustive:
-        summary = sweep.sweep_range(args.format, 0, 2**32, workers=args.workers, progress=True)
+        summary = sweep.sweep_range(args.format, 0, 2**32, workers=args.workers, progress=True,
+                                    time_oracle=not args.no_oracle_time)
     else:
         summary = sweep.sweep_sample(args.format, args.sample, seed=args.seed,
                                      workers=args.workers, progress=True)
-    print(sweep.render(summary, time.perf_counter() - start))
+    seconds = time.perf_counter() - start
+    print(sweep.render(summary, seconds))
+    if args.record:
+        sweep.record(summary, seconds, args.workers)
+        print(f"  recorded in {sweep.SWEEP_JSON.name} (python -m parity docs renders it)")
     return 1 if summary.mismatches_torch or summary.mismatches_ml_dtypes else 0

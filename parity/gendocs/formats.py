@@ -1,11 +1,77 @@
-"""docs/formats.md: the range table of every format, reference / torch.finfo / ml_dtypes."""
+"""docs/formats.md: the range table of every format (reference / torch.finfo / ml_dtypes), the
+encode benchmark's ratios and the exhaustive sweeps' times (from the committed
+docs/data/formats_encode.json and formats_sweep.json)."""
 
 from __future__ import annotations
 
+import json
+
+from parity.drivers.formats import ENCODE_TARGETS, encode_benchmark
 from parity.gendocs import section
+from parity.oracles import STORAGE_FORMATS
 from parity.ranges import range_table
+from parity.sweep import SWEEP_JSON
 
 
 @section("formats.md", "range-table")
 def _() -> str:
     return range_table()[0]
+
+
+@section("formats.md", "encode-benchmark")
+def _() -> str:
+    bench = encode_benchmark()
+    rows = {(r["format"], r["log2_size"]): r for r in bench["rows"]}
+    sizes = sorted({k for _, k in rows})
+    lines = [f"Measured by `python benchmarks/formats.py`: {bench['what']}; clock: "
+             f"{bench['clock']}; threads: {bench['threads']}; {bench['repeats']} repeats "
+             f"({bench['spread']}); "
+             f"{bench['machine']}; {bench['versions']}.", "",
+             "torch time / reference time, median [interquartile range]:", "",
+             "| elements | " + " | ".join(STORAGE_FORMATS) + " |",
+             "|---" * (len(STORAGE_FORMATS) + 1) + "|"]
+    for k in sizes:
+        cells = [f"{q['median']:.3f} [{q['q1']:.3f}, {q['q3']:.3f}]"
+                 for q in (rows[(name, k)]["ratio"] for name in STORAGE_FORMATS)]
+        lines.append(f"| 2^{k} | " + " | ".join(cells) + " |")
+    lines.append("")
+    for name in STORAGE_FORMATS:
+        ratios = {k: rows[(name, k)]["ratio"]["median"] for k in sizes}
+        per_element = [rows[(name, k)]["reference_ns"]["median"] for k in sizes if k >= 14]
+        least = min(ratios, key=lambda k: ratios[k])
+        flat = max(per_element) / min(per_element)
+        target = ENCODE_TARGETS[name]
+        lines.append(
+            f"- {name}: at least {ratios[least]:.3f}x torch's speed (at 2^{least}; target "
+            f"{target}x: {'met' if ratios[least] >= target else 'not met'}); from 2^14 up the "
+            f"slowest size is {flat:.2f}x the best per element (target 1.5x: "
+            f"{'met' if flat <= 1.5 else 'not met'}).")
+    return "\n".join(lines)
+
+
+@section("formats.md", "sweep-times")
+def _() -> str:
+    runs = json.loads(SWEEP_JSON.read_text(encoding="utf-8")) if SWEEP_JSON.exists() else {}
+    lines = ["Recorded by `python -m parity sweep FORMAT --exhaustive --record` (CPU times are "
+             "thread CPU time summed over the workers; the cast alone ran on every chunk just "
+             "before the sweep of it):", "",
+             "| format (third library's cast) | inputs | mismatches (torch, ml_dtypes) "
+             "| wall s (both) | workers "
+             "| CPU s: sweep | CPU s: cast alone | sweep / cast | load at end |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for name in STORAGE_FORMATS:
+        r = runs.get(name)
+        if r is None:
+            lines.append(f"| {name} | not recorded |" + " |" * 7)
+            continue
+        ratio = r["cpu_seconds_sweep"] / r["cpu_seconds_cast_alone"] \
+            if r["cpu_seconds_cast_alone"] else float("nan")
+        lines.append(
+            f"| {name} ({r['cast']}) | {r['inputs']:,} | {r['mismatches_torch']}, "
+            f"{r['mismatches_ml_dtypes']} | {r['wall_seconds']} | {r['workers']} | "
+            f"{r['cpu_seconds_sweep']} | {r['cpu_seconds_cast_alone']} | {ratio:.2f} | "
+            f"{r['load_average_1min_at_end']} |")
+    machines = sorted({f"{r['machine']}; {r['versions']}" for r in runs.values()})
+    if machines:
+        lines += ["", "On " + " / ".join(machines) + "."]
+    return "\n".join(lines)

@@ -7,27 +7,17 @@ import math
 import numpy as np
 from hypothesis import strategies as st
 
+from parity.oracles import Spec, member_value
 from reference.formats import FloatFormat, get_format
 
 # Values are built from a format's bit widths with Python's exact float arithmetic (math.ldexp
-# on integers), not with reference.formats' rounding, so a strategy cannot share a bug with
-# the code it tests. Each returns Python floats exactly representable in float32 unless it
-# says float64.
-
-
-def member_value(fmt: FloatFormat, magnitude_code: int) -> float:
-    """The value of a non-negative code, from the bit layout alone (exact)."""
-    m = fmt.mantissa_bits
-    field, frac = magnitude_code >> m, magnitude_code & (2**m - 1)
-    if field == 0:
-        return math.ldexp(frac, 1 - fmt.bias - m)
-    return math.ldexp(2**m + frac, field - fmt.bias - m)
+# on integers, parity.oracles), not with reference.formats' rounding, so a strategy cannot
+# share a bug with the code it tests. Each returns Python floats exactly representable in
+# float32 unless it says float64.
 
 
 def _max_code(fmt: FloatFormat) -> int:
-    top = 2**fmt.exponent_bits - 1
-    return (top << fmt.mantissa_bits) + 2**fmt.mantissa_bits - 2 if fmt.convention == "fn" \
-        else (top << fmt.mantissa_bits) - 1
+    return Spec.of(fmt).max_code
 
 
 def _signed(values: st.SearchStrategy[float]) -> st.SearchStrategy[float]:
@@ -136,12 +126,18 @@ def double_rounding_cases(fmt: str | FloatFormat) -> st.SearchStrategy[float]:
         if t[0] != 0 and math.isfinite(t[0]) else t[0])
 
 
+def float64_bits() -> st.SearchStrategy[float]:
+    """Any float64 bit pattern (full 52-bit significands, which st.floats seldom draws)."""
+    return st.integers(0, 2**64 - 1).map(lambda b: float(np.uint64(b).view(np.float64)))
+
+
 def float64_arrays(fmt: str | FloatFormat, max_size: int = 64) -> st.SearchStrategy[np.ndarray]:
-    """1-d float64 arrays: double-rounding cases, edges, and any finite float64."""
+    """1-d float64 arrays: double-rounding cases, edges, any float64, any bit pattern."""
     values = st.one_of(
         double_rounding_cases(fmt),
         edge_float32(fmt).map(float),
         st.floats(allow_nan=True, allow_infinity=True, width=64),
+        float64_bits(),
     )
     return st.lists(values, min_size=1, max_size=max_size).map(
         lambda v: np.array(v, dtype=np.float64))

@@ -1,0 +1,162 @@
+"""A binary floating-point format's ranges, derived from its bit widths (reference/formats.py
+states the layout and the rounding; this module the properties every range table lists).
+
+    bias = 2^(e-1) - 1          min_exponent = 1 - bias      tiny = 2^min_exponent
+    eps = 2^-m                  unit_roundoff = 2^-(m+1)     smallest_subnormal = tiny * eps
+    emax = top - bias (fn), top - 1 - bias (ieee), top = 2^e - 1     max_exponent = emax + 1
+    max = (2 - 2^-m) * 2^emax (ieee),  (2 - 2^(1-m)) * 2^emax (fn: 1.11...1 at the top is NaN)
+
+Exponent conventions follow numpy.finfo / ml_dtypes.finfo: `min_exponent` is the exponent of
+`tiny`, `2**max_exponent` the smallest power of two that is not finite. The torch twin
+(torch_impl/format_spec.py) reads the same properties off torch.finfo.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+Convention = Literal["ieee", "fn"]
+
+
+@dataclass(frozen=True)
+class FloatFormat:
+    """A binary floating-point format: 1 sign bit, `exponent_bits`, `mantissa_bits`.
+
+    `convention` "ieee": the top exponent holds infinities and NaNs. "fn" (finite, as in
+    float8_e4m3fn): no infinities; only S.1...1.1...1 is NaN, so the top binade holds normals.
+    Exponent conventions follow numpy.finfo / ml_dtypes.finfo: `min_exponent` = 1 - bias
+    (the exponent of `tiny`), `max_exponent` = the smallest power of two that is not finite.
+    """
+
+    name: str
+    exponent_bits: int
+    mantissa_bits: int
+    convention: Convention = "ieee"
+
+    def __post_init__(self) -> None:
+        if self.convention not in ("ieee", "fn"):
+            raise ValueError(f"convention must be 'ieee' or 'fn', got {self.convention!r}")
+        # float64 must hold every value exactly: e <= 11, m <= 52.
+        if not (2 <= self.exponent_bits <= 11 and 1 <= self.mantissa_bits <= 52):
+            raise ValueError(
+                f"{self.name}: need 2 <= exponent_bits <= 11 and 1 <= mantissa_bits <= 52 "
+                f"(values must be exact in float64), got e={self.exponent_bits}, "
+                f"m={self.mantissa_bits}"
+            )
+        if self.convention == "fn" and self.exponent_bits < 2:
+            raise ValueError(f"{self.name}: an fn format needs at least 2 exponent bits")
+
+    @property
+    def bits(self) -> int:
+        return 1 + self.exponent_bits + self.mantissa_bits
+
+    @property
+    def bias(self) -> int:
+        return 2 ** (self.exponent_bits - 1) - 1
+
+    @property
+    def emax(self) -> int:
+        """The largest unbiased exponent of a finite value."""
+        top = 2**self.exponent_bits - 1
+        return (top if self.convention == "fn" else top - 1) - self.bias
+
+    @property
+    def max_exponent(self) -> int:
+        return self.emax + 1
+
+    @property
+    def min_exponent(self) -> int:
+        return 1 - self.bias
+
+    @property
+    def eps(self) -> float:
+        """Spacing at 1: 2^-m."""
+        return 2.0 ** -self.mantissa_bits
+
+    @property
+    def unit_roundoff(self) -> float:
+        """Largest relative error of round-to-nearest in the normal range: 2^-(m+1)."""
+        return 2.0 ** -(self.mantissa_bits + 1)
+
+    @property
+    def max(self) -> float:
+        # ieee: significand 1.11...1; fn: 1.11...10, since 1.11...1 at the top is NaN.
+        top_fraction = 2**self.mantissa_bits - (2 if self.convention == "fn" else 1)
+        significand = 2**self.mantissa_bits + top_fraction
+        return float(significand * 2.0 ** (self.emax - self.mantissa_bits))
+
+    @property
+    def tiny(self) -> float:
+        """The smallest positive normal, 2^(1 - bias)."""
+        return 2.0**self.min_exponent
+
+    @property
+    def smallest_subnormal(self) -> float:
+        return 2.0 ** (self.min_exponent - self.mantissa_bits)
+
+    @property
+    def max_code(self) -> int:
+        """The magnitude bits (sign cleared) of `max`."""
+        if self.convention == "fn":
+            return 2 ** (self.exponent_bits + self.mantissa_bits) - 2
+        return ((2**self.exponent_bits - 1) << self.mantissa_bits) - 1
+
+    @property
+    def inf_code(self) -> int | None:
+        if self.convention == "fn":
+            return None
+        return (2**self.exponent_bits - 1) << self.mantissa_bits
+
+    @property
+    def nan_code(self) -> int:
+        """The canonical quiet NaN's magnitude bits."""
+        if self.convention == "fn":
+            return 2 ** (self.exponent_bits + self.mantissa_bits) - 1
+        return ((2**self.exponent_bits - 1) << self.mantissa_bits) | (1 << (self.mantissa_bits - 1))
+
+    @property
+    def finite_count(self) -> int:
+        """Bit patterns that encode finite values (+0 and -0 counted separately)."""
+        if self.convention == "fn":
+            return 2**self.bits - 2
+        return 2**self.bits - 2 ** (self.mantissa_bits + 1)
+
+    @property
+    def code_dtype(self) -> type[np.unsignedinteger]:
+        """The smallest unsigned integer type that holds one code."""
+        for dtype in (np.uint8, np.uint16, np.uint32, np.uint64):
+            if np.dtype(dtype).itemsize * 8 >= self.bits:
+                return dtype
+        raise AssertionError("bits <= 64 by construction")
+
+    def __str__(self) -> str:
+        return (f"{self.name}: exponent {self.exponent_bits}, mantissa {self.mantissa_bits}, "
+                f"bias {self.bias}, {self.convention}")
+
+
+FORMATS: dict[str, FloatFormat] = {
+    f.name: f
+    for f in (
+        FloatFormat("float32", 8, 23),
+        FloatFormat("tf32", 8, 10),
+        FloatFormat("float16", 5, 10),
+        FloatFormat("bfloat16", 8, 7),
+        FloatFormat("float8_e5m2", 5, 2),
+        FloatFormat("float8_e4m3fn", 4, 3, "fn"),
+    )
+}
+FLOAT64 = FloatFormat("float64", 11, 52)
+
+
+def get_format(fmt: str | FloatFormat) -> FloatFormat:
+    """A FloatFormat from itself or from its name in FORMATS (or "float64")."""
+    if isinstance(fmt, FloatFormat):
+        return fmt
+    if isinstance(fmt, str) and fmt in FORMATS:
+        return FORMATS[fmt]
+    if fmt == "float64":
+        return FLOAT64
+    raise ValueError(f"unknown format {fmt!r}; known: {', '.join([*FORMATS, 'float64'])}")

@@ -1,0 +1,104 @@
+"""Format ranges as torch sees them: torch.finfo (see reference/format_spec.py for the math).
+
+torch.finfo has no `smallest_subnormal` (it is tiny * eps) and no exponent limits (read off
+max and tiny with math.frexp). tf32 has no torch dtype at all: its range is float32's with a
+10-bit mantissa (the bit widths are the one thing taken from the reference, as a plain spec).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from reference.format_spec import FORMATS as _SPECS  # bit widths only: a plain data spec
+
+
+@dataclass(frozen=True)
+class TorchFormat:
+    """A named format as torch sees it: its dtype (None for tf32) and torch.finfo ranges."""
+
+    name: str
+    dtype: torch.dtype | None
+    code_dtype: torch.dtype  # the unsigned integer dtype of one code
+
+    @property
+    def _finfo(self) -> torch.finfo:
+        return torch.finfo(self.dtype if self.dtype is not None else torch.float32)
+
+    @property
+    def has_infinity(self) -> bool:
+        """Whether +-inf is a value of the format: what torch's cast makes of inf says."""
+        if self.dtype is None:
+            return True
+        return bool(torch.tensor(math.inf).to(self.dtype).to(torch.float32).isinf())
+
+    @property
+    def mantissa_bits(self) -> int:
+        if self.dtype is None:
+            return _SPECS[self.name].mantissa_bits
+        return -math.frexp(self._finfo.eps)[1] + 1  # eps = 2^-m
+
+    @property
+    def bits(self) -> int:
+        if self.dtype is None:
+            return _SPECS[self.name].bits
+        return self._finfo.bits
+
+    @property
+    def exponent_bits(self) -> int:
+        return self.bits - 1 - self.mantissa_bits
+
+    @property
+    def eps(self) -> float:
+        return 2.0 ** -self.mantissa_bits if self.dtype is None else self._finfo.eps
+
+    @property
+    def unit_roundoff(self) -> float:
+        return self.eps / 2
+
+    @property
+    def max(self) -> float:
+        if self.dtype is None:  # float32's largest binade with m mantissa bits
+            top = math.frexp(self._finfo.max)[1] - 1
+            return (2.0 - self.eps) * 2.0**top
+        return self._finfo.max
+
+    @property
+    def tiny(self) -> float:
+        return self._finfo.tiny
+
+    @property
+    def smallest_subnormal(self) -> float:
+        return self.tiny * self.eps  # torch.finfo lacks it
+
+    @property
+    def max_exponent(self) -> int:
+        return math.frexp(self.max)[1]  # max = f * 2^e, 0.5 <= f < 1: 2^e is not finite
+
+    @property
+    def min_exponent(self) -> int:
+        return math.frexp(self.tiny)[1] - 1
+
+
+FORMATS: dict[str, TorchFormat] = {
+    "float32": TorchFormat("float32", torch.float32, torch.uint32),
+    "tf32": TorchFormat("tf32", None, torch.uint32),
+    "float16": TorchFormat("float16", torch.float16, torch.uint16),
+    "bfloat16": TorchFormat("bfloat16", torch.bfloat16, torch.uint16),
+    "float8_e5m2": TorchFormat("float8_e5m2", torch.float8_e5m2, torch.uint8),
+    "float8_e4m3fn": TorchFormat("float8_e4m3fn", torch.float8_e4m3fn, torch.uint8),
+}
+
+
+def get_format(fmt: str | TorchFormat) -> TorchFormat:
+    """A TorchFormat from itself or its name (only named formats have torch twins)."""
+    if isinstance(fmt, TorchFormat):
+        return fmt
+    if isinstance(fmt, str) and fmt in FORMATS:
+        return FORMATS[fmt]
+    raise ValueError(
+        f"unknown format {fmt!r}; torch_impl knows {', '.join(FORMATS)} "
+        "(generic formats exist only in reference.formats)"
+    )
