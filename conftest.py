@@ -93,6 +93,16 @@ def _raise_explicit_budgets(items: list[pytest.Item]) -> None:
             own, max_examples=settings.default.max_examples, deadline=None)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """One intra-op thread for torch's CPU kernels. The tests' tensors are tiny, and on a
+    shared 2-core machine two threads per op cost far more in contention than they save
+    (small ops measured ~1000x slower under load). No claim depends on the thread count:
+    bit-exact claims compare runs made with the same setting, bounds hold for any order."""
+    import torch
+
+    torch.set_num_threads(1)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if _fuzz_seconds(config) is not None:
         _raise_explicit_budgets(items)
