@@ -62,17 +62,21 @@ def make_mlp(sizes: Sequence[int], activation: str = "gelu", dropout: float = 0.
              device: str | torch.device = "cpu") -> nn.Sequential:
     """Sequential(Linear, act, [Dropout], ..., Linear): reference.nn.make_mlp's structure.
 
-    `generator` is a CPU generator (the weights are drawn on the CPU, then moved).
+    `generator` is a CPU generator (the weights are drawn on the CPU, then moved). On the
+    meta device nothing is drawn or allocated: shapes only (for FLOP counting).
     """
     if len(sizes) < 2:
         raise ValueError(f"make_mlp: sizes needs at least (d_in, d_out), got {tuple(sizes)}")
     _activation(activation)
     layers: list[nn.Module] = []
     for i, (d_in, d_out) in enumerate(itertools.pairwise(sizes)):
-        linear = nn.Linear(d_in, d_out, device="meta", dtype=dtype).to_empty(device="cpu")
-        with torch.no_grad():
-            init_linear_(linear, generator)
-        layers.append(linear.to(device))
+        linear = nn.Linear(d_in, d_out, device="meta", dtype=dtype)
+        if torch.device(device).type != "meta":
+            linear = linear.to_empty(device="cpu")
+            with torch.no_grad():
+                init_linear_(linear, generator)
+            linear = linear.to(device)
+        layers.append(linear)
         if i < len(sizes) - 2:
             layers.append(_activation(activation))
             if dropout > 0.0:
