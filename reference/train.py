@@ -43,7 +43,7 @@ import json
 import math
 import struct
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -56,6 +56,12 @@ from reference.data import ResumableSampler, make_loader, make_task
 from reference.losses import Loss
 from reference.nn import CrossEntropyLoss, Module, MSELoss, make_mlp
 from reference.recompute import Schedule
+
+
+def no_phase(name: str) -> AbstractContextManager[None]:
+    """The default `phase` of train_step: nothing around each phase."""
+    return nullcontext()
+
 
 FAULTS = (None, "fp16_without_scaler", "clip_before_unscale")
 INVENTORY = ("model", "optimizer", "scheduler", "scaler", "rng", "data", "step")
@@ -263,7 +269,8 @@ class StepResult:
 def train_step(model: Module, loss_fn: Loss, optimizer: Any,
                scaler: loss_scaling.GradScaler, x: np.ndarray, y: np.ndarray, *,
                precision: str, max_grad_norm: float | None = None,
-               schedule: Schedule | None = None, fault: str | None = None) -> StepResult:
+               schedule: Schedule | None = None, fault: str | None = None,
+               phase: Callable[[str], AbstractContextManager[Any]] = no_phase) -> StepResult:
     """One mixed-precision step; torch_impl.train.train_step line for line.
 
     precision "fp32" | "bf16" | "fp16" picks the autocast dtype (amp.autocast_dtype);
@@ -274,6 +281,8 @@ def train_step(model: Module, loss_fn: Loss, optimizer: Any,
     "fp16_without_scaler" lifts the fp16 guard, "clip_before_unscale" clips the scaled
     gradients (the threshold is then effectively max_grad_norm * S).
     `skipped` comes from the scaler's found_inf flags, read before update (step_skipped).
+    `phase(name)` is entered around "forward", "backward" and "optimizer" (a profiler's
+    timer; by default nothing).
     `schedule` (recompute.parse_schedule) runs the forward with checkpointed segments that
     backward recomputes (recompute.ScheduledRun); in the reference only in fp32 for now:
     amp.Autocast and ScheduledRun each drive the layers themselves, so they do not nest.
@@ -284,13 +293,23 @@ def train_step(model: Module, loss_fn: Loss, optimizer: Any,
     if precision == "fp16" and not scaler.is_enabled() and fault != "fp16_without_scaler":
         raise ValueError("train_step: precision 'fp16' needs an enabled GradScaler "
                          "(make_scaler('fp16')); bf16 and fp32 do not")
-    optimizer.zero_grad()
-    runner = amp.Autocast(model, dtype) if schedule is None else _scheduled(model, schedule,
-                                                                             precision)
-    output = runner.forward(x)
-    loss = loss_fn(output, y)  # fp32 op list: losses run in float32 (low-precision values
-    #                            already live in float32 arrays here, so no cast is needed)
-    runner.backward(loss_fn.backward(scaler.scale(np.ones_like(loss))))  # d(S loss)/dloss
+    with phase("forward"):
+        optimizer.zero_grad()
+        runner = amp.Autocast(model, dtype) if schedule is None else _scheduled(
+            model, schedule, precision)
+        output = runner.forward(x)
+        loss = loss_fn(output, y)  # fp32 op list: losses run in float32 (low-precision
+        #                            values already live in float32 arrays here: no cast)
+    with phase("backward"):
+        runner.backward(loss_fn.backward(scaler.scale(np.ones_like(loss))))  # d(S loss)/dloss
+    with phase("optimizer"):
+        return _optimizer_phase(model, optimizer, scaler, float(loss), max_grad_norm, fault)
+
+
+def _optimizer_phase(model: Module, optimizer: Any, scaler: loss_scaling.GradScaler,
+                     loss: float, max_grad_norm: float | None, fault: str | None
+                     ) -> StepResult:
+    """unscale_, clip the unscaled gradients, step unless inf/NaN, update the scale."""
     grad_norm = None
     if fault == "clip_before_unscale" and max_grad_norm is not None:
         grad_norm = loss_scaling.clip_grad_norm_(model.parameters(), max_norm=max_grad_norm)
@@ -301,8 +320,7 @@ def train_step(model: Module, loss_fn: Loss, optimizer: Any,
     scaler.step(optimizer)
     skipped = loss_scaling.step_skipped(scaler, optimizer)
     scaler.update()
-    return StepResult(float(loss), scale, skipped,
-                      None if grad_norm is None else float(grad_norm))
+    return StepResult(loss, scale, skipped, None if grad_norm is None else float(grad_norm))
 
 
 def _scheduled(model: Module, schedule: Schedule, precision: str) -> Any:

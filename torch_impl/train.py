@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import struct
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,12 @@ from torch_impl import amp, loss_scaling, resume
 from torch_impl.data import ResumableSampler, hash_words, make_loader, make_task
 from torch_impl.nn import make_mlp
 from torch_impl.recompute import Schedule
+
+
+def no_phase(name: str) -> AbstractContextManager[None]:
+    """The default `phase` of train_step: nothing around each phase."""
+    return nullcontext()
+
 
 FAULTS = (None, "fp16_without_scaler", "clip_before_unscale")
 INVENTORY = ("model", "optimizer", "scheduler", "scaler", "rng", "data", "step")
@@ -206,7 +212,8 @@ class StepResult:
 def train_step(model: nn.Module, loss_fn: nn.Module, optimizer: torch.optim.Optimizer,
                scaler: torch.amp.GradScaler, x: torch.Tensor, y: torch.Tensor, *,
                precision: str, max_grad_norm: float | None = None,
-               schedule: Schedule | None = None, fault: str | None = None) -> StepResult:
+               schedule: Schedule | None = None, fault: str | None = None,
+               phase: Callable[[str], AbstractContextManager[Any]] = no_phase) -> StepResult:
     """One mixed-precision step; reference.train.train_step line for line.
 
     precision "fp32" | "bf16" | "fp16" picks the autocast dtype (amp.autocast_dtype);
@@ -216,6 +223,8 @@ def train_step(model: nn.Module, loss_fn: nn.Module, optimizer: torch.optim.Opti
     `fault` reproduces a classic mistake, for the tests and docs only (FAULTS):
     "fp16_without_scaler" lifts the fp16 guard, "clip_before_unscale" clips the scaled
     gradients (the threshold is then effectively max_grad_norm * S).
+    `phase(name)` is entered around "forward", "backward" and "optimizer" (a profiler's
+    timer or record_function; by default nothing).
     `schedule` runs the forward with checkpointed segments (recompute.forward_with_schedule);
     torch.autocast and torch.utils.checkpoint compose natively, in every precision.
     """
@@ -225,11 +234,21 @@ def train_step(model: nn.Module, loss_fn: nn.Module, optimizer: torch.optim.Opti
     if precision == "fp16" and not scaler.is_enabled() and fault != "fp16_without_scaler":
         raise ValueError("train_step: precision 'fp16' needs an enabled GradScaler "
                          "(make_scaler('fp16')); bf16 and fp32 do not")
-    optimizer.zero_grad()
-    with amp.autocast(dtype, x.device.type):
-        output = model(x) if schedule is None else _scheduled(model, x, schedule)
-        loss = loss_fn(output, y)  # fp32 op list: losses run in float32
-    scaler.scale(loss).backward()
+    with phase("forward"):
+        optimizer.zero_grad()
+        with amp.autocast(dtype, x.device.type):
+            output = model(x) if schedule is None else _scheduled(model, x, schedule)
+            loss = loss_fn(output, y)  # fp32 op list: losses run in float32
+    with phase("backward"):
+        scaler.scale(loss).backward()
+    with phase("optimizer"):
+        return _optimizer_phase(model, optimizer, scaler, loss, max_grad_norm, fault)
+
+
+def _optimizer_phase(model: nn.Module, optimizer: torch.optim.Optimizer,
+                     scaler: torch.amp.GradScaler, loss: torch.Tensor,
+                     max_grad_norm: float | None, fault: str | None) -> StepResult:
+    """unscale_, clip the unscaled gradients, step unless inf/NaN, update the scale."""
     grad_norm = None
     if fault == "clip_before_unscale" and max_grad_norm is not None:
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=max_grad_norm)
