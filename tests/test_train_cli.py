@@ -47,7 +47,7 @@ BAD = [
     (["--init-scale", "inf"], "--init-scale"),
     (["--growth-interval", "0"], "--growth-interval"),
     (["--checkpoint-every", "-1"], "--checkpoint-every"),
-    (["--horizon", "2"], "--horizon 2 is shorter than --steps 4"),
+    (["--horizon", "2"], "--steps 4 is past --horizon 2"),
     (["--resume", "--overwrite"], "choose one"),
 ]
 BAD_STEPS = [(["--steps", "-1"], "--steps"), (["--steps", "0"], "--steps")]
@@ -127,13 +127,31 @@ def test_checkpoint_every_0_writes_only_the_final_state(
     assert os.listdir(tmp_path) == ["ckpt-00000003.ckpt"]
 
 
-def test_the_horizon_follows_steps_and_enters_the_configuration(
+@pytest.mark.parametrize("impl", ["reference", "torch"])
+def test_the_horizon_is_steps_for_a_new_run_and_the_runs_own_on_resume(
+        impl: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without --horizon a new run's schedule lasts --steps; a resume keeps the horizon its
+    run started with, so it continues to any --steps up to it (and stops with the digest of
+    an uninterrupted run), and past it is refused in one line, naming the horizon."""
+    base = ["--impl", impl, "--checkpoint-dir", str(tmp_path / "a"), "--quiet"]
+    assert _cli(capsys, *base, "--steps", "2", "--horizon", "6")[0] == 0
+    status, out, _ = _cli(capsys, *base, "--steps", "4", "--resume")
+    assert status == 0
+    other = ["--impl", impl, "--checkpoint-dir", str(tmp_path / "b"), "--quiet"]
+    assert _cli(capsys, *other, "--steps", "4", "--horizon", "6")[1] == out
+    status, _, err = _cli(capsys, *base, "--steps", "7", "--resume")
+    assert status == EXIT_USAGE and len(err.strip().splitlines()) == 1
+    assert "--steps 7 is past the horizon the run started with 6" in err
+    status, _, err = _cli(capsys, *base, "--steps", "4", "--resume", "--horizon", "8")
+    assert status == EXIT_USAGE and "horizon: 6 in the checkpoint, 8 now" in err
+    digests = [_cli(capsys, "--impl", impl, "--checkpoint-dir", str(tmp_path / d), "--quiet",
+                    "--steps", "3", *h)[1] for d, h in (("c", []), ("d", ["--horizon", "3"]),
+                                                        ("e", ["--horizon", "4"]))]
+    assert digests[0] == digests[1] != digests[2]  # a new run's horizon is --steps
+
+
+def test_a_horizon_shorter_than_steps_is_refused(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Without --horizon the schedule's length is --steps: a resume asking for more steps
-    is another configuration (named), unless the horizon is given."""
     base = ["--impl", "reference", "--checkpoint-dir", str(tmp_path), "--quiet"]
-    assert _cli(capsys, *base, "--steps", "2")[0] == 0
-    status, _, err = _cli(capsys, *base, "--steps", "4", "--resume")
-    assert status == EXIT_USAGE and "horizon: 2 in the checkpoint, 4 now" in err
-    status, _, err = _cli(capsys, *base, "--steps", "4", "--resume", "--horizon", "2")
-    assert status == EXIT_USAGE and "--horizon 2 is shorter than --steps 4" in err
+    status, _, err = _cli(capsys, *base, "--steps", "4", "--horizon", "2")
+    assert status == EXIT_USAGE and "--steps 4 is past --horizon 2" in err

@@ -122,12 +122,43 @@ def converters(impl: str) -> dict[str, Callable[[Path], dict[str, Any]]]:
     return {"torch-zip": from_torch} if impl == "reference" else {"npy-records": from_reference}
 
 
+def resumed_horizon(directory: str) -> int | None:
+    """The horizon of the newest verified checkpoint in `directory` (read from its header,
+    whichever tree wrote it), or None when there is none to read."""
+    from ckpt.directory import NAME, read_entry
+
+    path = Path(directory)
+    if not directory or not path.is_dir():
+        return None
+    found = sorted((int(m.group(1)), path / name) for name in os.listdir(path)
+                   if (m := NAME.match(name)))
+    for step, p in reversed(found):
+        entry = read_entry(p, step)
+        horizon = entry.config.get("horizon")
+        if entry.header is not None and isinstance(horizon, int):
+            return horizon
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
-    """Run the training command; return the exit status."""
-    horizon = args.steps if args.horizon is None else args.horizon
+    """Run the training command; return the exit status.
+
+    The horizon (the LR schedule's length, part of the configuration) is --horizon if given;
+    otherwise, when resuming, the horizon the run started with (so `--resume` with a
+    different --steps continues the same run instead of refusing a changed configuration);
+    otherwise --steps.
+    """
+    horizon = args.horizon
+    if horizon is None and args.resume:
+        horizon = resumed_horizon(args.checkpoint_dir)
+    if horizon is None:
+        horizon = args.steps
     if horizon < args.steps:
-        raise UsageError(f"--horizon {horizon} is shorter than --steps {args.steps}: the LR "
-                         "schedule would restart past its end")
+        given = ("--horizon" if args.horizon is not None
+                 else "the horizon the run started with")
+        raise UsageError(f"--steps {args.steps} is past {given} {horizon}: the LR schedule "
+                         "ends there and would restart; a run cannot be extended past its "
+                         "schedule (start a new one with a longer --horizon)")
     extra: dict[str, Any] = {}
     if args.impl == "reference":
         if args.device is not None:
