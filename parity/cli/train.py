@@ -70,8 +70,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--schedule", choices=("constant", "cosine", "step"), default="cosine",
                    help="LR schedule over the horizon (default cosine)")
     p.add_argument("--horizon", type=int_at_least(1), default=None, metavar="H",
-                   help="the LR schedule's length in steps (default: --steps); part of the "
-                        "configuration a resume must match")
+                   help="the LR schedule's length in steps (default: --steps, or on --resume "
+                        "the horizon the run started with); part of the configuration")
     p.add_argument("--init-scale", type=finite_float(low=0.0, high=F32_MAX, low_open=True),
                    default=2.0**16,
                    help="initial loss scale for fp16, a finite float32 > 0 (a huge one forces "
