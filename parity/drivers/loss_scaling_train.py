@@ -107,11 +107,12 @@ def step_gradients(pair: TrainPair, x: np.ndarray, y: np.ndarray, scale: float
     fmt = ramp.autocast_dtype(pair.precision)
     if fmt is None:
         raise ValueError("step_gradients: the per-step bound covers fp16 and bf16 runs")
-    runner, loss_fn = ramp.Autocast(pair.ref, fmt), rnn.MSELoss()
+    loss_fn = rnn.MSELoss()
     with np.errstate(over="ignore", invalid="ignore"):
-        loss_fn(runner(x), y)
+        with ramp.autocast(fmt):
+            loss_fn(pair.ref(x), y)
         pair.ref.zero_grad()
-        runner.backward(loss_fn.backward(np.float32(scale)))
+        pair.ref.backward(loss_fn.backward(np.float32(scale)))
     pair.tm.zero_grad()
     torch_autocast_run(pair.tm, x, y, fmt, scale, pair.device)
     s = np.float32(scale)
