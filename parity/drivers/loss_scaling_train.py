@@ -34,7 +34,9 @@ class TrainPair:
 
     def __init__(self, precision: str, *, lr: float = 0.1, init_scale: float = 2.0**16,
                  growth_interval: int = 10, max_grad_norm: float | None = 1.0,
-                 fault: str | None = None, device: str = "cpu") -> None:
+                 fault: str | None = None, device: str = "cpu", recompute: str = "none"
+                 ) -> None:
+        from reference import recompute as rrc
         from reference import train as rtrain
         from torch_impl import train as ttrain
 
@@ -42,6 +44,8 @@ class TrainPair:
         self.precision, self.max_grad_norm, self.fault = precision, max_grad_norm, fault
         self.lr, self.device = lr, device
         self.ref, self.tm = models(device=device)
+        self.schedule = (None if recompute == "none"  # one plan for both trees (plain data)
+                         else rrc.parse_schedule(recompute, len(self.ref)))
         self.ref_opt = ropt.SGD(self.ref.parameters(), lr=lr, fma=FUSED)
         self.torch_opt = torch.optim.SGD(self.tm.parameters(), lr=lr)
         kwargs = {"init_scale": init_scale, "growth_interval": growth_interval}
@@ -54,13 +58,13 @@ class TrainPair:
         from parity.drivers.amp import float32_accumulation
 
         r = self.rtrain.train_step(self.ref, rnn.MSELoss(), self.ref_opt, self.ref_scaler, x,
-                                   y, precision=self.precision,
+                                   y, precision=self.precision, schedule=self.schedule,
                                    max_grad_norm=self.max_grad_norm, fault=self.fault)
         with float32_accumulation(self.device):  # as step_gradients computes them
             t = self.ttrain.train_step(self.tm, torch.nn.MSELoss(), self.torch_opt,
                                        self.torch_scaler, torch.from_numpy(x).to(self.device),
                                        torch.from_numpy(y).to(self.device),
-                                       precision=self.precision,
+                                       precision=self.precision, schedule=self.schedule,
                                        max_grad_norm=self.max_grad_norm, fault=self.fault)
         return r, t
 
