@@ -15,7 +15,8 @@ from reference import optim as ropt
 from reference import train as rtrain
 
 OPS = ("linear", "addmm", "mm", "matmul", "bmm", "mv", "addmv", "mse_loss",
-       "cross_entropy_loss", "gelu", "tanh", "relu", "dropout")
+       "cross_entropy_loss", "log_softmax", "softmax", "layer_norm", "gelu", "tanh", "relu",
+       "dropout")
 
 
 @section("loss_scaling.md", "autocast-op-table")
