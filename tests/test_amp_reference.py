@@ -162,6 +162,19 @@ def test_decide_casts_by_the_lists_and_promotes_like_torch(
     assert (got.cast, got.compute, got.result) == tuple(map(as_dtype, expected))
 
 
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_cross_entropy_runs_in_float32_on_both_device_lists(device: str) -> None:
+    """CPU lists cross_entropy_loss as fp32, CUDA only its log_softmax: either way the loss
+    saves float32 log-probabilities, returns a float32 loss and an lp input gradient."""
+    logits = amp.cast(np.random.default_rng(4).standard_normal((5, 7)).astype(np.float32),
+                      LP["float16"])
+    loss_fn = rnn.CrossEntropyLoss()
+    with amp.autocast("float16", device):
+        loss = loss_fn(logits, np.arange(5) % 7)
+    assert loss.dtype == F32 and loss_fn.saved_tensors()["result"].dtype == F32
+    assert loss_fn.backward().dtype == LP["float16"]
+
+
 def test_op_policies_follow_the_lists() -> None:
     """linear is lower_precision_fp on both devices, mv only on CUDA, cross_entropy_loss fp32
     only on CPU, softmax and layer_norm fp32 only on CUDA; activations are on no list; an
