@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from reference import amp
 from reference import nn as rnn
+from reference import recompute
 from reference.formats import quantize, ulp_distance
 
 LP = {"bfloat16": np.dtype(ml_dtypes.bfloat16), "float16": np.dtype(np.float16)}
@@ -134,6 +135,29 @@ def test_contexts_nest_restore_and_reenter_a_recorded_state() -> None:
     assert amp.autocast_state() == amp.AutocastState()
     with amp.autocast.entering(recorded):
         assert amp.autocast_state() == recorded
+
+
+@pytest.mark.parametrize("fmt", ["bfloat16", "float16"])
+def test_a_checkpoint_recomputes_under_the_state_its_forward_ran_in(fmt: str) -> None:
+    """A ScheduledRun built outside autocast, run forward inside it and backward inside a
+    context of the other lp dtype: the gradients of the plain autocast run, bit for bit."""
+    other = {"bfloat16": "float16", "float16": "bfloat16"}[fmt]
+    x = np.random.default_rng(5).standard_normal((4, 6)).astype(np.float32)
+    g = np.random.default_rng(6).standard_normal((4, 3)).astype(np.float32)
+    plain, checkpointed = _model("gelu", 0.3), _model("gelu", 0.3)
+    with amp.autocast(fmt):
+        plain(x)
+    plain.backward(g)
+    n = len(checkpointed)  # one checkpoint around the whole model, Dropout included
+    run = recompute.ScheduledRun(checkpointed, recompute.Schedule(
+        "checkpoint", n, (recompute.Segment(0, n, tuple(range(n))),)))
+    with amp.autocast(fmt):
+        run.forward(x)
+    with amp.autocast(other):
+        run.backward(g)
+    assert run.recomputed()[2] == 1, "the Dropout was not recomputed"
+    for a, b in zip(plain.parameters(), checkpointed.parameters(), strict=True):
+        assert a.grad.tobytes() == b.grad.tobytes()  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize(("device", "dtype", "op", "inputs", "expected"), [
