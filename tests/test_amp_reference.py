@@ -13,9 +13,8 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from reference import amp
+from reference import amp, recompute
 from reference import nn as rnn
-from reference import recompute
 from reference.formats import quantize, ulp_distance
 
 LP = {"bfloat16": np.dtype(ml_dtypes.bfloat16), "float16": np.dtype(np.float16)}
