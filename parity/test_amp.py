@@ -21,10 +21,9 @@ from parity.drivers.amp import (
     activation_pairs,
     linear_pairs,
     model_pairs,
-    nested_states,
-    saved_signatures,
     toward,
 )
+from parity.drivers.amp_context import nested_states, saved_signatures
 
 FMTS = st.sampled_from(["bfloat16", "float16"])
 

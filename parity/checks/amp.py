@@ -13,10 +13,9 @@ from parity.drivers.amp import (
     activation_pairs,
     linear_pairs,
     model_pairs,
-    nested_states,
-    saved_signatures,
     toward,
 )
+from parity.drivers.amp_context import nested_states, saved_signatures
 from parity.report import Observation, check
 from parity.tolerances import claim
 
