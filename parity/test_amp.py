@@ -8,6 +8,7 @@ Every low-precision result is checked to be a member of its format before it is 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
@@ -19,6 +20,7 @@ from parity.drivers.amp import (
     ACTIVATIONS,
     SUFFIX,
     activation_pairs,
+    dropout_pairs,
     linear_pairs,
     model_pairs,
     toward,
@@ -54,6 +56,19 @@ def test_activations_on_lp_tensors_within_one_lp_ulp_of_torch(fmt: str, name: st
     for label, a, b, ok in activation_pairs(name, fmt, 512, seed, device):
         assert ok.mean() >= ACTIVATION_MIN_COMPARED, f"{name} {label}: compared {ok.mean():.1%}"
         assert_claim(f"amp.activation_{SUFFIX[fmt]}", a[ok], b[ok], f"{name} {label}")
+
+
+@settings(max_examples=20)
+@given(fmt=FMTS, p=st.sampled_from([0.1, 0.25, 0.3, 0.5, 0.9]), seed=st.integers(0, 2**32 - 1))
+def test_dropout_on_lp_tensors_is_torchs_bit_for_bit(fmt: str, p: float, seed: int,
+                                                     device: str) -> None:
+    """Given torch's keep-mask: output, saved lp mask and input gradient, the same bits."""
+    if device != "cpu":
+        pytest.skip("CPU-specific claim: CUDA fuses dropout (a bool mask, a float32 scale)")
+    for label, a, b, _ in dropout_pairs(fmt, p, 256, seed):
+        event(f"mask exact in {fmt}: {float(1 / (1 - p)) == float(a.max(initial=0))}"
+              if label == "saved mask" else label)
+        assert_claim("amp.dropout", a, b, f"{label} (p={p})")
 
 
 @settings(max_examples=12)

@@ -11,6 +11,7 @@ from parity.drivers.amp import (
     SUFFIX,
     TORCH_DTYPES,
     activation_pairs,
+    dropout_pairs,
     linear_pairs,
     model_pairs,
     toward,
@@ -74,6 +75,16 @@ for _fmt in TORCH_DTYPES:
     check(f"amp.linear_{SUFFIX[_fmt]}")(lambda fmt=_fmt: _linear_check(fmt))
     check(f"amp.activation_{SUFFIX[_fmt]}")(lambda fmt=_fmt: _activation_check(fmt))
     check(f"amp.model_{SUFFIX[_fmt]}")(lambda fmt=_fmt: _model_check(fmt))
+
+
+@check("amp.dropout")
+def _() -> Observation:
+    c, worst, n = claim("amp.dropout"), 0.0, 0
+    for fmt in TORCH_DTYPES:
+        for p in (0.1, 0.3, 0.5):
+            for _label, a, b, _ in dropout_pairs(fmt, p, 4096, seed=0):
+                worst, n = max(worst, measure(c, a, b)), n + a.size
+    return Observation(worst, n, "p 0.1, 0.3, 0.5 x 4096 lp inputs, torch's keep-mask (CPU)")
 
 
 @check("amp.state")

@@ -144,6 +144,23 @@ CLAIMS: tuple[Claim, ...] = (
         fmt="float16",
     ),
     Claim(
+        id="amp.dropout",
+        statement=(
+            "Dropout on a float16 or bfloat16 tensor under CPU autocast, given torch's "
+            "keep-mask: the output, the saved mask and the input gradient are bit-identical "
+            "to torch's (p in (0, 1)). CPU only: CUDA's fused native_dropout saves a bool mask "
+            "and applies the scale in float32."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "Each is one correctly rounded operation on the same operands in both trees "
+            "(NOTE [ Dropout mask ]): mask = q(f32(keep) / f32(1 - p)), y = q(x mask), "
+            "dx = q(g mask), each computed in float32 (exact for a product of two lp values) "
+            "and rounded once to lp."
+        ),
+    ),
+    Claim(
         id="amp.state",
         statement=(
             "Any nesting of autocast contexts (dtype float16, bfloat16 or None, enabled or "

@@ -181,6 +181,35 @@ def activation_pairs(name: str, fmt: str, n: int, seed: int, device: str = "cpu"
     return pairs
 
 
+# -- Dropout on lp tensors
+def dropout_pairs(fmt: str, p: float, n: int, seed: int) -> list[Pair]:
+    """(label, reference, torch, all-true mask) for Dropout's output, saved mask and input
+    gradient on an lp tensor under CPU autocast; the reference uses torch's keep-mask (read
+    from what torch saved), so only the arithmetic is compared. CPU kernels only: CUDA fuses
+    dropout (a bool mask, the scale applied in float32)."""
+    from parity.drivers.nn import dropout_keep
+
+    rng = np.random.default_rng(seed)
+    lp = ramp.LP_DTYPES[fmt]
+    x, g = (ramp.cast(rng.standard_normal(n).astype(np.float32), lp) for _ in range(2))
+    tx = torch.from_numpy(f32(x)).to(TORCH_DTYPES[fmt]).requires_grad_()
+    with torch.autocast("cpu", dtype=TORCH_DTYPES[fmt]):
+        ty = torch.nn.functional.dropout(tx, p, training=True)
+    t_mask, keep = _np(ty.grad_fn._saved_other), dropout_keep(ty)
+    ty.backward(torch.from_numpy(f32(g)).to(TORCH_DTYPES[fmt]))
+    layer = rnn.Dropout(p, rng=rng)
+    with ramp.autocast(fmt):
+        y = layer.forward(x, mask=keep)
+    mask = f32(layer.saved_tensors()["mask"])
+    dx = f32(layer.backward(g))
+    pairs: list[Pair] = [("y", f32(y), _np(ty), np.ones(n, bool)),
+                         ("saved mask", mask, t_mask, np.ones(n, bool)),
+                         ("dx", dx, _np(tx.grad), np.ones(n, bool))]
+    for label, a, b, _ in pairs:
+        require_members(fmt, f"Dropout {label}", a, b)
+    return pairs
+
+
 # -- the compact model
 def torch_autocast_run(tm: torch.nn.Sequential, x: np.ndarray, y: np.ndarray, fmt: str,
                        scale: float = 1.0, device: str = "cpu") -> list[torch.Tensor]:
