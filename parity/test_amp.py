@@ -109,9 +109,9 @@ def test_tape_holds_what_torch_saves_under_autocast_module_by_module(
 @settings(max_examples=40)
 @given(contexts=st.lists(st.tuples(st.sampled_from([None, "float16", "bfloat16"]),
                                    st.booleans()), min_size=1, max_size=4))
-def test_nested_autocast_states_are_torchs_at_every_depth(contexts: list) -> None:
+def test_nested_autocast_states_are_torchs_at_every_depth(contexts: list, device: str) -> None:
     """Entering and leaving the same nest of contexts in both trees: the same states."""
-    mine, theirs = nested_states(contexts)
+    mine, theirs = nested_states(contexts, device)
     event(f"depth {len(contexts)}, innermost enabled {bool(mine[-2, 0])}")
     assert_claim("amp.state", mine, theirs, f"{contexts}")
 

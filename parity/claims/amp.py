@@ -165,15 +165,16 @@ CLAIMS: tuple[Claim, ...] = (
         statement=(
             "Any nesting of autocast contexts (dtype float16, bfloat16 or None, enabled or "
             "not) leaves reference.amp.autocast_state() equal to what torch.is_autocast_enabled "
-            "and torch.get_autocast_dtype report for the CPU, at every depth, entering and "
-            "leaving."
+            "and, where enabled, torch.get_autocast_dtype report for the device type (CPU; "
+            "CUDA under --device cuda), at every depth, entering and leaving."
         ),
         kind="bits",
         bound=0,
         reason=(
             "The state is discrete (a flag and a dtype): both trees push it on entry and "
-            "restore it on exit (NOTE [ Autocast state ]); a disabled context keeps the "
-            "dtype it names, as torch's does."
+            "restore it on exit (NOTE [ Autocast state ]). The dtype of a disabled state is "
+            "not compared: no op reads it, and torch's default differs by device (CUDA "
+            "float16, CPU bfloat16)."
         ),
     ),
     Claim(

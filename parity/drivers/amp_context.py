@@ -47,9 +47,12 @@ def saved_signatures(sizes: tuple[int, ...], activation: str, dropout: float, fm
 
 
 # -- the state
-def nested_states(contexts: list[tuple[str | None, bool]]) -> tuple[np.ndarray, np.ndarray]:
-    """(reference, torch) rows [enabled, dtype is float16] read after entering each of the
-    nested contexts (dtype, enabled) in turn, and once more after leaving them all."""
+def nested_states(contexts: list[tuple[str | None, bool]], device: str = "cpu"
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """(reference, torch) rows [enabled, enabled in float16] read after entering each of the
+    nested contexts (dtype, enabled) for `device`'s type in turn, and once more after
+    leaving them all."""
+    kind = torch.device(device).type
     from torch_impl import amp as tamp
 
     def states(enter: Callable, read: Callable) -> np.ndarray:
@@ -59,8 +62,8 @@ def nested_states(contexts: list[tuple[str | None, bool]]) -> tuple[np.ndarray, 
                 stack.enter_context(enter(dtype, enabled))
                 seen.append(read())
         seen.append(read())
-        return np.array([[s.enabled, s.dtype == "float16"] for s in seen])
+        return np.array([[s.enabled, s.enabled and s.dtype == "float16"] for s in seen])
 
-    return (states(lambda d, e: ramp.autocast(d, enabled=e), ramp.autocast_state),
-            states(lambda d, e: tamp.autocast(TORCH_DTYPES[d] if d else None, enabled=e),
-                   tamp.autocast_state))
+    return (states(lambda d, e: ramp.autocast(d, kind, enabled=e), ramp.autocast_state),
+            states(lambda d, e: tamp.autocast(TORCH_DTYPES[d] if d else None, kind, enabled=e),
+                   lambda: tamp.autocast_state(kind)))
