@@ -205,7 +205,9 @@ def opmath(dtype: np.dtype) -> np.dtype:
 
 def decide(op: str, *dtypes: np.dtype, state: AutocastState | None = None) -> Decision:
     """The one policy: the cast, compute and result dtypes of `op` on inputs of `dtypes`
-    under `state` (default: the current one)."""
+    under `state` (default: the current one). Pass the dtypes the kernel promotes: an op
+    whose kernel takes mixed dtypes by design passes its input's only (layer_norm with an lp
+    input and float32 weight returns lp on the CPU)."""
     state = autocast_state() if state is None else state
     listed = op_policy(op, state.device_type) if state.enabled else None
     cast_to = {"lower_precision_fp": LP_DTYPES[state.dtype], "fp32": F32, None: None}[listed]
