@@ -8,6 +8,8 @@ Every low-precision result is checked to be a member of its format before it is 
 from __future__ import annotations
 
 import numpy as np
+import pytest
+import torch
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
@@ -18,10 +20,12 @@ from parity.drivers.amp import (
     ACTIVATIONS,
     SUFFIX,
     activation_pairs,
+    dropout_pairs,
     linear_pairs,
     model_pairs,
     toward,
 )
+from parity.drivers.amp_context import nested_states, saved_signatures
 
 FMTS = st.sampled_from(["bfloat16", "float16"])
 
@@ -54,6 +58,19 @@ def test_activations_on_lp_tensors_within_one_lp_ulp_of_torch(fmt: str, name: st
         assert_claim(f"amp.activation_{SUFFIX[fmt]}", a[ok], b[ok], f"{name} {label}")
 
 
+@settings(max_examples=20)
+@given(fmt=FMTS, p=st.sampled_from([0.1, 0.25, 0.3, 0.5, 0.9]), seed=st.integers(0, 2**32 - 1))
+def test_dropout_on_lp_tensors_is_torchs_bit_for_bit(fmt: str, p: float, seed: int,
+                                                     device: str) -> None:
+    """Given torch's keep-mask: output, saved lp mask and input gradient, the same bits."""
+    if device != "cpu":
+        pytest.skip("CPU-specific claim: CUDA fuses dropout (a bool mask, a float32 scale)")
+    for label, a, b, _ in dropout_pairs(fmt, p, 256, seed):
+        event(f"mask exact in {fmt}: {float(1 / (1 - p)) == float(a.max(initial=0))}"
+              if label == "saved mask" else label)
+        assert_claim("amp.dropout", a, b, f"{label} (p={p})")
+
+
 @settings(max_examples=12)
 @given(fmt=FMTS, activation=st.sampled_from(["gelu", "gelu_tanh", "tanh", "relu"]),
        seed=st.integers(0, 2**32 - 1))
@@ -71,6 +88,32 @@ def test_compact_model_layers_within_the_rounding_spread_of_torch(fmt: str, acti
         if np.any((k > 0) & (a != b)):
             event("an ambiguous element differs by its allowance")
     assert exact >= MODEL_MIN_EXACT * total, f"only {exact} of {total} elements must be exact"
+
+
+@settings(max_examples=12)
+@given(fmt=FMTS, activation=st.sampled_from(["gelu", "gelu_tanh", "tanh", "relu"]),
+       sizes=st.lists(st.integers(1, 12), min_size=2, max_size=5), batch=st.integers(1, 8))
+def test_tape_holds_what_torch_saves_under_autocast_module_by_module(
+        fmt: str, activation: str, sizes: list[int], batch: int, device: str) -> None:
+    """Every module's tape under autocast: the shapes, dtypes (2-byte lp) and bytes torch's
+    saved_tensors_hooks see it save; with Dropout on the CPU."""
+    dropout = 0.3 if torch.device(device).type == "cpu" else 0.0
+    lp_bytes = 0
+    for path, mine, theirs in saved_signatures(tuple(sizes), activation, dropout, fmt, batch,
+                                               device):
+        assert_claim("amp.saved_bytes", mine, theirs, f"(module {path!r})")
+        lp_bytes += int(mine[mine[:, 6] == 2, 7].sum())
+    assert lp_bytes > 0, "nothing 2-byte was saved: the tape is not low precision"
+
+
+@settings(max_examples=40)
+@given(contexts=st.lists(st.tuples(st.sampled_from([None, "float16", "bfloat16"]),
+                                   st.booleans()), min_size=1, max_size=4))
+def test_nested_autocast_states_are_torchs_at_every_depth(contexts: list, device: str) -> None:
+    """Entering and leaving the same nest of contexts in both trees: the same states."""
+    mine, theirs = nested_states(contexts, device)
+    event(f"depth {len(contexts)}, innermost enabled {bool(mine[-2, 0])}")
+    assert_claim("amp.state", mine, theirs, f"{contexts}")
 
 
 def test_op_lists_match_what_torch_registers_and_does(device: str) -> None:

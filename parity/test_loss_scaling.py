@@ -171,13 +171,17 @@ def test_fp16_underflow_masks_agree_exactly(scale: float, device: str) -> None:
         assert at_edge > 0, "no gradient at the smallest subnormal: the edge was not reached"
 
 
+@pytest.mark.parametrize("recompute", ["none", "uniform:2"])
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])
 def test_training_steps_agree_within_the_per_step_bound_and_clip(precision: str,
+                                                                 recompute: str,
                                                                  device: str) -> None:
     """Synced steps: equal scale/skip/clip decisions, both branches of clipping reached, the
-    loss falls in both trees, parameters within the per-step bound B after every step."""
+    loss falls in both trees, parameters within the per-step bound B after every step; with
+    and without recomputation under autocast (B is from plain autocast gradients, which a
+    recompute leaves bit-identical in each tree)."""
     steps = synced_steps(precision, steps=lsc.TRAIN_STEPS, device=device,
-                         max_grad_norm=lsc.TRAIN_MAX_GRAD_NORM)
+                         max_grad_norm=lsc.TRAIN_MAX_GRAD_NORM, recompute=recompute)
     limit = lsc.TRAIN_MAX_GRAD_NORM
     for i, s in enumerate(steps):
         r, t = s["ref"], s["torch"]

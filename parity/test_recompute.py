@@ -60,6 +60,45 @@ def test_torch_gradients_under_any_schedule_are_bitwise_plain(case: dict, data: 
         assert_claim("recompute.grads_torch", grads[key], base[key], f"({spec}, {key})")
 
 
+@given(case=recompute_models(), fmt=st.sampled_from(["bfloat16", "float16"]), data=st.data())
+@settings(max_examples=15)
+def test_gradients_under_autocast_and_any_schedule_are_bitwise_plain_in_each_tree(
+        case: dict, fmt: str, data: st.DataObject, device: str) -> None:
+    """The forward under fp16/bf16 autocast, dropout on: in each tree, any schedule leaves the
+    gradients and the dropout stream where no checkpointing leaves them."""
+    case = {**case, "dtype": np.float32, "autocast": fmt}
+    spec = data.draw(recompute_specs(n_layers(case)))
+    event(spec.partition(":")[0])
+    _, base = ref_case(case, "none")
+    run, grads = ref_case(case, spec)
+    event(f"dropout recomputed: {dropout_recomputed(case, run.recomputed())}")
+    for key in base:
+        assert_claim("recompute.grads_reference", grads[key], base[key], f"({fmt}, {spec}, {key})")
+    _, base = torch_case(case, "none", device)
+    _, grads = torch_case(case, spec, device)
+    for key in base:
+        assert_claim("recompute.grads_torch", grads[key], base[key], f"({fmt}, {spec}, {key})")
+
+
+@given(case=recompute_models(), fmt=st.sampled_from(["bfloat16", "float16"]), data=st.data())
+@settings(max_examples=15)
+def test_held_bytes_under_autocast_predicted_by_the_tape_match_torch(
+        case: dict, fmt: str, data: st.DataObject, device: str) -> None:
+    """Under fp16/bf16 autocast and any schedule: tape bytes (2-byte lp tensors) ==
+    saved_tensors_hooks bytes, and the same layers recompute."""
+    case = {**case, "dtype": np.float32, "autocast": fmt}
+    spec = data.draw(recompute_specs(n_layers(case)))
+    run, _ = ref_case(case, spec)
+    m, _ = torch_case(case, spec, device)
+    normal = [i for i in run.schedule.plan if isinstance(i, int)]  # layers run normally
+    event("a Linear holds its lp input and weight" if any(
+        isinstance(run.model[i], ref.Linear) for i in normal) else "every Linear checkpointed")
+    assert_claim("recompute.held_bytes", np.array([predicted_held_bytes(run, device)]),
+                 np.array([m.held_bytes]), f"({fmt}, {spec})")
+    assert_claim("recompute.counts", counts_array(run.recomputed()), counts_array(m.started),
+                 f"({fmt}, {spec})")
+
+
 @given(case=recompute_models(), data=st.data(), early_stop=st.booleans())
 @settings(max_examples=40)
 def test_held_bytes_and_recompute_counts_predicted_by_the_reference_match_torch(

@@ -1,68 +1,67 @@
-"""Autocast emulation: the compact model's forward and backward as torch.autocast runs them.
+"""Autocast: a context in which each op picks its own dtype, and real 2-byte arrays.
 
-Inside `torch.autocast(device_type, dtype=lp)`, lp in {float16, bfloat16}, each op follows
-the policy of the list it is on (aten/src/ATen/autocast_mode.cpp and autocast_mode.h; the
-lists below, one pair per device type, are checked against the installed torch by
-parity/test_amp.py):
-    lower_precision_fp   float32 arguments are cast to lp (float64 ones are not: only
-                         float16/bfloat16/float32 are "eligible"), the op runs in lp;
-    fp32                 lp arguments are cast to float32, the op runs in float32;
-    (neither)            the op runs in whatever dtype its inputs have (GELU on an lp
-                         tensor computes in float32 internally and stores lp).
-The lists for the ops this project uses:
-    op           CPU                     CUDA
-    linear       lower_precision_fp      lower_precision_fp
-    addmm, mm    lower_precision_fp      lower_precision_fp
-    matmul, bmm  lower_precision_fp      lower_precision_fp
-    mv, addmv    (not listed: float32)   lower_precision_fp
-    mse_loss     fp32                    fp32
-    cross_entropy_loss  fp32             (not listed; its log_softmax and nll_loss are fp32)
-    gelu, tanh, relu, dropout   not listed: they run in their input's dtype
+`with autocast(lp, device_type):` is torch.autocast(device_type, dtype=lp), lp in {float16,
+bfloat16}. Inside it every op consults `decide(op, *input_dtypes)`, which applies the policy
+of the list the op is on (aten/src/ATen/autocast_mode.cpp and autocast_mode.h; the lists
+below, one pair per device type, are held to the installed torch by parity/test_amp.py):
+    lower_precision_fp   eligible inputs (float32, float16, bfloat16; never float64) are
+                         cast to lp; the op computes in lp (float32 accumulation) -> lp
+    fp32                 eligible inputs are cast to float32; the op computes in float32
+    (neither)            no cast: the op runs in its inputs' promoted dtype (torch's type
+                         promotion: lp with float32 -> float32, float16 with bfloat16 ->
+                         float32), computing lp in float32 ("opmath") and rounding once
+Outside the context (or with enabled=False) every op is unlisted. The lists for the ops this
+project uses:
+    op                  CPU                       CUDA
+    linear, addmm, mm   lower_precision_fp        lower_precision_fp
+    matmul, bmm         lower_precision_fp        lower_precision_fp
+    mv, addmv           (not listed)              lower_precision_fp
+    mse_loss, nll_loss  fp32                      fp32
+    cross_entropy_loss  fp32                      (not listed; its log_softmax is fp32)
+    softmax, log_softmax, layer_norm  (not listed)  fp32
+    gelu, tanh, relu, dropout, mul    not listed: they run in their input's dtype
 CPU autocast defaults to bfloat16 and accepts float16.
 
-What a Linear does under autocast, with q(.) rounding to lp (round to nearest even; an
-lp value lives here in a float32 array, exactly):
-    forward    x_lp = q(x), W_lp = q(W), b_lp = q(b)            (the casts; W stays float32)
-               y = q(x_lp W_lp^T + b_lp)                        float32 accumulation, one rounding
-               saves x_lp ("input") and W_lp ("weight")          torch: addmm's mat1 and mat2
-    backward   g arrives in lp
-               dx = q(g W_lp),  dW = q(g^T x_lp),  db = q(sum_N g)     each accumulated in float32
-               W.grad += dW, b.grad += db  in float32            (lp -> float32 is exact)
-An op off the lists applied to an lp input (activations) computes in float32 and rounds
-its output (and what it saves: Tanh's saved result is the lp output), and its backward
-rounds the gradient it returns. A loss (fp32 list) reads the lp output as float32 (exact)
-and returns a float32 gradient, which the cast's backward (ToCopyBackward0) rounds to lp
-before the last Linear sees it. Parameters are never rounded in place: they stay float32
-"master weights"; only their casts are lp.
+# NOTE [ Low-precision arrays ]
+An lp tensor is a real 2-byte array here: np.float16 or ml_dtypes.bfloat16. Its values are
+made by reference.formats' rounding (`cast`: encode to codes, view the codes as the 2-byte
+dtype), never by NumPy's or ml_dtypes' own conversion. Arithmetic on lp arrays is explicit:
+widen to float32 (`opmath`: exact), compute, round once (`cast`). So a saved lp tensor costs
+2 bytes an element on the tape, as in torch, and every rounding is a line of the reference.
 
-The emulation differs from torch only in float32 accumulation order (BLAS vs oneDNN or
-cuBLAS) and in the elementary functions (NOTE [ GELU formulas ] in reference/nn.py), both
-far below an lp ulp: each op's result is torch's, or one lp ulp from it where the exact
-value lies that close to a rounding boundary (parity/claims/amp.py derives the bounds).
-Dropout's mask is not emulated in lp (it is float32 here).
+What a Linear does inside the context (reference/nn.py), with q(.) = cast(., lp):
+    forward    x_lp = q(x), W_lp = q(W), b_lp = q(b)           (the casts; W stays float32)
+               y = q(x_lp W_lp^T + b_lp)                       float32 accumulation, one rounding
+               saves x_lp ("input") and W_lp ("weight")         torch: addmm's mat1 and mat2
+    backward   g arrives in lp (a float32 one is rounded first: autograd's validate_outputs)
+               dx_lp = q(g W_lp), dW = q(g^T x_lp), db = q(sum_N g)    each accumulated in float32
+               W.grad += dW, b.grad += db, dx = dx_lp in x's dtype: the casts' backward
+               (ToCopyBackward0) widens exactly; parameters stay float32 "master weights"
+A loss (fp32 list) casts its lp input to float32 (exact), saves that float32 copy, and its
+backward's float32 gradient is rounded back to lp by the cast's backward.
+
+# NOTE [ Autocast state ]
+torch keeps the autocast state per device type in thread-local flags; the context saves
+them on entry and restores them on exit, so contexts nest (an inner enabled=False turns
+autocast off; an inner dtype wins). torch.utils.checkpoint records the state at forward
+and re-enters it around the recompute, so a recomputed segment casts as its forward did,
+whatever context backward runs in. The reference keeps one stack of states: its arrays
+have no device, so the innermost context's device_type picks the lists (torch consults the
+state of the device the op's tensors live on). `autocast_state()` is what a checkpoint
+records; `autocast.entering(state)` re-enters it. torch also caches the casts of leaf
+float32 parameters within the outermost region; the reference casts each time (same
+bits, and the saved casts are the same tensors by value).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from types import TracebackType
+
+import ml_dtypes
 import numpy as np
 
-from reference.formats import quantize
-from reference.nn import GELU, Dropout, Linear, Module, ReLU, Sequential, Tanh
-
-# NOTE [ Autocast as a wrapper ]
-# torch's autocast is a dispatch key: inside the context every op consults its list, so
-# `with torch.autocast(...): model(x)` needs no change to the model and backward follows
-# the recorded graph (torch_impl/amp.py's `autocast` is that context). The reference has
-# no dispatcher: its layers compute in the dtype they are given and record a tape. So
-# `Autocast(model, dtype, device_type)` wraps the model and applies each layer's policy
-# itself, layer by layer, in `forward` and again (in reverse) in `backward`. The two read
-# in parallel as
-#     torch:      with autocast(dtype, device_type): out = model(x)      ... out.backward(g)
-#     reference:  run = Autocast(model, dtype, device_type); out = run(x) ... run.backward(g)
-# and differ in one more way: the reference keeps what each layer's backward received
-# (`output_grads`, the gradient torch would give after `retain_grad()` on the layer's output)
-# and each layer's output (`outputs`), so that parity tests can check the wiring layer by
-# layer.
+from reference.formats import encode
 
 # torch 2.6 - 2.13 aten/src/ATen/autocast_mode.cpp, TORCH_LIBRARY_IMPL(aten, AutocastCPU, m)
 # (aten names with their overload where the op has several)
@@ -94,13 +93,20 @@ FP32_CUDA_LOSSES = (
     "margin_ranking_loss", "multilabel_margin_loss", "soft_margin_loss",
     "triplet_margin_loss", "multi_margin_loss", "binary_cross_entropy_with_logits",
 )
+# AT_FORALL_FP32 (AutocastCUDA) also lists the normalizations; AutocastCPU does not, so on
+# the CPU softmax, log_softmax and layer_norm run in their input's dtype (torch 2.6 - 2.13)
+FP32_CUDA_NORMS = ("softmax.int", "log_softmax.int", "layer_norm", "native_layer_norm")
 LISTS: dict[str, dict[str, tuple[str, ...]]] = {
     "cpu": {"lower_precision_fp": LOWER_PRECISION_FP_CPU, "fp32": FP32_CPU_LOSSES},
-    "cuda": {"lower_precision_fp": LOWER_PRECISION_FP_CUDA, "fp32": FP32_CUDA_LOSSES},
+    "cuda": {"lower_precision_fp": LOWER_PRECISION_FP_CUDA,
+             "fp32": FP32_CUDA_LOSSES + FP32_CUDA_NORMS},
 }
-LAYER_OPS: dict[type, str] = {Linear: "linear", GELU: "gelu", Tanh: "tanh", ReLU: "relu",
-                              Dropout: "dropout"}
 
+LP_DTYPES: dict[str, np.dtype] = {"float16": np.dtype(np.float16),
+                                  "bfloat16": np.dtype(ml_dtypes.bfloat16)}
+F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
+ELIGIBLE = (F32, *LP_DTYPES.values())  # what autocast casts; float64 never
+FLOATS = (F64, *ELIGIBLE)
 PRECISIONS: dict[str, str | None] = {"fp32": None, "bf16": "bfloat16", "fp16": "float16"}
 
 
@@ -112,7 +118,7 @@ def autocast_dtype(precision: str) -> str | None:
 
 
 def op_policy(op: str, device_type: str = "cpu") -> str | None:
-    """"lower_precision_fp", "fp32" (for the losses listed here), or None (not listed)."""
+    """"lower_precision_fp", "fp32" (for the ops listed here), or None (not listed)."""
     if device_type not in LISTS:
         raise ValueError(f"amp: device_type must be one of {tuple(LISTS)}, got {device_type!r}")
     for policy, ops in LISTS[device_type].items():
@@ -121,121 +127,116 @@ def op_policy(op: str, device_type: str = "cpu") -> str | None:
     return None
 
 
-def _q(x: np.ndarray, fmt: str) -> np.ndarray:
-    """Round a float32 array to `fmt` (kept in float32); float64 is not eligible, as torch."""
-    if x.dtype != np.float32:
-        return x
-    with np.errstate(over="ignore"):
-        return quantize(x, fmt)
+# -- the state and the context (NOTE [ Autocast state ])
+@dataclass(frozen=True)
+class AutocastState:
+    """torch.is_autocast_enabled(device_type) and torch.get_autocast_dtype(device_type)."""
+
+    enabled: bool = False
+    dtype: str = "bfloat16"
+    device_type: str = "cpu"
 
 
-def linear_forward(layer: Linear, x: np.ndarray, fmt: str) -> np.ndarray:
-    """y = q(q(x) q(W)^T + q(b)), recording ("input", "weight") on the layer's tape."""
-    if x.ndim < 1 or x.shape[-1] != layer.in_features:
-        raise ValueError(f"{layer!r}: expected input (..., {layer.in_features}), got {x.shape}")
-    x_lp = _q(x, fmt).reshape(-1, layer.in_features)  # (N, in)
-    w_lp = _q(layer.weight.data, fmt)  # (out, in)
-    y = x_lp @ w_lp.T  # (N, out), float32 accumulation
-    if layer.bias is not None:
-        y = y + _q(layer.bias.data, fmt)
-    layer.save_for_backward({"input": x_lp, "weight": w_lp})
-    return _q(y, fmt).reshape(*x.shape[:-1], layer.out_features)
+_STACK: list[AutocastState] = [AutocastState()]
 
 
-def linear_backward(layer: Linear, grad_output: np.ndarray, fmt: str) -> np.ndarray:
-    """dx = q(g W_lp); W.grad += q(g^T x_lp); b.grad += q(sum_N g); g must be lp already."""
-    saved = layer.pop_saved()
-    x_lp, w_lp = saved["input"], saved["weight"]  # (N, in), (out, in)
-    g = np.asarray(grad_output)
-    g2 = g.reshape(-1, layer.out_features)  # (N, out)
-    if g2.shape[0] != x_lp.shape[0]:
-        raise ValueError(f"{layer!r}: grad_output {g.shape} does not match the saved input "
-                         f"{x_lp.shape}")
-    layer.weight.accumulate(_q(g2.T @ x_lp, fmt))  # (out, in)
-    if layer.bias is not None:
-        layer.bias.accumulate(_q(g2.sum(axis=0, dtype=g2.dtype), fmt))
-    return _q(g2 @ w_lp, fmt).reshape(*g.shape[:-1], layer.in_features)
+def autocast_state() -> AutocastState:
+    """The state ops consult now (the innermost context's; disabled outside any)."""
+    return _STACK[-1]
 
 
-def elementwise_forward(layer: Module, x: np.ndarray, fmt: str) -> np.ndarray:
-    """An op off the lists on an lp input: float32 compute, lp output, lp saved tensors."""
-    y = _q(layer.forward(x), fmt)
-    layer.save_for_backward({k: _q(v, fmt) for k, v in layer.saved_tensors().items()})
-    return y
+class autocast:  # lower case: torch.autocast's name
+    """torch.autocast(device_type, dtype, enabled) for the reference's ops.
 
-
-def elementwise_backward(layer: Module, grad_output: np.ndarray, fmt: str) -> np.ndarray:
-    """Its backward: float32 compute from the lp gradient and tape, lp input gradient."""
-    return _q(layer.backward(grad_output), fmt)
-
-
-class Autocast:
-    """Run `model` (a Sequential, or one layer) as under torch.autocast(device_type, dtype).
-
-    `dtype` None runs the model unchanged (fp32). Otherwise each layer follows its op's
-    policy (`op_policy`): Linear is lower_precision_fp (`linear_forward`/`linear_backward`);
-    a layer off the lists whose input is low precision computes in float32 and has its
-    output (forward) and input gradient (backward) rounded to the format. Each layer keeps
-    its own tape, so `model.tape()` still lists what is saved. After a run, `outputs[i]` is
-    layer i's output and `output_grads[i]` the gradient its backward received
-    (NOTE [ Autocast as a wrapper ]).
+    `dtype` "float16" | "bfloat16", or None for the project's fp32 (disabled); enabled=False
+    disables it too. Entering pushes the state, exiting restores the one before: contexts
+    nest, and an exception inside leaves the state as it was.
     """
 
-    def __init__(self, model: Module, dtype: str | None, device_type: str = "cpu") -> None:
-        if dtype not in (None, "float16", "bfloat16"):
-            raise ValueError(f"Autocast: dtype must be None, 'float16' or 'bfloat16', "
+    def __init__(self, dtype: str | None, device_type: str = "cpu", *,
+                 enabled: bool = True) -> None:
+        if dtype not in (None, *LP_DTYPES):
+            raise ValueError(f"autocast: dtype must be None, 'float16' or 'bfloat16', "
                              f"got {dtype!r}")
         op_policy("linear", device_type)  # refuses an unknown device type
-        self.model, self.dtype, self.device_type = model, dtype, device_type
-        self.layers = list(model) if isinstance(model, Sequential) else [model]
-        for layer in self.layers:
-            op = LAYER_OPS.get(type(layer))
-            expected = "lower_precision_fp" if isinstance(layer, Linear) else None
-            if op is None or op_policy(op, device_type) != expected:
-                raise NotImplementedError(f"Autocast: no emulation of {layer!r} under "
-                                          f"{device_type} autocast")
-        self.outputs: list[np.ndarray] = []
-        self.output_grads: list[np.ndarray] = []
-        self._low_out: list[bool] = []
+        self.state = AutocastState(enabled and dtype is not None, dtype or "bfloat16",
+                                   device_type)
 
-    def __call__(self, x: np.ndarray) -> np.ndarray:
-        return self.forward(x)
+    @classmethod
+    def entering(cls, state: AutocastState) -> autocast:
+        """The context that re-enters a recorded state (what a recompute runs under)."""
+        return cls(state.dtype, state.device_type, enabled=state.enabled)
 
-    def forward(self, x: np.ndarray) -> np.ndarray:
-        if self.dtype is None:
-            return self.model.forward(x)
-        low, self._low_out, self.outputs = False, [], []  # low: x is an lp tensor
-        for layer in self.layers:
-            if isinstance(layer, Linear):  # op_policy("linear") == "lower_precision_fp"
-                x, low = linear_forward(layer, x, self.dtype), x.dtype == np.float32
-            else:
-                x = elementwise_forward(layer, x, self.dtype) if low else layer.forward(x)
-            self._low_out.append(low)
-            self.outputs.append(x)
-        return x
+    def __enter__(self) -> AutocastState:
+        _STACK.append(self.state)
+        return self.state
 
-    def backward(self, grad_output: np.ndarray) -> np.ndarray:
-        """Backward through the autocast forward. A scaled lp backward may overflow to inf
-        and then NaN: that is the event the GradScaler checks for, so NumPy's overflow and
-        invalid warnings are silenced here (in fp32 too: a huge scale may overflow float32)."""
-        with np.errstate(over="ignore", invalid="ignore"):
-            return self._backward(grad_output)
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        _STACK.pop()
 
-    def _backward(self, grad_output: np.ndarray) -> np.ndarray:
-        if self.dtype is None:
-            return self.model.backward(grad_output)
-        if len(self._low_out) != len(self.layers):
-            raise RuntimeError("Autocast.backward without an autocast forward")
-        g = np.asarray(grad_output)
-        low_in = [False, *self._low_out[:-1]]
-        g = _q(g, self.dtype) if self._low_out[-1] else g  # ToCopyBackward0 of the loss's cast
-        self.output_grads = [g] * len(self.layers)
-        for i in range(len(self.layers) - 1, -1, -1):
-            layer, low = self.layers[i], low_in[i]
-            self.output_grads[i] = g
-            if isinstance(layer, Linear):
-                g = linear_backward(layer, g, self.dtype)  # lp; a float32 input gets it exactly
-            else:
-                g = elementwise_backward(layer, g, self.dtype) if low else layer.backward(g)
-        self._low_out = []
-        return g
+
+# -- the policy
+@dataclass(frozen=True)
+class Decision:
+    """What an op does with its float inputs: `cast` them to (None: no cast), compute in
+    `compute` (the opmath dtype: float32 for lp), return `result`."""
+
+    cast: np.dtype | None
+    compute: np.dtype
+    result: np.dtype
+
+
+def promote(*dtypes: np.dtype) -> np.dtype:
+    """torch's type promotion among float dtypes: float64 > float32 > {float16, bfloat16},
+    and float16 with bfloat16 gives float32."""
+    kinds = {np.dtype(d) for d in dtypes}
+    if not kinds or not kinds <= set(FLOATS):
+        raise TypeError(f"amp: expected float dtypes, got {sorted(map(str, kinds))}")
+    if len(kinds) == 1:
+        return kinds.pop()
+    return F64 if F64 in kinds else F32
+
+
+def opmath(dtype: np.dtype) -> np.dtype:
+    """The dtype arithmetic on `dtype` runs in: float32 for lp, the dtype itself otherwise."""
+    return F32 if np.dtype(dtype) in LP_DTYPES.values() else np.dtype(dtype)
+
+
+def decide(op: str, *dtypes: np.dtype, state: AutocastState | None = None) -> Decision:
+    """The one policy: the cast, compute and result dtypes of `op` on inputs of `dtypes`
+    under `state` (default: the current one). Pass the dtypes the kernel promotes: an op
+    whose kernel takes mixed dtypes by design passes its input's only (layer_norm with an lp
+    input and float32 weight returns lp on the CPU)."""
+    state = autocast_state() if state is None else state
+    listed = op_policy(op, state.device_type) if state.enabled else None
+    cast_to = {"lower_precision_fp": LP_DTYPES[state.dtype], "fp32": F32, None: None}[listed]
+    after = [cast_to if cast_to is not None and np.dtype(d) in ELIGIBLE else d for d in dtypes]
+    result = promote(*after)
+    return Decision(cast_to, opmath(result), result)
+
+
+# -- the arrays (NOTE [ Low-precision arrays ])
+def cast(a: np.ndarray, dtype: np.dtype | None) -> np.ndarray:
+    """torch's .to(dtype): a itself when it has the dtype already (or dtype is None);
+    narrowing to lp is reference.formats' round to nearest even (overflow to inf) on the
+    float32 value; widening is exact."""
+    a = np.asarray(a)
+    if dtype is None or a.dtype == np.dtype(dtype):
+        return a
+    dtype = np.dtype(dtype)
+    for name, lp in LP_DTYPES.items():
+        if dtype == lp:
+            return encode(np.ascontiguousarray(a, dtype=opmath(a.dtype)), name).view(lp)
+    return a.astype(dtype)
+
+
+def apply(decision: Decision, *arrays: np.ndarray | None) -> list[np.ndarray | None]:
+    """The decision's casts of an op's inputs (eligible ones only; None passes through)."""
+    return [a if a is None or decision.cast is None or a.dtype not in ELIGIBLE
+            else cast(a, decision.cast) for a in arrays]
+
+
+def wide(a: np.ndarray) -> np.ndarray:
+    """a in its opmath dtype: lp widened to float32 (exact), float32/float64 unchanged."""
+    return cast(a, opmath(a.dtype))

@@ -14,12 +14,17 @@ Reductions: "mean" (the sum divided by n elements for MSE, by N rows for cross-e
 "sum", "none". The elementwise terms and the gradients follow torch's CPU kernels operation
 by operation; only the reductions' summation order and the elementary functions (exp, log)
 differ (the nn claims in parity/claims/nn.py).
+
+Under autocast (reference/amp.py) both are fp32 ops: an lp input is cast to float32 (exact)
+and that float32 copy is what they save; backward returns the gradient in the input's own
+dtype, rounding the float32 gradient to lp as the cast's backward (ToCopyBackward0) does.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from reference import amp
 from reference.module import Node, check_float, check_grad
 
 REDUCTIONS = ("mean", "sum", "none")
@@ -30,6 +35,7 @@ class Loss(Node):
 
     def __init__(self, reduction: str = "mean") -> None:
         super().__init__()
+        self._in_dtype = np.dtype(np.float32)  # forward's input dtype, for backward's cast
         if reduction not in REDUCTIONS:
             raise ValueError(f"{type(self).__name__}: reduction must be one of {REDUCTIONS}, "
                              f"got {reduction!r}")
@@ -53,6 +59,9 @@ class MSELoss(Loss):
 
     def forward(self, x: np.ndarray, target: np.ndarray) -> np.ndarray:
         x, target = check_float(self, x), np.asarray(target)
+        self._in_dtype = x.dtype
+        if target.dtype in amp.FLOATS:  # under autocast, both go to float32
+            x, target = amp.apply(amp.decide("mse_loss", x.dtype, target.dtype), x, target)
         if target.shape != x.shape or target.dtype != x.dtype:
             raise ValueError(f"{self!r}: target must match input {x.shape} {x.dtype}, "
                              f"got {target.shape} {target.dtype}")
@@ -70,7 +79,8 @@ class MSELoss(Loss):
         shape = x.shape if self.reduction == "none" else ()
         g = check_grad(self, np.asarray(grad_output, dtype=x.dtype), shape)
         norm = c(2.0 / x.size) if self.reduction == "mean" else c(2.0)
-        return (x - target) * norm * g  # torch: sub, mul_(norm), mul_(grad)
+        dx = (x - target) * norm * g  # torch: sub, mul_(norm), mul_(grad)
+        return amp.cast(dx, self._in_dtype)
 
 
 class CrossEntropyLoss(Loss):
@@ -87,6 +97,11 @@ class CrossEntropyLoss(Loss):
                              f"target (), got {x.shape} and {target.shape}")
         if target.dtype.kind not in "iu":
             raise TypeError(f"{self!r}: target must hold integer classes, got {target.dtype}")
+        self._in_dtype = x.dtype
+        d = amp.decide("cross_entropy_loss", x.dtype)  # fp32 on CPU; CUDA lists
+        if d.cast is None:  # its parts instead, log_softmax (fp32 there) then nll_loss
+            d = amp.decide("log_softmax", x.dtype)
+        (x,) = amp.apply(d, x)
         if np.any((target < 0) | (target >= x.shape[-1])):
             raise ValueError(f"{self!r}: target classes must lie in [0, {x.shape[-1]})")
         shifted = x - x.max(axis=-1, keepdims=True)
@@ -109,4 +124,5 @@ class CrossEntropyLoss(Loss):
         onehot = np.zeros_like(logp)
         np.put_along_axis(onehot, target[..., None].astype(np.intp), c(1), axis=-1)
         grad_logp = -onehot * np.asarray(g)[..., None]  # nll backward
-        return grad_logp - np.exp(logp) * grad_logp.sum(axis=-1, keepdims=True)
+        dx = grad_logp - np.exp(logp) * grad_logp.sum(axis=-1, keepdims=True)
+        return amp.cast(dx, self._in_dtype)

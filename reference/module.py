@@ -20,9 +20,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
+import ml_dtypes
 import numpy as np
 
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+# what an op may receive: also the 2-byte arrays autocast makes (NOTE [ Low-precision arrays ])
+INPUT_DTYPES = (*FLOAT_DTYPES, np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
 
 
 class Parameter:
@@ -174,10 +177,12 @@ class Module(Node):
 
 # The input contract of every layer and loss (torch checks the same inside its ops).
 def check_float(node: Node, x: np.ndarray) -> np.ndarray:
-    """x as an array; a TypeError naming the node unless it is float32 or float64."""
+    """x as an array; a TypeError naming the node unless it is float32 or float64 (or, as
+    autocast makes them, float16 or bfloat16)."""
     x = np.asarray(x)
-    if x.dtype not in FLOAT_DTYPES:
-        raise TypeError(f"{node!r}: expected a float32 or float64 array, got {x.dtype}")
+    if x.dtype not in INPUT_DTYPES:
+        raise TypeError(f"{node!r}: expected a float32 or float64 array (float16 or bfloat16 "
+                        f"under autocast), got {x.dtype}")
     return x
 
 

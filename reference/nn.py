@@ -40,6 +40,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from reference import amp
 from reference.losses import CrossEntropyLoss, MSELoss  # noqa: F401  (re-exported: old path)
 from reference.module import (  # noqa: F401  (FLOAT_DTYPES, Node, SavedTensor re-exported)
     FLOAT_DTYPES,
@@ -69,6 +70,7 @@ class Linear(Module):
             raise ValueError(f"Linear: sizes must be positive, got ({in_features}, {out_features})")
         self.in_features, self.out_features = in_features, out_features
         self._in_shape: tuple[int, ...] = ()  # forward's input shape, for backward's reshape
+        self._in_dtype = self._out_dtype = np.dtype(dtype)  # forward's, for backward's casts
         bound = 1.0 / math.sqrt(in_features)
         w = rng.uniform(-bound, bound, size=(out_features, in_features))
         self.weight = self._params["weight"] = Parameter(w.astype(dtype))
@@ -84,25 +86,32 @@ class Linear(Module):
         x = check_float(self, x)
         if x.ndim < 1 or x.shape[-1] != self.in_features:
             raise ValueError(f"{self!r}: expected input (..., {self.in_features}), got {x.shape}")
-        if x.dtype != self.weight.data.dtype:
-            raise TypeError(f"{self!r}: input is {x.dtype} but the weights are "
-                            f"{self.weight.data.dtype}")
-        x2 = x.reshape(-1, self.in_features)  # (N, in): a view, as torch's mat1
-        y2 = x2 @ self.weight.data.T  # (N, out)
-        if self.bias is not None:
-            y2 = y2 + self.bias.data
-        self.save_for_backward({"input": x2})
-        self._in_shape = x.shape
-        return y2.reshape(*x.shape[:-1], self.out_features)
+        b = None if self.bias is None else self.bias.data
+        d = amp.decide("linear", x.dtype, self.weight.data.dtype)
+        x_c, w, b = amp.apply(d, x, self.weight.data, b)  # the casts (lp under autocast)
+        if x_c.dtype != w.dtype:
+            raise TypeError(f"{self!r}: input is {x_c.dtype} but the weights are {w.dtype}")
+        x2 = x_c.reshape(-1, self.in_features)  # (N, in): a view, as torch's mat1
+        y2 = amp.wide(x2) @ amp.wide(w).T  # (N, out), accumulated in the opmath dtype
+        if b is not None:
+            y2 = y2 + amp.wide(b)
+        saved = {"input": x2} if w is self.weight.data else {"input": x2, "weight": w.T}
+        self.save_for_backward(saved)  # a cast weight is a new tensor: torch saves it (mat2)
+        self._in_shape, self._in_dtype, self._out_dtype = x.shape, x.dtype, d.result
+        return amp.cast(y2, d.result).reshape(*x.shape[:-1], self.out_features)
 
     def backward(self, grad_output: np.ndarray) -> np.ndarray:
-        x2 = self.pop_saved()["input"]  # (N, in)
+        saved = self.pop_saved()
+        x2 = saved["input"]  # (N, in)
+        w = saved["weight"].T if "weight" in saved else self.weight.data  # (out, in)
         g = check_grad(self, grad_output, (*self._in_shape[:-1], self.out_features))
-        g2 = g.reshape(-1, self.out_features)  # (N, out)
-        self.weight.accumulate(g2.T @ x2)  # (out, in)
+        g2 = amp.wide(amp.cast(g, self._out_dtype).reshape(-1, self.out_features))  # (N, out)
+        master = self.weight.data.dtype  # the casts' backward widens to it (exact)
+        self.weight.accumulate(amp.cast(amp.cast(g2.T @ amp.wide(x2), w.dtype), master))
         if self.bias is not None:
-            self.bias.accumulate(g2.sum(axis=0))
-        return (g2 @ self.weight.data).reshape(self._in_shape)
+            self.bias.accumulate(amp.cast(amp.cast(g2.sum(axis=0), w.dtype), master))
+        dx = amp.cast(g2 @ amp.wide(w), x2.dtype)  # (N, in)
+        return amp.cast(dx, self._in_dtype).reshape(self._in_shape)
 
 
 class ReLU(Module):
@@ -116,14 +125,14 @@ class ReLU(Module):
         return "ReLU()"
 
     def forward(self, x: np.ndarray) -> np.ndarray:
-        x = check_float(self, x)
+        x = check_float(self, x)  # unlisted: runs in x's dtype, exactly (no rounding)
         y = np.where(x < 0, x.dtype.type(0), x)
         self.save_for_backward({"result": y})
         return y
 
     def backward(self, grad_output: np.ndarray) -> np.ndarray:
         y = self.pop_saved()["result"]
-        g = check_grad(self, grad_output, y.shape)
+        g = amp.cast(check_grad(self, grad_output, y.shape), y.dtype)
         return np.where(y <= 0, g.dtype.type(0), g)
 
 
@@ -134,14 +143,16 @@ class Tanh(Module):
         return "Tanh()"
 
     def forward(self, x: np.ndarray) -> np.ndarray:
-        y = np.tanh(check_float(self, x))
+        x = check_float(self, x)
+        y = amp.cast(np.tanh(amp.wide(x)), x.dtype)  # unlisted: opmath, one rounding
         self.save_for_backward({"result": y})
         return y
 
     def backward(self, grad_output: np.ndarray) -> np.ndarray:
-        y = self.pop_saved()["result"]
-        g = check_grad(self, grad_output, y.shape)
-        return g * (y.dtype.type(1) - y * y)
+        saved = self.pop_saved()["result"]
+        g = amp.wide(amp.cast(check_grad(self, grad_output, saved.shape), saved.dtype))
+        y = amp.wide(saved)
+        return amp.cast(g * (y.dtype.type(1) - y * y), saved.dtype)
 
 
 # NOTE [ GELU formulas ]
@@ -179,17 +190,22 @@ class GELU(Module):
         return f"GELU(approximate={self.approximate!r})"
 
     def forward(self, x: np.ndarray) -> np.ndarray:
-        x = check_float(self, x)
+        x_in = check_float(self, x)
+        self.save_for_backward({"self": x_in})
+        x = amp.wide(x_in)  # unlisted: opmath, one rounding
         c = x.dtype.type
-        self.save_for_backward({"self": x})
         if self.approximate == "tanh":
             inner = c(_BETA) * (x + c(_KAPPA) * (x * x * x))
-            return c(0.5) * x * (c(1) + np.tanh(inner))
-        return x * c(0.5) * (c(1) + _erf(x * c(_SQRT1_2)))
+            return amp.cast(c(0.5) * x * (c(1) + np.tanh(inner)), x_in.dtype)
+        return amp.cast(x * c(0.5) * (c(1) + _erf(x * c(_SQRT1_2))), x_in.dtype)
 
     def backward(self, grad_output: np.ndarray) -> np.ndarray:
-        x = self.pop_saved()["self"]
-        g = check_grad(self, grad_output, x.shape)
+        x_in = self.pop_saved()["self"]
+        return amp.cast(self._derivative(amp.wide(x_in), amp.wide(amp.cast(
+            check_grad(self, grad_output, x_in.shape), x_in.dtype))), x_in.dtype)
+
+    def _derivative(self, x: np.ndarray, g: np.ndarray) -> np.ndarray:
+        """g * GELU'(x) in x's dtype (NOTE [ GELU formulas ])."""
         c = x.dtype.type
         if self.approximate == "tanh":
             x_sq = x * x
@@ -236,7 +252,7 @@ class Dropout(Module):
         if not self.training or self.p == 0.0:
             self.save_for_backward({})
             return x
-        c = x.dtype.type
+        c = amp.opmath(x.dtype).type  # unlisted: the mask is made in x's dtype
         if self.p == 1.0:
             noise = np.zeros((), dtype=x.dtype)
         else:
@@ -247,14 +263,17 @@ class Dropout(Module):
                 if keep.shape != x.shape or keep.dtype != np.bool_:
                     raise ValueError(f"{self!r}: mask must be bool of shape {x.shape}, "
                                      f"got {keep.dtype} {keep.shape}")
-            noise = keep.astype(x.dtype) / c(1.0 - self.p)
+            noise = amp.cast(keep.astype(c) / c(1.0 - self.p), x.dtype)  # opmath division
         self.save_for_backward({"mask": noise})
-        return x * noise
+        return amp.cast(amp.wide(x) * amp.wide(noise), x.dtype)
 
     def backward(self, grad_output: np.ndarray) -> np.ndarray:
         saved = self.pop_saved()
         g = check_grad(self, grad_output, self._shape)
-        return g * saved["mask"] if "mask" in saved else g
+        if "mask" not in saved:
+            return g
+        mask = saved["mask"]
+        return amp.cast(amp.wide(amp.cast(g, mask.dtype)) * amp.wide(mask), mask.dtype)
 
 
 class Sequential(Module):

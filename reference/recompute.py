@@ -5,11 +5,13 @@ A plain forward leaves every layer's saved tensors on the tape until backward co
 
     its input x                        ("input", one activation)
     its generators' states             (so dropout draws the same masks again)
+    the autocast state                 (so each op casts as it did: reference/amp.py)
 
 and frees the tapes its layers recorded. Its backward restores the generator states, re-runs
-the segment's forward on a fresh tape ("recompute"), puts the generators back where they were,
-and back-propagates through the fresh tape. Every operation sees the same inputs, weights and
-masks as without checkpointing, so gradients are bit-identical (NOTE [ RNG replay ]).
+the segment's forward on a fresh tape ("recompute") inside the recorded autocast state, puts
+the generators back where they were, and back-propagates through the fresh tape. Every
+operation sees the same inputs, weights, masks and dtypes as without checkpointing, so
+gradients are bit-identical (NOTE [ RNG replay ], NOTE [ Autocast state ] in amp.py).
 
 Which layers are checkpointed is a plan (reference/recompute_plans.py: `parse_schedule`,
 `Segment`, `Schedule`; re-exported here). `forward_with_schedule(model, x, schedule)` runs a
@@ -35,6 +37,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from reference import amp
 from reference.nn import Module, SavedTensor, Sequential
 from reference.recompute_plans import (
     SPECS,
@@ -136,6 +139,7 @@ class Checkpoint(Region):
         self.last_saving = -1
         self.last_saving_layer: int | None = None
         self.stashed: list[dict] = []  # the generators' states before the forward
+        self.autocast = amp.autocast_state()  # the autocast state the forward ran in
         self.out_shape: tuple[int, ...] | None = None
 
     @property
@@ -154,6 +158,7 @@ class Checkpoint(Region):
     def forward(self, x: np.ndarray) -> np.ndarray:
         self.stashed = [copy.deepcopy(g.bit_generator.state) for g in self._generators()] \
             if self.preserve_rng_state else []
+        self.autocast = amp.autocast_state()
         y = self.run(x)
         recorded = [bool(child.tape()) for child in self._children.values()]
         self.last_saving = max((k for k, r in enumerate(recorded) if r), default=-1)
@@ -182,12 +187,13 @@ class Checkpoint(Region):
             g.bit_generator.state = copy.deepcopy(state)
         try:
             last = list(self._children.values())[self.last_saving]
-            if not self.early_stop:
-                self.run(x)
-            elif isinstance(last, Checkpoint):
-                last.keep_input(self.run(x, self.last_saving - 1))
-            else:
-                self.run(x, self.last_saving)
+            with amp.autocast.entering(self.autocast):  # torch: the state recorded at forward
+                if not self.early_stop:
+                    self.run(x)
+                elif isinstance(last, Checkpoint):
+                    last.keep_input(self.run(x, self.last_saving - 1))
+                else:
+                    self.run(x, self.last_saving)
         finally:
             for g, state in zip(generators, now, strict=True):
                 g.bit_generator.state = state

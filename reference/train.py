@@ -167,9 +167,6 @@ class Run:
         if c.recompute != "none":
             from reference import recompute
 
-            if c.precision != "fp32":
-                _scheduled(self.model, recompute.parse_schedule(c.recompute, len(self.model)),
-                           c.precision)  # refuses now, not at the first step
             self.schedule = recompute.parse_schedule(c.recompute, len(self.model))
         self.step = 0
         self.skipped = 0
@@ -284,8 +281,10 @@ def train_step(model: Module, loss_fn: Loss, optimizer: Any,
     `phase(name)` is entered around "forward", "backward" and "optimizer" (a profiler's
     timer; by default nothing).
     `schedule` (recompute.parse_schedule) runs the forward with checkpointed segments that
-    backward recomputes (recompute.ScheduledRun); in the reference only in fp32 for now:
-    amp.Autocast and ScheduledRun each drive the layers themselves, so they do not nest.
+    backward recomputes (recompute.ScheduledRun); autocast and recomputation compose in every
+    precision: a segment records the autocast state at forward and recomputes under it.
+    A scaled low-precision backward may overflow to inf and then NaN: that is the event the
+    GradScaler checks for, so NumPy's overflow and invalid warnings are silenced there.
     """
     dtype = amp.autocast_dtype(precision)
     if fault not in FAULTS:
@@ -295,12 +294,11 @@ def train_step(model: Module, loss_fn: Loss, optimizer: Any,
                          "(make_scaler('fp16')); bf16 and fp32 do not")
     with phase("forward"):
         optimizer.zero_grad()
-        runner = amp.Autocast(model, dtype) if schedule is None else _scheduled(
-            model, schedule, precision)
-        output = runner.forward(x)
-        loss = loss_fn(output, y)  # fp32 op list: losses run in float32 (low-precision
-        #                            values already live in float32 arrays here: no cast)
-    with phase("backward"):
+        with amp.autocast(dtype):
+            runner = model if schedule is None else _scheduled(model, schedule)
+            output = runner.forward(x)
+            loss = loss_fn(output, y)  # fp32 op list: losses run in float32
+    with phase("backward"), np.errstate(over="ignore", invalid="ignore"):
         runner.backward(loss_fn.backward(scaler.scale(np.ones_like(loss))))  # d(S loss)/dloss
     with phase("optimizer"):
         return _optimizer_phase(model, optimizer, scaler, float(loss), max_grad_norm, fault)
@@ -323,15 +321,10 @@ def _optimizer_phase(model: Module, optimizer: Any, scaler: loss_scaling.GradSca
     return StepResult(loss, scale, skipped, None if grad_norm is None else float(grad_norm))
 
 
-def _scheduled(model: Module, schedule: Schedule, precision: str) -> Any:
+def _scheduled(model: Module, schedule: Schedule) -> Any:
     """The recompute adapter: the model's forward/backward under a checkpointing schedule."""
     from reference import recompute
 
-    if precision != "fp32":
-        raise ValueError("reference.train: recompute with precision "
-                         f"{precision!r} is not composed in the reference (amp.Autocast and "
-                         "recompute.ScheduledRun each drive the layers); torch_impl composes "
-                         "them")
     return recompute.ScheduledRun(model, schedule)
 
 

@@ -101,10 +101,24 @@ def test_cli_prints_progress_and_the_digest_last(tmp_path: Path) -> None:
                                                           "ckpt-00000004.ckpt"]
 
 
-def test_recompute_with_low_precision_is_refused_by_name() -> None:
-    """The reference does not compose Autocast with recompute: a ValueError says so."""
-    with pytest.raises(ValueError, match="recompute with precision 'bf16'"):
-        train.Run(train.TrainConfig(**SMALL, precision="bf16", recompute="sqrt"))
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_recompute_under_autocast_steps_to_the_bits_of_no_recompute(precision: str) -> None:
+    """Dropout on, every schedule: the same losses, scales and final state digest as without
+    recomputation (a checkpointed segment holding a Dropout is re-run under autocast)."""
+    from reference.nn import Dropout
+    from reference.recompute import Segment
+
+    config = {**SMALL, "sizes": (8, 16, 16, 16, 3), "dropout": 0.3, "precision": precision}
+    runs = {}
+    for spec in ("none", "uniform:2", "sqrt", "optimal:2"):
+        run = train.Run(train.TrainConfig(**config, recompute=spec))
+        if run.schedule is not None:  # the edge: a checkpointed Dropout
+            assert any(isinstance(run.model[i], Dropout) for seg in run.schedule.plan
+                       if isinstance(seg, Segment) for i in seg.body if isinstance(i, int))
+        results = [run.train_step() for _ in range(3)]
+        runs[spec] = ([(r.loss, r.scale, r.skipped) for r in results],
+                      train.state_digest(run.state_dict()))
+    assert all(v == runs["none"] for v in runs.values()), runs
 
 
 @pytest.mark.parametrize(("field", "value", "phrase"), [

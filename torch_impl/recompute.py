@@ -52,6 +52,7 @@ from torch.utils.checkpoint import checkpoint as torch_checkpoint
 from torch.utils.checkpoint import checkpoint_sequential as torch_checkpoint_sequential
 from torch.utils.checkpoint import set_checkpoint_early_stop
 
+from torch_impl import amp
 from torch_impl.recompute_plans import (
     SPECS,
     Schedule,
@@ -186,11 +187,13 @@ class Measurement:
 
 def measure(model: nn.Sequential, x: torch.Tensor, grad_output: torch.Tensor,
             schedule: Schedule | str, *, preserve_rng_state: bool = True,
-            early_stop: bool = True, use_reentrant: bool = False) -> Measurement:
+            early_stop: bool = True, use_reentrant: bool = False,
+            autocast_dtype: torch.dtype | None = None) -> Measurement:
     """forward_with_schedule + backward(grad_output), with saved-tensor and forward hooks.
 
     `x` is used as given (it is not made to require grad: that is the caller's choice, and
-    the reentrant fault depends on it).
+    the reentrant fault depends on it). `autocast_dtype` runs the forward (only) under
+    torch.autocast of x's device type; checkpoint re-enters that state to recompute.
     """
     param_ptrs = {p.untyped_storage().data_ptr() for p in model.parameters()}
     held: list[tuple[int, int, bool]] = []
@@ -214,7 +217,8 @@ def measure(model: nn.Sequential, x: torch.Tensor, grad_output: torch.Tensor,
         return t
 
     try:
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), \
+                amp.autocast(autocast_dtype, x.device.type):
             y = forward_with_schedule(model, x, schedule, preserve_rng_state=preserve_rng_state,
                                       early_stop=early_stop, use_reentrant=use_reentrant)
         phase[0] = "backward"

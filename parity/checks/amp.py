@@ -11,10 +11,12 @@ from parity.drivers.amp import (
     SUFFIX,
     TORCH_DTYPES,
     activation_pairs,
+    dropout_pairs,
     linear_pairs,
     model_pairs,
     toward,
 )
+from parity.drivers.amp_context import nested_states, saved_signatures
 from parity.report import Observation, check
 from parity.tolerances import claim
 
@@ -73,6 +75,37 @@ for _fmt in TORCH_DTYPES:
     check(f"amp.linear_{SUFFIX[_fmt]}")(lambda fmt=_fmt: _linear_check(fmt))
     check(f"amp.activation_{SUFFIX[_fmt]}")(lambda fmt=_fmt: _activation_check(fmt))
     check(f"amp.model_{SUFFIX[_fmt]}")(lambda fmt=_fmt: _model_check(fmt))
+
+
+@check("amp.dropout")
+def _() -> Observation:
+    c, worst, n = claim("amp.dropout"), 0.0, 0
+    for fmt in TORCH_DTYPES:
+        for p in (0.1, 0.3, 0.5):
+            for _label, a, b, _ in dropout_pairs(fmt, p, 4096, seed=0):
+                worst, n = max(worst, measure(c, a, b)), n + a.size
+    return Observation(worst, n, "p 0.1, 0.3, 0.5 x 4096 lp inputs, torch's keep-mask (CPU)")
+
+
+@check("amp.state")
+def _() -> Observation:
+    c, nests = claim("amp.state"), [[("float16", True), ("bfloat16", False), (None, True)],
+                                    [("bfloat16", True), ("float16", True)], [(None, False)]]
+    pairs = [nested_states(nest) for nest in nests]
+    return Observation(max(measure(c, a, b) for a, b in pairs), sum(len(a) for a, _ in pairs),
+                       "3 nests of 1-3 contexts")
+
+
+@check("amp.saved_bytes")
+def _() -> Observation:
+    c, worst, n = claim("amp.saved_bytes"), 0.0, 0
+    for fmt in TORCH_DTYPES:
+        for activation in ("gelu", "tanh", "relu"):
+            for _path, mine, theirs in saved_signatures((16, 64, 64, 4), activation, 0.2, fmt,
+                                                        32):
+                worst, n = max(worst, measure(c, mine, theirs)), n + len(mine)
+    return Observation(worst, n, "16-64-64-4 with Dropout(0.2), gelu/tanh/relu, batch 32: "
+                                 "saved tensors compared")
 
 
 @check("amp.op_lists")

@@ -20,7 +20,7 @@ MODEL_MIN_EXACT = 0.85
 
 _MODEL_STATEMENT = (
     "Under {fmt} autocast, the compact model (Linear, activation, Linear, activation, Linear; "
-    "GELU, tanh-GELU, Tanh or ReLU; MSE loss) run by reference.amp.Autocast, and each torch "
+    "GELU, tanh-GELU, Tanh or ReLU; MSE loss) run inside reference.amp.autocast, and each torch "
     "layer under torch.autocast fed the input and the incoming gradient the reference's run gave "
     "the same layer: every layer output, input gradient and parameter gradient is within k "
     "{fmt} ulps of torch's, per element, where k = ord(q(v + d)) - ord(q(v - d)) counts the "
@@ -48,7 +48,8 @@ CLAIMS: tuple[Claim, ...] = (
         statement=(
             "Under autocast (float16 and bfloat16), what a Linear saves for backward (the lp "
             "cast of its input, addmm's mat1, and of its weight, mat2) is bit-identical in "
-            "reference.amp and torch.autocast, and the float32 master weights are unchanged."
+            "reference.amp.autocast and torch.autocast, and the float32 master weights are "
+            "unchanged."
         ),
         kind="bits",
         bound=0,
@@ -141,6 +142,58 @@ CLAIMS: tuple[Claim, ...] = (
         reason=_MODEL_REASON + " float16 has 3 more mantissa bits than bfloat16, so a float32 "
         "bound of the same size straddles a rounding boundary about 8 times as often.",
         fmt="float16",
+    ),
+    Claim(
+        id="amp.dropout",
+        statement=(
+            "Dropout on a float16 or bfloat16 tensor under CPU autocast, given torch's "
+            "keep-mask: the output, the saved mask and the input gradient are bit-identical "
+            "to torch's (p in (0, 1)). CPU only: CUDA's fused native_dropout saves a bool mask "
+            "and applies the scale in float32."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "Each is one correctly rounded operation on the same operands in both trees "
+            "(NOTE [ Dropout mask ]): mask = q(f32(keep) / f32(1 - p)), y = q(x mask), "
+            "dx = q(g mask), each computed in float32 (exact for a product of two lp values) "
+            "and rounded once to lp."
+        ),
+    ),
+    Claim(
+        id="amp.state",
+        statement=(
+            "Any nesting of autocast contexts (dtype float16, bfloat16 or None, enabled or "
+            "not) leaves reference.amp.autocast_state() equal to what torch.is_autocast_enabled "
+            "and, where enabled, torch.get_autocast_dtype report for the device type (CPU; "
+            "CUDA under --device cuda), at every depth, entering and leaving."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "The state is discrete (a flag and a dtype): both trees push it on entry and "
+            "restore it on exit (NOTE [ Autocast state ]). The dtype of a disabled state is "
+            "not compared: no op reads it, and torch's default differs by device (CUDA "
+            "float16, CPU bfloat16)."
+        ),
+    ),
+    Claim(
+        id="amp.saved_bytes",
+        statement=(
+            "Under float16 and bfloat16 autocast, every module of the compact model (Linear, "
+            "GELU, tanh-GELU, Tanh or ReLU, Dropout) holds on the reference's tape tensors of "
+            "the same shapes, dtypes and bytes as what saved_tensors_hooks see torch save for "
+            "it (parameter views excluded): the 2-byte lp input and lp weight cast of a Linear, "
+            "the lp result or input of an activation, Dropout's lp mask. On the CPU; on CUDA "
+            "without Dropout (its fused kernel saves a bool mask)."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "Shapes, dtypes and byte counts are integers: the reference keeps lp values in real "
+            "2-byte arrays (NOTE [ Low-precision arrays ]) and saves what each torch op saves, "
+            "so any difference is a design mismatch."
+        ),
     ),
     Claim(
         id="amp.op_lists",

@@ -131,7 +131,9 @@ CLAIMS: tuple[Claim, ...] = (
         statement=(
             f"{TRAIN_STEPS} SGD steps (lr 0.1, clipping at {TRAIN_MAX_GRAD_NORM}) of the compact "
             "model 8-32-32-1 with each tree's train.train_step, fp16 with a GradScaler and "
-            "bf16 without, torch given the reference's parameters before every step: every "
+            "bf16 without, with and without recomputation (uniform:2: checkpointed segments "
+            "recomputed under autocast in both trees), torch given the reference's parameters "
+            "before every step: every "
             "step's scale, skip and clip decision are equal, at least "
             f"{TRAIN_MIN_CLIPPED} steps clip and {TRAIN_MIN_UNCLIPPED} do not, the loss falls by "
             f"more than {TRAIN_MIN_LOSS_REDUCTION:.0%} in each tree, and each parameter after "

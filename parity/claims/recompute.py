@@ -10,14 +10,17 @@ CLAIMS: tuple[Claim, ...] = (
         statement=(
             "Under every schedule (none, uniform:K, sqrt, optimal:S), with dropout on, the "
             "reference's parameter and input gradients are bit-identical to running without "
-            "checkpointing, and the generators end in the same state."
+            "checkpointing, and the generators end in the same state; in float32, float64 and "
+            "with the forward under float16 or bfloat16 autocast."
         ),
         kind="bits",
         bound=0,
         reason=(
             "The recompute re-runs the same NumPy operations on the same input and weights, with "
-            "the generators restored so Dropout draws the same masks (NOTE [ RNG replay ]): every "
-            "tensor backward reads is bit-identical, and so is every gradient."
+            "the generators restored so Dropout draws the same masks (NOTE [ RNG replay ]) and "
+            "the autocast state of the forward re-entered, so every op casts and rounds as it "
+            "did (NOTE [ Autocast state ]): every tensor backward reads is bit-identical, and "
+            "so is every gradient."
         ),
     ),
     Claim(
@@ -26,7 +29,8 @@ CLAIMS: tuple[Claim, ...] = (
             "Under every schedule, torch.utils.checkpoint (use_reentrant=False, "
             "preserve_rng_state=True; nested for optimal:S) gives gradients bit-identical to the "
             "same model without checkpointing, dropout on, and leaves the dropout generator "
-            "where it would be; on CPU and on CUDA."
+            "where it would be; in float32, float64 and under float16/bfloat16 autocast; on CPU "
+            "and on CUDA."
         ),
         kind="bits",
         bound=0,
@@ -35,7 +39,8 @@ CLAIMS: tuple[Claim, ...] = (
             "of the input's device (the CPU generator, or the CUDA device's: nn.Dropout draws "
             "from the generator of its input's device), so Dropout draws the same noise; the "
             "kernels are deterministic for a fixed shape, thread count and stream (these use no "
-            "atomics)."
+            "atomics); checkpoint records the autocast state at forward and re-enters it around "
+            "the recompute."
         ),
     ),
     Claim(
@@ -43,8 +48,9 @@ CLAIMS: tuple[Claim, ...] = (
         statement=(
             "The bytes held between forward and backward (distinct storage, parameters and "
             "0-byte tensors excluded) predicted from the reference tape equal what torch's "
-            "saved_tensors_hooks see packed, for every schedule, with and without early stop; on "
-            "CUDA with each Dropout mask at 1 byte per element."
+            "saved_tensors_hooks see packed, for every schedule, with and without early stop, in "
+            "float32, float64 and under float16/bfloat16 autocast (2-byte lp tensors, "
+            "amp.saved_bytes); on CUDA with each Dropout mask at 1 byte per element."
         ),
         kind="bits",
         bound=0,

@@ -160,8 +160,6 @@ def run(args: argparse.Namespace) -> int:
             print(f"  the forward left {grew:,} bytes allocated for {saved:,} saved: the gap is "
                   "each allocation rounded up to 512 bytes, the outputs, and cuBLAS's "
                   "workspace at the first GEMM (kept); reserved - allocated is the cache")
-        if trees and case.precision != "fp32":  # type: ignore[attr-defined]
-            print(f"\nreference under {case.precision}: {drv.REFERENCE_LOW_PRECISION}")  # type: ignore[attr-defined]
         if args.model == "gpt":
             print(f"\nexact activations and --measure: {drv.NEEDS_THE_MODEL}")
     if args.measure and args.model == "gpt":

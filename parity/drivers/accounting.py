@@ -25,8 +25,6 @@ OPTIMIZERS = {"sgd": ("SGD", {"lr": 1e-2}), "sgd_momentum": ("SGD", {"lr": 1e-2,
               "adam": ("Adam", {"lr": 1e-3}), "adamw": ("AdamW", {"lr": 1e-3,
                                                                   "weight_decay": 1e-2})}
 PRECISIONS = ("fp32", "bf16", "fp16", "bf16_mixed", "fp16_mixed")  # project's, then formula's
-REFERENCE_LOW_PRECISION = ("state measured; tape and FLOPs not compared (its low precision "
-                           "lives in float32 arrays, rounded into fresh ones)")
 NEEDS_THE_MODEL = "needs the GPT model in both trees (not built yet): formula sheet only"
 
 
@@ -276,11 +274,11 @@ def held_forward(case: MLPCase, dtype: str = "float32") -> tuple[int, int]:
 
 
 def reference_step(case: MLPCase) -> dict[str, object]:
-    """The reference: state bytes after its train_step (its own optimizer arrays), and in
-    float32 its tape after a forward of the same batch under the schedule, with the GEMMs its
-    counters saw (reference.accounting.run_flops); under autocast the tape and recompute are
-    not compared (its low precision lives in float32 arrays; it composes recompute in fp32)."""
-    from reference import loss_scaling, optim, recompute, train
+    """The reference: state bytes after its train_step (its own optimizer arrays), and its
+    tape after a forward of the same batch under the schedule and the case's autocast (2-byte
+    lp arrays where torch holds lp tensors), with the GEMMs its counters saw
+    (reference.accounting.run_flops)."""
+    from reference import amp, loss_scaling, optim, recompute, train
     from reference.nn import CrossEntropyLoss, make_mlp
 
     def build() -> tuple[object, object]:
@@ -295,12 +293,11 @@ def reference_step(case: MLPCase) -> dict[str, object]:
         train.train_step(model, loss_fn, optimizer, loss_scaling.make_scaler(case.precision),
                          x, y, precision=case.precision)  # type: ignore[arg-type]
     out: dict[str, object] = {"state": racc.state_bytes(model, optimizer)}  # type: ignore[arg-type]
-    if case.precision != "fp32":
-        return out
     model, loss_fn = build()
-    run = recompute.forward_with_schedule(model, x, case.recompute,  # type: ignore[arg-type]
-                                          early_stop=case.early_stop)
-    loss_fn(run.output, y)  # type: ignore[operator]
+    with amp.autocast(amp.autocast_dtype(case.precision)):
+        run = recompute.forward_with_schedule(model, x, case.recompute,  # type: ignore[arg-type]
+                                              early_stop=case.early_stop)
+        loss_fn(run.output, y)  # type: ignore[operator]
     out["held"] = {"model": run.held_bytes, "loss": racc.tape_bytes([loss_fn]),  # type: ignore[list-item]
                    "other": 0}
     out["tape_forward"] = racc.tape_flops(model) if case.recompute == "none" else None  # type: ignore[arg-type]
@@ -315,6 +312,26 @@ def first_dx(case: MLPCase) -> int:
     return 2 * case.batch * case.sizes[0] * case.sizes[1]
 
 
+def first_weight_cast(case: MLPCase) -> int:
+    """Under autocast, the bytes of the first Linear's lp weight cast when that Linear runs
+    outside every checkpoint: the reference's tape keeps it for the dx it always computes;
+    torch's addmm saves no mat2 when its input needs no grad (0 in fp32, where the weight
+    is the parameter itself and never on the tape)."""
+    from reference.recompute import parse_schedule
+
+    if case.precision == "fp32":
+        return 0
+    n = len(rflops.mlp_layers(case.sizes, case.activation, case.dropout))
+    return 2 * case.sizes[0] * case.sizes[1] if parse_schedule(case.recompute, n).plan[0] == 0 \
+        else 0
+
+
+def scaler_saved(case: MLPCase) -> int:
+    """torch's fp16 `loss * scale` saves the 0-dim float32 scale; the reference scales the
+    loss gradient instead (4 bytes in fp16, else 0)."""
+    return 4 if case.precision == "fp16" else 0
+
+
 def reconcile(rows: list[Row], case: MLPCase, measured_torch: dict, measured_ref: dict) -> None:
     """Fill each row's measurements and name every gap's term (UNEXPLAINED if none fits)."""
     for tree, m in (("torch", measured_torch), ("reference", measured_ref)):
@@ -324,8 +341,10 @@ def reconcile(rows: list[Row], case: MLPCase, measured_torch: dict, measured_ref
             named = {"backward": (first_dx(case), "the reference computes the first dx"),
                      "recompute": (fl["cut"] if case.early_stop else 0,
                                    "early stop: torch cuts the last Linear"),
+                     "activations: model": (first_weight_cast(case), "the reference keeps "
+                                            "the first Linear's lp weight for its dx"),
                      "activations: loss": (-4, "nll_loss total_weight: torch only"),
-                     "activations: GradScaler": (-4 if case.precision == "fp16" else 0,
+                     "activations: GradScaler": (-scaler_saved(case),
                                                  "torch's loss*scale saves the scale")}
         for r in rows:
             if r.section == "flops":

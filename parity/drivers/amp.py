@@ -90,6 +90,11 @@ def _np(t: torch.Tensor) -> np.ndarray:
     return t.detach().float().cpu().numpy()
 
 
+def f32(a: np.ndarray) -> np.ndarray:
+    """A reference array as float32 (an lp array widened exactly) for comparison with _np."""
+    return np.asarray(a).astype(np.float32)
+
+
 # -- one Linear
 def linear_pairs(fmt: str, n: int, k: int, m: int, seed: int, device: str = "cpu"
                  ) -> list[Pair]:
@@ -100,9 +105,10 @@ def linear_pairs(fmt: str, n: int, k: int, m: int, seed: int, device: str = "cpu
     x = rng.standard_normal((n, k)).astype(np.float32)
     g = quantize(rng.standard_normal((n, m)).astype(np.float32), fmt)
     w0 = layer.weight.data.copy()
-    y = ramp.linear_forward(layer, x, fmt)
-    saved = layer.saved_tensors()
-    dx = ramp.linear_backward(layer, g, fmt)
+    with ramp.autocast(fmt):
+        y = f32(layer.forward(x))
+    saved = {k: f32(v) for k, v in layer.saved_tensors().items()}
+    dx = f32(layer.backward(ramp.cast(g, ramp.LP_DTYPES[fmt])))
 
     tl = torch.nn.Linear(k, m)
     tl.load_state_dict(tnn.state_dict_to_torch(layer.state_dict()))
@@ -115,7 +121,7 @@ def linear_pairs(fmt: str, n: int, k: int, m: int, seed: int, device: str = "cpu
     with float32_accumulation(device):
         ty.backward(torch.from_numpy(g).to(device, TORCH_DTYPES[fmt]))
 
-    x_lp, w_lp = saved["input"], saved["weight"]
+    x_lp, w_lp = saved["input"], saved["weight"].T  # mat2 is W_lp^T: (in, out)
     db, t_db = layer.bias.grad, tl.bias.grad  # type: ignore[union-attr]
     pairs: list[Pair] = [
         ("y", y, _np(ty), reliable(x_lp, w_lp.T, y, fmt)),
@@ -149,8 +155,10 @@ def activation_pairs(name: str, fmt: str, n: int, seed: int, device: str = "cpu"
     x = quantize((rng.standard_normal(n) * 2).astype(np.float32), fmt)
     g = quantize(rng.standard_normal(n).astype(np.float32), fmt)
     ref_layer, torch_layer = (f() for f in ACTIVATIONS[name])
-    y = ramp.elementwise_forward(ref_layer, x, fmt)
-    dx = ramp.elementwise_backward(ref_layer, g, fmt)
+    lp = ramp.LP_DTYPES[fmt]
+    with ramp.autocast(fmt):
+        y = f32(ref_layer.forward(ramp.cast(x, lp)))
+    dx = f32(ref_layer.backward(ramp.cast(g, lp)))
     tx = torch.from_numpy(x).to(device, TORCH_DTYPES[fmt]).requires_grad_()
     with torch.autocast(torch.device(device).type, dtype=TORCH_DTYPES[fmt]):
         ty = torch_layer(tx)
@@ -170,6 +178,35 @@ def activation_pairs(name: str, fmt: str, n: int, seed: int, device: str = "cpu"
                          ("dx", dx, _np(tx.grad), bound_dx < lp_ulp(dx, fmt) / 2)]
     for label, a, b, _ in pairs:
         require_members(fmt, f"{name} {label}", a, b)
+    return pairs
+
+
+# -- Dropout on lp tensors
+def dropout_pairs(fmt: str, p: float, n: int, seed: int) -> list[Pair]:
+    """(label, reference, torch, all-true mask) for Dropout's output, saved mask and input
+    gradient on an lp tensor under CPU autocast; the reference uses torch's keep-mask (read
+    from what torch saved), so only the arithmetic is compared. CPU kernels only: CUDA fuses
+    dropout (a bool mask, the scale applied in float32)."""
+    from parity.drivers.nn import dropout_keep
+
+    rng = np.random.default_rng(seed)
+    lp = ramp.LP_DTYPES[fmt]
+    x, g = (ramp.cast(rng.standard_normal(n).astype(np.float32), lp) for _ in range(2))
+    tx = torch.from_numpy(f32(x)).to(TORCH_DTYPES[fmt]).requires_grad_()
+    with torch.autocast("cpu", dtype=TORCH_DTYPES[fmt]):
+        ty = torch.nn.functional.dropout(tx, p, training=True)
+    t_mask, keep = _np(ty.grad_fn._saved_other), dropout_keep(ty)
+    ty.backward(torch.from_numpy(f32(g)).to(TORCH_DTYPES[fmt]))
+    layer = rnn.Dropout(p, rng=rng)
+    with ramp.autocast(fmt):
+        y = layer.forward(x, mask=keep)
+    mask = f32(layer.saved_tensors()["mask"])
+    dx = f32(layer.backward(g))
+    pairs: list[Pair] = [("y", f32(y), _np(ty), np.ones(n, bool)),
+                         ("saved mask", mask, t_mask, np.ones(n, bool)),
+                         ("dx", dx, _np(tx.grad), np.ones(n, bool))]
+    for label, a, b, _ in pairs:
+        require_members(fmt, f"Dropout {label}", a, b)
     return pairs
 
 
@@ -258,15 +295,23 @@ def _exact_activation(module: torch.nn.Module, x: np.ndarray) -> tuple[np.ndarra
 def layerwise_pairs(ref: rnn.Sequential, tm: torch.nn.Sequential, x: np.ndarray,
                     y: np.ndarray, fmt: str, scale: float = 1.0, device: str = "cpu"
                     ) -> list[Pair]:
-    """Run the reference model under Autocast (loss MSE, backward of scale * loss); then give
+    """Run the reference model under autocast (loss MSE, backward of scale * loss); then give
     each torch layer, under torch.autocast, the input and the incoming gradient the
     reference's run gave the same layer. Returns (label, reference, torch, k): k per
     element is the `rounding_spread` of the exact result (from the same lp operands) with
     the float32 bound of the op; every lp result is checked to be a member of fmt."""
-    amp_model, loss_fn = ramp.Autocast(ref, fmt), rnn.MSELoss()
-    out = amp_model(x)
-    loss_fn(out, y)
-    amp_model.backward(loss_fn.backward(np.float32(scale)))
+    outputs, output_grads, loss_fn = [], [np.empty(0)] * len(ref), rnn.MSELoss()
+    with ramp.autocast(fmt):
+        h = x
+        for layer in ref:  # each layer's output, kept for the torch side
+            h = layer.forward(h)
+            outputs.append(f32(h))
+        loss_fn(h, y)
+    g = loss_fn.backward(np.float32(scale))  # lp: the cast's backward rounded it
+    for i in range(len(ref) - 1, -1, -1):  # each layer's incoming gradient
+        output_grads[i] = f32(g)
+        g = ref[i].backward(g)
+    out = outputs[-1]
     dt, dev = TORCH_DTYPES[fmt], torch.device(device)
     eps32 = 2.0**-23
 
@@ -278,13 +323,13 @@ def layerwise_pairs(ref: rnn.Sequential, tm: torch.nn.Sequential, x: np.ndarray,
     with torch.autocast(dev.type, dtype=dt):
         loss = torch.nn.functional.mse_loss(t_out, torch.from_numpy(y).to(dev))
     (loss * torch.tensor(scale, dtype=torch.float32, device=dev)).backward()
-    g_last = amp_model.output_grads[-1]
+    g_last = output_grads[-1]
     pairs: list[Pair] = [("loss gradient", g_last, _np(t_out.grad), np.zeros(g_last.shape,
                                                                               np.int64))]
     for i, (layer, module) in enumerate(zip(ref, tm, strict=True)):
         first = i == 0
-        x_in = x if first else amp_model.outputs[i - 1]
-        g = amp_model.output_grads[i]
+        x_in = x if first else outputs[i - 1]
+        g = output_grads[i]
         require_members(fmt, f"layer {i} incoming gradient", g)
         tx = (torch.from_numpy(x_in).to(dev) if first else lp(x_in)).requires_grad_(not first)
         with float32_accumulation(device), torch.autocast(dev.type, dtype=dt):
@@ -312,7 +357,7 @@ def layerwise_pairs(ref: rnn.Sequential, tm: torch.nn.Sequential, x: np.ndarray,
             f, df = _exact_activation(module, x64)
             ax, ag = np.abs(x64), np.abs(g64)
             if isinstance(layer, rnn.Tanh):  # backward reads the saved lp output
-                y_r, y_t = amp_model.outputs[i].astype(np.float64), _np(ty).astype(np.float64)
+                y_r, y_t = outputs[i].astype(np.float64), _np(ty).astype(np.float64)
                 dy = np.abs(y_r - y_t)
                 k_y = rounding_spread(f, c_fwd * eps32 * np.abs(f), fmt)
                 k_dx = rounding_spread(g64 * (1 - y_r * y_r), c_bwd * eps32 * ag
@@ -321,9 +366,9 @@ def layerwise_pairs(ref: rnn.Sequential, tm: torch.nn.Sequential, x: np.ndarray,
                 k_y = rounding_spread(f, c_fwd * eps32 * ax, fmt)
                 k_dx = rounding_spread(g64 * df, c_bwd * eps32 * ag * (1 + ax * (1 + ax * ax)),
                                        fmt)
-        pairs.append((f"layer {i} output", amp_model.outputs[i], _np(ty), k_y))
+        pairs.append((f"layer {i} output", outputs[i], _np(ty), k_y))
         if not first:
-            pairs.append((f"layer {i} input gradient", amp_model.output_grads[i - 1],
+            pairs.append((f"layer {i} input gradient", output_grads[i - 1],
                           _np(tx.grad), k_dx))
     for label, a, b, _ in pairs:
         require_members(fmt, f"model {label}", a, b)
@@ -341,3 +386,4 @@ def model_pairs(activation: str, fmt: str, seed: int, device: str = "cpu",
     x = rng.standard_normal((batch, sizes[0])).astype(np.float32)
     y = rng.standard_normal((batch, sizes[-1])).astype(np.float32)
     return layerwise_pairs(ref, tm, x, y, fmt, device=device)
+

@@ -65,6 +65,11 @@ def _calls() -> dict[str, Callable[[Callable[..., torch.Tensor]], torch.Tensor]]
         "rnn_relu_cell": lambda t: torch.rnn_relu_cell(t(2, 3), t(2, 4), t(4, 3), t(4, 4)),
         "scaled_dot_product_attention": lambda t: F.scaled_dot_product_attention(
             t(1, 2, 3, 4), t(1, 2, 3, 4), t(1, 2, 3, 4)),
+        "softmax.int": lambda t: torch.softmax(t(3, 4), -1),
+        "log_softmax.int": lambda t: torch.log_softmax(t(3, 4), -1),
+        "layer_norm": lambda t: F.layer_norm(t(3, 4), (4,)),
+        "native_layer_norm": lambda t: torch.native_layer_norm(t(3, 4), [4], None, None,
+                                                               1e-5)[0],
         "mse_loss": lambda t: ATEN.mse_loss(t(3, 4), t(3, 4)),
         "cosine_embedding_loss": lambda t: ATEN.cosine_embedding_loss(t(3, 4), t(3, 4),
                                                                       t(3).sign()),

@@ -278,9 +278,10 @@ def underflow_grads(scale: float, dtype: str = "float16", device: str = "cpu"
     """(name, reference grad, torch grad) of one autocast backward of S * loss, unscaled."""
     ref, tm = underflow_models(device=device)
     x, y = underflow_batch()
-    amp_model, loss_fn = ramp.Autocast(ref, dtype), rnn.MSELoss()
-    loss_fn(amp_model(x), y)
-    amp_model.backward(loss_fn.backward(np.float32(scale)))
+    loss_fn = rnn.MSELoss()
+    with ramp.autocast(dtype):
+        loss_fn(ref(x), y)
+    ref.backward(loss_fn.backward(np.float32(scale)))
     with float32_accumulation(device):
         with torch.autocast(torch.device(device).type, dtype=getattr(torch, dtype)):
             loss = torch.nn.functional.mse_loss(tm(torch.from_numpy(x).to(device)),

@@ -34,7 +34,9 @@ class TrainPair:
 
     def __init__(self, precision: str, *, lr: float = 0.1, init_scale: float = 2.0**16,
                  growth_interval: int = 10, max_grad_norm: float | None = 1.0,
-                 fault: str | None = None, device: str = "cpu") -> None:
+                 fault: str | None = None, device: str = "cpu", recompute: str = "none"
+                 ) -> None:
+        from reference import recompute as rrc
         from reference import train as rtrain
         from torch_impl import train as ttrain
 
@@ -42,6 +44,8 @@ class TrainPair:
         self.precision, self.max_grad_norm, self.fault = precision, max_grad_norm, fault
         self.lr, self.device = lr, device
         self.ref, self.tm = models(device=device)
+        self.schedule = (None if recompute == "none"  # one plan for both trees (plain data)
+                         else rrc.parse_schedule(recompute, len(self.ref)))
         self.ref_opt = ropt.SGD(self.ref.parameters(), lr=lr, fma=FUSED)
         self.torch_opt = torch.optim.SGD(self.tm.parameters(), lr=lr)
         kwargs = {"init_scale": init_scale, "growth_interval": growth_interval}
@@ -54,13 +58,13 @@ class TrainPair:
         from parity.drivers.amp import float32_accumulation
 
         r = self.rtrain.train_step(self.ref, rnn.MSELoss(), self.ref_opt, self.ref_scaler, x,
-                                   y, precision=self.precision,
+                                   y, precision=self.precision, schedule=self.schedule,
                                    max_grad_norm=self.max_grad_norm, fault=self.fault)
         with float32_accumulation(self.device):  # as step_gradients computes them
             t = self.ttrain.train_step(self.tm, torch.nn.MSELoss(), self.torch_opt,
                                        self.torch_scaler, torch.from_numpy(x).to(self.device),
                                        torch.from_numpy(y).to(self.device),
-                                       precision=self.precision,
+                                       precision=self.precision, schedule=self.schedule,
                                        max_grad_norm=self.max_grad_norm, fault=self.fault)
         return r, t
 
@@ -107,11 +111,12 @@ def step_gradients(pair: TrainPair, x: np.ndarray, y: np.ndarray, scale: float
     fmt = ramp.autocast_dtype(pair.precision)
     if fmt is None:
         raise ValueError("step_gradients: the per-step bound covers fp16 and bf16 runs")
-    runner, loss_fn = ramp.Autocast(pair.ref, fmt), rnn.MSELoss()
+    loss_fn = rnn.MSELoss()
     with np.errstate(over="ignore", invalid="ignore"):
-        loss_fn(runner(x), y)
+        with ramp.autocast(fmt):
+            loss_fn(pair.ref(x), y)
         pair.ref.zero_grad()
-        runner.backward(loss_fn.backward(np.float32(scale)))
+        pair.ref.backward(loss_fn.backward(np.float32(scale)))
     pair.tm.zero_grad()
     torch_autocast_run(pair.tm, x, y, fmt, scale, pair.device)
     s = np.float32(scale)

@@ -1,7 +1,8 @@
 """Running a checkpointing schedule in both trees on one case, and what tests, checks,
 pictures and benchmarks read from the runs.
 
-A case is make_mlp's arguments plus a batch and seed (parity.strategies.recompute_models):
+A case is make_mlp's arguments plus a batch and seed (parity.strategies.recompute_models),
+and optionally "autocast" ("float16" | "bfloat16": the forward runs under autocast):
 `ref_case` runs a fresh reference model under a schedule, `torch_case` the torch twin with
 the reference's weights on a device, both returning the gradients (parameters, input, and
 where the dropout stream ends) and what was measured (held bytes, recompute counts).
@@ -14,12 +15,14 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from reference import amp as ramp
 from reference import nn as ref
 from reference import recompute as rrc
 from torch_impl import nn as tnn
 from torch_impl import recompute as trc
 
 TORCH_DTYPE = {np.dtype(np.float32): torch.float32, np.dtype(np.float64): torch.float64}
+TORCH_LP = {None: None, "float16": torch.float16, "bfloat16": torch.bfloat16}  # autocast
 SPECS_SMALL = ("none", "sqrt", "uniform:1", "uniform:2", "uniform:3", "optimal:1", "optimal:2",
                "optimal:3")
 CASES = (  # the report's fixed cases: dropout on, off and in eval mode, both dtypes
@@ -56,11 +59,13 @@ def inputs(case: dict) -> tuple[np.ndarray, np.ndarray]:
 
 def ref_case(case: dict, spec: str | rrc.Schedule, *, preserve_rng_state: bool = True,
              early_stop: bool = True) -> tuple[rrc.ScheduledRun, dict[str, np.ndarray]]:
-    """A fresh reference model of the case run forward + backward under `spec`."""
+    """A fresh reference model of the case run forward + backward under `spec` (the forward
+    under autocast to case["autocast"], "float16" or "bfloat16", when the case has one)."""
     model = make_ref(case)
     x, g = inputs(case)
-    run = rrc.forward_with_schedule(model, x, spec, preserve_rng_state=preserve_rng_state,
-                                    early_stop=early_stop)
+    with ramp.autocast(case.get("autocast")):
+        run = rrc.forward_with_schedule(model, x, spec, preserve_rng_state=preserve_rng_state,
+                                        early_stop=early_stop)
     run.backward(g)
     grads = {k: p.grad for k, p in model.named_parameters()}
     grads["input"] = run.grad_input
@@ -99,7 +104,8 @@ def torch_case(case: dict, spec: str | rrc.Schedule, device: str = "cpu", *,
     with torch.random.fork_rng():  # the CPU and every CUDA generator
         torch.manual_seed(case["seed"])
         m = trc.measure(twin, tx, tg, spec, preserve_rng_state=preserve_rng_state,
-                        early_stop=early_stop, use_reentrant=use_reentrant)
+                        early_stop=early_stop, use_reentrant=use_reentrant,
+                        autocast_dtype=TORCH_LP[case.get("autocast")])
         after = rng_state(device)
     grads = {k: (np.full(p.shape, np.nan) if p.grad is None else p.grad.cpu().numpy())
              for k, p in twin.named_parameters()}

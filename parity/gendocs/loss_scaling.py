@@ -15,7 +15,8 @@ from reference import optim as ropt
 from reference import train as rtrain
 
 OPS = ("linear", "addmm", "mm", "matmul", "bmm", "mv", "addmv", "mse_loss",
-       "cross_entropy_loss", "gelu", "tanh", "relu", "dropout")
+       "cross_entropy_loss", "log_softmax", "softmax", "layer_norm", "gelu", "tanh", "relu",
+       "dropout")
 
 
 @section("loss_scaling.md", "autocast-op-table")
@@ -35,9 +36,10 @@ def _underflow_grads(dtype: str | None, scale: float) -> dict[str, np.ndarray]:
     model = rnn.make_mlp((16, 64, 64, 4), "gelu", rng=np.random.default_rng(1))
     model[4].weight.data *= np.float32(2.0**-10)
     x, y = underflow_batch()
-    runner, loss_fn = amp.Autocast(model, dtype), rnn.MSELoss()
-    loss_fn(runner(x), y)
-    runner.backward(loss_fn.backward(np.float32(scale)))
+    loss_fn = rnn.MSELoss()
+    with amp.autocast(dtype):
+        loss_fn(model(x), y)
+    model.backward(loss_fn.backward(np.float32(scale)))
     return {name: p.grad / np.float32(scale) for name, p in model.named_parameters()}
 
 
