@@ -28,18 +28,21 @@ softmax step), with g the gradient of y:
 The tape. Every op saves, under torch's node and attribute names, the tensors torch's
 autograd saves for it (reference/layers.py), so that the tape's bytes are autograd's bytes,
 view sharing included: the core reshapes q, k^T and v into (B nh, T, d) COPIES (torch's
-matmul folds the head axis into a batch axis, and the heads are strided views), the
-scale is saved as a 0-d float64 (torch wraps a Python float as a double tensor and its
-MulBackward0 keeps it, although the product is computed in the input dtype), the mask is a
-fresh (1, 1, T, T) bool array, and p v saves p itself when there is no dropout (the same
-storage as the softmax's result). The attention core is its own module (`core`, no
-parameters), so it can be recomputed on its own.
+matmul folds the head axis into a batch axis, and the heads are strided views), the mask is
+a fresh (1, 1, T, T) bool array, and p v saves p itself when there is no dropout (the same
+storage as the softmax's result). NOTE [ The scale is not on the tape ]: torch wraps the
+Python float 1/sqrt(d) as a 0-d float64 "wrapped number"; its MulBackward0 shows it as
+`_saved_other` when read, but keeps it as a scalar that never passes through
+saved_tensors_hooks (torch 2.6, 2.11 and 2.13 alike), so the reference keeps it beside the
+tape (`_scale`), not on it. The product itself is computed in the input dtype.
+The attention core is its own module (`core`, no parameters), so that it can be recomputed
+on its own.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -111,6 +114,7 @@ class AttentionCore(Module):
         self.bias = np.tril(np.ones((block_size, block_size), dtype=bool)).reshape(
             1, 1, block_size, block_size)  # a buffer, not a parameter: True where visible
         self._shape: tuple[int, ...] = ()
+        self._scale = 1.0
 
     def __repr__(self) -> str:
         return "AttentionCore()"
@@ -118,7 +122,7 @@ class AttentionCore(Module):
     def forward(self, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
         B, nh, T, hs = q.shape  # batch, heads, time, head size
         c = q.dtype.type
-        scale = np.asarray(1.0 / math.sqrt(hs), dtype=np.float64)  # torch: a double scalar
+        self._scale = scale = 1.0 / math.sqrt(hs)  # NOTE [ The scale is not on the tape ]
         q3 = q.reshape(B * nh, T, hs)  # a copy: q is a strided view of the qkv output
         kt3 = k.transpose(0, 1, 3, 2).reshape(B * nh, hs, T)  # a copy, as torch's matmul
         s = bmm(q3, kt3).reshape(B, nh, T, T) * c(scale)
@@ -129,7 +133,7 @@ class AttentionCore(Module):
         v3 = v.reshape(B * nh, T, hs)  # a copy
         self.save_for_backward({
             "qk:BmmBackward0.self": q3, "qk:BmmBackward0.mat2": kt3,
-            "scale:MulBackward0.other": scale, "mask:MaskedFillBackward0.mask": mask,
+            "mask:MaskedFillBackward0.mask": mask,
             "softmax:SoftmaxBackward0.result": p,
             "av:BmmBackward0.self": a3, "av:BmmBackward0.mat2": v3})
         self._shape = q.shape
@@ -144,7 +148,7 @@ class AttentionCore(Module):
         dp = self.attn_dropout.backward(bmm(g3, v3.transpose(0, 2, 1)).reshape(B, nh, T, T))
         ds = softmax_backward(dp, saved["softmax:SoftmaxBackward0.result"])
         ds = masked_fill(ds, saved["mask:MaskedFillBackward0.mask"], 0.0)
-        ds3 = (ds * ds.dtype.type(saved["scale:MulBackward0.other"])).reshape(B * nh, T, T)
+        ds3 = (ds * ds.dtype.type(self._scale)).reshape(B * nh, T, T)
         dq = bmm(ds3, saved["qk:BmmBackward0.mat2"].transpose(0, 2, 1))  # (B nh, T, hs)
         dkt = bmm(saved["qk:BmmBackward0.self"].transpose(0, 2, 1), ds3)  # (B nh, hs, T)
         return (dq.reshape(B, nh, T, hs), dkt.transpose(0, 2, 1).reshape(B, nh, T, hs),
@@ -239,6 +243,18 @@ class Block(Module):
     def backward(self, grad_output: np.ndarray) -> np.ndarray:
         g = grad_output + self.ln_2.backward(self.mlp.backward(grad_output))
         return g + self.ln_1.backward(self.attn.backward(g))
+
+
+def torch_node_name(module: Module, name: str) -> str:
+    """The torch node and attribute under which autograd saves what `module` saved as `name`
+    (the nn layers keep their short names; the transformer's own ops use torch's)."""
+    if isinstance(module, Linear):  # F.linear on (B, T, C): addmm, or mm without a bias
+        return "AddmmBackward0.mat1" if module.bias is not None else "MmBackward0.self"
+    if isinstance(module, GELU):
+        return "GeluBackward0.self"
+    if isinstance(module, Dropout):  # NOTE [ Dropout mask ]: the scaled noise, mul's other
+        return "MulBackward0.other"
+    return name
 
 
 class NextTokenLoss(CrossEntropyLoss):
@@ -383,8 +399,25 @@ class GPT(Module):
 
     def tape(self, prefix: str = "") -> list[SavedTensor]:
         """The modules' tapes, then the loss's (under the model's own path, as torch's
-        hooks attribute F.cross_entropy inside GPT.forward)."""
-        return super().tape(prefix) + Node.tape(self.loss_fn, prefix)
+        hooks attribute F.cross_entropy inside GPT.forward), every entry named by torch's
+        node and attribute ("AddmmBackward0.mat1" for a Linear's "input")."""
+        entries = []
+        for path, m in self.named_modules(prefix):
+            for s in Node.tape(m, path):
+                entries.append(replace(s, name=torch_node_name(m, s.name)))
+        return entries + Node.tape(self.loss_fn, prefix)
+
+    def held_bytes(self) -> int:
+        """The bytes the tape holds: the DISTINCT buffers its arrays live in, each counted
+        once at its full size (a view, like Linear's (N, C) input, holds no bytes of its own;
+        autograd's storages are counted the same way)."""
+        held: dict[int, int] = {}
+        for node in [*self.modules(), self.loss_fn]:
+            for a in Node.saved_tensors(node).values():
+                while isinstance(a.base, np.ndarray):
+                    a = a.base
+                held[id(a)] = a.nbytes
+        return sum(held.values())
 
     def free_saved(self) -> None:
         super().free_saved()

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from reference.gpt import GPTConfig  # plain data: the shared config
+from torch_impl.module import SavedTensor
 
 
 class AttentionCore(nn.Module):
@@ -185,3 +186,72 @@ class GPT(nn.Module):
                              f"got {tuple(targets.shape)}")
         loss = F.cross_entropy(logits.view(B * T, -1), targets.view(B * T))
         return logits, loss
+
+
+# -- what autograd saves: the twin of the reference's GPT.tape() and GPT.held_bytes()
+def _key(t: torch.Tensor) -> tuple:
+    return t.data_ptr(), tuple(t.shape), t.stride(), t.dtype
+
+
+def _saved_names(root: object) -> dict[tuple, list[str]]:
+    """(pointer, shape, stride, dtype) -> ["NodeBackward0.attr", ...] for every saved
+    tensor under `root` (reading `_saved_x` gives a new Python object: match by layout)."""
+    names: dict[tuple, list[str]] = {}
+    todo, seen = [root], set()
+    while todo:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        for attr in dir(node):
+            if attr.startswith("_saved_"):
+                value = getattr(node, attr)
+                if isinstance(value, torch.Tensor):
+                    names.setdefault(_key(value), []).append(
+                        f"{node.name()}.{attr.removeprefix('_saved_')}")
+        todo.extend(next_fn for next_fn, _ in node.next_functions)
+    return names
+
+
+def measure_saved(model: GPT, idx: torch.Tensor, targets: torch.Tensor | None = None
+                  ) -> tuple[list[SavedTensor], int]:
+    """Run model(idx, targets) under saved_tensors_hooks: every tensor autograd saved,
+    parameters excluded, as SavedTensor(innermost module path, "Node.attr", shape, dtype,
+    bytes), and the bytes held: the DISTINCT storages those tensors live in, each counted
+    once at its full size (a view saves no bytes of its own)."""
+    stack: list[str] = []
+    packed: list[tuple[str, torch.Tensor]] = []
+    param_ptrs = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    handles = []
+
+    def leave(mod: nn.Module, args: tuple, out: object) -> None:
+        stack.pop()
+
+    for path, module in model.named_modules():
+        handles.append(module.register_forward_pre_hook(
+            lambda mod, args, path=path: stack.append(path)))
+        handles.append(module.register_forward_hook(leave))
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        packed.append((stack[-1] if stack else "", t))
+        return t
+
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            logits, loss = model(idx, targets)
+    finally:
+        for h in handles:
+            h.remove()
+    names = _saved_names((loss if loss is not None else logits).grad_fn)
+    entries, storages = [], {}
+    for path, t in packed:
+        storage = t.untyped_storage()
+        if storage.data_ptr() in param_ptrs:
+            continue
+        storages[storage.data_ptr()] = storage.nbytes()
+        found = names.get(_key(t))
+        name = found.pop(0) if found else "?"
+        entries.append(SavedTensor(path, name, tuple(t.shape),
+                                   str(t.dtype).removeprefix("torch."),
+                                   t.numel() * t.element_size()))
+    return entries, sum(storages.values())
