@@ -255,7 +255,8 @@ def carried_scale(module: rnn.Module, ins: list[np.ndarray], t_ins: list[np.ndar
     """S for one op's output along a run: its own budget at torch's inputs plus the measured
     difference of its inputs (in eps) carried through |its Jacobian| (gpt.logits)."""
     eps = float(np.finfo(ins[0].dtype).eps)
-    e = [np.abs(a.astype(np.float64) - b.astype(np.float64)) / eps for a, b in zip(ins, t_ins, strict=True)]
+    e = [np.abs(a.astype(np.float64) - b.astype(np.float64)) / eps
+         for a, b in zip(ins, t_ins, strict=True)]
     if isinstance(module, LayerNorm):
         return gb.layer_norm_forward_scale(t_ins[0], module.weight.data, module.bias.data, e[0])
     if isinstance(module, rgpt.AttentionCore):
