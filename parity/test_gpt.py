@@ -19,12 +19,8 @@ from hypothesis import strategies as st
 from parity.compare import assert_claim
 from parity.drivers import gpt as dg
 from parity.drivers import gpt_bounds as gb
-from parity.drivers.nn import ce_scales, linear_scales, run_ref
 from parity.strategies import gpt_batches, gpt_configs
-from parity.tolerances import claim
 from reference import gpt as rgpt
-from reference import nn as rnn
-from reference.layers import Embedding, LayerNorm
 
 DTYPES = (np.float32, np.float64)
 CPU_DROPOUT = ("CUDA fuses dropout (native_dropout saves a bool mask and rounds the scale "
@@ -106,58 +102,6 @@ def test_the_reference_refuses_sdpa_and_torch_runs_it(device: str) -> None:
         dg.GPTConfig(attention="flash")
 
 
-def _check_module(path: str, module: rnn.Module, captured: tuple, noise: np.ndarray | None,
-                  run: dg.TorchRun, compared: set[str]) -> None:
-    """Run one reference module on torch's inputs and incoming gradient; hold its output,
-    input gradients and parameter gradients to their claims."""
-    ins, t_out, t_gins, g = captured
-    where = f"{path} ({ins[0].dtype})"
-    if isinstance(module, Embedding):
-        module.zero_grad()
-        assert_claim("gpt.embedding", module.forward(ins[0]), t_out, f"{where} y")
-        module.backward(g)
-        assert_claim("gpt.embedding", module.weight.grad, run.grads[path + ".weight"],
-                     f"{where} dW")
-        compared.add(path + ".weight")
-    elif isinstance(module, LayerNorm):
-        module.zero_grad()
-        y = module.forward(ins[0])
-        dx = module.backward(g)
-        assert_claim("gpt.layer_norm.forward", y, t_out, f"{where} y",
-                     scale=gb.layer_norm_forward_scale(ins[0], module.weight.data,
-                                                       module.bias.data))
-        s_dx, s_dw, _ = gb.layer_norm_backward_scales(ins[0], module.weight.data, g)
-        assert_claim("gpt.layer_norm.backward", dx, t_gins[0], f"{where} dx", scale=s_dx)
-        assert_claim("gpt.layer_norm.backward", module.weight.grad, run.grads[path + ".weight"],
-                     f"{where} dw", scale=s_dw)
-        assert_claim("gpt.layer_norm.bias_grad", module.bias.grad, run.grads[path + ".bias"],
-                     f"{where} db")
-        compared.update({path + ".weight", path + ".bias"})
-    elif isinstance(module, rgpt.AttentionCore):
-        y = module.forward(*ins)
-        grads = module.backward(g)
-        s_y, _ = gb.attention_forward_scale(*ins, noise)
-        assert_claim("gpt.attention.forward", y, t_out, f"{where} y", scale=s_y)
-        for name, d, td, s in zip("qkv", grads, t_gins, gb.attention_backward_scales(
-                *ins, noise, g), strict=True):
-            assert_claim("gpt.attention.backward", d, td, f"{where} d{name}", scale=s)
-    elif isinstance(module, rnn.Linear):
-        y, dx, grads = run_ref(module, ins[0], g)
-        s = linear_scales(module, ins[0], g)
-        assert_claim("nn.linear", y, t_out, f"{where} y", scale=s["y"])
-        assert_claim("nn.linear", dx, t_gins[0], f"{where} dx", scale=s["dx"])
-        for key, grad in grads.items():
-            assert_claim("nn.linear", grad, run.grads[f"{path}.{key}"], f"{where} {key}",
-                         scale=s[key])
-            compared.add(f"{path}.{key}")
-    else:  # GELU
-        y, dx, _ = run_ref(module, ins[0], g)
-        ax, ag = np.abs(ins[0].astype(np.float64)), np.abs(g.astype(np.float64))
-        assert_claim("nn.gelu.forward", y, t_out, f"{where} y", scale=ax)
-        assert_claim("nn.gelu.backward", dx, t_gins[0], f"{where} dx",
-                     scale=ag * (1.0 + ax * (1.0 + ax * ax)))
-
-
 @given(config=gpt_configs(), dtype=st.sampled_from(DTYPES), data=st.data())
 @settings(max_examples=20)
 def test_every_op_and_every_parameter_gradient_within_its_claim(
@@ -169,19 +113,10 @@ def test_every_op_and_every_parameter_gradient_within_its_claim(
     config = dataclasses.replace(config, tie_weights=False)
     batch, seq_len, seed = data.draw(gpt_batches(config))
     event("dropout on" if config.dropout else "dropout off")
-    ref, twin = dg.make_pair(config, dtype, seed % 1000)
-    idx, targets = dg.tokens(config, batch, seq_len, seed)
-    run = dg.run_torch(twin, idx, targets, layerwise=True)
-    modules = dict(ref.named_modules())
-    compared: set[str] = set()
-    for path, captured in run.layers.items():
-        keep = run.keeps.get(path + ".attn_dropout")
-        noise = None
-        if keep is not None:
-            dg.replay_masks(modules[path], {"attn_dropout": keep})
-            noise = keep.astype(dtype) / dtype(1 - config.dropout)
-        _check_module(path, modules[path], captured, noise, run, compared)
-    assert compared == {name for name, _ in ref.named_parameters()}
+    pairs, compared, names = dg.layerwise_pairs(config, dtype, batch, seq_len, seed)
+    for claim_id, where, actual, expected, scale in pairs:
+        assert_claim(claim_id, actual, expected, where, scale=scale)
+    assert compared == names
 
 
 @given(config=gpt_configs(max_layers=3), dtype=st.sampled_from(DTYPES), data=st.data())
@@ -194,29 +129,9 @@ def test_logits_and_loss_along_a_whole_run_within_carried_bounds(
     _skip_dropout_on_cuda(device, config)
     batch, seq_len, seed = data.draw(gpt_batches(config))
     event("tied" if config.tie_weights else "untied")
-    ref, twin = dg.make_pair(config, dtype, seed % 1000, device)
-    idx, targets = dg.tokens(config, batch, seq_len, seed)
-    run = dg.run_torch(twin, idx, targets, device=device, layerwise=True)
-    seen = dg.record_ref(ref, idx, targets, run.keeps)
-    modules = dict(ref.named_modules())
-    gelu = float(claim("nn.gelu.forward").bound)  # type: ignore[arg-type]
-    for path, (ins, out) in seen.items():
-        t_ins, t_out = run.layers[path][0], run.layers[path][1]
-        keep = run.keeps.get(path + ".attn_dropout")
-        noise = None if keep is None else keep.astype(dtype) / dtype(1 - config.dropout)
-        assert_claim("gpt.logits", out, t_out, path,
-                     scale=dg.carried_scale(modules[path], ins, t_ins, noise, gelu))
-    logits, loss = dg.run_ref(ref, idx, targets, run.keeps)[:2]
-    flat, t_flat = logits.reshape(-1, config.vocab_size), run.logits.reshape(-1, config.vocab_size)
-    eps = float(np.finfo(dtype).eps)
-    e = np.abs(flat.astype(np.float64) - t_flat.astype(np.float64)) / eps
-    t_flat64 = t_flat.astype(np.float64)
-    p = np.exp(t_flat64 - t_flat64.max(-1, keepdims=True))
-    p /= p.sum(-1, keepdims=True)
-    rows = np.take_along_axis(e, targets.reshape(-1, 1), 1)[:, 0] + (p * e).sum(-1)
-    s_loss = ce_scales("mean", t_flat, targets.reshape(-1), np.asarray(1.0, dtype),
-                       np.zeros_like(t_flat))[0]
-    assert_claim("gpt.loss", loss, run.loss, "loss", scale=s_loss + rows.mean())
+    for claim_id, where, actual, expected, scale in dg.carried_pairs(
+            config, dtype, batch, seq_len, seed, device):
+        assert_claim(claim_id, actual, expected, where, scale=scale)
 
 
 @given(config=gpt_configs(dropout=False), dtype=st.sampled_from(DTYPES), data=st.data())

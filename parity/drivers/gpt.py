@@ -17,10 +17,12 @@ import numpy as np
 import torch
 
 from parity.drivers import gpt_bounds as gb
-from parity.drivers.nn import TORCH_DTYPE, dropout_keep, to_numpy
+from parity.drivers.nn import TORCH_DTYPE, ce_scales, dropout_keep, linear_scales, to_numpy
+from parity.drivers.nn import run_ref as run_ref_layer
+from parity.tolerances import claim
 from reference import gpt as rgpt
 from reference import nn as rnn
-from reference.layers import LayerNorm
+from reference.layers import Embedding, LayerNorm
 from torch_impl import gpt as tgpt
 from torch_impl.module import state_dict_from_torch, state_dict_to_torch
 
@@ -265,3 +267,104 @@ def carried_scale(module: rnn.Module, ins: list[np.ndarray], t_ins: list[np.ndar
         return gb.GELU_LIPSCHITZ * e[0] + gelu_bound * np.abs(t_ins[0].astype(np.float64))
     b = None if module.bias is None else module.bias.data  # type: ignore[attr-defined]
     return gb.linear_carried(t_ins[0], e[0], module.weight.data, b)  # type: ignore[attr-defined]
+
+
+Pair = tuple[str, str, np.ndarray, np.ndarray, np.ndarray | None]  # claim, where, a, b, S
+
+
+def _module_pairs(path: str, module: rnn.Module, captured: tuple, noise: np.ndarray | None,
+                  grads: dict[str, np.ndarray], compared: set[str]) -> list[Pair]:
+    """One reference module run on torch's inputs and incoming gradient: (claim, where,
+    reference, torch, S) for its output, input gradients and parameter gradients."""
+    ins, t_out, t_gins, g = captured
+    where = f"{path} ({ins[0].dtype})"
+    if isinstance(module, Embedding):
+        module.zero_grad()
+        y = module.forward(ins[0])
+        module.backward(g)
+        compared.add(path + ".weight")
+        return [("gpt.embedding", f"{where} y", y, t_out, None),
+                ("gpt.embedding", f"{where} dW", module.weight.grad, grads[path + ".weight"],
+                 None)]
+    if isinstance(module, LayerNorm):
+        module.zero_grad()
+        y = module.forward(ins[0])
+        dx = module.backward(g)
+        s_dx, s_dw, _ = gb.layer_norm_backward_scales(ins[0], module.weight.data, g)
+        compared.update({path + ".weight", path + ".bias"})
+        return [("gpt.layer_norm.forward", f"{where} y", y, t_out,
+                 gb.layer_norm_forward_scale(ins[0], module.weight.data, module.bias.data)),
+                ("gpt.layer_norm.backward", f"{where} dx", dx, t_gins[0], s_dx),
+                ("gpt.layer_norm.backward", f"{where} dw", module.weight.grad,
+                 grads[path + ".weight"], s_dw),
+                ("gpt.layer_norm.bias_grad", f"{where} db", module.bias.grad,
+                 grads[path + ".bias"], None)]
+    if isinstance(module, rgpt.AttentionCore):
+        y = module.forward(*ins)
+        d_ins = module.backward(g)
+        out = [("gpt.attention.forward", f"{where} y", y, t_out,
+                gb.attention_forward_scale(*ins, noise)[0])]
+        scales = gb.attention_backward_scales(*ins, noise, g)
+        return out + [("gpt.attention.backward", f"{where} d{n}", d, td, s)
+                      for n, d, td, s in zip("qkv", d_ins, t_gins, scales, strict=True)]
+    if isinstance(module, rnn.Linear):
+        y, dx, pgrads = run_ref_layer(module, ins[0], g)
+        s = linear_scales(module, ins[0], g)
+        compared.update(f"{path}.{key}" for key in pgrads)
+        return [("nn.linear", f"{where} y", y, t_out, s["y"]),
+                ("nn.linear", f"{where} dx", dx, t_gins[0], s["dx"])] + [
+                ("nn.linear", f"{where} {key}", grad, grads[f"{path}.{key}"], s[key])
+                for key, grad in pgrads.items()]
+    y, dx, _ = run_ref_layer(module, ins[0], g)  # GELU
+    ax, ag = np.abs(ins[0].astype(np.float64)), np.abs(g.astype(np.float64))
+    return [("nn.gelu.forward", f"{where} y", y, t_out, ax),
+            ("nn.gelu.backward", f"{where} dx", dx, t_gins[0], ag * (1 + ax * (1 + ax * ax)))]
+
+
+def layerwise_pairs(config: GPTConfig, dtype: type, batch: int, seq_len: int, seed: int
+                    ) -> tuple[list[Pair], set[str], set[str]]:
+    """Every captured op of an untied model fed torch's own inputs and incoming gradient:
+    (pairs, parameter names compared, all parameter names). CPU."""
+    ref, twin = make_pair(config, dtype, seed % 1000)
+    idx, targets = tokens(config, batch, seq_len, seed)
+    run = run_torch(twin, idx, targets, layerwise=True)
+    modules = dict(ref.named_modules())
+    pairs: list[Pair] = []
+    compared: set[str] = set()
+    for path, captured in run.layers.items():
+        keep = run.keeps.get(path + ".attn_dropout")
+        noise = None
+        if keep is not None:
+            replay_masks(modules[path], {"attn_dropout": keep})
+            noise = keep.astype(dtype) / dtype(1 - config.dropout)
+        pairs += _module_pairs(path, modules[path], captured, noise, run.grads, compared)
+    return pairs, compared, {name for name, _ in ref.named_parameters()}
+
+
+def carried_pairs(config: GPTConfig, dtype: type, batch: int, seq_len: int, seed: int,
+                  device: str = "cpu") -> list[Pair]:
+    """gpt.logits for every op along one end-to-end forward, then gpt.loss."""
+    ref, twin = make_pair(config, dtype, seed % 1000, device)
+    idx, targets = tokens(config, batch, seq_len, seed)
+    run = run_torch(twin, idx, targets, device=device, layerwise=True)
+    seen = record_ref(ref, idx, targets, run.keeps)
+    modules = dict(ref.named_modules())
+    gelu = float(claim("nn.gelu.forward").bound)  # type: ignore[arg-type]
+    pairs: list[Pair] = []
+    for path, (ins, out) in seen.items():
+        t_ins, t_out = run.layers[path][0], run.layers[path][1]
+        keep = run.keeps.get(path + ".attn_dropout")
+        noise = None if keep is None else keep.astype(dtype) / dtype(1 - config.dropout)
+        pairs.append(("gpt.logits", path, out, t_out,
+                      carried_scale(modules[path], ins, t_ins, noise, gelu)))
+    logits, loss = run_ref(ref, idx, targets, run.keeps)[:2]
+    V = config.vocab_size
+    flat, t_flat = logits.reshape(-1, V), run.logits.reshape(-1, V)
+    e = np.abs(flat.astype(np.float64) - t_flat.astype(np.float64)) / float(np.finfo(dtype).eps)
+    t64 = t_flat.astype(np.float64)
+    p = np.exp(t64 - t64.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    carried = (np.take_along_axis(e, targets.reshape(-1, 1), 1)[:, 0] + (p * e).sum(-1)).mean()
+    s_loss = ce_scales("mean", t_flat, targets.reshape(-1), np.asarray(1.0, dtype),
+                       np.zeros_like(t_flat))[0]
+    return [*pairs, ("gpt.loss", "loss", loss, run.loss, s_loss + carried)]
