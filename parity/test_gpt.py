@@ -9,6 +9,7 @@ eps claims' scales are computed by parity/drivers/gpt_bounds.py.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import numpy as np
 import pytest
@@ -19,8 +20,11 @@ from hypothesis import strategies as st
 from parity.compare import assert_claim
 from parity.drivers import gpt as dg
 from parity.drivers import gpt_bounds as gb
+from parity.drivers import gpt_learn as gl
 from parity.strategies import gpt_batches, gpt_configs
+from reference import data as rdata
 from reference import gpt as rgpt
+from torch_impl import data as tdata
 
 DTYPES = (np.float32, np.float64)
 CPU_DROPOUT = ("CUDA fuses dropout (native_dropout saves a bool mask and rounds the scale "
@@ -150,3 +154,39 @@ def test_sdpa_core_matches_the_explicit_core_within_the_attention_budget(
             fused = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
             assert_claim("gpt.sdpa", fused.cpu().numpy(), out, path,
                          scale=gb.attention_forward_scale(*ins, None)[0])
+
+
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 64), prefix=st.integers(1, 8),
+       vocab=st.integers(3, 40), batch=st.integers(1, 9), stop=st.integers(0, 20))
+@settings(max_examples=30)
+def test_copy_task_batches_are_identical_in_both_trees_and_resume_mid_epoch(
+        seed: int, n: int, prefix: int, vocab: int, batch: int, stop: int) -> None:
+    """The copy task's tokens and the batches read after a mid-epoch resume (a state saved
+    by one tree, loaded by the other) are the same bits in both trees."""
+    ref_task = rdata.make_copy_task(seed, n, prefix=prefix, vocab_size=vocab)
+    torch_task = tdata.make_copy_task(seed, n, prefix=prefix, vocab_size=vocab)
+    assert_claim("gpt.copy_task", ref_task.inputs, torch_task.inputs.numpy(), "inputs")
+    assert_claim("gpt.copy_task", ref_task.labels, torch_task.labels.numpy(), "labels")
+    assert np.all(ref_task.labels[:, prefix - 1:] == np.concatenate(
+        [np.full((n, 1), vocab - 1), ref_task.inputs[:, :prefix]], 1)), "the copy structure"
+    sampler = rdata.ResumableSampler(n, seed)
+    for _ in itertools.islice(iter(rdata.make_loader(ref_task, sampler, batch)), stop):
+        pass  # the batches a run consumed before it stopped
+    event("stopped mid-epoch" if sampler.position else "stopped at an epoch boundary")
+    resumed = tdata.ResumableSampler(n, seed)
+    resumed.load_state_dict(sampler.state_dict())
+    ref_rest = list(rdata.make_loader(ref_task, sampler, batch))
+    torch_rest = list(tdata.make_loader(torch_task, resumed, batch, generator=torch.Generator()))
+    assert len(ref_rest) == len(torch_rest)
+    for (x, y), (tx, ty) in zip(ref_rest, torch_rest, strict=True):
+        assert_claim("gpt.copy_task", x, tx.numpy(), "resumed inputs")
+        assert_claim("gpt.copy_task", y, ty.numpy(), "resumed labels")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tree", ["reference", "torch"])
+def test_the_tiny_gpt_learns_the_copy_task_in_both_trees(tree: str) -> None:
+    """The stated learning control: held-out copy accuracy >= 95% within 300 AdamW steps."""
+    curve = gl.learn(tree, gl.CONTROL_STEPS, every=25)
+    reached = gl.steps_to(curve)
+    assert reached is not None and reached <= gl.CONTROL_STEPS, (tree, curve.accuracy)

@@ -12,6 +12,8 @@
     core:     s = (q k^T) * (1 / sqrt d);  s = masked_fill(s, future, -inf)
               p = attn_dropout(softmax(s));  y = p v                      (B, nh, T, d)
     mlp(x):   dropout(c_proj(gelu(c_fc(x))))                      C -> 4C -> C
+              gelu: GPT-2's tanh approximation (NOTE [ GELU formulas ] in reference/nn.py;
+              the erf form would cost a Python call per element in NumPy)
 
 Parameter names and layouts are nanoGPT's (transformer.wte, transformer.h.0.attn.c_attn,
 lm_head, ...), so a state_dict converts to torch_impl/gpt.py losslessly. Initialization is
@@ -194,13 +196,13 @@ class CausalSelfAttention(Module):
 
 
 class MLP(Module):
-    """dropout(c_proj(gelu(c_fc(x)))), C -> 4C -> C, exact (erf) GELU."""
+    """dropout(c_proj(gelu(c_fc(x)))), C -> 4C -> C, GPT-2's tanh-approximated GELU."""
 
     def __init__(self, config: GPTConfig, *, rng: np.random.Generator, dtype: type) -> None:
         super().__init__()
         C, std = config.n_embd, 0.02
         self.c_fc = self._children["c_fc"] = _linear(C, 4 * C, config.bias, std, rng, dtype)
-        self.gelu = self._children["gelu"] = GELU()
+        self.gelu = self._children["gelu"] = GELU(approximate="tanh")
         self.c_proj = self._children["c_proj"] = _linear(
             4 * C, C, config.bias, std / math.sqrt(2 * config.n_layer), rng, dtype)
         self.dropout = self._children["dropout"] = Dropout(config.dropout, rng=rng)

@@ -76,13 +76,13 @@ class CausalSelfAttention(nn.Module):
 
 
 class MLP(nn.Module):
-    """dropout(c_proj(gelu(c_fc(x)))), C -> 4C -> C, exact (erf) GELU."""
+    """dropout(c_proj(gelu(c_fc(x)))), C -> 4C -> C, GPT-2's tanh-approximated GELU."""
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
         C = config.n_embd
         self.c_fc = nn.Linear(C, 4 * C, bias=config.bias)
-        self.gelu = nn.GELU()
+        self.gelu = nn.GELU(approximate="tanh")
         self.c_proj = nn.Linear(4 * C, C, bias=config.bias)
         self.dropout = nn.Dropout(config.dropout)
 

@@ -95,3 +95,17 @@ def _() -> Observation:
                 worst.add(fused, out, gb.attention_forward_scale(*ins, None)[0])
     return worst.observation("default config, float32 and float64, no dropout")
 
+
+
+@check("gpt.copy_task")
+def _() -> Observation:
+    from reference import data as rdata
+    from torch_impl import data as tdata
+
+    worst = _Worst("gpt.copy_task")
+    for seed, prefix, vocab in ((0, 8, 12), (1, 5, 30), (2**32 - 1, 1, 3)):
+        a = rdata.make_copy_task(seed, 200, prefix=prefix, vocab_size=vocab)
+        b = tdata.make_copy_task(seed, 200, prefix=prefix, vocab_size=vocab)
+        worst.add(a.inputs, b.inputs.numpy())
+        worst.add(a.labels, b.labels.numpy())
+    return worst.observation("200 samples, three (seed, prefix, vocab) settings")

@@ -53,6 +53,21 @@ CLAIMS: tuple[Claim, ...] = (
         reason="An error class is a discrete outcome: equal or not.",
     ),
     Claim(
+        id="gpt.copy_task",
+        statement=(
+            "The copy task's inputs and labels, and the batches a loader yields after a "
+            "mid-epoch resume from the other tree's sampler state, are bit-identical in both "
+            "trees."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "Tokens are pure functions of integers (hash words mod V - 1, NOTE [ Counter-based "
+            "hashing instead of a Generator ] in reference/data.py), and the order is the "
+            "sampler's (epoch, position): no floating point anywhere."
+        ),
+    ),
+    Claim(
         id="gpt.embedding",
         statement=(
             "Embedding forward (a gather) and, on CPU, its weight gradient (rows of g summed "
@@ -163,7 +178,8 @@ CLAIMS: tuple[Claim, ...] = (
         scale="the op's own budget + |J| (measured input difference / eps)",
         reason=(
             "First-order forward error analysis, op by op: the op's own difference is its "
-            "claim (nn.linear, gpt.layer_norm.forward, gpt.attention.forward, nn.gelu.forward) "
+            "claim (nn.linear, gpt.layer_norm.forward, gpt.attention.forward, "
+            "nn.gelu_tanh.forward) "
             "and an input difference e moves its output by at most |J| e: |W| e for Linear, "
             "1.13 e for GELU, |w| rstd (e + <e> + |xhat| <|xhat| e>) for LayerNorm, through "
             "|q|, |k|, p (e + <p, e>) and |v| for the core. The residual adds and dropout "

@@ -317,8 +317,9 @@ def _module_pairs(path: str, module: rnn.Module, captured: tuple, noise: np.ndar
                 for key, grad in pgrads.items()]
     y, dx, _ = run_ref_layer(module, ins[0], g)  # GELU
     ax, ag = np.abs(ins[0].astype(np.float64)), np.abs(g.astype(np.float64))
-    return [("nn.gelu.forward", f"{where} y", y, t_out, ax),
-            ("nn.gelu.backward", f"{where} dx", dx, t_gins[0], ag * (1 + ax * (1 + ax * ax)))]
+    return [("nn.gelu_tanh.forward", f"{where} y", y, t_out, ax),
+            ("nn.gelu_tanh.backward", f"{where} dx", dx, t_gins[0],
+             ag * (1 + ax * (1 + ax * ax)))]
 
 
 def layerwise_pairs(config: GPTConfig, dtype: type, batch: int, seq_len: int, seed: int
@@ -349,7 +350,7 @@ def carried_pairs(config: GPTConfig, dtype: type, batch: int, seq_len: int, seed
     run = run_torch(twin, idx, targets, device=device, layerwise=True)
     seen = record_ref(ref, idx, targets, run.keeps)
     modules = dict(ref.named_modules())
-    gelu = float(claim("nn.gelu.forward").bound)  # type: ignore[arg-type]
+    gelu = float(claim("nn.gelu_tanh.forward").bound)  # type: ignore[arg-type]
     pairs: list[Pair] = []
     for path, (ins, out) in seen.items():
         t_ins, t_out = run.layers[path][0], run.layers[path][1]
