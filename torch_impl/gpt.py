@@ -28,51 +28,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from reference.gpt import GPTConfig  # plain data: the shared config
+from torch_impl.attention import AttentionCore, CausalSelfAttention
 from torch_impl.module import SavedTensor
-
-
-class AttentionCore(nn.Module):
-    """y = dropout(softmax(masked_fill(q k^T / sqrt d, future, -inf))) v, per head."""
-
-    def __init__(self, block_size: int, dropout: float, attention: str = "explicit") -> None:
-        super().__init__()
-        self.attention = attention
-        self.attn_dropout = nn.Dropout(dropout)
-        self.register_buffer("bias", torch.tril(torch.ones(
-            block_size, block_size, dtype=torch.bool)).view(1, 1, block_size, block_size),
-            persistent=False)
-
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        T, hs = q.size(-2), q.size(-1)  # time, head size
-        if self.attention == "sdpa":
-            p = self.attn_dropout.p if self.training else 0.0
-            return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
-        s = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
-        s = s.masked_fill(~self.bias[:, :, :T, :T], float("-inf"))
-        p = self.attn_dropout(F.softmax(s, dim=-1))
-        return p @ v
-
-
-class CausalSelfAttention(nn.Module):
-    """c_attn (C -> 3C), heads split, the core, heads merged, c_proj (C -> C), dropout."""
-
-    def __init__(self, config: GPTConfig) -> None:
-        super().__init__()
-        C = config.n_embd
-        self.n_head = config.n_head
-        self.c_attn = nn.Linear(C, 3 * C, bias=config.bias)
-        self.core = AttentionCore(config.block_size, config.dropout, config.attention)
-        self.c_proj = nn.Linear(C, C, bias=config.bias)
-        self.resid_dropout = nn.Dropout(config.dropout)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, T, C = x.size()  # batch, time, channels
-        nh = self.n_head
-        q, k, v = self.c_attn(x).split(C, dim=2)  # 3 x (B, T, C), views
-        q, k, v = (t.view(B, T, nh, C // nh).transpose(1, 2) for t in (q, k, v))
-        y = self.core(q, k, v)  # (B, nh, T, hs)
-        y = y.transpose(1, 2).contiguous().view(B, T, C)
-        return self.resid_dropout(self.c_proj(y))
 
 
 class MLP(nn.Module):

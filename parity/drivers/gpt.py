@@ -20,6 +20,7 @@ from parity.drivers import gpt_bounds as gb
 from parity.drivers.nn import TORCH_DTYPE, ce_scales, dropout_keep, linear_scales, to_numpy
 from parity.drivers.nn import run_ref as run_ref_layer
 from parity.tolerances import claim
+from reference import attention as rattn
 from reference import gpt as rgpt
 from reference import nn as rnn
 from reference.layers import Embedding, LayerNorm
@@ -223,7 +224,7 @@ def reference_module(ref: rgpt.GPT, path: str) -> rnn.Module:
 
 
 # -- op by op along one run (the carried claims)
-_RECORDED = (rnn.Linear, rnn.GELU, LayerNorm, rgpt.AttentionCore)
+_RECORDED = (rnn.Linear, rnn.GELU, LayerNorm, rattn.AttentionCore)
 
 
 def record_ref(model: rgpt.GPT, idx: np.ndarray, targets: np.ndarray,
@@ -261,7 +262,7 @@ def carried_scale(module: rnn.Module, ins: list[np.ndarray], t_ins: list[np.ndar
          for a, b in zip(ins, t_ins, strict=True)]
     if isinstance(module, LayerNorm):
         return gb.layer_norm_forward_scale(t_ins[0], module.weight.data, module.bias.data, e[0])
-    if isinstance(module, rgpt.AttentionCore):
+    if isinstance(module, rattn.AttentionCore):
         return gb.attention_forward_scale(*t_ins, noise, *e)[0]
     if isinstance(module, rnn.GELU):
         return gb.GELU_LIPSCHITZ * e[0] + gelu_bound * np.abs(t_ins[0].astype(np.float64))
@@ -299,7 +300,7 @@ def _module_pairs(path: str, module: rnn.Module, captured: tuple, noise: np.ndar
                  grads[path + ".weight"], s_dw),
                 ("gpt.layer_norm.bias_grad", f"{where} db", module.bias.grad,
                  grads[path + ".bias"], None)]
-    if isinstance(module, rgpt.AttentionCore):
+    if isinstance(module, rattn.AttentionCore):
         y = module.forward(*ins)
         d_ins = module.backward(g)
         out = [("gpt.attention.forward", f"{where} y", y, t_out,
