@@ -20,7 +20,7 @@ Held bytes: the tape's held bytes after a forward with targets and torch's hook
 measurement (distinct storages) on each config: equal (claim gpt.saved_tensors).
 
 --learn: both trees train the tiny config on the copy task for 400 steps on one thread
-(parity/drivers/gpt_learn.py), held-out copy accuracy every 25 steps.
+(parity/drivers/gpt_learn.py, CONTROL_STEPS), held-out copy accuracy every 25 steps.
 --write saves docs/data/gpt_bench.json or docs/data/gpt_learning.json.
 """
 
@@ -183,7 +183,7 @@ def bench(repeats: int) -> dict:
 
 def learn() -> dict:
     torch.set_num_threads(1)
-    curves = [gl.learn(tree, 400, every=25) for tree in ("reference", "torch")]
+    curves = [gl.learn(tree, gl.CONTROL_STEPS, every=25) for tree in ("reference", "torch")]
     return {"method": "one thread (torch and NumPy's BLAS), wall time of the whole run",
             "target_accuracy": gl.TARGET_ACCURACY, "control_steps": gl.CONTROL_STEPS,
             "batch": gl.BATCH, "lr": gl.LR, "prefix": gl.PREFIX,

@@ -25,7 +25,7 @@ PREFIX = 8  # copy 8 digits: 2 * 8 = 16 tokens = block_size
 TRAIN_SAMPLES, HELD_OUT, BATCH, LR = 4096, 256, 32, 3e-3
 TRAIN_SEED, HELD_OUT_SEED, INIT_SEED = 1, 2, 0
 TARGET_ACCURACY = 0.95  # the stated goal: copy accuracy on the held-out set
-CONTROL_STEPS = 300  # ... reached within this many steps, in both trees
+CONTROL_STEPS = 400  # ... reached within this many steps, in both trees
 
 
 @dataclass
