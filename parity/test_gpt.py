@@ -44,7 +44,7 @@ def _bytes_by_op(counts: dict) -> dict[tuple[str, str], int]:
 
 
 @given(config=gpt_configs(), dtype=st.sampled_from(DTYPES), data=st.data())
-@settings(max_examples=25)
+@settings(max_examples=20)
 def test_tape_holds_exactly_the_bytes_torchs_hooks_see_per_op_and_in_total(
         device: str, config: dg.GPTConfig, dtype: type, data: st.DataObject) -> None:
     """Every saved tensor (module, node.attr, shape, dtype, bytes) and the distinct storages'
@@ -191,3 +191,15 @@ def test_the_tiny_gpt_learns_the_copy_task_in_both_trees(tree: str) -> None:
     curve = gl.learn(tree, gl.CONTROL_STEPS, every=25)
     reached = gl.steps_to(curve)
     assert reached is not None and reached <= gl.CONTROL_STEPS, (tree, curve.accuracy)
+
+
+@given(config=gpt_configs(dropout=False), data=st.data())
+@settings(max_examples=8)
+def test_matmul_list_accounts_for_every_flop_torch_counts(config: dg.GPTConfig,
+                                                          data: st.DataObject) -> None:
+    """3 x sum 2 b m n k over the reference's matmul list == FlopCounterMode's total."""
+    batch, seq_len, seed = data.draw(gpt_batches(config))
+    listed = 3 * sum(2 * b * m * n * k for _, _, b, m, n, k in rgpt.matmuls(config, batch,
+                                                                            seq_len))
+    assert_claim("gpt.flops", np.array([listed]),
+                 np.array([dg.torch_flops(config, batch, seq_len, seed)]), "total FLOPs")

@@ -301,3 +301,24 @@ class GPT(Module):
     def free_saved(self) -> None:
         super().free_saved()
         self.loss_fn.free_saved()
+
+
+def matmuls(config: GPTConfig, batch: int, seq_len: int
+            ) -> list[tuple[str, str, int, int, int, int]]:
+    """Every matrix product of one forward, in order, as (module path, torch node, batch,
+    m, n, k): a (batch x) (m, k) @ (k, n) product costs 2 batch m n k FLOPs forward and twice
+    that backward (both operands' gradients). For the accounting of FLOPs."""
+    C, V, N = config.n_embd, config.vocab_size, batch * seq_len
+    hs, bh = config.n_embd // config.n_head, batch * config.n_head
+    mm = "AddmmBackward0" if config.bias else "MmBackward0"
+    out = []
+    for i in range(config.n_layer):
+        p = f"transformer.h.{i}."
+        out += [(p + "attn.c_attn", mm, 1, N, 3 * C, C),
+                (p + "attn.core", "BmmBackward0", bh, seq_len, seq_len, hs),
+                (p + "attn.core", "BmmBackward0", bh, seq_len, hs, seq_len),
+                (p + "attn.c_proj", mm, 1, N, C, C),
+                (p + "mlp.c_fc", mm, 1, N, 4 * C, C),
+                (p + "mlp.c_proj", mm, 1, N, C, 4 * C)]
+    return [*out, ("lm_head", "MmBackward0", 1, N, V, C)]
+

@@ -109,3 +109,10 @@ def _() -> Observation:
         worst.add(a.inputs, b.inputs.numpy())
         worst.add(a.labels, b.labels.numpy())
     return worst.observation("200 samples, three (seed, prefix, vocab) settings")
+
+
+@check("gpt.flops")
+def _() -> Observation:
+    listed = 3 * sum(2 * b * m * n * k for _, _, b, m, n, k in rgpt.matmuls(_CONFIG, 4, 16))
+    measured = dg.torch_flops(_CONFIG, 4, 16, 7)
+    return Observation(float(listed != measured), 1, f"listed {listed:,}, counted {measured:,}")

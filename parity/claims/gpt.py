@@ -68,6 +68,17 @@ CLAIMS: tuple[Claim, ...] = (
         ),
     ),
     Claim(
+        id="gpt.flops",
+        statement=(
+            "The reference's list of matrix products (reference.gpt.matmuls: batch, m, n, k "
+            "per product) gives exactly the FLOPs torch's FlopCounterMode counts for a forward "
+            "and backward of the explicit path: 3 x sum 2 batch m n k."
+        ),
+        kind="bits",
+        bound=0,
+        reason="FLOP counts are integers; each product's backward is two products of its size.",
+    ),
+    Claim(
         id="gpt.embedding",
         statement=(
             "Embedding forward (a gather) and, on CPU, its weight gradient (rows of g summed "

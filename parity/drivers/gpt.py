@@ -370,3 +370,14 @@ def carried_pairs(config: GPTConfig, dtype: type, batch: int, seq_len: int, seed
     s_loss = ce_scales("mean", t_flat, targets.reshape(-1), np.asarray(1.0, dtype),
                        np.zeros_like(t_flat))[0]
     return [*pairs, ("gpt.loss", "loss", loss, run.loss, s_loss + carried)]
+
+
+def torch_flops(config: GPTConfig, batch: int, seq_len: int, seed: int) -> int:
+    """FlopCounterMode's total for one forward with targets and backward (CPU)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    _, twin = make_pair(config, np.float32, seed % 1000)
+    idx, targets = tokens(config, batch, seq_len, seed)
+    with FlopCounterMode(display=False) as counter:
+        twin(to_torch_tokens(idx), to_torch_tokens(targets))[1].backward()
+    return int(counter.get_total_flops())

@@ -28,8 +28,8 @@ def draw_tape(path: Path) -> None:
     ax.set_yticklabels([f"{r['module']}: {r['name']} {tuple(r['shape'])}" for r in rows][::-1],
                        fontsize=7)
     ax.set_xlabel("bytes kept for backward (float32)")
-    ax.set_title(f"What the tape keeps: tiny GPT, batch {TAPE_BATCH} x 16 tokens, dropout 0.1 "
-                 "(block 0; blocks 1.. alike). Hatched: a view of a storage already counted",
+    ax.set_title(f"What the tape keeps: tiny GPT, batch {TAPE_BATCH} x 16 tokens, dropout 0.1\n"
+                 "block 0 (block 1 alike); hatched: a view of a storage already counted",
                  fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
