@@ -138,6 +138,21 @@ def test_logits_and_loss_along_a_whole_run_within_carried_bounds(
         assert_claim(claim_id, actual, expected, where, scale=scale)
 
 
+@given(config=gpt_configs(max_layers=3), dtype=st.sampled_from(DTYPES), data=st.data())
+@settings(max_examples=15)
+def test_every_parameter_gradient_along_a_whole_run_within_carried_bounds(
+        device: str, config: dg.GPTConfig, dtype: type, data: st.DataObject) -> None:
+    """Along one end-to-end forward and backward, every parameter gradient is within its own
+    budget plus its module's measured input and incoming-gradient differences carried."""
+    _skip_dropout_on_cuda(device, config)
+    config = dataclasses.replace(config, tie_weights=False)
+    batch, seq_len, seed = data.draw(gpt_batches(config))
+    pairs, compared, names = dg.grad_pairs(config, dtype, batch, seq_len, seed, device)
+    for claim_id, where, actual, expected, scale in pairs:
+        assert_claim(claim_id, actual, expected, where, scale=scale)
+    assert compared == names
+
+
 @given(config=gpt_configs(dropout=False), dtype=st.sampled_from(DTYPES), data=st.data())
 @settings(max_examples=15)
 def test_sdpa_core_matches_the_explicit_core_within_the_attention_budget(

@@ -29,6 +29,8 @@ def _pairs(kind: str) -> tuple[tuple[str, str, np.ndarray, np.ndarray, np.ndarra
         for cfg, dtype in _CASES:
             if kind == "layerwise":
                 out += dg.layerwise_pairs(cfg, dtype, 4, 16, 7)[0]
+            elif kind == "grads":
+                out += dg.grad_pairs(cfg, dtype, 4, 16, 7)[0]
             else:
                 out += dg.carried_pairs(cfg, dtype, 4, 16, 7)
     finally:
@@ -49,6 +51,7 @@ for _cid in ("gpt.embedding", "gpt.layer_norm.forward", "gpt.layer_norm.backward
     check(_cid)(lambda cid=_cid: _observe(cid, "layerwise"))
 for _cid in ("gpt.logits", "gpt.loss"):
     check(_cid)(lambda cid=_cid: _observe(cid, "carried"))
+check("gpt.grads")(lambda: _observe("gpt.grads", "grads"))
 
 
 @check("gpt.saved_tensors")

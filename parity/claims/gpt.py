@@ -201,6 +201,27 @@ CLAIMS: tuple[Claim, ...] = (
         ),
     ),
     Claim(
+        id="gpt.grads",
+        statement=(
+            "Along one end-to-end forward and backward (untied, same masks), every parameter "
+            "gradient is within eps times its own budget at torch's input and incoming "
+            "gradient plus those two measured differences carried: g^T x products (Linear dW, "
+            "LayerNorm dw), column sums (biases) and per-index sums (embeddings)."
+        ),
+        kind="eps",
+        bound=1.0,
+        scale="own budget + |dg|^T |x| + |g|^T |dx| (in eps), per parameter",
+        reason=(
+            "dW = g^T x is bilinear: a difference dg of g and dx of x move it by at most "
+            "|dg|^T |x| + |g|^T |dx| (first order), and the product itself adds nn.linear's "
+            "(N + 1) eps |g|^T |x|; LayerNorm's dw = sum g xhat carries xhat's difference "
+            "(NOTE [ LayerNorm error budget ] plus the input's, through rstd (e + <e>) + |xhat| "
+            "rstd <|xhat| e>); a sum of N terms in any order adds (N + 1) eps of the absolute "
+            "sum. The incoming gradients' differences are measured at each module, so each "
+            "check is as tight as its own product."
+        ),
+    ),
+    Claim(
         id="gpt.loss",
         statement=(
             "The mean next-token cross-entropy: |l_ref - l_torch| <= eps S, S = the "

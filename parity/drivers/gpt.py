@@ -228,12 +228,15 @@ _RECORDED = (rnn.Linear, rnn.GELU, LayerNorm, rattn.AttentionCore)
 
 
 def record_ref(model: rgpt.GPT, idx: np.ndarray, targets: np.ndarray,
-               keeps: dict[str, np.ndarray]) -> dict[str, tuple[list[np.ndarray], np.ndarray]]:
+               keeps: dict[str, np.ndarray], backward: bool = False
+               ) -> tuple[dict[str, tuple[list[np.ndarray], np.ndarray]], dict[str, np.ndarray]]:
     """One reference forward with torch's masks replayed, recording each LayerNorm, Linear,
-    GELU and attention core's inputs and output by module path (the instances' forward is
-    wrapped for this call only)."""
+    GELU and attention core's inputs and output by module path, and with `backward` the
+    backward too, recording the incoming gradient of each LayerNorm, Linear and Embedding
+    (the instances' methods are wrapped for this call only)."""
     replay_masks(model, keeps)
     seen: dict[str, tuple[list[np.ndarray], np.ndarray]] = {}
+    gouts: dict[str, np.ndarray] = {}
     wrapped = []
     for path, m in model.named_modules():
         if isinstance(m, _RECORDED):
@@ -243,14 +246,24 @@ def record_ref(model: rgpt.GPT, idx: np.ndarray, targets: np.ndarray,
                 return out
 
             m.forward = rec  # type: ignore[method-assign]
-            wrapped.append(m)
+            wrapped.append((m, "forward"))
+        if backward and isinstance(m, rnn.Linear | LayerNorm | Embedding):
+            def rec_back(g: np.ndarray, _f: Callable = m.backward, _p: str = path) -> object:
+                gouts[_p] = g
+                return _f(g)
+
+            m.backward = rec_back  # type: ignore[method-assign]
+            wrapped.append((m, "backward"))
     try:
+        model.zero_grad()
         model.forward(idx, targets)
+        if backward:
+            model.backward()
     finally:
-        for m in wrapped:
-            del m.forward
+        for m, name in wrapped:
+            delattr(m, name)
         model.free_saved()
-    return seen
+    return seen, gouts
 
 
 def carried_scale(module: rnn.Module, ins: list[np.ndarray], t_ins: list[np.ndarray],
@@ -349,7 +362,7 @@ def carried_pairs(config: GPTConfig, dtype: type, batch: int, seq_len: int, seed
     ref, twin = make_pair(config, dtype, seed % 1000, device)
     idx, targets = tokens(config, batch, seq_len, seed)
     run = run_torch(twin, idx, targets, device=device, layerwise=True)
-    seen = record_ref(ref, idx, targets, run.keeps)
+    seen, _ = record_ref(ref, idx, targets, run.keeps)
     modules = dict(ref.named_modules())
     gelu = float(claim("nn.gelu_tanh.forward").bound)  # type: ignore[arg-type]
     pairs: list[Pair] = []
@@ -381,3 +394,60 @@ def torch_flops(config: GPTConfig, batch: int, seq_len: int, seed: int) -> int:
     with FlopCounterMode(display=False) as counter:
         twin(to_torch_tokens(idx), to_torch_tokens(targets))[1].backward()
     return int(counter.get_total_flops())
+
+
+def _param_grad_scales(module: rnn.Module, x: np.ndarray, e_x: np.ndarray, g: np.ndarray,
+                       e_g: np.ndarray) -> dict[str, np.ndarray]:
+    """gpt.grads: each parameter gradient's own budget at torch's x and g plus the measured
+    differences e_x of the module's input and e_g of its incoming gradient (in eps)."""
+    ag = np.abs(g.astype(np.float64))
+    if isinstance(module, Embedding):
+        flat = x.reshape(-1)
+        counts = np.bincount(flat, minlength=module.num_embeddings)[:, None]
+        scatter = np.zeros((module.num_embeddings, g.shape[-1]))
+        np.add.at(scatter, flat, e_g.reshape(-1, g.shape[-1]))
+        summed = np.zeros_like(scatter)
+        np.add.at(summed, flat, ag.reshape(-1, g.shape[-1]))
+        return {"weight": scatter + (counts + 1) * summed}
+    rows = tuple(range(g.ndim - 1))
+    n = int(np.prod(g.shape[:-1]))
+    if isinstance(module, LayerNorm):
+        _, s_dw, _ = gb.layer_norm_backward_scales(x, module.weight.data, g)
+        xhat, rstd = gb.layer_norm_values(x)
+        ax = np.abs(xhat)
+        x_extra = rstd * (e_x + e_x.mean(-1, keepdims=True)) + ax * rstd * (
+            ax * e_x).mean(-1, keepdims=True)
+        return {"weight": s_dw + (e_g * ax + ag * x_extra).sum(axis=rows),
+                "bias": e_g.sum(axis=rows) + (n + 1) * ag.sum(axis=rows)}
+    x2 = np.abs(x.astype(np.float64)).reshape(n, -1)
+    g2, eg2, ex2 = ag.reshape(n, -1), e_g.reshape(n, -1), e_x.reshape(n, -1)
+    out = {"weight": eg2.T @ x2 + g2.T @ ex2 + (n + 1) * (g2.T @ x2)}
+    if module.bias is not None:  # type: ignore[attr-defined]
+        out["bias"] = eg2.sum(axis=0) + (n + 1) * g2.sum(axis=0)
+    return out
+
+
+def grad_pairs(config: GPTConfig, dtype: type, batch: int, seq_len: int, seed: int,
+               device: str = "cpu") -> tuple[list[Pair], set[str], set[str]]:
+    """gpt.grads for every parameter of an untied model along one end-to-end forward and
+    backward: (pairs, parameter names compared, all parameter names)."""
+    ref, twin = make_pair(config, dtype, seed % 1000, device)
+    idx, targets = tokens(config, batch, seq_len, seed)
+    run = run_torch(twin, idx, targets, device=device, layerwise=True)
+    seen, gouts = record_ref(ref, idx, targets, run.keeps, backward=True)
+    eps = float(np.finfo(dtype).eps)
+    pairs: list[Pair] = []
+    compared: set[str] = set()
+    for path, m in ref.named_modules():
+        if path not in gouts:
+            continue
+        t_ins, _, _, t_g = run.layers[path]
+        x = t_ins[0]
+        e_x = (np.zeros(x.shape) if isinstance(m, Embedding) else
+               np.abs(seen[path][0][0].astype(np.float64) - x.astype(np.float64)) / eps)
+        e_g = np.abs(gouts[path].astype(np.float64) - t_g.astype(np.float64)) / eps
+        for key, scale in _param_grad_scales(m, x, e_x, t_g, e_g).items():
+            name = f"{path}.{key}"
+            pairs.append(("gpt.grads", name, m._params[key].grad, run.grads[name], scale))
+            compared.add(name)
+    return pairs, compared, {name for name, _ in ref.named_parameters()}
