@@ -182,7 +182,10 @@ CLAIMS: tuple[Claim, ...] = (
             "Along one end-to-end forward (same weights, same dropout masks), every "
             "LayerNorm, Linear, GELU and attention core output, up to the logits, is within eps "
             "times its own budget at torch's inputs plus its inputs' measured differences "
-            "carried through the absolute value of its Jacobian."
+            "carried through the absolute value of its Jacobian; and every LayerNorm's input "
+            "(the residual stream, the glue between the ops) is within the previous one's "
+            "and the branch output's measured differences plus one rounding per dropout "
+            "product and add."
         ),
         kind="eps",
         bound=1.0,
@@ -194,7 +197,9 @@ CLAIMS: tuple[Claim, ...] = (
             "and an input difference e moves its output by at most |J| e: |W| e for Linear, "
             "1.13 e for GELU, |w| rstd (e + <e> + |xhat| <|xhat| e>) for LayerNorm, through "
             "|q|, |k|, p (e + <p, e>) and |v| for the core. The residual adds and dropout "
-            "products between ops are the next op's measured input. A bound propagated from the "
+            "products between ops are checked on the residual stream (otherwise a glue error would "
+            "be carried, not seen; the reference's backward glue is held to central differences "
+            "in tests/test_gpt_reference.py, torch's is autograd's). A bound propagated from the "
             "embeddings with |J| alone grows about tenfold per LayerNorm (rstd |x| ~ 10 on the "
             "residual stream) and is blind after two blocks: carrying the measured difference "
             "keeps each op's check as tight as its own claim."

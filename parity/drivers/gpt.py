@@ -9,6 +9,7 @@ its backward saved, and `run_ref` replays them into the reference's Dropout modu
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -356,6 +357,41 @@ def layerwise_pairs(config: GPTConfig, dtype: type, batch: int, seq_len: int, se
     return pairs, compared, {name for name, _ in ref.named_parameters()}
 
 
+def _residual_pairs(config: GPTConfig, dtype: type, seen: dict, run: TorchRun) -> list[Pair]:
+    """gpt.logits for the glue between the ops: each LayerNorm's input (the residual stream)
+    against the previous one plus the branch's c_proj output, carried, with the dropout
+    product and the add rounding once each (the first: embeddings and their sum, exact)."""
+    eps = float(np.finfo(dtype).eps)
+    scale = 1.0 / (1.0 - config.dropout)
+
+    def diff(path: str, which: int) -> tuple[np.ndarray, np.ndarray]:
+        t = (run.layers[path][0][0] if which == 0 else run.layers[path][1]).astype(np.float64)
+        r = (seen[path][0][0] if which == 0 else seen[path][1]).astype(np.float64)
+        return t, np.abs(r - t) / eps
+
+    def noise(path: str) -> np.ndarray | float:
+        keep = run.keeps.get(path)
+        return 1.0 if keep is None else keep * scale
+
+    stream = [f"transformer.h.{i}.{ln}" for i in range(config.n_layer) for ln in ("ln_1", "ln_2")]
+    stream.append("transformer.ln_f")
+    x, e = diff(stream[0], 0)
+    out = [("gpt.logits", stream[0] + " input", seen[stream[0]][0][0], run.layers[stream[0]][0][0],
+            np.abs(x))]
+    for prev, ln in itertools.pairwise(stream):
+        block = prev.rsplit(".", 1)[0]
+        branch = f"{block}.attn" if prev.endswith("ln_1") else f"{block}.mlp"
+        drop = f"{branch}.resid_dropout" if prev.endswith("ln_1") else f"{branch}.dropout"
+        y, e_y = diff(f"{branch}.c_proj", 1)
+        n = noise(drop)
+        x_new, _ = diff(ln, 0)
+        s = e + np.abs(n) * e_y + np.abs(n * y) + np.abs(x_new)
+        out.append(("gpt.logits", ln + " input (residual)", seen[ln][0][0],
+                    run.layers[ln][0][0], s))
+        x, e = x_new, np.abs(seen[ln][0][0].astype(np.float64) - x_new) / eps
+    return out
+
+
 def carried_pairs(config: GPTConfig, dtype: type, batch: int, seq_len: int, seed: int,
                   device: str = "cpu") -> list[Pair]:
     """gpt.logits for every op along one end-to-end forward, then gpt.loss."""
@@ -372,6 +408,7 @@ def carried_pairs(config: GPTConfig, dtype: type, batch: int, seq_len: int, seed
         noise = None if keep is None else keep.astype(dtype) / dtype(1 - config.dropout)
         pairs.append(("gpt.logits", path, out, t_out,
                       carried_scale(modules[path], ins, t_ins, noise, gelu)))
+    pairs += _residual_pairs(config, dtype, seen, run)
     logits, loss = run_ref(ref, idx, targets, run.keeps)[:2]
     V = config.vocab_size
     flat, t_flat = logits.reshape(-1, V), run.logits.reshape(-1, V)
