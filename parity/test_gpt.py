@@ -218,3 +218,22 @@ def test_matmul_list_accounts_for_every_flop_torch_counts(config: dg.GPTConfig,
                                                                             seq_len))
     assert_claim("gpt.flops", np.array([listed]),
                  np.array([dg.torch_flops(config, batch, seq_len, seed)]), "total FLOPs")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+def test_larger_models_hold_every_claim(dtype: type, dropout: float) -> None:
+    """The 4x benchmark shape (4 layers, 4 heads, width 64, 32 tokens), vocab 50, batch 4:
+    saved tensors, every op, every parameter gradient and the logits, as in the fast tests."""
+    config = dg.GPTConfig(vocab_size=50, block_size=32, n_layer=4, n_head=4, n_embd=64,
+                          dropout=dropout)
+    idx, targets = dg.tokens(config, 4, 32, 11)
+    ref_counts, ref_held, torch_counts, torch_held = dg.saved_both(config, dtype, idx, targets)
+    assert ref_counts == torch_counts
+    assert_claim("gpt.saved_tensors", np.array([ref_held]), np.array([torch_held]), "held")
+    pairs = (dg.layerwise_pairs(config, dtype, 4, 32, 11)[0]
+             + dg.grad_pairs(config, dtype, 4, 32, 11)[0]
+             + dg.carried_pairs(config, dtype, 4, 32, 11))
+    for claim_id, where, actual, expected, scale in pairs:
+        assert_claim(claim_id, actual, expected, where, scale=scale)
