@@ -21,6 +21,7 @@ from parity.compare import assert_claim
 from parity.drivers import gpt as dg
 from parity.drivers import gpt_bounds as gb
 from parity.drivers import gpt_learn as gl
+from parity.drivers import gpt_pairs as gp
 from parity.strategies import gpt_batches, gpt_configs
 from reference import data as rdata
 from reference import gpt as rgpt
@@ -117,7 +118,7 @@ def test_every_op_and_every_parameter_gradient_within_its_claim(
     config = dataclasses.replace(config, tie_weights=False)
     batch, seq_len, seed = data.draw(gpt_batches(config))
     event("dropout on" if config.dropout else "dropout off")
-    pairs, compared, names = dg.layerwise_pairs(config, dtype, batch, seq_len, seed)
+    pairs, compared, names = gp.layerwise_pairs(config, dtype, batch, seq_len, seed)
     for claim_id, where, actual, expected, scale in pairs:
         assert_claim(claim_id, actual, expected, where, scale=scale)
     assert compared == names
@@ -133,7 +134,7 @@ def test_logits_and_loss_along_a_whole_run_within_carried_bounds(
     _skip_dropout_on_cuda(device, config)
     batch, seq_len, seed = data.draw(gpt_batches(config))
     event("tied" if config.tie_weights else "untied")
-    for claim_id, where, actual, expected, scale in dg.carried_pairs(
+    for claim_id, where, actual, expected, scale in gp.carried_pairs(
             config, dtype, batch, seq_len, seed, device):
         assert_claim(claim_id, actual, expected, where, scale=scale)
 
@@ -147,7 +148,7 @@ def test_every_parameter_gradient_along_a_whole_run_within_carried_bounds(
     _skip_dropout_on_cuda(device, config)
     config = dataclasses.replace(config, tie_weights=False)
     batch, seq_len, seed = data.draw(gpt_batches(config))
-    pairs, compared, names = dg.grad_pairs(config, dtype, batch, seq_len, seed, device)
+    pairs, compared, names = gp.grad_pairs(config, dtype, batch, seq_len, seed, device)
     for claim_id, where, actual, expected, scale in pairs:
         assert_claim(claim_id, actual, expected, where, scale=scale)
     assert compared == names
@@ -232,8 +233,8 @@ def test_larger_models_hold_every_claim(dtype: type, dropout: float) -> None:
     ref_counts, ref_held, torch_counts, torch_held = dg.saved_both(config, dtype, idx, targets)
     assert ref_counts == torch_counts
     assert_claim("gpt.saved_tensors", np.array([ref_held]), np.array([torch_held]), "held")
-    pairs = (dg.layerwise_pairs(config, dtype, 4, 32, 11)[0]
-             + dg.grad_pairs(config, dtype, 4, 32, 11)[0]
-             + dg.carried_pairs(config, dtype, 4, 32, 11))
+    pairs = (gp.layerwise_pairs(config, dtype, 4, 32, 11)[0]
+             + gp.grad_pairs(config, dtype, 4, 32, 11)[0]
+             + gp.carried_pairs(config, dtype, 4, 32, 11))
     for claim_id, where, actual, expected, scale in pairs:
         assert_claim(claim_id, actual, expected, where, scale=scale)

@@ -11,6 +11,7 @@ import torch
 from parity.checks.nn import _Worst
 from parity.drivers import gpt as dg
 from parity.drivers import gpt_bounds as gb
+from parity.drivers import gpt_pairs as gp
 from parity.report import Observation, check
 from reference import gpt as rgpt
 
@@ -28,11 +29,11 @@ def _pairs(kind: str) -> tuple[tuple[str, str, np.ndarray, np.ndarray, np.ndarra
     try:
         for cfg, dtype in _CASES:
             if kind == "layerwise":
-                out += dg.layerwise_pairs(cfg, dtype, 4, 16, 7)[0]
+                out += gp.layerwise_pairs(cfg, dtype, 4, 16, 7)[0]
             elif kind == "grads":
-                out += dg.grad_pairs(cfg, dtype, 4, 16, 7)[0]
+                out += gp.grad_pairs(cfg, dtype, 4, 16, 7)[0]
             else:
-                out += dg.carried_pairs(cfg, dtype, 4, 16, 7)
+                out += gp.carried_pairs(cfg, dtype, 4, 16, 7)
     finally:
         torch.set_num_threads(threads)
     return tuple(out)

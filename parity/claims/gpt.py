@@ -1,7 +1,7 @@
 """The compact transformer's claims (the kinds and the registry: parity/tolerances.py).
 
 eps claims: |a - b| <= c eps S elementwise, eps of the compared dtype, S computed in float64
-by parity/drivers/gpt.py and parity/drivers/gpt_bounds.py from the reference's own tape (so
+by parity/drivers/gpt_pairs.py and parity/drivers/gpt_bounds.py at the values the op saw (so
 the bound of an op is a function of what that op saw). Claims stated "on CPU" rest on the
 CPU kernels' operation order (embedding's backward, the unfused dropout); the others hold on
 any device.
