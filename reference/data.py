@@ -55,7 +55,7 @@ MASK32 = 0xFFFF_FFFF
 MIX_MUL1 = 0x7FEB_352D
 MIX_MUL2 = 0x846C_A68B
 # Purposes: independent streams from one seed.
-ORDER, INPUTS, TEACHER, CALIBRATION = 1, 2, 3, 4
+ORDER, INPUTS, TEACHER, CALIBRATION, SEQUENCES = 1, 2, 3, 4, 5
 CALIBRATION_SIZE = 1024
 INPUT_STEP = float.fromhex("0x1p-23")  # 1.1920928955078125e-07: the input grid
 VALUE_SCALE = float.fromhex("0x1p-4")  # 0.0625: brings the teacher logits to std ~ 1
@@ -174,6 +174,44 @@ def make_task(
     )
 
 
+@dataclass(frozen=True)
+class SequenceTask:
+    """Token sequences for the transformer: inputs (n, T) and next-token targets (n, T), int64."""
+
+    inputs: np.ndarray
+    labels: np.ndarray
+
+    def __len__(self) -> int:
+        return self.inputs.shape[0]
+
+    def batch(self, indices: Iterable[int]) -> tuple[np.ndarray, np.ndarray]:
+        """(inputs, labels) of these samples, in this order (fresh arrays)."""
+        idx = np.fromiter(indices, dtype=np.int64)
+        return self.inputs[idx], self.labels[idx]
+
+
+def make_copy_task(seed: int, num_samples: int, *, prefix: int = 8, vocab_size: int = 12
+                   ) -> SequenceTask:
+    """The copy task: P = `prefix` digits, a separator, the same digits again.
+
+        digits  d_j = word_{i P + j}(seed, SEQUENCES, 0) mod (V - 1),  j < P   (V = vocab_size)
+        seq     d_0 .. d_{P-1}, SEP, d_0 .. d_{P-1}                     SEP = V - 1
+        inputs  seq[:-1],  labels  seq[1:]                              (2P tokens each)
+    From the separator on, label t is the input at t - P: only attention to the position P
+    back can predict it (the copy positions). The digits before it are uniform and cannot be
+    predicted: P - 1 labels, so the mean loss stays >= (P - 1) / (2P) ln(V - 1).
+    """
+    seed = _check_int("make_copy_task", "seed", seed, 0, 2**32)
+    num_samples = _check_int("make_copy_task", "num_samples", num_samples, 1, 2**32 // 64)
+    prefix = _check_int("make_copy_task", "prefix", prefix, 1, 1025)
+    vocab_size = _check_int("make_copy_task", "vocab_size", vocab_size, 3, 2**16)
+    words = hash_words(seed, SEQUENCES, 0, num_samples * prefix).reshape(num_samples, prefix)
+    digits = (words % np.uint64(vocab_size - 1)).astype(np.int64)  # (n, P)
+    sep = np.full((num_samples, 1), vocab_size - 1, dtype=np.int64)
+    seq = np.concatenate([digits, sep, digits], axis=1)  # (n, 2P + 1)
+    return SequenceTask(inputs=seq[:, :-1].copy(), labels=seq[:, 1:].copy())
+
+
 # ---------------------------------------------------------------- the sampler
 
 
@@ -283,22 +321,24 @@ class BatchSampler:
 class Loader:
     """The reference's DataLoader: each iter() is the rest of the sampler's current epoch."""
 
-    def __init__(self, task: Task, batch_sampler: BatchSampler) -> None:
+    def __init__(self, task: Task | SequenceTask, batch_sampler: BatchSampler) -> None:
         self.task = task
         self.batch_sampler = batch_sampler
 
     def __len__(self) -> int:
         return len(self.batch_sampler)
 
-    def __iter__(self) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    def __iter__(self) -> Iterator[tuple[np.ndarray, ...]]:
         for indices in self.batch_sampler:
             yield self.task.batch(indices)
 
 
 def make_loader(
-    task: Task, sampler: ResumableSampler, batch_size: int, *, drop_last: bool = False
+    task: Task | SequenceTask, sampler: ResumableSampler, batch_size: int, *,
+    drop_last: bool = False
 ) -> Loader:
-    """Batches (inputs, labels, values) in the sampler's order; resumable via the sampler."""
+    """Batches (inputs, labels, values), or (inputs, labels) of a SequenceTask, in the
+    sampler's order; resumable via the sampler."""
     if sampler.num_samples != len(task):
         raise ValueError(f"make_loader: sampler has num_samples={sampler.num_samples}, "
                          f"task has {len(task)} samples")

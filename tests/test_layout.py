@@ -15,7 +15,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 # What torch_impl may take from reference: plain data both sides must share literally.
-TORCH_IMPL_MAY_IMPORT = {"reference.format_spec", "reference.recompute_plans", "reference.train"}
+TORCH_IMPL_MAY_IMPORT = {"reference.format_spec", "reference.gpt_config",
+                         "reference.recompute_plans", "reference.train"}
 STDLIB = sys.stdlib_module_names
 
 

@@ -24,9 +24,9 @@ What PyTorch does that the reference spells out:
 
 from __future__ import annotations
 
-import torch
+from dataclasses import dataclass
 
-from reference.amp import AutocastState
+import torch
 
 PRECISIONS: dict[str, torch.dtype | None] = {
     "fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -39,8 +39,18 @@ def autocast_dtype(precision: str) -> torch.dtype | None:
     return PRECISIONS[precision]
 
 
+@dataclass(frozen=True)
+class AutocastState:
+    """torch.is_autocast_enabled(device_type) and torch.get_autocast_dtype(device_type), as
+    the fields of the reference's AutocastState (dtype named as a string)."""
+
+    enabled: bool = False
+    dtype: str = "bfloat16"
+    device_type: str = "cpu"
+
+
 def autocast_state(device_type: str = "cpu") -> AutocastState:
-    """What ops on `device_type` consult now (the reference's AutocastState, plain data)."""
+    """What ops on `device_type` consult now."""
     dtype = torch.get_autocast_dtype(device_type)
     return AutocastState(torch.is_autocast_enabled(device_type),
                          str(dtype).removeprefix("torch."), device_type)

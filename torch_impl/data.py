@@ -39,7 +39,7 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset, Sampler
 MASK32 = 0xFFFF_FFFF
 MIX_MUL1 = 0x7FEB_352D
 MIX_MUL2 = 0x846C_A68B
-ORDER, INPUTS, TEACHER, CALIBRATION = 1, 2, 3, 4
+ORDER, INPUTS, TEACHER, CALIBRATION, SEQUENCES = 1, 2, 3, 4, 5
 CALIBRATION_SIZE = 1024
 INPUT_STEP = float.fromhex("0x1p-23")  # 1.1920928955078125e-07: the input grid
 VALUE_SCALE = float.fromhex("0x1p-4")  # 0.0625
@@ -179,6 +179,39 @@ def make_task(
     )
 
 
+@dataclass(frozen=True, eq=False)
+class SequenceTask(Dataset):
+    """Token sequences for the transformer: inputs (n, T) and next-token targets (n, T), int64."""
+
+    inputs: torch.Tensor
+    labels: torch.Tensor
+
+    def __len__(self) -> int:
+        return self.inputs.shape[0]
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.inputs[i], self.labels[i]
+
+    def batch(self, indices: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(inputs, labels) of these samples, in this order (fresh tensors)."""
+        idx = torch.as_tensor(indices, dtype=torch.int64, device=self.inputs.device)
+        return self.inputs[idx], self.labels[idx]
+
+
+def make_copy_task(seed: int, num_samples: int, *, prefix: int = 8, vocab_size: int = 12,
+                   device: torch.device | str = "cpu") -> SequenceTask:
+    """The copy task of reference/data.py (make_copy_task), from the same hash words."""
+    seed = _check_int("make_copy_task", "seed", seed, 0, 2**32)
+    num_samples = _check_int("make_copy_task", "num_samples", num_samples, 1, 2**32 // 64)
+    prefix = _check_int("make_copy_task", "prefix", prefix, 1, 1025)
+    vocab_size = _check_int("make_copy_task", "vocab_size", vocab_size, 3, 2**16)
+    words = hash_words(seed, SEQUENCES, 0, num_samples * prefix, device)
+    digits = (words % (vocab_size - 1)).reshape(num_samples, prefix)  # (n, P) int64
+    sep = torch.full((num_samples, 1), vocab_size - 1, dtype=torch.int64, device=device)
+    seq = torch.cat([digits, sep, digits], dim=1)  # (n, 2P + 1)
+    return SequenceTask(inputs=seq[:, :-1].clone(), labels=seq[:, 1:].clone())
+
+
 # ---------------------------------------------------------------- the sampler
 
 
@@ -248,7 +281,7 @@ class ResumableSampler(Sampler[int]):
 
 
 def make_loader(
-    task: Task,
+    task: Task | SequenceTask,
     sampler: ResumableSampler,
     batch_size: int,
     *,

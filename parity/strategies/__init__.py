@@ -28,6 +28,7 @@ from parity.strategies.formats import (  # noqa: F401
     subnormal_edge,
     ties,
 )
+from parity.strategies.gpt import gpt_batches, gpt_configs  # noqa: F401
 from parity.strategies.loss_scaling import (  # noqa: F401
     scaler_factors,
     scaler_grad_stream,

@@ -1,0 +1,261 @@
+"""The compact transformer's claims (the kinds and the registry: parity/tolerances.py).
+
+eps claims: |a - b| <= c eps S elementwise, eps of the compared dtype, S computed in float64
+by parity/drivers/gpt_pairs.py and parity/drivers/gpt_bounds.py at the values the op saw (so
+the bound of an op is a function of what that op saw). Claims stated "on CPU" rest on the
+CPU kernels' operation order (embedding's backward, the unfused dropout); the others hold on
+any device.
+"""
+
+from __future__ import annotations
+
+from parity.claims import Claim
+
+_LN = ("C the normalized size, m = mean|x| over the row, xhat = (x - mean) rstd, w the "
+       "LayerNorm weight")
+
+CLAIMS: tuple[Claim, ...] = (
+    Claim(
+        id="gpt.saved_tensors",
+        statement=(
+            "For the whole model, forward with targets, float32 and float64, dropout on and "
+            "off: the reference's tape holds the same saved tensors as torch's "
+            "saved_tensors_hooks see (module path, torch node and attribute, shape, dtype, "
+            "bytes; parameters excluded), and the bytes held, each distinct storage counted "
+            "once at its full size, are equal."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "Names, shapes, dtypes and byte counts are integers: any difference is a modelling "
+            "mistake (a missing copy, a view taken for a copy, an op saving the wrong tensor)."
+        ),
+    ),
+    Claim(
+        id="gpt.state_dict_roundtrip",
+        statement=(
+            "reference GPT state_dict -> torch -> reference keeps every key (nanoGPT's names, "
+            "lm_head.weight included when tied), shape, dtype and bit, untied and tied."
+        ),
+        kind="bits",
+        bound=0,
+        reason="The conversion is a copy: no arithmetic.",
+    ),
+    Claim(
+        id="gpt.boundary",
+        statement=(
+            "Bad token ids (wrong dtype, wrong rank, T > block_size, ids outside the "
+            "vocabulary, targets of another shape) raise the same error class in both trees, "
+            "with a message naming GPT and what was expected."
+        ),
+        kind="bits",
+        bound=0,
+        reason="An error class is a discrete outcome: equal or not.",
+    ),
+    Claim(
+        id="gpt.copy_task",
+        statement=(
+            "The copy task's inputs and labels, and the batches a loader yields after a "
+            "mid-epoch resume from the other tree's sampler state, are bit-identical in both "
+            "trees."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "Tokens are pure functions of integers (hash words mod V - 1, NOTE [ Counter-based "
+            "hashing instead of a Generator ] in reference/data.py), and the order is the "
+            "sampler's (epoch, position): no floating point anywhere."
+        ),
+    ),
+    Claim(
+        id="gpt.flops",
+        statement=(
+            "The reference's list of matrix products (reference.gpt.matmuls: batch, m, n, k "
+            "per product) gives exactly the FLOPs torch's FlopCounterMode counts for a forward "
+            "and backward of the explicit path: 3 x sum 2 batch m n k."
+        ),
+        kind="bits",
+        bound=0,
+        reason="FLOP counts are integers; each product's backward is two products of its size.",
+    ),
+    Claim(
+        id="gpt.embedding",
+        statement=(
+            "Embedding forward (a gather) and, on CPU, its weight gradient (rows of g summed "
+            "per index) are bit-identical to torch, repeated indices included."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "The gather is exact. torch's CPU embedding_dense_backward adds the rows of g into "
+            "each weight row in index order, as np.add.at does: the same additions in the same "
+            "order. (CUDA sorts the indices and sums in another order: not claimed.)"
+        ),
+    ),
+    Claim(
+        id="gpt.layer_norm.forward",
+        statement=(
+            "LayerNorm output: |y_ref - y_torch| <= eps S, S = |w| (C rstd m + (C/2 + 7) "
+            f"|xhat|) + |y|, with {_LN}."
+        ),
+        kind="eps",
+        bound=1.0,
+        scale="|w| (C rstd m + (C/2 + 7)|xhat|) + |y|",
+        reason=(
+            "NOTE [ LayerNorm error budget ] in parity/drivers/gpt_bounds.py: the means (two-pass "
+            "in NumPy, Welford-style moments in torch) differ by <= C eps m; the variance of the "
+            "centred values by <= (C + 3) eps var (the mean's error enters it only to second "
+            "order), so rstd by <= ((C + 3)/2 + 2) eps relative; y = xhat w + b adds <= 2 eps "
+            "|w xhat| + eps |y| of roundings."
+        ),
+    ),
+    Claim(
+        id="gpt.layer_norm.backward",
+        statement=(
+            "LayerNorm input, weight and bias gradients, each side from its own saved mean and "
+            "rstd: within eps times the scales propagated in NOTE [ LayerNorm error budget ]."
+        ),
+        kind="eps",
+        bound=1.0,
+        scale="the LayerNorm backward budget of parity/drivers/gpt_bounds.py",
+        reason=(
+            "dx = rstd (gw - <gw> - xhat <gw xhat>) (NOTE [ LayerNorm backward ]): xhat and rstd "
+            "carry the forward's differences; each mean over C adds C eps of its absolute terms, "
+            "each of the three differences and products 2 eps of its magnitude (torch may "
+            "reassociate them); dw and db sum N rows ((N + 1) eps of the absolute sum)."
+        ),
+    ),
+    Claim(
+        id="gpt.layer_norm.bias_grad",
+        statement=(
+            "LayerNorm's bias gradient (the sum of g over all rows) is bit-identical to torch on "
+            "CPU with torch on one thread (the suite's setting)."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "Both add the N rows of g into the C column sums in row order: NumPy reduces the "
+            "outer axis of a C-contiguous (N, C) array row by row, and torch's CPU LayerNorm "
+            "backward accumulates dbeta row by row on one thread. With more threads torch adds "
+            "per-thread partial sums (another order): not claimed."
+        ),
+    ),
+    Claim(
+        id="gpt.attention.forward",
+        statement=(
+            "Attention core output from the same q, k, v (and dropout keep-mask): within eps "
+            "times the budget of NOTE [ Attention error budget ] (scores (d + 2) eps / sqrt(d) "
+            "|q||k|^T, softmax's first-order propagation plus (4 a + T + 2 + |s - max|) eps p, "
+            "a = 4 for float32 and 1 for float64, then (T + 1) eps |p||v|)."
+        ),
+        kind="eps",
+        bound=1.0,
+        scale="the attention forward budget of parity/drivers/gpt_bounds.py",
+        reason=(
+            "q k^T is a d-term dot product in another BLAS order (Higham 3.5: (d + 1) eps |q||k| "
+            "between two orders) scaled once; softmax propagates a score error e as p (e + "
+            "<p, e>) (|J| of NOTE [ Softmax backward ]) and adds its own: exp within a eps "
+            "relative per side (SLEEF 1 ulp, NumPy's float32 SIMD exp taken as 4), a T-term sum "
+            "and one division; p v is a T-term dot product with the p error carried."
+        ),
+    ),
+    Claim(
+        id="gpt.attention.backward",
+        statement=(
+            "Attention core q, k, v gradients from the same q, k, v and incoming gradient, each "
+            "side from its own saved softmax: within eps times the backward budget of NOTE "
+            "[ Attention error budget ]."
+        ),
+        kind="eps",
+        bound=1.0,
+        scale="the attention backward budget of parity/drivers/gpt_bounds.py",
+        reason=(
+            "g v^T and p^T g are d- and T-term products; ds = p (dp - <p, dp>) carries p's "
+            "forward difference and dp's; dq = ds k / sqrt(d) and dk = ds^T q / sqrt(d) are "
+            "T-term products of the carried ds. Each product of a carried error is first order; "
+            "each rounding is counted on both sides."
+        ),
+    ),
+    Claim(
+        id="gpt.logits",
+        statement=(
+            "Along one end-to-end forward (same weights, same dropout masks), every "
+            "LayerNorm, Linear, GELU and attention core output, up to the logits, is within eps "
+            "times its own budget at torch's inputs plus its inputs' measured differences "
+            "carried through the absolute value of its Jacobian; and every LayerNorm's input "
+            "(the residual stream, the glue between the ops) is within the previous one's "
+            "and the branch output's measured differences plus one rounding per dropout "
+            "product and add."
+        ),
+        kind="eps",
+        bound=1.0,
+        scale="the op's own budget + |J| (measured input difference / eps)",
+        reason=(
+            "First-order forward error analysis, op by op: the op's own difference is its "
+            "claim (nn.linear, gpt.layer_norm.forward, gpt.attention.forward, "
+            "nn.gelu_tanh.forward) "
+            "and an input difference e moves its output by at most |J| e: |W| e for Linear, "
+            "1.13 e for GELU, |w| rstd (e + <e> + |xhat| <|xhat| e>) for LayerNorm, through "
+            "|q|, |k|, p (e + <p, e>) and |v| for the core. The residual adds and dropout "
+            "products between ops are checked on the residual stream (otherwise a glue error would "
+            "be carried, not seen; the reference's backward glue is held to central differences "
+            "in tests/test_gpt_reference.py, torch's is autograd's). A bound propagated from the "
+            "embeddings with |J| alone grows about tenfold per LayerNorm (rstd |x| ~ 10 on the "
+            "residual stream) and is blind after two blocks: carrying the measured difference "
+            "keeps each op's check as tight as its own claim."
+        ),
+    ),
+    Claim(
+        id="gpt.grads",
+        statement=(
+            "Along one end-to-end forward and backward (untied, same masks), every parameter "
+            "gradient is within eps times its own budget at torch's input and incoming "
+            "gradient plus those two measured differences carried: g^T x products (Linear dW, "
+            "LayerNorm dw), column sums (biases) and per-index sums (embeddings)."
+        ),
+        kind="eps",
+        bound=1.0,
+        scale="own budget + |dg|^T |x| + |g|^T |dx| (in eps), per parameter",
+        reason=(
+            "dW = g^T x is bilinear: a difference dg of g and dx of x move it by at most "
+            "|dg|^T |x| + |g|^T |dx| (first order), and the product itself adds nn.linear's "
+            "(N + 1) eps |g|^T |x|; LayerNorm's dw = sum g xhat carries xhat's difference "
+            "(NOTE [ LayerNorm error budget ] plus the input's, through rstd (e + <e>) + |xhat| "
+            "rstd <|xhat| e>); a sum of N terms in any order adds (N + 1) eps of the absolute "
+            "sum. The incoming gradients' differences are measured at each module, so each "
+            "check is as tight as its own product."
+        ),
+    ),
+    Claim(
+        id="gpt.loss",
+        statement=(
+            "The mean next-token cross-entropy: |l_ref - l_torch| <= eps S, S = the "
+            "nn.cross_entropy 'mean' scale plus the logits bound carried through log-softmax "
+            "(mean over rows of e_t + <p, e>)."
+        ),
+        kind="eps",
+        bound=1.0,
+        scale="nn.cross_entropy's mean scale + mean_rows (e_target + <p, e>)",
+        reason=(
+            "d nll / d logits = p - onehot, so a logits difference e moves each row's loss by at "
+            "most e_target + sum p e; the loss's own arithmetic is nn.cross_entropy's."
+        ),
+    ),
+    Claim(
+        id="gpt.sdpa",
+        statement=(
+            "attention='sdpa' (torch's fused scaled_dot_product_attention, is_causal=True, no "
+            "dropout), given the explicit path's q, k, v, is within gpt.attention.forward's "
+            "budget of the explicit path's output."
+        ),
+        kind="eps",
+        bound=1.0,
+        scale="the attention forward budget of parity/drivers/gpt_bounds.py",
+        reason=(
+            "The fused kernel computes the same softmax(q k^T / sqrt d) v in another order "
+            "(blocks of keys, an online softmax with a running max and rescaling, the scale "
+            "folded into q): a reordering of the same sums and one exp per term, inside the "
+            "budget that already allows any summation order and a eps per exp on each side."
+        ),
+    ),
+)

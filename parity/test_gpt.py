@@ -1,0 +1,240 @@
+"""reference.gpt against torch_impl.gpt: the tape's bytes, the state_dict, the boundary, every
+op and every parameter gradient, the logits along a whole run, and the sdpa path.
+
+Both models hold the same weights (the reference's, copied); torch's dropout masks are read
+from what its backward saved and replayed into the reference (parity/drivers/gpt.py). The
+eps claims' scales are computed by parity/drivers/gpt_bounds.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+from parity.compare import assert_claim
+from parity.drivers import gpt as dg
+from parity.drivers import gpt_bounds as gb
+from parity.drivers import gpt_learn as gl
+from parity.drivers import gpt_pairs as gp
+from parity.strategies import gpt_batches, gpt_configs
+from reference import data as rdata
+from reference import gpt as rgpt
+from torch_impl import data as tdata
+
+DTYPES = (np.float32, np.float64)
+CPU_DROPOUT = ("CUDA fuses dropout (native_dropout saves a bool mask and rounds the scale "
+               "separately): neither the saved bytes nor the replayed mask is the CPU kernel's")
+
+
+def _skip_dropout_on_cuda(device: str, config: dg.GPTConfig) -> None:
+    if device != "cpu" and config.dropout > 0:
+        pytest.skip(f"CPU-specific: {CPU_DROPOUT}")
+
+
+def _bytes_by_op(counts: dict) -> dict[tuple[str, str], int]:
+    out: dict[tuple[str, str], int] = {}
+    for (module, name, _shape, _dtype, nbytes), n in counts.items():
+        out[(module, name)] = out.get((module, name), 0) + n * nbytes
+    return out
+
+
+@given(config=gpt_configs(), dtype=st.sampled_from(DTYPES), data=st.data())
+@settings(max_examples=20)
+def test_tape_holds_exactly_the_bytes_torchs_hooks_see_per_op_and_in_total(
+        device: str, config: dg.GPTConfig, dtype: type, data: st.DataObject) -> None:
+    """Every saved tensor (module, node.attr, shape, dtype, bytes) and the distinct storages'
+    bytes are the same in both trees, dropout on and off, float32 and float64."""
+    _skip_dropout_on_cuda(device, config)
+    batch, seq_len, seed = data.draw(gpt_batches(config))
+    event("dropout on" if config.dropout else "dropout off")
+    event("T == block_size" if seq_len == config.block_size else "T < block_size")
+    idx, targets = dg.tokens(config, batch, seq_len, seed)
+    ref_counts, ref_held, torch_counts, torch_held = dg.saved_both(config, dtype, idx, targets,
+                                                                   device=device)
+    assert ref_counts == torch_counts, (
+        f"gpt.saved_tensors: reference only {sorted((ref_counts - torch_counts).elements())}, "
+        f"torch only {sorted((torch_counts - ref_counts).elements())}")
+    ref_ops, torch_ops = _bytes_by_op(ref_counts), _bytes_by_op(torch_counts)
+    keys = sorted(set(ref_ops) | set(torch_ops))
+    assert_claim("gpt.saved_tensors", np.array([ref_ops.get(k, -1) for k in keys]),
+                 np.array([torch_ops.get(k, -1) for k in keys]), "bytes per op")
+    assert_claim("gpt.saved_tensors", np.array([ref_held]), np.array([torch_held]),
+                 "bytes held (distinct storages)")
+
+
+@pytest.mark.parametrize("tie", [False, True])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_state_dict_converts_losslessly_both_ways(device: str, tie: bool, dtype: type) -> None:
+    """Every nanoGPT key, lm_head.weight included when tied, keeps its shape, dtype and bits."""
+    config = dg.GPTConfig(tie_weights=tie)
+    ref = rgpt.GPT(config, rng=np.random.default_rng(3), dtype=dtype)
+    back = dg.state_dict_roundtrip(ref, device)
+    state = ref.state_dict()
+    assert sorted(back) == sorted(state)
+    assert ("lm_head.weight" in state) and (len(ref.parameters()) == len(state) - tie)
+    for key, value in state.items():
+        assert back[key].dtype == value.dtype and back[key].shape == value.shape, key
+        assert_claim("gpt.state_dict_roundtrip", back[key], value, key)
+    again = rgpt.GPT(config, rng=np.random.default_rng(4), dtype=dtype)
+    again.load_state_dict(back)
+    for key, value in again.state_dict().items():
+        assert_claim("gpt.state_dict_roundtrip", value, state[key], f"reloaded {key}")
+
+
+@pytest.mark.parametrize("case", sorted(dg.bad_inputs(dg.GPTConfig(block_size=6))))
+def test_bad_tokens_raise_the_same_error_class_in_both_trees(device: str, case: str) -> None:
+    """Each bad input is refused by both trees with the same class, naming GPT."""
+    config = dg.GPTConfig(block_size=6)
+    idx, targets = dg.bad_inputs(config)[case]
+    (ref_cls, ref_msg), (torch_cls, torch_msg) = dg.boundary_errors(config, idx, targets, device)
+    assert ref_cls is not None and torch_cls is not None, (case, ref_cls, torch_cls)
+    assert ref_cls is torch_cls, f"gpt.boundary: {case}: {ref_cls} vs {torch_cls}"
+    assert ref_msg.startswith("GPT:") and torch_msg.startswith("GPT:"), (ref_msg, torch_msg)
+
+
+def test_the_reference_refuses_sdpa_and_torch_runs_it(device: str) -> None:
+    """attention='sdpa' is torch's fused kernel: the reference says so instead of pretending."""
+    config = dg.GPTConfig(attention="sdpa")
+    with pytest.raises(ValueError, match="sdpa"):
+        rgpt.GPT(config, rng=np.random.default_rng(0))
+    with pytest.raises(ValueError, match="attention"):
+        dg.GPTConfig(attention="flash")
+
+
+@given(config=gpt_configs(), dtype=st.sampled_from(DTYPES), data=st.data())
+@settings(max_examples=20)
+def test_every_op_and_every_parameter_gradient_within_its_claim(
+        device: str, config: dg.GPTConfig, dtype: type, data: st.DataObject) -> None:
+    """Each op fed torch's own inputs and incoming gradient (so one op's difference does not
+    hide in another's) matches torch within its claim; every parameter's gradient is held."""
+    if device != "cpu":
+        pytest.skip("CPU-specific: embedding's gradient order, the GELU erf kernel, dropout")
+    config = dataclasses.replace(config, tie_weights=False)
+    batch, seq_len, seed = data.draw(gpt_batches(config))
+    event("dropout on" if config.dropout else "dropout off")
+    pairs, compared, names = gp.layerwise_pairs(config, dtype, batch, seq_len, seed)
+    for claim_id, where, actual, expected, scale in pairs:
+        assert_claim(claim_id, actual, expected, where, scale=scale)
+    assert compared == names
+
+
+@given(config=gpt_configs(max_layers=3), dtype=st.sampled_from(DTYPES), data=st.data())
+@settings(max_examples=20)
+def test_logits_and_loss_along_a_whole_run_within_carried_bounds(
+        device: str, config: dg.GPTConfig, dtype: type, data: st.DataObject) -> None:
+    """Along one end-to-end forward, every op's output difference (up to the logits) is
+    within its own budget plus its inputs' measured differences carried through |J|, and
+    the loss within nn.cross_entropy's plus the logits' carried."""
+    _skip_dropout_on_cuda(device, config)
+    batch, seq_len, seed = data.draw(gpt_batches(config))
+    event("tied" if config.tie_weights else "untied")
+    for claim_id, where, actual, expected, scale in gp.carried_pairs(
+            config, dtype, batch, seq_len, seed, device):
+        assert_claim(claim_id, actual, expected, where, scale=scale)
+
+
+@given(config=gpt_configs(max_layers=3), dtype=st.sampled_from(DTYPES), data=st.data())
+@settings(max_examples=15)
+def test_every_parameter_gradient_along_a_whole_run_within_carried_bounds(
+        device: str, config: dg.GPTConfig, dtype: type, data: st.DataObject) -> None:
+    """Along one end-to-end forward and backward, every parameter gradient is within its own
+    budget plus its module's measured input and incoming-gradient differences carried."""
+    _skip_dropout_on_cuda(device, config)
+    config = dataclasses.replace(config, tie_weights=False)
+    batch, seq_len, seed = data.draw(gpt_batches(config))
+    pairs, compared, names = gp.grad_pairs(config, dtype, batch, seq_len, seed, device)
+    for claim_id, where, actual, expected, scale in pairs:
+        assert_claim(claim_id, actual, expected, where, scale=scale)
+    assert compared == names
+
+
+@given(config=gpt_configs(dropout=False), dtype=st.sampled_from(DTYPES), data=st.data())
+@settings(max_examples=15)
+def test_sdpa_core_matches_the_explicit_core_within_the_attention_budget(
+        device: str, config: dg.GPTConfig, dtype: type, data: st.DataObject) -> None:
+    """torch's fused scaled_dot_product_attention, given the explicit path's q, k, v, is
+    within gpt.attention.forward's budget of the explicit path's output."""
+    batch, seq_len, seed = data.draw(gpt_batches(config))
+    _, twin = dg.make_pair(config, dtype, seed % 1000, device)
+    idx, targets = dg.tokens(config, batch, seq_len, seed)
+    run = dg.run_torch(twin, idx, targets, device=device, layerwise=True)
+    for path, (ins, out, _, _) in run.layers.items():
+        if path.endswith(".core"):
+            q, k, v = (torch.from_numpy(a).to(device) for a in ins)
+            fused = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            assert_claim("gpt.sdpa", fused.cpu().numpy(), out, path,
+                         scale=gb.attention_forward_scale(*ins, None)[0])
+
+
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 64), prefix=st.integers(1, 8),
+       vocab=st.integers(3, 40), batch=st.integers(1, 9), stop=st.integers(0, 20))
+@settings(max_examples=30)
+def test_copy_task_batches_are_identical_in_both_trees_and_resume_mid_epoch(
+        seed: int, n: int, prefix: int, vocab: int, batch: int, stop: int) -> None:
+    """The copy task's tokens and the batches read after a mid-epoch resume (a state saved
+    by one tree, loaded by the other) are the same bits in both trees."""
+    ref_task = rdata.make_copy_task(seed, n, prefix=prefix, vocab_size=vocab)
+    torch_task = tdata.make_copy_task(seed, n, prefix=prefix, vocab_size=vocab)
+    assert_claim("gpt.copy_task", ref_task.inputs, torch_task.inputs.numpy(), "inputs")
+    assert_claim("gpt.copy_task", ref_task.labels, torch_task.labels.numpy(), "labels")
+    assert np.all(ref_task.labels[:, prefix - 1:] == np.concatenate(
+        [np.full((n, 1), vocab - 1), ref_task.inputs[:, :prefix]], 1)), "the copy structure"
+    sampler = rdata.ResumableSampler(n, seed)
+    for _ in itertools.islice(iter(rdata.make_loader(ref_task, sampler, batch)), stop):
+        pass  # the batches a run consumed before it stopped
+    event("stopped mid-epoch" if sampler.position else "stopped at an epoch boundary")
+    resumed = tdata.ResumableSampler(n, seed)
+    resumed.load_state_dict(sampler.state_dict())
+    ref_rest = list(rdata.make_loader(ref_task, sampler, batch))
+    torch_rest = list(tdata.make_loader(torch_task, resumed, batch, generator=torch.Generator()))
+    assert len(ref_rest) == len(torch_rest)
+    for (x, y), (tx, ty) in zip(ref_rest, torch_rest, strict=True):
+        assert_claim("gpt.copy_task", x, tx.numpy(), "resumed inputs")
+        assert_claim("gpt.copy_task", y, ty.numpy(), "resumed labels")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tree", ["reference", "torch"])
+def test_the_tiny_gpt_learns_the_copy_task_in_both_trees(tree: str) -> None:
+    """The stated learning control: held-out copy accuracy >= 95% within CONTROL_STEPS (400)
+    AdamW steps, in each tree."""
+    curve = gl.learn(tree, gl.CONTROL_STEPS, every=25)
+    reached = gl.steps_to(curve)
+    assert reached is not None and reached <= gl.CONTROL_STEPS, (tree, curve.accuracy)
+
+
+@given(config=gpt_configs(dropout=False), data=st.data())
+@settings(max_examples=8)
+def test_matmul_list_accounts_for_every_flop_torch_counts(config: dg.GPTConfig,
+                                                          data: st.DataObject) -> None:
+    """3 x sum 2 b m n k over the reference's matmul list == FlopCounterMode's total."""
+    batch, seq_len, seed = data.draw(gpt_batches(config))
+    listed = 3 * sum(2 * b * m * n * k for _, _, b, m, n, k in rgpt.matmuls(config, batch,
+                                                                            seq_len))
+    assert_claim("gpt.flops", np.array([listed]),
+                 np.array([dg.torch_flops(config, batch, seq_len, seed)]), "total FLOPs")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+def test_larger_models_hold_every_claim(dtype: type, dropout: float) -> None:
+    """The 4x benchmark shape (4 layers, 4 heads, width 64, 32 tokens), vocab 50, batch 4:
+    saved tensors, every op, every parameter gradient and the logits, as in the fast tests."""
+    config = dg.GPTConfig(vocab_size=50, block_size=32, n_layer=4, n_head=4, n_embd=64,
+                          dropout=dropout)
+    idx, targets = dg.tokens(config, 4, 32, 11)
+    ref_counts, ref_held, torch_counts, torch_held = dg.saved_both(config, dtype, idx, targets)
+    assert ref_counts == torch_counts
+    assert_claim("gpt.saved_tensors", np.array([ref_held]), np.array([torch_held]), "held")
+    pairs = (gp.layerwise_pairs(config, dtype, 4, 32, 11)[0]
+             + gp.grad_pairs(config, dtype, 4, 32, 11)[0]
+             + gp.carried_pairs(config, dtype, 4, 32, 11))
+    for claim_id, where, actual, expected, scale in pairs:
+        assert_claim(claim_id, actual, expected, where, scale=scale)

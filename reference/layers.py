@@ -1,0 +1,175 @@
+"""The transformer's generic layers on the tape: Embedding and LayerNorm, and the small ops
+(softmax, masked_fill, batched matmul) the attention core is built from.
+
+Each op is one small function with one place where its inputs are read and its output made
+(the place an autocast policy will consult), computed in its input dtype. A module saves,
+under torch's node and attribute names ("NativeLayerNormBackward0.input"), exactly the
+tensors torch's autograd node saves, so the tape's bytes are autograd's bytes.
+
+    Embedding  y = W[idx]                     saves "EmbeddingBackward0.indices" (int64)
+               dW[j] += sum_{i: idx_i = j} g_i
+    LayerNorm  over the last dimension (C features), eps = 1e-5:
+               mean = (1/C) sum_c x_c,   var = (1/C) sum_c (x_c - mean)^2  (biased)
+               rstd = 1 / sqrt(var + eps),   xhat = (x - mean) rstd,   y = xhat w + b
+               saves "NativeLayerNormBackward0.input", ".result1" (mean), ".result2" (rstd),
+               the last two of shape (..., 1)
+
+# NOTE [ LayerNorm backward ]
+With gw = g w (elementwise) and the row means <.> over the C features:
+    dy/dx:  d xhat_c / d x_j = rstd (delta_cj - 1/C - xhat_c xhat_j / C)
+    so      dx = rstd (gw - <gw> - xhat <gw xhat>)
+    dw = sum over rows of g xhat,   db = sum over rows of g
+The first term is the direct path, <gw> the path through the mean, xhat <gw xhat> the path
+through rstd (d rstd / d x_j = -rstd^2 xhat_j / C). torch's CPU kernel evaluates the same
+formula from the saved mean and rstd (layer_norm_backward_kernel), in another operation order.
+
+# NOTE [ Softmax backward ]
+p = softmax(s) over the last axis: p_i = exp(s_i - max s) / sum_j exp(s_j - max s).
+The Jacobian is dp_i / ds_j = p_i (delta_ij - p_j), so the vector-Jacobian product is
+    ds = p * (g - sum_j p_j g_j)
+computed from the saved result p alone (torch's SoftmaxBackward0 saves only `result`).
+Entries masked to -inf have p = 0, hence ds = 0 there, with no special case.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from reference.module import Module, Parameter, check_float, check_grad
+
+LN_EPS = 1e-5
+
+
+# ---------------------------------------------------------------- ops (one function each)
+
+
+def embedding(weight: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """W[idx]: (*idx.shape, C), a gather (exact)."""
+    return weight[idx]
+
+
+def embedding_backward(g: np.ndarray, idx: np.ndarray, num_embeddings: int) -> np.ndarray:
+    """dW (V, C): the rows of g summed into the rows their indices name (in index order)."""
+    dw = np.zeros((num_embeddings, g.shape[-1]), dtype=g.dtype)
+    np.add.at(dw, idx.reshape(-1), g.reshape(-1, g.shape[-1]))
+    return dw
+
+
+def layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float = LN_EPS
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(y, mean, rstd) over the last axis; mean and rstd keep it as size 1."""
+    c = x.dtype.type
+    mean = x.mean(axis=-1, keepdims=True, dtype=x.dtype)
+    d = x - mean
+    var = (d * d).mean(axis=-1, keepdims=True, dtype=x.dtype)
+    rstd = c(1) / np.sqrt(var + c(eps))
+    return d * rstd * w + b, mean, rstd
+
+
+def layer_norm_backward(g: np.ndarray, x: np.ndarray, mean: np.ndarray, rstd: np.ndarray,
+                        w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(dx, dw, db): NOTE [ LayerNorm backward ]."""
+    xhat = (x - mean) * rstd
+    gw = g * w
+    rows = tuple(range(g.ndim - 1))
+    dx = rstd * (gw - gw.mean(axis=-1, keepdims=True, dtype=g.dtype)
+                 - xhat * (gw * xhat).mean(axis=-1, keepdims=True, dtype=g.dtype))
+    return dx, (g * xhat).sum(axis=rows, dtype=g.dtype), g.sum(axis=rows, dtype=g.dtype)
+
+
+def softmax(s: np.ndarray) -> np.ndarray:
+    """exp(s - max s) / sum exp(s - max s) over the last axis (-inf entries give 0)."""
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True, dtype=s.dtype)
+
+
+def softmax_backward(g: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """p * (g - sum p g): NOTE [ Softmax backward ]."""
+    return p * (g - (p * g).sum(axis=-1, keepdims=True, dtype=g.dtype))
+
+
+def masked_fill(s: np.ndarray, mask: np.ndarray, value: float) -> np.ndarray:
+    """s where mask is False, `value` where it is True (exact)."""
+    return np.where(mask, s.dtype.type(value), s)
+
+
+def bmm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """(n, m, k) @ (n, k, p) -> (n, m, p): n matrix products, k-term dot products."""
+    return np.matmul(a, b)
+
+
+# ---------------------------------------------------------------- modules
+
+
+class Embedding(Module):
+    """y = W[idx], W (num_embeddings, embedding_dim) ~ N(0, std^2) (GPT's init) from `rng`."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, *, rng: np.random.Generator,
+                 dtype: type = np.float32, std: float = 0.02) -> None:
+        super().__init__()
+        if num_embeddings < 1 or embedding_dim < 1:
+            raise ValueError(f"Embedding: sizes must be positive, got "
+                             f"({num_embeddings}, {embedding_dim})")
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        w = rng.normal(0.0, std, size=(num_embeddings, embedding_dim)).astype(dtype)
+        self.weight = self._params["weight"] = Parameter(w)
+
+    def __repr__(self) -> str:
+        return f"Embedding({self.num_embeddings}, {self.embedding_dim})"
+
+    def forward(self, idx: np.ndarray) -> np.ndarray:
+        idx = np.asarray(idx)
+        if idx.dtype != np.int64:
+            raise TypeError(f"{self!r}: expected int64 indices, got {idx.dtype}")
+        if idx.size and (idx.min() < 0 or idx.max() >= self.num_embeddings):
+            raise IndexError(f"{self!r}: indices must lie in [0, {self.num_embeddings}), got "
+                             f"[{idx.min()}, {idx.max()}]")
+        self.save_for_backward({"EmbeddingBackward0.indices": idx})
+        return embedding(self.weight.data, idx)
+
+    def backward(self, grad_output: np.ndarray) -> None:
+        idx = self.pop_saved()["EmbeddingBackward0.indices"]
+        g = check_grad(self, grad_output, (*idx.shape, self.embedding_dim))
+        self.weight.accumulate(embedding_backward(g, idx, self.num_embeddings))
+
+
+class LayerNorm(Module):
+    """LayerNorm over the last dimension with affine weight (ones) and bias (zeros)."""
+
+    def __init__(self, normalized_shape: int, eps: float = LN_EPS, *,
+                 dtype: type = np.float32) -> None:
+        super().__init__()
+        if normalized_shape < 1:
+            raise ValueError(f"LayerNorm: normalized_shape must be positive, got "
+                             f"{normalized_shape}")
+        self.normalized_shape, self.eps = normalized_shape, eps
+        self.weight = self._params["weight"] = Parameter(np.ones(normalized_shape, dtype))
+        self.bias = self._params["bias"] = Parameter(np.zeros(normalized_shape, dtype))
+
+    def __repr__(self) -> str:
+        return f"LayerNorm({self.normalized_shape})"
+
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        x = check_float(self, x)
+        if x.ndim < 1 or x.shape[-1] != self.normalized_shape:
+            raise ValueError(f"{self!r}: expected input (..., {self.normalized_shape}), "
+                             f"got {x.shape}")
+        if x.dtype != self.weight.data.dtype:
+            raise TypeError(f"{self!r}: input is {x.dtype} but the weights are "
+                            f"{self.weight.data.dtype}")
+        y, mean, rstd = layer_norm(x, self.weight.data, self.bias.data, self.eps)
+        self.save_for_backward({"NativeLayerNormBackward0.input": x,
+                                "NativeLayerNormBackward0.result1": mean,
+                                "NativeLayerNormBackward0.result2": rstd})
+        return y
+
+    def backward(self, grad_output: np.ndarray) -> np.ndarray:
+        saved = self.pop_saved()
+        x = saved["NativeLayerNormBackward0.input"]
+        mean = saved["NativeLayerNormBackward0.result1"]
+        rstd = saved["NativeLayerNormBackward0.result2"]
+        g = check_grad(self, grad_output, x.shape)
+        dx, dw, db = layer_norm_backward(g, x, mean, rstd, self.weight.data)
+        self.weight.accumulate(dw)
+        self.bias.accumulate(db)
+        return dx

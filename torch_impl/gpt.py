@@ -1,0 +1,214 @@
+"""The compact transformer from torch.nn modules. See reference/gpt.py for the math and the tape.
+
+Same classes, names, parameter layouts and statement order as the reference (nanoGPT's
+names, so state_dicts convert losslessly with torch_impl.module's functions). GPTConfig is
+the reference's dataclass (plain data). What PyTorch does differently or hides:
+- The tape is autograd's. The explicit attention path is written as matmul, a multiplication
+  by a Python float, masked_fill and softmax, so saved_tensors_hooks and FlopCounterMode see
+  each op; torch's matmul reshapes the strided q, k^T and v into (B nh, T, d) copies before
+  its bmm (the reference mirrors those copies).
+- attention="sdpa" calls F.scaled_dot_product_attention(is_causal=True) inside the same
+  `core` module: a fused kernel that keeps other tensors (on CPU the flash-attention kernel
+  saves q, k, v, the output and a log-sum-exp, not the (T, T) probabilities). Its parity and
+  its saved-tensor and FLOP differences are separate claims (parity/claims/gpt.py).
+- nn.Dropout draws from the device's default generator (NOTE [ Dropout mask ]); sdpa's
+  dropout draws differently again, so sdpa is compared with dropout off.
+- Initialization: the modules are built on the meta device, materialized on the CPU, drawn
+  from the given torch.Generator with GPT-2's init (reference/gpt.py), then moved.
+- The causal mask is a non-persistent buffer: it is not in the state_dict, as the
+  reference's is not a parameter.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from reference.gpt_config import GPTConfig  # plain data: the shared config
+from torch_impl.attention import AttentionCore, CausalSelfAttention
+from torch_impl.module import SavedTensor
+
+
+class MLP(nn.Module):
+    """dropout(c_proj(gelu(c_fc(x)))), C -> 4C -> C, GPT-2's tanh-approximated GELU."""
+
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        C = config.n_embd
+        self.c_fc = nn.Linear(C, 4 * C, bias=config.bias)
+        self.gelu = nn.GELU(approximate="tanh")
+        self.c_proj = nn.Linear(4 * C, C, bias=config.bias)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))
+
+
+class Block(nn.Module):
+    """x + attn(ln_1(x)), then x + mlp(ln_2(x)): one checkpointable segment."""
+
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(config.n_embd)
+        self.attn = CausalSelfAttention(config)
+        self.ln_2 = nn.LayerNorm(config.n_embd)
+        self.mlp = MLP(config)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+def _init_gpt_(model: GPT, generator: torch.Generator) -> None:
+    """GPT-2's init in the reference's order of draws (module order), from `generator`."""
+    n_layer = model.config.n_layer
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, 0.0, 0.02, generator=generator)
+        elif isinstance(module, nn.Linear):
+            if name == "lm_head" and model.config.tie_weights:
+                continue
+            std = 0.02 / math.sqrt(2 * n_layer) if name.endswith("c_proj") else 0.02
+            nn.init.normal_(module.weight, 0.0, std, generator=generator)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+
+
+class GPT(nn.Module):
+    """The model: `logits, loss = model(idx, targets)`, then `loss.backward()`."""
+
+    def __init__(self, config: GPTConfig, *, generator: torch.Generator,
+                 dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"
+                 ) -> None:
+        super().__init__()
+        if dtype not in (torch.float32, torch.float64):
+            raise TypeError(f"GPT: dtype must be float32 or float64, got {dtype}")
+        self.config = config
+        with torch.device("meta"):
+            self.transformer = nn.ModuleDict(dict(
+                wte=nn.Embedding(config.vocab_size, config.n_embd),
+                wpe=nn.Embedding(config.block_size, config.n_embd),
+                drop=nn.Dropout(config.dropout),
+                h=nn.ModuleList([Block(config) for _ in range(config.n_layer)]),
+                ln_f=nn.LayerNorm(config.n_embd),
+            ))
+            self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.to_empty(device="cpu")
+        self.to(dtype)
+        for module in self.modules():  # what to_empty left unset: LayerNorm and the masks
+            if isinstance(module, nn.LayerNorm):
+                nn.init.ones_(module.weight)
+                nn.init.zeros_(module.bias)
+            elif isinstance(module, AttentionCore):
+                module.bias.copy_(torch.tril(torch.ones_like(module.bias)))
+        with torch.no_grad():
+            _init_gpt_(self, generator)
+        if config.tie_weights:
+            self.lm_head.weight = self.transformer.wte.weight
+        self.to(device)
+
+    def check_tokens(self, idx: torch.Tensor, what: str = "idx") -> torch.Tensor:
+        """idx as int64 (B, T) tokens in [0, vocab_size) with 1 <= T <= block_size."""
+        cfg = self.config
+        if not isinstance(idx, torch.Tensor) or idx.dtype != torch.int64:
+            raise TypeError(f"GPT: {what} must be int64 token ids, got "
+                            f"{getattr(idx, 'dtype', type(idx).__name__)}")
+        if idx.dim() != 2 or not 1 <= idx.size(1) <= cfg.block_size or idx.size(0) < 1:
+            raise ValueError(f"GPT: {what} must have shape (B, T) with B >= 1 and "
+                             f"1 <= T <= block_size={cfg.block_size}, got {tuple(idx.shape)}")
+        lo, hi = int(idx.min()), int(idx.max())
+        if lo < 0 or hi >= cfg.vocab_size:
+            raise ValueError(f"GPT: {what} token ids must lie in [0, vocab_size="
+                             f"{cfg.vocab_size}), got [{lo}, {hi}]")
+        return idx
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        idx = self.check_tokens(idx)
+        B, T = idx.size()  # batch, time
+        tr = self.transformer
+        pos = torch.arange(T, dtype=torch.int64, device=idx.device)  # (T,)
+        x = tr.drop(tr.wte(idx) + tr.wpe(pos))  # (B, T, C)
+        for block in tr.h:
+            x = block(x)
+        logits = self.lm_head(tr.ln_f(x))  # (B, T, V)
+        if targets is None:
+            return logits, None
+        targets = self.check_tokens(targets, "targets")
+        if targets.shape != idx.shape:
+            raise ValueError(f"GPT: targets must have idx's shape {tuple(idx.shape)}, "
+                             f"got {tuple(targets.shape)}")
+        loss = F.cross_entropy(logits.view(B * T, -1), targets.view(B * T))
+        return logits, loss
+
+
+# -- what autograd saves: the twin of the reference's GPT.tape() and GPT.held_bytes()
+def _key(t: torch.Tensor) -> tuple:
+    return t.data_ptr(), tuple(t.shape), t.stride(), t.dtype
+
+
+def _saved_names(root: object) -> dict[tuple, list[str]]:
+    """(pointer, shape, stride, dtype) -> ["NodeBackward0.attr", ...] for every saved
+    tensor under `root` (reading `_saved_x` gives a new Python object: match by layout)."""
+    names: dict[tuple, list[str]] = {}
+    todo, seen = [root], set()
+    while todo:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        for attr in dir(node):
+            if attr.startswith("_saved_"):
+                value = getattr(node, attr)
+                if isinstance(value, torch.Tensor):
+                    names.setdefault(_key(value), []).append(
+                        f"{node.name()}.{attr.removeprefix('_saved_')}")
+        todo.extend(next_fn for next_fn, _ in node.next_functions)
+    return names
+
+
+def measure_saved(model: GPT, idx: torch.Tensor, targets: torch.Tensor | None = None
+                  ) -> tuple[list[SavedTensor], int]:
+    """Run model(idx, targets) under saved_tensors_hooks: every tensor autograd saved,
+    parameters excluded, as SavedTensor(innermost module path, "Node.attr", shape, dtype,
+    bytes), and the bytes held: the DISTINCT storages those tensors live in, each counted
+    once at its full size (a view saves no bytes of its own)."""
+    stack: list[str] = []
+    packed: list[tuple[str, torch.Tensor]] = []
+    param_ptrs = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    handles = []
+
+    def leave(mod: nn.Module, args: tuple, out: object) -> None:
+        stack.pop()
+
+    for path, module in model.named_modules():
+        handles.append(module.register_forward_pre_hook(
+            lambda mod, args, path=path: stack.append(path)))
+        handles.append(module.register_forward_hook(leave))
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        packed.append((stack[-1] if stack else "", t))
+        return t
+
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            logits, loss = model(idx, targets)
+    finally:
+        for h in handles:
+            h.remove()
+    names = _saved_names((loss if loss is not None else logits).grad_fn)
+    entries, storages = [], {}
+    for path, t in packed:
+        storage = t.untyped_storage()
+        if storage.data_ptr() in param_ptrs:
+            continue
+        storages[storage.data_ptr()] = storage.nbytes()
+        found = names.get(_key(t))
+        name = found.pop(0) if found else "?"
+        entries.append(SavedTensor(path, name, tuple(t.shape),
+                                   str(t.dtype).removeprefix("torch."),
+                                   t.numel() * t.element_size()))
+    return entries, sum(storages.values())
