@@ -1,0 +1,17 @@
+"""docs/miniproject.md: the committed run's self-grading."""
+
+from __future__ import annotations
+
+from parity.gendocs import DOCS, section
+
+RUN = DOCS / "data" / "miniproject"
+
+
+@section("miniproject.md", "rubric")
+def _() -> str:
+    rubric = RUN / "rubric.md"
+    if not rubric.exists():
+        return ("No committed run yet (`python -m parity miniproject --out "
+                "docs/data/miniproject`).\n")
+    table = rubric.read_text().split("\n", 2)[2]  # drop the title line and the blank after
+    return table.replace("](", "](data/miniproject/")
