@@ -66,6 +66,7 @@ class GPTCase:
     precision: str = "bf16"
     optimizer: str = "adamw"
     recompute: str = "none"
+    block_size: int | None = None  # the position table's rows; None: seq_len
 
     def shape(self) -> dict[str, object]:
         return {k: getattr(self, k) for k in ("n_layer", "d_model", "n_head", "seq_len", "vocab",
@@ -73,8 +74,9 @@ class GPTCase:
 
     @property
     def n_params(self) -> int:
-        return rflops.gpt_param_count(self.n_layer, self.d_model, self.vocab, self.seq_len,
-                                      self.d_ff, self.bias, self.tie_weights)
+        return rflops.gpt_param_count(self.n_layer, self.d_model, self.vocab,
+                                      self.block_size or self.seq_len, self.d_ff, self.bias,
+                                      self.tie_weights)
 
 
 @dataclass
@@ -134,8 +136,9 @@ def predict_mlp(case: MLPCase, device: str = "cpu") -> list[Row]:
 def predict_gpt(case: GPTCase) -> list[Row]:
     """The decoder's formula sheet: training state, Korthikanti's activations, FLOPs."""
     rflops.check_gpt(**case.shape(), recompute=case.recompute, dropout=case.dropout)  # type: ignore[arg-type]
-    shapes = rflops.gpt_param_shapes(case.n_layer, case.d_model, case.vocab, case.seq_len,
-                                     case.d_ff, case.bias, case.tie_weights)
+    shapes = rflops.gpt_param_shapes(case.n_layer, case.d_model, case.vocab,
+                                     case.block_size or case.seq_len, case.d_ff, case.bias,
+                                     case.tie_weights)
     rows = _memory_rows(case.n_params, len(shapes), case.optimizer, case.precision,
                         master=case.precision.endswith("_mixed"))
     korthikanti = {"none": "none", "full": "full", "full_early_stop": "full"}[case.recompute]
