@@ -352,3 +352,20 @@ def test_gpt_saved_lists_torchs_saves_one_for_one(precision: str, dropout: float
                  np.array([theirs[k] for k in keys] + [held], dtype=np.int64),
                  np.array([ours[k] for k in keys] + [racc.held_bytes(saved)], dtype=np.int64),
                  f"({precision}, dropout {dropout}, {dtype}; entries {keys})")
+
+
+def test_committed_gpt_reconciliation_is_what_a_fresh_step_measures() -> None:
+    """docs/data/accounting_gpt.json's first case (the docs' table) == measuring it now:
+    every predicted and measured integer (the committed file cannot drift from the code)."""
+    import json
+
+    committed = json.loads(dgpt.DATA.read_text())["cases"][0]
+    assert committed["config"] == dataclasses.asdict(dgpt.RECONCILED[0])
+    fresh = dgpt.reconciliation(dgpt.RECONCILED[0])
+
+    def numbers(case: dict) -> list[int]:
+        return [-1 if v is None else v for r in case["rows"]
+                for v in (r["predicted"], r["measured"]["torch"], r["measured"]["reference"])]
+
+    assert_claim("accounting.gpt_activation_bytes", np.array(numbers(committed)),
+                 np.array(numbers(fresh)), "(docs/data/accounting_gpt.json, case 0)")

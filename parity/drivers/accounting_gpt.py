@@ -6,9 +6,16 @@ arrays and tape (its bytes and its own GEMM count); the sheet's rows and the nam
 
 The reference transformer has no recomputation and no autocast yet: its tape is compared in
 float32/float64 with recompute "none", its training state in every case.
+
+    python -m parity.drivers.accounting_gpt    measures RECONCILED (the default transformer)
+                                               into docs/data/accounting_gpt.json
 """
 
 from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -235,3 +242,35 @@ def measure_gpt(case: GPTCase, device: str = "cpu") -> tuple[list[Row], dict]:
     mine = reference_gpt_step(case)
     reconcile_gpt(rows, case, theirs, mine)
     return rows, theirs
+
+
+# ---------------------------------------------------------------- committed measurements
+DATA = Path(__file__).resolve().parents[2] / "docs" / "data" / "accounting_gpt.json"
+_DEFAULT = GPTConfig()  # the project's default transformer, one step of 4 full sequences
+RECONCILED = tuple(
+    GPTCase(n_layer=_DEFAULT.n_layer, d_model=_DEFAULT.n_embd, n_head=_DEFAULT.n_head,
+            seq_len=_DEFAULT.block_size, vocab=_DEFAULT.vocab_size, batch=4, **kw)
+    for kw in ({"precision": "fp32", "optimizer": "adamw", "recompute": "none"},
+               {"precision": "bf16", "optimizer": "adamw", "recompute": "full_early_stop",
+                "dropout": 0.1},
+               {"precision": "fp16", "optimizer": "adam", "recompute": "full"}))
+
+
+def reconciliation(case: GPTCase) -> dict[str, object]:
+    """One case's sheet measured in both trees, as JSON-ready data."""
+    rows, _ = measure_gpt(case)
+    return {"config": asdict(case), "n_params": case.n_params,
+            "rows": [asdict(r) for r in rows]}
+
+
+def main() -> None:
+    """python -m parity.drivers.accounting_gpt: measure RECONCILED into docs/data (integers
+    only: byte counts and FLOPs, deterministic; no timing)."""
+    data = {"torch": torch.__version__.split("+")[0],
+            "cases": [reconciliation(case) for case in RECONCILED]}
+    DATA.write_text(json.dumps(data, indent=1) + "\n")
+    print(f"wrote {DATA}")
+
+
+if __name__ == "__main__":
+    main()
