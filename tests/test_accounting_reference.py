@@ -278,3 +278,42 @@ def test_mlp_formulas_reject_bad_input_naming_what_is_accepted() -> None:
         rflops.mlp_flops((3, 4, 2), 2, recompute="full")
     with pytest.raises(ValueError, match="'fp16'"):
         racc.mlp_activation_bytes((3, 4), 2, precision="fp16_mixed")
+
+
+# ---------------------------------------------------------------- the transformer's saves
+GPT_SMALL_LAYER = {"n_layer": 1, "d_model": 768, "n_head": 12, "seq_len": 1024,
+                   "vocab": 50257, "batch": 8}
+
+
+@pytest.mark.parametrize(("kwargs", "says"), [
+    ({"precision": "bf16", "device": "cuda"}, "not modelled"),
+    ({"itemsize": 2}, "itemsize must be 4"),
+    ({"n_head": 5}, "divisors of d_model"),
+    ({"precision": "bf16_mixed"}, "'fp16'"),
+    ({"recompute": "selective"}, "'full_early_stop'"),
+])
+def test_gpt_activation_bytes_rejects_what_it_does_not_model(kwargs: dict, says: str) -> None:
+    from reference import accounting_gpt as ragpt
+
+    args = {**GPT_SMALL_LAYER, "d_model": 12, "n_head": 3, "seq_len": 4, "vocab": 5, **kwargs}
+    with pytest.raises(ValueError, match=says):
+        ragpt.gpt_activation_bytes(**args)
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+def test_korthikanti_table_covers_every_save_of_the_block_once(dropout: float) -> None:
+    """The docs' Korthikanti-vs-ours table groups block 0's saves; its total == the
+    formula's bytes of one block (nothing dropped, nothing counted twice), and with dropout
+    every Korthikanti term has a tensor of ours."""
+    from parity.gendocs import accounting_gpt as gdoc
+    from reference import accounting_gpt as ragpt
+
+    groups = gdoc.block_terms(dropout=dropout)
+    total = sum(e.nbytes for group in groups.values() for e in group)
+    one_block = ragpt.gpt_activation_bytes(**gdoc.SHAPE, dropout=dropout, precision="bf16")
+    assert total == one_block["blocks"]
+    empty = {name for name, group in groups.items() if not group}
+    assert empty == (set() if dropout else {"attention: softmax dropout mask",
+                                            "attention: dropout output (att @ v input)",
+                                            "attention: residual dropout mask",
+                                            "mlp: dropout mask"})

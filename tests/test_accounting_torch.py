@@ -167,6 +167,28 @@ def test_account_command_reconciles_the_mlp_with_every_gap_named(capsys: pytest.
     assert text[-1].startswith("account: memory ") and text[-1].endswith("unexplained gaps 0")
 
 
+def test_account_command_measures_the_transformer_with_no_gap(capsys: pytest.CaptureFixture
+                                                              ) -> None:
+    """`account --model gpt --measure --json` on a small transformer: every row torch
+    measures equals its prediction, the reference's rows too, exit 0."""
+    import json
+
+    from parity.cli import main
+
+    argv = ["account", "--model", "gpt", "--measure", "--json", "--n-layer", "2",
+            "--d-model", "8", "--n-head", "2", "--seq-len", "5", "--block-size", "6",
+            "--vocab", "7", "--batch", "2", "--precision", "bf16", "--recompute",
+            "full_early_stop"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = {r["name"]: r for r in out["rows"]}
+    assert out["unexplained"] == 0 and rows["activations: model"]["measured"]["torch"] > 0
+    for r in out["rows"]:
+        for tree in ("torch", "reference"):
+            assert r["measured"][tree] in (None, r["predicted"]), (r, tree)
+    assert rows["recompute"]["measured"]["torch"] == rows["recompute"]["predicted"] > 0
+
+
 @pytest.mark.parametrize(("argv", "says"), [
     (["--model", "gpt", "--n-head", "7"], "divisors of d_model"),
     (["--model", "gpt", "--recompute", "selective"], "'full_early_stop'"),
@@ -176,7 +198,9 @@ def test_account_command_reconciles_the_mlp_with_every_gap_named(capsys: pytest.
     (["--model", "mlp", "--batch", "-2"], "below the minimum 1"),
     (["--model", "mlp", "--optimizer", "lion"], "'sgd_momentum'"),
     (["--model", "mlp", "--device", "tpu"], "cpu, cuda, cuda:N"),
-    (["--model", "gpt", "--measure"], "needs the GPT model"),
+    (["--model", "gpt", "--measure", "--no-bias"], "accepted for a measured step: bias"),
+    (["--model", "gpt", "--measure"], "above --measure-limit"),
+    (["--model", "gpt", "--seq-len", "8", "--block-size", "4"], "block_size >= seq_len"),
 ])
 def test_account_command_bad_input_is_one_line_and_exit_2(argv: list[str], says: str,
                                                           capsys: pytest.CaptureFixture) -> None:

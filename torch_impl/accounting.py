@@ -28,11 +28,14 @@ What PyTorch does differently or hides:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+import functools
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
 from torch.utils.flop_counter import FlopCounterMode
 
 PER_TENSOR_STATE = ("step",)  # optimizer state entries held once per parameter tensor
@@ -236,3 +239,24 @@ class StepMeter:
         0 on the meta device, where nothing is stored."""
         return distinct_bytes(p.tensor for p in self.packed
                               if not p.is_parameter and (not regions or p.region in regions))
+
+
+@contextlib.contextmanager
+def checkpointed(modules: Iterable[nn.Module], early_stop: bool = True) -> Iterator[None]:
+    """Inside: each module's forward runs under torch.utils.checkpoint(use_reentrant=False)
+    (whole-block recomputation of a model whose code does not checkpoint itself; the class's
+    forward is wrapped on the instance and restored on exit), with torch's early stop on or
+    off (set_checkpoint_early_stop: NOTE [ Early stop in the block recompute ])."""
+    wrapped = list(modules)
+    for m in wrapped:
+        if "forward" in vars(m):
+            raise ValueError(f"checkpointed: {type(m).__name__} already has an instance "
+                             "forward; accepted: modules whose forward is their class's")
+        m.forward = functools.partial(checkpoint, type(m).forward.__get__(m),  # type: ignore[method-assign]
+                                      use_reentrant=False)
+    try:
+        with contextlib.nullcontext() if early_stop else set_checkpoint_early_stop(False):
+            yield
+    finally:
+        for m in wrapped:
+            vars(m).pop("forward", None)

@@ -6,16 +6,21 @@ prediction with the gap and the term that explains it.
         [--dropout P] [--precision {fp32,bf16,fp16}] [--optimizer O] [--recompute SPEC]
         [--no-early-stop] [--measure] [--device D] [--json]
     python -m parity account --model gpt [--n-layer 12] [--d-model 768] [--n-head 12]
-        [--seq-len 1024] [--vocab 50257] [--batch 8] [--d-ff F] [--no-bias] [--tie-weights]
-        [--dropout P] [--precision {fp32,bf16,fp16,bf16_mixed,fp16_mixed}] [--optimizer O]
-        [--recompute {none,full,full_early_stop}] [--json]
+        [--seq-len 1024] [--block-size N] [--vocab 50257] [--batch 8] [--d-ff F] [--no-bias]
+        [--tie-weights] [--dropout P] [--precision {fp32,bf16,fp16,bf16_mixed,fp16_mixed}]
+        [--optimizer O] [--recompute {none,full,full_early_stop}] [--measure] [--json]
 
 --precision: fp32, bf16, fp16 are this project's (autocast over float32 weights); bf16_mixed
 and fp16_mixed hold the weights in 2 bytes with a float32 master copy (gpt's sheet only).
 --optimizer: sgd, sgd_momentum, adam, adamw. --recompute: a checkpoint schedule for the MLP
 (none, sqrt, uniform:K, optimal:S), whole blocks for gpt (full re-runs every block's forward;
 full_early_stop is torch's non-reentrant checkpoint, which stops before the last GEMM).
-The gpt sheet comes from formulas only: its exact activations and --measure need the model.
+The gpt sheet has Korthikanti's activation row beside the exact one of this project's block
+(gpt_activation_bytes, for fp32, bf16, fp16). `--model gpt --measure` runs one train_step of
+the compact transformer (torch: each block checkpointed for full / full_early_stop; the
+reference: its tape in fp32 without recompute, its state always) on the CPU; it refuses
+--d-ff, --no-bias, the *_mixed precisions and steps whose predicted bytes exceed
+--measure-limit (default 2 GiB), each with a one-line reason.
 Last line: `account: memory B bytes (state S, P bytes/param), flops F, unexplained gaps U`
 (with --json, the one JSON object holds the same: totals, unexplained).
 Exit status: 0; 1 if --measure finds a gap no named term explains; 2 for bad input.
@@ -57,20 +62,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="rows (mlp, default 16) or sequences (gpt, default 8)")
     p.add_argument("--dropout", type=finite_float(low=0.0, high=1.0), default=0.0)
     p.add_argument("--json", action="store_true", help="one JSON object instead of the table")
+    p.add_argument("--measure", action="store_true",
+                   help="run one step in both trees and reconcile")
+    p.add_argument("--device", default="cpu",
+                   help="torch device for --measure (cpu, cuda; gpt: cpu)")
     mlp = p.add_argument_group("mlp")
     mlp.add_argument("--sizes", type=_sizes, default=(8, 32, 32, 3), metavar="D0,...,DN")
     mlp.add_argument("--activation", choices=("relu", "tanh", "gelu", "gelu_tanh"),
                      default="tanh")
     mlp.add_argument("--no-early-stop", action="store_true",
                      help="torch.utils.checkpoint.set_checkpoint_early_stop(False)")
-    mlp.add_argument("--measure", action="store_true",
-                     help="run one step in both trees and reconcile")
-    mlp.add_argument("--device", default="cpu", help="torch device for --measure (cpu, cuda)")
     gpt = p.add_argument_group("gpt")
     gpt.add_argument("--n-layer", type=int_at_least(1), default=12)
     gpt.add_argument("--d-model", type=int_at_least(1), default=768)
     gpt.add_argument("--n-head", type=int_at_least(1), default=12)
     gpt.add_argument("--seq-len", type=int_at_least(1), default=1024)
+    gpt.add_argument("--block-size", type=int_at_least(1), default=None,
+                     help="rows of the position table, at least --seq-len (default seq-len)")
+    gpt.add_argument("--measure-limit", type=int_at_least(1), default=2 * 2**30,
+                     metavar="BYTES", help="--measure refuses a gpt step predicted larger")
     gpt.add_argument("--vocab", type=int_at_least(1), default=50257)
     gpt.add_argument("--d-ff", type=int_at_least(1), default=None, help="default 4 d_model")
     gpt.add_argument("--no-bias", action="store_true")
@@ -88,8 +98,12 @@ def _case(args: argparse.Namespace) -> object:
                            activation=args.activation, dropout=args.dropout,
                            precision=args.precision, optimizer=args.optimizer,
                            recompute=args.recompute, early_stop=not args.no_early_stop)
+    if args.block_size is not None and args.block_size < args.seq_len:
+        raise UsageError(f"--block-size {args.block_size} is below --seq-len {args.seq_len}: "
+                         "accepted: block_size >= seq_len")
     return drv.GPTCase(n_layer=args.n_layer, d_model=args.d_model, n_head=args.n_head,
-                       seq_len=args.seq_len, vocab=args.vocab, batch=args.batch or 8,
+                       seq_len=args.seq_len, block_size=args.block_size,
+                       vocab=args.vocab, batch=args.batch or 8,
                        d_ff=args.d_ff, bias=not args.no_bias, tie_weights=args.tie_weights,
                        dropout=args.dropout, precision=args.precision,
                        optimizer=args.optimizer, recompute=args.recompute)
@@ -123,17 +137,35 @@ def render(rows: list, trees: tuple[str, ...]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from parity.drivers import accounting as drv
+    from parity.drivers import accounting_gpt as dgpt
 
     case = _case(args)
     if args.device != "cpu" and not re.fullmatch(r"cuda(:\d+)?", args.device):
         raise UsageError(f"--device {args.device!r}: accepted: cpu, cuda, cuda:N")
     try:
         rows = drv.predict_mlp(case, args.device) if args.model == "mlp" else \
-            drv.predict_gpt(case)  # type: ignore[arg-type]
+            dgpt.gpt_sheet(case)  # type: ignore[arg-type]
     except ValueError as e:
         raise UsageError(str(e)) from None
     trees: tuple[str, ...] = ()
     cuda = None
+    if args.measure and args.model == "gpt":
+        if args.device != "cpu":
+            raise UsageError(f"--device {args.device}: --model gpt --measure runs on the CPU "
+                             "(its exact activations are modelled for CUDA in fp32 only); "
+                             "accepted: cpu")
+        try:
+            dgpt.config_of(case)  # type: ignore[arg-type]
+        except ValueError as e:
+            raise UsageError(f"--measure: {e}") from None
+        size = drv.totals(rows, case.n_params)["memory"]  # type: ignore[attr-defined]
+        if size > args.measure_limit:
+            raise UsageError(f"--measure: the step is predicted to hold {size:,} bytes, above "
+                             f"--measure-limit {args.measure_limit:,}; accepted: smaller "
+                             "sizes or a larger --measure-limit")
+        dgpt.reconcile_gpt(rows, case, dgpt.torch_gpt_step(case),  # type: ignore[arg-type]
+                           dgpt.reference_gpt_step(case))  # type: ignore[arg-type]
+        trees = ("torch", "reference")
     if args.measure and args.model == "mlp":
         if args.device != "cpu":
             import torch
@@ -160,10 +192,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"  the forward left {grew:,} bytes allocated for {saved:,} saved: the gap is "
                   "each allocation rounded up to 512 bytes, the outputs, and cuBLAS's "
                   "workspace at the first GEMM (kept); reserved - allocated is the cache")
-        if args.model == "gpt":
-            print(f"\nexact activations and --measure: {drv.NEEDS_THE_MODEL}")
-    if args.measure and args.model == "gpt":
-        raise UsageError(f"--measure: {drv.NEEDS_THE_MODEL}")
+        if trees and args.model == "gpt":
+            print(f"\nreference: {dgpt.REFERENCE_GPT_LIMITS}; its forward FLOPs are its "
+                  "tape's own count")
     if not args.json:
         print(f"account: memory {t['memory']} bytes (state {t['state']}, "
               f"{t['bytes_per_param']} bytes/param), flops {t['flops']}, "

@@ -3,9 +3,9 @@ only), one step of the MLP measured in torch (StepMeter: FLOPs by phase, saved b
 region, the training state) and in the reference (its arrays, its tape, its recompute
 counters), and each gap between a measurement and the sheet with the term that explains it.
 
-Models: "mlp" (the compact model, predicted and measured) and "gpt" (the GPT-2 style decoder
-of reference/flops.py: predicted from formulas only until the model exists in both trees;
-`measure_*` refuse it, and the sheet's exact-activation row says so).
+Models: "mlp" (the compact model, predicted and measured here) and "gpt" (the GPT-2 style
+decoder of reference/flops.py: its formula sheet here; the exact activation rows and the
+measured step of the compact transformer in parity/drivers/accounting_gpt.py).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ OPTIMIZERS = {"sgd": ("SGD", {"lr": 1e-2}), "sgd_momentum": ("SGD", {"lr": 1e-2,
               "adam": ("Adam", {"lr": 1e-3}), "adamw": ("AdamW", {"lr": 1e-3,
                                                                   "weight_decay": 1e-2})}
 PRECISIONS = ("fp32", "bf16", "fp16", "bf16_mixed", "fp16_mixed")  # project's, then formula's
-NEEDS_THE_MODEL = "needs the GPT model in both trees (not built yet): formula sheet only"
+EXACT_ROWS = "gpt_activation_bytes: parity/drivers/accounting_gpt.py's gpt_sheet"
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,7 @@ class GPTCase:
     precision: str = "bf16"
     optimizer: str = "adamw"
     recompute: str = "none"
+    block_size: int | None = None  # the position table's rows; None: seq_len
 
     def shape(self) -> dict[str, object]:
         return {k: getattr(self, k) for k in ("n_layer", "d_model", "n_head", "seq_len", "vocab",
@@ -71,8 +72,9 @@ class GPTCase:
 
     @property
     def n_params(self) -> int:
-        return rflops.gpt_param_count(self.n_layer, self.d_model, self.vocab, self.seq_len,
-                                      self.d_ff, self.bias, self.tie_weights)
+        return rflops.gpt_param_count(self.n_layer, self.d_model, self.vocab,
+                                      self.block_size or self.seq_len, self.d_ff, self.bias,
+                                      self.tie_weights)
 
 
 @dataclass
@@ -132,8 +134,9 @@ def predict_mlp(case: MLPCase, device: str = "cpu") -> list[Row]:
 def predict_gpt(case: GPTCase) -> list[Row]:
     """The decoder's formula sheet: training state, Korthikanti's activations, FLOPs."""
     rflops.check_gpt(**case.shape(), recompute=case.recompute, dropout=case.dropout)  # type: ignore[arg-type]
-    shapes = rflops.gpt_param_shapes(case.n_layer, case.d_model, case.vocab, case.seq_len,
-                                     case.d_ff, case.bias, case.tie_weights)
+    shapes = rflops.gpt_param_shapes(case.n_layer, case.d_model, case.vocab,
+                                     case.block_size or case.seq_len, case.d_ff, case.bias,
+                                     case.tie_weights)
     rows = _memory_rows(case.n_params, len(shapes), case.optimizer, case.precision,
                         master=case.precision.endswith("_mixed"))
     korthikanti = {"none": "none", "full": "full", "full_early_stop": "full"}[case.recompute]
@@ -143,7 +146,7 @@ def predict_gpt(case: GPTCase) -> list[Row]:
                                   n_head=case.n_head, n_layer=case.n_layer,
                                   recompute=korthikanti),
             f"activation_bytes(recompute={korthikanti!r}): 16-bit, 1-byte masks"),
-        Row("memory", "activations: this block, exact", None, NEEDS_THE_MODEL),
+        Row("memory", "activations: this block, exact", None, EXACT_ROWS),
     ]
     phases = rflops.transformer_phase_flops(**case.shape(), recompute=case.recompute,  # type: ignore[arg-type]
                                             dropout=case.dropout)
@@ -154,8 +157,11 @@ def predict_gpt(case: GPTCase) -> list[Row]:
 
 def totals(rows: list[Row], n_params: int) -> dict[str, int]:
     """memory, its training-state part, FLOPs, and the per-parameter bytes (training_memory's
-    rows over n_params: exact, the per-tensor step excluded)."""
-    mem = [r for r in rows if r.section == "memory" and r.predicted is not None]
+    rows over n_params: exact, the per-tensor step excluded). Korthikanti's row counts only
+    where no exact activation rows exist (the formula's *_mixed precisions)."""
+    exact = any(r.name == "activations: model" for r in rows)
+    mem = [r for r in rows if r.section == "memory" and r.predicted is not None
+           and not (exact and r.name == "activations: Korthikanti")]  # a comparison then
     per_param = sum(r.predicted for r in mem if r.formula.startswith("training_memory"))  # type: ignore[misc]
     return {"memory": sum(r.predicted for r in mem),  # type: ignore[misc]
             "state": sum(r.predicted for r in mem  # type: ignore[misc]

@@ -1,5 +1,6 @@
 """docs/accounting.md: the prediction sheets, the MLP's saved tensors term by term, the
-reconciliation of one MLP step in both trees, Korthikanti's terms, the approximations. Byte
+reconciliation of one MLP step in both trees, the approximations (the transformer's
+Korthikanti table and reconciliation: parity/gendocs/accounting_gpt.py). Byte
 counts and FLOPs are integers the code computes (no timing), so they are rendered afresh."""
 
 from __future__ import annotations
@@ -82,8 +83,10 @@ def _() -> str:
 
 @section("accounting.md", "gpt-sheet")
 def _() -> str:
+    from parity.drivers.accounting_gpt import gpt_sheet
+
     case = drv.GPTCase(precision="bf16", recompute="none")
-    rows = drv.predict_gpt(case)
+    rows = gpt_sheet(case)
     t = drv.totals(rows, case.n_params)
     return "\n".join([f"`{case}`: {case.n_params:,} parameters, {t['bytes_per_param']} bytes "
                       "per parameter (training_memory).", "", *_sheet(rows, ())])
@@ -100,22 +103,4 @@ def _() -> str:
                                             seq_len=s, vocab=50257, batch=1):
             lines.append(f"| {label} | {s} | {a.exact:.4e} | {a.name}: {a.formula} | "
                          f"{a.flops:.4e} | {float(a.relative):+.2%} |")
-    return "\n".join(lines)
-
-
-@section("accounting.md", "korthikanti")
-def _() -> str:
-    s, b, h, a = 1024, 8, 768, 12
-    terms = racc.korthikanti_terms(seq_len=s, batch=b, hidden=h, n_head=a)
-    lines = [f"One layer of GPT-2 small's shape (s {s}, b {b}, h {h}, a {a}), 16-bit "
-             "activations, 1-byte masks:", "",
-             "| Korthikanti term | coefficient | bytes per layer | ours (this project's "
-             "block) | why it differs |", "|---|---|---:|---|---|"]
-    for name, (c1, c2) in racc.KORTHIKANTI_TERMS.items():
-        coeff = " + ".join(x for x in (f"{c1} sbh" if c1 else "", f"{c2} as²b" if c2 else "")
-                           if x)
-        lines.append(f"| {name} | {coeff} | {terms[name]:,} | *pending: measured from the "
-                     "GPT model* | *pending* |")
-    lines.append(f"| total, s b h (34 + 5 a s / h) | | **{sum(terms.values()):,}** | *pending* "
-                 "| |")
     return "\n".join(lines)

@@ -54,3 +54,26 @@ def accounting_mlp_cases(draw: st.DrawFn, max_layers: int = 4, max_width: int = 
         "early_stop": draw(st.booleans()),
         "seed": draw(st.integers(0, 2**32 - 1)),
     }
+
+
+@st.composite
+def accounting_gpt_cases(draw: st.DrawFn, max_layers: int = 2) -> dict:
+    """One step of the compact transformer: parity.drivers.accounting.GPTCase's fields, tiny
+    (heads dividing the width by construction, seq_len <= block_size, the model's own
+    d_ff = 4 d_model, bias on: this project's LayerNorms always carry one)."""
+    n_head = draw(st.integers(1, 3))
+    block_size = draw(st.integers(1, 9))
+    return {
+        "n_layer": draw(st.integers(1, max_layers)),
+        "d_model": n_head * draw(st.integers(1, 4)),
+        "n_head": n_head,
+        "seq_len": draw(st.integers(1, block_size)),
+        "block_size": block_size,
+        "vocab": draw(st.integers(1, 13)),
+        "batch": draw(st.integers(1, 3)),
+        "tie_weights": draw(st.booleans()),
+        "dropout": draw(st.sampled_from((0.0, 0.25))),
+        "precision": draw(st.sampled_from(ACCOUNTING_PRECISIONS)),
+        "optimizer": draw(st.sampled_from(ACCOUNTING_OPTIMIZERS)),
+        "recompute": draw(st.sampled_from(ACCOUNTING_RECOMPUTE)),
+    }
