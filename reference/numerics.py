@@ -1,0 +1,427 @@
+"""Finding the first invalid value: per-step counts, the first non-finite op, anomaly replay.
+
+A run that goes to NaN raises one question: which op, in which module, at which step, made
+the first non-finite value, and was it forward or backward? The detector answers it from the
+tape's hooks (reference/module.py: NOTE [ Hooks wrap forward and backward ]) and explains it
+in terms of the number format.
+
+Per-step counts. Each leaf module's output (its activation) and each parameter's gradient
+gets one row of COLUMNS:
+
+    nan, posinf, neginf     the non-finite values, by kind
+    zero                    exact zeros (an underflowed gradient is a zero: not NaN)
+    over_max                finite values that the view format's cast rounds to inf:
+                            |x| >= max + ulp(max)/2   (float16: 65504 + 16 = 65520; the tie
+                            goes to the even neighbour, which is inf: max's last bit is 1)
+    to_zero                 non-zero finite values that the cast rounds to zero:
+                            0 < |x| <= smallest_subnormal / 2   (float16: 2^-25; the tie
+                            goes to the even neighbour, zero)
+
+The view format is the run's autocast format, or float16 for an fp32 run ("what would this
+step do in fp16"). Values already held in the format count 0 in the last two columns.
+
+First invalid value in forward. The rows are taken in the order the hooks fire (the order
+the ops ran); the first leaf output with a non-finite value is the first invalid value:
+
+    FirstInvalid(step, phase="forward", module=<path>, op=<torch's autograd node name>,
+                 index=<first non-finite element, C order>, value="inf" | "-inf" | "nan",
+                 inputs=(InputRange per input and own parameter: finite min/max, how many
+                         non-finite, how many beyond the view format's range))
+
+An input with a non-finite value or a value beyond the format's range was already out of
+range when the op ran: a Linear whose weight holds 131072 overflows float16 at its cast, and
+the report names the weight. Ops carry torch's autograd node names (OP_NAMES), so the two
+trees' reports compare as strings.
+
+Backward. A non-finite gradient with a loss scaler enabled is the scaler's business (the
+step is skipped); without one it stops the run with phase "backward", naming the first
+parameter (in backward order) whose gradient is non-finite. The node that made it is named
+by the anomaly replay: the saved batch, model, scaler and random state re-run forward and
+backward, and the first backward node returning NaN is named as torch's
+detect_anomaly(check_nan=True) names it (NOTE [ Backward names ]).
+
+The torch twin is torch_impl/numerics.py.
+"""
+
+from __future__ import annotations
+
+import json
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from reference import amp
+from reference.format_spec import FloatFormat, get_format
+from reference.module import (
+    Module,
+    Node,
+    hooked_call,
+    register_module_forward_hook,
+    register_module_full_backward_hook,
+)
+
+COLUMNS = ("nan", "posinf", "neginf", "zero", "over_max", "to_zero")
+
+# torch's autograd node for each reference node's forward (grad_fn.name() of its output)
+OP_NAMES = {"ReLU": "ReluBackward0", "Tanh": "TanhBackward0", "GELU": "GeluBackward0",
+            "Dropout": "MulBackward0", "MSELoss": "MseLossBackward0",
+            "CrossEntropyLoss": "NllLossBackward0"}
+
+
+def op_name(node: Node) -> str:
+    """torch's autograd node name for `node`'s output (Linear: addmm, or mm without bias)."""
+    if type(node).__name__ == "Linear":
+        return "AddmmBackward0" if node.bias is not None else "MmBackward0"  # type: ignore
+    return OP_NAMES.get(type(node).__name__, type(node).__name__)
+
+
+def view_format(precision: str) -> str:
+    """The format the counts view values in: the autocast format, float16 for fp32."""
+    return amp.autocast_dtype(precision) or "float16"
+
+
+def thresholds(fmt: FloatFormat) -> tuple[float, float]:
+    """(overflow, underflow): a cast to fmt gives inf iff |x| >= overflow, zero iff
+    |x| <= underflow (round to nearest even; both ties go to the even neighbour)."""
+    return fmt.max + 2.0 ** (fmt.emax - fmt.mantissa_bits - 1), fmt.smallest_subnormal / 2
+
+
+def count_row(x: np.ndarray, fmt: FloatFormat) -> np.ndarray:
+    """One row of COLUMNS for `x`, as int64."""
+    x = np.asarray(x, dtype=np.float64)  # every float32 value exactly
+    overflow, underflow = thresholds(fmt)
+    finite, magnitude = np.isfinite(x), np.abs(x)
+    return np.array([np.isnan(x).sum(), np.isposinf(x).sum(), np.isneginf(x).sum(),
+                     (x == 0).sum(), (finite & (magnitude >= overflow)).sum(),
+                     (finite & (x != 0) & (magnitude <= underflow)).sum()], dtype=np.int64)
+
+
+def first_nonfinite(x: np.ndarray) -> tuple[tuple[int, ...], str]:
+    """(index, value) of the first non-finite element of x in C order."""
+    x = np.asarray(x)
+    flat = int(np.flatnonzero(~np.isfinite(x))[0])
+    index = tuple(int(i) for i in np.unravel_index(flat, x.shape))
+    return index, repr(float(x.reshape(-1)[flat]))
+
+
+@dataclass(frozen=True)
+class InputRange:
+    """One input of the failing op: its finite range and what was already out of range."""
+
+    name: str
+    low: float | None  # finite min (None: no finite value)
+    high: float | None
+    nonfinite: int
+    beyond: int  # finite values with |x| >= the view format's overflow threshold
+
+    def out_of_range(self) -> bool:
+        return self.nonfinite > 0 or self.beyond > 0
+
+
+@dataclass(frozen=True)
+class FirstInvalid:
+    """Where the first non-finite value appeared (module docstring). Plain data: the torch
+    tree uses this very class, so the two reports compare field by field."""
+
+    step: int
+    phase: str  # "forward" | "backward"
+    module: str  # the module path ("2"), "loss", or the parameter ("2.weight") in backward
+    op: str  # torch's autograd node name ("" in backward: the replay names it)
+    index: tuple[int, ...]
+    value: str  # "inf", "-inf", "nan"
+    fmt: str  # the view format
+    inputs: tuple[InputRange, ...] = ()
+    counts: dict[str, list[int]] = field(default_factory=dict, compare=False)
+
+    def identity(self) -> dict[str, Any]:
+        """The identifying part, printed as `first-invalid: {json}` (compared across trees)."""
+        return {"step": self.step, "phase": self.phase, "module": self.module, "op": self.op,
+                "index": list(self.index), "value": self.value}
+
+    def line(self) -> str:
+        return "first-invalid: " + json.dumps(self.identity(), sort_keys=True)
+
+    def describe(self) -> str:
+        """The report a person reads: where, and which input was already out of range."""
+        where = f"{self.module!r}" + (f" ({self.op})" if self.op else "")
+        lines = [f"first non-finite value at step {self.step}, {self.phase}, in {where}: "
+                 f"{self.value} at index {list(self.index)}"]
+        overflow = thresholds(get_format(self.fmt))[0]
+        for r in self.inputs:
+            span = ("no finite value" if r.low is None
+                    else f"finite range [{r.low:.6g}, {r.high:.6g}]")
+            flag = ""
+            if r.nonfinite:
+                flag = f"  <- already {r.nonfinite} non-finite"
+            elif r.beyond:
+                flag = f"  <- {r.beyond} value(s) beyond {self.fmt}'s range (|x| >= {overflow:g})"
+            lines.append(f"  input {r.name}: {span}{flag}")
+        return "\n".join(lines)
+
+
+class NonFinite(Exception):
+    """Raised by the detector at the end of the step that made the first invalid value."""
+
+    def __init__(self, report: FirstInvalid) -> None:
+        super().__init__(report.describe())
+        self.report = report
+        self.replay: dict[str, Any] | None = None  # the run loop attaches the replay state
+
+
+def totals(counts: dict[str, list[int]], kind: str) -> list[int]:
+    """COLUMNS summed over the rows of one kind ("act" or "grad")."""
+    rows = [row for name, row in counts.items() if name.startswith(kind + ":")]
+    return [sum(column) for column in zip(*rows, strict=True)] if rows else [0] * len(COLUMNS)
+
+
+def format_counts(counts: dict[str, list[int]]) -> str:
+    """One step's counts as a compact column: act and grad totals, nan/+inf/-inf/zero/over/
+    to_zero."""
+    return " | ".join(f"{kind} " + "/".join(map(str, totals(counts, kind)))
+                      for kind in ("act", "grad"))
+
+
+def input_range(name: str, x: np.ndarray, fmt: FloatFormat) -> InputRange:
+    x = np.asarray(x, dtype=np.float64)
+    finite = x[np.isfinite(x)]
+    low, high = (None, None) if finite.size == 0 else (float(finite.min()), float(finite.max()))
+    beyond = int((np.abs(finite) >= thresholds(fmt)[0]).sum())
+    return InputRange(name, low, high, int(x.size - finite.size), beyond)
+
+
+def input_ranges(node: Node, args: tuple, fmt: FloatFormat) -> tuple[InputRange, ...]:
+    """The op's inputs: the call's arguments, then the node's own parameters."""
+    names = ("input", "target") if len(args) == 2 else ("input",)
+    ranges = [input_range(n, a, fmt) for n, a in zip(names, args, strict=False)
+              if np.asarray(a).dtype.kind == "f"]
+    params = node._params if isinstance(node, Module) else {}
+    return tuple(ranges + [input_range(n, p.data, fmt) for n, p in params.items()])
+
+
+# NOTE [ Autocast's layers bypass forward and backward ]
+# Under autocast the reference's Linear runs amp.linear_forward / linear_backward, not its
+# own methods, so the wrapped methods' hooks would not fire for it. While the detector
+# watches, those two functions are replaced by wrappers that call them through
+# `hooked_call`, as if they were the layer's forward and backward; on leaving, the originals
+# come back. (amp.py calling hooked_call itself would make this unnecessary.)
+@contextmanager
+def _autocast_hooked() -> Iterator[None]:
+    forward, backward = amp.linear_forward, amp.linear_backward
+
+    def linear_forward(layer: Any, x: np.ndarray, fmt: str) -> np.ndarray:
+        return hooked_call("forward", layer, lambda: forward(layer, x, fmt), (x,))
+
+    def linear_backward(layer: Any, g: np.ndarray, fmt: str) -> np.ndarray:
+        return hooked_call("backward", layer, lambda: backward(layer, g, fmt), (g,))
+
+    amp.linear_forward, amp.linear_backward = linear_forward, linear_backward
+    try:
+        yield
+    finally:
+        amp.linear_forward, amp.linear_backward = forward, backward
+
+
+def leaf_paths(model: Module, loss_fn: Node) -> dict[int, str]:
+    """id -> path of every leaf module (no children) and of the loss ("loss")."""
+    paths = {id(m): path for path, m in model.named_modules() if len(list(m.modules())) == 1}
+    return {**paths, id(loss_fn): "loss"}
+
+
+class Detector:
+    """Counts and the first invalid value of each step; `phase` is train_step's `phase`.
+
+    phase("forward")   begins the step and records every leaf's output (hooks)
+    phase("backward")  stops recording (a recomputed forward is not counted twice)
+    phase("optimizer") counts the gradients, appends the step's rows to `history`, and
+                       raises NonFinite at the first invalid value (before the update)
+    """
+
+    def __init__(self, model: Module, loss_fn: Node, fmt: str, *, scaler_enabled: bool
+                 ) -> None:
+        self.model, self.fmt, self.scaler_enabled = model, get_format(fmt), scaler_enabled
+        self.paths = leaf_paths(model, loss_fn)
+        self.step = 0  # set by the run loop before each step
+        self.history: list[dict[str, list[int]]] = []
+        self._seen: list[tuple[str, Node, tuple, np.ndarray]] = []
+        self._rows: list[np.ndarray] = []
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        if name == "forward":
+            self._seen, self._rows = [], []
+            with _autocast_hooked():
+                handle = register_module_forward_hook(self._forward_hook)
+                try:
+                    yield
+                finally:
+                    handle.remove()
+            return
+        if name == "optimizer":
+            self._end_step()
+        yield
+
+    def _forward_hook(self, node: Node, args: tuple, output: Any) -> None:
+        path = self.paths.get(id(node))
+        if path is not None:
+            self._seen.append((path, node, args, output))
+            self._rows.append(count_row(output, self.fmt))
+
+    def _end_step(self) -> None:
+        grads = [(name, p.grad) for name, p in self.model.named_parameters()
+                 if p.grad is not None]
+        rows = self._rows + [count_row(g, self.fmt) for _, g in grads]
+        table = np.stack(rows).tolist()  # (modules + parameters, COLUMNS)
+        names = [f"act:{path}" for path, *_ in self._seen] + [f"grad:{n}" for n, _ in grads]
+        counts = dict(zip(names, table, strict=True))
+        self.history.append(counts)
+        report = self._first_invalid(table, grads, counts)
+        if report is not None:
+            raise NonFinite(report)
+
+    def _first_invalid(self, table: list[list[int]], grads: list[tuple[str, Any]],
+                       counts: dict[str, list[int]]) -> FirstInvalid | None:
+        for (path, node, args, output), row in zip(self._seen, table, strict=False):
+            if sum(row[:3]):
+                index, value = first_nonfinite(output)
+                return FirstInvalid(self.step, "forward", path, op_name(node), index, value,
+                                    self.fmt.name, input_ranges(node, args, self.fmt), counts)
+        if self.scaler_enabled:  # the scaler skips this step
+            return None
+        for (name, grad), row in reversed(list(zip(grads, table[len(self._seen):],
+                                                   strict=True))):
+            if sum(row[:3]):
+                index, value = first_nonfinite(grad)
+                return FirstInvalid(self.step, "backward", name, "", index, value,
+                                    self.fmt.name, (), counts)
+        return None
+
+
+# NOTE [ Backward names ]
+# torch's detect_anomaly(check_nan=True) checks every backward node's outputs for NaN (not
+# inf) and raises at the first node returning one: "Function 'AddmmBackward0' returned nan
+# values in its 0th output.", with a warning carrying the forward call's traceback. The
+# reference's backward hook checks the same thing after each node: the input gradient it
+# returns and the gradients of its own parameters (torch's AddmmBackward0 returns those too).
+# Two reference nodes are two torch nodes each: CrossEntropyLoss is log_softmax then
+# nll_loss (NllLossBackward0 returns NaN only for a NaN incoming gradient; otherwise the
+# NaN is LogSoftmaxBackward0's), and the loss's float32 cast under autocast
+# (ToCopyBackward0) makes no NaN from a non-NaN value, so it is never named.
+def backward_name(node: Node, grad_output: tuple) -> str:
+    """torch's name of the backward node of `node` that returned the NaN."""
+    if type(node).__name__ == "CrossEntropyLoss":
+        incoming = np.asarray(grad_output[0]) if grad_output else np.zeros(())
+        return "NllLossBackward0" if np.isnan(incoming).any() else "LogSoftmaxBackward0"
+    return op_name(node)
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """What the anomaly replay found: the backward node that first returned NaN (None: no
+    NaN in backward), its module, and the forward call's traceback."""
+
+    node: str | None
+    module: str | None
+    traceback: str
+
+
+class _Found(Exception):
+    def __init__(self, node: str, module: str) -> None:
+        super().__init__(node)
+        self.node, self.module = node, module
+
+
+def anomaly_replay(model: Module, loss_fn: Node, step: Callable[[Callable], Any]) -> ReplayResult:
+    """Run `step(phase)` (one train_step on the saved batch, stopped before the optimizer)
+    with the backward check of NOTE [ Backward names ]; name the first NaN-returning node."""
+    paths = leaf_paths(model, loss_fn)
+    stacks: dict[str, str] = {}  # module path -> its forward call's traceback
+
+    def forward_hook(node: Node, args: tuple, output: Any) -> None:
+        if id(node) in paths:
+            stacks[paths[id(node)]] = "".join(traceback.format_stack()[:-3])
+
+    def backward_hook(node: Node, grad_input: Any, grad_output: tuple) -> None:
+        if id(node) not in paths:
+            return
+        params = node._params if isinstance(node, Module) else {}
+        outputs = [grad_input] + [p.grad for p in params.values() if p.grad is not None]
+        if any(np.isnan(np.asarray(g)).any() for g in outputs):
+            raise _Found(backward_name(node, grad_output), paths[id(node)])
+
+    @contextmanager
+    def stop_before_optimizer(name: str) -> Iterator[None]:
+        if name == "optimizer":
+            raise _Stop
+        with _autocast_hooked():
+            yield
+
+    handles = [register_module_forward_hook(forward_hook),
+               register_module_full_backward_hook(backward_hook)]
+    try:
+        step(stop_before_optimizer)
+    except _Found as found:
+        return ReplayResult(found.node, found.module, stacks.get(found.module, ""))
+    except _Stop:
+        pass
+    finally:
+        for h in handles:
+            h.remove()
+    return ReplayResult(None, None, "")
+
+
+class _Stop(Exception):
+    """The replay ends before the optimizer."""
+
+
+# ---------------------------------------------------------------- seeded faults
+
+@dataclass(frozen=True)
+class Fault:
+    """A deterministic fault: before step `step` of a run, parameter `module.param` gets
+    `value` at `index`. Plain data (the torch tree seeds the same faults)."""
+
+    name: str
+    module: str
+    param: str
+    index: tuple[int, ...]
+    value: float
+    what: str  # where it first shows, and why
+    fix: str
+
+
+FAULTS: dict[str, Fault] = {f.name: f for f in (
+    Fault("weight_overflow", "2", "weight", (0, 0), 2.0**17,
+          "one weight of the second Linear set to 2^17 = 131072: beyond float16's max 65504 "
+          "(finite in float32 and bfloat16). Under fp16 autocast its cast is inf, so that "
+          "Linear's output column 0 is inf (forward, AddmmBackward0); the backward then "
+          "multiplies a zero gradient by it (AddmmBackward0 returns NaN). fp32 and bf16 runs "
+          "stay finite.",
+          "keep weights inside the format (weight decay, clipping the update), or train in "
+          "bf16, whose range is float32's"),
+    Fault("inf_weight", "2", "weight", (0, 0), float("inf"),
+          "one weight of the second Linear set to +inf, in any precision: that Linear's "
+          "output column 0 is +-inf (forward, AddmmBackward0).",
+          "find what wrote the inf (a diverging update, a bad checkpoint) and restore from "
+          "the last finite checkpoint"),
+)}
+
+
+def fault_named(name: str) -> Fault:
+    """FAULTS[name], or a ValueError listing the catalogue."""
+    if name not in FAULTS:
+        raise ValueError(f"unknown fault {name!r}; the catalogue: {', '.join(FAULTS)}")
+    return FAULTS[name]
+
+
+def apply_fault(model: Module, fault: Fault) -> None:
+    """Write the fault's value into the model's parameter (a ValueError if it has none)."""
+    params = dict(model.named_parameters())
+    name = f"{fault.module}.{fault.param}"
+    if name not in params or params[name].data.ndim != len(fault.index):
+        raise ValueError(f"fault {fault.name}: the model has no parameter {name} of "
+                         f"{len(fault.index)} dimensions (sizes needs at least 3 layers)")
+    params[name].data[fault.index] = fault.value
