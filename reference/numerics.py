@@ -92,7 +92,8 @@ def thresholds(fmt: FloatFormat) -> tuple[float, float]:
 
 def count_row(x: np.ndarray, fmt: FloatFormat) -> np.ndarray:
     """One row of COLUMNS for `x`, as int64."""
-    x = np.asarray(x, dtype=np.float64)  # every float32 value exactly
+    with np.errstate(invalid="ignore"):  # a signalling NaN quiets: still a NaN
+        x = np.asarray(x, dtype=np.float64)  # every float32 value exactly
     overflow, underflow = thresholds(fmt)
     finite, magnitude = np.isfinite(x), np.abs(x)
     return np.array([np.isnan(x).sum(), np.isposinf(x).sum(), np.isneginf(x).sum(),
@@ -186,7 +187,8 @@ def format_counts(counts: dict[str, list[int]]) -> str:
 
 
 def input_range(name: str, x: np.ndarray, fmt: FloatFormat) -> InputRange:
-    x = np.asarray(x, dtype=np.float64)
+    with np.errstate(invalid="ignore"):  # a signalling NaN quiets: still a NaN
+        x = np.asarray(x, dtype=np.float64)
     finite = x[np.isfinite(x)]
     low, high = (None, None) if finite.size == 0 else (float(finite.min()), float(finite.max()))
     beyond = int((np.abs(finite) >= thresholds(fmt)[0]).sum())

@@ -1,0 +1,202 @@
+"""The numerics detector is the same in both trees: the format view counts the same values
+(numerics.format_view), a seeded fault is found at the same step, module, op and index with
+the same counts (numerics.first_invalid), and the anomaly replay names the same backward node
+(numerics.replay_node). Drivers: parity/drivers/numerics.py.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+from parity import cli
+from parity.compare import assert_claim
+from parity.drivers.numerics import (
+    FAULTED,
+    count_rows,
+    faulted_run,
+    replay,
+    save_replay,
+    seed_directory,
+)
+from parity.drivers.train import one_thread
+from parity.strategies import float32_arrays
+from reference.format_spec import get_format
+from reference.numerics import COLUMNS, FAULTS, thresholds
+
+
+@pytest.fixture(autouse=True)
+def _torch_one_thread() -> Iterator[None]:
+    with one_thread():
+        yield
+
+
+def _text(value: object) -> np.ndarray:
+    """A value as the bytes of its canonical JSON (compared with a bits claim)."""
+    return np.frombuffer(json.dumps(value, sort_keys=True).encode(), np.uint8)
+
+
+# ---------------------------------------------------------------- the format view
+
+@pytest.mark.parametrize("fmt", ["float16", "bfloat16"])
+@settings(max_examples=60)
+@given(data=st.data())
+def test_format_view_counts_match_torch_casts_bitwise(fmt: str, data: st.DataObject,
+                                                      device: str) -> None:
+    """Thresholds derived from the format's bits count exactly the values torch's cast sends
+    to inf or zero, around both edges and everywhere else."""
+    x = data.draw(float32_arrays(fmt))
+    ref, got = count_rows(x, fmt, device)
+    for name, v in zip(COLUMNS, ref, strict=True):
+        if v:
+            event(f"{fmt}: {name} reached")
+    assert_claim("numerics.format_view", got, ref, context=f"{fmt} {x!r}")
+
+
+@pytest.mark.parametrize("fmt", ["float16", "bfloat16"])
+def test_format_view_thresholds_are_the_casts_ties(fmt: str, device: str) -> None:
+    """At the two ties themselves (the edge the strategy aims at, here for certain) and one
+    float32 ulp inside them, both trees agree, and the ties are counted, the insides not."""
+    overflow, underflow = thresholds(get_format(fmt))
+    inside = [np.nextafter(np.float32(overflow), np.float32(0)),
+              np.nextafter(np.float32(underflow), np.float32(1))]
+    x = np.array([overflow, -overflow, underflow, -underflow, *inside], np.float32)
+    ref, got = count_rows(x, fmt, device)
+    assert_claim("numerics.format_view", got, ref, context=fmt)
+    assert ref[COLUMNS.index("over_max")] == 2 and ref[COLUMNS.index("to_zero")] == 2
+
+
+# ---------------------------------------------------------------- seeded faults
+
+CASES = [("weight_overflow", "fp16"), ("inf_weight", "fp32"), ("inf_weight", "bf16")]
+
+
+@pytest.fixture(scope="module")
+def start(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The common start of the faulted runs, per precision."""
+    with one_thread():
+        dirs = {}
+        for precision in ("fp16", "fp32", "bf16"):
+            dirs[precision] = tmp_path_factory.mktemp(f"start-{precision}")
+            seed_directory(dirs[precision] / "ckpt", {**FAULTED, "precision": precision})
+        return {k: v / "ckpt" for k, v in dirs.items()}
+
+
+def _found(name: str, fault: str, precision: str, start: Path, work: Path, steps: int = 5
+           ) -> object:
+    _, found = faulted_run(name, {**FAULTED, "precision": precision}, fault, 3, steps, start,
+                           work / name)
+    assert found is not None, f"{name} did not find {fault} in {precision}"
+    return found
+
+
+@pytest.mark.parametrize(("fault", "precision"), CASES)
+def test_both_trees_name_the_same_first_invalid_value(fault: str, precision: str,
+                                                      start: dict[str, Path],
+                                                      tmp_path: Path) -> None:
+    """Same step, phase, module, op, index and value; same non-finite counts per row."""
+    ref = _found("reference", fault, precision, start[precision], tmp_path)
+    got = _found("torch", fault, precision, start[precision], tmp_path)
+    assert ref.report.step == 3 and ref.report.phase == "forward"  # the seeded step, reached
+    assert_claim("numerics.first_invalid", _text(got.report.identity()),
+                 _text(ref.report.identity()), context=f"{fault} {precision}")
+    nonfinite = {k: v[:3] for k, v in ref.report.counts.items()}
+    assert_claim("numerics.first_invalid",
+                 _text({k: v[:3] for k, v in got.report.counts.items()}), _text(nonfinite),
+                 context="non-finite counts")
+    out = [r.name for r in ref.report.inputs if r.out_of_range()]
+    assert out == [r.name for r in got.report.inputs if r.out_of_range()] == ["weight"]
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_weight_overflow_is_found_only_where_the_format_cannot_hold_it(
+        precision: str, start: dict[str, Path], tmp_path: Path) -> None:
+    """2^17 is finite in float32 and bfloat16: neither tree finds anything in 5 steps."""
+    for name in ("reference", "torch"):
+        run, found = faulted_run(name, {**FAULTED, "precision": precision},
+                                 "weight_overflow", 3, 5, start[precision], tmp_path / name)
+        assert found is None and len(run.numerics.history) == 4
+
+
+@pytest.mark.parametrize(("fault", "precision"), CASES[:2])
+def test_replay_names_the_same_backward_node_whichever_tree_wrote_the_file(
+        fault: str, precision: str, start: dict[str, Path], tmp_path: Path) -> None:
+    """Each tree's replay file, replayed by each tree: the same node and module (torch's from
+    detect_anomaly's own message)."""
+    names = {}
+    for writer in ("reference", "torch"):
+        found = _found(writer, fault, precision, start[precision], tmp_path)
+        path = tmp_path / f"{writer}.replay"
+        save_replay(writer, path, found.replay)
+        for reader in ("reference", "torch"):
+            result = replay(reader, path)
+            names[writer, reader] = {"node": result.node, "module": result.module}
+    expected = names["torch", "torch"]
+    assert expected["node"] is not None  # detect_anomaly raised: the replay reached a NaN
+    for key, value in names.items():
+        assert_claim("numerics.replay_node", _text(value), _text(expected), context=str(key))
+
+
+# ---------------------------------------------------------------- one sync per step
+
+def test_torch_detector_hooks_read_nothing_back_to_the_host(device: str) -> None:
+    """Forward hooks and the step's end make no .item()/bool() read (no
+    aten._local_scalar_dense) on a clean step: the counts reach the host only through the one
+    .tolist() of the stacked rows."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from torch_impl import numerics as t_numerics
+    from torch_impl.nn import make_mlp
+
+    class Reads(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.reads = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.reads += func is torch.ops.aten._local_scalar_dense.default
+            return func(*args, **(kwargs or {}))
+
+    model = make_mlp((8, 16, 3), "tanh", generator=torch.Generator().manual_seed(0),
+                     device=device)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    detector = t_numerics.Detector(model, loss_fn, "float16", scaler_enabled=False)
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(1)).to(device)
+    y = torch.tensor([0, 1, 2, 0], device=device)
+    with Reads() as mode:
+        with detector.phase("forward"):
+            loss = loss_fn(model(x), y)
+        with detector.phase("backward"):
+            loss.backward()
+        with detector.phase("optimizer"):
+            pass
+    assert len(detector.history) == 1 and len(detector.history[0]) == 4 + 4  # reached
+    assert mode.reads == 0
+
+
+# ---------------------------------------------------------------- the command line
+
+def test_train_command_stops_at_the_fault_and_replay_names_the_node(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`train --check-numerics --fault` exits 3 with `first-invalid:` last; the replay file it
+    wrote replays (exit 3) naming the node, from both trees."""
+    status = cli.main(["train", "--impl", "reference", "--steps", "5", "--checkpoint-dir",
+                       str(tmp_path / "run"), "--precision", "fp16", "--check-numerics",
+                       "--fault", "weight_overflow", "--fault-step", "2", "--quiet"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert status == cli.EXIT_FOUND and lines[-1].startswith("first-invalid: ")
+    identity = json.loads(lines[-1].removeprefix("first-invalid: "))
+    assert (identity["step"], identity["module"]) == (2, FAULTS["weight_overflow"].module)
+    path = tmp_path / "run" / "first-invalid-step2.replay"
+    nodes = []
+    for impl in ("reference", "torch"):
+        assert cli.main(["replay", str(path), "--impl", impl]) == cli.EXIT_FOUND
+        nodes.append(capsys.readouterr().out.strip().splitlines()[-1])
+    assert nodes[0] == nodes[1] and nodes[0].startswith("replay-node: ")
