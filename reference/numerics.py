@@ -383,8 +383,9 @@ class _Stop(Exception):
 
 @dataclass(frozen=True)
 class Fault:
-    """A deterministic fault: before step `step` of a run, parameter `module.param` gets
-    `value` at `index`. Plain data (the torch tree seeds the same faults)."""
+    """A deterministic fault seeded before a chosen step: parameter `module.param` gets
+    `value` at `index`, or with module "batch", that step's input batch does (param "x").
+    Plain data (the torch tree seeds the same faults)."""
 
     name: str
     module: str
@@ -409,6 +410,12 @@ FAULTS: dict[str, Fault] = {f.name: f for f in (
           "output column 0 is +-inf (forward, AddmmBackward0).",
           "find what wrote the inf (a diverging update, a bad checkpoint) and restore from "
           "the last finite checkpoint"),
+    Fault("poisoned_batch", "batch", "x", (0, 0), float("nan"),
+          "one input value of the step's batch set to NaN (a corrupt sample), in any "
+          "precision: the first Linear's output row 0 is NaN (forward, AddmmBackward0, its "
+          "input already non-finite); in the backward the loss's log_softmax returns NaN "
+          "first (LogSoftmaxBackward0).",
+          "validate the data (torch.isfinite on each batch at load), drop or repair the sample"),
 )}
 
 
@@ -419,11 +426,18 @@ def fault_named(name: str) -> Fault:
     return FAULTS[name]
 
 
-def apply_fault(model: Module, fault: Fault) -> None:
-    """Write the fault's value into the model's parameter (a ValueError if it has none)."""
+def apply_fault(model: Module, fault: Fault, batch: tuple[np.ndarray, np.ndarray]
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Write the fault's value into the model's parameter or into a copy of the batch; the
+    batch to train on (a ValueError if the model has no such parameter)."""
+    if fault.module == "batch":
+        x = batch[0].copy()
+        x[fault.index] = fault.value
+        return x, batch[1]
     params = dict(model.named_parameters())
     name = f"{fault.module}.{fault.param}"
     if name not in params or params[name].data.ndim != len(fault.index):
         raise ValueError(f"fault {fault.name}: the model has no parameter {name} of "
                          f"{len(fault.index)} dimensions (sizes needs at least 3 layers)")
     params[name].data[fault.index] = fault.value
+    return batch

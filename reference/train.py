@@ -422,9 +422,10 @@ def train(config: TrainConfig, steps: int, checkpoint_dir: str | Path | None = N
                                          scaler_enabled=run.scaler.is_enabled())
         run.numerics = detector
         while run.step < steps:
+            batch = None
             if fault is not None and run.step == fault_step:
-                numerics.apply_fault(run.model, fault)
-            r = _checked_step(run, detector)
+                batch = numerics.apply_fault(run.model, fault, run.next_batch())
+            r = _checked_step(run, detector, batch)
             _say(log, f"step {run.step} loss {r.loss:.6g} scale {r.scale:g} "
                       f"skipped {int(r.skipped)} (total {run.skipped})" + (
                           "" if detector is None
@@ -434,14 +435,15 @@ def train(config: TrainConfig, steps: int, checkpoint_dir: str | Path | None = N
     return run
 
 
-def _checked_step(run: Run, detector: numerics.Detector | None) -> StepResult:
+def _checked_step(run: Run, detector: numerics.Detector | None,
+                  batch: tuple[Any, Any] | None) -> StepResult:
     """run.train_step, watched by `detector`; a NonFinite leaves with the replay state."""
     if detector is None:
-        return run.train_step()
+        return run.train_step(batch)
     detector.step = run.step
     rng = {"model": copy.deepcopy(run.rng.bit_generator.state)}  # before the step's draws
     try:
-        return run.train_step(phase=detector.phase)
+        return run.train_step(batch, detector.phase)
     except numerics.NonFinite as e:
         x, y = run.last_batch  # type: ignore[misc]
         e.replay = {**run.state_dict(), "rng": rng, "batch": {"x": x, "y": y},

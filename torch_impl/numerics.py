@@ -210,8 +210,13 @@ def anomaly_replay(model: nn.Module, loss_fn: nn.Module, step: Callable[[Callabl
     return ReplayResult(None, None, "")
 
 
-def apply_fault(model: nn.Module, fault: Fault) -> None:
-    """reference.numerics.apply_fault, on a torch model."""
+def apply_fault(model: nn.Module, fault: Fault, batch: tuple[torch.Tensor, torch.Tensor]
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """reference.numerics.apply_fault, on a torch model and batch."""
+    if fault.module == "batch":
+        x = batch[0].clone()
+        x[fault.index] = fault.value
+        return x, batch[1]
     params = dict(model.named_parameters())
     name = f"{fault.module}.{fault.param}"
     if name not in params or params[name].ndim != len(fault.index):
@@ -219,3 +224,4 @@ def apply_fault(model: nn.Module, fault: Fault) -> None:
                          f"{len(fault.index)} dimensions (sizes needs at least 3 layers)")
     with torch.no_grad():
         params[name][fault.index] = fault.value
+    return batch

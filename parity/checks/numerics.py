@@ -24,7 +24,7 @@ from parity.tolerances import claim
 from reference.format_spec import get_format
 from reference.numerics import thresholds
 
-CASES = (("weight_overflow", "fp16"), ("inf_weight", "fp32"))
+CASES = (("weight_overflow", "fp16"), ("inf_weight", "fp32"), ("poisoned_batch", "bf16"))
 
 
 def _text(value: object) -> np.ndarray:
@@ -70,7 +70,7 @@ def _() -> Observation:
             worst += measure(claim("numerics.first_invalid"), _text(got.report.identity()),
                              _text(ref.report.identity()))
             n += 1
-    return Observation(worst, n, "weight_overflow in fp16, inf_weight in fp32 (reports)")
+    return Observation(worst, n, "weight_overflow fp16, inf_weight fp32, poisoned_batch bf16")
 
 
 @check("numerics.replay_node")
@@ -86,4 +86,4 @@ def _() -> Observation:
                 worst += measure(claim("numerics.replay_node"),
                                  _text([a.node, a.module]), _text([b.node, b.module]))
                 n += 1
-    return Observation(worst, n, "both faults, each tree's file replayed by both trees")
+    return Observation(worst, n, "three faults, each tree's file replayed by both trees")
