@@ -223,3 +223,59 @@ def test_train_command_stops_at_the_fault_and_replay_names_the_node(
         assert cli.main(["replay", str(path), "--impl", impl]) == cli.EXIT_FOUND
         nodes.append(capsys.readouterr().out.strip().splitlines()[-1])
     assert nodes[0] == nodes[1] and nodes[0].startswith("replay-node: ")
+
+
+# ---------------------------------------------------------------- the hooks themselves
+
+@pytest.mark.parametrize("activation", ["relu", "tanh", "gelu", "gelu_tanh"])
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+@pytest.mark.parametrize("loss", ["cross_entropy", "mse"])
+def test_hooks_see_the_same_leaves_in_the_same_order_with_the_same_op_names(
+        activation: str, precision: str, loss: str, device: str) -> None:
+    """Every leaf (and the loss) is seen once, in op order, with torch's node name: looked up
+    in the reference, read off grad_fn in torch."""
+    from reference import numerics as r_numerics
+    from reference.train import Run as RefRun
+    from reference.train import TrainConfig
+    from torch_impl import numerics as t_numerics
+    from torch_impl.train import Run as TorchRun
+
+    config = TrainConfig(sizes=(8, 16, 16, 3), activation=activation, dropout=0.25,
+                         precision=precision, loss=loss, horizon=4)
+    seen = {}
+    for name, run, mod in (("reference", RefRun(config), r_numerics),
+                           ("torch", TorchRun(config, device), t_numerics)):
+        detector = mod.Detector(run.model, run.loss_fn, "float16", scaler_enabled=True)
+        order: list[tuple[str, str]] = []
+
+        def record(phase_name: str, detector: object = detector, order: list = order) -> object:
+            if phase_name == "optimizer":
+                order.extend(detector.ops())
+            return detector.phase(phase_name)
+
+        run.train_step(phase=record)
+        seen[name] = order
+    assert len(seen["reference"]) == 8  # 3 Linear, 2 activations, 2 Dropout, the loss
+    assert_claim("numerics.first_invalid", _text(seen["torch"]), _text(seen["reference"]),
+                 context=f"{activation} {precision} {loss}")
+
+
+def test_fault_list_bad_fault_and_a_checkpoint_given_to_replay_are_one_line_answers(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--fault list prints the catalogue (exit 0); an unknown fault and a file that is not a
+    replay file are one-line errors (exit 2)."""
+    with pytest.raises(SystemExit) as listed:
+        cli.main(["train", "--fault", "list"])
+    out = capsys.readouterr().out
+    assert listed.value.code == 0 and all(f"{n}: " in out for n in FAULTS)
+    with pytest.raises(SystemExit) as bad:
+        cli.main(["train", "--impl", "reference", "--steps", "2", "--checkpoint-dir",
+                  str(tmp_path), "--fault", "nope"])
+    err = capsys.readouterr().err.strip()
+    assert bad.value.code == cli.EXIT_USAGE and len(err.splitlines()) == 1 and "nope" in err
+    assert cli.main(["train", "--impl", "reference", "--steps", "1", "--checkpoint-dir",
+                     str(tmp_path / "run"), "--quiet"]) == cli.EXIT_OK
+    checkpoint = next((tmp_path / "run").glob("ckpt-*.ckpt"))
+    assert cli.main(["replay", str(checkpoint), "--impl", "reference"]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "not a replay file" in err

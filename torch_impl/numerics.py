@@ -125,6 +125,10 @@ class Detector:
             self._end_step()
         yield
 
+    def ops(self) -> list[tuple[str, str]]:
+        """(module path, op) of every leaf output recorded this step, in op order."""
+        return [(path, op_name(node, output)) for path, node, _, output in self._seen]
+
     def _forward_hook(self, module: nn.Module, args: tuple, output: Any) -> None:
         path = self.paths.get(id(module))
         if path is not None:

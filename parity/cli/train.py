@@ -106,8 +106,9 @@ class _FaultAction(argparse.Action):
         from reference.numerics import FAULTS
 
         if values == "list":
-            parser.exit(0, "".join(f"{f.name}: {f.what}\n  fix: {f.fix}\n"
-                                   for f in FAULTS.values()))
+            print("".join(f"{f.name}: {f.what}\n  fix: {f.fix}\n" for f in FAULTS.values()),
+                  end="")
+            parser.exit(0)
         if values not in FAULTS:
             parser.error(f"argument --fault: {values!r} is not a fault; the catalogue: "
                          f"{', '.join(FAULTS)} (--fault list describes them)")
