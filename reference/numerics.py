@@ -171,6 +171,7 @@ class NonFinite(Exception):
         super().__init__(report.describe())
         self.report = report
         self.replay: dict[str, Any] | None = None  # the run loop attaches the replay state
+        self.history: list[dict[str, list[int]]] = []  # and every step's counts, this one's last
 
 
 def totals(counts: dict[str, list[int]], kind: str) -> list[int]:

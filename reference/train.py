@@ -448,6 +448,7 @@ def _checked_step(run: Run, detector: numerics.Detector | None,
         x, y = run.last_batch  # type: ignore[misc]
         e.replay = {**run.state_dict(), "rng": rng, "batch": {"x": x, "y": y},
                     "first_invalid": e.report.line()}
+        e.history = detector.history
         raise
 
 

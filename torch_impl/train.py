@@ -369,6 +369,7 @@ def _checked_step(run: Run, detector: numerics.Detector | None,
         x, y = run.last_batch  # type: ignore[misc]
         e.replay = {**run.state_dict(), "batch": {"x": x.clone(), "y": y.clone()},
                     "first_invalid": e.report.line()}
+        e.history = detector.history
         raise
 
 

@@ -120,3 +120,52 @@ def count_rows(x: np.ndarray, fmt: str, device: str = "cpu") -> tuple[np.ndarray
     ref = ref_numerics.count_row(x, get_format(fmt))
     got = t_numerics.count_row(torch.from_numpy(x).to(device), t_get_format(fmt).dtype)
     return ref, got.cpu().numpy()
+
+
+# ---------------------------------------------------------------- the catalogue, observed
+
+CATALOGUE = (("weight_overflow", "fp16"), ("inf_weight", "fp32"), ("poisoned_batch", "bf16"))
+
+
+def observe_catalogue(root: Path) -> list[dict[str, Any]]:
+    """Each catalogued fault (seeded before step 3 from the common start) as both trees
+    report it: the first-invalid identity, the inputs already out of range, and the node
+    each tree's replay names."""
+    rows = []
+    for fault, precision in CATALOGUE:
+        config = {**FAULTED, "precision": precision}
+        start = root / f"start-{precision}"
+        if not start.exists():
+            seed_directory(start, config)
+        row: dict[str, Any] = {"fault": fault, "precision": precision}
+        for name in ("reference", "torch"):
+            _, found = faulted_run(name, config, fault, 3, 5, start, root / f"{name}-{fault}")
+            if found is None:
+                row[name] = None
+                continue
+            path = root / f"{name}-{fault}.replay"
+            save_replay(name, path, found.replay)
+            result = replay(name, path)
+            row[name] = {**found.report.identity(),
+                         "out_of_range": [r.name for r in found.report.inputs
+                                          if r.out_of_range()],
+                         "replay": [result.node, result.module]}
+        rows.append(row)
+    return rows
+
+
+# a float16 run with a loss scale far too small (2^-16): gradients underflow to zero in the
+# backward; ReLU zeros half the activations; weight_overflow is seeded before step 9
+COUNTS_RUN = {"seed": 0, "horizon": 12, "precision": "fp16", "init_scale": 2.0**-16,
+              "activation": "relu"}
+
+
+def counts_history(name: str = "reference") -> tuple[list[dict[str, list[int]]], Any]:
+    """The per-step counts of COUNTS_RUN, the faulted step's included, and its report."""
+    m = impl(name)
+    try:
+        run = m.train(m.TrainConfig(**COUNTS_RUN), 12, check_numerics=True,
+                      fault=ref_numerics.FAULTS["weight_overflow"], fault_step=9)
+    except ref_numerics.NonFinite as e:
+        return e.history, e.report
+    return run.numerics.history, None
