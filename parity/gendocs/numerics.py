@@ -1,10 +1,11 @@
 """docs/numerics.md: the catalogue of seeded faults, as both trees report them (a
-deterministic run of the code: no timing), and the count columns."""
+deterministic run of the code: no timing)."""
 
 from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from parity.drivers.numerics import observe_catalogue
 from parity.drivers.train import one_thread
@@ -12,11 +13,14 @@ from parity.gendocs import section
 from reference.numerics import FAULTS
 
 
-def _cell(row: dict, key: str) -> str:
-    ref, tor = row["reference"], row["torch"]
-    a, b = (None if r is None else r[key] for r in (ref, tor))
-    text = (lambda v: "not found" if v is None else f"`{v}`")
-    return text(a) if a == b else f"reference {text(a)}, torch {text(b)}"
+def _columns(found: dict[str, Any] | None) -> list[str]:
+    """A tree's report as the table's three observed columns."""
+    if found is None:
+        return ["not found"] * 3
+    where = (found["step"], found["phase"], found["module"], found["op"],
+             tuple(found["index"]), found["value"])
+    return [f"`{where}`", ", ".join(f"`{n}`" for n in found["out_of_range"]),
+            f"`{tuple(found['replay'])}`"]
 
 
 @section("numerics.md", "catalogue")
@@ -30,18 +34,9 @@ def _() -> str:
              "input already out of range | replay: backward node, module | the fix |",
              "|---|---|---|---|---|---|"]
     for row in rows:
-        ref = row["reference"]
-        if ref is not None:
-            for tree in ("reference", "torch"):
-                r = row[tree]
-                if r is not None:
-                    r["where"] = (r["step"], r["phase"], r["module"], r["op"], tuple(r["index"]),
-                                  r["value"])
-                    r["replay"] = tuple(r["replay"])
-                    r["out_of_range"] = ", ".join(r["out_of_range"])
-        fault = FAULTS[row["fault"]]
-        cells = ([_cell(row, "where"), _cell(row, "out_of_range"), _cell(row, "replay")]
-                 if ref is not None else ["not found"] * 3)
+        ref, tor = _columns(row["reference"]), _columns(row["torch"])
+        cells = [a if a == b else f"reference {a}, torch {b}" for a, b in zip(ref, tor,
+                                                                               strict=True)]
         lines.append(f"| `{row['fault']}` | {row['precision']} | " + " | ".join(cells)
-                     + f" | {fault.fix} |")
+                     + f" | {FAULTS[row['fault']].fix} |")
     return "\n".join(lines)
