@@ -90,15 +90,21 @@ def thresholds(fmt: FloatFormat) -> tuple[float, float]:
     return fmt.max + 2.0 ** (fmt.emax - fmt.mantissa_bits - 1), fmt.smallest_subnormal / 2
 
 
-def count_row(x: np.ndarray, fmt: FloatFormat) -> np.ndarray:
-    """One row of COLUMNS for `x`, as int64."""
+def count_rows(tensors: list[np.ndarray], fmt: FloatFormat) -> np.ndarray:
+    """(len(tensors), COLUMNS) int64: one pass over the tensors' concatenation, each value's
+    six indicators summed into its tensor's row."""
     with np.errstate(invalid="ignore"):  # a signalling NaN quiets: still a NaN
-        x = np.asarray(x, dtype=np.float64)  # every float32 value exactly
+        x = np.concatenate([np.asarray(t, np.float64).reshape(-1) for t in tensors]
+                           or [np.zeros(0)])  # (n,): every float32 value exactly
+    segment = np.repeat(np.arange(len(tensors)), [np.size(t) for t in tensors])  # (n,)
     overflow, underflow = thresholds(fmt)
     finite, magnitude = np.isfinite(x), np.abs(x)
-    return np.array([np.isnan(x).sum(), np.isposinf(x).sum(), np.isneginf(x).sum(),
-                     (x == 0).sum(), (finite & (magnitude >= overflow)).sum(),
-                     (finite & (x != 0) & (magnitude <= underflow)).sum()], dtype=np.int64)
+    masks = np.stack([np.isnan(x), np.isposinf(x), np.isneginf(x), x == 0,
+                      finite & (magnitude >= overflow),
+                      finite & (x != 0) & (magnitude <= underflow)], axis=1).astype(np.int64)
+    rows = np.zeros((len(tensors), len(COLUMNS)), np.int64)
+    np.add.at(rows, segment, masks)  # (tensors, COLUMNS)
+    return rows
 
 
 def first_nonfinite(x: np.ndarray) -> tuple[tuple[int, ...], str]:
@@ -250,12 +256,11 @@ class Detector:
         self.step = 0  # set by the run loop before each step
         self.history: list[dict[str, list[int]]] = []
         self._seen: list[tuple[str, Node, tuple, np.ndarray]] = []
-        self._rows: list[np.ndarray] = []
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
         if name == "forward":
-            self._seen, self._rows = [], []
+            self._seen = []
             with _autocast_hooked():
                 handle = register_module_forward_hook(self._forward_hook)
                 try:
@@ -275,13 +280,12 @@ class Detector:
         path = self.paths.get(id(node))
         if path is not None:
             self._seen.append((path, node, args, output))
-            self._rows.append(count_row(output, self.fmt))
 
     def _end_step(self) -> None:
         grads = [(name, p.grad) for name, p in self.model.named_parameters()
                  if p.grad is not None]
-        rows = self._rows + [count_row(g, self.fmt) for _, g in grads]
-        table = np.stack(rows).tolist()  # (modules + parameters, COLUMNS)
+        tensors = [output for *_, output in self._seen] + [g for _, g in grads]
+        table = count_rows(tensors, self.fmt).tolist()  # (modules + parameters, COLUMNS)
         names = [f"act:{path}" for path, *_ in self._seen] + [f"grad:{n}" for n, _ in grads]
         counts = dict(zip(names, table, strict=True))
         self.history.append(counts)

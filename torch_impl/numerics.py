@@ -7,9 +7,11 @@ What PyTorch does differently or hides:
   is `output.grad_fn.name()`, read off the autograd graph (the reference looks its name up).
 - The format view casts: `x.to(float16)` is inf (or zero) exactly where the reference's
   thresholds say it is, so the two count the same values by different means.
-- One host synchronization per step: every row stays on the device as a tensor, and the
-  step's rows are stacked and copied to the host once (`.tolist()` in `_end_step`); only a
-  step that found something syncs again, to read the failing element and input ranges.
+- One reduction and one host synchronization per step: the hooks only keep references; at
+  the step's end every output and gradient is concatenated, the six indicators are summed
+  per tensor with one index_add_, and the table is copied to the host once (`.tolist()` in
+  `_end_step`); only a step that found something syncs again, to read the failing element
+  and the input ranges.
 - The backward check is torch.autograd.detect_anomaly(check_nan=True) itself: it raises
   "Function 'XBackward0' returned nan values in its 0th output." and warns with the forward
   call's traceback; `anomaly_replay` reads the name and the traceback from those.
@@ -42,7 +44,7 @@ from torch_impl import amp
 from torch_impl.format_spec import get_format
 
 __all__ = ["COLUMNS", "FAULTS", "Detector", "Fault", "FirstInvalid", "InputRange", "NonFinite",
-           "ReplayResult", "anomaly_replay", "apply_fault", "count_row", "fault_named",
+           "ReplayResult", "anomaly_replay", "apply_fault", "count_rows", "fault_named",
            "format_counts", "totals", "view_format"]
 
 def op_name(module: nn.Module, output: Any) -> str:
@@ -57,14 +59,22 @@ def view_format(precision: str) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def count_row(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """One row of COLUMNS for `x`, as an int64 tensor on x's device (no sync)."""
-    x = x.detach()
+def count_rows(tensors: list[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
+    """(len(tensors), COLUMNS) int64 on the tensors' device, without a sync."""
+    wide = torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
+    device = tensors[0].device if tensors else torch.device("cpu")
+    x = torch.cat([t.detach().reshape(-1).to(wide) for t in tensors]
+                  or [torch.zeros(0, device=device)])  # (n,): every value exactly
+    sizes = torch.tensor([t.numel() for t in tensors], dtype=torch.int64).to(device)
+    segment = torch.repeat_interleave(torch.arange(len(tensors), device=device), sizes,
+                                      output_size=x.numel())  # (n,); the size given: no sync
     cast = x.to(dtype)  # the format's view: what the cast makes of each value
     finite = torch.isfinite(x)
-    return torch.stack([torch.isnan(x).sum(), torch.isposinf(x).sum(), torch.isneginf(x).sum(),
-                        (x == 0).sum(), (finite & torch.isinf(cast)).sum(),
-                        (finite & (x != 0) & (cast == 0)).sum()])
+    masks = torch.stack([torch.isnan(x), torch.isposinf(x), torch.isneginf(x), x == 0,
+                         finite & torch.isinf(cast),
+                         finite & (x != 0) & (cast == 0)], dim=1).to(torch.int64)
+    rows = torch.zeros(len(tensors), len(COLUMNS), dtype=torch.int64, device=device)
+    return rows.index_add_(0, segment, masks)  # (tensors, COLUMNS)
 
 
 def first_nonfinite(x: torch.Tensor) -> tuple[tuple[int, ...], str]:
@@ -109,12 +119,11 @@ class Detector:
         self.step = 0  # set by the run loop before each step
         self.history: list[dict[str, list[int]]] = []
         self._seen: list[tuple[str, nn.Module, tuple, torch.Tensor]] = []
-        self._rows: list[torch.Tensor] = []
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
         if name == "forward":
-            self._seen, self._rows = [], []
+            self._seen = []
             handle = nn.modules.module.register_module_forward_hook(self._forward_hook)
             try:
                 yield
@@ -133,13 +142,13 @@ class Detector:
         path = self.paths.get(id(module))
         if path is not None:
             self._seen.append((path, module, args, output))
-            self._rows.append(count_row(output, self.dtype))
 
     def _end_step(self) -> None:
         grads = [(name, p.grad) for name, p in self.model.named_parameters()
                  if p.grad is not None]
-        rows = self._rows + [count_row(g, self.dtype) for _, g in grads]
-        table = torch.stack(rows).tolist()  # (modules + parameters, COLUMNS): THE sync
+        tensors = [output for *_, output in self._seen] + [g for _, g in grads]
+        table = count_rows(tensors, self.dtype).tolist()  # (modules + parameters, COLUMNS):
+        #                                                   the step's one sync
         names = [f"act:{path}" for path, *_ in self._seen] + [f"grad:{n}" for n, _ in grads]
         counts = dict(zip(names, table, strict=True))
         self.history.append(counts)

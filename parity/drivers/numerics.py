@@ -117,8 +117,8 @@ def count_rows(x: np.ndarray, fmt: str, device: str = "cpu") -> tuple[np.ndarray
     from torch_impl import numerics as t_numerics
     from torch_impl.format_spec import get_format as t_get_format
 
-    ref = ref_numerics.count_row(x, get_format(fmt))
-    got = t_numerics.count_row(torch.from_numpy(x).to(device), t_get_format(fmt).dtype)
+    ref = ref_numerics.count_rows([x], get_format(fmt))[0]
+    got = t_numerics.count_rows([torch.from_numpy(x).to(device)], t_get_format(fmt).dtype)[0]
     return ref, got.cpu().numpy()
 
 
