@@ -279,3 +279,52 @@ def test_fault_list_bad_fault_and_a_checkpoint_given_to_replay_are_one_line_answ
     assert cli.main(["replay", str(checkpoint), "--impl", "reference"]) == cli.EXIT_USAGE
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "not a replay file" in err
+
+
+@pytest.mark.parametrize(("name", "precision"), [("reference", "fp32"), ("torch", "fp16")])
+def test_a_recomputed_forward_is_not_counted_twice(name: str, precision: str,
+                                                   device: str) -> None:
+    """With checkpointed segments the backward re-runs forwards; the detector's rows are
+    still one per leaf, the same as without recomputation."""
+    from parity.drivers.numerics import numerics_module
+    from parity.drivers.train import impl, on
+
+    ops = {}
+    for recompute in ("none", "uniform:2"):
+        m = impl(name)
+        config = m.TrainConfig(sizes=(8, 16, 16, 3), precision=precision,
+                               recompute=recompute, horizon=4)
+        run = m.Run(config, **on(name, device))
+        mod = numerics_module(name)
+        detector = mod.Detector(run.model, run.loss_fn, "float16", scaler_enabled=True)
+        for _ in range(2):
+            run.train_step(phase=detector.phase)
+        ops[recompute] = (detector.ops(), list(detector.history[-1]))
+    assert len(ops["none"][0]) == 6  # 3 Linear, 2 Tanh, the loss: the detector saw them
+    assert ops["uniform:2"] == ops["none"]
+
+
+@pytest.mark.parametrize("name", ["reference", "torch"])
+def test_a_replay_file_reproduces_the_faulty_step_exactly(name: str, tmp_path: Path) -> None:
+    """With dropout on, the saved state, random state and batch re-run the faulty step to the
+    same counts in every column (the zeros depend on the dropout mask)."""
+    from parity.drivers.numerics import load_replay, numerics_module
+    from parity.drivers.train import impl
+
+    config = {**FAULTED, "precision": "fp32", "dropout": 0.3, "activation": "relu"}
+    root = tmp_path / "start"
+    seed_directory(root, config)
+    _, found = faulted_run(name, config, "poisoned_batch", 3, 5, root, tmp_path / name)
+    assert found is not None
+    path = tmp_path / "file.replay"
+    save_replay(name, path, found.replay)
+    state = load_replay(name, path)
+    m = impl(name)
+    run = m.restored(m.TrainConfig(**config), state)
+    detector = numerics_module(name).Detector(run.model, run.loss_fn, "float16",
+                                              scaler_enabled=False)
+    detector.step = found.report.step
+    with pytest.raises(type(found)) as again:
+        run.train_step((state["batch"]["x"], state["batch"]["y"]), detector.phase)
+    assert again.value.report.identity() == found.report.identity()
+    assert again.value.report.counts == found.report.counts
