@@ -328,3 +328,49 @@ def test_a_replay_file_reproduces_the_faulty_step_exactly(name: str, tmp_path: P
         run.train_step((state["batch"]["x"], state["batch"]["y"]), detector.phase)
     assert again.value.report.identity() == found.report.identity()
     assert again.value.report.counts == found.report.counts
+
+
+@pytest.mark.parametrize("scaler_enabled", [False, True])
+def test_a_nonfinite_gradient_stops_only_a_run_without_a_scaler(scaler_enabled: bool,
+                                                               device: str) -> None:
+    """Forward finite, a gradient non-finite: without a scaler both trees report phase
+    "backward" at the first parameter in backward order (its first non-finite element);
+    with one, the step is the scaler's to skip and nothing is reported."""
+    from reference import numerics as r_numerics
+    from reference.nn import CrossEntropyLoss
+    from reference.nn import make_mlp as r_make_mlp
+    from torch_impl import numerics as t_numerics
+    from torch_impl.nn import make_mlp as t_make_mlp
+
+    x = np.linspace(-1, 1, 4 * 8, dtype=np.float32).reshape(4, 8)
+    y = np.array([0, 1, 2, 0])
+    reports = []
+    for mod, model, loss_fn, tensor in (
+            (r_numerics, r_make_mlp((8, 16, 3), "tanh", rng=np.random.default_rng(0)),
+             CrossEntropyLoss(), np.asarray),
+            (t_numerics, t_make_mlp((8, 16, 3), "tanh", generator=torch.Generator(),
+                                    device=device), torch.nn.CrossEntropyLoss(),
+             lambda a: torch.from_numpy(a).to(device))):
+        detector = mod.Detector(model, loss_fn, "float16", scaler_enabled=scaler_enabled)
+        with detector.phase("forward"):
+            loss = loss_fn(model(tensor(x)), tensor(y))
+        with detector.phase("backward"):
+            if mod is r_numerics:
+                model.backward(loss_fn.backward(1.0))
+            else:
+                loss.backward()
+        params = dict(model.named_parameters())
+        with torch.no_grad():
+            for name, index in (("0.weight", (3, 5)), ("2.bias", (1,))):  # 2.bias: later in
+                params[name].grad[index] = float("inf")                     # forward, first back
+        try:
+            with detector.phase("optimizer"):
+                pass
+            reports.append(None)
+        except r_numerics.NonFinite as e:
+            reports.append(e.report.identity())
+    if scaler_enabled:
+        assert reports == [None, None]
+    else:
+        assert reports[0] is not None and reports[0]["module"] == "2.bias"  # the rule, reached
+        assert_claim("numerics.first_invalid", _text(reports[1]), _text(reports[0]))
