@@ -28,8 +28,9 @@ from parity.drivers.numerics import (
 )
 from parity.drivers.train import one_thread
 from parity.strategies import float32_arrays
+from reference.faults import FAULTS
 from reference.format_spec import get_format
-from reference.numerics import COLUMNS, FAULTS, thresholds
+from reference.numerics import COLUMNS, thresholds
 
 
 @pytest.fixture(autouse=True)

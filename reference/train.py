@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 
 import ckpt
-from reference import amp, loss_scaling, numerics, optim, resume
+from reference import amp, faults, loss_scaling, numerics, optim, resume
 from reference.data import ResumableSampler, make_loader, make_task
 from reference.losses import Loss
 from reference.nn import CrossEntropyLoss, Module, MSELoss, make_mlp
@@ -382,14 +382,14 @@ def train(config: TrainConfig, steps: int, checkpoint_dir: str | Path | None = N
           checkpoint_every: int = 0, *, resume_from_latest: bool = False,
           overwrite: bool = False, keep: int = 3, log: Callable[[str], None] | None = None,
           foreign: Mapping[str, Loader] | None = None, check_numerics: bool = False,
-          fault: numerics.Fault | None = None, fault_step: int = 0) -> Run:
+          fault: faults.Fault | None = None, fault_step: int = 0) -> Run:
     """Train to `steps` steps in all; with `checkpoint_dir`, write a checkpoint every
     `checkpoint_every` steps (0: none between) and after the last step.
 
     `check_numerics`: a numerics.Detector watches every step (its counts are logged and kept
     in `run.numerics.history`); the first invalid value raises numerics.NonFinite before
     that step's update, with `.replay` holding what the anomaly replay needs (the run's
-    state, the random state before the step, the batch). `fault` (numerics.FAULTS) is
+    state, the random state before the step, the batch). `fault` (faults.FAULTS) is
     written into the model before step `fault_step`.
 
     What the directory already holds decides where the run starts (ckpt.policy: fresh,
@@ -424,7 +424,7 @@ def train(config: TrainConfig, steps: int, checkpoint_dir: str | Path | None = N
         while run.step < steps:
             batch = None
             if fault is not None and run.step == fault_step:
-                batch = numerics.apply_fault(run.model, fault, run.next_batch())
+                batch = faults.apply_fault(run.model, fault, run.next_batch())
             r = _checked_step(run, detector, batch)
             _say(log, f"step {run.step} loss {r.loss:.6g} scale {r.scale:g} "
                       f"skipped {int(r.skipped)} (total {run.skipped})" + (

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reference import amp
+from reference import amp, faults
 from reference import numerics as r_numerics
 from reference.module import (
     register_module_forward_hook,
@@ -69,7 +69,7 @@ def test_thresholds_are_the_format_ties() -> None:
 
 def test_an_unknown_fault_names_the_catalogue() -> None:
     with pytest.raises(ValueError, match="weight_overflow, inf_weight, poisoned_batch"):
-        r_numerics.fault_named("nope")
+        faults.fault_named("nope")
     model = make_mlp((4, 2), "tanh", rng=np.random.default_rng(0))
     with pytest.raises(ValueError, match=r"no parameter 2\.weight"):
-        r_numerics.apply_fault(model, r_numerics.FAULTS["inf_weight"], (None, None))
+        faults.apply_fault(model, faults.FAULTS["inf_weight"], (None, None))

@@ -30,22 +30,18 @@ from torch import nn
 
 from reference.numerics import (  # plain data: the report, the catalogue
     COLUMNS,
-    FAULTS,
-    Fault,
     FirstInvalid,
     InputRange,
     NonFinite,
     ReplayResult,
-    fault_named,
     format_counts,
     totals,
 )
 from torch_impl import amp
 from torch_impl.format_spec import get_format
 
-__all__ = ["COLUMNS", "FAULTS", "Detector", "Fault", "FirstInvalid", "InputRange", "NonFinite",
-           "ReplayResult", "anomaly_replay", "apply_fault", "count_rows", "fault_named",
-           "format_counts", "totals", "view_format"]
+__all__ = ["COLUMNS", "Detector", "FirstInvalid", "InputRange", "NonFinite", "ReplayResult",
+           "anomaly_replay", "count_rows", "format_counts", "totals", "view_format"]
 
 def op_name(module: nn.Module, output: Any) -> str:
     """torch's autograd node of the output (the module's type name when there is none)."""
@@ -221,20 +217,3 @@ def anomaly_replay(model: nn.Module, loss_fn: nn.Module, step: Callable[[Callabl
         finally:
             handle.remove()
     return ReplayResult(None, None, "")
-
-
-def apply_fault(model: nn.Module, fault: Fault, batch: tuple[torch.Tensor, torch.Tensor]
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-    """reference.numerics.apply_fault, on a torch model and batch."""
-    if fault.module == "batch":
-        x = batch[0].clone()
-        x[fault.index] = fault.value
-        return x, batch[1]
-    params = dict(model.named_parameters())
-    name = f"{fault.module}.{fault.param}"
-    if name not in params or params[name].ndim != len(fault.index):
-        raise ValueError(f"fault {fault.name}: the model has no parameter {name} of "
-                         f"{len(fault.index)} dimensions (sizes needs at least 3 layers)")
-    with torch.no_grad():
-        params[name][fault.index] = fault.value
-    return batch

@@ -35,7 +35,7 @@ from torch import nn
 
 import ckpt
 from reference.train import OPTIMIZERS, TrainConfig  # plain data (module docstring)
-from torch_impl import amp, loss_scaling, numerics, resume
+from torch_impl import amp, faults, loss_scaling, numerics, resume
 from torch_impl.data import ResumableSampler, hash_words, make_loader, make_task
 from torch_impl.nn import make_mlp
 from torch_impl.recompute import Schedule
@@ -315,7 +315,7 @@ def train(config: TrainConfig, steps: int, checkpoint_dir: str | Path | None = N
           checkpoint_every: int = 0, *, resume_from_latest: bool = False,
           overwrite: bool = False, keep: int = 3, log: Callable[[str], None] | None = None,
           foreign: Mapping[str, Loader] | None = None, check_numerics: bool = False,
-          fault: numerics.Fault | None = None, fault_step: int = 0,
+          fault: faults.Fault | None = None, fault_step: int = 0,
           device: str | torch.device = "cpu") -> Run:
     """reference.train.train, on a device."""
     if not 0 <= steps <= config.horizon or checkpoint_every < 0:
@@ -344,7 +344,7 @@ def train(config: TrainConfig, steps: int, checkpoint_dir: str | Path | None = N
         while run.step < steps:
             batch = None
             if fault is not None and run.step == fault_step:
-                batch = numerics.apply_fault(run.model, fault, run.next_batch())
+                batch = faults.apply_fault(run.model, fault, run.next_batch())
             r = _checked_step(run, detector, batch)
             _say(log, f"step {run.step} loss {r.loss:.6g} scale {r.scale:g} "
                       f"skipped {int(r.skipped)} (total {run.skipped})" + (

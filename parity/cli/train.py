@@ -103,7 +103,7 @@ class _FaultAction(argparse.Action):
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
                  values: Any, option_string: str | None = None) -> None:
-        from reference.numerics import FAULTS
+        from reference.faults import FAULTS
 
         if values == "list":
             print("".join(f"{f.name}: {f.what}\n  fix: {f.fix}\n" for f in FAULTS.values()),

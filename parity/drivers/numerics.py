@@ -18,6 +18,7 @@ import ckpt
 from parity.drivers.train import impl
 from reference import numerics as ref_numerics
 from reference import train as ref_train
+from reference.faults import FAULTS, fault_named
 
 # the default model (8, 32, 32, 3): the second Linear is module "2"; no dropout (the two
 # trees' masks differ), so the runs are the same arithmetic up to rounding
@@ -50,7 +51,7 @@ def faulted_run(name: str, config: dict[str, Any], fault: str | None, fault_step
     try:
         run = m.train(m.TrainConfig(**config), steps, work, 0, resume_from_latest=True,
                       foreign=converters(name), check_numerics=True,
-                      fault=None if fault is None else ref_numerics.fault_named(fault),
+                      fault=None if fault is None else fault_named(fault),
                       fault_step=fault_step)
     except ref_numerics.NonFinite as e:
         return None, e
@@ -165,7 +166,7 @@ def counts_history(name: str = "reference") -> tuple[list[dict[str, list[int]]],
     m = impl(name)
     try:
         run = m.train(m.TrainConfig(**COUNTS_RUN), 12, check_numerics=True,
-                      fault=ref_numerics.FAULTS["weight_overflow"], fault_step=9)
+                      fault=FAULTS["weight_overflow"], fault_step=9)
     except ref_numerics.NonFinite as e:
         return e.history, e.report
     return run.numerics.history, None

@@ -10,7 +10,7 @@ from typing import Any
 from parity.drivers.numerics import observe_catalogue
 from parity.drivers.train import one_thread
 from parity.gendocs import section
-from reference.numerics import FAULTS
+from reference.faults import FAULTS
 
 
 def _columns(found: dict[str, Any] | None) -> list[str]:
