@@ -207,8 +207,8 @@ def input_ranges(node: Node, args: tuple, fmt: FloatFormat) -> tuple[InputRange,
     names = ("input", "target") if len(args) == 2 else ("input",)
     ranges = [input_range(n, a, fmt) for n, a in zip(names, args, strict=False)
               if np.asarray(a).dtype.kind == "f"]
-    params = node._params if isinstance(node, Module) else {}
-    return tuple(ranges + [input_range(n, p.data, fmt) for n, p in params.items()])
+    params = node.named_parameters() if isinstance(node, Module) else ()  # a leaf's own
+    return tuple(ranges + [input_range(n, p.data, fmt) for n, p in params])
 
 
 # NOTE [ Autocast's layers bypass forward and backward ]
@@ -358,8 +358,8 @@ def anomaly_replay(model: Module, loss_fn: Node, step: Callable[[Callable], Any]
     def backward_hook(node: Node, grad_input: Any, grad_output: tuple) -> None:
         if id(node) not in paths:
             return
-        params = node._params if isinstance(node, Module) else {}
-        outputs = [grad_input] + [p.grad for p in params.values() if p.grad is not None]
+        params = node.named_parameters() if isinstance(node, Module) else ()  # a leaf's own
+        outputs = [grad_input] + [p.grad for _, p in params if p.grad is not None]
         if any(np.isnan(np.asarray(g)).any() for g in outputs):
             raise _Found(backward_name(node, grad_output), paths[id(node)])
 
