@@ -7,11 +7,11 @@ What PyTorch does differently or hides:
   is `output.grad_fn.name()`, read off the autograd graph (the reference looks its name up).
 - The format view casts: `x.to(float16)` is inf (or zero) exactly where the reference's
   thresholds say it is, so the two count the same values by different means.
-- One reduction and one host synchronization per step: the hooks only keep references; at
-  the step's end every output and gradient is concatenated, the six indicators are summed
-  per tensor with one index_add_, and the table is copied to the host once (`.tolist()` in
-  `_end_step`); only a step that found something syncs again, to read the failing element
-  and the input ranges.
+- One pass and one host synchronization per step: the hooks only keep references; at the
+  step's end every output and gradient is concatenated, the six indicators are computed once
+  over the concatenation and summed per tensor (slices whose bounds are host integers), and
+  the table is copied to the host once (`.tolist()` in `_end_step`); only a step that found
+  something syncs again, to read the failing element and the input ranges.
 - The backward check is torch.autograd.detect_anomaly(check_nan=True) itself: it raises
   "Function 'XBackward0' returned nan values in its 0th output." and warns with the forward
   call's traceback; `anomaly_replay` reads the name and the traceback from those.
@@ -61,16 +61,15 @@ def count_rows(tensors: list[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
     device = tensors[0].device if tensors else torch.device("cpu")
     x = torch.cat([t.detach().reshape(-1).to(wide) for t in tensors]
                   or [torch.zeros(0, device=device)])  # (n,): every value exactly
-    sizes = torch.tensor([t.numel() for t in tensors], dtype=torch.int64).to(device)
-    segment = torch.repeat_interleave(torch.arange(len(tensors), device=device), sizes,
-                                      output_size=x.numel())  # (n,); the size given: no sync
     cast = x.to(dtype)  # the format's view: what the cast makes of each value
     finite = torch.isfinite(x)
     masks = torch.stack([torch.isnan(x), torch.isposinf(x), torch.isneginf(x), x == 0,
                          finite & torch.isinf(cast),
-                         finite & (x != 0) & (cast == 0)], dim=1).to(torch.int64)
-    rows = torch.zeros(len(tensors), len(COLUMNS), dtype=torch.int64, device=device)
-    return rows.index_add_(0, segment, masks)  # (tensors, COLUMNS)
+                         finite & (x != 0) & (cast == 0)])  # (COLUMNS, n) bool
+    sizes = [t.numel() for t in tensors]  # host integers: splitting needs no sync
+    return torch.stack([m.sum(dim=1) for m in masks.split(sizes, dim=1)]
+                       or [torch.zeros(len(COLUMNS), dtype=torch.int64, device=device)]
+                       )[:len(tensors)]  # (tensors, COLUMNS)
 
 
 def first_nonfinite(x: torch.Tensor) -> tuple[tuple[int, ...], str]:

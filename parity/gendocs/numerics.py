@@ -1,15 +1,17 @@
 """docs/numerics.md: the catalogue of seeded faults, as both trees report them (a
-deterministic run of the code: no timing)."""
+deterministic run of the code: no timing), and the detector's overhead (committed
+benchmark)."""
 
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from parity.drivers.numerics import observe_catalogue
 from parity.drivers.train import one_thread
-from parity.gendocs import section
+from parity.gendocs import DOCS, section
 from reference.faults import FAULTS
 
 
@@ -39,4 +41,19 @@ def _() -> str:
                                                                                strict=True)]
         lines.append(f"| `{row['fault']}` | {row['precision']} | " + " | ".join(cells)
                      + f" | {FAULTS[row['fault']].fix} |")
+    return "\n".join(lines)
+
+
+@section("numerics.md", "overhead")
+def _() -> str:
+    data = json.loads((DOCS / "data" / "numerics_overhead.json").read_text(encoding="utf-8"))
+    lines = [f"torch {data['torch']}, {data['machine']}, one thread, CPU; {data['repeats']} "
+             f"repeats of {data['steps']} steps per side, interleaved (`python "
+             "benchmarks/numerics.py --write` rewrites `docs/data/numerics_overhead.json`).",
+             "", "| model | precision | plain step (CPU ms) | checked / plain, wall: median "
+             "[min, max] | CPU time ratio |", "|---|---|---|---|---|"]
+    for r in data["rows"]:
+        lines.append(f"| {r['size']} | {r['precision']} | {r['plain_ms']:.2f} | "
+                     f"{r['wall_ratio']:.2f} [{r['wall_min']:.2f}, {r['wall_max']:.2f}] | "
+                     f"{r['cpu_ratio']:.2f} |")
     return "\n".join(lines)
