@@ -375,3 +375,14 @@ def test_a_nonfinite_gradient_stops_only_a_run_without_a_scaler(scaler_enabled: 
     else:
         assert reports[0] is not None and reports[0]["module"] == "2.bias"  # the rule, reached
         assert_claim("numerics.first_invalid", _text(reports[1]), _text(reports[0]))
+
+
+@pytest.mark.parametrize("impl", ["reference", "torch"])
+def test_a_fault_the_run_would_never_reach_is_refused(impl: str, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]
+                                                      ) -> None:
+    """--fault-step past the run's last step: one line, exit 2, not a clean run."""
+    status = cli.main(["train", "--impl", impl, "--steps", "3", "--checkpoint-dir",
+                       str(tmp_path), "--fault", "inf_weight", "--fault-step", "3"])
+    err = capsys.readouterr().err.strip()
+    assert status == cli.EXIT_USAGE and len(err.splitlines()) == 1 and "never strike" in err

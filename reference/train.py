@@ -415,6 +415,10 @@ def train(config: TrainConfig, steps: int, checkpoint_dir: str | Path | None = N
                 _say(log, f"resumed from {found.name} at step {run.step}" + (
                     "" if found.payload == resume.PAYLOAD else f" (written by {found.writer}, "
                     "converted; random streams restart from the seed)"))
+        if fault is not None and not run.step <= fault_step < steps:
+            raise ValueError(f"train: fault {fault.name} is seeded before step {fault_step}, "
+                             f"but this run takes steps {run.step} to {steps - 1}: it would "
+                             "never strike")
         detector = None
         if check_numerics:
             detector = numerics.Detector(run.model, run.loss_fn,

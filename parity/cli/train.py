@@ -89,7 +89,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="steps without overflow before the fp16 scale doubles (default 2000)")
     p.add_argument("--device", default=None,
                    help="torch device: cpu, cuda or cuda:N (--impl torch only; default cpu)")
-    p.add_argument("--quiet", action="store_true", help="print only the digest line")
+    p.add_argument("--quiet", action="store_true",
+                   help="print only the last line (the digest, or first-invalid)")
     p.add_argument("--check-numerics", action="store_true",
                    help="count non-finite values per step; stop at the first one (exit 3)")
     p.add_argument("--fault", action=_FaultAction, default=None, metavar="NAME",
@@ -252,11 +253,11 @@ def _found(args: argparse.Namespace, e: Any) -> int:
     from parity.cli import EXIT_FOUND
     from parity.drivers.numerics import save_replay
 
-    print(e.report.describe())
-    if e.report.counts and not args.quiet:
-        print(_table([e.report.counts]))
     path = Path(args.checkpoint_dir) / f"first-invalid-step{e.report.step}.replay"
     save_replay(args.impl, path, e.replay)
-    print(f"replay: python -m parity replay {path} --impl {args.impl}")
+    if not args.quiet:
+        print(e.report.describe())
+        print(_table([e.report.counts]))
+        print(f"replay: python -m parity replay {path} --impl {args.impl}")
     print(e.report.line(), flush=True)
     return EXIT_FOUND
