@@ -13,12 +13,28 @@ of it, and activation checkpointing (reference/recompute.py) drops and re-record
 layers are in reference/nn.py, the losses in reference/losses.py; torch's twin of this file
 is torch.nn.Module plus torch_impl/module.py (what autograd saves, measured by hooks, and the
 state_dict conversion).
+
+Global hooks, as torch.nn.modules.module.register_module_forward_pre_hook /
+register_module_forward_hook / register_module_full_backward_hook: each fires around EVERY
+node's forward or backward, for observers (the numerics detector, reference/numerics.py) that
+must see each op's output without changing the layers:
+
+    forward_pre(node, args)                     before forward
+    forward(node, args, output)                 after forward
+    backward(node, grad_input, grad_output)     after backward (grad_input: what it returns)
+
+torch fires its hooks in `Module.__call__`; the reference calls `.forward` and `.backward`
+directly everywhere, so the hooks wrap those methods of every subclass (NOTE [ Hooks wrap
+forward and backward ]).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import functools
+import itertools
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -54,8 +70,90 @@ class SavedTensor:
     nbytes: int
 
 
+# NOTE [ Hooks wrap forward and backward ]
+# `Node.__init_subclass__` wraps the `forward` and `backward` each subclass defines, so a hook
+# registered below fires for every layer, loss and container, however it is called
+# (Sequential, a checkpointed segment or autocast calling `.forward`). Rules:
+# 1. No hook registered: the wrapper calls the method and nothing else.
+# 2. A subclass method calling `super().forward(...)` fires the hooks once, for the outermost
+#    call on that object (the inner call finds the object already running).
+# 3. Hooks run in registration order; a hook returns nothing and changes nothing.
+_FORWARD_PRE_HOOKS: dict[int, Callable[[Node, tuple], None]] = {}
+_FORWARD_HOOKS: dict[int, Callable[[Node, tuple, Any], None]] = {}
+_BACKWARD_HOOKS: dict[int, Callable[[Node, Any, tuple], None]] = {}
+_RUNNING: dict[str, set[int]] = {"forward": set(), "backward": set()}  # rule 2: object ids
+_handle_ids = itertools.count()
+
+
+class RemovableHandle:
+    """What registering a hook returns; `remove()` unregisters it (torch's RemovableHandle)."""
+
+    def __init__(self, table: dict[int, Any], hook: Callable[..., None]) -> None:
+        self.id, self._table = next(_handle_ids), table
+        table[self.id] = hook
+
+    def remove(self) -> None:
+        self._table.pop(self.id, None)
+
+
+def register_module_forward_pre_hook(hook: Callable[[Node, tuple], None]) -> RemovableHandle:
+    """hook(node, args) before every node's forward."""
+    return RemovableHandle(_FORWARD_PRE_HOOKS, hook)
+
+
+def register_module_forward_hook(hook: Callable[[Node, tuple, Any], None]) -> RemovableHandle:
+    """hook(node, args, output) after every node's forward."""
+    return RemovableHandle(_FORWARD_HOOKS, hook)
+
+
+def register_module_full_backward_hook(hook: Callable[[Node, Any, tuple], None]
+                                       ) -> RemovableHandle:
+    """hook(node, grad_input, grad_output) after every node's backward; grad_input is what
+    backward returns, grad_output its arguments (torch's order)."""
+    return RemovableHandle(_BACKWARD_HOOKS, hook)
+
+
+def hooked_call(kind: str, node: Node, run: Callable[[], Any], args: tuple) -> Any:
+    """`run()` as `node`'s forward or backward (`kind`), with the hooks fired around it once.
+
+    What the wrapped methods do; also for code that computes a node's forward outside the
+    method.
+    """
+    running = _RUNNING[kind]
+    hooks = (_FORWARD_PRE_HOOKS or _FORWARD_HOOKS) if kind == "forward" else _BACKWARD_HOOKS
+    if not hooks or id(node) in running:  # rules 1 and 2
+        return run()
+    if kind == "forward":
+        for hook in list(_FORWARD_PRE_HOOKS.values()):
+            hook(node, args)
+    running.add(id(node))
+    try:
+        result = run()
+    finally:
+        running.discard(id(node))
+    for hook in list((_FORWARD_HOOKS if kind == "forward" else _BACKWARD_HOOKS).values()):
+        hook(node, args, result) if kind == "forward" else hook(node, result, args)
+    return result
+
+
+def _hooked(kind: str, method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def wrapper(self: Node, *args: Any, **kwargs: Any) -> Any:
+        return hooked_call(kind, self, lambda: method(self, *args, **kwargs), args)
+
+    wrapper._hooked = True  # type: ignore[attr-defined]
+    return wrapper
+
+
 class Node:
     """One autograd node's tape: the named tensors its forward saved for its backward."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for kind in ("forward", "backward"):
+            method = cls.__dict__.get(kind)
+            if callable(method) and not getattr(method, "_hooked", False):
+                setattr(cls, kind, _hooked(kind, method))
 
     def __init__(self) -> None:
         self._saved: dict[str, np.ndarray] = {}

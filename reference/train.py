@@ -38,6 +38,7 @@ change.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import math
@@ -51,7 +52,7 @@ from typing import Any
 import numpy as np
 
 import ckpt
-from reference import amp, loss_scaling, optim, resume
+from reference import amp, faults, loss_scaling, numerics, optim, resume
 from reference.data import ResumableSampler, make_loader, make_task
 from reference.losses import Loss
 from reference.nn import CrossEntropyLoss, Module, MSELoss, make_mlp
@@ -171,6 +172,8 @@ class Run:
         self.step = 0
         self.skipped = 0
         self._batches: Iterator | None = None
+        self.last_batch: tuple[np.ndarray, np.ndarray] | None = None  # the replay saves it
+        self.numerics: numerics.Detector | None = None  # train(check_numerics=True) sets it
 
     # -- one step
     def next_batch(self) -> tuple[np.ndarray, np.ndarray]:
@@ -185,22 +188,29 @@ class Run:
                 continue
             return x, (labels if self.config.loss == "cross_entropy" else values)
 
-    def train_step(self) -> StepResult:
-        x, y = self.next_batch()
+    def train_step(self, batch: tuple[np.ndarray, np.ndarray] | None = None,
+                   phase: Callable[[str], AbstractContextManager[Any]] = no_phase
+                   ) -> StepResult:
+        """One step on the next batch (or on `batch`: the anomaly replay's saved one);
+        `phase` is train_step's (the numerics detector's, a profiler's)."""
+        x, y = self.next_batch() if batch is None else batch
+        self.last_batch = (x, y)
         # fp16 with a loss scale overflows on purpose now and then: the step is skipped, and
         # inf * 0 = NaN in the backward is how the scaler finds out (found_inf)
         with np.errstate(over="ignore", invalid="ignore"):
-            result = self._step(x, y)
+            result = self._step(x, y, phase)
         if not result.skipped:  # the schedule counts applied updates
             self.scheduler.step()
         self.step += 1
         self.skipped += int(result.skipped)
         return result
 
-    def _step(self, x: np.ndarray, y: np.ndarray) -> StepResult:
+    def _step(self, x: np.ndarray, y: np.ndarray,
+              phase: Callable[[str], AbstractContextManager[Any]]) -> StepResult:
         return train_step(self.model, self.loss_fn, self.optimizer, self.scaler, x, y,
                           precision=self.config.precision,
-                          max_grad_norm=self.config.max_grad_norm, schedule=self.schedule)
+                          max_grad_norm=self.config.max_grad_norm, schedule=self.schedule,
+                          phase=phase)
 
     # -- the complete state
     def state_dict(self) -> dict[str, Any]:
@@ -364,9 +374,16 @@ Loader = Callable[[Path], dict[str, Any]]
 def train(config: TrainConfig, steps: int, checkpoint_dir: str | Path | None = None,
           checkpoint_every: int = 0, *, resume_from_latest: bool = False,
           overwrite: bool = False, keep: int = 3, log: Callable[[str], None] | None = None,
-          foreign: Mapping[str, Loader] | None = None) -> Run:
+          foreign: Mapping[str, Loader] | None = None, check_numerics: bool = False,
+          fault: faults.Fault | None = None, fault_step: int = 0) -> Run:
     """Train to `steps` steps in all; with `checkpoint_dir`, write a checkpoint every
     `checkpoint_every` steps (0: none between) and after the last step.
+
+    `check_numerics`: a numerics.Detector watches every step (its counts are logged and kept
+    in `run.numerics.history`); the first invalid value raises numerics.NonFinite before
+    that step's update, with `.replay` holding what the anomaly replay needs (the run's
+    state, the random state before the step, the batch). `fault` (faults.FAULTS) is
+    written into the model before step `fault_step`.
 
     What the directory already holds decides where the run starts (ckpt.policy: fresh,
     `resume_from_latest`, `overwrite`, or a CheckpointError refusing, with nothing changed;
@@ -391,13 +408,45 @@ def train(config: TrainConfig, steps: int, checkpoint_dir: str | Path | None = N
                 _say(log, f"resumed from {found.name} at step {run.step}" + (
                     "" if found.payload == resume.PAYLOAD else f" (written by {found.writer}, "
                     "converted; random streams restart from the seed)"))
+        if fault is not None and not run.step <= fault_step < steps:
+            raise ValueError(f"train: fault {fault.name} is seeded before step {fault_step}, "
+                             f"but this run takes steps {run.step} to {steps - 1}: it would "
+                             "never strike")
+        detector = None
+        if check_numerics:
+            detector = numerics.Detector(run.model, run.loss_fn,
+                                         numerics.view_format(config.precision),
+                                         scaler_enabled=run.scaler.is_enabled())
+        run.numerics = detector
         while run.step < steps:
-            r = run.train_step()
+            batch = None
+            if fault is not None and run.step == fault_step:
+                batch = faults.apply_fault(run.model, fault, run.next_batch())
+            r = _checked_step(run, detector, batch)
             _say(log, f"step {run.step} loss {r.loss:.6g} scale {r.scale:g} "
-                      f"skipped {int(r.skipped)} (total {run.skipped})")
+                      f"skipped {int(r.skipped)} (total {run.skipped})" + (
+                          "" if detector is None
+                          else "  " + numerics.format_counts(detector.history[-1])))
             if directory is not None and ckpt.due(run.step, steps, checkpoint_every):
                 directory.save(run.step, run.state_dict(), config.to_dict())
     return run
+
+
+def _checked_step(run: Run, detector: numerics.Detector | None,
+                  batch: tuple[Any, Any] | None) -> StepResult:
+    """run.train_step, watched by `detector`; a NonFinite leaves with the replay state."""
+    if detector is None:
+        return run.train_step(batch)
+    detector.step = run.step
+    rng = {"model": copy.deepcopy(run.rng.bit_generator.state)}  # before the step's draws
+    try:
+        return run.train_step(batch, detector.phase)
+    except numerics.NonFinite as e:
+        x, y = run.last_batch  # type: ignore[misc]
+        e.replay = {**run.state_dict(), "rng": rng, "batch": {"x": x, "y": y},
+                    "first_invalid": e.report.line()}
+        e.history = detector.history
+        raise
 
 
 def _read(found: ckpt.Entry, foreign: Mapping[str, Loader] | None) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from torch import nn
 
 import ckpt
 from reference.train import OPTIMIZERS, TrainConfig  # plain data (module docstring)
-from torch_impl import amp, loss_scaling, resume
+from torch_impl import amp, faults, loss_scaling, numerics, resume
 from torch_impl.data import ResumableSampler, hash_words, make_loader, make_task
 from torch_impl.nn import make_mlp
 from torch_impl.recompute import Schedule
@@ -93,6 +93,8 @@ class Run:
         self.step = 0
         self.skipped = 0
         self._batches: Iterator | None = None
+        self.last_batch: tuple[torch.Tensor, torch.Tensor] | None = None  # the replay saves it
+        self.numerics: numerics.Detector | None = None  # train(check_numerics=True) sets it
 
     # -- one step
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -110,8 +112,13 @@ class Run:
                 continue
             return x, (labels if self.config.loss == "cross_entropy" else values)
 
-    def train_step(self) -> StepResult:
-        x, y = self.next_batch()
+    def train_step(self, batch: tuple[torch.Tensor, torch.Tensor] | None = None,
+                   phase: Callable[[str], AbstractContextManager[Any]] = no_phase
+                   ) -> StepResult:
+        """One step on the next batch (or on `batch`: the anomaly replay's saved one);
+        `phase` is train_step's (the numerics detector's, a profiler's)."""
+        x, y = self.next_batch() if batch is None else batch
+        self.last_batch = (x, y)
         devices = [self.device] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices, device_type=self.device.type):
             torch.default_generator.set_state(self.generator.get_state())
@@ -119,7 +126,8 @@ class Run:
                 torch.cuda.set_rng_state(self.cuda_generator.get_state(), self.device)
             result = train_step(self.model, self.loss_fn, self.optimizer, self.scaler, x, y,
                                 precision=self.config.precision,
-                                max_grad_norm=self.config.max_grad_norm, schedule=self.schedule)
+                                max_grad_norm=self.config.max_grad_norm, schedule=self.schedule,
+                                phase=phase)
             self.generator.set_state(torch.default_generator.get_state())
             if self.cuda_generator is not None:
                 self.cuda_generator.set_state(torch.cuda.get_rng_state(self.device))
@@ -306,7 +314,8 @@ Loader = Callable[[Path], dict[str, Any]]
 def train(config: TrainConfig, steps: int, checkpoint_dir: str | Path | None = None,
           checkpoint_every: int = 0, *, resume_from_latest: bool = False,
           overwrite: bool = False, keep: int = 3, log: Callable[[str], None] | None = None,
-          foreign: Mapping[str, Loader] | None = None,
+          foreign: Mapping[str, Loader] | None = None, check_numerics: bool = False,
+          fault: faults.Fault | None = None, fault_step: int = 0,
           device: str | torch.device = "cpu") -> Run:
     """reference.train.train, on a device."""
     if not 0 <= steps <= config.horizon or checkpoint_every < 0:
@@ -326,13 +335,46 @@ def train(config: TrainConfig, steps: int, checkpoint_dir: str | Path | None = N
                 _say(log, f"resumed from {found.name} at step {run.step}" + (
                     "" if found.payload == resume.PAYLOAD else f" (written by {found.writer}, "
                     "converted; random streams restart from the seed)"))
+        if fault is not None and not run.step <= fault_step < steps:
+            raise ValueError(f"train: fault {fault.name} is seeded before step {fault_step}, "
+                             f"but this run takes steps {run.step} to {steps - 1}: it would "
+                             "never strike")
+        detector = None
+        if check_numerics:
+            detector = numerics.Detector(run.model, run.loss_fn,
+                                         numerics.view_format(config.precision),
+                                         scaler_enabled=run.scaler.is_enabled())
+        run.numerics = detector
         while run.step < steps:
-            r = run.train_step()
+            batch = None
+            if fault is not None and run.step == fault_step:
+                batch = faults.apply_fault(run.model, fault, run.next_batch())
+            r = _checked_step(run, detector, batch)
             _say(log, f"step {run.step} loss {r.loss:.6g} scale {r.scale:g} "
-                      f"skipped {int(r.skipped)} (total {run.skipped})")
+                      f"skipped {int(r.skipped)} (total {run.skipped})" + (
+                          "" if detector is None
+                          else "  " + numerics.format_counts(detector.history[-1])))
             if directory is not None and ckpt.due(run.step, steps, checkpoint_every):
                 directory.save(run.step, run.state_dict(), config.to_dict())
     return run
+
+
+def _checked_step(run: Run, detector: numerics.Detector | None,
+                  batch: tuple[Any, Any] | None) -> StepResult:
+    """run.train_step, watched by `detector`; a NonFinite leaves with the replay state
+    (the run's generator is still the one before the step: the exception skipped its
+    copy-back)."""
+    if detector is None:
+        return run.train_step(batch)
+    detector.step = run.step
+    try:
+        return run.train_step(batch, detector.phase)
+    except numerics.NonFinite as e:
+        x, y = run.last_batch  # type: ignore[misc]
+        e.replay = {**run.state_dict(), "batch": {"x": x.clone(), "y": y.clone()},
+                    "first_invalid": e.report.line()}
+        e.history = detector.history
+        raise
 
 
 def _read(found: ckpt.Entry, foreign: Mapping[str, Loader] | None) -> dict[str, Any]:

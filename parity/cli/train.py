@@ -4,7 +4,7 @@
         [--checkpoint-every K] [--keep K] [--resume | --overwrite]
         [--precision {fp32,bf16,fp16}] [--recompute SPEC] [--seed S] [--dropout P]
         [--schedule S] [--horizon H] [--init-scale S] [--growth-interval G]
-        [--device D] [--quiet]
+        [--device D] [--quiet] [--check-numerics] [--fault NAME|list] [--fault-step K]
 
 Prints one line per step (step, loss, loss scale, skipped steps) and, as its LAST line,
 `state-sha256: <64 hex digits>`: train.state_digest of the final state (NOTE [ Canonical
@@ -14,6 +14,15 @@ checkpoint directory already holds is the table in docs/resume.md (ckpt/policy.p
 refusal is one line on stderr and exit status 2, with nothing in the directory changed.
 With --resume, a checkpoint the OTHER implementation wrote is continued through the
 cross-implementation state mapping (torch_impl/resume.py), and the run says so.
+
+--check-numerics watches every step (reference/numerics.py): each step's line gains the
+non-finite, zero and format-view counts of activations and gradients (nan/+inf/-inf/zero/
+over_max/to_zero), and the run ends with a table of them per module and parameter. At the
+first non-finite value it stops before that step's update, prints the report (step, module,
+op, the op's input ranges against the format's limits), writes the step's batch and state
+to DIR/first-invalid-step<N>.replay for `python -m parity replay`, and ends with the line
+`first-invalid: {json}` (keys step, phase, module, op, index, value) and exit status 3.
+--fault NAME seeds a fault of the catalogue (--fault list) before step --fault-step.
 The implementation is imported only when chosen: `--impl reference` never imports torch
 (unless it converts a torch checkpoint).
 """
@@ -80,7 +89,31 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="steps without overflow before the fp16 scale doubles (default 2000)")
     p.add_argument("--device", default=None,
                    help="torch device: cpu, cuda or cuda:N (--impl torch only; default cpu)")
-    p.add_argument("--quiet", action="store_true", help="print only the digest line")
+    p.add_argument("--quiet", action="store_true",
+                   help="print only the last line (the digest, or first-invalid)")
+    p.add_argument("--check-numerics", action="store_true",
+                   help="count non-finite values per step; stop at the first one (exit 3)")
+    p.add_argument("--fault", action=_FaultAction, default=None, metavar="NAME",
+                   help="seed a fault of the catalogue into the run ('list' lists them)")
+    p.add_argument("--fault-step", type=int_at_least(0), default=3, metavar="K",
+                   help="the step before which --fault is seeded (default 3)")
+
+
+class _FaultAction(argparse.Action):
+    """--fault NAME, checked against the catalogue; --fault list prints it and exits 0."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        from reference.faults import FAULTS
+
+        if values == "list":
+            print("".join(f"{f.name}: {f.what}\n  fix: {f.fix}\n" for f in FAULTS.values()),
+                  end="")
+            parser.exit(0)
+        if values not in FAULTS:
+            parser.error(f"argument --fault: {values!r} is not a fault; the catalogue: "
+                         f"{', '.join(FAULTS)} (--fault list describes them)")
+        setattr(namespace, self.dest, FAULTS[values])
 
 
 def torch_device(text: str) -> Any:
@@ -181,11 +214,50 @@ def run(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(line, flush=True)
 
+    from reference.numerics import NonFinite
+
     try:
         result = impl.train(config, args.steps, args.checkpoint_dir, args.checkpoint_every,
                             resume_from_latest=args.resume, overwrite=args.overwrite,
-                            keep=args.keep, log=log, foreign=converters(args.impl), **extra)
+                            keep=args.keep, log=log, foreign=converters(args.impl),
+                            check_numerics=args.check_numerics, fault=args.fault,
+                            fault_step=args.fault_step, **extra)
     except CheckpointError as e:
         raise UsageError(str(e)) from None
+    except ValueError as e:  # a fault this model has no place for
+        raise UsageError(str(e)) from None
+    except NonFinite as e:
+        return _found(args, e)
+    if result.numerics is not None and not args.quiet:
+        print(_table(result.numerics.history))
     print(f"state-sha256: {impl.state_digest(result.state_dict())}", flush=True)
     return 0
+
+
+def _table(history: list[dict[str, list[int]]]) -> str:
+    """The counts summed over the steps, one line per activation and gradient."""
+    from reference.numerics import COLUMNS
+
+    names = list(dict.fromkeys(name for counts in history for name in counts))
+    lines = [f"{'counts over ' + str(len(history)) + ' steps':<24}"
+             + "".join(f"{c:>10}" for c in COLUMNS)]
+    for name in names:
+        total = [sum(column) for column in
+                 zip(*(c[name] for c in history if name in c), strict=True)]
+        lines.append(f"{name:<24}" + "".join(f"{v:>10}" for v in total))
+    return "\n".join(lines)
+
+
+def _found(args: argparse.Namespace, e: Any) -> int:
+    """The first invalid value: the report, the replay file, the `first-invalid:` line."""
+    from parity.cli import EXIT_FOUND
+    from parity.drivers.numerics import save_replay
+
+    path = Path(args.checkpoint_dir) / f"first-invalid-step{e.report.step}.replay"
+    save_replay(args.impl, path, e.replay)
+    if not args.quiet:
+        print(e.report.describe())
+        print(_table([e.report.counts]))
+        print(f"replay: python -m parity replay {path} --impl {args.impl}")
+    print(e.report.line(), flush=True)
+    return EXIT_FOUND

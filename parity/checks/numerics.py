@@ -1,0 +1,89 @@
+"""Quick checks of the numerics claims for `python -m parity report` (drivers:
+parity/drivers/numerics.py)."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from parity.compare import measure
+from parity.drivers.numerics import (
+    FAULTED,
+    count_rows,
+    faulted_run,
+    replay,
+    save_replay,
+    seed_directory,
+)
+from parity.drivers.train import one_thread
+from parity.report import Observation, check
+from parity.tolerances import claim
+from reference.format_spec import get_format
+from reference.numerics import thresholds
+
+CASES = (("weight_overflow", "fp16"), ("inf_weight", "fp32"), ("poisoned_batch", "bf16"))
+
+
+def _text(value: object) -> np.ndarray:
+    return np.frombuffer(json.dumps(value, sort_keys=True).encode(), np.uint8)
+
+
+@check("numerics.format_view")
+def _() -> Observation:
+    worst, n = 0.0, 0
+    rng = np.random.default_rng(0)
+    for fmt in ("float16", "bfloat16"):
+        overflow, underflow = thresholds(get_format(fmt))
+        ties = np.repeat(np.array([overflow, underflow], np.float32), 2048)
+        steps = rng.integers(-3, 4, size=ties.size, dtype=np.int32)  # float32 ulps away
+        near = (ties.view(np.int32) + steps).view(np.float32)
+        specials = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0], np.float32)
+        x = np.concatenate([near, -near, specials, rng.standard_normal(4096, np.float32)])
+        ref, got = count_rows(x, fmt)
+        worst += measure(claim("numerics.format_view"), got, ref)
+        n += len(x)
+    return Observation(worst, n, "float16, bfloat16: +-3 float32 ulps around both ties, "
+                                 "specials, normal draws (counted values)")
+
+
+def _found(name: str, fault: str, precision: str, root: Path) -> object:
+    start = root / f"start-{precision}"
+    if not start.exists():
+        seed_directory(start, {**FAULTED, "precision": precision})
+    _, found = faulted_run(name, {**FAULTED, "precision": precision}, fault, 3, 5, start,
+                           root / f"{name}-{fault}-{precision}")
+    return found
+
+
+@check("numerics.first_invalid")
+def _() -> Observation:
+    worst, n = 0.0, 0
+    with one_thread(), tempfile.TemporaryDirectory() as tmp:
+        for fault, precision in CASES:
+            ref, got = (_found(name, fault, precision, Path(tmp))
+                        for name in ("reference", "torch"))
+            if ref is None or got is None:
+                return Observation(float("inf"), n, f"{fault} in {precision} not found")
+            worst += measure(claim("numerics.first_invalid"), _text(got.report.identity()),
+                             _text(ref.report.identity()))
+            n += 1
+    return Observation(worst, n, "weight_overflow fp16, inf_weight fp32, poisoned_batch bf16")
+
+
+@check("numerics.replay_node")
+def _() -> Observation:
+    worst, n = 0.0, 0
+    with one_thread(), tempfile.TemporaryDirectory() as tmp:
+        for fault, precision in CASES:
+            for writer in ("reference", "torch"):
+                found = _found(writer, fault, precision, Path(tmp))
+                path = Path(tmp) / f"{writer}-{fault}.replay"
+                save_replay(writer, path, found.replay)
+                a, b = (replay(reader, path) for reader in ("reference", "torch"))
+                worst += measure(claim("numerics.replay_node"),
+                                 _text([a.node, a.module]), _text([b.node, b.module]))
+                n += 1
+    return Observation(worst, n, "three faults, each tree's file replayed by both trees")

@@ -1,0 +1,172 @@
+"""The numerics detector on both trees: seeded faults found, replay files written and
+replayed, the format view of one array counted by each tree.
+
+Both trees start a faulted run from the SAME weights: the reference trains one step into a
+checkpoint, and each tree resumes it (the torch tree through the cross-implementation
+mapping), so the data order, the weights and the fault are the same bits in both.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import ckpt
+from parity.drivers.train import impl
+from reference import numerics as ref_numerics
+from reference import train as ref_train
+from reference.faults import FAULTS, fault_named
+
+# the default model (8, 32, 32, 3): the second Linear is module "2"; no dropout (the two
+# trees' masks differ), so the runs are the same arithmetic up to rounding
+FAULTED = {"seed": 0, "horizon": 12, "sizes": (8, 32, 32, 3)}
+
+
+def numerics_module(name: str) -> Any:
+    """reference.numerics or torch_impl.numerics."""
+    if name == "reference":
+        return ref_numerics
+    from torch_impl import numerics as torch_numerics
+
+    return torch_numerics
+
+
+def seed_directory(directory: Path, config: dict[str, Any]) -> None:
+    """The common start: the reference's run after one step, as a checkpoint in `directory`."""
+    ref_train.train(ref_train.TrainConfig(**config), 1, directory, 1)
+
+
+def faulted_run(name: str, config: dict[str, Any], fault: str | None, fault_step: int,
+                steps: int, start: Path, work: Path) -> tuple[Any, ref_numerics.NonFinite | None]:
+    """`name` resumes a copy of `start` (seed_directory) in `work` and trains to `steps` with
+    the detector on and `fault` seeded before `fault_step`. Returns (the run or None,
+    the NonFinite it raised or None)."""
+    from parity.cli.train import converters
+
+    shutil.copytree(start, work)
+    m = impl(name)
+    try:
+        run = m.train(m.TrainConfig(**config), steps, work, 0, resume_from_latest=True,
+                      foreign=converters(name), check_numerics=True,
+                      fault=None if fault is None else fault_named(fault),
+                      fault_step=fault_step)
+    except ref_numerics.NonFinite as e:
+        return None, e
+    return run, None
+
+
+# ---------------------------------------------------------------- replay files
+
+REPLAY_KIND = "replay"
+
+
+def save_replay(name: str, path: Path, replay: dict[str, Any]) -> None:
+    """Write a NonFinite's replay state with `name`'s payload (the checkpoint container)."""
+    impl(name).resume.save_checkpoint(path, replay, {"kind": REPLAY_KIND})
+
+
+def load_replay(name: str, path: Path) -> dict[str, Any]:
+    """A replay file as `name`'s state, whichever tree wrote it (arrays/tensors converted;
+    a converted file's random state is dropped: the other tree's generator differs)."""
+    from parity.cli.train import converters
+
+    with ckpt.open_checkpoint(path) as c:
+        header = dict(c.header)
+    if (header.get("meta") or {}).get("kind") != REPLAY_KIND:
+        raise ckpt.CheckpointMismatchError(f"{path}: not a replay file (a checkpoint?); "
+                                           "`python -m parity train --check-numerics` writes one")
+    m = impl(name)
+    if header.get("payload") == m.resume.PAYLOAD:
+        return m.resume.load_checkpoint(path)
+    state = converters(name)[header.get("payload")](path)  # a KeyError: an unknown payload
+    batch = state["batch"]
+    if name == "reference":
+        state["batch"] = {k: v.detach().cpu().numpy() for k, v in batch.items()}
+    else:
+        import torch
+
+        state["batch"] = {k: torch.from_numpy(np.array(v)) for k, v in batch.items()}
+    return state
+
+
+def replay(name: str, path: Path, device: str = "cpu") -> ref_numerics.ReplayResult:
+    """The anomaly replay of a replay file on `name`'s tree: one step on the saved batch
+    from the saved state, forward and backward, stopped before the optimizer."""
+    state = load_replay(name, path)
+    m = impl(name)
+    config = m.TrainConfig(**{k: tuple(v) if k == "sizes" else v
+                              for k, v in state["config"].items()})
+    extra = {} if name == "reference" else {"device": device}
+    run = m.restored(config, state, **extra)
+    x, y = state["batch"]["x"], state["batch"]["y"]
+    if name != "reference":
+        x, y = x.to(run.device), y.to(run.device)
+    return numerics_module(name).anomaly_replay(
+        run.model, run.loss_fn, lambda phase: run.train_step((x, y), phase))
+
+
+# ---------------------------------------------------------------- one array, both trees
+
+def count_rows(x: np.ndarray, fmt: str, device: str = "cpu") -> tuple[np.ndarray, np.ndarray]:
+    """(reference row, torch row) of COLUMNS for the same float32 array `x`, viewed in fmt."""
+    import torch
+
+    from reference.format_spec import get_format
+    from torch_impl import numerics as t_numerics
+    from torch_impl.format_spec import get_format as t_get_format
+
+    ref = ref_numerics.count_rows([x], get_format(fmt))[0]
+    got = t_numerics.count_rows([torch.from_numpy(x).to(device)], t_get_format(fmt).dtype)[0]
+    return ref, got.cpu().numpy()
+
+
+# ---------------------------------------------------------------- the catalogue, observed
+
+CATALOGUE = (("weight_overflow", "fp16"), ("inf_weight", "fp32"), ("poisoned_batch", "bf16"))
+
+
+def observe_catalogue(root: Path) -> list[dict[str, Any]]:
+    """Each catalogued fault (seeded before step 3 from the common start) as both trees
+    report it: the first-invalid identity, the inputs already out of range, and the node
+    each tree's replay names."""
+    rows = []
+    for fault, precision in CATALOGUE:
+        config = {**FAULTED, "precision": precision}
+        start = root / f"start-{precision}"
+        if not start.exists():
+            seed_directory(start, config)
+        row: dict[str, Any] = {"fault": fault, "precision": precision}
+        for name in ("reference", "torch"):
+            _, found = faulted_run(name, config, fault, 3, 5, start, root / f"{name}-{fault}")
+            if found is None:
+                row[name] = None
+                continue
+            path = root / f"{name}-{fault}.replay"
+            save_replay(name, path, found.replay)
+            result = replay(name, path)
+            row[name] = {**found.report.identity(),
+                         "out_of_range": [r.name for r in found.report.inputs
+                                          if r.out_of_range()],
+                         "replay": [result.node, result.module]}
+        rows.append(row)
+    return rows
+
+
+# a float16 run with a loss scale far too small (2^-16): gradients underflow to zero in the
+# backward; ReLU zeros half the activations; weight_overflow is seeded before step 9
+COUNTS_RUN = {"seed": 0, "horizon": 12, "precision": "fp16", "init_scale": 2.0**-16,
+              "activation": "relu"}
+
+
+def counts_history(name: str = "reference") -> tuple[list[dict[str, list[int]]], Any]:
+    """The per-step counts of COUNTS_RUN, the faulted step's included, and its report."""
+    m = impl(name)
+    try:
+        run = m.train(m.TrainConfig(**COUNTS_RUN), 12, check_numerics=True,
+                      fault=FAULTS["weight_overflow"], fault_step=9)
+    except ref_numerics.NonFinite as e:
+        return e.history, e.report
+    return run.numerics.history, None

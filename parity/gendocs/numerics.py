@@ -1,0 +1,59 @@
+"""docs/numerics.md: the catalogue of seeded faults, as both trees report them (a
+deterministic run of the code: no timing), and the detector's overhead (committed
+benchmark)."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from parity.drivers.numerics import observe_catalogue
+from parity.drivers.train import one_thread
+from parity.gendocs import DOCS, section
+from reference.faults import FAULTS
+
+
+def _columns(found: dict[str, Any] | None) -> list[str]:
+    """A tree's report as the table's three observed columns."""
+    if found is None:
+        return ["not found"] * 3
+    where = (found["step"], found["phase"], found["module"], found["op"],
+             tuple(found["index"]), found["value"])
+    return [f"`{where}`", ", ".join(f"`{n}`" for n in found["out_of_range"]),
+            f"`{tuple(found['replay'])}`"]
+
+
+@section("numerics.md", "catalogue")
+def _() -> str:
+    with one_thread(), tempfile.TemporaryDirectory() as tmp:
+        rows = observe_catalogue(Path(tmp))
+    lines = ["Seeded before step 3 of the default model (8, 32, 32, 3), tanh, from the same "
+             "checkpoint in both trees (`python -m parity train --check-numerics --fault NAME "
+             "--fault-step 3`). A cell shows one value when both trees report it.", "",
+             "| fault | precision | first invalid (step, phase, module, op, index, value) | "
+             "input already out of range | replay: backward node, module | the fix |",
+             "|---|---|---|---|---|---|"]
+    for row in rows:
+        ref, tor = _columns(row["reference"]), _columns(row["torch"])
+        cells = [a if a == b else f"reference {a}, torch {b}" for a, b in zip(ref, tor,
+                                                                               strict=True)]
+        lines.append(f"| `{row['fault']}` | {row['precision']} | " + " | ".join(cells)
+                     + f" | {FAULTS[row['fault']].fix} |")
+    return "\n".join(lines)
+
+
+@section("numerics.md", "overhead")
+def _() -> str:
+    data = json.loads((DOCS / "data" / "numerics_overhead.json").read_text(encoding="utf-8"))
+    lines = [f"torch {data['torch']}, {data['machine']}, one thread, CPU; {data['repeats']} "
+             f"repeats of {data['steps']} steps per side, interleaved (`python "
+             "benchmarks/numerics.py --write` rewrites `docs/data/numerics_overhead.json`).",
+             "", "| model | precision | plain step (CPU ms) | checked / plain, wall: median "
+             "[min, max] | CPU time ratio |", "|---|---|---|---|---|"]
+    for r in data["rows"]:
+        lines.append(f"| {r['size']} | {r['precision']} | {r['plain_ms']:.2f} | "
+                     f"{r['wall_ratio']:.2f} [{r['wall_min']:.2f}, {r['wall_max']:.2f}] | "
+                     f"{r['cpu_ratio']:.2f} |")
+    return "\n".join(lines)

@@ -1,0 +1,388 @@
+"""The numerics detector is the same in both trees: the format view counts the same values
+(numerics.format_view), a seeded fault is found at the same step, module, op and index with
+the same counts (numerics.first_invalid), and the anomaly replay names the same backward node
+(numerics.replay_node). Drivers: parity/drivers/numerics.py.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+from parity import cli
+from parity.compare import assert_claim
+from parity.drivers.numerics import (
+    FAULTED,
+    count_rows,
+    faulted_run,
+    replay,
+    save_replay,
+    seed_directory,
+)
+from parity.drivers.train import one_thread
+from parity.strategies import float32_arrays
+from reference.faults import FAULTS
+from reference.format_spec import get_format
+from reference.numerics import COLUMNS, thresholds
+
+
+@pytest.fixture(autouse=True)
+def _torch_one_thread() -> Iterator[None]:
+    with one_thread():
+        yield
+
+
+def _text(value: object) -> np.ndarray:
+    """A value as the bytes of its canonical JSON (compared with a bits claim)."""
+    return np.frombuffer(json.dumps(value, sort_keys=True).encode(), np.uint8)
+
+
+# ---------------------------------------------------------------- the format view
+
+@pytest.mark.parametrize("fmt", ["float16", "bfloat16"])
+@settings(max_examples=60)
+@given(data=st.data())
+def test_format_view_counts_match_torch_casts_bitwise(fmt: str, data: st.DataObject,
+                                                      device: str) -> None:
+    """Thresholds derived from the format's bits count exactly the values torch's cast sends
+    to inf or zero, around both edges and everywhere else."""
+    x = data.draw(float32_arrays(fmt))
+    ref, got = count_rows(x, fmt, device)
+    for name, v in zip(COLUMNS, ref, strict=True):
+        if v:
+            event(f"{fmt}: {name} reached")
+    assert_claim("numerics.format_view", got, ref, context=f"{fmt} {x!r}")
+
+
+@pytest.mark.parametrize("fmt", ["float16", "bfloat16"])
+def test_format_view_thresholds_are_the_casts_ties(fmt: str, device: str) -> None:
+    """At the two ties themselves (the edge the strategy aims at, here for certain) and one
+    float32 ulp inside them, both trees agree, and the ties are counted, the insides not."""
+    overflow, underflow = thresholds(get_format(fmt))
+    inside = [np.nextafter(np.float32(overflow), np.float32(0)),
+              np.nextafter(np.float32(underflow), np.float32(1))]
+    x = np.array([overflow, -overflow, underflow, -underflow, *inside], np.float32)
+    ref, got = count_rows(x, fmt, device)
+    assert_claim("numerics.format_view", got, ref, context=fmt)
+    assert ref[COLUMNS.index("over_max")] == 2 and ref[COLUMNS.index("to_zero")] == 2
+
+
+# ---------------------------------------------------------------- seeded faults
+
+CASES = [("weight_overflow", "fp16"), ("inf_weight", "fp32"), ("inf_weight", "bf16"),
+         ("poisoned_batch", "fp16")]
+
+
+@pytest.fixture(scope="module")
+def start(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The common start of the faulted runs, per precision."""
+    with one_thread():
+        dirs = {}
+        for precision in ("fp16", "fp32", "bf16"):
+            dirs[precision] = tmp_path_factory.mktemp(f"start-{precision}")
+            seed_directory(dirs[precision] / "ckpt", {**FAULTED, "precision": precision})
+        return {k: v / "ckpt" for k, v in dirs.items()}
+
+
+def _found(name: str, fault: str, precision: str, start: Path, work: Path, steps: int = 5
+           ) -> object:
+    _, found = faulted_run(name, {**FAULTED, "precision": precision}, fault, 3, steps, start,
+                           work / name)
+    assert found is not None, f"{name} did not find {fault} in {precision}"
+    return found
+
+
+@pytest.mark.parametrize(("fault", "precision"), CASES)
+def test_both_trees_name_the_same_first_invalid_value(fault: str, precision: str,
+                                                      start: dict[str, Path],
+                                                      tmp_path: Path) -> None:
+    """Same step, phase, module, op, index and value; same non-finite counts per row."""
+    ref = _found("reference", fault, precision, start[precision], tmp_path)
+    got = _found("torch", fault, precision, start[precision], tmp_path)
+    assert ref.report.step == 3 and ref.report.phase == "forward"  # the seeded step, reached
+    assert_claim("numerics.first_invalid", _text(got.report.identity()),
+                 _text(ref.report.identity()), context=f"{fault} {precision}")
+    nonfinite = {k: v[:3] for k, v in ref.report.counts.items()}
+    assert_claim("numerics.first_invalid",
+                 _text({k: v[:3] for k, v in got.report.counts.items()}), _text(nonfinite),
+                 context="non-finite counts")
+    out = [r.name for r in ref.report.inputs if r.out_of_range()]
+    assert out == [r.name for r in got.report.inputs if r.out_of_range()]
+    assert len(out) == 1  # the report names the one input that was already out of range
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 2**16), hidden=st.tuples(st.integers(1, 24), st.integers(1, 24)),
+       fault=st.sampled_from(CASES), fault_step=st.integers(1, 3))
+def test_both_trees_name_the_same_first_invalid_value_for_any_seed_and_size(
+        seed: int, hidden: tuple[int, int], fault: tuple[str, str], fault_step: int,
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Random seeds, widths and fault steps: whenever one tree finds a first invalid value,
+    the other finds the same one."""
+    name, precision = fault
+    config = {**FAULTED, "seed": seed, "sizes": (8, *hidden, 3), "precision": precision}
+    root = tmp_path_factory.mktemp("any")
+    seed_directory(root / "start", config)
+    found = [faulted_run(impl, config, name, fault_step, 4, root / "start", root / impl)[1]
+             for impl in ("reference", "torch")]
+    event(f"{name}: found {found[0] is not None}")
+    assert (found[0] is None) == (found[1] is None)
+    if found[0] is not None:
+        assert_claim("numerics.first_invalid", _text(found[1].report.identity()),
+                     _text(found[0].report.identity()), context=f"{config} {name}")
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_weight_overflow_is_found_only_where_the_format_cannot_hold_it(
+        precision: str, start: dict[str, Path], tmp_path: Path) -> None:
+    """2^17 is finite in float32 and bfloat16: neither tree finds anything in 5 steps."""
+    for name in ("reference", "torch"):
+        run, found = faulted_run(name, {**FAULTED, "precision": precision},
+                                 "weight_overflow", 3, 5, start[precision], tmp_path / name)
+        assert found is None and len(run.numerics.history) == 4
+
+
+@pytest.mark.parametrize(("fault", "precision"), [CASES[0], CASES[1], CASES[3]])
+def test_replay_names_the_same_backward_node_whichever_tree_wrote_the_file(
+        fault: str, precision: str, start: dict[str, Path], tmp_path: Path) -> None:
+    """Each tree's replay file, replayed by each tree: the same node and module (torch's from
+    detect_anomaly's own message)."""
+    names = {}
+    for writer in ("reference", "torch"):
+        found = _found(writer, fault, precision, start[precision], tmp_path)
+        path = tmp_path / f"{writer}.replay"
+        save_replay(writer, path, found.replay)
+        for reader in ("reference", "torch"):
+            result = replay(reader, path)
+            names[writer, reader] = {"node": result.node, "module": result.module}
+    expected = names["torch", "torch"]
+    assert expected["node"] is not None  # detect_anomaly raised: the replay reached a NaN
+    for key, value in names.items():
+        assert_claim("numerics.replay_node", _text(value), _text(expected), context=str(key))
+
+
+# ---------------------------------------------------------------- one sync per step
+
+def test_torch_detector_hooks_read_nothing_back_to_the_host(device: str) -> None:
+    """Forward hooks and the step's end make no .item()/bool() read (no
+    aten._local_scalar_dense) on a clean step: the counts reach the host only through the one
+    .tolist() of the stacked rows."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from torch_impl import numerics as t_numerics
+    from torch_impl.nn import make_mlp
+
+    class Reads(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.reads = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.reads += func is torch.ops.aten._local_scalar_dense.default
+            return func(*args, **(kwargs or {}))
+
+    model = make_mlp((8, 16, 3), "tanh", generator=torch.Generator().manual_seed(0),
+                     device=device)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    detector = t_numerics.Detector(model, loss_fn, "float16", scaler_enabled=False)
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(1)).to(device)
+    y = torch.tensor([0, 1, 2, 0], device=device)
+    with Reads() as mode:
+        with detector.phase("forward"):
+            loss = loss_fn(model(x), y)
+        with detector.phase("backward"):
+            loss.backward()
+        with detector.phase("optimizer"):
+            pass
+    assert len(detector.history) == 1 and len(detector.history[0]) == 4 + 4  # reached
+    assert mode.reads == 0
+
+
+# ---------------------------------------------------------------- the command line
+
+def test_train_command_stops_at_the_fault_and_replay_names_the_node(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`train --check-numerics --fault` exits 3 with `first-invalid:` last; the replay file it
+    wrote replays (exit 3) naming the node, from both trees."""
+    status = cli.main(["train", "--impl", "reference", "--steps", "5", "--checkpoint-dir",
+                       str(tmp_path / "run"), "--precision", "fp16", "--check-numerics",
+                       "--fault", "weight_overflow", "--fault-step", "2", "--quiet"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert status == cli.EXIT_FOUND and lines[-1].startswith("first-invalid: ")
+    identity = json.loads(lines[-1].removeprefix("first-invalid: "))
+    assert (identity["step"], identity["module"]) == (2, FAULTS["weight_overflow"].module)
+    path = tmp_path / "run" / "first-invalid-step2.replay"
+    nodes = []
+    for impl in ("reference", "torch"):
+        assert cli.main(["replay", str(path), "--impl", impl]) == cli.EXIT_FOUND
+        nodes.append(capsys.readouterr().out.strip().splitlines()[-1])
+    assert nodes[0] == nodes[1] and nodes[0].startswith("replay-node: ")
+
+
+# ---------------------------------------------------------------- the hooks themselves
+
+@pytest.mark.parametrize("activation", ["relu", "tanh", "gelu", "gelu_tanh"])
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+@pytest.mark.parametrize("loss", ["cross_entropy", "mse"])
+def test_hooks_see_the_same_leaves_in_the_same_order_with_the_same_op_names(
+        activation: str, precision: str, loss: str, device: str) -> None:
+    """Every leaf (and the loss) is seen once, in op order, with torch's node name: looked up
+    in the reference, read off grad_fn in torch."""
+    from reference import numerics as r_numerics
+    from reference.train import Run as RefRun
+    from reference.train import TrainConfig
+    from torch_impl import numerics as t_numerics
+    from torch_impl.train import Run as TorchRun
+
+    config = TrainConfig(sizes=(8, 16, 16, 3), activation=activation, dropout=0.25,
+                         precision=precision, loss=loss, horizon=4)
+    seen = {}
+    for name, run, mod in (("reference", RefRun(config), r_numerics),
+                           ("torch", TorchRun(config, device), t_numerics)):
+        detector = mod.Detector(run.model, run.loss_fn, "float16", scaler_enabled=True)
+        order: list[tuple[str, str]] = []
+
+        def record(phase_name: str, detector: object = detector, order: list = order) -> object:
+            if phase_name == "optimizer":
+                order.extend(detector.ops())
+            return detector.phase(phase_name)
+
+        run.train_step(phase=record)
+        seen[name] = order
+    assert len(seen["reference"]) == 8  # 3 Linear, 2 activations, 2 Dropout, the loss
+    assert_claim("numerics.first_invalid", _text(seen["torch"]), _text(seen["reference"]),
+                 context=f"{activation} {precision} {loss}")
+
+
+def test_fault_list_bad_fault_and_a_checkpoint_given_to_replay_are_one_line_answers(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--fault list prints the catalogue (exit 0); an unknown fault and a file that is not a
+    replay file are one-line errors (exit 2)."""
+    with pytest.raises(SystemExit) as listed:
+        cli.main(["train", "--fault", "list"])
+    out = capsys.readouterr().out
+    assert listed.value.code == 0 and all(f"{n}: " in out for n in FAULTS)
+    with pytest.raises(SystemExit) as bad:
+        cli.main(["train", "--impl", "reference", "--steps", "2", "--checkpoint-dir",
+                  str(tmp_path), "--fault", "nope"])
+    err = capsys.readouterr().err.strip()
+    assert bad.value.code == cli.EXIT_USAGE and len(err.splitlines()) == 1 and "nope" in err
+    assert cli.main(["train", "--impl", "reference", "--steps", "1", "--checkpoint-dir",
+                     str(tmp_path / "run"), "--quiet"]) == cli.EXIT_OK
+    checkpoint = next((tmp_path / "run").glob("ckpt-*.ckpt"))
+    assert cli.main(["replay", str(checkpoint), "--impl", "reference"]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "not a replay file" in err
+
+
+@pytest.mark.parametrize(("name", "precision"), [("reference", "fp32"), ("torch", "fp16")])
+def test_a_recomputed_forward_is_not_counted_twice(name: str, precision: str,
+                                                   device: str) -> None:
+    """With checkpointed segments the backward re-runs forwards; the detector's rows are
+    still one per leaf, the same as without recomputation."""
+    from parity.drivers.numerics import numerics_module
+    from parity.drivers.train import impl, on
+
+    ops = {}
+    for recompute in ("none", "uniform:2"):
+        m = impl(name)
+        config = m.TrainConfig(sizes=(8, 16, 16, 3), precision=precision,
+                               recompute=recompute, horizon=4)
+        run = m.Run(config, **on(name, device))
+        mod = numerics_module(name)
+        detector = mod.Detector(run.model, run.loss_fn, "float16", scaler_enabled=True)
+        for _ in range(2):
+            run.train_step(phase=detector.phase)
+        ops[recompute] = (detector.ops(), list(detector.history[-1]))
+    assert len(ops["none"][0]) == 6  # 3 Linear, 2 Tanh, the loss: the detector saw them
+    assert ops["uniform:2"] == ops["none"]
+
+
+@pytest.mark.parametrize("name", ["reference", "torch"])
+def test_a_replay_file_reproduces_the_faulty_step_exactly(name: str, tmp_path: Path) -> None:
+    """With dropout on, the saved state, random state and batch re-run the faulty step to the
+    same counts in every column (the zeros depend on the dropout mask)."""
+    from parity.drivers.numerics import load_replay, numerics_module
+    from parity.drivers.train import impl
+
+    config = {**FAULTED, "precision": "fp32", "dropout": 0.3, "activation": "relu"}
+    root = tmp_path / "start"
+    seed_directory(root, config)
+    _, found = faulted_run(name, config, "poisoned_batch", 3, 5, root, tmp_path / name)
+    assert found is not None
+    path = tmp_path / "file.replay"
+    save_replay(name, path, found.replay)
+    state = load_replay(name, path)
+    m = impl(name)
+    run = m.restored(m.TrainConfig(**config), state)
+    detector = numerics_module(name).Detector(run.model, run.loss_fn, "float16",
+                                              scaler_enabled=False)
+    detector.step = found.report.step
+    with pytest.raises(type(found)) as again:
+        run.train_step((state["batch"]["x"], state["batch"]["y"]), detector.phase)
+    assert again.value.report.identity() == found.report.identity()
+    assert again.value.report.counts == found.report.counts
+
+
+@pytest.mark.parametrize("scaler_enabled", [False, True])
+def test_a_nonfinite_gradient_stops_only_a_run_without_a_scaler(scaler_enabled: bool,
+                                                               device: str) -> None:
+    """Forward finite, a gradient non-finite: without a scaler both trees report phase
+    "backward" at the first parameter in backward order (its first non-finite element);
+    with one, the step is the scaler's to skip and nothing is reported."""
+    from reference import numerics as r_numerics
+    from reference.nn import CrossEntropyLoss
+    from reference.nn import make_mlp as r_make_mlp
+    from torch_impl import numerics as t_numerics
+    from torch_impl.nn import make_mlp as t_make_mlp
+
+    x = np.linspace(-1, 1, 4 * 8, dtype=np.float32).reshape(4, 8)
+    y = np.array([0, 1, 2, 0])
+    reports = []
+    for mod, model, loss_fn, tensor in (
+            (r_numerics, r_make_mlp((8, 16, 3), "tanh", rng=np.random.default_rng(0)),
+             CrossEntropyLoss(), np.asarray),
+            (t_numerics, t_make_mlp((8, 16, 3), "tanh", generator=torch.Generator(),
+                                    device=device), torch.nn.CrossEntropyLoss(),
+             lambda a: torch.from_numpy(a).to(device))):
+        detector = mod.Detector(model, loss_fn, "float16", scaler_enabled=scaler_enabled)
+        with detector.phase("forward"):
+            loss = loss_fn(model(tensor(x)), tensor(y))
+        with detector.phase("backward"):
+            if mod is r_numerics:
+                model.backward(loss_fn.backward(1.0))
+            else:
+                loss.backward()
+        params = dict(model.named_parameters())
+        with torch.no_grad():
+            for name, index in (("0.weight", (3, 5)), ("2.bias", (1,))):  # 2.bias: later in
+                params[name].grad[index] = float("inf")                     # forward, first back
+        try:
+            with detector.phase("optimizer"):
+                pass
+            reports.append(None)
+        except r_numerics.NonFinite as e:
+            reports.append(e.report.identity())
+    if scaler_enabled:
+        assert reports == [None, None]
+    else:
+        assert reports[0] is not None and reports[0]["module"] == "2.bias"  # the rule, reached
+        assert_claim("numerics.first_invalid", _text(reports[1]), _text(reports[0]))
+
+
+@pytest.mark.parametrize("impl", ["reference", "torch"])
+def test_a_fault_the_run_would_never_reach_is_refused(impl: str, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]
+                                                      ) -> None:
+    """--fault-step past the run's last step: one line, exit 2, not a clean run."""
+    status = cli.main(["train", "--impl", impl, "--steps", "3", "--checkpoint-dir",
+                       str(tmp_path), "--fault", "inf_weight", "--fault-step", "3"])
+    err = capsys.readouterr().err.strip()
+    assert status == cli.EXIT_USAGE and len(err.splitlines()) == 1 and "never strike" in err

@@ -1,0 +1,274 @@
+"""Finding the first invalid value: per-step counts, the first non-finite op, anomaly replay.
+
+A run that goes to NaN raises one question: which op, in which module, at which step, made
+the first non-finite value, and was it forward or backward? The detector answers it from the
+tape's hooks (reference/module.py: NOTE [ Hooks wrap forward and backward ]) and explains it
+in terms of the number format.
+
+Per-step counts. Each leaf module's output (its activation) and each parameter's gradient
+gets one row of COLUMNS:
+
+    nan, posinf, neginf     the non-finite values, by kind
+    zero                    exact zeros (an underflowed gradient is a zero: not NaN)
+    over_max                finite values that the view format's cast rounds to inf:
+                            |x| >= max + ulp(max)/2   (float16: 65504 + 16 = 65520; the tie
+                            goes to the even neighbour, which is inf: max's last bit is 1)
+    to_zero                 non-zero finite values that the cast rounds to zero:
+                            0 < |x| <= smallest_subnormal / 2   (float16: 2^-25; the tie
+                            goes to the even neighbour, zero)
+
+The view format is the run's autocast format, or float16 for an fp32 run ("what would this
+step do in fp16"). Values already held in the format count 0 in the last two columns.
+
+First invalid value in forward. The rows are taken in the order the hooks fire (the order
+the ops ran); the first leaf output with a non-finite value is the first invalid value:
+
+    FirstInvalid(step, phase="forward", module=<path>, op=<torch's autograd node name>,
+                 index=<first non-finite element, C order>, value="inf" | "-inf" | "nan",
+                 inputs=(InputRange per input and own parameter: finite min/max, how many
+                         non-finite, how many beyond the view format's range))
+
+An input with a non-finite value or a value beyond the format's range was already out of
+range when the op ran: a Linear whose weight holds 131072 overflows float16 at its cast, and
+the report names the weight. Ops carry torch's autograd node names (OP_NAMES), so the two
+trees' reports compare as strings.
+
+Backward. A non-finite gradient with a loss scaler enabled is the scaler's business (the
+step is skipped); without one it stops the run with phase "backward", naming the first
+parameter (in backward order) whose gradient is non-finite. The node that made it is named
+by the anomaly replay: the saved batch, model, scaler and random state re-run forward and
+backward, and the first backward node returning NaN is named as torch's
+detect_anomaly(check_nan=True) names it (NOTE [ Backward names ]).
+
+The torch twin is torch_impl/numerics.py.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+from reference import amp
+from reference.format_spec import FloatFormat, get_format
+from reference.module import (
+    Module,
+    Node,
+    register_module_forward_hook,
+    register_module_full_backward_hook,
+)
+from reference.numerics_report import (  # noqa: F401  (re-exported)
+    COLUMNS,
+    FirstInvalid,
+    InputRange,
+    NonFinite,
+    ReplayResult,
+    format_counts,
+    thresholds,
+    totals,
+)
+
+# torch's autograd node for each reference node's forward (grad_fn.name() of its output)
+OP_NAMES = {"ReLU": "ReluBackward0", "Tanh": "TanhBackward0", "GELU": "GeluBackward0",
+            "Dropout": "MulBackward0", "MSELoss": "MseLossBackward0",
+            "CrossEntropyLoss": "NllLossBackward0"}
+
+
+def op_name(node: Node) -> str:
+    """torch's autograd node name for `node`'s output (Linear: addmm, or mm without bias)."""
+    if type(node).__name__ == "Linear":
+        return "AddmmBackward0" if node.bias is not None else "MmBackward0"  # type: ignore
+    return OP_NAMES.get(type(node).__name__, type(node).__name__)
+
+
+def view_format(precision: str) -> str:
+    """The format the counts view values in: the autocast format, float16 for fp32."""
+    return amp.autocast_dtype(precision) or "float16"
+
+
+def count_rows(tensors: list[np.ndarray], fmt: FloatFormat) -> np.ndarray:
+    """(len(tensors), COLUMNS) int64: one pass over the tensors' concatenation, each value's
+    six indicators summed into its tensor's row."""
+    with np.errstate(invalid="ignore"):  # a signalling NaN quiets: still a NaN
+        x = np.concatenate([np.asarray(t, np.float64).reshape(-1) for t in tensors]
+                           or [np.zeros(0)])  # (n,): every float32 value exactly
+    segment = np.repeat(np.arange(len(tensors)), [np.size(t) for t in tensors])  # (n,)
+    overflow, underflow = thresholds(fmt)
+    finite, magnitude = np.isfinite(x), np.abs(x)
+    masks = np.stack([np.isnan(x), np.isposinf(x), np.isneginf(x), x == 0,
+                      finite & (magnitude >= overflow),
+                      finite & (x != 0) & (magnitude <= underflow)], axis=1).astype(np.int64)
+    rows = np.zeros((len(tensors), len(COLUMNS)), np.int64)
+    np.add.at(rows, segment, masks)  # (tensors, COLUMNS)
+    return rows
+
+
+def first_nonfinite(x: np.ndarray) -> tuple[tuple[int, ...], str]:
+    """(index, value) of the first non-finite element of x in C order."""
+    x = np.asarray(x)
+    flat = int(np.flatnonzero(~np.isfinite(x))[0])
+    index = tuple(int(i) for i in np.unravel_index(flat, x.shape))
+    return index, repr(float(x.reshape(-1)[flat]))
+
+
+def input_range(name: str, x: np.ndarray, fmt: FloatFormat) -> InputRange:
+    with np.errstate(invalid="ignore"):  # a signalling NaN quiets: still a NaN
+        x = np.asarray(x, dtype=np.float64)
+    finite = x[np.isfinite(x)]
+    low, high = (None, None) if finite.size == 0 else (float(finite.min()), float(finite.max()))
+    beyond = int((np.abs(finite) >= thresholds(fmt)[0]).sum())
+    return InputRange(name, low, high, int(x.size - finite.size), beyond)
+
+
+def input_ranges(node: Node, args: tuple, fmt: FloatFormat) -> tuple[InputRange, ...]:
+    """The op's inputs: the call's arguments, then the node's own parameters."""
+    names = ("input", "target") if len(args) == 2 else ("input",)
+    ranges = [input_range(n, a, fmt) for n, a in zip(names, args, strict=False)
+              if np.asarray(a).dtype.kind == "f"]
+    params = node.named_parameters() if isinstance(node, Module) else ()  # a leaf's own
+    return tuple(ranges + [input_range(n, p.data, fmt) for n, p in params])
+
+
+def leaf_paths(model: Module, loss_fn: Node) -> dict[int, str]:
+    """id -> path of every leaf module (no children) and of the loss ("loss")."""
+    paths = {id(m): path for path, m in model.named_modules() if len(list(m.modules())) == 1}
+    return {**paths, id(loss_fn): "loss"}
+
+
+class Detector:
+    """Counts and the first invalid value of each step; `phase` is train_step's `phase`.
+
+    phase("forward")   begins the step and records every leaf's output (hooks)
+    phase("backward")  stops recording (a recomputed forward is not counted twice)
+    phase("optimizer") counts the gradients, appends the step's rows to `history`, and
+                       raises NonFinite at the first invalid value (before the update)
+    """
+
+    def __init__(self, model: Module, loss_fn: Node, fmt: str, *, scaler_enabled: bool
+                 ) -> None:
+        self.model, self.fmt, self.scaler_enabled = model, get_format(fmt), scaler_enabled
+        self.paths = leaf_paths(model, loss_fn)
+        self.step = 0  # set by the run loop before each step
+        self.history: list[dict[str, list[int]]] = []
+        self._seen: list[tuple[str, Node, tuple, np.ndarray]] = []
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        if name == "forward":
+            self._seen = []
+            handle = register_module_forward_hook(self._forward_hook)
+            try:
+                yield
+            finally:
+                handle.remove()
+            return
+        if name == "optimizer":
+            self._end_step()
+        yield
+
+    def ops(self) -> list[tuple[str, str]]:
+        """(module path, op) of every leaf output recorded this step, in op order."""
+        return [(path, op_name(node)) for path, node, _, output in self._seen]
+
+    def _forward_hook(self, node: Node, args: tuple, output: Any) -> None:
+        path = self.paths.get(id(node))
+        if path is not None:
+            self._seen.append((path, node, args, output))
+
+    def _end_step(self) -> None:
+        grads = [(name, p.grad) for name, p in self.model.named_parameters()
+                 if p.grad is not None]
+        tensors = [output for *_, output in self._seen] + [g for _, g in grads]
+        table = count_rows(tensors, self.fmt).tolist()  # (modules + parameters, COLUMNS)
+        names = [f"act:{path}" for path, *_ in self._seen] + [f"grad:{n}" for n, _ in grads]
+        counts = dict(zip(names, table, strict=True))
+        self.history.append(counts)
+        report = self._first_invalid(table, grads, counts)
+        if report is not None:
+            raise NonFinite(report)
+
+    def _first_invalid(self, table: list[list[int]], grads: list[tuple[str, Any]],
+                       counts: dict[str, list[int]]) -> FirstInvalid | None:
+        for (path, node, args, output), row in zip(self._seen, table, strict=False):
+            if sum(row[:3]):
+                index, value = first_nonfinite(output)
+                return FirstInvalid(self.step, "forward", path, op_name(node), index, value,
+                                    self.fmt.name, input_ranges(node, args, self.fmt), counts)
+        if self.scaler_enabled:  # the scaler skips this step
+            return None
+        for (name, grad), row in reversed(list(zip(grads, table[len(self._seen):],
+                                                   strict=True))):
+            if sum(row[:3]):
+                index, value = first_nonfinite(grad)
+                return FirstInvalid(self.step, "backward", name, "", index, value,
+                                    self.fmt.name, (), counts)
+        return None
+
+
+# NOTE [ Backward names ]
+# torch's detect_anomaly(check_nan=True) checks every backward node's outputs for NaN (not
+# inf) and raises at the first node returning one: "Function 'AddmmBackward0' returned nan
+# values in its 0th output.", with a warning carrying the forward call's traceback. The
+# reference's backward hook checks the same thing after each node: the input gradient it
+# returns and the gradients of its own parameters (torch's AddmmBackward0 returns those too).
+# Two reference nodes are two torch nodes each: CrossEntropyLoss is log_softmax then
+# nll_loss (NllLossBackward0 returns NaN only for a NaN incoming gradient; otherwise the
+# NaN is LogSoftmaxBackward0's), and the loss's float32 cast under autocast
+# (ToCopyBackward0) makes no NaN from a non-NaN value, so it is never named.
+def backward_name(node: Node, grad_output: tuple) -> str:
+    """torch's name of the backward node of `node` that returned the NaN."""
+    if type(node).__name__ == "CrossEntropyLoss":
+        incoming = np.asarray(grad_output[0]) if grad_output else np.zeros(())
+        return "NllLossBackward0" if np.isnan(incoming).any() else "LogSoftmaxBackward0"
+    return op_name(node)
+
+
+class _Found(Exception):
+    def __init__(self, node: str, module: str) -> None:
+        super().__init__(node)
+        self.node, self.module = node, module
+
+
+def anomaly_replay(model: Module, loss_fn: Node, step: Callable[[Callable], Any]) -> ReplayResult:
+    """Run `step(phase)` (one train_step on the saved batch, stopped before the optimizer)
+    with the backward check of NOTE [ Backward names ]; name the first NaN-returning node."""
+    paths = leaf_paths(model, loss_fn)
+    stacks: dict[str, str] = {}  # module path -> its forward call's traceback
+
+    def forward_hook(node: Node, args: tuple, output: Any) -> None:
+        if id(node) in paths:
+            stacks[paths[id(node)]] = "".join(traceback.format_stack()[:-3])
+
+    def backward_hook(node: Node, grad_input: Any, grad_output: tuple) -> None:
+        if id(node) not in paths:
+            return
+        params = node.named_parameters() if isinstance(node, Module) else ()  # a leaf's own
+        outputs = [grad_input] + [p.grad for _, p in params if p.grad is not None]
+        if any(np.isnan(np.asarray(g)).any() for g in outputs):
+            raise _Found(backward_name(node, grad_output), paths[id(node)])
+
+    @contextmanager
+    def stop_before_optimizer(name: str) -> Iterator[None]:
+        if name == "optimizer":
+            raise _Stop
+        yield
+
+    handles = [register_module_forward_hook(forward_hook),
+               register_module_full_backward_hook(backward_hook)]
+    try:
+        step(stop_before_optimizer)
+    except _Found as found:
+        return ReplayResult(found.node, found.module, stacks.get(found.module, ""))
+    except _Stop:
+        pass
+    finally:
+        for h in handles:
+            h.remove()
+    return ReplayResult(None, None, "")
+
+
+class _Stop(Exception):
+    """The replay ends before the optimizer."""

@@ -1,0 +1,108 @@
+"""The numerics detector's report, plain data that both trees fill in and print: the count
+columns, where the first invalid value appeared, what the replay found. The computations
+that fill them are each tree's own (reference/numerics.py, torch_impl/numerics.py).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from reference.format_spec import FloatFormat, get_format
+
+COLUMNS = ("nan", "posinf", "neginf", "zero", "over_max", "to_zero")
+
+
+def thresholds(fmt: FloatFormat) -> tuple[float, float]:
+    """(overflow, underflow): a cast to fmt gives inf iff |x| >= overflow, zero iff
+    |x| <= underflow (round to nearest even; both ties go to the even neighbour)."""
+    return fmt.max + 2.0 ** (fmt.emax - fmt.mantissa_bits - 1), fmt.smallest_subnormal / 2
+
+
+@dataclass(frozen=True)
+class InputRange:
+    """One input of the failing op: its finite range and what was already out of range."""
+
+    name: str
+    low: float | None  # finite min (None: no finite value)
+    high: float | None
+    nonfinite: int
+    beyond: int  # finite values with |x| >= the view format's overflow threshold
+
+    def out_of_range(self) -> bool:
+        return self.nonfinite > 0 or self.beyond > 0
+
+
+@dataclass(frozen=True)
+class FirstInvalid:
+    """Where the first non-finite value appeared (module docstring). Plain data: the torch
+    tree uses this very class, so the two reports compare field by field."""
+
+    step: int
+    phase: str  # "forward" | "backward"
+    module: str  # the module path ("2"), "loss", or the parameter ("2.weight") in backward
+    op: str  # torch's autograd node name ("" in backward: the replay names it)
+    index: tuple[int, ...]
+    value: str  # "inf", "-inf", "nan"
+    fmt: str  # the view format
+    inputs: tuple[InputRange, ...] = ()
+    counts: dict[str, list[int]] = field(default_factory=dict, compare=False)
+
+    def identity(self) -> dict[str, Any]:
+        """The identifying part, printed as `first-invalid: {json}` (compared across trees)."""
+        return {"step": self.step, "phase": self.phase, "module": self.module, "op": self.op,
+                "index": list(self.index), "value": self.value}
+
+    def line(self) -> str:
+        return "first-invalid: " + json.dumps(self.identity(), sort_keys=True)
+
+    def describe(self) -> str:
+        """The report a person reads: where, and which input was already out of range."""
+        where = f"{self.module!r}" + (f" ({self.op})" if self.op else "")
+        lines = [f"first non-finite value at step {self.step}, {self.phase}, in {where}: "
+                 f"{self.value} at index {list(self.index)}"]
+        overflow = thresholds(get_format(self.fmt))[0]
+        for r in self.inputs:
+            span = ("no finite value" if r.low is None
+                    else f"finite range [{r.low:.6g}, {r.high:.6g}]")
+            flag = ""
+            if r.nonfinite:
+                flag = f"  <- already {r.nonfinite} non-finite"
+            elif r.beyond:
+                flag = f"  <- {r.beyond} value(s) beyond {self.fmt}'s range (|x| >= {overflow:g})"
+            lines.append(f"  input {r.name}: {span}{flag}")
+        return "\n".join(lines)
+
+
+class NonFinite(Exception):
+    """Raised by the detector at the end of the step that made the first invalid value."""
+
+    def __init__(self, report: FirstInvalid) -> None:
+        super().__init__(report.describe())
+        self.report = report
+        self.replay: dict[str, Any] | None = None  # the run loop attaches the replay state
+        self.history: list[dict[str, list[int]]] = []  # and every step's counts, this one's last
+
+
+def totals(counts: dict[str, list[int]], kind: str) -> list[int]:
+    """COLUMNS summed over the rows of one kind ("act" or "grad")."""
+    rows = [row for name, row in counts.items() if name.startswith(kind + ":")]
+    return [sum(column) for column in zip(*rows, strict=True)] if rows else [0] * len(COLUMNS)
+
+
+def format_counts(counts: dict[str, list[int]]) -> str:
+    """One step's counts as a compact column: act and grad totals, nan/+inf/-inf/zero/over/
+    to_zero."""
+    return " | ".join(f"{kind} " + "/".join(map(str, totals(counts, kind)))
+                      for kind in ("act", "grad"))
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """What the anomaly replay found: the backward node that first returned NaN (None: no
+    NaN in backward), its module, and the forward call's traceback."""
+
+    node: str | None
+    module: str | None
+    traceback: str
