@@ -40,6 +40,9 @@ NOT_YET = ("--model gpt: not yet: the compact transformer is not built in both t
            "--model gpt`; accepted now: mlp")
 OPTIMIZER_NAMES = {"SGD": "sgd_momentum", "Adam": "adam", "AdamW": "adamw"}  # train -> formula
 BOUNDARIES = ("start", *rprof.PHASES)
+# a machine of unit rates: for the parts of the sheet that do not depend on the machine
+NO_MACHINE = {"device": "none", "matmul_flops_per_s": 1.0, "copy_bytes_per_s": 1.0,
+              "h2d_bytes_per_s": None}
 CPU_NULL = ("CPU: kernels run synchronously on the calling thread, so moving a sync cannot "
             "move time between phases; the three timings differ only by noise")
 
@@ -86,6 +89,10 @@ class ProfileCase:
                              f"{self.wait} + {self.warmup} + {self.active}: the profiler's "
                              "window would never reach its active steps")
         self.train_config()  # a bad precision, recompute spec or size is refused now
+        if not (1 <= self.sizes[0] <= 64 and 2 <= self.sizes[-1] <= 16):
+            raise ValueError(f"sizes {self.sizes}: the synthetic task (data.make_task) has "
+                             "1 to 64 input features and 2 to 16 classes: accepted sizes "
+                             "start in 1..64 and end in 2..16")
         parse_schedule(self.recompute, len(rflops.mlp_layers(self.sizes, self.activation,
                                                              self.dropout)))
         if self.impl == "reference" and self.recompute != "none" and self.precision != "fp32":
@@ -182,7 +189,9 @@ def formula_timeline(case: ProfileCase) -> list[tuple[str, dict[str, int]]]:
     mem = {r.name: r.predicted for r in acc.predict_mlp(mc, device) if r.section == "memory"}
     w, g = mem["weights"], mem["grads"]
     o = mem["optimizer_state"] + mem["optimizer_step"]
-    a = mem["activations: model"] + mem["activations: loss"] + mem["activations: GradScaler"]
+    # the GradScaler's save (fp16: S * loss saves the 0-dim S) is made and freed inside the
+    # backward phase: never live at a boundary
+    a = mem["activations: model"] + mem["activations: loss"]
     x, y = case.batch * case.sizes[0] * 4, case.batch * 8  # float32 inputs, int64 labels
     held = {e.tensor for e in _held_tensors(mc, device)} | {"target"}  # the loss saves y
     saved_batch = x * ("x" in held) + y * ("target" in held)

@@ -85,9 +85,7 @@ def measure_torch(case: ProfileCase, out: Path | None,
 
     import torch
 
-    from torch_impl import amp
     from torch_impl import data as tdata
-    from torch_impl import module as tmod
     from torch_impl import profile as tprof
     from torch_impl import train as ttrain
 
@@ -147,10 +145,7 @@ def measure_torch(case: ProfileCase, out: Path | None,
                     for v, s in (("synchronized", sync), ("unsynchronized", None),
                                  ("unsynchronized, .item() in forward", None))}
         honest = _interleaved(case, variants, progress)
-        x, _ = data()
-        layer = second_linear(case)
-        with amp.autocast(amp.autocast_dtype(case.precision), torch.device(device).type):
-            saves = tmod.measure_saved_tensors(run.model, x.to(device))
+        saves = torch_layer_saves(case, run.model, data()[0])
         task = data.loader.dataset
         per_index = per_index_seconds(tdata.ResumableSampler(len(task), 1), task.__getitem__)
     return {"per_index_s": per_index, "measured_from_ns": measured_from,
@@ -158,7 +153,7 @@ def measure_torch(case: ProfileCase, out: Path | None,
             "one_row": _step_seconds(one.steps[1:]), "memory": meter.boundaries,
             "cuda": meter.cuda or None, "census": ops, "honest": honest,
             "fault_calls": len(fault_calls),
-            "layer": [asdict(s) for s in saves if s.module == str(layer)],
+            "layer": saves,
             "trace": None if out is None else "trace.json"}
 
 
@@ -171,7 +166,6 @@ def measure_reference(case: ProfileCase, out: Path | None,
 
     import numpy as np
 
-    from reference import amp as ramp
     from reference import data as rdata
     from reference import train as rtrain
 
@@ -196,17 +190,54 @@ def measure_reference(case: ProfileCase, out: Path | None,
             progress()
         meter = rprof.BoundaryMemory(run.model, run.loss_fn, run.optimizer)
         rprof.drive_step(rprof.PhaseTimer(observers=[meter]), data, step, meter)
-        x, _ = data()
-        layer = second_linear(case)
-        ramp.Autocast(run.model, ramp.autocast_dtype(case.precision)).forward(x)
-        saves = run.model[layer].tape(str(layer))
-        run.model.free_saved()
+        saves = reference_layer_saves(case, run.model, data()[0])
         per_index = per_index_seconds(rdata.ResumableSampler(case.train_config().num_samples, 1))
     return {"per_index_s": per_index, "measured_from_ns": measured_from,
             "steps": _step_seconds(timer.steps),
             "one_row": _step_seconds(one.steps[1:]), "memory": meter.boundaries,
             "cuda": None, "census": None, "honest": None, "fault_calls": 0,
-            "layer": [asdict(s) for s in saves], "trace": None}
+            "layer": saves, "trace": None}
+
+
+def torch_layer_saves(case: ProfileCase, model: Any, x: Any) -> list[dict[str, Any]]:
+    """What autograd saves in the profile's listed layer (second_linear) on one forward of
+    `x` under the case's autocast: name, shape, dtype, bytes, whether a parameter's view."""
+    import torch
+
+    from torch_impl import amp
+    from torch_impl import module as tmod
+
+    device = torch.device(case.device)
+    with amp.autocast(amp.autocast_dtype(case.precision), device.type):
+        saves = tmod.measure_saved_tensors(model, x.to(device))
+    return [asdict(s) for s in saves if s.module == str(second_linear(case))]
+
+
+def reference_layer_saves(case: ProfileCase, model: Any, x: Any) -> list[dict[str, Any]]:
+    """The reference's tape of the listed layer after one forward of `x` (then freed)."""
+    from reference import amp as ramp
+
+    layer = second_linear(case)
+    ramp.Autocast(model, ramp.autocast_dtype(case.precision)).forward(x)
+    saves = model[layer].tape(str(layer))
+    model.free_saved()
+    return [asdict(s) for s in saves]
+
+
+def layer_saves(case: ProfileCase) -> list[dict[str, Any]]:
+    """The listed layer's saves on a fresh run's first batch (the tree's own measurement)."""
+    c = case.train_config()
+    if case.impl == "reference":
+        from reference import train as rtrain
+
+        run = rtrain.Run(c)
+        return reference_layer_saves(case, run.model, run.next_batch()[0])
+    from torch_impl import profile as tprof
+    from torch_impl import train as ttrain
+
+    run = ttrain.Run(c, case.device)
+    x, _ = tprof.HostBatches(c.seed, c.num_samples, c.sizes[0], c.sizes[-1], c.batch_size)()
+    return torch_layer_saves(case, run.model, x)
 
 
 def measure(case: ProfileCase, out: Path | None,
@@ -216,3 +247,103 @@ def measure(case: ProfileCase, out: Path | None,
     return run(case, out, progress)
 
 
+
+
+def boundary_bytes(case: ProfileCase) -> list[tuple[str, dict[str, int]]]:
+    """Bytes by category at every boundary of one steady step (the second: the first creates
+    the optimizer's state and the gradients), nothing timed: what the claims check."""
+    import functools
+
+    if case.impl == "reference":
+        import numpy as np
+
+        from reference import train as rtrain
+
+        c = case.train_config()
+        run = rtrain.Run(c)
+        step = functools.partial(rtrain.train_step, run.model, run.loss_fn, run.optimizer,
+                                 run.scaler, precision=c.precision,
+                                 max_grad_norm=c.max_grad_norm, schedule=run.schedule)
+        with np.errstate(over="ignore", invalid="ignore"):
+            rprof.drive_step(rprof.PhaseTimer(), run.next_batch, step)
+            meter = rprof.BoundaryMemory(run.model, run.loss_fn, run.optimizer)
+            rprof.drive_step(rprof.PhaseTimer(observers=[meter]), run.next_batch, step, meter)
+        return meter.boundaries
+    import torch
+
+    from torch_impl import profile as tprof
+    from torch_impl import train as ttrain
+
+    c = case.train_config()
+    run = ttrain.Run(c, case.device)
+    data = tprof.HostBatches(c.seed, c.num_samples, c.sizes[0], c.sizes[-1], c.batch_size,
+                             c.loss)
+    step = functools.partial(ttrain.train_step, run.model, run.loss_fn, run.optimizer,
+                             run.scaler, precision=c.precision, max_grad_norm=c.max_grad_norm,
+                             schedule=run.schedule)
+    sync = tprof.device_sync(case.device)
+    with torch.random.fork_rng(devices=[case.device] if case.device != "cpu" else []):
+        torch.manual_seed(c.seed)
+        tprof.drive_step(tprof.PhaseTimer(sync=sync, annotate=False), data, step, case.device)
+        meter = tprof.BoundaryMemory(run.model, run.optimizer, case.device)
+        with meter:
+            tprof.drive_step(tprof.PhaseTimer(observers=[meter], sync=sync, annotate=False),
+                             data, step, case.device, meter)
+    return meter.boundaries
+
+
+def timed_steps(case: ProfileCase, n: int) -> list[Any]:
+    """`n` steps of the tree's loop through its PhaseTimer (reference.profile.Step or
+    torch_impl.profile.Step: each phase's (start, end) on the one clock), nothing else."""
+    import functools
+
+    if case.impl == "reference":
+        import numpy as np
+
+        from reference import train as rtrain
+
+        c = case.train_config()
+        run = rtrain.Run(c)
+        step = functools.partial(rtrain.train_step, run.model, run.loss_fn, run.optimizer,
+                                 run.scaler, precision=c.precision,
+                                 max_grad_norm=c.max_grad_norm, schedule=run.schedule)
+        timer = rprof.PhaseTimer()
+        with np.errstate(over="ignore", invalid="ignore"):
+            for _ in range(n):
+                rprof.drive_step(timer, run.next_batch, step)
+        return timer.steps
+    from torch_impl import profile as tprof
+    from torch_impl import train as ttrain
+
+    c = case.train_config()
+    run = ttrain.Run(c, case.device)
+    data = tprof.HostBatches(c.seed, c.num_samples, c.sizes[0], c.sizes[-1], c.batch_size,
+                             c.loss)
+    step = functools.partial(ttrain.train_step, run.model, run.loss_fn, run.optimizer,
+                             run.scaler, precision=c.precision, max_grad_norm=c.max_grad_norm,
+                             schedule=run.schedule)
+    timer = tprof.PhaseTimer(sync=tprof.device_sync(case.device))
+    for _ in range(n):
+        tprof.drive_step(timer, data, step, case.device)
+    return timer.steps
+
+
+def interval_faults(step: Any, phases: tuple[str, ...]) -> list[str]:
+    """What is wrong with one timed step's intervals (empty: nothing): every phase in
+    `phases` present, each (start <= end), in that order without overlap, all inside the
+    step's own (start, end)."""
+    faults = [f"{p} missing" for p in phases if p not in step.phases]
+    faults += [f"{p} extra" for p in step.phases if p not in phases]
+    cursor = step.start
+    for p in phases:
+        if p not in step.phases:
+            continue
+        s, e = step.phases[p]
+        if s < cursor:
+            faults.append(f"{p} starts before the previous phase ended (or the step began)")
+        if e < s:
+            faults.append(f"{p} ends before it starts")
+        cursor = max(cursor, e)
+    if cursor > step.end:
+        faults.append("a phase ends after the step")
+    return faults
