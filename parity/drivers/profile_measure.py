@@ -135,6 +135,8 @@ def measure_torch(case: ProfileCase, out: Path | None,
         tprof.profiled_steps(case.steps, one_step, wait=case.wait, warmup=case.warmup,
                              active=case.active, cuda=on_cuda,
                              trace=None if out is None else str(out / "trace.json"))
+        while len(one.steps) <= case.repeats:  # too few steps after the window: top up
+            tprof.drive_step(one, data1, step1, device)
         meter = tprof.BoundaryMemory(run.model, run.optimizer, device)
         with meter:
             tprof.drive_step(tprof.PhaseTimer(observers=[meter], sync=sync, annotate=False),
@@ -188,6 +190,8 @@ def measure_reference(case: ProfileCase, out: Path | None,
             if i >= window:
                 rprof.drive_step(one, data1, step1)
             progress()
+        while len(one.steps) <= case.repeats:  # too few steps after the window: top up
+            rprof.drive_step(one, data1, step1)
         meter = rprof.BoundaryMemory(run.model, run.loss_fn, run.optimizer)
         rprof.drive_step(rprof.PhaseTimer(observers=[meter]), data, step, meter)
         saves = reference_layer_saves(case, run.model, data()[0])
