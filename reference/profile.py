@@ -35,7 +35,9 @@ live, each counted once, in the first of these categories that holds it:
     weights, grads, optimizer state (Adam's step included), activations (what the tape or
     autograd holds for backward), batch (the loop's inputs and targets)
 At a steady step (the optimizer state exists; W, G, O, A: reference/accounting.py's training
-memory and held activations, B the batch, B_s the part of it that is saved for backward):
+memory and held activations of the model and the loss, B the batch, B_s the part of it that
+is saved for backward; fp16's S * loss saves the 0-dim S inside the backward phase and
+frees it there: never live at a boundary):
     start          W + G + O            G: the last step's gradients (zero_grad is in forward)
     data wait      W + G + O + B
     h2d            W + G + O + B        (the device copy replaces the host one)
@@ -117,12 +119,19 @@ class Step:
     start: int
     end: int = 0
     phases: dict[str, tuple[int, int]] = field(default_factory=dict)
+    cpu: dict[str, int] = field(default_factory=dict)  # the thread's CPU ns per phase, "step"
 
     def seconds(self) -> dict[str, float]:
         """Each phase's duration, the step's, and "outside the phases" (the rest)."""
         out = {name: (e - s) * 1e-9 for name, (s, e) in self.phases.items()}
         total = (self.end - self.start) * 1e-9
         return {**out, "step": total, "outside the phases": total - sum(out.values())}
+
+    def off_cpu(self) -> dict[str, float]:
+        """Per phase and for the step, wall time less the thread's CPU time: seconds the
+        thread was not running (waiting for a core another process held, or blocked)."""
+        wall = self.seconds()
+        return {name: wall[name] - ns * 1e-9 for name, ns in self.cpu.items()}
 
 
 class _Phase:
@@ -137,20 +146,25 @@ class _Phase:
 
 
 class PhaseTimer:
-    """perf_counter_ns around each phase (NOTE [ Phase boundaries ]). `timer.phase` is what
+    """perf_counter_ns around each phase (NOTE [ Phase boundaries ]), and the thread's CPU
+    time beside it (thread_time_ns: what the wall clock holds beyond it, the thread did not
+    run). `timer.phase` is what
     train_step takes as its `phase` argument; `observers` are called as fn(name, "begin" |
     "end") at each boundary after the clock is read (a memory meter: never timed)."""
 
     def __init__(self, clock: Callable[[], int] = time.perf_counter_ns,
-                 observers: Iterable[Callable[[str, str], None]] = ()) -> None:
-        self.clock = clock
+                 observers: Iterable[Callable[[str, str], None]] = (),
+                 cpu_clock: Callable[[], int] = time.thread_time_ns) -> None:
+        self.clock, self.cpu_clock = clock, cpu_clock
         self.observers = list(observers)
         self.steps: list[Step] = []
         self._step: Step | None = None
         self._open: dict[str, int] = {}
+        self._cpu: dict[str, int] = {}  # the thread's CPU clock at each open phase's start
 
     def begin_step(self) -> None:
         self._step = Step(self.clock())
+        self._cpu["step"] = self.cpu_clock()
         for observe in self.observers:
             observe("step", "begin")
 
@@ -163,17 +177,21 @@ class PhaseTimer:
         for observe in self.observers:
             observe(name, "begin")
         self._open[name] = self.clock()
+        self._cpu[name] = self.cpu_clock()
 
     def _end(self, name: str) -> None:
         t = self.clock()
+        cpu = self.cpu_clock()
         assert self._step is not None
         self._step.phases[name] = (self._open.pop(name), t)
+        self._step.cpu[name] = cpu - self._cpu.pop(name)
         for observe in self.observers:
             observe(name, "end")
 
     def end_step(self) -> Step:
         assert self._step is not None and not self._open
         self._step.end = self.clock()
+        self._step.cpu["step"] = self.cpu_clock() - self._cpu.pop("step")
         step, self._step = self._step, None
         self.steps.append(step)
         return step

@@ -135,12 +135,19 @@ class Step:
     start: int
     end: int = 0
     phases: dict[str, tuple[int, int]] = field(default_factory=dict)
+    cpu: dict[str, int] = field(default_factory=dict)  # the thread's CPU ns per phase, "step"
 
     def seconds(self) -> dict[str, float]:
         """Each phase's duration, the step's, and "outside the phases" (the rest)."""
         out = {name: (e - s) * 1e-9 for name, (s, e) in self.phases.items()}
         total = (self.end - self.start) * 1e-9
         return {**out, "step": total, "outside the phases": total - sum(out.values())}
+
+    def off_cpu(self) -> dict[str, float]:
+        """Per phase and for the step, wall time less the thread's CPU time: seconds the
+        thread was not running (waiting for a core another process held, or blocked)."""
+        wall = self.seconds()
+        return {name: wall[name] - ns * 1e-9 for name, ns in self.cpu.items()}
 
 
 class _Phase:
@@ -157,21 +164,26 @@ class _Phase:
 class PhaseTimer:
     """perf_counter_ns around each phase, the device synchronized before every clock read
     (`sync`: device_sync(device); None = do not wait, the dishonest timing of NOTE [ Honest
-    timing ]), each phase a record_function range for the profiler's trace."""
+    timing ]), each phase a record_function range for the profiler's trace; the thread's CPU
+    time beside the wall clock (a blocking sync spins: on CUDA it counts as CPU time)."""
 
     def __init__(self, clock: Callable[[], int] = time.perf_counter_ns,
                  observers: Iterable[Callable[[str, str], None]] = (),
-                 sync: Callable[[], None] | None = None, annotate: bool = True) -> None:
+                 sync: Callable[[], None] | None = None, annotate: bool = True,
+                 cpu_clock: Callable[[], int] = time.thread_time_ns) -> None:
         self.clock, self.sync, self.annotate = clock, sync, annotate
+        self.cpu_clock = cpu_clock
         self.observers = list(observers)
         self.steps: list[Step] = []
         self._step: Step | None = None
         self._open: dict[str, tuple[int, Any]] = {}
+        self._cpu: dict[str, int] = {}  # the thread's CPU clock at each open phase's start
 
     def begin_step(self) -> None:
         if self.sync is not None:
             self.sync()
         self._step = Step(self.clock())
+        self._cpu["step"] = self.cpu_clock()
         for observe in self.observers:
             observe("step", "begin")
 
@@ -189,22 +201,26 @@ class PhaseTimer:
         if annotation is not None:
             annotation.__enter__()
         self._open[name] = (self.clock(), annotation)
+        self._cpu[name] = self.cpu_clock()
 
     def _end(self, name: str) -> None:
         if self.sync is not None:
             self.sync()  # the phase's kernels have finished: now the clock means something
         t = self.clock()
+        cpu = self.cpu_clock()
         assert self._step is not None
         start, annotation = self._open.pop(name)
         if annotation is not None:
             annotation.__exit__(None, None, None)
         self._step.phases[name] = (start, t)
+        self._step.cpu[name] = cpu - self._cpu.pop(name)
         for observe in self.observers:
             observe(name, "end")
 
     def end_step(self) -> Step:
         assert self._step is not None and not self._open
         self._step.end = self.clock()
+        self._step.cpu["step"] = self.cpu_clock() - self._cpu.pop("step")
         step, self._step = self._step, None
         self.steps.append(step)
         return step

@@ -3,8 +3,8 @@
 # NOTE [ Naming a gap ]
 Time. The roofline (NOTE [ Predicting a phase ]) counts arithmetic and data movement only.
 What it leaves out is sized from measurements taken after the sheet was written:
-    Python overhead per op     the phase's batch-independent cost: the same phase timed with
-                               ONE row (the same model, the same ops), less that row's
+    Python overhead per op     the phase's batch-independent cost: the same phase's CPU time
+                               with ONE row (the same model, the same ops), less that row's
                                roofline; torch's op census says over how many aten ops it
                                spreads (the interpreter, module calls, autograd's graph,
                                the dispatcher, a kernel launch on CUDA)
@@ -16,8 +16,11 @@ What it leaves out is sized from measurements taken after the sheet was written:
       loop                     yields indices one by one (and torch's default fetcher reads
                                each sample on its own, then collates): (B - 1) x the cost per
                                index of that loop, probed apart from the step
-    profiler recording per op  active steps (recorded) less the unrecorded steps after the
-                               window: the profiler's own cost per event
+    profiler recording per op  CPU time of the active steps (recorded) less that of the
+                               unrecorded steps after the window: the profiler's own cost
+    waiting for a core         wall time less the thread's CPU time (time.thread_time_ns),
+                               median over the active steps: the thread was not running
+                               (another process held the core, or the thread blocked)
     a sync                     on CUDA, the boundary synchronize with an empty queue, twice
 A phase measured within GAP x its prediction needs no term ("as predicted"). Otherwise the
 gap is explained when prediction + terms lies within SLACK of the median, or within the
@@ -80,6 +83,21 @@ def _overhead_terms(case: drv.ProfileCase, phase: str, fixed: float,
     return terms
 
 
+def off_cpu_with_outside(offs: list[dict[str, float]]) -> list[dict[str, float]]:
+    """Each step's off-CPU seconds per phase, with "outside the phases" (the step's less the
+    phases')."""
+    return [{**o, OUTSIDE: o["step"] - sum(v for k, v in o.items() if k != "step")}
+            for o in offs]
+
+
+def cpu_seconds(steps: list[dict[str, float]], offs: list[dict[str, float]]
+                ) -> list[dict[str, float]]:
+    """Each step's CPU seconds per phase (wall less off-CPU), "outside the phases" and the
+    step included: what the thread itself spent, whatever else held the machine."""
+    return [{k: wall[k] - off.get(k, 0.0) for k in wall}
+            for wall, off in zip(steps, off_cpu_with_outside(offs), strict=True)]
+
+
 def verdict(predicted: float, measured: dict[str, float], terms: list[dict[str, Any]]) -> str:
     """NOTE [ Naming a gap ]: "as predicted", "explained" or UNEXPLAINED (with the share)."""
     m = measured["median"]
@@ -97,12 +115,16 @@ def time_rows(case: drv.ProfileCase, sheet: dict[str, Any], measured: dict[str, 
               sheet_one_row: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per phase, then "outside the phases" and the step: predicted, measured over
     the active steps, unrecorded, ratio, terms, verdict."""
-    steps = measured["steps"]
+    steps, cpu = measured["steps"], cpu_seconds(measured["steps"], measured["off_cpu"])
     active = meas.phase_summary(steps, case.active_steps)
-    unrecorded = meas.phase_summary(steps, case.unprofiled_steps)
-    one = meas.phase_summary(measured["one_row"], range(len(measured["one_row"])))
+    active_cpu = meas.phase_summary(cpu, case.active_steps)
+    unrecorded_cpu = meas.phase_summary(cpu, case.unprofiled_steps)
+    off = meas.phase_summary(off_cpu_with_outside(measured["off_cpu"]), case.active_steps)
+    one_cpu = cpu_seconds(measured["one_row"], measured["one_row_off_cpu"])
+    one = meas.phase_summary(one_cpu, range(len(one_cpu)))
     sync, op_s = sheet["machine"]["sync_s"], sheet["machine"]["op_s"]
     rows = []
+    unrecorded = meas.phase_summary(steps, case.unprofiled_steps)
     for phase in [*sheet["seconds"], OUTSIDE, "step"]:
         p = sum(sheet["seconds"].values()) if phase == "step" else sheet["seconds"].get(phase, 0.0)
         m = active[phase]
@@ -125,12 +147,17 @@ def time_rows(case: drv.ProfileCase, sheet: dict[str, Any], measured: dict[str, 
                               "detail": f"{case.batch - 1} more samples than one row, at "
                                         f"{per * 1e6:.2f} us each ({where} Python loop, "
                                         "probed apart)"})
-            if case.impl == "torch" and unrecorded:
-                extra = m["median"] - unrecorded[phase]["median"]
+            if case.impl == "torch" and unrecorded_cpu:
+                extra = active_cpu[phase]["median"] - unrecorded_cpu[phase]["median"]
                 if extra > 0:
                     terms.append({"term": "profiler recording per op", "seconds": extra,
-                                  "detail": "recorded steps less the unrecorded ones after "
-                                            "the window"})
+                                  "detail": "CPU time of the recorded steps less the "
+                                            "unrecorded ones after the window"})
+            if off[phase]["median"] > 0:
+                terms.append({"term": "waiting for a core", "seconds": off[phase]["median"],
+                              "detail": "wall time less the thread's CPU time "
+                                        "(thread_time_ns), median: the thread was not "
+                                        "running (another process held the core)"})
             if sync and phase in sheet["seconds"]:
                 terms.append({"term": "a sync", "seconds": 2 * sync,
                               "detail": "the boundary synchronize, at the start and the end"})

@@ -60,6 +60,10 @@ def _step_seconds(steps: list[Any]) -> list[dict[str, float]]:
     return [s.seconds() for s in steps]
 
 
+def _off_cpu(steps: list[Any]) -> list[dict[str, float]]:
+    return [s.off_cpu() for s in steps]
+
+
 def _interleaved(case: ProfileCase, variants: dict[str, Callable[[], Any]],
                  progress: Callable[[], None]) -> dict[str, list[dict[str, float]]]:
     """Each variant's step run `repeats` + 1 times, round-robin (so a drift of the machine
@@ -151,8 +155,9 @@ def measure_torch(case: ProfileCase, out: Path | None,
         task = data.loader.dataset
         per_index = per_index_seconds(tdata.ResumableSampler(len(task), 1), task.__getitem__)
     return {"per_index_s": per_index, "measured_from_ns": measured_from,
-            "steps": _step_seconds(timer.steps),
-            "one_row": _step_seconds(one.steps[1:]), "memory": meter.boundaries,
+            "steps": _step_seconds(timer.steps), "off_cpu": _off_cpu(timer.steps),
+            "one_row": _step_seconds(one.steps[1:]), "one_row_off_cpu": _off_cpu(one.steps[1:]),
+            "memory": meter.boundaries,
             "cuda": meter.cuda or None, "census": ops, "honest": honest,
             "fault_calls": len(fault_calls),
             "layer": saves,
@@ -197,8 +202,9 @@ def measure_reference(case: ProfileCase, out: Path | None,
         saves = reference_layer_saves(case, run.model, data()[0])
         per_index = per_index_seconds(rdata.ResumableSampler(case.train_config().num_samples, 1))
     return {"per_index_s": per_index, "measured_from_ns": measured_from,
-            "steps": _step_seconds(timer.steps),
-            "one_row": _step_seconds(one.steps[1:]), "memory": meter.boundaries,
+            "steps": _step_seconds(timer.steps), "off_cpu": _off_cpu(timer.steps),
+            "one_row": _step_seconds(one.steps[1:]), "one_row_off_cpu": _off_cpu(one.steps[1:]),
+            "memory": meter.boundaries,
             "cuda": None, "census": None, "honest": None, "fault_calls": 0,
             "layer": saves, "trace": None}
 
