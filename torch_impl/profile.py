@@ -276,7 +276,10 @@ def profiled_steps(steps: int, one_step: Callable[[int], None], *, wait: int, wa
                    active: int, trace: str | None, cuda: bool) -> None:
     """Run one_step(i) for i < steps under torch.profiler with schedule(wait, warmup, active,
     repeat=1): steps wait + warmup .. + active are recorded and written to `trace` as a chrome
-    trace; the steps after the window run unrecorded (the profiler's own cost shows there)."""
+    trace. Steps past the window run under the profiler unrecorded; a caller comparing with
+    a run WITHOUT the profiler runs those after this returns: while the profiler is on, its
+    callbacks cost every op something even outside the window (measured ~3x on the default
+    model's CPU ops)."""
     activities = [torch.profiler.ProfilerActivity.CPU]
     if cuda:
         activities.append(torch.profiler.ProfilerActivity.CUDA)

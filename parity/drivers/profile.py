@@ -50,7 +50,7 @@ CPU_NULL = ("CPU: kernels run synchronously on the calling thread, so moving a s
 @dataclass(frozen=True)
 class ProfileCase:
     """What one profile runs: the tree, the model's TrainConfig fields, the schedule of the
-    profiler (wait, warmup, active; the steps after the window run unrecorded), and how many
+    profiler (wait, warmup, active; the steps after the window run without it), and how many
     steps the extra measurements take (`repeats`: the one-row run, each honest-timing variant)."""
 
     impl: str = "torch"

@@ -16,8 +16,9 @@ What it leaves out is sized from measurements taken after the sheet was written:
       loop                     yields indices one by one (and torch's default fetcher reads
                                each sample on its own, then collates): (B - 1) x the cost per
                                index of that loop, probed apart from the step
-    profiler recording per op  CPU time of the active steps (recorded) less that of the
-                               unrecorded steps after the window: the profiler's own cost
+    the profiler's cost per op  CPU time of the active steps (recorded) less that of the
+                               steps after the window, run without the profiler (its
+                               callbacks cost every op while it is on)
     waiting for a core         wall time less the thread's CPU time (time.thread_time_ns),
                                median over the active steps: the thread was not running
                                (another process held the core, or the thread blocked)
@@ -150,9 +151,9 @@ def time_rows(case: drv.ProfileCase, sheet: dict[str, Any], measured: dict[str, 
             if case.impl == "torch" and unrecorded_cpu:
                 extra = active_cpu[phase]["median"] - unrecorded_cpu[phase]["median"]
                 if extra > 0:
-                    terms.append({"term": "profiler recording per op", "seconds": extra,
-                                  "detail": "CPU time of the recorded steps less the "
-                                            "unrecorded ones after the window"})
+                    terms.append({"term": "the profiler's cost per op", "seconds": extra,
+                                  "detail": "CPU time of the recorded steps less that "
+                                            "of the steps run without the profiler"})
             if off[phase]["median"] > 0:
                 terms.append({"term": "waiting for a core", "seconds": off[phase]["median"],
                               "detail": "wall time less the thread's CPU time "

@@ -27,11 +27,11 @@ def per_index_seconds(indices: Any, fetch: Callable[[int], object] | None = None
 
     times = []
     for _ in range(5):
-        t0 = time.perf_counter_ns()
+        t0 = time.thread_time_ns()  # CPU time: what another process takes is not counted
         for i in itertools.islice(iter(indices), n):
             if fetch is not None:
                 fetch(i)
-        times.append(time.perf_counter_ns() - t0)
+        times.append(time.thread_time_ns() - t0)
     return statistics.median(times) * 1e-9 / n
 
 
@@ -131,14 +131,16 @@ def measure_torch(case: ProfileCase, out: Path | None,
 
         def one_step(i: int) -> None:
             tprof.drive_step(timer, data, step, device)
-            if i >= window:  # unrecorded: the one-row step, instrumented alike, interleaved
+            if i >= window:  # no profiler: the one-row step, instrumented alike, interleaved
                 tprof.drive_step(one, data1, step1, device)
             progress()
 
         measured_from = time.time_ns()
-        tprof.profiled_steps(case.steps, one_step, wait=case.wait, warmup=case.warmup,
+        tprof.profiled_steps(window, one_step, wait=case.wait, warmup=case.warmup,
                              active=case.active, cuda=on_cuda,
                              trace=None if out is None else str(out / "trace.json"))
+        for i in range(window, case.steps):  # after the profiler: the run without it
+            one_step(i)
         while len(one.steps) <= case.repeats:  # too few steps after the window: top up
             tprof.drive_step(one, data1, step1, device)
         meter = tprof.BoundaryMemory(run.model, run.optimizer, device)
@@ -259,9 +261,13 @@ def measure(case: ProfileCase, out: Path | None,
 
 
 
+WARM_TRIES = 64  # a skipped step halves S: 2^16 comes down to any gradient's range by then
+
+
 def boundary_bytes(case: ProfileCase) -> list[tuple[str, dict[str, int]]]:
-    """Bytes by category at every boundary of one steady step (the second: the first creates
-    the optimizer's state and the gradients), nothing timed: what the claims check."""
+    """Bytes by category at every boundary of one steady step (after the first step that was
+    not skipped: it creates the optimizer's state; the gradients exist from the first),
+    nothing timed: what the claims check."""
     import functools
 
     if case.impl == "reference":
@@ -275,7 +281,9 @@ def boundary_bytes(case: ProfileCase) -> list[tuple[str, dict[str, int]]]:
                                  run.scaler, precision=c.precision,
                                  max_grad_norm=c.max_grad_norm, schedule=run.schedule)
         with np.errstate(over="ignore", invalid="ignore"):
-            rprof.drive_step(rprof.PhaseTimer(), run.next_batch, step)
+            for _ in range(WARM_TRIES):  # fp16 skips the first steps until S comes down
+                if not rprof.drive_step(rprof.PhaseTimer(), run.next_batch, step).skipped:
+                    break
             meter = rprof.BoundaryMemory(run.model, run.loss_fn, run.optimizer)
             rprof.drive_step(rprof.PhaseTimer(observers=[meter]), run.next_batch, step, meter)
         return meter.boundaries
@@ -294,7 +302,10 @@ def boundary_bytes(case: ProfileCase) -> list[tuple[str, dict[str, int]]]:
     sync = tprof.device_sync(case.device)
     with torch.random.fork_rng(devices=[case.device] if case.device != "cpu" else []):
         torch.manual_seed(c.seed)
-        tprof.drive_step(tprof.PhaseTimer(sync=sync, annotate=False), data, step, case.device)
+        for _ in range(WARM_TRIES):  # fp16 skips the first steps until S comes down
+            warm = tprof.PhaseTimer(sync=sync, annotate=False)
+            if not tprof.drive_step(warm, data, step, case.device).skipped:
+                break
         meter = tprof.BoundaryMemory(run.model, run.optimizer, case.device)
         with meter:
             tprof.drive_step(tprof.PhaseTimer(observers=[meter], sync=sync, annotate=False),

@@ -155,7 +155,7 @@ def profile_markdown(result: dict[str, Any]) -> str:
              f"{written['written_at']}; measured from {measured['measured_from_ns']} ns "
              f"(epoch), {(measured['measured_from_ns'] - written['written_ns']) / 1e6:.1f} ms "
              "later.", "", f"Clock: {clock}. Phases: active steps (recorded by the profiler); "
-             "'unrecorded' steps run after the profiler's window.", "",
+             "the steps after the window run without the profiler.", "",
              *machine_lines(sheet["machine"]), "", "## Time per phase", ""]
     lines += _table(PHASE_HEAD, phase_rows(comp["time"]), {1, 2, 3, 4})
     n_un = comp["unexplained"]
