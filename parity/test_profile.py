@@ -19,6 +19,7 @@ from parity.drivers import profile as drv
 from parity.drivers import profile_gaps as gaps
 from parity.drivers import profile_measure as meas
 from reference import profile as rprof
+from reference import train as rtrain
 
 SMALL = {"sizes": (6, 10, 8, 3), "batch": 5, "steps": 10}
 
@@ -75,6 +76,17 @@ def test_the_reference_needs_its_two_named_terms_and_each_has_its_exact_size() -
     assert terms  # the test below would be empty otherwise
     for (boundary, category), (size, _) in terms.items():
         assert measured[boundary][category] - formula[boundary][category] == size != 0
+
+
+def test_a_warm_up_step_that_fp16_skips_does_not_count_as_the_steady_step() -> None:
+    """A skipped step creates no optimizer state: the metered step must follow an APPLIED
+    one. This configuration's first reference step overflows at S = 2^16 (guarded)."""
+    case = drv.ProfileCase(impl="reference", precision="fp16", sizes=(2, 2, 2), batch=1,
+                           activation="relu", optimizer="SGD", steps=10)
+    with np.errstate(over="ignore", invalid="ignore"):
+        assert rtrain.Run(case.train_config()).train_step().skipped  # the edge is reached
+    got, want, _ = gaps.boundary_arrays(case, meas.boundary_bytes(case))
+    assert_claim("profile.reference_boundary_bytes", got, want)
 
 
 def test_a_byte_no_term_explains_is_printed_unexplained() -> None:
