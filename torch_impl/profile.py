@@ -289,8 +289,10 @@ def profiled_steps(steps: int, one_step: Callable[[int], None], *, wait: int, wa
             prof.export_chrome_trace(trace)
 
     schedule = torch.profiler.schedule(wait=wait, warmup=warmup, active=active, repeat=1)
+    # acc_events: one cycle (repeat=1), nothing to accumulate; without it torch 2.11 warns
+    # at the window's start that events are cleared per cycle (2.6 and 2.13 do not)
     with torch.profiler.profile(activities=activities, schedule=schedule,
-                                on_trace_ready=ready) as prof:
+                                on_trace_ready=ready, acc_events=True) as prof:
         for i in range(steps):
             one_step(i)
             prof.step()
