@@ -290,7 +290,7 @@ def profiled_steps(steps: int, one_step: Callable[[int], None], *, wait: int, wa
 
     schedule = torch.profiler.schedule(wait=wait, warmup=warmup, active=active, repeat=1)
     # acc_events: one cycle (repeat=1), nothing to accumulate; without it torch 2.11 warns
-    # at the window's start that events are cleared per cycle (2.6 and 2.13 do not)
+    # at the window's start that events are cleared per cycle (2.6 has no such warning)
     with torch.profiler.profile(activities=activities, schedule=schedule,
                                 on_trace_ready=ready, acc_events=True) as prof:
         for i in range(steps):
