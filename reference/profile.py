@@ -48,9 +48,10 @@ frees it there: never live at a boundary):
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -134,17 +135,6 @@ class Step:
         return {name: wall[name] - ns * 1e-9 for name, ns in self.cpu.items()}
 
 
-class _Phase:
-    def __init__(self, timer: PhaseTimer, name: str) -> None:
-        self.timer, self.name = timer, name
-
-    def __enter__(self) -> None:
-        self.timer._begin(self.name)
-
-    def __exit__(self, *exc: object) -> None:
-        self.timer._end(self.name)
-
-
 class PhaseTimer:
     """perf_counter_ns around each phase (NOTE [ Phase boundaries ]), and the thread's CPU
     time beside it (thread_time_ns: what the wall clock holds beyond it, the thread did not
@@ -168,8 +158,14 @@ class PhaseTimer:
         for observe in self.observers:
             observe("step", "begin")
 
-    def phase(self, name: str) -> _Phase:
-        return _Phase(self, name)
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """The context train_step enters around each of its phases."""
+        self._begin(name)
+        try:
+            yield
+        finally:
+            self._end(name)
 
     def _begin(self, name: str) -> None:
         if self._step is None or name in self._open or name in self._step.phases:

@@ -39,13 +39,13 @@ import statistics
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from reference.profile import Step  # plain data: one step's clock readings
 from torch_impl import data as tdata
 from torch_impl.accounting import cuda_allocated
 
@@ -128,39 +128,6 @@ def sync_latency(device: str | torch.device, repeats: int = 21) -> float:
 
 
 # ---------------------------------------------------------------- the timer
-@dataclass
-class Step:
-    """One timed step: its start and end, and each phase's (start, end), in ns."""
-
-    start: int
-    end: int = 0
-    phases: dict[str, tuple[int, int]] = field(default_factory=dict)
-    cpu: dict[str, int] = field(default_factory=dict)  # the thread's CPU ns per phase, "step"
-
-    def seconds(self) -> dict[str, float]:
-        """Each phase's duration, the step's, and "outside the phases" (the rest)."""
-        out = {name: (e - s) * 1e-9 for name, (s, e) in self.phases.items()}
-        total = (self.end - self.start) * 1e-9
-        return {**out, "step": total, "outside the phases": total - sum(out.values())}
-
-    def off_cpu(self) -> dict[str, float]:
-        """Per phase and for the step, wall time less the thread's CPU time: seconds the
-        thread was not running (waiting for a core another process held, or blocked)."""
-        wall = self.seconds()
-        return {name: wall[name] - ns * 1e-9 for name, ns in self.cpu.items()}
-
-
-class _Phase:
-    def __init__(self, timer: PhaseTimer, name: str) -> None:
-        self.timer, self.name = timer, name
-
-    def __enter__(self) -> None:
-        self.timer._begin(self.name)
-
-    def __exit__(self, *exc: object) -> None:
-        self.timer._end(self.name)
-
-
 class PhaseTimer:
     """perf_counter_ns around each phase, the device synchronized before every clock read
     (`sync`: device_sync(device); None = do not wait, the dishonest timing of NOTE [ Honest
@@ -187,8 +154,14 @@ class PhaseTimer:
         for observe in self.observers:
             observe("step", "begin")
 
-    def phase(self, name: str) -> _Phase:
-        return _Phase(self, name)
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """The context train_step enters around each of its phases."""
+        self._begin(name)
+        try:
+            yield
+        finally:
+            self._end(name)
 
     def _begin(self, name: str) -> None:
         if self._step is None or name in self._open or name in self._step.phases:
@@ -278,8 +251,7 @@ def profiled_steps(steps: int, one_step: Callable[[int], None], *, wait: int, wa
     repeat=1): steps wait + warmup .. + active are recorded and written to `trace` as a chrome
     trace. Steps past the window run under the profiler unrecorded; a caller comparing with
     a run WITHOUT the profiler runs those after this returns: while the profiler is on, its
-    callbacks cost every op something even outside the window (measured ~3x on the default
-    model's CPU ops)."""
+    callbacks cost every op something even outside the window."""
     activities = [torch.profiler.ProfilerActivity.CPU]
     if cuda:
         activities.append(torch.profiler.ProfilerActivity.CUDA)

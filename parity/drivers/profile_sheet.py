@@ -28,13 +28,13 @@ def seconds(value: float | None) -> str:
     return f"{value / 1e-9:.3g} ns"
 
 
-def _table(head: list[str], rows: list[list[str]], right: set[int] = frozenset()) -> list[str]:
+def table(head: list[str], rows: list[list[str]], right: set[int] = frozenset()) -> list[str]:
     align = ["---:" if i in right else "---" for i in range(len(head))]
     return ["| " + " | ".join(head) + " |", "|" + "|".join(align) + "|",
             *("| " + " | ".join(r) + " |" for r in rows)]
 
 
-def _case_line(case: dict[str, Any]) -> str:
+def case_line(case: dict[str, Any]) -> str:
     return (f"`{case['impl']}` tree, model `{case['model']}` {tuple(case['sizes'])} "
             f"{case['activation']}, batch {case['batch']}, {case['optimizer']}, precision "
             f"`{case['precision']}`, recompute `{case['recompute']}`, device "
@@ -59,7 +59,7 @@ def machine_lines(machine: dict[str, Any]) -> list[str]:
                      "what the process's first GEMM adds to memory_allocated"])
     return [f"Machine: {machine['device']}" + (f", threads {machine['threads']}"
                                                if machine.get("threads") else ""), "",
-            *_table(["probe", "rate", "how"], rows, {1})]
+            *table(["probe", "rate", "how"], rows, {1})]
 
 
 def predictions_markdown(sheet: dict[str, Any]) -> str:
@@ -67,10 +67,10 @@ def predictions_markdown(sheet: dict[str, Any]) -> str:
     accountant and the machine probes only (NOTE [ Predicting a phase ])."""
     case, mem = sheet["case"], {r["name"]: r for r in sheet["accountant"]
                                 if r["section"] == "memory"}
-    lines = [f"# Prediction sheet: {_case_line(case)}", "",
+    lines = [f"# Prediction sheet: {case_line(case)}", "",
              "Written before anything of the model is measured.", "", *machine_lines(
                  sheet["machine"]), "", "## Bytes (the accountant)", ""]
-    lines += _table(["category", "bytes", "formula"],
+    lines += table(["category", "bytes", "formula"],
                     [[n, f"{mem[n]['predicted']:,}", mem[n]["formula"]] for n in MEMORY_ROWS
                      if n in mem], {1})
     lines += ["", f"{sheet['n_params']:,} parameters.", "", "## Time per phase (roofline)", ""]
@@ -80,15 +80,15 @@ def predictions_markdown(sheet: dict[str, Any]) -> str:
         what = (f"{work['flops']:,} FLOPs / R" if "flops" in work else
                 f"{work['moved']:,} bytes moved / W" if work.get("moved") else "nothing to do")
         rows.append([phase, what, seconds(t)])
-    lines += _table(["phase", "work", "predicted"], rows, {2})
+    lines += table(["phase", "work", "predicted"], rows, {2})
     lines += ["", f"Predicted slowest phase: **{sheet['slowest']}**.", "",
               "## Bytes at each phase boundary (steady step)", ""]
-    lines += _table(["boundary", *rprof.CATEGORIES, "total"],
+    lines += table(["boundary", *rprof.CATEGORIES, "total"],
                     [[b, *(f"{c[k]:,}" for k in rprof.CATEGORIES), f"{sum(c.values()):,}"]
                      for b, c in sheet["timeline"]], set(range(1, 7)))
     layer = sheet["layer"]
     lines += ["", f"## Layer {layer['index']}'s saved tensors (predicted)", ""]
-    lines += _table(["name", "tensor", "shape", "bytes"],
+    lines += table(["name", "tensor", "shape", "bytes"],
                     [[s["name"], s["tensor"], str(tuple(s["shape"])), f"{s['bytes']:,}"]
                      for s in layer["saves"]], {3})
     return "\n".join(lines) + "\n"
@@ -114,13 +114,13 @@ def memory_lines(rows: list[dict[str, Any]]) -> list[str]:
     body = [[r["boundary"], r["category"], f"{r['predicted']:,}", f"{r['measured']:,}",
              f"{r['gap']:+,}" if r["gap"] else "", r["term"]]
             for r in rows if r["predicted"] or r["measured"] or r["term"]]
-    return _table(["boundary", "category", "formula", "measured", "gap", "term"], body, {2, 3, 4})
+    return table(["boundary", "category", "formula", "measured", "gap", "term"], body, {2, 3, 4})
 
 
 def cuda_lines(rows: list[dict[str, Any]]) -> list[str]:
     keys = ("start", "end", "peak", "reserved", "formula", "gap", "allocator rounding",
             "cuBLAS workspace", "rest")
-    return _table(["phase", *keys, "term"],
+    return table(["phase", *keys, "term"],
                   [[r["phase"], *(f"{r[k]:,}" for k in keys), r["term"]] for r in rows],
                   set(range(1, len(keys) + 1)))
 
@@ -131,13 +131,13 @@ def honest_lines(honest: dict[str, Any]) -> list[str]:
     rows = [[p, *(f"{seconds(honest['medians'][v][p]['median'])} "
                   f"({honest['ratios'][v].get(p, float('nan')):.2f}x)" for v in variants)]
             for p in phases]
-    return [*_table(["phase", *variants], rows, set(range(1, len(variants) + 1))), "",
+    return [*table(["phase", *variants], rows, set(range(1, len(variants) + 1))), "",
             f"{honest['cause']}. The seeded `.item()` ran "
             f"{honest['fault_calls']} times (once per forward of its variant)."]
 
 
 def saved_lines(layer: list[dict[str, Any]]) -> list[str]:
-    return _table(["name", "shape", "dtype", "bytes", "a view of a parameter"],
+    return table(["name", "shape", "dtype", "bytes", "a view of a parameter"],
                   [[s["name"], str(tuple(s["shape"])), s["dtype"], f"{s['nbytes']:,}",
                     "yes" if s.get("is_parameter") else ""] for s in layer], {3})
 
@@ -150,14 +150,14 @@ def profile_markdown(result: dict[str, Any]) -> str:
     clock = ("CPU: time.perf_counter_ns at each boundary; kernels run on the calling thread, "
              "nothing to synchronize" if on_cpu else
              "CUDA: torch.cuda.synchronize() then time.perf_counter_ns at each boundary")
-    lines = [f"# Profile: {_case_line(case)}", "",
+    lines = [f"# Profile: {case_line(case)}", "",
              f"Predictions written first: `predictions.json` sha256 `{written['sha256']}` at "
              f"{written['written_at']}; measured from {measured['measured_from_ns']} ns "
              f"(epoch), {(measured['measured_from_ns'] - written['written_ns']) / 1e6:.1f} ms "
              "later.", "", f"Clock: {clock}. Phases: active steps (recorded by the profiler); "
              "the steps after the window run without the profiler.", "",
              *machine_lines(sheet["machine"]), "", "## Time per phase", ""]
-    lines += _table(PHASE_HEAD, phase_rows(comp["time"]), {1, 2, 3, 4})
+    lines += table(PHASE_HEAD, phase_rows(comp["time"]), {1, 2, 3, 4})
     n_un = comp["unexplained"]
     lines += ["", f"Predicted slowest: **{sheet['slowest']}**; measured slowest: **"
               f"{measured_slowest(comp['time'])}**. Unexplained: {n_un['time']} time rows, "

@@ -32,7 +32,7 @@ def _() -> str:
     lines = []
     for impl in ("reference", "torch"):
         r = record[impl]
-        lines.append(f"- {sheets._case_line(r['sheet']['case'])}. Predictions sha256 "
+        lines.append(f"- {sheets.case_line(r['sheet']['case'])}. Predictions sha256 "
                      f"`{r['predictions']['sha256'][:16]}...`, written "
                      f"{r['predictions']['written_at']}.")
     machine = record["torch"]["sheet"]["machine"]
@@ -67,7 +67,7 @@ def _() -> str:
     slowest = {impl: (record[impl]["sheet"]["slowest"],
                       sheets.measured_slowest(record[impl]["comparison"]["time"]))
                for impl in ("reference", "torch")}
-    return "\n".join([*sheets._table(head, body, {1, 2, 3, 4}), "", "Slowest phase, "
+    return "\n".join([*sheets.table(head, body, {1, 2, 3, 4}), "", "Slowest phase, "
                       "predicted / measured: " + "; ".join(
                           f"{impl} {p} / {m}" for impl, (p, m) in slowest.items()) + "."])
 
@@ -78,7 +78,7 @@ def _() -> str:
     out = []
     for impl in ("reference", "torch"):
         comp = record[impl]["comparison"]
-        out += [f"**{impl}**", "", *sheets._table(sheets.PHASE_HEAD,
+        out += [f"**{impl}**", "", *sheets.table(sheets.PHASE_HEAD,
                                                    sheets.phase_rows(comp["time"]),
                                                    {1, 2, 3, 4}), ""]
     return "\n".join(out).rstrip()
