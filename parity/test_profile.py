@@ -45,7 +45,7 @@ def profile_cases(draw: st.DrawFn, impl: str, device: str = "cpu") -> drv.Profil
                            optimizer=draw(st.sampled_from(("SGD", "Adam", "AdamW"))), steps=10)
 
 
-@settings(max_examples=25)
+@settings(max_examples=15)
 @given(data=st.data())
 def test_torch_bytes_at_every_phase_boundary_equal_the_accountants_timeline(
         data: st.DataObject, device: str) -> None:
@@ -55,7 +55,7 @@ def test_torch_bytes_at_every_phase_boundary_equal_the_accountants_timeline(
     assert_claim("profile.boundary_bytes", got, want)
 
 
-@settings(max_examples=40)
+@settings(max_examples=30)
 @given(case=profile_cases("reference"))
 def test_reference_bytes_at_every_boundary_equal_the_timeline_but_for_two_named_terms(
         case: drv.ProfileCase) -> None:

@@ -74,6 +74,14 @@ def test_the_torch_profile_writes_a_chrome_trace_of_the_phases(
     assert "CPU: kernels run synchronously" in md  # the null on CPU, with its cause
 
 
+def test_a_rerun_into_the_same_folder_leaves_no_file_of_the_earlier_run(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert _cli(capsys, "--impl", "torch", "--out", str(tmp_path), *FAST)[0] == EXIT_OK
+    assert (tmp_path / "trace.json").exists()
+    assert _cli(capsys, "--impl", "reference", "--out", str(tmp_path), *FAST)[0] == EXIT_OK
+    assert not (tmp_path / "trace.json").exists()  # the reference writes no trace
+
+
 def test_json_is_one_object_on_stdout(tmp_path: Path,
                                       capsys: pytest.CaptureFixture[str]) -> None:
     status, out, err = _cli(capsys, "--impl", "reference", "--out", str(tmp_path), "--json",

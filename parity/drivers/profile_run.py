@@ -27,7 +27,10 @@ def run_profile(case: drv.ProfileCase, out: Path,
                 pictures: bool = True) -> dict[str, Any]:
     """Profile `case` into the folder `out` (FILES; trace.json with torch only, the pictures
     when `pictures` and matplotlib is present). `announce(written)` is called as soon as the
-    sheet is on disk, before the model exists. Returns profile.json's object."""
+    sheet is on disk, before the model exists. Files of FILES left by an earlier run are
+    removed first. Returns profile.json's object."""
+    for name in FILES:  # the folder describes one run: no trace or page of an earlier one
+        (out / name).unlink(missing_ok=True)
     with case.torch_threads():
         machine = drv.probe_machine(case)
         sheet = drv.predict(case, machine)
