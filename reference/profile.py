@@ -138,9 +138,9 @@ class Step:
 class PhaseTimer:
     """perf_counter_ns around each phase (NOTE [ Phase boundaries ]), and the thread's CPU
     time beside it (thread_time_ns: what the wall clock holds beyond it, the thread did not
-    run). `timer.phase` is what
-    train_step takes as its `phase` argument; `observers` are called as fn(name, "begin" |
-    "end") at each boundary after the clock is read (a memory meter: never timed)."""
+    run). `timer.phase` is what train_step takes as its `phase` argument; `observers` are
+    called as fn(name, "begin" | "end") at each boundary outside the clock readings (before
+    a phase's start is read, after its end is: a memory meter is never timed)."""
 
     def __init__(self, clock: Callable[[], int] = time.perf_counter_ns,
                  observers: Iterable[Callable[[str, str], None]] = (),
