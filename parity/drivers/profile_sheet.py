@@ -169,7 +169,8 @@ def profile_markdown(result: dict[str, Any]) -> str:
     if comp["honest"]:
         lines += ["## Honest timing: the same step, the sync moved", "",
                   *honest_lines(comp["honest"]), ""]
-    lines += [f"## Layer {sheet['layer']['index']}'s saved tensors (measured)", "",
+    lines += [f"## Layer {sheet['layer']['index']}'s saved tensors (measured: one forward "
+              "under the precision's autocast, without checkpoints)", "",
               *saved_lines(measured["layer"]), ""]
     if measured.get("census"):
         ops = measured["census"]["batch"]
