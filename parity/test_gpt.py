@@ -124,6 +124,29 @@ def test_every_op_and_every_parameter_gradient_within_its_claim(
     assert compared == names
 
 
+@pytest.mark.parametrize("columns", [1, 3])
+def test_layer_norm_bias_grad_adds_rows_in_torchs_order_even_with_one_column(
+        device: str, columns: int) -> None:
+    """With one column the rows are contiguous and NumPy's plain sum turns pairwise (an ulp
+    apart from torch, found by hypothesis at n_embd=1); the reference adds row by row."""
+    from reference.layers import layer_norm, layer_norm_backward
+
+    if device != "cpu":
+        pytest.skip("CPU-specific: torch's CPU LayerNorm backward adds dbeta row by row")
+    rng = np.random.default_rng(columns)
+    for rows in (7, 8, 9, 64, 129, 300):
+        x = rng.standard_normal((rows, columns)).astype(np.float32)
+        g = rng.standard_normal((rows, columns)).astype(np.float32)
+        w = np.ones(columns, np.float32)
+        _, mean, rstd = layer_norm(x, w, np.zeros(columns, np.float32), 1e-5)
+        db = layer_norm_backward(g, x, mean, rstd, w)[2]
+        tw = torch.ones(columns, requires_grad=True)
+        tb = torch.zeros(columns, requires_grad=True)
+        torch.nn.functional.layer_norm(torch.tensor(x), (columns,), tw, tb, 1e-5).backward(
+            torch.tensor(g))
+        assert_claim("gpt.layer_norm.bias_grad", db, tb.grad.numpy(), f"{rows} x {columns}")
+
+
 @given(config=gpt_configs(max_layers=3), dtype=st.sampled_from(DTYPES), data=st.data())
 @settings(max_examples=20)
 def test_logits_and_loss_along_a_whole_run_within_carried_bounds(

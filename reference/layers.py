@@ -74,7 +74,18 @@ def layer_norm_backward(g: np.ndarray, x: np.ndarray, mean: np.ndarray, rstd: np
     rows = tuple(range(g.ndim - 1))
     dx = rstd * (gw - gw.mean(axis=-1, keepdims=True, dtype=g.dtype)
                  - xhat * (gw * xhat).mean(axis=-1, keepdims=True, dtype=g.dtype))
-    return dx, (g * xhat).sum(axis=rows, dtype=g.dtype), g.sum(axis=rows, dtype=g.dtype)
+    return dx, (g * xhat).sum(axis=rows, dtype=g.dtype), row_order_sum(g)
+
+
+def row_order_sum(g: np.ndarray) -> np.ndarray:
+    """The sum of g's rows (every axis but the last), added one row after another.
+
+    torch's CPU LayerNorm backward adds dbeta row by row. NumPy's `sum` over the rows does
+    the same when a row has several columns, but with one column (C = 1) the rows are
+    contiguous and NumPy switches to its pairwise sum (8 partial sums): another order, an
+    ulp apart. A running sum (cumsum) keeps row order for every C."""
+    rows = g.reshape(-1, g.shape[-1])
+    return np.cumsum(rows, axis=0, dtype=g.dtype)[-1]
 
 
 def softmax(s: np.ndarray) -> np.ndarray:

@@ -37,7 +37,7 @@ EXIT_INTERRUPTED = 130
 
 # The commands, in the order `python -m parity --help` lists them; each is parity/cli/<name>.py.
 COMMANDS: tuple[str, ...] = ("report", "ranges", "sweep", "fuzz", "tolerances", "docs", "train",
-                             "replay", "account", "optimize", "miniproject")
+                             "replay", "account", "profile", "optimize", "miniproject")
 
 
 class UsageError(Exception):

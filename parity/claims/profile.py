@@ -1,0 +1,78 @@
+"""The profile claims (the kinds and the registry: parity/tolerances.py). Bytes and the order
+of clock readings are integers, compared exactly; timings are reported by `python -m parity
+profile`, never claimed (a shared machine moves them by more than any bound worth stating)."""
+
+from __future__ import annotations
+
+from parity.claims import Claim
+
+CLAIMS: tuple[Claim, ...] = (
+    Claim(
+        id="profile.boundary_bytes",
+        statement=(
+            "In torch, the bytes live at every phase boundary of a steady training step of the "
+            "MLP (the step's start, then the end of data wait, host-to-device, forward, "
+            "backward, optimizer), category by category (weights, grads, optimizer state with "
+            "Adam's step, activations autograd still holds, the loop's batch), equal the "
+            "accountant's formula timeline (NOTE [ Phase boundaries ]) for every precision, "
+            "optimizer, activation, dropout and checkpoint schedule; on the CPU, and on CUDA "
+            "where the run has a GPU (the allocator's own view is a separate table)."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "Each side is an integer: the formula from reference/accounting.py's sheet, the "
+            "measurement from the tensors themselves (distinct (data_ptr, nbytes); saved "
+            "tensors seen through saved_tensors_hooks and held by weak reference, so what "
+            "backward frees drops out). A difference is a missing term, never rounding."
+        ),
+    ),
+    Claim(
+        id="profile.reference_boundary_bytes",
+        statement=(
+            "In the reference, the bytes of its own arrays at every phase boundary (parameters, "
+            "grads, optimizer state, every tape, the batch) equal the same formula timeline "
+            "plus two named terms of exact size at the forward's end: -4 (nll_loss's 0-dim "
+            "total_weight exists in torch only) and +8 B (the reference's loss keeps its own "
+            "int64 copy of the target). Under bf16/fp16 or a checkpoint schedule the forward's "
+            "activations are not compared (low-precision values live in float32 arrays; the "
+            "checkpoints' inputs are held inside train_step, out of the loop's reach)."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "Integers on both sides (numel x itemsize per distinct array); the two terms are "
+            "the trees' documented differences, each sized from the batch alone."
+        ),
+    ),
+    Claim(
+        id="profile.phase_intervals",
+        statement=(
+            "Every timed step, in both trees, holds each phase once (data wait, host-to-device "
+            "in torch, forward, backward, optimizer), in that order, as disjoint intervals of "
+            "one integer clock (perf_counter_ns) inside the step's own interval: so the phase "
+            "times and 'outside the phases' (>= 0) sum to the step time exactly."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "The clock is read once per boundary, in integer nanoseconds, and a phase's end "
+            "is read before the next phase's start; a count of order violations is exact."
+        ),
+    ),
+    Claim(
+        id="profile.saved_tensors",
+        statement=(
+            "The saved tensors of the profile's listed layer (the second Linear), measured in "
+            "torch (measure_saved_tensors, parameter views left out) and in the reference (its "
+            "tape), have the shapes and bytes the accountant's mlp_saved predicts for fp32 "
+            "and, in torch, for bf16 and fp16 autocast (the weight's cast copy included)."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "Shapes and byte counts are integers; which tensors a layer saves is autograd's "
+            "(torch) and the tape's (reference) decision, listed in NOTE [ What the MLP saves ]."
+        ),
+    ),
+)

@@ -1,0 +1,108 @@
+"""docs/profile.md: the committed CPU profile of the default model in both trees
+(docs/data/profile_cpu.json, written by benchmarks/profile_cpu.py), rendered with the very
+functions that write a run's predictions.md and profile.md (parity/drivers/profile_sheet.py).
+Timings come from that file only, never from a fresh run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from parity.drivers import profile_sheet as sheets
+from parity.gendocs import section
+from parity.pictures.profile import load_profile
+from reference import profile as rprof
+
+
+def _record() -> dict[str, Any]:
+    record = load_profile()
+    if record is None:
+        raise FileNotFoundError("docs/data/profile_cpu.json: run python "
+                                "benchmarks/profile_cpu.py --write")
+    return record
+
+
+def _demote(text: str, levels: int = 2) -> str:
+    return "\n".join("#" * levels + line if line.startswith("#") else line
+                     for line in text.splitlines())
+
+
+@section("profile.md", "profile-case")
+def _() -> str:
+    record = _record()
+    lines = []
+    for impl in ("reference", "torch"):
+        r = record[impl]
+        lines.append(f"- {sheets.case_line(r['sheet']['case'])}. Predictions sha256 "
+                     f"`{r['predictions']['sha256'][:16]}...`, written "
+                     f"{r['predictions']['written_at']}.")
+    machine = record["torch"]["sheet"]["machine"]
+    lines += ["", f"Recorded on `{record['machine']}` (Python {record['python']}, torch "
+              f"{machine['torch']}), torch on {machine['threads']} thread."]
+    return "\n".join(lines)
+
+
+@section("profile.md", "prediction-sheet")
+def _() -> str:
+    return _demote(sheets.predictions_markdown(_record()["torch"]["sheet"]))
+
+
+@section("profile.md", "side-by-side")
+def _() -> str:
+    record = _record()
+    rows = {impl: {r["phase"]: r for r in record[impl]["comparison"]["time"]}
+            for impl in ("reference", "torch")}
+    body = []
+    for phase in [*rprof.PHASES, "outside the phases", "step"]:
+        cells = [phase]
+        for impl in ("reference", "torch"):
+            r = rows[impl].get(phase)
+            cells += ["-", "-"] if r is None else [
+                sheets.seconds(r["predicted"]) if r["predicted"] else "0",
+                f"{sheets.seconds(r['measured']['median'])} "
+                f"({sheets.seconds(r['measured']['q1'])} .. "
+                f"{sheets.seconds(r['measured']['q3'])})"]
+        body.append(cells)
+    head = ["phase", "reference predicted", "reference measured (q1 .. q3)",
+            "torch predicted", "torch measured (q1 .. q3)"]
+    slowest = {impl: (record[impl]["sheet"]["slowest"],
+                      sheets.measured_slowest(record[impl]["comparison"]["time"]))
+               for impl in ("reference", "torch")}
+    return "\n".join([*sheets.table(head, body, {1, 2, 3, 4}), "", "Slowest phase, "
+                      "predicted / measured: " + "; ".join(
+                          f"{impl} {p} / {m}" for impl, (p, m) in slowest.items()) + "."])
+
+
+@section("profile.md", "gap-tables")
+def _() -> str:
+    record = _record()
+    out = []
+    for impl in ("reference", "torch"):
+        comp = record[impl]["comparison"]
+        out += [f"**{impl}**", "", *sheets.table(sheets.PHASE_HEAD,
+                                                   sheets.phase_rows(comp["time"]),
+                                                   {1, 2, 3, 4}), ""]
+    return "\n".join(out).rstrip()
+
+
+@section("profile.md", "memory")
+def _() -> str:
+    record = _record()
+    out = []
+    for impl in ("torch", "reference"):
+        rows = record[impl]["comparison"]["memory"]
+        out += [f"**{impl}**", "", *sheets.memory_lines(rows), ""]
+    return "\n".join(out).rstrip()
+
+
+@section("profile.md", "honest")
+def _() -> str:
+    return "\n".join(sheets.honest_lines(_record()["torch"]["comparison"]["honest"]))
+
+
+@section("profile.md", "layer")
+def _() -> str:
+    record = _record()
+    out = []
+    for impl in ("torch", "reference"):
+        out += [f"**{impl}**", "", *sheets.saved_lines(record[impl]["measured"]["layer"]), ""]
+    return "\n".join(out).rstrip()
