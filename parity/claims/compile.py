@@ -1,0 +1,89 @@
+"""The compile claims (the kinds and the registry: parity/tolerances.py).
+
+Numeric bounds are `eps` claims with bound 1 and S the first-order bound that
+parity/drivers/compile.py propagates through the network from the nn claims (its module
+docstring writes out every rule); NOTE [ Compiled numerics ] in torch_impl/compile.py says
+why a compiled operation sits inside the same per-operation bound as an eager one. The
+measured ratio of observed to bound is generated into docs/compile.md.
+"""
+
+from __future__ import annotations
+
+from parity.claims import Claim
+
+CLAIMS: tuple[Claim, ...] = (
+    Claim(
+        id="compile.eager",
+        statement=(
+            "On CPU, the MLP's forward + cross-entropy compiled by Inductor (fullgraph) and its "
+            "compiled backward, float32: the logits, the loss and every parameter gradient are "
+            "within S of eager, S the first-order bound propagated from the nn claims of the "
+            "operations Inductor generates code for (activations, log-softmax, the bias "
+            "gradient's sum), with every matrix product passing errors on without adding any."
+        ),
+        kind="eps",
+        bound=1.0,
+        scale="first-order bound, matrix products shared (parity/drivers/compile.py)",
+        reason=(
+            "Inductor on CPU (no max_autotune) lowers each matrix product to the same extern "
+            "kernel eager calls (addmm, mm) on the same operands, so a product of equal inputs "
+            "is equal and a product of different inputs passes on |W| E; the pointwise and "
+            "reduction kernels it generates evaluate the same formulas in another order or with "
+            "FMA contraction, within the per-operation bounds nn.gelu.*, nn.tanh.*, "
+            "nn.cross_entropy and nn.linear (the bias sum) derive for any two implementations. "
+            "First order: products of two errors, O(eps^2), are dropped."
+        ),
+    ),
+    Claim(
+        id="compile.reference",
+        statement=(
+            "The same compiled forward, loss and backward against the NumPy reference, float32: "
+            "every compared value within S, the first-order bound propagated from the nn "
+            "claims with each matrix product's own error included (eps (k + 1) |A||B|)."
+        ),
+        kind="eps",
+        bound=1.0,
+        scale="first-order bound, matrix products in any order (parity/drivers/compile.py)",
+        reason=(
+            "NumPy (OpenBLAS) and torch (MKL, oneDNN) sum the dot products in different orders, "
+            "so a product adds up to eps (k + 1) |A||B| (nn.linear, Higham's gamma_k for both "
+            "sides); every other operation as in compile.eager. The worst case assumes every "
+            "rounding error aligned: docs/compile.md prints how far below it the data stay."
+        ),
+    ),
+    Claim(
+        id="compile.breaks",
+        statement=(
+            "Each seeded graph break (.item(), print, if on a tensor, an untranslatable NumPy "
+            "call, nonzero) captures as two graphs with one break in torch._dynamo.explain; its "
+            "repair captures as one graph with no break, and in eager the repair's output is "
+            "bit-identical to the broken forward's."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "Counts are integers. The repairs change where a value lives (a Python number or a "
+            "0-d tensor), not the IEEE operations applied to it: the division by a float32 "
+            "maximum, the subtraction of a mean, a clip are the same operations on the same "
+            "values."
+        ),
+    ),
+    Claim(
+        id="compile.recompiles",
+        statement=(
+            "Over calls of (batch, sequence) (4, 3), (8, 3), (8, 5), (16, 7), forward + loss "
+            "compiles 4 graphs with dynamic=False, 3 by default (automatic dynamic), 1 with "
+            "mark_dynamic on both dimensions or dynamic=True, counted by torch's "
+            "counters['stats']['unique_graphs'], and each recompile's failed guard is a size "
+            "mismatch of x."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "Guard semantics (NOTE [ What torch.compile does ]): a static size guard fails for "
+            "every new size; automatic dynamic makes a dimension symbolic at its first change "
+            "(batch at the 2nd call, sequence at the 3rd); symbolic sizes >= 2 pass every size "
+            "guard."
+        ),
+    ),
+)
