@@ -67,6 +67,21 @@ def test_compiled_mlp_matches_eager_and_reference_within_first_order_bounds(
 
 
 @pytest.mark.slow
+def test_compiled_bf16_autocast_matches_eager_within_its_rounding_bound(device: str) -> None:
+    """Under bfloat16 autocast, logits, loss and gradients of the compiled MLP lie within
+    compile.eager's bound plus one bf16 ulp per autocast rounding of a differing value."""
+    if device != "cpu":
+        pytest.skip(CPU_ONLY)
+    torch._dynamo.reset()
+    n = dc.numerics(dc.Case(sizes=(16, 64, 64, 8), batch=64, seed=4), device, precision="bf16")
+    assert n.compiled_backward, "the backward did not run compiled code"
+    assert n.compiled["output"].dtype.itemsize == 2, "the logits are not bfloat16: no autocast"
+    for key in n.eager:
+        assert_claim("compile.bf16", n.compiled[key], n.eager[key], key,
+                     scale=n.bound_eager[key])
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("case", [dc.Case(activation="tanh", batch=64, seed=1),
                                   dc.Case(sizes=(24, 64, 64, 64, 10), activation="gelu",
                                           batch=48, seed=2),

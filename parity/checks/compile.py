@@ -43,6 +43,17 @@ def _numerics_obs(cid: str) -> Observation:
                        f"{dc.SMALL}, logits, loss and gradients", raw=raw)
 
 
+@check("compile.bf16")
+def _() -> Observation:
+    c = claim("compile.bf16")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        n = dc.numerics(dc.SMALL, precision="bf16")
+    worst = max(measure(c, n.compiled[k], n.eager[k], scale=n.bound_eager[k]) for k in n.eager)
+    return Observation(worst if n.compiled_backward else float("inf"),
+                       sum(v.size for v in n.eager.values()), f"{dc.SMALL}, bfloat16 autocast")
+
+
 check("compile.eager")(lambda: _numerics_obs("compile.eager"))
 check("compile.reference")(lambda: _numerics_obs("compile.reference"))
 

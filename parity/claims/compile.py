@@ -19,15 +19,17 @@ CLAIMS: tuple[Claim, ...] = (
             "compiled backward, float32: the logits, the loss and every parameter gradient are "
             "within S of eager, S the first-order bound propagated from the nn claims of the "
             "operations Inductor generates code for (activations, log-softmax, the bias "
-            "gradient's sum), with every matrix product passing errors on without adding any."
+            "gradient's sum) and from each matrix product whose operands differ between the "
+            "sides; the loss's bound starts from the logits' measured difference."
         ),
         kind="eps",
         bound=1.0,
         scale="first-order bound, matrix products shared (parity/drivers/compile.py)",
         reason=(
-            "Inductor on CPU (no max_autotune) lowers each matrix product to the same extern "
-            "kernel eager calls (addmm, mm) on the same operands, so a product of equal inputs "
-            "is equal and a product of different inputs passes on |W| E; the pointwise and "
+            "Inductor on CPU (no max_autotune) lowers each matrix product to the extern kernel "
+            "eager calls (addmm, mm), so a product of equal operands is equal; a product of "
+            "operands that differ passes on |W| E and, its rounding errors on the two inputs "
+            "being unrelated, adds eps (k + 1) |A||B| (nn.linear). The pointwise and "
             "reduction kernels it generates evaluate the same formulas in another order or with "
             "FMA contraction, within the per-operation bounds nn.gelu.*, nn.tanh.*, "
             "nn.cross_entropy and nn.linear (the bias sum) derive for any two implementations. "
@@ -49,6 +51,26 @@ CLAIMS: tuple[Claim, ...] = (
             "so a product adds up to eps (k + 1) |A||B| (nn.linear, Higham's gamma_k for both "
             "sides); every other operation as in compile.eager. The worst case assumes every "
             "rounding error aligned: docs/compile.md prints how far below it the data stay."
+        ),
+    ),
+    Claim(
+        id="compile.bf16",
+        statement=(
+            "On CPU under bfloat16 autocast, the compiled forward + loss and backward against "
+            "eager: the bfloat16 logits, the float32 loss and every parameter gradient within "
+            "S, compile.eager's bound with one bfloat16 ulp (eps_bf16 |v|) added at every "
+            "autocast rounding whose input differs between the sides."
+        ),
+        kind="eps",
+        bound=1.0,
+        scale="compile.eager's first-order bound plus eps_bf16 |v| per differing rounding",
+        reason=(
+            "Inductor keeps autocast's casts as explicit converts, so every bfloat16 value is "
+            "rounded where eager rounds it, and the products are the same extern bf16 kernels "
+            "(float32 accumulation). Rounding is monotone: two inputs that differ round to "
+            "values at most |a - b| + 1 ulp apart, and 1 ulp <= eps_bf16 |v|. Everything else "
+            "is compile.eager's derivation; the loss (float32, the fp32 op list) starts from "
+            "the measured difference of the logits."
         ),
     ),
     Claim(

@@ -16,6 +16,9 @@ propagates those per-operation bounds through the network, forward and then back
               act f    E_dx = L E_G + M |G| E_x + c' eps S_f'(x)     (M = max|f''|)
               ReLU     E_dx = E_G [x > 0] + |G| [|x| <= E_x]   (a flipped sign flips the gate)
 
+Compiled vs eager (same_matmuls): a product both sides run with the same kernel on equal
+operands is equal, so its eps term is dropped where every operand it reads has E = 0.
+
 E are absolute errors on the difference of two evaluations (each per-operation claim
 already bounds a difference of two sides), G the reference's gradient at a layer's output,
 first order (products of two errors, O(eps^2), are dropped). Everything is float64 on the
@@ -25,6 +28,7 @@ eps claim with bound 1.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -32,13 +36,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from parity.drivers.nn import (
-    LIPSCHITZ,
-    activation_claims,
-    activation_scales,
-    ce_scales,
-    to_numpy,
-)
+from parity.compare import as_numpy, eps_of
+from parity.drivers.nn import LIPSCHITZ, activation_claims, activation_scales, ce_scales
 from parity.tolerances import claim
 from reference import losses as rloss
 from reference import nn as ref
@@ -87,8 +86,8 @@ def run_torch(fn: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, tor
     model.zero_grad(set_to_none=True)
     loss, output = fn(torch.from_numpy(x).to(device), torch.from_numpy(y).to(device))
     loss.backward()
-    out = {"loss": to_numpy(loss), "output": to_numpy(output)}
-    out.update({k: to_numpy(p.grad) for k, p in model.named_parameters()})
+    out = {"loss": as_numpy(loss), "output": as_numpy(output)}  # bfloat16 via ml_dtypes
+    out.update({k: as_numpy(p.grad) for k, p in model.named_parameters()})
     return out
 
 
@@ -105,24 +104,48 @@ def run_reference(model: ref.Sequential, x: np.ndarray, y: np.ndarray) -> Result
 
 
 def bounds(model: ref.Sequential, x: np.ndarray, y: np.ndarray, *,
-           same_matmuls: bool = False) -> Results:
+           same_matmuls: bool = False, rounding: float = 0.0,
+           logits_difference: np.ndarray | None = None) -> Results:
     """The first-order bound on |a - b| for every entry of Results, in float32 eps
     (module docstring); `model` is the reference with the compared weights.
 
-    same_matmuls: both sides run every matrix product with the same kernel on the same
-    inputs (compiled vs eager on CPU: NOTE [ Compiled numerics ]), so a product adds no
-    error of its own and only passes the incoming one on: the eps (k + 1) terms of Linear's
-    y, dx and dW vanish (the bias gradient's sum over the batch is Inductor's own loop and
-    keeps its term).
+    same_matmuls: both sides run every matrix product with the same kernel (compiled vs
+    eager on CPU: NOTE [ Compiled numerics ]), so a dot product whose operands are equal on
+    both sides is equal: its eps (k + 1) term is dropped where all its operands carry zero
+    error (the first Linear's forward). Where an operand differs, the same kernel's rounding
+    errors on the two inputs are unrelated, and the term stays.
+
+    rounding: the eps of autocast's dtype (bfloat16: 2^-7), or 0 for float32. Under
+    autocast every Linear and activation output, and every activation gradient, weight and
+    bias gradient is rounded to it; two values that differ before a rounding may round one
+    ulp apart, so each rounding adds rounding |v| where its input's E > 0 (|v| from the
+    float32 reference: the bfloat16 run's magnitudes differ by O(rounding), second order).
+
+    logits_difference: the measured |z_a - z_b| of the two sides' logits. The loss is a
+    function of the logits alone, so its bound may start from what the logits really
+    differ by instead of their propagated bound (the compiled graph hides the activations
+    in between, not its output).
     """
     eps = EPS32
-    mm = 0.0 if same_matmuls else eps
+
+    def flip(v: np.ndarray, e: np.ndarray) -> np.ndarray:
+        return e + rounding * np.abs(v) * (e > 0)
+
+    def mm(*errors: np.ndarray) -> np.ndarray | float:
+        """eps where a product with operands of these errors rounds differently (masks)."""
+        if not same_matmuls:
+            return eps
+        differs = functools.reduce(np.logical_or, [e > 0 for e in errors])  # broadcast
+        return eps * differs.astype(np.float64)
+
     layers = list(model)
     xs, es = [x.astype(np.float64)], [np.zeros(x.shape)]
     for layer in layers:  # forward: activations and their error bounds
         a = xs[-1].astype(np.float32)
         out = layer.forward(a)
-        es.append(_forward_error(layer, a, out, es[-1], eps, mm))
+        row_differs = (es[-1] > 0).any(-1, keepdims=True)  # (N, 1)
+        e_out = _forward_error(layer, a, out, es[-1], eps, mm(row_differs))
+        es.append(e_out if isinstance(layer, ref.ReLU) else flip(out, e_out))
         xs.append(out.astype(np.float64))
     model.free_saved()
     z, e_z = xs[-1], es[-1]
@@ -135,27 +158,33 @@ def bounds(model: ref.Sequential, x: np.ndarray, y: np.ndarray, *,
     loss_fn(xs[-1].astype(np.float32), y)
     dz = loss_fn.backward(np.float32(1.0))
     s_loss, s_grad = ce_scales("mean", xs[-1].astype(np.float32), y, np.float32(1.0), dz)
+    e_in = e_z if logits_difference is None else logits_difference.astype(np.float64)
     result = {"output": e_z / eps,
-              "loss": np.asarray((np.abs(p - onehot) * e_z).sum() / n / eps + s_loss)}
+              "loss": np.asarray((np.abs(p - onehot) * e_in).sum() / n / eps + s_loss)}
     g = (p - onehot) / n  # (N, C)
-    e_g = p * (e_z + (p * e_z).sum(-1, keepdims=True)) / n + eps * s_grad
+    e_g = flip(g, p * (e_z + (p * e_z).sum(-1, keepdims=True)) / n + eps * s_grad)
     for i in reversed(range(len(layers))):
         layer, a, e_a = layers[i], xs[i], es[i]
         if isinstance(layer, ref.Linear):
             w = layer.weight.data.astype(np.float64)
             aw, ag, aa = np.abs(w), np.abs(g), np.abs(a)
-            result[f"{i}.weight"] = (e_g.T @ aa + ag.T @ e_a + mm * (n + 1) * ag.T @ aa) / eps
+            pair = mm((e_g > 0).any(0)[:, None], (e_a > 0).any(0)[None, :])  # (out, in)
+            e_w = e_g.T @ aa + ag.T @ e_a + pair * (n + 1) * (ag.T @ aa)
+            result[f"{i}.weight"] = flip(ag.T @ aa, e_w) / eps
             if layer.bias is not None:
-                result[f"{i}.bias"] = (e_g.sum(0) + eps * (n + 1) * ag.sum(0)) / eps
-            e_g = e_g @ aw + mm * (layer.out_features + 1) * ag @ aw
+                e_b = e_g.sum(0) + eps * (n + 1) * ag.sum(0)
+                result[f"{i}.bias"] = flip(ag.sum(0), e_b) / eps
+            row = mm((e_g > 0).any(-1, keepdims=True))  # (N, 1)
+            e_g = flip(ag @ aw, e_g @ aw + row * (layer.out_features + 1) * (ag @ aw))
             g = g @ w
         else:
             e_g, g = _backward_error(layer, a, e_a, g, e_g, eps)
+            e_g = e_g if isinstance(layer, ref.ReLU) else flip(g, e_g)
     return result
 
 
 def _forward_error(layer: ref.Module, x: np.ndarray, y: np.ndarray, e: np.ndarray,
-                   eps: float, mm: float) -> np.ndarray:
+                   eps: float, mm: np.ndarray | float) -> np.ndarray:
     ax = np.abs(x.astype(np.float64))
     if isinstance(layer, ref.Linear):
         w = np.abs(layer.weight.data.astype(np.float64))
@@ -198,18 +227,32 @@ class Numerics:
     compiled_backward: bool
 
 
-def numerics(case: Case = SMALL, device: str = "cpu", backend: str = "inductor") -> Numerics:
-    """Run `case` compiled, eager and in the reference (float32), and bound every entry."""
+def numerics(case: Case = SMALL, device: str = "cpu", backend: str = "inductor",
+             precision: str = "fp32") -> Numerics:
+    """Run `case` compiled, eager and in the reference (float32), and bound every entry.
+
+    precision "bf16" runs both torch sides under bfloat16 autocast; the eager bound then
+    adds autocast's roundings and is in the compared dtype's eps (the logits are bfloat16),
+    and the reference's side (float32 throughout) is for the amp topic, not this one.
+    """
     model, reference, x, y = build(case, device)
     loss_fn = torch.nn.CrossEntropyLoss()
-    eager = run_torch(tc.forward_loss(model, loss_fn), model, x, y)
-    compiled_fn = tc.compile_forward_loss(model, loss_fn, backend=backend)
+    eager = run_torch(tc.forward_loss(model, loss_fn, precision), model, x, y)
+    compiled_fn = tc.compile_forward_loss(model, loss_fn, precision=precision, backend=backend)
     loss, _ = compiled_fn(torch.from_numpy(x).to(device), torch.from_numpy(y).to(device))
     compiled_backward = "CompiledFunction" in type(loss.grad_fn).__name__
     compiled = run_torch(compiled_fn, model, x, y)
-    return Numerics(compiled, eager, run_reference(reference, x, y),
-                    bounds(reference, x, y, same_matmuls=True), bounds(reference, x, y),
-                    compiled_backward)
+    rounding = 0.0 if precision == "fp32" else float(torch.finfo(tc.amp.autocast_dtype(
+        precision)).eps)
+    measured = np.abs(compiled["output"].astype(np.float64) - eager["output"])
+    bound_eager = bounds(reference, x, y, same_matmuls=True, rounding=rounding,
+                         logits_difference=measured)
+    for key, value in eager.items():  # S in the compared dtype's eps (bfloat16 logits)
+        bound_eager[key] = bound_eager[key] * EPS32 / eps_of(value.dtype)
+    reference_run = run_reference(reference, x, y)
+    measured = np.abs(compiled["output"].astype(np.float64) - reference_run["output"])
+    return Numerics(compiled, eager, reference_run, bound_eager,
+                    bounds(reference, x, y, logits_difference=measured), compiled_backward)
 
 
 def names(model: torch.nn.Module) -> Sequence[str]:
