@@ -81,6 +81,22 @@ def test_compiled_bf16_autocast_matches_eager_within_its_rounding_bound(device: 
                      scale=n.bound_eager[key])
 
 
+@pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf")
+@pytest.mark.slow
+def test_compiled_train_step_updates_parameters_within_the_propagated_bound(
+        device: str) -> None:
+    """One SGD step of the compiled train_step lands every parameter within lr E_g +
+    eps (|p'| + lr |g|) of the eager step's, and its loss within compile.eager's bound."""
+    if device != "cpu":
+        pytest.skip(CPU_ONLY)
+    torch._dynamo.reset()
+    eager, compiled, scale = dc.train_step_pair()
+    moved = sum(int((compiled[k] != eager[k]).sum()) for k in eager)
+    assert moved > 0, "compiled and eager steps agree bit for bit: the bound was not exercised"
+    for key in eager:
+        assert_claim("compile.train_step", compiled[key], eager[key], key, scale=scale[key])
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("case", [dc.Case(activation="tanh", batch=64, seed=1),
                                   dc.Case(sizes=(24, 64, 64, 64, 10), activation="gelu",

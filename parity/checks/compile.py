@@ -54,6 +54,18 @@ def _() -> Observation:
                        sum(v.size for v in n.eager.values()), f"{dc.SMALL}, bfloat16 autocast")
 
 
+@check("compile.train_step")
+def _() -> Observation:
+    c = claim("compile.train_step")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", UserWarning)  # Dynamo probes .grad of a non-leaf
+        eager, compiled, scale = dc.train_step_pair()
+    worst = max(measure(c, compiled[k], eager[k], scale=scale[k]) for k in eager)
+    return Observation(worst, sum(v.size for v in eager.values()),
+                       f"{dc.SMALL}, one SGD step, parameters and loss")
+
+
 check("compile.eager")(lambda: _numerics_obs("compile.eager"))
 check("compile.reference")(lambda: _numerics_obs("compile.reference"))
 

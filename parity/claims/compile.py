@@ -74,6 +74,25 @@ CLAIMS: tuple[Claim, ...] = (
         ),
     ),
     Claim(
+        id="compile.train_step",
+        statement=(
+            "On CPU, one float32 SGD step of train.train_step compiled where it can be "
+            "(compile_train_step: graphs broken at backward, GradScaler and .item()) against "
+            "the eager step from the same state: every updated parameter p' within lr E_g + "
+            "eps (|p'| + lr |g|), E_g compile.eager's gradient bound, and the loss within "
+            "compile.eager's loss bound."
+        ),
+        kind="eps",
+        bound=1.0,
+        scale="lr E_g / eps + |p'| + lr |g| (parameters); compile.eager's (loss)",
+        reason=(
+            "The compiled forward and backward are compile.eager's; SGD's update p - lr g runs "
+            "the same kernel on gradients that differ by at most E_g, so p' differs by lr E_g "
+            "plus at most one ulp where the product lr g and the subtraction round apart "
+            "(<= eps lr |g| and eps |p'|)."
+        ),
+    ),
+    Claim(
         id="compile.breaks",
         statement=(
             "Each seeded graph break (.item(), print, if on a tensor, an untranslatable NumPy "

@@ -255,6 +255,38 @@ def numerics(case: Case = SMALL, device: str = "cpu", backend: str = "inductor",
                     bounds(reference, x, y, logits_difference=measured), compiled_backward)
 
 
+def train_step_pair(case: Case = SMALL, lr: float = 0.5, backend: str = "inductor"
+                    ) -> tuple[Results, Results, Results]:
+    """One fp32 SGD step (no clipping) by train.train_step eager and compiled
+    (compile_train_step), from the same weights and batch: (eager, compiled, S) with the
+    updated parameters and the step's loss, S in float32 eps:
+
+        p' = p - lr g, both sides:  |p'_c - p'_e| <= lr E_g + eps (|p'| + lr |g|)
+
+    (the same kernel on gradients that differ by E_g, compile.eager's bound: its product
+    lr g and its subtraction may each round one ulp apart).
+    """
+    from torch_impl.loss_scaling import make_scaler
+    from torch_impl.train import train_step
+
+    results = []
+    for step in (train_step, tc.compile_train_step(backend=backend)):
+        model, reference, x, y = build(case)
+        optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+        r = step(model, torch.nn.CrossEntropyLoss(), optimizer, make_scaler("fp32"),
+                 torch.from_numpy(x), torch.from_numpy(y), precision="fp32")
+        out = {k: as_numpy(p) for k, p in model.named_parameters()}
+        out["loss"] = np.asarray(r.loss, dtype=np.float32)
+        results.append(out)
+    eager, compiled = results
+    grads = run_reference(reference, x, y)
+    bound = bounds(reference, x, y, same_matmuls=True)
+    scale = {k: lr * bound[k] + np.abs(eager[k]) + lr * np.abs(grads[k])
+             for k in eager if k != "loss"}
+    scale["loss"] = bound["loss"]
+    return eager, compiled, scale
+
+
 def names(model: torch.nn.Module) -> Sequence[str]:
     """The compared entries: loss, output, then every parameter's gradient."""
     return ("loss", "output", *(k for k, _ in model.named_parameters()))
