@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 from typing import Any
 
 from parity.drivers.compile import SHAPES
@@ -23,6 +24,12 @@ def _measured() -> dict[str, Any]:
 
 def _versions(data: dict[str, Any]) -> list[str]:
     return sorted(data, key=lambda v: tuple(int(p) for p in v.split(".")))
+
+
+def _plain(reason: str) -> str:
+    """A reason without what differs by machine: object addresses, absolute paths."""
+    reason = re.sub(r" at 0x[0-9a-f]+", "", reason)
+    return re.sub(r"/\S*/site-packages/", "", reason)
 
 
 def _missing() -> str:
@@ -56,12 +63,11 @@ def _() -> str:
                          f"{r['repaired_breaks']})")
         reason = data[versions[-1]]["catalogue"][i]["reasons"]
         lines.append(f"| `{e.name}` | " + " | ".join(cells) + " | "
-                     + (reason[0].replace("|", "\\|") if reason else "-") + " |")
+                     + (_plain(reason[0]).replace("|", "\\|") if reason else "-") + " |")
     first = data[versions[0]]["catalogue"]
-    lines += ["", f"torch {versions[0]} words the same reasons as: "
-              + "; ".join(f"`{e.name}`: \"{r['reasons'][0]}\"" for e, r in zip(CATALOGUE, first,
-                                                                          strict=True)
-                          if r["reasons"]) + "."]
+    worded = [f"`{e.name}`: \"{_plain(r['reasons'][0])}\""
+              for e, r in zip(CATALOGUE, first, strict=True) if r["reasons"]]
+    lines += ["", f"torch {versions[0]} words the same reasons as: " + "; ".join(worded) + "."]
     return "\n".join(lines)
 
 
@@ -75,7 +81,7 @@ def _() -> str:
         s = data[v]["train_step"]
         lines.append(f"- torch {v}: {s['graphs']} graphs ({s['ops_per_graph']} operations), "
                      f"graph_break_count {s['breaks']}, {len(s['reasons'])} reasons: "
-                     + "; ".join(f"`{r}`" for r in s["reasons"]))
+                     + "; ".join(f"`{_plain(r)}`" for r in s["reasons"]))
     return "\n".join(lines)
 
 
