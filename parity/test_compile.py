@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import io
+import tempfile
 import time
 from collections.abc import Iterator
 
 import pytest
 import torch
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
 
 from parity.compare import assert_claim
 from parity.drivers import compile as dc
@@ -34,11 +37,13 @@ CPU_ONLY = "the compile bounds rest on the nn claims' CPU kernels (parity/claims
 
 
 @pytest.fixture(scope="module", autouse=True)
-def inductor_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+def inductor_cache() -> Iterator[None]:
     """Inductor's caches in a temporary directory, and Dynamo's caches empty around the
-    module, so no test reuses another process's or another test's compiled code."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path_factory.mktemp("inductor")))
+    module, so no test reuses another process's or another test's compiled code. (No
+    arguments: `python -m parity fuzz` applies it outside pytest.)"""
+    with tempfile.TemporaryDirectory(prefix="compile-inductor-") as cache, \
+            pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TORCHINDUCTOR_CACHE_DIR", cache)
         torch._dynamo.reset()
         yield
         torch._dynamo.reset()
@@ -110,6 +115,24 @@ def test_compiled_mlps_of_other_shapes_match_within_first_order_bounds(
         pytest.skip(CPU_ONLY)
     torch._dynamo.reset()
     _assert_numerics(dc.numerics(case, device), str(case))
+
+
+@given(entry=st.sampled_from(CATALOGUE), batch=st.integers(1, 12), seed=st.integers(0, 2**32 - 1),
+       scale=st.sampled_from((1e-3, 1.0, 30.0)))
+@settings(max_examples=60)
+def test_every_repair_computes_the_broken_forwards_values_for_any_input(
+        entry: Entry, batch: int, seed: int, scale: float, device: str) -> None:
+    """In eager mode each repair's output is bit-identical to its broken forward's, for any
+    batch and input scale (claim compile.breaks: the repair moves values, not arithmetic)."""
+    g = torch.Generator().manual_seed(seed)
+    model = make_mlp((16, 32, 8), "gelu", generator=g, device=device)
+    x = (torch.randn(batch, 16, generator=g) * scale).to(device)
+    with contextlib.redirect_stdout(io.StringIO()):
+        expected = entry.broken(model, x)
+    h = model(x).detach()
+    event(f"{entry.name}: mean logit {'>' if h.mean() > 0 else '<='} 0")  # both branches
+    event(f"{entry.name}: some |logit| > 1: {bool((h.abs() > 1).any())}")  # the clip bites
+    assert_claim("compile.breaks", entry.repaired(model, x), expected, entry.name)
 
 
 # Resuming after a break, Dynamo probes `.grad` of the non-leaf h it hands over (its
