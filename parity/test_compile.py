@@ -27,10 +27,14 @@ from parity.drivers.compile_breaks import CATALOGUE, FULLGRAPH_CAPTURES_SCALARS,
 from torch_impl import compile as tc
 from torch_impl.nn import make_mlp
 
-# Inductor imports torch.jit-scripted helpers (MkldnnLinear), which warn about their own
-# deprecation: torch's import, not this project's code; only that message is ignored.
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
+# torch's own warnings from inside torch.compile, not this project's code; only these
+# messages are ignored: Inductor imports torch.jit-scripted helpers (MkldnnLinear) that warn
+# about their own deprecation; torch 2.6's FX graph cache warns that it skips serializing a
+# Dynamo setting (skipfiles_inline_module_allowlist) when it computes a cache key.
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore:Skipping serialization of skipfiles_inline_module"),
+]
 
 TORCH = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
 CPU_ONLY = "the compile bounds rest on the nn claims' CPU kernels (parity/claims/nn.py)"
