@@ -14,7 +14,7 @@ KINDS: tuple[str, ...] = ("bits", "nan_class", "ulps", "eps", "close", "statisti
 # The topics, in the order the report and docs/tolerances.md list them.
 TOPICS: tuple[str, ...] = (
     "formats", "nn", "optim", "data", "amp", "loss_scaling", "recompute", "resume", "train",
-    "accounting", "gpt", "numerics", "profile",
+    "accounting", "gpt", "numerics", "profile", "compile",
 )
 
 

@@ -1,0 +1,121 @@
+"""What torch.compile did with the MLP under this torch: the graph-break catalogue's counts
+and reasons, the whole training step's capture, recompiles per dynamic-shape mode, and the
+compiled numerics' worst case against each claim's bound.
+
+    python benchmarks/compile.py [--no-write]
+    /work/venvs/t2.6.0/bin/python benchmarks/compile.py      # another torch: its own record
+
+Writes (merges) this torch version's record into docs/data/compile.json, keyed by version,
+so docs/compile.md shows every version measured side by side (python -m parity docs). The
+one timing, the cold compile of the small case (fresh TORCHINDUCTOR_CACHE_DIR, wall clock,
+one run), is printed with the machine's load: it is an order of magnitude, not a benchmark.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from parity.compare import in_eps_units  # noqa: E402
+from parity.drivers import compile as dc  # noqa: E402
+from parity.drivers.compile_breaks import CATALOGUE  # noqa: E402
+from torch_impl import compile as tc  # noqa: E402
+from torch_impl.loss_scaling import make_scaler  # noqa: E402
+from torch_impl.nn import make_mlp  # noqa: E402
+from torch_impl.train import train_step  # noqa: E402
+
+OUT = ROOT / "docs" / "data" / "compile.json"
+CASES = (dc.SMALL, dc.Case(activation="tanh", batch=64, seed=1),
+         dc.Case(sizes=(24, 64, 64, 64, 10), batch=48, seed=2),
+         dc.Case(activation="relu", batch=16, seed=3))
+
+
+def catalogue() -> list[dict]:
+    model = make_mlp((16, 32, 8), "gelu", generator=torch.Generator().manual_seed(0))
+    x = torch.randn(6, 16, generator=torch.Generator().manual_seed(1))
+    rows = []
+    with contextlib.redirect_stdout(io.StringIO()):
+        for e in CATALOGUE:
+            b, r = tc.explain(e.broken, model, x), tc.explain(e.repaired, model, x)
+            rows.append({"name": e.name, "graphs": b.graph_count, "breaks": b.graph_break_count,
+                         "reasons": [reason for reason, _ in b.break_reasons],
+                         "repaired_graphs": r.graph_count, "repaired_breaks": r.graph_break_count})
+    return rows
+
+
+def step_capture() -> dict:
+    """explain() of the whole train_step, fp32 with clipping (the compiled step's capture)."""
+    g = torch.Generator().manual_seed(0)
+    model = make_mlp((16, 32, 8), "gelu", generator=g)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(6, 16, generator=g), torch.randint(0, 8, (6,), generator=g)
+    e = tc.explain(train_step, model, torch.nn.CrossEntropyLoss(), opt, make_scaler("fp32"),
+                   x, y, precision="fp32", max_grad_norm=1.0)
+    return {"graphs": e.graph_count, "breaks": e.graph_break_count,
+            "reasons": [f"{reason} ({where})" for reason, where in e.break_reasons],
+            "ops_per_graph": list(e.ops_per_graph)}
+
+
+def numerics() -> tuple[list[dict], float]:
+    rows, cold = [], 0.0
+    for i, case in enumerate(CASES):
+        torch._dynamo.reset()
+        began = time.perf_counter()
+        n = dc.numerics(case)
+        if i == 0:
+            cold = time.perf_counter() - began
+        for key in n.eager:
+            a = n.compiled[key]
+            rows.append({
+                "case": f"{case.activation} {'-'.join(map(str, case.sizes))} N={case.batch}",
+                "entry": key, "size": int(np.size(a)),
+                "differ": int(np.sum(a != n.eager[key])),
+                "eager": float(np.max(in_eps_units(a, n.eager[key], n.bound_eager[key]))),
+                "reference": float(np.max(in_eps_units(a, n.reference[key],
+                                                       n.bound_reference[key])))})
+    return rows, cold
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--no-write", action="store_true", help="print, do not write")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    warnings.filterwarnings("ignore", category=UserWarning)
+    with tempfile.TemporaryDirectory(prefix="compile-bench-") as cache:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache
+        rows, cold = numerics()
+    record = {
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}",
+        "catalogue": catalogue(), "train_step": step_capture(),
+        "recompiles": {m: {"graphs": r.graphs, "failed_guards": list(r.failed_guards)}
+                       for m in dc.MODES for r in [dc.count_shape_recompiles(m)]},
+        "numerics": rows, "cold_compile_s": round(cold, 1)}
+    version = torch.__version__.split("+")[0]
+    print(json.dumps(record, indent=1))
+    if args.no_write:
+        return
+    data = json.loads(OUT.read_text()) if OUT.exists() else {}
+    data[version] = record
+    OUT.write_text(json.dumps(dict(sorted(data.items())), indent=1) + "\n")
+    print(f"wrote {version} into {OUT}")
+
+
+if __name__ == "__main__":
+    main()
