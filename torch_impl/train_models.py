@@ -1,0 +1,71 @@
+"""What a training run trains, in PyTorch. See reference/train_models.py for the two models.
+
+Same names and order as the reference. What PyTorch does differently: the weights are drawn
+from the run's torch.Generator (the transformer from the meta device, torch_impl/gpt.py),
+the task lives on the run's device, and the loader is a DataLoader whose base-seed generator
+the run re-seeds per epoch (torch_impl/train.py). GPT_SHAPE and COPY_PREFIX are the
+reference's (plain data).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from reference.train_models import COPY_PREFIX, GPT_SHAPE, MODELS, gpt_config  # plain data
+from torch_impl.data import ResumableSampler, make_copy_task, make_loader, make_task
+from torch_impl.gpt import GPT
+from torch_impl.nn import make_mlp
+from torch_impl.recompute import Schedule, parse_schedule
+from torch_impl.recompute_gpt import set_recompute
+
+if TYPE_CHECKING:
+    from reference.train import TrainConfig
+
+__all__ = ["COPY_PREFIX", "GPT_SHAPE", "MODELS", "Parts", "batch_of", "build", "gpt_config"]
+
+
+@dataclass
+class Parts:
+    """A run's model, loss (None for gpt: the model computes its own), task, sampler, loader,
+    and the schedule train_step takes (None for gpt: the model carries its own)."""
+
+    model: Any
+    loss_fn: Any
+    task: Any
+    sampler: ResumableSampler
+    loader: Any
+    schedule: Schedule | None
+
+
+def build(c: TrainConfig, generator: torch.Generator, device: torch.device,
+          loader_generator: torch.Generator) -> Parts:
+    """Every part of a run of `c` on `device`, the weights drawn from `generator`
+    (ValueError: a recompute spec the model cannot take)."""
+    sampler = ResumableSampler(c.num_samples, c.seed)
+    if c.model == "gpt":
+        model = GPT(gpt_config(c), generator=generator, device=device)
+        set_recompute(model, c.recompute)
+        task = make_copy_task(c.seed, c.num_samples, prefix=COPY_PREFIX,
+                              vocab_size=GPT_SHAPE.vocab_size, device=device)
+        loader = make_loader(task, sampler, c.batch_size, drop_last=True,
+                             generator=loader_generator)
+        return Parts(model, None, task, sampler, loader, None)
+    model = make_mlp(c.sizes, c.activation, c.dropout, generator=generator, device=device)
+    loss_fn = nn.CrossEntropyLoss() if c.loss == "cross_entropy" else nn.MSELoss()
+    task = make_task(c.seed, c.num_samples, features=c.sizes[0], classes=c.sizes[-1],
+                     device=device)
+    loader = make_loader(task, sampler, c.batch_size, drop_last=True, generator=loader_generator)
+    schedule = None if c.recompute == "none" else parse_schedule(c.recompute, len(model))
+    return Parts(model, loss_fn, task, sampler, loader, schedule)
+
+
+def batch_of(c: TrainConfig, item: tuple) -> tuple[torch.Tensor, torch.Tensor]:
+    """(inputs, targets) of what the loader yielded (reference/train_models.py)."""
+    if c.model == "gpt":
+        return item[0], item[1]
+    x, labels, values = item
+    return x, (labels if c.loss == "cross_entropy" else values)
