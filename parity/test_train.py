@@ -43,6 +43,7 @@ from parity.drivers.train import (
 from parity.strategies import gpt_train_configs, train_configs
 from reference import resume as ref_resume
 from reference import train as ref_train
+from reference.recompute_plans import binomial_cost
 from torch_impl import resume as t_resume
 from torch_impl import train as t_train
 
@@ -340,3 +341,52 @@ def test_a_checkpoint_of_the_other_model_is_refused_naming_both(
     with pytest.raises(CheckpointError, match=f"model: {written!r} in the checkpoint, "
                                               f"{asked!r} now"):
         m.restored(m.TrainConfig(model=asked, horizon=2), state)
+
+
+@pytest.mark.parametrize("name", ["reference", "torch"])
+def test_a_gpt_run_recomputes_what_its_config_says(name: str, device: str) -> None:
+    """--recompute reaches the transformer: in one step of "optimal:2+selective" the blocks
+    re-run R = t(4, 2) forwards (the closed form) and every attention core's dropout runs
+    again in backward; "none" re-runs nothing (the digest tests alone could not tell).
+    Counted by forward pre-hooks on the blocks and on the cores' dropouts."""
+    counts = {}
+    for spec in ("none", "optimal:2+selective"):
+        m = ref_train if name == "reference" else t_train
+        run = m.Run(m.TrainConfig(model="gpt", recompute=spec, dropout=0.1, horizon=2),
+                    **on(name, device))
+        counts[spec] = _forwards_in_a_step(name, run)
+    assert counts["none"] == (4, 4)  # one forward of each of the 4 blocks and core dropouts
+    r = binomial_cost(4, 2)
+    # a recomputed block runs its core's dropout again, and every core recomputes once more
+    assert counts["optimal:2+selective"] == (4 + r, 4 + r + 4)
+
+
+def _forwards_in_a_step(name: str, run: object) -> tuple[int, int]:
+    """(block forwards, attention-dropout forwards) started during one training step."""
+    seen = {"block": 0, "drop": 0}
+    if name == "reference":
+        from reference import module as rmodule
+
+        blocks = list(run.model.transformer.h._children.values())
+        drops = [b.attn.core.attn_dropout for b in blocks]
+
+        def pre(node: object, args: tuple) -> None:
+            if any(node is b for b in blocks):
+                seen["block"] += 1
+            if any(node is d for d in drops):
+                seen["drop"] += 1
+
+        handles = [rmodule.register_module_forward_pre_hook(pre)]
+    else:
+        handles = []
+        for block in run.model.transformer.h:
+            handles.append(block.register_forward_pre_hook(
+                lambda *_: seen.__setitem__("block", seen["block"] + 1)))
+            handles.append(block.attn.core.attn_dropout.register_forward_pre_hook(
+                lambda *_: seen.__setitem__("drop", seen["drop"] + 1)))
+    try:
+        run.train_step()
+    finally:
+        for h in handles:
+            h.remove()
+    return seen["block"], seen["drop"]

@@ -73,8 +73,9 @@ class RecomputedCore(AttentionCore):
         for g, state in zip(generators, self.stashed, strict=True):
             g.bit_generator.state = copy.deepcopy(state)
         try:
-            with amp.autocast.entering(self.autocast):
-                AttentionCore.forward(self, saved["q"], saved["k"], saved["v"])
+            with amp.autocast.entering(self.autocast):  # the core's forward without its
+                # own module hooks (its children's fire), as torch's checkpoint calls it
+                AttentionCore.forward.__wrapped__(self, saved["q"], saved["k"], saved["v"])
         finally:
             for g, state in zip(generators, now, strict=True):
                 g.bit_generator.state = state
