@@ -390,3 +390,15 @@ def _forwards_in_a_step(name: str, run: object) -> tuple[int, int]:
         for h in handles:
             h.remove()
     return seen["block"], seen["drop"]
+
+
+def test_gpt_runs_read_the_same_next_token_batches_in_both_trees(device: str) -> None:
+    """--model gpt trains on the copy task: across epochs, both trees' runs draw the same
+    (idx, targets) batches, and each target row is its input row shifted by one token."""
+    config = ref_train.TrainConfig(model="gpt", batch_size=4, num_samples=12, seed=5)
+    ref_run = ref_train.Run(config)
+    torch_run = t_train.Run(config, device)
+    for _ in range(7):  # 3 batches an epoch: past two epoch boundaries
+        (x, y), (tx, ty) = ref_run.next_batch(), torch_run.next_batch()
+        assert np.array_equal(x, tx.cpu().numpy()) and np.array_equal(y, ty.cpu().numpy())
+        assert np.array_equal(y[:, :-1], x[:, 1:]) and not np.array_equal(x, y)
