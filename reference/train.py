@@ -308,7 +308,7 @@ def train_step(model: Module, loss_fn: Loss, optimizer: Any,
     with phase("forward"):
         optimizer.zero_grad()
         with amp.autocast(dtype):
-            if isinstance(model, GPT):  # its own next-token cross-entropy, in float32
+            if isinstance(model, GPT):  # its own cross-entropy (torch: loss_fn(model(x), y))
                 _, loss = model.forward(x, y)
             else:
                 runner = model if schedule is None else _scheduled(model, schedule)

@@ -227,7 +227,9 @@ def train_step(model: nn.Module, loss_fn: nn.Module, optimizer: torch.optim.Opti
     timer or record_function; by default nothing).
     `schedule` runs the forward with checkpointed segments (recompute.forward_with_schedule);
     torch.autocast and torch.utils.checkpoint compose natively, in every precision.
-    A GPT `model` computes its own loss and carries its own recomputation (the reference's).
+    A GPT `model` returns (logits, None) and `loss_fn` is train_models.NextTokenLoss (the
+    cross-entropy GPT.forward computes with targets, the same ops); it carries its own
+    recomputation (recompute_gpt.set_recompute), so `schedule` must be None.
     """
     dtype = amp.autocast_dtype(precision)
     if fault not in FAULTS:
@@ -241,11 +243,8 @@ def train_step(model: nn.Module, loss_fn: nn.Module, optimizer: torch.optim.Opti
     with phase("forward"):
         optimizer.zero_grad()
         with amp.autocast(dtype, x.device.type):
-            if isinstance(model, GPT):  # its own next-token cross-entropy, in float32
-                _, loss = model(x, y)
-            else:
-                output = model(x) if schedule is None else _scheduled(model, x, schedule)
-                loss = loss_fn(output, y)  # fp32 op list: losses run in float32
+            output = model(x) if schedule is None else _scheduled(model, x, schedule)
+            loss = loss_fn(output, y)  # fp32 op list: losses run in float32
     with phase("backward"):
         scaler.scale(loss).backward()
     with phase("optimizer"):

@@ -1,6 +1,8 @@
 """What a training run trains, in PyTorch. See reference/train_models.py for the two models.
 
-Same names and order as the reference. What PyTorch does differently: the weights are drawn
+Same names and order as the reference. What PyTorch does differently: the transformer's
+loss is a module, NextTokenLoss, that train_step applies to GPT(idx)'s output as it applies
+the MLP's (the reference's GPT computes its loss itself); the weights are drawn
 from the run's torch.Generator (the transformer from the meta device, torch_impl/gpt.py),
 the task lives on the run's device, and the loader is a DataLoader whose base-seed generator
 the run re-seeds per epoch (torch_impl/train.py). GPT_SHAPE and COPY_PREFIX are the
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from reference.train_models import COPY_PREFIX, GPT_SHAPE, MODELS, gpt_config  # plain data
@@ -25,13 +28,24 @@ from torch_impl.recompute_gpt import set_recompute
 if TYPE_CHECKING:
     from reference.train import TrainConfig
 
-__all__ = ["COPY_PREFIX", "GPT_SHAPE", "MODELS", "Parts", "batch_of", "build", "gpt_config"]
+__all__ = ["COPY_PREFIX", "GPT_SHAPE", "MODELS", "NextTokenLoss", "Parts", "batch_of", "build",
+           "gpt_config"]
+
+
+class NextTokenLoss(nn.Module):
+    """F.cross_entropy over GPT(idx)'s (B T, V) logits: the loss GPT.forward computes when
+    given targets, as a module, so that train_step's `loss_fn(model(x), y)` serves the
+    transformer too (the reference's GPT computes it itself: reference/train.py)."""
+
+    def forward(self, output: tuple[torch.Tensor, None], targets: torch.Tensor) -> torch.Tensor:
+        logits = output[0]
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
 
 
 @dataclass
 class Parts:
-    """A run's model, loss (None for gpt: the model computes its own), task, sampler, loader,
-    and the schedule train_step takes (None for gpt: the model carries its own)."""
+    """A run's model, loss (NextTokenLoss for gpt), task, sampler, loader, and the schedule
+    train_step takes (None for gpt: the model carries its own)."""
 
     model: Any
     loss_fn: Any
@@ -53,7 +67,7 @@ def build(c: TrainConfig, generator: torch.Generator, device: torch.device,
                               vocab_size=GPT_SHAPE.vocab_size, device=device)
         loader = make_loader(task, sampler, c.batch_size, drop_last=True,
                              generator=loader_generator)
-        return Parts(model, None, task, sampler, loader, None)
+        return Parts(model, NextTokenLoss(), task, sampler, loader, None)
     model = make_mlp(c.sizes, c.activation, c.dropout, generator=generator, device=device)
     loss_fn = nn.CrossEntropyLoss() if c.loss == "cross_entropy" else nn.MSELoss()
     task = make_task(c.seed, c.num_samples, features=c.sizes[0], classes=c.sizes[-1],
