@@ -4,10 +4,11 @@ reference/train.py's Run builds its parts here, by `TrainConfig.model`:
 
     mlp   make_mlp(sizes, activation, dropout) on make_task (a teacher's labels or values),
           CrossEntropyLoss or MSELoss; recompute: a schedule over the Sequential's layers
-    gpt   the compact transformer (reference/gpt.py) of shape GPT_SHAPE, dropout from the
-          config, on the copy task (make_copy_task, COPY_PREFIX digits: 2 P tokens = the
-          block size), next-token cross-entropy inside the model; recompute: a schedule over
-          the blocks, "selective", or both (reference/recompute_gpt.py), set on the model
+    gpt   the compact transformer (reference/gpt.py) of shape TRAIN_SHAPE, dropout from the
+          config, on the copy task (make_copy_task, TRAIN_COPY_PREFIX digits: 2 P tokens =
+          the block size; both plain data in gpt_config.py), next-token cross-entropy inside
+          the model; recompute: a schedule over the blocks, "selective", or both
+          (reference/recompute_gpt.py), set on the model
 
 The generator `rng` initializes the weights and then draws every dropout mask (one
 generator, as make_mlp shares it), so the run's random state is one bit_generator.state.
@@ -22,7 +23,7 @@ import numpy as np
 
 from reference.data import ResumableSampler, make_copy_task, make_loader, make_task
 from reference.gpt import GPT
-from reference.gpt_config import GPTConfig
+from reference.gpt_config import TRAIN_COPY_PREFIX, TRAIN_SHAPE, GPTConfig
 from reference.nn import CrossEntropyLoss, MSELoss, make_mlp
 from reference.recompute import Schedule, parse_schedule
 from reference.recompute_gpt import set_recompute
@@ -31,8 +32,6 @@ if TYPE_CHECKING:
     from reference.train import TrainConfig
 
 MODELS = ("mlp", "gpt")
-GPT_SHAPE = GPTConfig(n_layer=4)  # vocab 12, block 16, 4 blocks, 2 heads, width 32
-COPY_PREFIX = GPT_SHAPE.block_size // 2  # P digits, a separator, P digits: 2P inputs
 
 
 @dataclass
@@ -49,8 +48,8 @@ class Parts:
 
 
 def gpt_config(c: TrainConfig) -> GPTConfig:
-    """The transformer a gpt run trains: GPT_SHAPE with the run's dropout."""
-    return replace(GPT_SHAPE, dropout=c.dropout)
+    """The transformer a gpt run trains: TRAIN_SHAPE with the run's dropout."""
+    return replace(TRAIN_SHAPE, dropout=c.dropout)
 
 
 def build(c: TrainConfig, rng: np.random.Generator) -> Parts:
@@ -60,8 +59,8 @@ def build(c: TrainConfig, rng: np.random.Generator) -> Parts:
     if c.model == "gpt":
         model = GPT(gpt_config(c), rng=rng)
         set_recompute(model, c.recompute)
-        task = make_copy_task(c.seed, c.num_samples, prefix=COPY_PREFIX,
-                              vocab_size=GPT_SHAPE.vocab_size)
+        task = make_copy_task(c.seed, c.num_samples, prefix=TRAIN_COPY_PREFIX,
+                              vocab_size=TRAIN_SHAPE.vocab_size)
         loader = make_loader(task, sampler, c.batch_size, drop_last=True)
         return Parts(model, None, task, sampler, loader, None)
     model = make_mlp(c.sizes, c.activation, c.dropout, rng=rng)

@@ -5,20 +5,20 @@ loss is a module, NextTokenLoss, that train_step applies to GPT(idx)'s output as
 the MLP's (the reference's GPT computes its loss itself); the weights are drawn
 from the run's torch.Generator (the transformer from the meta device, torch_impl/gpt.py),
 the task lives on the run's device, and the loader is a DataLoader whose base-seed generator
-the run re-seeds per epoch (torch_impl/train.py). GPT_SHAPE and COPY_PREFIX are the
-reference's (plain data).
+the run re-seeds per epoch (torch_impl/train.py). TRAIN_SHAPE and TRAIN_COPY_PREFIX are
+reference/gpt_config.py's (plain data).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from reference.train_models import COPY_PREFIX, GPT_SHAPE, MODELS, gpt_config  # plain data
+from reference.gpt_config import TRAIN_COPY_PREFIX, TRAIN_SHAPE, GPTConfig  # plain data
 from torch_impl.data import ResumableSampler, make_copy_task, make_loader, make_task
 from torch_impl.gpt import GPT
 from torch_impl.nn import make_mlp
@@ -28,8 +28,7 @@ from torch_impl.recompute_gpt import set_recompute
 if TYPE_CHECKING:
     from reference.train import TrainConfig
 
-__all__ = ["COPY_PREFIX", "GPT_SHAPE", "MODELS", "NextTokenLoss", "Parts", "batch_of", "build",
-           "gpt_config"]
+__all__ = ["NextTokenLoss", "Parts", "batch_of", "build", "gpt_config"]
 
 
 class NextTokenLoss(nn.Module):
@@ -55,6 +54,11 @@ class Parts:
     schedule: Schedule | None
 
 
+def gpt_config(c: TrainConfig) -> GPTConfig:
+    """The transformer a gpt run trains: TRAIN_SHAPE with the run's dropout."""
+    return replace(TRAIN_SHAPE, dropout=c.dropout)
+
+
 def build(c: TrainConfig, generator: torch.Generator, device: torch.device,
           loader_generator: torch.Generator) -> Parts:
     """Every part of a run of `c` on `device`, the weights drawn from `generator`
@@ -63,8 +67,8 @@ def build(c: TrainConfig, generator: torch.Generator, device: torch.device,
     if c.model == "gpt":
         model = GPT(gpt_config(c), generator=generator, device=device)
         set_recompute(model, c.recompute)
-        task = make_copy_task(c.seed, c.num_samples, prefix=COPY_PREFIX,
-                              vocab_size=GPT_SHAPE.vocab_size, device=device)
+        task = make_copy_task(c.seed, c.num_samples, prefix=TRAIN_COPY_PREFIX,
+                              vocab_size=TRAIN_SHAPE.vocab_size, device=device)
         loader = make_loader(task, sampler, c.batch_size, drop_last=True,
                              generator=loader_generator)
         return Parts(model, NextTokenLoss(), task, sampler, loader, None)
