@@ -35,6 +35,7 @@ from reference import nn as ref
 from reference import recompute as rrc
 from reference.recompute_gpt import RecomputedCore as RefCore
 from reference.recompute_gpt import set_recompute as ref_set
+from reference.recompute_plans import split_recompute
 from torch_impl import gpt as tgpt
 from torch_impl import recompute as trc
 from torch_impl.recompute_gpt import RecomputedCore as TorchCore
@@ -207,16 +208,24 @@ def test_torch_checkpointed_gradients_meet_the_nn_claims_against_reference_layer
 
 @st.composite
 def gpt_specs(draw: st.DrawFn, n_layer: int) -> str:
-    """A block schedule over n_layer blocks, "selective", or the two joined."""
+    """A block schedule over n_layer blocks, "selective", or the two joined; never "none"
+    alone (that would compare no recomputation with itself)."""
     blocks = draw(recompute_specs(n_layer))
-    selective = draw(st.booleans())
-    if not selective:
+    if blocks != "none" and not draw(st.booleans()):
         return blocks
     return "selective" if blocks == "none" else f"{blocks}+selective"
 
 
+@st.composite
+def gpt_steps(draw: st.DrawFn, config: rgpt.GPTConfig) -> tuple[int, int, int]:
+    """(batch, seq_len, seed) with T >= 2 where the block size allows: a real T x T core."""
+    batch, _, seed = draw(gpt_batches(config))
+    return batch, draw(st.integers(min(2, config.block_size), config.block_size)), seed
+
+
 def _events(spec: str, config: rgpt.GPTConfig, seq_len: int) -> None:
-    event(spec.replace("uniform:", "uniform").split(":")[0])
+    blocks, selective = split_recompute(spec)
+    event(blocks.split(":")[0] + (" + selective" if selective else ""))
     event("dropout on" if config.dropout else "dropout off")
     event("a T x T core (T > 1)" if seq_len > 1 else "T = 1")
 
@@ -237,7 +246,7 @@ def test_reference_gpt_gradients_under_any_recompute_are_bitwise_plain(
     """Any block schedule, selective or both, dropout on: loss, gradients and the dropout
     stream's end are those of no recomputation, bit for bit."""
     spec = data.draw(gpt_specs(config.n_layer))
-    batch, seq_len, seed = data.draw(gpt_batches(config))
+    batch, seq_len, seed = data.draw(gpt_steps(config))
     _events(spec, config, seq_len)
     base = ref_run(config, "none", dtype, batch, seq_len, seed)
     run = ref_run(config, spec, dtype, batch, seq_len, seed)
@@ -252,7 +261,7 @@ def test_torch_gpt_gradients_under_any_recompute_are_bitwise_plain(
         config: rgpt.GPTConfig, dtype: type, data: st.DataObject, device: str) -> None:
     """torch.utils.checkpoint per block and around the core, dropout on: the same bits."""
     spec = data.draw(gpt_specs(config.n_layer))
-    batch, seq_len, seed = data.draw(gpt_batches(config))
+    batch, seq_len, seed = data.draw(gpt_steps(config))
     _events(spec, config, seq_len)
     base = torch_run(config, "none", dtype, batch, seq_len, seed, device)
     run = torch_run(config, spec, dtype, batch, seq_len, seed, device)
@@ -267,7 +276,7 @@ def test_gpt_gradients_under_autocast_and_any_recompute_are_bitwise_plain_in_eac
     """The forward under fp16/bf16 autocast, dropout on: in each tree, recomputation leaves
     loss, gradients and dropout stream where no recomputation leaves them."""
     spec = data.draw(gpt_specs(config.n_layer))
-    batch, seq_len, seed = data.draw(gpt_batches(config))
+    batch, seq_len, seed = data.draw(gpt_steps(config))
     _events(spec, config, seq_len)
     args = (config, np.float32, batch, seq_len, seed)
     _same("recompute.gpt_grads_reference", ref_run(*args[:1], spec, *args[1:], autocast=fmt),
@@ -287,7 +296,7 @@ def test_gpt_held_bytes_read_off_the_tape_match_torch_hooks_under_any_recompute(
     if device != "cpu" and config.dropout > 0:
         config = rgpt.GPTConfig(**{**config.__dict__, "dropout": 0.0})  # gpt.saved_tensors
     spec = data.draw(gpt_specs(config.n_layer))
-    batch, seq_len, seed = data.draw(gpt_batches(config))
+    batch, seq_len, seed = data.draw(gpt_steps(config))
     _events(spec, config, seq_len)
     ref = ref_run(config, spec, dtype, batch, seq_len, seed)
     twin = torch_run(config, spec, dtype, batch, seq_len, seed, device)
