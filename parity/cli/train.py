@@ -32,7 +32,8 @@ first non-finite value it stops before that step's update, prints the report (st
 op, the op's input ranges against the format's limits), writes the step's batch and state
 to DIR/first-invalid-step<N>.replay for `python -m parity replay`, and ends with the line
 `first-invalid: {json}` (keys step, phase, module, op, index, value) and exit status 3.
---fault NAME seeds a fault of the catalogue (--fault list) before step --fault-step.
+--fault NAME seeds a fault of the catalogue (--fault list) before step --fault-step (the
+MLP's: --model gpt refuses it).
 The implementation is imported only when chosen: `--impl reference` never imports torch
 (unless it converts a torch checkpoint).
 """
@@ -215,6 +216,10 @@ def run(args: argparse.Namespace) -> int:
     different --steps continues the same run instead of refusing a changed configuration);
     otherwise --steps.
     """
+    if args.fault is not None and args.model != "mlp":
+        raise UsageError(f"--fault {args.fault.name}: the fault catalogue is written for "
+                         "--model mlp (its Linears by index, its float inputs); --model gpt "
+                         "takes --check-numerics without --fault")
     if args.resume:
         check_model(args.checkpoint_dir, args.model)
     horizon = args.horizon
