@@ -24,6 +24,7 @@ from hypothesis import event, given, settings
 
 from parity.compare import assert_claim
 from parity.drivers.train import (
+    GPT_KILL_OPTIONS,
     INVENTORY_CASE,
     KILL_OPTIONS,
     SMALL,
@@ -39,9 +40,10 @@ from parity.drivers.train import (
     skipped_steps,
     uninterrupted,
 )
-from parity.strategies import train_configs
+from parity.strategies import gpt_train_configs, train_configs
 from reference import resume as ref_resume
 from reference import train as ref_train
+from reference.recompute_plans import binomial_cost
 from torch_impl import resume as t_resume
 from torch_impl import train as t_train
 
@@ -71,6 +73,21 @@ def _assert_same_run(actual: dict, expected: dict, context: str) -> None:
 def test_interrupted_and_resumed_equals_uninterrupted_bit_for_bit(name: str, case: dict,
                                                                   device: str) -> None:
     """Any interruption step, precision, dropout, schedule and recompute: the same final state."""
+    _interrupted_equals_uninterrupted(name, case, device)
+
+
+@pytest.mark.parametrize("name", ["reference", "torch"])
+@settings(max_examples=10)
+@given(case=gpt_train_configs())
+def test_gpt_interrupted_and_resumed_equals_uninterrupted_bit_for_bit(name: str, case: dict,
+                                                                      device: str) -> None:
+    """The transformer on the copy task: any interruption, precision, dropout, block
+    schedule or selective recomputation, the same final state, bit for bit."""
+    event(f"recompute {case['config']['recompute']}")
+    _interrupted_equals_uninterrupted(name, case, device)
+
+
+def _interrupted_equals_uninterrupted(name: str, case: dict, device: str) -> None:
     config, k, total = case["config"], case["interrupt"], case["total"]
     expected = uninterrupted(name, config, total, device)
     event(f"precision {config['precision']}, skipped steps: {expected['skipped'] > 0}")
@@ -158,16 +175,18 @@ def test_torch_resumes_a_reference_checkpoint_at_the_same_position_and_lr(
     assert run.step == expected.step
 
 
+@pytest.mark.parametrize("model", ["mlp", "gpt"])
 @pytest.mark.parametrize(("writer", "reader"), [("reference", "torch"), ("torch", "reference")])
 def test_resume_from_the_other_implementation_continues_exactly_where_it_can(
-        writer: str, reader: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
-        device: str) -> None:
-    """The command line continues the other tree's checkpoint: at its step the same digest;
-    continued, the same step, data position, skipped count and lr as a run of its own."""
+        writer: str, reader: str, model: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str], device: str) -> None:
+    """The command line continues the other tree's checkpoint, MLP or transformer: at its
+    step the same digest; continued, the same step, data position, skipped count and lr as
+    a run of its own."""
     from parity.cli import main
 
     base = ["--steps", "5", "--horizon", "9", "--checkpoint-dir", str(tmp_path),
-            "--checkpoint-every", "5", "--seed", "3"]
+            "--checkpoint-every", "5", "--seed", "3", "--model", model]
 
     def argv(name: str) -> list[str]:
         return ["train", "--impl", name, *base, *(["--device", device] if name == "torch"
@@ -182,7 +201,8 @@ def test_resume_from_the_other_implementation_continues_exactly_where_it_can(
                                                            np.uint8),
                  np.frombuffer(bytes.fromhex(written), np.uint8))
     with tempfile.TemporaryDirectory() as tmp:  # the library's path, continued past k
-        for what, actual, expected in cross_impl_resume(writer, reader, Path(tmp), device):
+        for what, actual, expected in cross_impl_resume(writer, reader, Path(tmp), device,
+                                                        model):
             assert_claim("resume.cross_impl_resume", actual, expected, context=what)
 
 
@@ -190,12 +210,13 @@ def test_resume_from_the_other_implementation_continues_exactly_where_it_can(
 
 
 def _kill_and_resume(name: str, tmp: Path, steps: int, delays: list[float],
-                     targeted: int | None, moments: int = 0, device: str = "cpu") -> int:
+                     targeted: int | None, moments: int = 0, device: str = "cpu",
+                     kill_options: tuple[str, ...] = KILL_OPTIONS) -> int:
     """Uninterrupted digest; kills (targeted first, then `delays` seconds after start, then
     `moments` kills at random moments after the targeted one); every checkpoint loads after
     each kill; the final --resume prints the uninterrupted digest. Returns the number of
     kills."""
-    options = KILL_OPTIONS + (("--device", device) if name == "torch" else ())
+    options = kill_options + (("--device", device) if name == "torch" else ())
     expected, lines = run_to_end(name, tmp / "uninterrupted", steps, options)
     skipped = skipped_steps(lines)
     assert skipped, "guard: the fp16 options must produce skipped steps"
@@ -247,3 +268,137 @@ def test_many_sigkills_at_random_moments_resume_to_the_same_digest(name: str, tm
     kills = _kill_and_resume(name, tmp_path, steps, [], targeted=2, moments=count,
                              device=device)
     assert kills >= (count + 1) // 2
+
+
+def test_sigkilled_gpt_process_resumes_to_the_same_digest(tmp_path: Path) -> None:
+    """The transformer, fp16 with skipped steps, every block and core recomputed: one SIGKILL
+    right after a skipped step's checkpoint, another at a random moment, then --resume."""
+    rng = np.random.default_rng()  # ~1.8 s of start-up, then ~0.07 s a step: mid-run
+    _kill_and_resume("reference", tmp_path, 20, [float(rng.uniform(1.9, 2.4))], targeted=0,
+                     kill_options=GPT_KILL_OPTIONS)
+
+
+GPT_MATRIX = [(precision, recompute) for precision in ("fp32", "bf16", "fp16")
+              for recompute in ("none", "sqrt", "selective", "optimal:2+selective")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["reference", "torch"])
+@pytest.mark.parametrize(("precision", "recompute"), GPT_MATRIX)
+def test_sigkilled_gpt_processes_resume_to_the_same_digest_in_every_option(
+        name: str, precision: str, recompute: str, tmp_path: Path, device: str) -> None:
+    """Every precision and recompute option of --model gpt, SIGKILLed at random moments of a
+    run that checkpoints every step: --resume reaches the uninterrupted digest."""
+    options = ("--model", "gpt", "--checkpoint-every", "1", "--keep", "2", "--dropout", "0.1",
+               "--precision", precision, "--recompute", recompute,
+               *(("--init-scale", "262144", "--growth-interval", "3")
+                 if precision == "fp16" else ()))
+    if precision == "fp16":
+        kills = _kill_and_resume(name, tmp_path, 60, [], targeted=1, moments=3, device=device,
+                                 kill_options=options)
+    else:  # no skipped steps to aim at: kill at random moments
+        kills = _kill_and_resume_at_moments(name, tmp_path, 60, options, device)
+    assert kills >= 1
+
+
+def _kill_and_resume_at_moments(name: str, tmp: Path, steps: int, options: tuple[str, ...],
+                                device: str) -> int:
+    options = options + (("--device", device) if name == "torch" else ())
+    expected, _ = run_to_end(name, tmp / "uninterrupted", steps, options)
+    rng = np.random.default_rng()
+    kills = 0
+    for step in sorted(rng.choice(np.arange(5, steps - 5), 3, replace=False)):
+        kills += kill_at(name, tmp / "killed", steps, options,
+                         delay=float(rng.uniform(0.0, 0.03)), after_file=f"ckpt-{step:08d}.ckpt")
+    actual, _ = run_to_end(name, tmp / "killed", steps, options)
+    assert_claim("train.kill_resume", np.frombuffer(bytes.fromhex(actual), np.uint8),
+                 np.frombuffer(bytes.fromhex(expected), np.uint8))
+    return kills
+
+
+@pytest.mark.parametrize(("impl", "written", "asked"), [("reference", "mlp", "gpt"),
+                                                        ("torch", "gpt", "mlp")])
+def test_a_checkpoint_of_the_other_model_is_refused_naming_both(
+        impl: str, written: str, asked: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """--resume with --model other than the checkpoint's: one line, exit 2, both models
+    named, nothing changed; the library refuses too, naming the field."""
+    from ckpt import CheckpointError
+    from parity.cli import EXIT_USAGE, main
+
+    base = ["train", "--impl", impl, "--steps", "2", "--checkpoint-dir", str(tmp_path),
+            "--quiet"]
+    assert main([*base, "--model", written]) == 0
+    before = sorted(p.name for p in tmp_path.iterdir())
+    capsys.readouterr()
+    assert main([*base, "--model", asked, "--resume"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert f"of the model {written!r}, this run trains {asked!r}" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    m = ref_train if impl == "reference" else t_train
+    state = m.resume.load_checkpoint(m.resume.CheckpointManager(tmp_path).path(2))
+    with pytest.raises(CheckpointError, match=f"model: {written!r} in the checkpoint, "
+                                              f"{asked!r} now"):
+        m.restored(m.TrainConfig(model=asked, horizon=2), state)
+
+
+@pytest.mark.parametrize("name", ["reference", "torch"])
+def test_a_gpt_run_recomputes_what_its_config_says(name: str, device: str) -> None:
+    """--recompute reaches the transformer: in one step of "optimal:2+selective" the blocks
+    re-run R = t(4, 2) forwards (the closed form) and every attention core's dropout runs
+    again in backward; "none" re-runs nothing (the digest tests alone could not tell).
+    Counted by forward pre-hooks on the blocks and on the cores' dropouts."""
+    counts = {}
+    for spec in ("none", "optimal:2+selective"):
+        m = ref_train if name == "reference" else t_train
+        run = m.Run(m.TrainConfig(model="gpt", recompute=spec, dropout=0.1, horizon=2),
+                    **on(name, device))
+        counts[spec] = _forwards_in_a_step(name, run)
+    assert counts["none"] == (4, 4)  # one forward of each of the 4 blocks and core dropouts
+    r = binomial_cost(4, 2)
+    # a recomputed block runs its core's dropout again, and every core recomputes once more
+    assert counts["optimal:2+selective"] == (4 + r, 4 + r + 4)
+
+
+def _forwards_in_a_step(name: str, run: object) -> tuple[int, int]:
+    """(block forwards, attention-dropout forwards) started during one training step."""
+    seen = {"block": 0, "drop": 0}
+    if name == "reference":
+        from reference import module as rmodule
+
+        blocks = list(run.model.transformer.h._children.values())
+        drops = [b.attn.core.attn_dropout for b in blocks]
+
+        def pre(node: object, args: tuple) -> None:
+            if any(node is b for b in blocks):
+                seen["block"] += 1
+            if any(node is d for d in drops):
+                seen["drop"] += 1
+
+        handles = [rmodule.register_module_forward_pre_hook(pre)]
+    else:
+        handles = []
+        for block in run.model.transformer.h:
+            handles.append(block.register_forward_pre_hook(
+                lambda *_: seen.__setitem__("block", seen["block"] + 1)))
+            handles.append(block.attn.core.attn_dropout.register_forward_pre_hook(
+                lambda *_: seen.__setitem__("drop", seen["drop"] + 1)))
+    try:
+        run.train_step()
+    finally:
+        for h in handles:
+            h.remove()
+    return seen["block"], seen["drop"]
+
+
+def test_gpt_runs_read_the_same_next_token_batches_in_both_trees(device: str) -> None:
+    """--model gpt trains on the copy task: across epochs, both trees' runs draw the same
+    (idx, targets) batches, and each target row is its input row shifted by one token."""
+    config = ref_train.TrainConfig(model="gpt", batch_size=4, num_samples=12, seed=5)
+    ref_run = ref_train.Run(config)
+    torch_run = t_train.Run(config, device)
+    for _ in range(7):  # 3 batches an epoch: past two epoch boundaries
+        (x, y), (tx, ty) = ref_run.next_batch(), torch_run.next_batch()
+        assert np.array_equal(x, tx.cpu().numpy()) and np.array_equal(y, ty.cpu().numpy())
+        assert np.array_equal(y[:, :-1], x[:, 1:]) and not np.array_equal(x, y)

@@ -39,7 +39,8 @@ from reference.gpt_config import ATTENTION, GPTConfig  # noqa: F401  (re-exporte
 from reference.layers import Embedding, LayerNorm
 from reference.losses import CrossEntropyLoss
 from reference.module import FLOAT_DTYPES, Module, Node, Parameter, SavedTensor
-from reference.nn import GELU, Dropout, Linear
+from reference.nn import GELU, Dropout, Linear, Sequential
+from reference.recompute import Checkpoint, Schedule, ScheduledRun, forward_with_schedule
 
 
 class MLP(Module):
@@ -167,6 +168,10 @@ class GPT(Module):
             init_normal(self.lm_head.weight, rng, 0.02)
         self.loss_fn = NextTokenLoss()
         self._shape: tuple[int, ...] = ()
+        # per-block checkpointing (reference/recompute_gpt.py sets it): the blocks run as a
+        # Sequential under this schedule, `trunk` is that forward's ScheduledRun
+        self.schedule: Schedule | None = None
+        self.trunk: ScheduledRun | None = None
 
     def __repr__(self) -> str:
         return f"GPT({self.config})"
@@ -221,8 +226,14 @@ class GPT(Module):
         tr = self.transformer
         pos = np.arange(T, dtype=np.int64)  # (T,)
         x = tr.drop.forward(tr.wte.forward(idx) + tr.wpe.forward(pos))  # (B, T, C)
-        for block in tr.h._children.values():
-            x = block.forward(x)
+        self.trunk = None
+        if self.schedule is None:
+            for block in tr.h._children.values():
+                x = block.forward(x)
+        else:  # the blocks as the layers of a plan
+            blocks = Sequential(*tr.h._children.values())
+            self.trunk = forward_with_schedule(blocks, x, self.schedule)
+            x = self.trunk.output
         logits = self.lm_head.forward(tr.ln_f.forward(x))  # (B, T, V)
         self._shape = (B, T)
         if targets is None:
@@ -240,8 +251,11 @@ class GPT(Module):
         tr = self.transformer
         g = self.loss_fn.backward(grad_output).reshape(B, T, -1)
         g = tr.ln_f.backward(self.lm_head.backward(g))
-        for block in reversed(tr.h._children.values()):
-            g = block.backward(g)
+        if self.trunk is None:
+            for block in reversed(tr.h._children.values()):
+                g = block.backward(g)
+        else:
+            g = self.trunk.backward(g)
         g = tr.drop.backward(g)
         tr.wpe.backward(g.sum(axis=0, dtype=g.dtype))
         tr.wte.backward(g)
@@ -254,14 +268,22 @@ class GPT(Module):
         for path, m in self.named_modules(prefix):
             for s in Node.tape(m, path):
                 entries.append(replace(s, name=torch_node_name(m, s.name)))
-        return entries + Node.tape(self.loss_fn, prefix)
+        return entries + self._trunk_tape(prefix) + Node.tape(self.loss_fn, prefix)
+
+    def _trunk_nodes(self) -> list[Checkpoint]:
+        """The checkpoints of the per-block schedule (each saves its input), if any."""
+        return [] if self.trunk is None else self.trunk.checkpoints
+
+    def _trunk_tape(self, prefix: str) -> list[SavedTensor]:
+        path = f"{prefix}.transformer.h" if prefix else "transformer.h"
+        return [s for m in self._trunk_nodes() for s in Node.tape(m, f"{path}.{m.name}")]
 
     def held_bytes(self) -> int:
         """The bytes the tape holds: the DISTINCT buffers its arrays live in, each counted
         once at its full size (a view, like Linear's (N, C) input, holds no bytes of its own;
         autograd's storages are counted the same way)."""
         held: dict[int, int] = {}
-        for node in [*self.modules(), self.loss_fn]:
+        for node in [*self.modules(), *self._trunk_nodes(), self.loss_fn]:
             for a in Node.saved_tensors(node).values():
                 while isinstance(a.base, np.ndarray):
                     a = a.base
@@ -270,6 +292,8 @@ class GPT(Module):
 
     def free_saved(self) -> None:
         super().free_saved()
+        for m in self._trunk_nodes():
+            Node.free_saved(m)
         self.loss_fn.free_saved()
 
 

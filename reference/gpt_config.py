@@ -38,3 +38,10 @@ class GPTConfig:
         if self.attention not in ATTENTION:
             raise ValueError(f"GPTConfig: attention must be one of {ATTENTION}, "
                              f"got {self.attention!r}")
+
+
+# What `python -m parity train --model gpt` trains (reference/train_models.py): the default
+# shape with 4 blocks (the run's dropout replaces 0), on the copy task of TRAIN_COPY_PREFIX
+# digits, a separator and the digits again: 2 P input tokens, the block size.
+TRAIN_SHAPE = GPTConfig(n_layer=4)
+TRAIN_COPY_PREFIX = TRAIN_SHAPE.block_size // 2

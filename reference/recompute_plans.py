@@ -14,6 +14,10 @@ Specs (`parse_schedule(spec, n)`), with R the layer forwards recomputed during b
     sqrt         uniform:K with K = round(sqrt n), the K that minimizes K + n / K
     optimal:S    Griewank-Walther "revolve" with S checkpoint slots, nested segments;
                  R = t(n, S) (NOTE [ Revolve counting ])
+
+The transformer's recompute spec (`split_recompute`) adds one more word: "selective"
+recomputes the attention core of every block (reference/recompute_gpt.py), alone or joined
+to a block schedule with "+": "selective", "sqrt+selective", "optimal:2+selective".
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from dataclasses import dataclass
 from functools import cache
 
 SPECS = ("none", "sqrt", "uniform:K", "optimal:S")
+SELECTIVE = "selective"
 
 
 @dataclass(frozen=True)
@@ -102,6 +107,21 @@ def parse_schedule(spec: str, n_layers: int) -> Schedule:
         check_budget(plan, s)
         return Schedule(spec, n_layers, plan, s)
     raise ValueError(f"parse_schedule: unknown schedule {spec!r}; accepted: {', '.join(SPECS)}")
+
+
+def split_recompute(spec: str) -> tuple[str, bool]:
+    """(block schedule spec, selective) of a transformer's recompute spec: "SPEC",
+    "selective" or "SPEC+selective" (ValueError for anything else; SPEC is checked by
+    parse_schedule)."""
+    if not isinstance(spec, str):
+        raise ValueError(f"split_recompute: the recompute spec must be a str, got {spec!r}")
+    words = spec.split("+")
+    selective = SELECTIVE in words
+    blocks = [w for w in words if w != SELECTIVE]
+    if len(blocks) > 1 or words.count(SELECTIVE) > 1:
+        raise ValueError(f"split_recompute: expected SPEC, {SELECTIVE!r} or "
+                         f"'SPEC+{SELECTIVE}' with SPEC one of {', '.join(SPECS)}, got {spec!r}")
+    return (blocks[0] if blocks else "none"), selective
 
 
 def uniform_plan(n: int, k: int) -> tuple[int | Segment, ...]:

@@ -53,10 +53,11 @@ import numpy as np
 
 import ckpt
 from reference import amp, faults, loss_scaling, numerics, optim, resume
-from reference.data import ResumableSampler, make_loader, make_task
+from reference.gpt import GPT
 from reference.losses import Loss
-from reference.nn import CrossEntropyLoss, Module, MSELoss, make_mlp
+from reference.nn import Module
 from reference.recompute import Schedule
+from reference.train_models import MODELS, batch_of, build
 
 
 def no_phase(name: str) -> AbstractContextManager[None]:
@@ -79,6 +80,7 @@ class TrainConfig:
     init_scale must be a finite float32). Run checks the recompute spec against the model."""
 
     seed: int = 0
+    model: str = "mlp"  # or "gpt": reference/train_models.py
     sizes: tuple[int, ...] = (8, 32, 32, 3)
     activation: str = "tanh"
     dropout: float = 0.0
@@ -97,6 +99,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         _whole("seed", self.seed, 0, 2**32)
+        _choice("model", self.model, MODELS)
         if len(self.sizes) < 2:
             raise ValueError(f"TrainConfig: sizes needs (d_in, ..., d_out), got {self.sizes!r}")
         for size in self.sizes:
@@ -109,7 +112,8 @@ class TrainConfig:
         _whole("horizon", self.horizon, 1)
         _whole("batch_size", self.batch_size, 1)
         _whole("num_samples", self.num_samples, self.batch_size)
-        _choice("loss", self.loss, ("cross_entropy", "mse"))
+        _choice("loss", self.loss, ("cross_entropy", "mse") if self.model == "mlp"
+                else ("cross_entropy",))
         _real("init_scale", self.init_scale, 0.0, F32_MAX, low_open=True)
         _whole("growth_interval", self.growth_interval, 1)
         if self.max_grad_norm is not None:
@@ -154,21 +158,15 @@ class Run:
     def __init__(self, config: TrainConfig) -> None:
         c = self.config = config
         self.rng = np.random.default_rng(c.seed)  # initialization, then dropout
-        self.model = make_mlp(c.sizes, c.activation, c.dropout, rng=self.rng)
-        self.loss_fn = CrossEntropyLoss() if c.loss == "cross_entropy" else MSELoss()
+        parts = build(c, self.rng)  # refuses a recompute spec this model cannot take
+        self.model, self.loss_fn = parts.model, parts.loss_fn
         self.optimizer = getattr(optim, c.optimizer)(self.model.parameters(), lr=c.lr,
                                                      **OPTIMIZERS[c.optimizer])
         self.scheduler = _make_scheduler(self.optimizer, c)
         self.scaler = loss_scaling.make_scaler(c.precision, init_scale=c.init_scale,
                                                growth_interval=c.growth_interval)
-        self.task = make_task(c.seed, c.num_samples, features=c.sizes[0], classes=c.sizes[-1])
-        self.sampler = ResumableSampler(c.num_samples, c.seed)
-        self.loader = make_loader(self.task, self.sampler, c.batch_size, drop_last=True)
-        self.schedule = None
-        if c.recompute != "none":
-            from reference import recompute
-
-            self.schedule = recompute.parse_schedule(c.recompute, len(self.model))
+        self.task, self.sampler, self.loader = parts.task, parts.sampler, parts.loader
+        self.schedule = parts.schedule
         self.step = 0
         self.skipped = 0
         self._batches: Iterator | None = None
@@ -182,11 +180,11 @@ class Run:
             if self._batches is None:
                 self._batches = iter(self.loader)
             try:
-                x, labels, values = next(self._batches)
+                item = next(self._batches)
             except StopIteration:
                 self._batches = None
                 continue
-            return x, (labels if self.config.loss == "cross_entropy" else values)
+            return batch_of(self.config, item)
 
     def train_step(self, batch: tuple[np.ndarray, np.ndarray] | None = None,
                    phase: Callable[[str], AbstractContextManager[Any]] = no_phase
@@ -293,6 +291,8 @@ def train_step(model: Module, loss_fn: Loss, optimizer: Any,
     `schedule` (recompute.parse_schedule) runs the forward with checkpointed segments that
     backward recomputes (recompute.ScheduledRun); autocast and recomputation compose in every
     precision: a segment records the autocast state at forward and recomputes under it.
+    A GPT `model` (x: token ids, y: next tokens) computes its own loss (`loss_fn` unused)
+    and carries its own recomputation (recompute_gpt.set_recompute; `schedule` must be None).
     A scaled low-precision backward may overflow to inf and then NaN: that is the event the
     GradScaler checks for, so NumPy's overflow and invalid warnings are silenced there.
     """
@@ -302,14 +302,23 @@ def train_step(model: Module, loss_fn: Loss, optimizer: Any,
     if precision == "fp16" and not scaler.is_enabled() and fault != "fp16_without_scaler":
         raise ValueError("train_step: precision 'fp16' needs an enabled GradScaler "
                          "(make_scaler('fp16')); bf16 and fp32 do not")
+    if isinstance(model, GPT) and schedule is not None:
+        raise ValueError("train_step: a GPT carries its own recomputation "
+                         "(recompute_gpt.set_recompute); pass schedule=None")
     with phase("forward"):
         optimizer.zero_grad()
         with amp.autocast(dtype):
-            runner = model if schedule is None else _scheduled(model, schedule)
-            output = runner.forward(x)
-            loss = loss_fn(output, y)  # fp32 op list: losses run in float32
+            if isinstance(model, GPT):  # its own cross-entropy (torch: loss_fn(model(x), y))
+                _, loss = model.forward(x, y)
+            else:
+                runner = model if schedule is None else _scheduled(model, schedule)
+                loss = loss_fn(runner.forward(x), y)  # fp32 op list: losses run in float32
     with phase("backward"), np.errstate(over="ignore", invalid="ignore"):
-        runner.backward(loss_fn.backward(scaler.scale(np.ones_like(loss))))  # d(S loss)/dloss
+        seed = scaler.scale(np.ones_like(loss))  # d(S loss)/dloss
+        if isinstance(model, GPT):
+            model.backward(seed)
+        else:
+            runner.backward(loss_fn.backward(seed))
     with phase("optimizer"):
         return _optimizer_phase(model, optimizer, scaler, float(loss), max_grad_norm, fault)
 

@@ -51,10 +51,19 @@ BAD = [
     (["--resume", "--overwrite"], "choose one"),
 ]
 BAD_STEPS = [(["--steps", "-1"], "--steps"), (["--steps", "0"], "--steps")]
+BAD_MODEL = [
+    (["--model", "rnn"], "argument --model: invalid choice: 'rnn'"),
+    (["--recompute", "selective"], "unknown schedule 'selective'"),  # the MLP has no core
+    (["--model", "gpt", "--recompute", "uniform:5"], "uniform:K needs 1 <= K <= 4"),
+    (["--model", "gpt", "--recompute", "sqrt+uniform:2"], "expected SPEC, 'selective'"),
+    (["--model", "gpt", "--recompute", "selective+selective"], "expected SPEC, 'selective'"),
+    (["--model", "gpt", "--fault", "poisoned_batch"], "the fault catalogue is written for "
+                                                      "--model mlp"),
+]
 
 
 @pytest.mark.parametrize("impl", ["reference", "torch"])
-@pytest.mark.parametrize(("extra", "phrase"), BAD + BAD_STEPS, ids=lambda v: " ".join(v)
+@pytest.mark.parametrize(("extra", "phrase"), BAD + BAD_STEPS + BAD_MODEL, ids=lambda v: " ".join(v)
                          if isinstance(v, list) else None)
 def test_bad_input_is_one_line_and_exit_2(impl: str, extra: list[str], phrase: str,
                                           tmp_path: Path,
@@ -97,16 +106,20 @@ def test_a_checkpoint_dir_that_cannot_be_a_directory_is_refused(
         assert Path(target).read_text() == "mine"
 
 
+@pytest.mark.parametrize(("model", "spec"), [("mlp", "sqrt"), ("gpt", "sqrt"),
+                                             ("gpt", "selective"), ("gpt", "optimal:1+selective")])
 @pytest.mark.parametrize("impl", ["reference", "torch"])
 def test_recompute_with_low_precision_trains_to_the_digest_of_no_recompute(
-        impl: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """bf16 autocast with dropout: --recompute sqrt reaches the state-sha256 of no recompute
-    (checkpointed segments recompute under the autocast state of their forward)."""
+        impl: str, model: str, spec: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """bf16 autocast with dropout: --recompute SPEC reaches the state-sha256 of no recompute
+    (checkpointed segments recompute under the autocast state of their forward), for the
+    MLP's layers, the transformer's blocks and its attention core."""
     digests = []
-    for spec in ("none", "sqrt"):
-        status, out, err = _cli(capsys, "--impl", impl, "--steps", "3", "--checkpoint-dir",
-                                str(tmp_path / spec), "--precision", "bf16", "--dropout", "0.3",
-                                "--recompute", spec, "--quiet")
+    for s in ("none", spec):
+        status, out, err = _cli(capsys, "--impl", impl, "--model", model, "--steps", "3",
+                                "--checkpoint-dir", str(tmp_path / s), "--precision", "bf16",
+                                "--dropout", "0.3", "--recompute", s, "--quiet")
         assert status == 0, err
         digests.append(out.split()[-1])
     assert digests[0] == digests[1]

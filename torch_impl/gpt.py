@@ -30,6 +30,7 @@ from torch import nn
 from reference.gpt_config import GPTConfig  # plain data: the shared config
 from torch_impl.attention import AttentionCore, CausalSelfAttention
 from torch_impl.module import SavedTensor
+from torch_impl.recompute import Schedule, forward_with_schedule
 
 
 class MLP(nn.Module):
@@ -109,6 +110,9 @@ class GPT(nn.Module):
         if config.tie_weights:
             self.lm_head.weight = self.transformer.wte.weight
         self.to(device)
+        # per-block checkpointing (torch_impl/recompute_gpt.py sets it): the blocks run as
+        # the layers of this schedule's plan, through torch.utils.checkpoint
+        self.schedule: Schedule | None = None
 
     def check_tokens(self, idx: torch.Tensor, what: str = "idx") -> torch.Tensor:
         """idx as int64 (B, T) tokens in [0, vocab_size) with 1 <= T <= block_size."""
@@ -132,8 +136,11 @@ class GPT(nn.Module):
         tr = self.transformer
         pos = torch.arange(T, dtype=torch.int64, device=idx.device)  # (T,)
         x = tr.drop(tr.wte(idx) + tr.wpe(pos))  # (B, T, C)
-        for block in tr.h:
-            x = block(x)
+        if self.schedule is None:
+            for block in tr.h:
+                x = block(x)
+        else:  # the blocks as the layers of a plan
+            x = forward_with_schedule(tr.h, x, self.schedule)
         logits = self.lm_head(tr.ln_f(x))  # (B, T, V)
         if targets is None:
             return logits, None

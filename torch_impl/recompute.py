@@ -110,10 +110,11 @@ def _run_plan(layers: Sequence[nn.Module], plan: Sequence[int | Segment], x: tor
     return x
 
 
-def _checked_schedule(model: nn.Sequential, schedule: Schedule | str) -> Schedule:
-    if not isinstance(model, nn.Sequential):
-        raise TypeError(f"forward_with_schedule: model must be a torch.nn.Sequential, "
-                        f"got {type(model).__name__}")
+def _checked_schedule(model: nn.Sequential | nn.ModuleList, schedule: Schedule | str
+                      ) -> Schedule:
+    if not isinstance(model, nn.Sequential | nn.ModuleList):
+        raise TypeError(f"forward_with_schedule: model must be a torch.nn.Sequential (or the "
+                        f"ModuleList of a transformer's blocks), got {type(model).__name__}")
     if isinstance(schedule, str):
         schedule = parse_schedule(schedule, len(model))
     if schedule.n_layers != len(model):
@@ -122,7 +123,8 @@ def _checked_schedule(model: nn.Sequential, schedule: Schedule | str) -> Schedul
     return schedule
 
 
-def forward_with_schedule(model: nn.Sequential, x: torch.Tensor, schedule: Schedule | str, *,
+def forward_with_schedule(model: nn.Sequential | nn.ModuleList, x: torch.Tensor,
+                          schedule: Schedule | str, *,
                           preserve_rng_state: bool = True, early_stop: bool | None = None,
                           use_reentrant: bool = False) -> torch.Tensor:
     """model(x) with the schedule's segments wrapped in torch.utils.checkpoint.checkpoint.
@@ -151,13 +153,14 @@ def checkpoint(segment: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor,
                             preserve_rng_state=preserve_rng_state)
 
 
-def checkpoint_sequential(model: nn.Sequential, segments: int, x: torch.Tensor, *,
-                          preserve_rng_state: bool = True, use_reentrant: bool = False
+def checkpoint_sequential(model: nn.Sequential | nn.ModuleList, segments: int, x: torch.Tensor,
+                          *, preserve_rng_state: bool = True, use_reentrant: bool = False
                           ) -> torch.Tensor:
-    """torch.utils.checkpoint.checkpoint_sequential, with the segment count validated first."""
-    if not isinstance(model, nn.Sequential):
-        raise TypeError(f"checkpoint_sequential: model must be a torch.nn.Sequential, "
-                        f"got {type(model).__name__}")
+    """torch.utils.checkpoint.checkpoint_sequential, with the segment count validated first
+    (torch indexes a ModuleList as it does the Sequential's children)."""
+    if not isinstance(model, nn.Sequential | nn.ModuleList):
+        raise TypeError(f"checkpoint_sequential: model must be a torch.nn.Sequential or "
+                        f"ModuleList, got {type(model).__name__}")
     if isinstance(segments, bool) or not isinstance(segments, int) \
             or not 1 <= segments <= len(model):
         raise ValueError(f"checkpoint_sequential: segments must be in [1, {len(model)}] (the "

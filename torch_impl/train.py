@@ -36,9 +36,10 @@ from torch import nn
 import ckpt
 from reference.train import OPTIMIZERS, TrainConfig  # plain data (module docstring)
 from torch_impl import amp, faults, loss_scaling, numerics, resume
-from torch_impl.data import ResumableSampler, hash_words, make_loader, make_task
-from torch_impl.nn import make_mlp
+from torch_impl.data import hash_words
+from torch_impl.gpt import GPT
 from torch_impl.recompute import Schedule
+from torch_impl.train_models import batch_of, build
 
 
 def no_phase(name: str) -> AbstractContextManager[None]:
@@ -67,29 +68,20 @@ class Run:
         c = self.config = config
         self.device = torch.device(device)
         self.generator = torch.Generator().manual_seed(c.seed)  # initialization, then dropout
-        self.model = make_mlp(c.sizes, c.activation, c.dropout, generator=self.generator,
-                              device=self.device)
+        self.loader_generator = torch.Generator()
+        parts = build(c, self.generator, self.device, self.loader_generator)
+        self.model, self.loss_fn = parts.model, parts.loss_fn
         self.cuda_generator = None
         if self.device.type == "cuda":  # dropout on CUDA draws from the device's generator
             self.cuda_generator = torch.Generator(self.device).manual_seed(c.seed)
-        self.loss_fn = nn.CrossEntropyLoss() if c.loss == "cross_entropy" else nn.MSELoss()
         self.optimizer = getattr(torch.optim, c.optimizer)(self.model.parameters(), lr=c.lr,
                                                            **OPTIMIZERS[c.optimizer])
         self.scheduler = _make_scheduler(self.optimizer, c)
         self.scaler = loss_scaling.make_scaler(c.precision, self.device,
                                                init_scale=c.init_scale,
                                                growth_interval=c.growth_interval)
-        self.task = make_task(c.seed, c.num_samples, features=c.sizes[0], classes=c.sizes[-1],
-                              device=self.device)
-        self.sampler = ResumableSampler(c.num_samples, c.seed)
-        self.loader_generator = torch.Generator()
-        self.loader = make_loader(self.task, self.sampler, c.batch_size, drop_last=True,
-                                  generator=self.loader_generator)
-        self.schedule = None
-        if c.recompute != "none":
-            from torch_impl import recompute
-
-            self.schedule = recompute.parse_schedule(c.recompute, len(self.model))
+        self.task, self.sampler, self.loader = parts.task, parts.sampler, parts.loader
+        self.schedule = parts.schedule
         self.step = 0
         self.skipped = 0
         self._batches: Iterator | None = None
@@ -106,11 +98,11 @@ class Run:
                 self.loader_generator.manual_seed(seed)
                 self._batches = iter(self.loader)
             try:
-                x, labels, values = next(self._batches)
+                item = next(self._batches)
             except StopIteration:
                 self._batches = None
                 continue
-            return x, (labels if self.config.loss == "cross_entropy" else values)
+            return batch_of(self.config, item)
 
     def train_step(self, batch: tuple[torch.Tensor, torch.Tensor] | None = None,
                    phase: Callable[[str], AbstractContextManager[Any]] = no_phase
@@ -235,6 +227,9 @@ def train_step(model: nn.Module, loss_fn: nn.Module, optimizer: torch.optim.Opti
     timer or record_function; by default nothing).
     `schedule` runs the forward with checkpointed segments (recompute.forward_with_schedule);
     torch.autocast and torch.utils.checkpoint compose natively, in every precision.
+    A GPT `model` returns (logits, None) and `loss_fn` is train_models.NextTokenLoss (the
+    cross-entropy GPT.forward computes with targets, the same ops); it carries its own
+    recomputation (recompute_gpt.set_recompute), so `schedule` must be None.
     """
     dtype = amp.autocast_dtype(precision)
     if fault not in FAULTS:
@@ -242,6 +237,9 @@ def train_step(model: nn.Module, loss_fn: nn.Module, optimizer: torch.optim.Opti
     if precision == "fp16" and not scaler.is_enabled() and fault != "fp16_without_scaler":
         raise ValueError("train_step: precision 'fp16' needs an enabled GradScaler "
                          "(make_scaler('fp16')); bf16 and fp32 do not")
+    if isinstance(model, GPT) and schedule is not None:
+        raise ValueError("train_step: a GPT carries its own recomputation "
+                         "(recompute_gpt.set_recompute); pass schedule=None")
     with phase("forward"):
         optimizer.zero_grad()
         with amp.autocast(dtype, x.device.type):

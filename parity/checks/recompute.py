@@ -16,9 +16,12 @@ from parity.drivers.recompute import (
     ref_case,
     torch_case,
 )
+from parity.drivers.recompute_gpt import SPECS as GPT_SPECS
+from parity.drivers.recompute_gpt import ref_run, torch_run
 from parity.report import Observation, check
 from parity.tolerances import claim
 from reference import recompute as rrc
+from reference.gpt_config import GPTConfig
 from torch_impl import recompute as trc
 
 
@@ -72,3 +75,33 @@ def _() -> Observation:
             cost = np.array([rrc.revolve_cost(n_layers, s)])
             bad += measure(c, cost, np.array([rrc.binomial_cost(n_layers, s)]))
     return Observation(bad, n, "n = 1..64, S in 1, 2, 3, 5, 8")
+
+
+# -- the transformer: per-block and selective (parity/drivers/recompute_gpt.py)
+GPT_CASES = ((GPTConfig(n_layer=4, dropout=0.2), np.float32),
+             (GPTConfig(n_layer=3, n_head=4, dropout=0.1, tie_weights=True), np.float64))
+
+
+def _gpt_obs(cid: str) -> Observation:
+    c, bad, n = claim(cid), 0.0, 0
+    for config, dtype in GPT_CASES:
+        args = (dtype, 2, config.block_size, 7)
+        if cid == "recompute.gpt_held_bytes":
+            for spec in ("none", *GPT_SPECS):
+                a = np.array([ref_run(config, spec, *args).held_bytes])
+                b = np.array([torch_run(config, spec, *args).held_bytes])
+                bad, n = bad + measure(c, a, b), n + 1
+            continue
+        run = ref_run if cid == "recompute.gpt_grads_reference" else torch_run
+        base = run(config, "none", *args)
+        for spec in GPT_SPECS:
+            grads = run(config, spec, *args).grads
+            for key in base.grads:
+                bad, n = bad + measure(c, grads[key], base.grads[key]), n + base.grads[key].size
+    return Observation(bad, n, f"{len(GPT_CASES)} transformers x {len(GPT_SPECS)} specs, "
+                               "dropout on")
+
+
+for _cid in ("recompute.gpt_grads_reference", "recompute.gpt_grads_torch",
+             "recompute.gpt_held_bytes"):
+    check(_cid)(lambda cid=_cid: _gpt_obs(cid))

@@ -107,4 +107,56 @@ CLAIMS: tuple[Claim, ...] = (
             "formula against the search."
         ),
     ),
+    Claim(
+        id="recompute.gpt_grads_reference",
+        statement=(
+            "On the transformer, under every block schedule (uniform:K, sqrt, optimal:S over "
+            "the n_layer blocks), selective recomputation of the attention core, and both "
+            "together, dropout on: the reference's loss and every parameter gradient are "
+            "bit-identical to no recomputation, and the dropout generator ends in the same "
+            "state; in float32, float64 and with the forward under float16 or bfloat16 "
+            "autocast."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "A checkpointed block and a RecomputedCore re-run the same NumPy operations on the "
+            "same inputs and weights, with the generator restored (NOTE [ RNG replay ]) and the "
+            "forward's autocast state re-entered, so backward reads bit-identical tensors."
+        ),
+    ),
+    Claim(
+        id="recompute.gpt_grads_torch",
+        statement=(
+            "On the transformer, torch.utils.checkpoint per block (the blocks' ModuleList run "
+            "under the plan) and around the attention core (selective), alone and together, "
+            "dropout on: the loss and every parameter gradient are bit-identical to no "
+            "checkpointing and the dropout generator ends where it would; float32, float64 and "
+            "under float16/bfloat16 autocast; on CPU and CUDA."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "The recompute runs the same kernels on the same inputs, with the RNG state of the "
+            "inputs' device replayed and the autocast state re-entered (recompute.grads_torch's "
+            "reason); the kernels are deterministic for a fixed shape, thread count and stream."
+        ),
+    ),
+    Claim(
+        id="recompute.gpt_held_bytes",
+        statement=(
+            "On the transformer, under every block schedule, selective recomputation and both, "
+            "the bytes held between forward and backward (distinct storages, parameters "
+            "excluded) read off the reference's tape equal what torch's saved_tensors_hooks "
+            "see packed; float32 and float64, dropout on (on CUDA with dropout off, as "
+            "gpt.saved_tensors)."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "Byte counts are integers. A checkpointed block keeps its input (B, T, C); a "
+            "RecomputedCore keeps q, k and v, three views of the qkv Linear's (B, T, 3C) "
+            "output, one storage in both trees; everything else is gpt.saved_tensors' tape."
+        ),
+    ),
 )

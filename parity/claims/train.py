@@ -12,7 +12,8 @@ CLAIMS: tuple[Claim, ...] = (
             "object dropped, resumed from the file) ends in the same complete state as the "
             "uninterrupted run: parameters, optimizer buffers, lr schedule, loss scale and "
             "tracker, random streams, data position and counters, for fp32, bf16 and fp16, with "
-            "dropout and recomputation."
+            "dropout and recomputation; for the MLP and for the transformer (--model gpt: "
+            "block schedules and the selective attention core)."
         ),
         kind="bits",
         bound=0,
@@ -29,7 +30,8 @@ CLAIMS: tuple[Claim, ...] = (
         statement=(
             "A `python -m parity train` process SIGKILLed at arbitrary moments while it writes a "
             "checkpoint every step, then restarted with --resume, prints the same state-sha256 as "
-            "an uninterrupted process, and no kill leaves a checkpoint that fails to load."
+            "an uninterrupted process, and no kill leaves a checkpoint that fails to load; "
+            "--model mlp and gpt, every precision and recompute option."
         ),
         kind="bits",
         bound=0,

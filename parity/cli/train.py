@@ -1,7 +1,7 @@
 """`python -m parity train`: the compact model trained with checkpoints; killable, resumable.
 
     python -m parity train --impl {reference,torch} --steps N --checkpoint-dir DIR
-        [--checkpoint-every K] [--keep K] [--resume | --overwrite]
+        [--model {mlp,gpt}] [--checkpoint-every K] [--keep K] [--resume | --overwrite]
         [--precision {fp32,bf16,fp16}] [--recompute SPEC] [--seed S] [--dropout P]
         [--schedule S] [--horizon H] [--init-scale S] [--growth-interval G]
         [--device D] [--quiet] [--check-numerics] [--fault NAME|list] [--fault-step K]
@@ -12,8 +12,18 @@ state digest ] in reference/train.py). A run killed at any moment and restarted 
 --resume prints the same digest as an uninterrupted run. What the run does with what the
 checkpoint directory already holds is the table in docs/resume.md (ckpt/policy.py); a
 refusal is one line on stderr and exit status 2, with nothing in the directory changed.
+--model picks what trains (reference/train_models.py): the MLP (the default) or the
+compact transformer on the copy task; --recompute takes a schedule over the MLP's layers or
+over the transformer's blocks, and for the transformer also "selective" (the attention core
+recomputed) or "SPEC+selective". A checkpoint of the other model is refused, naming both.
+
 With --resume, a checkpoint the OTHER implementation wrote is continued through the
-cross-implementation state mapping (torch_impl/resume.py), and the run says so.
+cross-implementation state mapping (torch_impl/resume.py), and the run says so. What
+continues exactly: the parameters, optimizer buffers, step counts, lr schedule, loss scale
+and data position (the digest at the checkpoint's step is the writer's). What does not: the
+random streams restart from the seed (numpy's and torch's generators cannot be mapped), and
+from there the two trees' arithmetic differs within the declared tolerances, so the
+trajectory is not bit-equal to either tree's uninterrupted run.
 
 --check-numerics watches every step (reference/numerics.py): each step's line gains the
 non-finite, zero and format-view counts of activations and gradients (nan/+inf/-inf/zero/
@@ -22,7 +32,8 @@ first non-finite value it stops before that step's update, prints the report (st
 op, the op's input ranges against the format's limits), writes the step's batch and state
 to DIR/first-invalid-step<N>.replay for `python -m parity replay`, and ends with the line
 `first-invalid: {json}` (keys step, phase, module, op, index, value) and exit status 3.
---fault NAME seeds a fault of the catalogue (--fault list) before step --fault-step.
+--fault NAME seeds a fault of the catalogue (--fault list) before step --fault-step (the
+MLP's: --model gpt refuses it).
 The implementation is imported only when chosen: `--impl reference` never imports torch
 (unless it converts a torch checkpoint).
 """
@@ -38,7 +49,8 @@ from typing import Any
 from ckpt import CheckpointError
 from parity.cli import UsageError, finite_float, int_at_least
 
-HELP = "train the compact model with checkpoints; kill it, --resume, same digest"
+HELP = "train the MLP or the transformer with checkpoints; kill it, --resume, same digest"
+MODELS = ("mlp", "gpt")  # reference/train_models.py (not imported: it imports the model)
 F32_MAX = float.fromhex("0x1.fffffep+127")  # the largest finite float32
 
 
@@ -54,6 +66,9 @@ def _directory(text: str) -> str:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--impl", choices=("reference", "torch"), required=True,
                    help="which implementation trains (--resume continues either's checkpoint)")
+    p.add_argument("--model", choices=MODELS, default="mlp",
+                   help="what trains: the MLP (default) or the compact transformer (gpt) on "
+                        "the copy task; a checkpoint of the other model is refused")
     p.add_argument("--steps", type=int_at_least(1), required=True,
                    help="train until this many steps in all (a resumed run counts its past)")
     p.add_argument("--checkpoint-dir", type=_directory, required=True,
@@ -65,14 +80,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="checkpoints of this run kept (default 3)")
     p.add_argument("--resume", action="store_true",
                    help="continue from the newest checkpoint in the directory (says so when "
-                        "there is none)")
+                        "there is none); one the other --impl wrote continues through the "
+                        "state mapping: the state exactly, the random streams from the seed, "
+                        "and the trajectory within the trees' tolerances, not bit-equal")
     p.add_argument("--overwrite", action="store_true",
                    help="start afresh in a directory that holds checkpoints, deleting the "
                         "ones it can read first")
     p.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32",
                    help="autocast precision (default fp32; fp16 scales the loss)")
     p.add_argument("--recompute", default="none",
-                   help="none | sqrt | uniform:K | optimal:S (default none)")
+                   help="none | sqrt | uniform:K | optimal:S over the MLP's layers or the "
+                        "transformer's blocks; for gpt also selective or SPEC+selective "
+                        "(default none)")
     p.add_argument("--seed", type=int_at_least(0), default=0, help="in [0, 2^32)")
     p.add_argument("--dropout", type=finite_float(low=0.0, high=1.0, high_open=True),
                    default=0.0, help="in [0, 1) (default 0)")
@@ -155,9 +174,9 @@ def converters(impl: str) -> dict[str, Callable[[Path], dict[str, Any]]]:
     return {"torch-zip": from_torch} if impl == "reference" else {"npy-records": from_reference}
 
 
-def resumed_horizon(directory: str) -> int | None:
-    """The horizon of the newest verified checkpoint in `directory` (read from its header,
-    whichever tree wrote it), or None when there is none to read."""
+def resumed_config(directory: str) -> dict[str, Any] | None:
+    """The configuration in the header of the newest verified checkpoint in `directory`
+    (whichever tree wrote it), or None when there is none to read."""
     from ckpt.directory import NAME, read_entry
 
     path = Path(directory)
@@ -167,10 +186,26 @@ def resumed_horizon(directory: str) -> int | None:
                    if (m := NAME.match(name)))
     for step, p in reversed(found):
         entry = read_entry(p, step)
-        horizon = entry.config.get("horizon")
-        if entry.header is not None and isinstance(horizon, int):
-            return horizon
+        if entry.header is not None and isinstance(entry.config, dict):
+            return entry.config
     return None
+
+
+def resumed_horizon(directory: str) -> int | None:
+    """The horizon of the newest verified checkpoint in `directory`, or None."""
+    horizon = (resumed_config(directory) or {}).get("horizon")
+    return horizon if isinstance(horizon, int) else None
+
+
+def check_model(directory: str, model: str) -> None:
+    """UsageError when the newest checkpoint in `directory` is of another model (a checkpoint
+    written before --model existed is the MLP's)."""
+    saved = resumed_config(directory)
+    if saved is not None and saved.get("model", "mlp") != model:
+        other = saved.get("model", "mlp")
+        raise UsageError(f"{directory}: its checkpoints are of the model {other!r}, this run "
+                         f"trains {model!r} (--model {other} resumes them; another directory "
+                         "or --overwrite starts afresh)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -181,6 +216,12 @@ def run(args: argparse.Namespace) -> int:
     different --steps continues the same run instead of refusing a changed configuration);
     otherwise --steps.
     """
+    if args.fault is not None and args.model != "mlp":
+        raise UsageError(f"--fault {args.fault.name}: the fault catalogue is written for "
+                         "--model mlp (its Linears by index, its float inputs); --model gpt "
+                         "takes --check-numerics without --fault")
+    if args.resume:
+        check_model(args.checkpoint_dir, args.model)
     horizon = args.horizon
     if horizon is None and args.resume:
         horizon = resumed_horizon(args.checkpoint_dir)
@@ -201,7 +242,7 @@ def run(args: argparse.Namespace) -> int:
         extra["device"] = torch_device(args.device or "cpu")
         from torch_impl import train as impl
     try:
-        config = impl.TrainConfig(seed=args.seed, precision=args.precision,
+        config = impl.TrainConfig(seed=args.seed, model=args.model, precision=args.precision,
                                   recompute=args.recompute, dropout=args.dropout,
                                   schedule=args.schedule, horizon=horizon,
                                   init_scale=args.init_scale,

@@ -120,15 +120,16 @@ def max_param_difference(actual: dict[str, Any], expected: dict[str, Any]) -> fl
                for k, v in expected["model"].items())
 
 
-def cross_impl_resume(writer: str, reader: str, directory: Path, device: str = "cpu"
-                      ) -> list[tuple[str, np.ndarray, np.ndarray]]:
-    """`writer` trains 5 steps (horizon 9) into `directory`; `reader` resumes it through the
-    cross-implementation mapping, once asked for 5 steps, once for 9. Returns (what, actual,
-    expected) byte arrays: the digest at step 5 against the writer's, then step, skipped
-    count, data position and lr against an uninterrupted `reader` run of 9 steps."""
+def cross_impl_resume(writer: str, reader: str, directory: Path, device: str = "cpu",
+                      model: str = "mlp") -> list[tuple[str, np.ndarray, np.ndarray]]:
+    """`writer` trains 5 steps (horizon 9) of `model` into `directory`; `reader` resumes it
+    through the cross-implementation mapping, once asked for 5 steps, once for 9. Returns
+    (what, actual, expected) byte arrays: the digest at step 5 against the writer's, then
+    step, skipped count, data position and lr against an uninterrupted `reader` run of 9
+    steps."""
     from parity.cli.train import converters
 
-    config = {"seed": 3, "horizon": 9}
+    config = {"seed": 3, "horizon": 9, "model": model}
     w, r = impl(writer), impl(reader)
     written = w.train(w.TrainConfig(**config), 5, directory, 5, **on(writer, device))
     at_k = r.train(r.TrainConfig(**config), 5, directory, 5, resume_from_latest=True,
@@ -201,6 +202,9 @@ def kill_at(name: str, directory: Path, steps: int, options: tuple[str, ...], *,
 
 KILL_OPTIONS = ("--checkpoint-every", "1", "--precision", "fp16", "--init-scale", "262144",
                 "--growth-interval", "3", "--dropout", "0.1", "--keep", "2")
+# the transformer under the same fp16 options skips steps too (its Linears run in fp16):
+# with every block recomputed and the attention core on top
+GPT_KILL_OPTIONS = (*KILL_OPTIONS, "--model", "gpt", "--recompute", "optimal:2+selective")
 
 
 def skipped_steps(lines: list[str]) -> list[int]:

@@ -82,3 +82,38 @@ def _() -> str:
 @section("recompute.md", "claims")
 def _() -> str:
     return claims_table("recompute")
+
+
+GPT_TABLES = (  # (what, config keywords, batch, seq_len)
+    ("`train --model gpt`'s transformer (4 blocks, width 32, 2 heads), B = 16, T = 16",
+     {"n_layer": 4, "dropout": 0.1}, 16, 16),
+    ("the same with a longer context, B = 4, T = 64", {"n_layer": 4, "dropout": 0.1,
+                                                       "block_size": 64}, 4, 64),
+)
+
+
+@section("recompute.md", "gpt-recompute")
+def _() -> str:
+    from parity.drivers.recompute_gpt import recompute_rows
+    from reference.gpt_config import GPTConfig
+
+    out = []
+    for what, keywords, batch, seq_len in GPT_TABLES:
+        rows = recompute_rows(GPTConfig(**keywords), batch, seq_len)
+        base = rows[0]["held"]
+        lines = ["| spec | held bytes (tape = hooks) | held / none | extra forward FLOPs | "
+                 "extra / blocks' forward |", "|---|---:|---:|---:|---:|"]
+        for r in rows:
+            held = f"{r['held']:,}" if r["held"] == r["torch_held"] else \
+                f"{r['held']:,} (torch {r['torch_held']:,})"
+            lines.append(f"| `{r['spec']}` | {held} | {r['held'] / base:.2f} | "
+                         f"{r['extra_forward_flops']:,} | "
+                         f"{r['extra_forward_flops'] / r['forward_flops']:.2f} |")
+        out.append(f"{what}, float32, dropout 0.1:\n\n" + "\n".join(lines))
+    return ("Held bytes: distinct storages on the reference's tape after forward (parameters "
+            "excluded), equal to torch's saved_tensors_hooks in every row (claim "
+            "`recompute.gpt_held_bytes`; the loss's and the head's tapes included). Extra "
+            "forward FLOPs: the matmul FLOPs (2 m n k each, reference.gpt.matmuls) of the "
+            "forwards backward re-runs: R blocks for a block schedule (R counted as in the "
+            "table above, over n_layer blocks), plus one attention core per block for "
+            "selective.\n\n" + "\n\n".join(out))

@@ -55,7 +55,9 @@ from parity.strategies.recompute import (  # noqa: F401
     recompute_specs,
 )
 from parity.strategies.train import (  # noqa: F401
+    GPT_TRAIN_RECOMPUTE,
     TRAIN_PRECISIONS,
     TRAIN_RECOMPUTE,
+    gpt_train_configs,
     train_configs,
 )

@@ -35,3 +35,34 @@ def train_configs(draw: st.DrawFn, max_total: int = 10) -> dict:
     interrupt = draw(st.integers(1, total - 1))
     every = draw(st.integers(1, interrupt))
     return {"config": config, "total": total, "interrupt": interrupt, "every": every}
+
+
+# The same for the transformer (--model gpt, 4 blocks): block schedules, the selective
+# attention core and both; 3 batches of 4 copy-task sequences an epoch.
+GPT_TRAIN_RECOMPUTE = ("none", "sqrt", "uniform:2", "optimal:1", "selective",
+                       "optimal:2+selective")
+
+
+@st.composite
+def gpt_train_configs(draw: st.DrawFn, max_total: int = 8) -> dict:
+    """{config (TrainConfig keywords, model "gpt"), total, interrupt, every}."""
+    precision = draw(st.sampled_from(TRAIN_PRECISIONS))
+    config = {
+        "model": "gpt",
+        "seed": draw(st.integers(0, 2**16)),
+        "dropout": draw(st.sampled_from([0.0, 0.2])),
+        "precision": precision,
+        "recompute": draw(st.sampled_from(GPT_TRAIN_RECOMPUTE)),
+        "schedule": draw(st.sampled_from(["constant", "cosine", "step"])),
+        "optimizer": draw(st.sampled_from(["SGD", "Adam", "AdamW"])),
+        "horizon": max_total,
+        "batch_size": 4,
+        "num_samples": 12,
+        "init_scale": draw(st.sampled_from([2.0**16, 2.0**24])) if precision == "fp16"
+        else 2.0**16,
+        "growth_interval": 3,
+    }
+    total = draw(st.integers(2, max_total))
+    interrupt = draw(st.integers(1, total - 1))
+    every = draw(st.integers(1, interrupt))
+    return {"config": config, "total": total, "interrupt": interrupt, "every": every}
