@@ -177,3 +177,20 @@ def layer_pairs(config: dg.GPTConfig, fmt: str, batch: int, seq_len: int, seed: 
             pairs += _float32_pairs(path, layer, mods[path], rec[path], device)
     compared = {where.split(" ")[0] for _, where, *_ in pairs if where.endswith(" grad")}
     return pairs, compared, {name for name, _ in ref.named_parameters()}
+
+
+def autocast_totals(batch: int = 4) -> list[tuple[str, str, float, int, int]]:
+    """(precision, device type of the lists, dropout, tape entries, held bytes) of the
+    reference's tape for the default config, batch x block_size tokens. The "cuda" rows are
+    the reference's emulation of torch's CUDA lists (not compared with torch here)."""
+    out = []
+    for fmt, kind in ((None, "cpu"), ("bfloat16", "cpu"), ("float16", "cpu"),
+                      ("bfloat16", "cuda")):
+        for dropout in (0.0, 0.1):
+            config = replace(dg.GPTConfig(), dropout=dropout)
+            model = rgpt.GPT(config, rng=np.random.default_rng(0))
+            idx, targets = dg.tokens(config, batch, config.block_size, 0)
+            with ramp.autocast(fmt, kind):
+                model.forward(idx, targets)
+            out.append((fmt or "float32", kind, dropout, len(model.tape()), model.held_bytes()))
+    return out
