@@ -1,5 +1,6 @@
-"""reference.gpt against torch_impl.gpt: the tape's bytes, the state_dict, the boundary, the tape and every Linear under autocast, every
-op and every parameter gradient, the logits along a whole run, and the sdpa path.
+"""reference.gpt against torch_impl.gpt: the tape's bytes, the state_dict, the boundary, every
+op and every parameter gradient, the logits along a whole run, the sdpa path, and under
+autocast the tape and every Linear, LayerNorm and embedding.
 
 Both models hold the same weights (the reference's, copied); torch's dropout masks are read
 from what its backward saved and replayed into the reference (parity/drivers/gpt.py). The
