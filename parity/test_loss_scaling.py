@@ -197,3 +197,18 @@ def test_training_steps_agree_within_the_per_step_bound_and_clip(precision: str,
         assert loss_reduction([s[side] for s in steps]) > lsc.TRAIN_MIN_LOSS_REDUCTION, side
     if precision == "fp16":
         assert any(s["ref"].skipped for s in steps), "the fp16 run never overflowed: edge missed"
+
+
+def test_gpt_fp16_scale_trajectory_and_skipped_steps_match_torch(device: str) -> None:
+    """The transformer's fp16 run: the same scale after every step and the same skipped
+    steps, in a run that overflows repeatedly and grows its scale in between."""
+    from parity.drivers.loss_scaling_gpt import gpt_trajectory
+
+    t = gpt_trajectory(device=device)
+    assert_claim("loss_scaling.gpt_trajectory", t.ref_scales, t.torch_scales, "scales")
+    assert_claim("loss_scaling.gpt_trajectory", t.ref_skipped, t.torch_skipped, "skipped")
+    assert t.torch_skipped.sum() >= 2, "the run must overflow at least twice"
+    changes = np.diff(np.log2(t.torch_scales))
+    assert (changes < 0).any() and (changes > 0).any(), "the scale must back off and grow"
+    first_growth = int(np.flatnonzero(changes > 0)[0]) + 1
+    assert t.torch_skipped[first_growth + 1:].any(), "a grown scale must overflow again"

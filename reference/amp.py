@@ -20,6 +20,7 @@ project uses:
     cross_entropy_loss  fp32                      (not listed; its log_softmax is fp32)
     softmax, log_softmax, layer_norm  (not listed)  fp32
     gelu, tanh, relu, dropout, mul    not listed: they run in their input's dtype
+    embedding, masked_fill, add       not listed (UNLISTED, held to torch too)
 CPU autocast defaults to bfloat16 and accepts float16.
 
 # NOTE [ Low-precision arrays ]
@@ -39,6 +40,34 @@ What a Linear does inside the context (reference/nn.py), with q(.) = cast(., lp)
                (ToCopyBackward0) widens exactly; parameters stay float32 "master weights"
 A loss (fp32 list) casts its lp input to float32 (exact), saves that float32 copy, and its
 backward's float32 gradient is rounded back to lp by the cast's backward.
+
+# NOTE [ Autocast on the transformer ]
+What each op of reference/gpt.py does inside the context, lp = the autocast dtype, with
+the dtype its result has (the residual stream x stays float32 throughout):
+    wte[idx] + wpe[pos], drop     unlisted: float32 (the tables are float32 parameters)
+    ln_1, ln_2, ln_f              CPU: unlisted, float32 in -> float32 out; CUDA: fp32.
+                                  Saves input, mean, rstd in float32 either way. (An lp
+                                  input on the CPU: torch's mixed kernel, lp out, float32
+                                  mean and rstd; the reference does the same.)
+    c_attn, c_proj, c_fc, lm_head lower_precision_fp (linear / addmm / mm): lp out; saves the
+                                  lp input and the lp cast of the weight
+    q @ k^T, p @ v                lower_precision_fp (matmul -> bmm): lp out; saves the lp
+                                  (B nh, T, d) copies torch's matmul makes
+    * (1 / sqrt d), masked_fill   unlisted: lp in, lp out (opmath product, rounded once)
+    softmax                       CPU: unlisted, lp in -> lp out, saves its lp result;
+                                  CUDA: fp32 -> saves a float32 result, and p @ v then
+                                  saves a new lp cast of it (the tape grows by 4 + 2
+                                  bytes per probability instead of 2)
+    attn_dropout, resid_dropout,  unlisted: in their input's dtype (the CPU's saved noise
+    mlp.dropout, gelu             is lp; gelu saves its lp input)
+    x + branch                    unlisted: float32 + lp promotes to float32 (exact widening)
+    cross_entropy                 CPU: fp32 (cross_entropy_loss); CUDA: its log_softmax is
+                                  fp32: the lp logits are widened, log-probs saved in float32
+Backward: each op's gradient comes in its output's dtype (autograd rounds a float32
+gradient reaching an lp output once), is computed in opmath and rounded once; a cast's
+backward widens (or rounds) the gradient back to the dtype before the cast, so every
+parameter's .grad is float32. The reference's saved tensors under autocast are torch's by
+name, shape, dtype and bytes (claim gpt.autocast_saved_tensors).
 
 # NOTE [ Autocast state ]
 torch keeps the autocast state per device type in thread-local flags; the context saves
@@ -96,6 +125,10 @@ FP32_CUDA_LOSSES = (
 # AT_FORALL_FP32 (AutocastCUDA) also lists the normalizations; AutocastCPU does not, so on
 # the CPU softmax, log_softmax and layer_norm run in their input's dtype (torch 2.6 - 2.13)
 FP32_CUDA_NORMS = ("softmax.int", "log_softmax.int", "layer_norm", "native_layer_norm")
+# The other ops the transformer runs: no Autocast kernel on either device type, so they run
+# in their inputs' (promoted) dtype (torch 2.6 - 2.13)
+UNLISTED = ("embedding", "gelu", "masked_fill.Scalar", "dropout", "native_dropout",
+            "mul.Tensor", "mul.Scalar", "add.Tensor", "_softmax", "_log_softmax")
 LISTS: dict[str, dict[str, tuple[str, ...]]] = {
     "cpu": {"lower_precision_fp": LOWER_PRECISION_FP_CPU, "fp32": FP32_CPU_LOSSES},
     "cuda": {"lower_precision_fp": LOWER_PRECISION_FP_CUDA,

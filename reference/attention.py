@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from reference.layers import bmm, masked_fill, softmax, softmax_backward
+from reference import amp
+from reference.layers import bmm, masked_fill, scale, softmax, softmax_backward
 from reference.module import Module, Parameter, check_grad
 from reference.nn import Dropout, Linear
 
@@ -66,43 +67,55 @@ class AttentionCore(Module):
             1, 1, block_size, block_size)  # a buffer, not a parameter: True where visible
         self._shape: tuple[int, ...] = ()
         self._scale = 1.0
+        self._dtypes: tuple[np.dtype, ...] = ()
 
     def __repr__(self) -> str:
         return "AttentionCore()"
 
     def forward(self, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
         B, nh, T, hs = q.shape  # batch, heads, time, head size
-        c = q.dtype.type
-        self._scale = scale = 1.0 / math.sqrt(hs)  # NOTE [ The scale is not on the tape ]
-        q3 = q.reshape(B * nh, T, hs)  # a copy: q is a strided view of the qkv output
-        kt3 = k.transpose(0, 1, 3, 2).reshape(B * nh, hs, T)  # a copy, as torch's matmul
-        s = bmm(q3, kt3).reshape(B, nh, T, T) * c(scale)
+        self._scale = 1.0 / math.sqrt(hs)  # NOTE [ The scale is not on the tape ]
+        qk = amp.decide("matmul", q.dtype, k.dtype)  # lower_precision_fp
+        q_c, kt_c = amp.apply(qk, q, k.transpose(0, 1, 3, 2))  # lp casts (none if lp already)
+        q3 = q_c.reshape(B * nh, T, hs)  # a copy: q is a strided view of the qkv output
+        kt3 = kt_c.reshape(B * nh, hs, T)  # a copy, as torch's matmul
+        s = scale(bmm(q3, kt3).reshape(B, nh, T, T), self._scale)  # unlisted: s's dtype
         mask = np.logical_not(self.bias[:, :, :T, :T])  # (1, 1, T, T): True in the future
-        p = softmax(masked_fill(s, mask, -math.inf))  # (B, nh, T, T)
+        s = masked_fill(s, mask, -math.inf)  # exact, s's dtype
+        (s_c,) = amp.apply(amp.decide("softmax", s.dtype), s)  # CUDA autocast: float32
+        p = softmax(s_c)  # (B, nh, T, T)
         p_drop = self.attn_dropout.forward(p)
-        a3 = p_drop.reshape(B * nh, T, T)  # a view
-        v3 = v.reshape(B * nh, T, hs)  # a copy
+        av = amp.decide("matmul", p_drop.dtype, v.dtype)  # lower_precision_fp
+        p_c, v_c = amp.apply(av, p_drop, v)
+        a3 = p_c.reshape(B * nh, T, T)  # a view
+        v3 = v_c.reshape(B * nh, T, hs)  # a copy
         self.save_for_backward({
             "qk:BmmBackward0.self": q3, "qk:BmmBackward0.mat2": kt3,
             "mask:MaskedFillBackward0.mask": mask,
             "softmax:SoftmaxBackward0.result": p,
             "av:BmmBackward0.self": a3, "av:BmmBackward0.mat2": v3})
         self._shape = q.shape
+        # the dtypes the casts' backwards widen (or round) the gradients back to
+        self._dtypes = (q.dtype, k.dtype, s.dtype, p_drop.dtype, v.dtype)
         return bmm(a3, v3).reshape(B, nh, T, hs)
 
     def backward(self, grad_output: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         saved = self.pop_saved()
         B, nh, T, hs = self._shape
-        g3 = check_grad(self, grad_output, self._shape).reshape(B * nh, T, hs)
+        q_dt, k_dt, s_dt, pd_dt, v_dt = self._dtypes
         a3, v3 = saved["av:BmmBackward0.self"], saved["av:BmmBackward0.mat2"]
-        dv = bmm(a3.transpose(0, 2, 1), g3)  # (B nh, T, hs)
-        dp = self.attn_dropout.backward(bmm(g3, v3.transpose(0, 2, 1)).reshape(B, nh, T, T))
-        ds = softmax_backward(dp, saved["softmax:SoftmaxBackward0.result"])
-        ds = masked_fill(ds, saved["mask:MaskedFillBackward0.mask"], 0.0)
-        ds3 = (ds * ds.dtype.type(self._scale)).reshape(B * nh, T, T)
+        g3 = amp.cast(check_grad(self, grad_output, self._shape), amp.promote(a3.dtype, v3.dtype)
+                      ).reshape(B * nh, T, hs)  # autograd rounds it to the product's dtype
+        dv = amp.cast(bmm(a3.transpose(0, 2, 1), g3), v_dt)  # (B nh, T, hs)
+        dp = amp.cast(bmm(g3, v3.transpose(0, 2, 1)).reshape(B, nh, T, T), pd_dt)
+        p = saved["softmax:SoftmaxBackward0.result"]
+        ds = softmax_backward(amp.cast(self.attn_dropout.backward(dp), p.dtype), p)
+        ds = masked_fill(amp.cast(ds, s_dt), saved["mask:MaskedFillBackward0.mask"], 0.0)
+        ds3 = scale(ds, self._scale).reshape(B * nh, T, T)
         dq = bmm(ds3, saved["qk:BmmBackward0.mat2"].transpose(0, 2, 1))  # (B nh, T, hs)
         dkt = bmm(saved["qk:BmmBackward0.self"].transpose(0, 2, 1), ds3)  # (B nh, hs, T)
-        return (dq.reshape(B, nh, T, hs), dkt.transpose(0, 2, 1).reshape(B, nh, T, hs),
+        return (amp.cast(dq, q_dt).reshape(B, nh, T, hs),
+                amp.cast(dkt.transpose(0, 2, 1), k_dt).reshape(B, nh, T, hs),
                 dv.reshape(B, nh, T, hs))
 
 

@@ -99,7 +99,9 @@ def torch_node_name(module: Module, name: str) -> str:
     """The torch node and attribute under which autograd saves what `module` saved as `name`
     (the nn layers keep their short names; the transformer's own ops use torch's)."""
     if isinstance(module, Linear):  # F.linear on (B, T, C): addmm, or mm without a bias
-        return "AddmmBackward0.mat1" if module.bias is not None else "MmBackward0.self"
+        node, first = ("AddmmBackward0", "mat1") if module.bias is not None else ("MmBackward0",
+                                                                                   "self")
+        return f"{node}.{'mat2' if name == 'weight' else first}"  # weight: its autocast cast
     if isinstance(module, GELU):
         return "GeluBackward0.self"
     if isinstance(module, Dropout):  # NOTE [ Dropout mask ]: the scaled noise, mul's other
@@ -118,7 +120,7 @@ class NextTokenLoss(CrossEntropyLoss):
         self.save_for_backward({
             "LogSoftmaxBackward0.result": logp, "NllLossBackward0.self": logp,
             "NllLossBackward0.target": target,
-            "NllLossBackward0.total_weight": np.asarray(x.shape[0], dtype=x.dtype)})
+            "NllLossBackward0.total_weight": np.asarray(x.shape[0], dtype=logp.dtype)})
         return loss
 
     def backward(self, grad_output: np.ndarray | float = 1.0) -> np.ndarray:

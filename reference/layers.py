@@ -1,8 +1,10 @@
 """The transformer's generic layers on the tape: Embedding and LayerNorm, and the small ops
 (softmax, masked_fill, batched matmul) the attention core is built from.
 
-Each op is one small function with one place where its inputs are read and its output made
-(the place an autocast policy will consult), computed in its input dtype. A module saves,
+Each op is one small function with one place where its inputs are read and its output made:
+the place the autocast policy is consulted (reference/amp.py, NOTE [ Autocast on the
+transformer ]). An op computes in its inputs' opmath dtype (float32 for a 2-byte lp array)
+and rounds its result once to the result dtype, as torch's CPU kernels do. A module saves,
 under torch's node and attribute names ("NativeLayerNormBackward0.input"), exactly the
 tensors torch's autograd node saves, so the tape's bytes are autograd's bytes.
 
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from reference import amp
 from reference.module import Module, Parameter, check_float, check_grad
 
 LN_EPS = 1e-5
@@ -57,24 +60,28 @@ def embedding_backward(g: np.ndarray, idx: np.ndarray, num_embeddings: int) -> n
 
 def layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float = LN_EPS
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(y, mean, rstd) over the last axis; mean and rstd keep it as size 1."""
-    c = x.dtype.type
-    mean = x.mean(axis=-1, keepdims=True, dtype=x.dtype)
-    d = x - mean
-    var = (d * d).mean(axis=-1, keepdims=True, dtype=x.dtype)
+    """(y, mean, rstd) over the last axis; mean and rstd keep it as size 1. Computed in the
+    opmath dtype; y rounded once to x's dtype, mean and rstd kept in the opmath dtype (an lp
+    x with float32 weights: torch's mixed-dtype CPU kernel)."""
+    xw = amp.wide(x)
+    c = xw.dtype.type
+    mean = xw.mean(axis=-1, keepdims=True, dtype=xw.dtype)
+    d = xw - mean
+    var = (d * d).mean(axis=-1, keepdims=True, dtype=xw.dtype)
     rstd = c(1) / np.sqrt(var + c(eps))
-    return d * rstd * w + b, mean, rstd
+    return amp.cast(d * rstd * w + b, x.dtype), mean, rstd
 
 
 def layer_norm_backward(g: np.ndarray, x: np.ndarray, mean: np.ndarray, rstd: np.ndarray,
                         w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(dx, dw, db): NOTE [ LayerNorm backward ]."""
-    xhat = (x - mean) * rstd
+    """(dx, dw, db): NOTE [ LayerNorm backward ], in mean's dtype; dx rounded to x's."""
+    xhat = (amp.wide(x) - mean) * rstd
+    g = amp.wide(g)
     gw = g * w
     rows = tuple(range(g.ndim - 1))
     dx = rstd * (gw - gw.mean(axis=-1, keepdims=True, dtype=g.dtype)
                  - xhat * (gw * xhat).mean(axis=-1, keepdims=True, dtype=g.dtype))
-    return dx, (g * xhat).sum(axis=rows, dtype=g.dtype), row_order_sum(g)
+    return amp.cast(dx, x.dtype), (g * xhat).sum(axis=rows, dtype=g.dtype), row_order_sum(g)
 
 
 def row_order_sum(g: np.ndarray) -> np.ndarray:
@@ -89,14 +96,17 @@ def row_order_sum(g: np.ndarray) -> np.ndarray:
 
 
 def softmax(s: np.ndarray) -> np.ndarray:
-    """exp(s - max s) / sum exp(s - max s) over the last axis (-inf entries give 0)."""
-    e = np.exp(s - s.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True, dtype=s.dtype)
+    """exp(s - max s) / sum exp(s - max s) over the last axis (-inf entries give 0), in the
+    opmath dtype, rounded once to s's dtype."""
+    w = amp.wide(s)
+    e = np.exp(w - w.max(axis=-1, keepdims=True))
+    return amp.cast(e / e.sum(axis=-1, keepdims=True, dtype=w.dtype), s.dtype)
 
 
 def softmax_backward(g: np.ndarray, p: np.ndarray) -> np.ndarray:
-    """p * (g - sum p g): NOTE [ Softmax backward ]."""
-    return p * (g - (p * g).sum(axis=-1, keepdims=True, dtype=g.dtype))
+    """p * (g - sum p g): NOTE [ Softmax backward ]; g in p's dtype, rounded once."""
+    gw, pw = amp.wide(g), amp.wide(p)
+    return amp.cast(pw * (gw - (pw * gw).sum(axis=-1, keepdims=True, dtype=gw.dtype)), p.dtype)
 
 
 def masked_fill(s: np.ndarray, mask: np.ndarray, value: float) -> np.ndarray:
@@ -104,9 +114,17 @@ def masked_fill(s: np.ndarray, mask: np.ndarray, value: float) -> np.ndarray:
     return np.where(mask, s.dtype.type(value), s)
 
 
+def scale(s: np.ndarray, factor: float) -> np.ndarray:
+    """s * factor for a Python float: torch's wrapped number takes no part in type promotion,
+    so the product is s's dtype, computed as opmath(s) * opmath(factor) and rounded once."""
+    c = amp.opmath(s.dtype).type
+    return amp.cast(amp.wide(s) * c(factor), s.dtype)
+
+
 def bmm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """(n, m, k) @ (n, k, p) -> (n, m, p): n matrix products, k-term dot products."""
-    return np.matmul(a, b)
+    """(n, m, k) @ (n, k, p) -> (n, m, p): n matrix products, k-term dot products accumulated
+    in the opmath dtype, rounded once to the promoted dtype."""
+    return amp.cast(np.matmul(amp.wide(a), amp.wide(b)), amp.promote(a.dtype, b.dtype))
 
 
 # ---------------------------------------------------------------- modules
@@ -156,6 +174,7 @@ class LayerNorm(Module):
         self.normalized_shape, self.eps = normalized_shape, eps
         self.weight = self._params["weight"] = Parameter(np.ones(normalized_shape, dtype))
         self.bias = self._params["bias"] = Parameter(np.zeros(normalized_shape, dtype))
+        self._in_dtype = np.dtype(dtype)  # forward's input dtype, for backward's cast
 
     def __repr__(self) -> str:
         return f"LayerNorm({self.normalized_shape})"
@@ -165,11 +184,17 @@ class LayerNorm(Module):
         if x.ndim < 1 or x.shape[-1] != self.normalized_shape:
             raise ValueError(f"{self!r}: expected input (..., {self.normalized_shape}), "
                              f"got {x.shape}")
-        if x.dtype != self.weight.data.dtype:
-            raise TypeError(f"{self!r}: input is {x.dtype} but the weights are "
-                            f"{self.weight.data.dtype}")
-        y, mean, rstd = layer_norm(x, self.weight.data, self.bias.data, self.eps)
-        self.save_for_backward({"NativeLayerNormBackward0.input": x,
+        d = amp.decide("layer_norm", x.dtype)  # the input's dtype only: a mixed-dtype kernel
+        (x_c,) = amp.apply(d, x)  # CUDA autocast: float32; CPU: as it comes
+        w = self.weight.data
+        if x_c.dtype != w.dtype and not (x_c.dtype in amp.LP_DTYPES.values()
+                                         and w.dtype == amp.F32):
+            raise TypeError(f"{self!r}: input is {x_c.dtype} but the weights are {w.dtype} "
+                            f"(accepted: the weights' dtype, or float16/bfloat16 with float32 "
+                            f"weights)")
+        self._in_dtype = x.dtype
+        y, mean, rstd = layer_norm(x_c, w, self.bias.data, self.eps)
+        self.save_for_backward({"NativeLayerNormBackward0.input": x_c,
                                 "NativeLayerNormBackward0.result1": mean,
                                 "NativeLayerNormBackward0.result2": rstd})
         return y
@@ -179,8 +204,8 @@ class LayerNorm(Module):
         x = saved["NativeLayerNormBackward0.input"]
         mean = saved["NativeLayerNormBackward0.result1"]
         rstd = saved["NativeLayerNormBackward0.result2"]
-        g = check_grad(self, grad_output, x.shape)
+        g = amp.cast(check_grad(self, grad_output, x.shape), x.dtype)  # autograd's cast
         dx, dw, db = layer_norm_backward(g, x, mean, rstd, self.weight.data)
         self.weight.accumulate(dw)
         self.bias.accumulate(db)
-        return dx
+        return amp.cast(dx, self._in_dtype)  # the input cast's backward (exact widening)

@@ -120,3 +120,40 @@ def _() -> Observation:
     listed = 3 * sum(2 * b * m * n * k for _, _, b, m, n, k in rgpt.matmuls(_CONFIG, 4, 16))
     measured = dg.torch_flops(_CONFIG, 4, 16, 7)
     return Observation(float(listed != measured), 1, f"listed {listed:,}, counted {measured:,}")
+
+
+@check("gpt.autocast_saved_tensors")
+def _() -> Observation:
+    from parity.drivers import gpt_amp as ga
+
+    mismatches = n = 0
+    for cfg in (_CONFIG, _DROPOUT):
+        for fmt in ga.FMTS:
+            idx, targets = dg.tokens(cfg, 4, 16, 3)
+            ref, ref_held, theirs, torch_held = ga.saved_both(cfg, fmt, idx, targets)
+            mismatches += sum(((ref - theirs) + (theirs - ref)).values())
+            mismatches += int(ref_held != torch_held)
+            n += sum(ref.values()) + 1
+    return Observation(float(mismatches), n, "default config, dropout 0 and 0.1, bf16 and "
+                       "fp16 CPU autocast, batch 4 x 16 tokens; entries and held bytes")
+
+
+def _autocast_layers(fmt: str) -> Observation:
+    from parity.compare import measure
+    from parity.drivers import gpt_amp as ga
+    from parity.drivers.amp import SUFFIX, toward
+    from parity.tolerances import claim
+
+    c = claim(f"gpt.autocast_layers_{SUFFIX[fmt]}")
+    worst, n, exact = 0.0, 0, 0
+    for cfg in (_CONFIG, _DROPOUT):
+        for claim_id, _, a, b, k in ga.layer_pairs(cfg, fmt, 4, 16, 7)[0]:
+            if claim_id == c.id:
+                worst = max(worst, measure(c, a, toward(b, a, k, fmt)))
+                n, exact = n + a.size, exact + int((k == 0).sum())
+    return Observation(worst, n, f"ulps beyond k; k = 0 for {exact / n:.1%}; default config, "
+                       "dropout 0 and 0.1, batch 4 x 16")
+
+
+check("gpt.autocast_layers_bf16")(lambda: _autocast_layers("bfloat16"))
+check("gpt.autocast_layers_fp16")(lambda: _autocast_layers("float16"))

@@ -123,3 +123,15 @@ def _() -> Observation:
         notes.append(f"{precision}: {clipped}/10 steps clipped, loss "
                      f"-{loss_reduction([s['ref'] for s in steps]):.0%}")
     return Observation(worst, n, "10 synced steps; " + "; ".join(notes), raw=raw)
+
+
+@check("loss_scaling.gpt_trajectory")
+def _() -> Observation:
+    from parity.drivers.loss_scaling_gpt import gpt_trajectory
+
+    t = gpt_trajectory()
+    differ = int((t.ref_scales != t.torch_scales).sum() + (t.ref_skipped != t.torch_skipped).sum())
+    grew = int((np.diff(np.log2(t.torch_scales)) > 0).sum())
+    return Observation(float(differ), 2 * t.ref_scales.size,
+                       f"{int(t.torch_skipped.sum())} of {t.torch_skipped.size} steps skipped, "
+                       f"scale grew {grew} times, final {t.torch_scales[-1]:g}")

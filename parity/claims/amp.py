@@ -203,8 +203,11 @@ CLAIMS: tuple[Claim, ...] = (
             "AutocastCUDA; torch 2.6 to 2.13 register the same listed ops), and every listed "
             "op that can be called with plain tensors returns lp under CPU autocast "
             "(lower_precision_fp: float32 inputs) or float32 (fp32: lp inputs); the CUDA "
-            "policies are called on a CUDA device only. Observed: the ops whose registration "
-            "or dtype differs from the list."
+            "policies are called on a CUDA device only; and the ops the transformer runs "
+            "unlisted (reference.amp.UNLISTED: embedding, gelu, masked_fill, dropout, mul, add, "
+            "the softmax kernels) have no Autocast kernel on either device type and return "
+            "their input's dtype (float32 or lp) under autocast. Observed: the ops whose "
+            "registration or dtype differs from the lists."
         ),
         kind="bits",
         bound=0,

@@ -258,4 +258,57 @@ CLAIMS: tuple[Claim, ...] = (
             "budget that already allows any summation order and a eps per exp on each side."
         ),
     ),
+    Claim(
+        id="gpt.autocast_saved_tensors",
+        statement=(
+            "Under bfloat16 and float16 CPU autocast (float32 weights), forward with targets, "
+            "dropout on and off: the reference's tape holds the same saved tensors as torch's "
+            "saved_tensors_hooks see (module path, node and attribute, shape, dtype, bytes; "
+            "parameters excluded) -- 2-byte lp copies for the matmuls and their weight casts, "
+            "float32 for LayerNorm and the loss, lp for the CPU's softmax result, GELU input "
+            "and dropout noise -- and the bytes held are equal. CUDA lists softmax as fp32 "
+            "(a float32 result plus an lp copy for p v); the reference emulates that list, "
+            "checked on CPU only."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "Names, shapes, dtypes and byte counts are integers: each op consults the same "
+            "autocast list as torch (reference.amp, held to torch by amp.op_lists) and keeps "
+            "real 2-byte arrays, so any difference is a modelling mistake."
+        ),
+    ),
+    Claim(
+        id="gpt.autocast_layers_bf16",
+        statement=(
+            "Under bfloat16 autocast, every Linear of the transformer (c_attn, c_proj, c_fc, "
+            "the MLP's c_proj and lm_head, whose output is the logits), each torch Linear fed "
+            "the input and incoming gradient of the reference's own run: output, input "
+            "gradient, weight and bias gradient within k bfloat16 ulps per element, k = "
+            "ord(q(v + d)) - ord(q(v - d)) with v the exact result on those lp operands and "
+            "d the float32 accumulation bound (k = 0: bit-identical). Observed: ulps beyond "
+            "k. The LayerNorms and embeddings of the same run (float32 ops under autocast) "
+            "hold gpt.layer_norm.* and gpt.embedding."
+        ),
+        kind="ulps",
+        bound=0,
+        reason=(
+            "amp.model_bf16's derivation for a Linear: each tree's float32 accumulation of a "
+            "k-term dot product of the same lp operands lies within gamma_k sum|a_i b_i| of "
+            "v; round to nearest is monotone, so both results lie among the members from "
+            "q(v - d) to q(v + d). The parameter gradients are lp values widened exactly by "
+            "the cast's backward. Feeding every layer the reference's own operands checks "
+            "the casts and roundings of each op without the growth of 1-ulp differences a "
+            "free-running lp comparison carries (no derived end-to-end lp bound is claimed)."
+        ),
+        fmt="bfloat16",
+    ),
+    Claim(
+        id="gpt.autocast_layers_fp16",
+        statement="As gpt.autocast_layers_bf16, under float16 autocast, in float16 ulps.",
+        kind="ulps",
+        bound=0,
+        reason="The derivation of gpt.autocast_layers_bf16 with float16's members.",
+        fmt="float16",
+    ),
 )

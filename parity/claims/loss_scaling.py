@@ -156,4 +156,24 @@ CLAIMS: tuple[Claim, ...] = (
             "instead of compounding an unknown growth of earlier differences."
         ),
     ),
+    Claim(
+        id="loss_scaling.gpt_trajectory",
+        statement=(
+            "fp16 training of the compact transformer (default config, dropout off, SGD) with "
+            "GradScaler(init_scale=2^24, growth_interval=2) in both trees, same weights and "
+            "batches, each tree on its own for 16 steps: the scale after every update and "
+            "the set of skipped steps are identical, in a run with real fp16 gradient "
+            "overflows (several skipped steps, the scale backing off and growing again)."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "The scale update is exact (loss_scaling.update_rule) and a step is skipped iff "
+            "some unscaled gradient is inf or NaN. The overflow is decided by whether a "
+            "scaled fp16 gradient exceeds 65504; the trees' gradients differ by a few fp16 "
+            "ulps (gpt.autocast_layers_fp16) while halving the scale moves them by a factor "
+            "of 2, so a flip needs a gradient within a few ulps of the overflow threshold; "
+            "the test proves the run reached both skips and growth."
+        ),
+    ),
 )

@@ -28,8 +28,9 @@ from reference import accounting_gpt as ragpt
 from reference.gpt import GPTConfig
 
 SCALE = 2.0**8  # fp16's initial loss scale: 2^16 overflows the tiny models' first step
-REFERENCE_GPT_LIMITS = ("the reference transformer has no recompute and no autocast yet: "
-                        "its tape is compared in fp32 without recompute only")
+REFERENCE_GPT_LIMITS = ("the reference transformer's tape under autocast is held to torch's "
+                        "hooks by gpt.autocast_saved_tensors; here it is compared in fp32 "
+                        "without recompute only")
 
 
 def config_of(case: GPTCase) -> GPTConfig:

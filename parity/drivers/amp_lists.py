@@ -1,4 +1,6 @@
-"""Holding reference.amp's op lists to the installed torch (claim amp.op_lists).
+"""Holding reference.amp's op lists to the installed torch (claim amp.op_lists), and the
+ops it leaves unlisted (reference.amp.UNLISTED: no Autocast kernel, output in the input's
+dtype).
 
 Two checks per listed op: the dispatcher has an Autocast kernel for it on that device type
 (`torch._C._dispatch_has_kernel_for_dispatch_key`, which answers for AutocastCUDA on a
@@ -94,6 +96,35 @@ def _calls() -> dict[str, Callable[[Callable[..., torch.Tensor]], torch.Tensor]]
     }
 
 
+def _unlisted_calls() -> dict[str, Callable[[Callable[..., torch.Tensor]], torch.Tensor]]:
+    """The ops of reference.amp.UNLISTED, called as _calls' are."""
+    return {
+        "embedding": lambda t: F.embedding(t(3, integer=5), t(5, 4)),
+        "gelu": lambda t: F.gelu(t(3, 4), approximate="tanh"),
+        "masked_fill.Scalar": lambda t: t(3, 4).masked_fill(t(3, 4) > 0, float("-inf")),
+        "dropout": lambda t: F.dropout(t(3, 4), 0.5, training=True),
+        "native_dropout": lambda t: torch.native_dropout(t(3, 4), 0.5, True)[0],
+        "mul.Tensor": lambda t: t(3, 4) * t(3, 4),
+        "mul.Scalar": lambda t: t(3, 4) * 0.5,
+        "add.Tensor": lambda t: t(3, 4) + t(3, 4),
+        "_softmax": lambda t: torch._softmax(t(3, 4), -1, False),
+        "_log_softmax": lambda t: torch._log_softmax(t(3, 4), -1, False),
+    }
+
+
+def unlisted_dtype(op: str, in_dtype: torch.dtype, lp: torch.dtype, device: str) -> torch.dtype:
+    """The output dtype of an UNLISTED op under autocast(device, lp) on `in_dtype` inputs."""
+    gen = torch.Generator().manual_seed(0)
+
+    def t(*shape: int, integer: int = 0) -> torch.Tensor:
+        if integer:
+            return torch.randint(0, integer, shape, generator=gen).to(device)
+        return torch.randn(shape, generator=gen).to(device, in_dtype)
+
+    with torch.autocast(torch.device(device).type, dtype=lp):
+        return _unlisted_calls()[op](t).dtype
+
+
 def registered(op: str, device_type: str) -> bool:
     """Whether the installed torch registers an Autocast kernel for aten `op` (name.overload)."""
     return bool(torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{op}", KEYS[device_type]))
@@ -132,8 +163,20 @@ def mismatches(device: str = "cpu") -> tuple[list[str], int]:
             checked += 1
             if registered(op, dev_type):
                 found.append(f"{op}: a {KEYS[dev_type]} kernel, but not in the {dev_type} lists")
+        for op in ramp.UNLISTED:
+            checked += 1
+            if registered(op, dev_type):
+                found.append(f"{op}: in UNLISTED but a {KEYS[dev_type]} kernel is registered")
         if dev_type != device_type:
             continue
+        for op in ramp.UNLISTED:  # no cast: the output keeps the input's dtype
+            for lp in (torch.bfloat16, torch.float16):
+                for in_dtype in (torch.float32, lp):
+                    checked += 1
+                    got = unlisted_dtype(op, in_dtype, lp, device)
+                    if got != in_dtype:
+                        found.append(f"{op} (unlisted) on {in_dtype} under {lp} autocast on "
+                                     f"{dev_type}: output {got}")
         for policy, ops in lists.items():
             want = None if policy == "fp32" else "lp"
             for op in ops:

@@ -87,3 +87,31 @@ def _() -> str:
             f"{prof}.\n\nBytes held after forward (batch {data['batch']}): {held}.\n\n"
             "attention='sdpa' against the explicit path (tiny config, batch 4, float32):\n\n"
             + "\n".join(sdpa_rows))
+
+
+@section("gpt.md", "gpt-autocast-tape")
+def _() -> str:
+    from parity.drivers.gpt_amp import autocast_totals
+
+    lines = ["| autocast | lists | dropout | tape entries | bytes held |",
+             "|---|---|---:|---:|---:|"]
+    lines += [f"| {fmt if fmt != 'float32' else 'off (float32)'} | {kind} | {p} | {n} | {b:,} |"
+              for fmt, kind, p, n, b in autocast_totals()]
+    return (f"The default config, batch {TAPE_BATCH} x 16 tokens, the reference's tape (the "
+            "cpu rows are held equal to torch's hooks by `gpt.autocast_saved_tensors`; the "
+            "cuda rows are the reference's emulation of the CUDA lists, where softmax is "
+            "fp32, with the CPU's dropout noise, not CUDA's bool mask).\n\n"
+            + "\n".join(lines))
+
+
+@section("gpt.md", "gpt-loss-scaling")
+def _() -> str:
+    from parity.drivers.loss_scaling_gpt import gpt_trajectory
+
+    t = gpt_trajectory()
+    rows = ["| step | scale after (both trees) | skipped | loss (reference) | loss (torch) |",
+            "|---:|---:|---|---:|---:|"]
+    rows += [f"| {i} | {s:g} | {'yes' if k else ''} | {lr:.5f} | {lt:.5f} |"
+             for i, (s, k, lr, lt) in enumerate(zip(t.ref_scales, t.ref_skipped,
+                                                    t.ref_losses, t.torch_losses, strict=True))]
+    return "\n".join(rows)
