@@ -74,6 +74,7 @@ def quartiles(values: list[float]) -> dict[str, float]:
 
 def measure(repeats: int, clock_name: str) -> dict:
     clock = time.thread_time if clock_name == "thread" else time.perf_counter
+    load_at_start = os.getloadavg()[0]
     rng = np.random.default_rng(0)
     bits = rng.integers(0, 2**32, size=2 ** max(SIZES), dtype=np.uint32)
     samples: dict[tuple[str, int], dict[str, list[float]]] = {
@@ -104,7 +105,8 @@ def measure(repeats: int, clock_name: str) -> dict:
         "threads": "1 (torch.set_num_threads(1); NumPy single-threaded)",
         "repeats": repeats,
         "spread": "median and interquartile range over repeats; sizes and formats interleaved",
-        "machine": f"{cpu_model()}, {os.cpu_count()} logical CPUs",
+        "machine": f"{cpu_model()}, {os.cpu_count()} logical CPUs, 1-minute load average "
+                   f"{load_at_start:.1f} at the start and {os.getloadavg()[0]:.1f} at the end",
         "versions": f"numpy {np.__version__}, torch {torch.__version__}",
         "rows": rows,
     }

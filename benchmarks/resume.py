@@ -135,6 +135,7 @@ def main() -> None:
     parser.add_argument("--conditions", default="", help="a note on the machine's load")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    load_at_start = " ".join(f"{x:.2f}" for x in os.getloadavg())
     rows = []
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         for mib in args.mib:
@@ -156,7 +157,10 @@ def main() -> None:
                 "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python "
                            f"{platform.python_version()}, torch {torch.__version__}, NumPy "
                            f"{np.__version__}",
-                "conditions": args.conditions, "targets": TARGETS, "rows": rows}
+                "conditions": f"{args.conditions} 1, 5 and 15-minute load averages at the "
+                              f"start: {load_at_start}, at the end: "
+                              f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}.".strip(),
+                "targets": TARGETS, "rows": rows}
         out = ROOT / "docs" / "data" / "resume_io.json"
         out.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
         print(f"wrote {out}")

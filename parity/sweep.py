@@ -9,11 +9,11 @@ saturates).
 
 Per chunk: one reference encode (with the policy that keeps overflow visible; torch's
 saturating policy follows from it), one torch cast, one ml_dtypes (or NumPy) cast, and a
-comparison that looks at NaN classes only where the codes differ. With `time_oracle`, each
-worker also runs the third library's cast alone on each chunk, just before sweeping it, and
-the thread CPU time of both is summed: the cast alone is the floor a sweep cannot go below,
-and timing the two interleaved, in the same processes, keeps their ratio fair on a machine
-whose load changes.
+comparison that looks at NaN classes only where the codes differ. The thread CPU time of
+the whole chunk and of the third library's cast within it are summed over the chunks: the
+cast is the floor a sweep cannot go below, and timing it inside the sweep, on the same
+chunks in the same processes, keeps the ratio fair on a machine whose load changes without
+running the cast a second time (which would add its whole cost to the sweep's wall time).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ class Summary:
     mismatches_ml_dtypes: int = 0
     examples: list[str] = field(default_factory=list)
     cpu_seconds: float = 0.0  # thread CPU time of sweep_bits, summed over workers
-    oracle_cpu_seconds: float = 0.0  # the third library's cast alone (with time_oracle)
+    oracle_cpu_seconds: float = 0.0  # of which the third library's cast
 
     def add(self, other: Summary) -> None:
         self.total += other.total
@@ -87,16 +87,16 @@ def _saturated(codes: np.ndarray, nan_in: np.ndarray, fmt: ref.FloatFormat) -> n
     return codes - beyond.astype(fmt.code_dtype) * (magnitude - fmt.code_dtype(fmt.max_code))
 
 
-def _classes(codes: np.ndarray, bits: np.ndarray, nan_in: np.ndarray, fmt: ref.FloatFormat
-             ) -> dict[str, int]:
-    """Inputs by class: NaN and inf from the input bits, the rest from the magnitudes of the
-    reference's (non-saturating) codes."""
+def _classes(codes: np.ndarray, magnitude32: np.ndarray, nan_in: np.ndarray,
+             fmt: ref.FloatFormat) -> dict[str, int]:
+    """Inputs by class: NaN and inf from the inputs' magnitude bits, the rest from the
+    magnitudes of the reference's (non-saturating) codes."""
     magnitude = codes & fmt.code_dtype(2 ** (fmt.bits - 1) - 1)
     zero = int(np.count_nonzero(magnitude == 0))
     below_normal = int(np.count_nonzero(magnitude < fmt.code_dtype(2**fmt.mantissa_bits)))
     beyond = int(np.count_nonzero(magnitude > fmt.code_dtype(fmt.max_code)))
     nan = int(np.count_nonzero(nan_in))
-    inf = int(np.count_nonzero((bits & _MAGNITUDE32) == _INF32))
+    inf = int(np.count_nonzero(magnitude32 == _INF32))
     return {"normal": codes.size - below_normal - beyond, "subnormal": below_normal - zero,
             "zero": zero, "overflow": beyond - nan - inf, "inf": inf, "nan": nan}
 
@@ -120,25 +120,31 @@ def sweep_bits(name: str, bits: np.ndarray) -> Summary:
 
     import torch_impl.formats as tim
 
+    began = time.thread_time()
     fmt = ref.FORMATS[name]
     x = bits.view(np.float32)
     ours = ref.encode(x, name, overflow="nan" if fmt.convention == "fn" else "inf")
-    nan_in = (bits & _MAGNITUDE32) > _INF32
+    magnitude32 = bits & _MAGNITUDE32
+    nan_in = magnitude32 > _INF32
     native = _torch_buffer(tim.FORMATS[name].dtype, x.size).copy_(torch.from_numpy(x))
     torch_codes = native.view(tim.FORMATS[name].code_dtype).numpy().view(fmt.code_dtype)
+    cast_began = time.thread_time()
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is the subject
         ml_codes = x.astype(ML_DTYPES[name]).view(fmt.code_dtype)
+    cast_seconds = time.thread_time() - cast_began
     ours_torch = _saturated(ours, nan_in, fmt) if tim.DEFAULT_OVERFLOW[name] == "saturate" \
         else ours
     bad_torch = _mismatches(ours_torch, torch_codes, fmt)
     bad_ml = _mismatches(ours, ml_codes, fmt)  # ml_dtypes never saturates
 
-    s = Summary(name, total=bits.size, by_class=_classes(ours, bits, nan_in, fmt),
-                mismatches_torch=bad_torch.size, mismatches_ml_dtypes=bad_ml.size)
+    s = Summary(name, total=bits.size, by_class=_classes(ours, magnitude32, nan_in, fmt),
+                mismatches_torch=bad_torch.size, mismatches_ml_dtypes=bad_ml.size,
+                oracle_cpu_seconds=cast_seconds)
     for i in np.union1d(bad_torch, bad_ml)[:10] if bad_torch.size or bad_ml.size else ():
         s.examples.append(f"input 0x{int(bits[i]):08x}: reference 0x{int(ours_torch[i]):x} "
                           f"(0x{int(ours[i]):x} not saturating), torch "
                           f"0x{int(torch_codes[i]):x}, ml_dtypes 0x{int(ml_codes[i]):x}")
+    s.cpu_seconds = time.thread_time() - began
     return s
 
 
@@ -149,22 +155,13 @@ def _chunks(start: int, stop: int) -> Iterator[np.ndarray]:
         yield base[: min(CHUNK, stop - lo)] + np.uint32(lo)
 
 
-def _sweep_span(name: str, start: int, stop: int, time_oracle: bool = False) -> Summary:
+def _sweep_span(name: str, start: int, stop: int) -> Summary:
     import torch
 
     torch.set_num_threads(1)  # one core per worker process
-    total, oracle = Summary(name), 0.0
+    total = Summary(name)
     for bits in _chunks(start, stop):
-        if time_oracle:
-            began = time.thread_time()
-            with np.errstate(over="ignore", invalid="ignore"):
-                bits.view(np.float32).astype(ML_DTYPES[name])
-            oracle += time.thread_time() - began
-        began = time.thread_time()
-        part = sweep_bits(name, bits)
-        part.cpu_seconds = time.thread_time() - began
-        total.add(part)
-    total.oracle_cpu_seconds = oracle
+        total.add(sweep_bits(name, bits))
     return total
 
 
@@ -200,12 +197,12 @@ def _run(name: str, tasks: list[tuple[Callable[..., Summary], tuple, int]], work
     return total
 
 
-def sweep_range(name: str, start: int, stop: int, workers: int = 2, progress: bool = False,
-                time_oracle: bool = False) -> Summary:
-    """Every float32 bit pattern in [start, stop); with time_oracle, also the CPU time of the
-    third library's cast alone on the same chunks (Summary.oracle_cpu_seconds)."""
+def sweep_range(name: str, start: int, stop: int, workers: int = 2, progress: bool = False
+                ) -> Summary:
+    """Every float32 bit pattern in [start, stop), with the CPU time of the sweep and of the
+    third library's cast within it (Summary.cpu_seconds, .oracle_cpu_seconds)."""
     step = 1 << 24
-    tasks = [(_sweep_span, (name, lo, min(lo + step, stop), time_oracle),
+    tasks = [(_sweep_span, (name, lo, min(lo + step, stop)),
               min(lo + step, stop) - lo) for lo in range(start, stop, step)]
     return _run(name, tasks, workers, progress)
 
@@ -250,8 +247,8 @@ def render(s: Summary, seconds: float) -> str:
     lines.append(f"  mismatches vs ml_dtypes {s.mismatches_ml_dtypes:,}")
     lines += [f"  {e}" for e in s.examples]
     if s.oracle_cpu_seconds:
-        lines.append(f"  CPU time in the workers: sweep {s.cpu_seconds:.1f} s, the "
-                     f"{ML_DTYPES[s.name].name} cast alone on the same chunks "
-                     f"{s.oracle_cpu_seconds:.1f} s; sweep / cast alone = "
+        lines.append(f"  CPU time in the workers: sweep {s.cpu_seconds:.1f} s, of which the "
+                     f"{ML_DTYPES[s.name].name} cast {s.oracle_cpu_seconds:.1f} s; "
+                     "sweep / cast = "
                      f"{s.cpu_seconds / s.oracle_cpu_seconds:.2f}")
     return "\n".join(lines)

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 from pathlib import Path
@@ -93,3 +94,43 @@ def test_tensors_saved_on_the_device_load_on_the_cpu_bit_for_bit(tmp_path: Path,
     for key, value in state.items():
         assert loaded[key].device.type == "cpu"
         assert torch.equal(loaded[key], value.cpu()) and loaded[key].dtype == value.dtype
+
+
+@pytest.mark.parametrize("failing", [False, True], ids=["saved", "write failed"])
+def test_the_payload_is_hashed_once_and_torchs_crc32_setting_is_restored(
+        tmp_path: Path, failing: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The torch payload carries no CRC-32s (the digest covers its bytes once), it loads
+    bit for bit, and the process-wide CRC-32 switch is back as it was, even after a failed
+    save."""
+    t = torch.arange(1024, dtype=torch.float32)
+    path = tmp_path / "a.ckpt"
+    plain = io.BytesIO()
+    torch.save({"w": t}, plain)  # with CRC-32s, as torch.save writes by default
+    assert torch.serialization.get_crc32_options()
+    if failing:  # the disk fills up inside torch.save, after the container's header
+        write, calls = os.write, []
+
+        def full(fd: int, data: bytes) -> int:
+            calls.append(len(data))
+            if len(calls) == 1:
+                return write(fd, data)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        monkeypatch.setattr(ckpt.atomic.os, "write", full)
+        with pytest.raises(resume.CheckpointWriteError, match="No space"):
+            resume.save_checkpoint(path, {"w": t})
+        assert torch.serialization.get_crc32_options()
+        assert len(calls) >= 2  # the guard: the header was written, torch.save failed
+        return
+    resume.save_checkpoint(path, {"w": t})
+    assert torch.serialization.get_crc32_options()
+    with ckpt.open_checkpoint(path) as c:
+        payload = bytes(c.payload)
+    # The zip's central directory holds each record's CRC-32 at offset 16 of its entry.
+    crcs = [payload[i + 16:i + 20] for i in range(len(payload))
+            if payload.startswith(b"PK\x01\x02", i)]
+    plain_crcs = [plain.getvalue()[i + 16:i + 20] for i in range(len(plain.getvalue()))
+                  if plain.getvalue().startswith(b"PK\x01\x02", i)]
+    assert crcs and all(c == bytes(4) for c in crcs)
+    assert any(c != bytes(4) for c in plain_crcs)  # the guard: torch.save does write them
+    assert torch.equal(resume.load_checkpoint(path)["w"], t)

@@ -84,9 +84,20 @@ def _check_storable(value: Any, path: str) -> None:
 
 def write_state(state: Mapping[str, Any], out: Any) -> None:
     """Write the "torch-zip" payload (torch.save's bytes) to the file-like `out`, after
-    checking that every leaf loads back with weights_only=True."""
+    checking that every leaf loads back with weights_only=True.
+
+    torch.save's zip records carry a CRC-32 each, which torch.load never checks and which
+    costs as much CPU as writing the bytes; the container's digest covers every byte, so
+    the CRC-32s are switched off while saving (torch.serialization.set_crc32_options, a
+    process-wide setting, restored afterwards): the bytes are hashed once. The fields read
+    0; torch.load reads such a file as any other."""
     _check_storable(state, "")
-    torch.save(dict(state), out)
+    crc32 = torch.serialization.get_crc32_options()
+    torch.serialization.set_crc32_options(False)
+    try:
+        torch.save(dict(state), out)
+    finally:
+        torch.serialization.set_crc32_options(crc32)
 
 
 # What torch's weights_only unpickler says when it refuses a pickle for what it would RUN
