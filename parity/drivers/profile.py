@@ -35,9 +35,9 @@ from reference.train import TrainConfig
 
 MODELS = ("mlp", "gpt")
 IMPLS = ("reference", "torch")
-NOT_YET = ("--model gpt: not yet: the compact transformer is not built in both trees (gpt.py), "
-           "and a profile runs its steps; its formula sheet is `python -m parity account "
-           "--model gpt`; accepted now: mlp")
+NOT_YET = ("--model gpt: not yet: the profile's phase meters and byte boundaries are written "
+           "for the MLP's train step; the transformer's formula sheet is `python -m parity "
+           "account --model gpt`; accepted now: mlp")
 OPTIMIZER_NAMES = {"SGD": "sgd_momentum", "Adam": "adam", "AdamW": "adamw"}  # train -> formula
 BOUNDARIES = ("start", *rprof.PHASES)
 # a machine of unit rates: for the parts of the sheet that do not depend on the machine
