@@ -19,13 +19,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from parity.drivers.accounting import OPTIMIZERS, GPTCase, Row
 from reference import accounting as racc
 from reference import accounting_gpt as ragpt
 from reference.gpt import GPTConfig
+from torch_impl.train_models import NextTokenLoss
 
 SCALE = 2.0**8  # fp16's initial loss scale: 2^16 overflows the tiny models' first step
 REFERENCE_GPT_LIMITS = ("the reference transformer's tape under autocast is held to torch's "
@@ -57,15 +57,6 @@ def tokens(case: GPTCase, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     shape = (case.batch, case.seq_len)
     return (rng.integers(0, case.vocab, shape, dtype=np.int64),
             rng.integers(0, case.vocab, shape, dtype=np.int64))
-
-
-class NextTokenLoss(nn.Module):
-    """F.cross_entropy over the (B T, V) logits: GPT.forward's own loss, as a module, so that
-    train_step can call it and StepMeter can tell the loss's saves from the model's."""
-
-    def forward(self, output: tuple[torch.Tensor, None], targets: torch.Tensor) -> torch.Tensor:
-        logits = output[0]
-        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
 
 
 def torch_gpt_step(case: GPTCase, device: str = "cpu", seed: int = 0) -> dict[str, object]:
