@@ -58,7 +58,7 @@ def _overhead_terms(case: drv.ProfileCase, phase: str, fixed: float,
     """The phase's per-op cost under its name(s): the one-row phase's cost, plus the ops that
     grow with the batch (the census at both sizes) at the op probe's cost, split by the
     census into recomputation and the rest where it can be."""
-    n_tensors = 2 * (len(case.sizes) - 1)
+    n_tensors = case.n_param_tensors
     if census is None:  # the reference: no census
         ops = more = again = 0
     else:
@@ -171,7 +171,10 @@ def time_rows(case: drv.ProfileCase, sheet: dict[str, Any], measured: dict[str, 
 
 def reference_memory_terms(case: drv.ProfileCase) -> dict[tuple[str, str], tuple[int, str]]:
     """(boundary, category) -> (gap, term): where the reference's objects differ from torch's
-    counting, which the formula follows, to the byte."""
+    counting, which the formula follows, to the byte. The transformer's reference saves
+    what torch saves, its loss's total_weight and a view of the targets included: none."""
+    if case.model == "gpt":
+        return {}
     return {("forward", "activations"): (-4, "nll_loss's 0-dim total_weight: torch only"),
             ("forward", "batch"): (case.batch * 8, "the reference's loss saves its own int64 "
                                                    "copy of the target (astype)")}
@@ -183,10 +186,11 @@ def memory_rows(case: drv.ProfileCase, sheet: dict[str, Any],
     formula = dict((b, c) for b, c in sheet["timeline"])
     named = reference_memory_terms(case) if case.impl == "reference" else {}
     skip: dict[tuple[str, str], str] = {}
-    if case.impl == "reference" and case.precision != "fp32":
+    mlp_reference = case.impl == "reference" and case.model == "mlp"  # GPT: all compared
+    if mlp_reference and case.precision != "fp32":
         skip[("forward", "activations")] = (f"{NOT_COMPARED}: the reference holds "
                                             f"{case.precision} values in float32 arrays")
-    if case.impl == "reference" and case.recompute != "none":
+    if mlp_reference and case.recompute != "none":
         for category in ("activations", "batch"):
             skip[("forward", category)] = (f"{NOT_COMPARED}: the checkpoints' inputs live "
                                            "inside train_step, out of the loop's reach")
