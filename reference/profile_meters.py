@@ -17,19 +17,27 @@ class BoundaryMemory:
     """Bytes by category (NOTE [ Phase boundaries ]) at every boundary, read off the
     reference's own objects: parameters, their grads, the optimizer's state arrays, every
     tape (tape_nodes: the model's and the loss's), and the batch the loop holds. Distinct
-    (data pointer, bytes), the notion of reference/accounting.py's distinct_bytes. Use as a
-    PhaseTimer observer."""
+    (data pointer, bytes), the notion of reference/accounting.py's distinct_bytes. Beside
+    them, for a model that keeps its own count (the transformer's GPT.held_bytes: distinct
+    base buffers of its tapes), that count at every boundary (`tape`). Use as a PhaseTimer
+    observer."""
 
     def __init__(self, model: Any, loss_fn: Any | None, optimizer: Any) -> None:
         self.model, self.loss_fn, self.optimizer = model, loss_fn, optimizer
         self.batch: tuple[np.ndarray, ...] = ()
         self.boundaries: list[tuple[str, dict[str, int]]] = []
+        self.tape: list[tuple[str, int]] = []  # the model's own count, if it keeps one
 
     def __call__(self, name: str, when: str) -> None:
         if (name, when) == ("step", "begin"):
-            self.boundaries.append(("start", self.categories()))
+            boundary = "start"
         elif when == "end":
-            self.boundaries.append((name, self.categories()))
+            boundary = name
+        else:
+            return
+        self.boundaries.append((boundary, self.categories()))
+        if hasattr(self.model, "held_bytes"):
+            self.tape.append((boundary, self.model.held_bytes()))
 
     def categories(self) -> dict[str, int]:
         seen: set[tuple[int, int]] = set()

@@ -207,6 +207,24 @@ def memory_rows(case: drv.ProfileCase, sheet: dict[str, Any],
     return rows
 
 
+def tape_formula(timeline: list[tuple[str, dict[str, int]]]) -> dict[str, int]:
+    """The bytes a model's own tape count holds at each boundary: the formula's activations
+    (which hold the token ids and targets the tape saved: the timeline counts them there,
+    not as batch)."""
+    return {boundary: cats["activations"] for boundary, cats in timeline}
+
+
+def tape_rows(case: drv.ProfileCase, sheet: dict[str, Any],
+              measured: dict[str, Any]) -> list[dict[str, Any]]:
+    """The reference transformer's own count (GPT.held_bytes) at each boundary against
+    tape_formula: a second, independent reading of the forward's held bytes (exact)."""
+    if not measured.get("tape"):
+        return []
+    formula = tape_formula(sheet["timeline"])
+    return [{"boundary": b, "predicted": formula[b], "measured": v, "gap": v - formula[b],
+             "term": "" if v == formula[b] else UNEXPLAINED} for b, v in measured["tape"]]
+
+
 def cuda_rows(case: drv.ProfileCase, sheet: dict[str, Any],
               measured: dict[str, Any]) -> list[dict[str, Any]]:
     """On CUDA, each phase's allocator view against the formula's device bytes at its end:
@@ -257,7 +275,8 @@ def unexplained(comparison: dict[str, Any]) -> dict[str, int]:
     """How many time rows and memory rows no term explains."""
     return {"time": sum(r["verdict"].startswith(UNEXPLAINED) for r in comparison["time"]),
             "memory": sum(r["term"] == UNEXPLAINED for r in comparison["memory"])
-            + sum(r["term"] == UNEXPLAINED for r in comparison["cuda"])}
+            + sum(r["term"] == UNEXPLAINED for r in comparison["cuda"])
+            + sum(r["term"] == UNEXPLAINED for r in comparison.get("tape", []))}
 
 
 def compare(case: drv.ProfileCase, sheet: dict[str, Any], measured: dict[str, Any]
@@ -266,6 +285,7 @@ def compare(case: drv.ProfileCase, sheet: dict[str, Any], measured: dict[str, An
     out = {"time": time_rows(case, sheet, measured, sheet_one),
            "memory": memory_rows(case, sheet, measured),
            "cuda": cuda_rows(case, sheet, measured),
+           "tape": tape_rows(case, sheet, measured),
            "honest": honest_timing(case, measured)}
     out["unexplained"] = unexplained(out)
     return out

@@ -188,7 +188,7 @@ def measure_reference(case: ProfileCase, out: Path | None,
     return {"per_index_s": per_index, "measured_from_ns": measured_from,
             "steps": _step_seconds(timer.steps), "off_cpu": _off_cpu(timer.steps),
             "one_row": _step_seconds(one.steps[1:]), "one_row_off_cpu": _off_cpu(one.steps[1:]),
-            "memory": meter.boundaries,
+            "memory": meter.boundaries, "tape": meter.tape or None,
             "cuda": None, "census": None, "honest": None, "fault_calls": 0,
             "layer": saves, "trace": None}
 
@@ -279,7 +279,15 @@ def boundary_bytes(case: ProfileCase) -> list[tuple[str, dict[str, int]]]:
     """Bytes by category at every boundary of one steady step (after the first step that was
     not skipped: it creates the optimizer's state; the gradients exist from the first),
     nothing timed: what the claims check."""
-    return _metered_step(case, warm=True)
+    return _metered_step(case, warm=True).boundaries
+
+
+def reference_tape_bytes(case: ProfileCase) -> list[tuple[str, int]]:
+    """The reference transformer's own tape count (GPT.held_bytes) at every boundary of the
+    steady step boundary_bytes meters."""
+    if case.impl != "reference" or case.model != "gpt":
+        raise ValueError("reference_tape_bytes: the reference transformer keeps the count")
+    return _metered_step(case, warm=True).tape
 
 
 def timed_steps(case: ProfileCase, n: int) -> list[Any]:
@@ -290,7 +298,7 @@ def timed_steps(case: ProfileCase, n: int) -> list[Any]:
 
 def _metered_step(case: ProfileCase, *, warm: bool, n: int = 1) -> Any:
     """warm: steps until one is applied (fp16 skips the first until S comes down), then one
-    step metered by BoundaryMemory: its boundaries. Otherwise `n` plain timed steps."""
+    step metered by BoundaryMemory: the meter. Otherwise `n` plain timed steps."""
     if case.impl == "reference":
         import numpy as np
 
@@ -306,7 +314,7 @@ def _metered_step(case: ProfileCase, *, warm: bool, n: int = 1) -> Any:
                     break
             meter = rmeters.BoundaryMemory(run.model, run.loss_fn, run.optimizer)
             rprof.drive_step(rprof.PhaseTimer(observers=[meter]), data, step, meter)
-        return meter.boundaries
+        return meter
     import torch
 
     from torch_impl import profile as tprof
@@ -329,7 +337,7 @@ def _metered_step(case: ProfileCase, *, warm: bool, n: int = 1) -> Any:
         with meter:
             tprof.drive_step(tprof.PhaseTimer(observers=[meter], sync=sync, annotate=False),
                              data, step, case.device, meter)
-    return meter.boundaries
+    return meter
 
 
 def interval_faults(step: Any, phases: tuple[str, ...]) -> list[str]:

@@ -172,6 +172,14 @@ def profile_markdown(result: dict[str, Any]) -> str:
               f"{n_un['memory']} memory rows.", "", "![phases](phases.png)", "",
               "## Bytes at each phase boundary", "", *memory_lines(comp["memory"]), "",
               "![memory](memory.png)", ""]
+    if comp.get("tape"):
+        lines += ["The reference transformer's own tape count (GPT.held_bytes: distinct base "
+                  "buffers) against the formula's activations (the saved token ids and targets "
+                  "included):",
+                  "", *table(["boundary", "formula", "tape", "gap", "term"],
+                             [[r["boundary"], f"{r['predicted']:,}", f"{r['measured']:,}",
+                               f"{r['gap']:+,}" if r["gap"] else "", r["term"]]
+                              for r in comp["tape"]], {1, 2, 3}), ""]
     if comp["cuda"]:
         lines += ["## The CUDA allocator per phase (bytes)", "", *cuda_lines(comp["cuda"]), ""]
     if comp["honest"]:
