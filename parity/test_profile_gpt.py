@@ -70,6 +70,38 @@ def test_a_block_schedule_changes_the_held_bytes_the_timeline_predicts() -> None
     assert held["none"] == _forward_activations(plain)
 
 
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+@pytest.mark.parametrize("recompute", ["none", "sqrt", "uniform:4", "optimal:2"])
+def test_the_sheets_flops_per_phase_are_what_torch_counts_for_any_block_schedule(
+        recompute: str, dropout: float, device: str) -> None:
+    from torch_impl import accounting as tacc
+
+    case = drv.ProfileCase(impl="torch", model="gpt", batch=2, recompute=recompute,
+                           dropout=dropout, device=device)
+    run, data, _ = meas.torch_parts(case)
+    x, y = (t.to(device) for t in data())
+    with tacc.StepMeter(run.model) as meter:
+        loss = run.loss_fn(run.model(x), y)
+        meter.backward_begins()
+        loss.backward()
+    counted, sheet = meter.flops.as_dict(), drv.tree_flops(case)
+    phases = ("forward", "backward", "recompute")
+    assert (sheet["recompute"] > 0) == (recompute != "none")  # the schedule is exercised
+    assert_claim("profile.gpt_flops", np.array([counted.get(p, 0) for p in phases]),
+                 np.array([sheet[p] for p in phases]))
+
+
+def test_the_sheets_forward_flops_are_the_reference_tapes_own_gemm_count() -> None:
+    from reference import accounting_gpt as ragpt
+
+    case = drv.ProfileCase(impl="reference", model="gpt", batch=3)
+    run, data, _ = meas.reference_parts(case)
+    x, y = data()
+    run.model.forward(x, y)
+    assert_claim("profile.gpt_flops", np.array([ragpt.gpt_tape_flops(run.model)]),
+                 np.array([drv.tree_flops(case)["forward"]]))
+
+
 @pytest.mark.parametrize(("precision", "recompute"), [("fp32", "none"), ("bf16", "sqrt"),
                                                       ("fp16", "uniform:2")])
 def test_the_reference_gpts_own_tape_count_reads_the_same_held_bytes(precision: str,

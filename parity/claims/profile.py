@@ -78,6 +78,23 @@ CLAIMS: tuple[Claim, ...] = (
         reason="Integers on both sides; GPT.held_bytes walks array bases, the meter pointers.",
     ),
     Claim(
+        id="profile.gpt_flops",
+        statement=(
+            "The sheet's GEMM FLOPs of a transformer step per phase (forward, backward, "
+            "recompute under any block schedule, nested optimal:S included, with torch's "
+            "early stop; dropout on or off) equal what torch's FlopCounterMode counts by "
+            "phase over the torch tree's step; the forward's equal the reference tape's own "
+            "GEMM count (gpt_tape_flops) after a forward without recomputation."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "Integers: the sheet's from transformer_forward_flops and recompute_runs over the "
+            "blocks (parity/drivers/profile_gpt.py), torch's from the aten GEMMs it "
+            "dispatched, the reference's from the shapes its tape holds."
+        ),
+    ),
+    Claim(
         id="profile.phase_intervals",
         statement=(
             "Every timed step, in both trees and for both models, holds each phase once "
