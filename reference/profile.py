@@ -35,9 +35,11 @@ live, each counted once, in the first of these categories that holds it:
     weights, grads, optimizer state (Adam's step included), activations (what the tape or
     autograd holds for backward), batch (the loop's inputs and targets)
 At a steady step (the optimizer state exists; W, G, O, A: reference/accounting.py's training
-memory and held activations of the model and the loss, B the batch, B_s the part of it that
-is saved for backward; fp16's S * loss saves the 0-dim S inside the backward phase and
-frees it there: never live at a boundary):
+memory and held activations of the model and the loss (the transformer's: its accountant's
+saves held under the block schedule, parity/drivers/profile_gpt.py), B the batch, B_s the
+part of it that is saved for backward (the MLP's loss saves its labels; the transformer
+saves its token ids and targets: B_s = B); fp16's S * loss saves the 0-dim S inside the
+backward phase and frees it there: never live at a boundary):
     start          W + G + O            G: the last step's gradients (zero_grad is in forward)
     data wait      W + G + O + B
     h2d            W + G + O + B        (the device copy replaces the host one)
