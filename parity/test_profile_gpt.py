@@ -26,7 +26,8 @@ def gpt_cases(draw: st.DrawFn, impl: str, device: str = "cpu") -> drv.ProfileCas
     """Small steps of train --model gpt's transformer across what changes the bytes: batch,
     precision, optimizer, dropout, block schedule."""
     recompute = draw(st.sampled_from(("none", "sqrt", "uniform:2", "uniform:4", "optimal:1")))
-    precision = draw(st.sampled_from(("fp32", "bf16", "fp16")))
+    # CUDA autocast's transformer saves are not modelled by the accountant (it says so)
+    precision = draw(st.sampled_from(("fp32",) if device != "cpu" else ("fp32", "bf16", "fp16")))
     dropout = draw(st.sampled_from((0.0, 0.1)))
     event(f"precision {precision}")
     event(f"recompute {recompute}")
@@ -121,6 +122,8 @@ def test_the_first_blocks_saved_tensors_are_the_predicted_ones(impl: str, precis
                                                                device: str) -> None:
     # the run checkpoints the listed block (uniform:2: blocks 0-1 one segment); its saves are
     # listed from a forward without checkpoints, as the sheet predicts them
+    if impl == "torch" and device != "cpu" and precision != "fp32":
+        pytest.skip("CUDA autocast's transformer saves are not in the accountant (gpt_saved)")
     case = drv.ProfileCase(impl=impl, model="gpt", batch=2, precision=precision,
                            recompute="uniform:2", device=device if impl == "torch" else "cpu")
     predicted = drv.predict(case, drv.NO_MACHINE)["layer"]["saves"]

@@ -109,6 +109,9 @@ BAD = [
      "not composed in the reference"),
     (["--impl", "jax"], "invalid choice: 'jax'"),
 ]
+if torch.cuda.is_available():
+    BAD.append((["--impl", "torch", "--model", "gpt", "--device", "cuda", "--precision", "bf16"],
+                "device 'cuda' with autocast"))
 if not torch.cuda.is_available():
     BAD.append((["--impl", "torch", "--device", "cuda"], "torch.cuda.is_available() is False"))
 

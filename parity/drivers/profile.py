@@ -88,6 +88,7 @@ class ProfileCase:
         self.train_config()  # a bad precision, recompute spec or size is refused now
         if self.model == "gpt":
             pgpt.check_recompute(self.recompute)
+            self.accountant()  # what the accountant does not model is refused now (CUDA autocast)
             return
         if not (1 <= self.sizes[0] <= 64 and 2 <= self.sizes[-1] <= 16):
             raise ValueError(f"sizes {self.sizes}: the synthetic task (data.make_task) has "
