@@ -11,7 +11,8 @@ What PyTorch does differently or hides:
 - Each phase is also a `torch.profiler.record_function` range, so a chrome trace of a few
   steps under `torch.profiler.schedule(wait, warmup, active)` shows the same phases beside
   every aten op (`profiled_steps`).
-- Saved tensors are autograd's, invisible to the module: `BoundaryMemory` packs each into a
+- Saved tensors are autograd's, invisible to the module: `BoundaryMemory`
+  (torch_impl/profile_meters.py, with the op census and the seeded fault) packs each into a
   small holder with `saved_tensors_hooks` and keeps a weak reference to the holder, so at a
   boundary it knows which saved tensors autograd still holds (backward drops them).
 - On CUDA the caching allocator has its own view: `memory_allocated` (blocks handed out,
@@ -26,8 +27,8 @@ the phase's kernels. The device's time surfaces at the next point where the host
 it: torch.cuda.synchronize, an .item() / .cpu() / print of a device value, a copy to a
 pageable host buffer. train_step ends with loss.item(), so an unsynchronized profile books
 the forward's and backward's device time under the optimizer; a stray .item() in the
-forward (a debug print: the seeded fault `item_in_forward`) moves that time back into the
-forward. Synchronizing at every boundary puts each phase's work in its own phase, at the
+forward (a debug print: the seeded fault profile_meters.item_in_forward) moves that time
+back into the forward. Synchronizing at every boundary puts each phase's work in its own phase, at the
 price of the overlap the queue would have bought. On the CPU none of this can appear: every
 op has finished when its call returns, and the same three timings differ only by noise.
 """
