@@ -28,9 +28,10 @@ it: torch.cuda.synchronize, an .item() / .cpu() / print of a device value, a cop
 pageable host buffer. train_step ends with loss.item(), so an unsynchronized profile books
 the forward's and backward's device time under the optimizer; a stray .item() in the
 forward (a debug print: the seeded fault profile_meters.item_in_forward) moves that time
-back into the forward. Synchronizing at every boundary puts each phase's work in its own phase, at the
-price of the overlap the queue would have bought. On the CPU none of this can appear: every
-op has finished when its call returns, and the same three timings differ only by noise.
+back into the forward. Synchronizing at every boundary puts each phase's work in its own
+phase, at the price of the overlap the queue would have bought. On the CPU none of this can
+appear: every op has finished when its call returns, and the same three timings differ only
+by noise.
 """
 
 from __future__ import annotations
