@@ -17,10 +17,12 @@ torch.cuda.synchronize() at every boundary. --impl reference runs the NumPy tree
 way on the CPU (no profiler, no trace). DIR also gets profile.md (the tables), profile.json,
 phases.png and memory.png. --threads: torch's CPU threads while probing and measuring
 (default 1: the default model's tensors are tiny, and on a shared machine a second thread
-waits for a core a scheduler tick at a time). --model gpt: train --model gpt's transformer
-(--batch sequences of its block size; --sizes and --activation are the MLP's and refused),
---recompute a schedule over its blocks (selective recomputation is refused: its accountant
-does not count it); every precision in both trees.
+waits for a core a scheduler tick at a time). NumPy's BLAS threads are fixed when it loads:
+run the reference with OPENBLAS_NUM_THREADS=1 (the profile names the setting; BLAS threads
+running a GEMM beside the calling thread show as its off-CPU time). --model gpt: train
+--model gpt's transformer (--batch sequences of its block size; --sizes and --activation
+are the MLP's and refused), --recompute a schedule over its blocks (selective recomputation
+is refused: its accountant does not count it); every precision in both trees on the CPU.
 
 Timings are reported, never asserted; bytes are exact. Last line:
 `profile: IMPL on DEVICE, step S (median), slowest predicted P / measured M, unexplained

@@ -20,6 +20,7 @@ import dataclasses
 import datetime
 import hashlib
 import json
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -174,7 +175,9 @@ def probe_machine(case: ProfileCase) -> dict[str, Any]:
     if case.impl == "reference":
         import numpy as np
 
+        blas = os.environ.get("OPENBLAS_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS")
         return {"device": "CPU (NumPy)", "numpy": np.__version__, "probe_n": case.probe,
+                "blas_threads": blas or "the BLAS library's default",
                 "probe_dtype": "float32", "matmul_flops_per_s": rprof.matmul_rate(case.probe),
                 "copy_bytes_per_s": rprof.copy_bandwidth(), "h2d_bytes_per_s": None,
                 "op_s": rprof.op_overhead(),

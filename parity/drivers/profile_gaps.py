@@ -155,10 +155,16 @@ def time_rows(case: drv.ProfileCase, sheet: dict[str, Any], measured: dict[str, 
                                   "detail": "CPU time of the recorded steps less that "
                                             "of the steps run without the profiler"})
             if off[phase]["median"] > 0:
-                terms.append({"term": "waiting for a core", "seconds": off[phase]["median"],
+                blas = sheet["machine"].get("blas_threads", "1")
+                terms.append({"term": "waiting for a core" if blas == "1" else
+                              "waiting for a core or for BLAS's threads",
+                              "seconds": off[phase]["median"],
                               "detail": "wall time less the thread's CPU time "
                                         "(thread_time_ns), median: the thread was not "
-                                        "running (another process held the core)"})
+                                        "running (another process held the core" + (
+                                            ")" if blas == "1" else "; or it waited for "
+                                            "NumPy's BLAS threads, which run the GEMM "
+                                            "beside it: OPENBLAS_NUM_THREADS=1 leaves one)")})
             if sync and phase in sheet["seconds"]:
                 terms.append({"term": "a sync", "seconds": 2 * sync,
                               "detail": "the boundary synchronize, at the start and the end"})

@@ -59,8 +59,10 @@ def machine_lines(machine: dict[str, Any]) -> list[str]:
     if machine.get("cublas_workspace") is not None:
         rows.append(["cuBLAS workspace", f"{machine['cublas_workspace']:,} B",
                      "what the process's first GEMM adds to memory_allocated"])
+    blas = (f", BLAS threads {machine['blas_threads']} (OPENBLAS_NUM_THREADS / "
+            "OMP_NUM_THREADS at start-up)" if machine.get("blas_threads") else "")
     return [f"Machine: {machine['device']}" + (f", threads {machine['threads']}"
-                                               if machine.get("threads") else ""), "",
+                                               if machine.get("threads") else "") + blas, "",
             *table(["probe", "rate", "how"], rows, {1})]
 
 
