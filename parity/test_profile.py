@@ -324,3 +324,22 @@ def test_a_whole_gpt_profile_names_every_byte_and_predicts_before_it_measures(
     assert "Block `transformer.h.0`'s saved tensors" in md and "attn.core" in md
     for row in comp["time"]:  # every phase row carries a verdict; none is left blank
         assert row["phase"] == "step" or row["verdict"]
+
+
+@pytest.mark.parametrize(("blas", "named"), [("1", "waiting for a core"),
+                                             (None, "waiting for a core or for BLAS's threads")])
+def test_the_off_cpu_term_names_blas_threads_unless_they_are_pinned_to_one(
+        blas: str | None, named: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
+        monkeypatch.delenv(var, raising=False)
+    if blas is not None:
+        monkeypatch.setenv("OPENBLAS_NUM_THREADS", blas)
+    case = drv.ProfileCase(impl="reference", model="gpt", batch=2, steps=4, wait=1, warmup=1,
+                           active=2, repeats=1)
+    sheet = drv.predict(case, drv.probe_machine(case))
+    measured = meas.measure(case, None)
+    measured["off_cpu"] = [{k: v + 1e-3 for k, v in o.items()} for o in measured["off_cpu"]]
+    rows = gaps.time_rows(case, sheet, measured, drv.predict(drv.with_batch(case, 1),
+                                                             sheet["machine"]))
+    forward = next(r for r in rows if r["phase"] == "forward")
+    assert named in [t["term"] for t in forward["terms"]]  # 1 ms off the CPU: the term exists
