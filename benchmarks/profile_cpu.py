@@ -1,13 +1,15 @@
-"""The profile docs/profile.md shows: the default model profiled in both trees on this
+"""The profiles docs/profile.md shows: a default model profiled in both trees on this
 machine's CPU, one after the other, with `python -m parity profile`'s own code.
 
-    python benchmarks/profile_cpu.py [--steps 30] [--write]
+    python benchmarks/profile_cpu.py [--model {mlp,gpt}] [--steps 30] [--write]
 
-Each tree runs parity.drivers.profile_run.run_profile on the default ProfileCase (torch on
-one thread; NumPy's BLAS on one thread, set before NumPy loads) into a temporary folder;
---write keeps both profile.json objects in docs/data/profile_cpu.json and redraws
-docs/img/profile_phases.png and profile_memory.png. `python -m parity docs` regenerates
-docs/profile.md's tables from that file. Without --write it prints each tree's last line.
+Each tree runs parity.drivers.profile_run.run_profile on the default ProfileCase of the
+model (torch on one thread; NumPy's BLAS on one thread, set before NumPy loads) into a
+temporary folder; --write keeps both profile.json objects in docs/data/profile_cpu.json
+(mlp) or profile_cpu_gpt.json (gpt: train --model gpt's transformer, 16 sequences) and
+redraws that model's pictures in docs/img/ (profile_*.png, profile_gpt_*.png).
+`python -m parity docs` regenerates docs/profile.md's tables from those files. Without
+--write it prints each tree's last line.
 """
 
 from __future__ import annotations
@@ -30,17 +32,18 @@ sys.path.insert(0, str(ROOT))
 from parity.drivers import profile as drv  # noqa: E402
 from parity.drivers import profile_run  # noqa: E402
 from parity.pictures import draw_all, have_matplotlib  # noqa: E402
-from parity.pictures.profile import PROFILE_JSON  # noqa: E402
+from parity.pictures.profile import PROFILE_JSONS  # noqa: E402
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=drv.MODELS, default="mlp")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
     results = {}
     for impl in drv.IMPLS:
-        case = drv.ProfileCase(impl=impl, steps=args.steps)
+        case = drv.ProfileCase(impl=impl, model=args.model, steps=args.steps)
         with tempfile.TemporaryDirectory(prefix="profile-bench-") as tmp:
             result = profile_run.run_profile(case, Path(tmp), pictures=False)
         result["measured"]["trace"] = None  # the trace stays with the run, not in the docs
@@ -51,10 +54,13 @@ def main() -> int:
     if args.write:
         record = {"machine": platform.processor() or platform.machine(),
                   "python": platform.python_version(), **results}
-        PROFILE_JSON.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+        path = PROFILE_JSONS[args.model]
+        path.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
         if have_matplotlib():
-            draw_all(only=lambda name: name.startswith("profile_"))
-        print(f"wrote {PROFILE_JSON.relative_to(ROOT)}")
+            prefix = "profile_gpt_" if args.model == "gpt" else "profile_"
+            draw_all(only=lambda name: name.startswith(prefix)
+                     and (args.model == "gpt" or not name.startswith("profile_gpt_")))
+        print(f"wrote {path.relative_to(ROOT)}")
     return 0
 
 

@@ -35,9 +35,11 @@ live, each counted once, in the first of these categories that holds it:
     weights, grads, optimizer state (Adam's step included), activations (what the tape or
     autograd holds for backward), batch (the loop's inputs and targets)
 At a steady step (the optimizer state exists; W, G, O, A: reference/accounting.py's training
-memory and held activations of the model and the loss, B the batch, B_s the part of it that
-is saved for backward; fp16's S * loss saves the 0-dim S inside the backward phase and
-frees it there: never live at a boundary):
+memory and held activations of the model and the loss (the transformer's: its accountant's
+saves held under the block schedule, parity/drivers/profile_gpt.py), B the batch, B_s the
+part of it that is saved for backward (the MLP's loss saves its labels; the transformer
+saves its token ids and targets: B_s = B); fp16's S * loss saves the 0-dim S inside the
+backward phase and frees it there: never live at a boundary):
     start          W + G + O            G: the last step's gradients (zero_grad is in forward)
     data wait      W + G + O + B
     h2d            W + G + O + B        (the device copy replaces the host one)
@@ -53,9 +55,12 @@ import statistics
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from reference.profile_meters import BoundaryMemory
 
 PHASES = ("data wait", "host-to-device", "forward", "backward", "optimizer")
 CATEGORIES = ("weights", "grads", "optimizer state", "activations", "batch")
@@ -208,44 +213,3 @@ def drive_step(timer: PhaseTimer, next_batch: Callable[[], tuple[np.ndarray, np.
     if meter is not None:
         meter.batch = ()
     return result
-
-
-# ---------------------------------------------------------------- bytes at the boundaries
-class BoundaryMemory:
-    """Bytes by category (NOTE [ Phase boundaries ]) at every boundary, read off the
-    reference's own objects: parameters, their grads, the optimizer's state arrays, every
-    tape (model and loss), and the batch the loop holds. Distinct (data pointer, bytes),
-    the notion of reference/accounting.py's distinct_bytes. Use as a PhaseTimer observer."""
-
-    def __init__(self, model: Any, loss_fn: Any, optimizer: Any) -> None:
-        self.model, self.loss_fn, self.optimizer = model, loss_fn, optimizer
-        self.batch: tuple[np.ndarray, ...] = ()
-        self.boundaries: list[tuple[str, dict[str, int]]] = []
-
-    def __call__(self, name: str, when: str) -> None:
-        if (name, when) == ("step", "begin"):
-            self.boundaries.append(("start", self.categories()))
-        elif when == "end":
-            self.boundaries.append((name, self.categories()))
-
-    def categories(self) -> dict[str, int]:
-        seen: set[tuple[int, int]] = set()
-
-        def take(arrays: Iterable[Any]) -> int:
-            total = 0
-            for a in arrays:
-                a = np.asarray(a)
-                key = (a.__array_interface__["data"][0], a.nbytes)
-                if a.nbytes and key not in seen:
-                    seen.add(key)
-                    total += a.nbytes
-            return total
-
-        params = self.model.parameters()
-        tapes = [*self.model.modules(), self.loss_fn]
-        return {"weights": take(p.data for p in params),
-                "grads": take(p.grad for p in params if p.grad is not None),
-                "optimizer state": take(v for entries in self.optimizer.state.values()
-                                        for v in entries.values()),
-                "activations": take(a for m in tapes for a in m.saved_tensors().values()),
-                "batch": take(self.batch)}

@@ -28,9 +28,10 @@ def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
     return status, out, err
 
 
+@pytest.mark.parametrize("model", ["mlp", "gpt"])
 @pytest.mark.parametrize("impl", ["reference", "torch"])
 def test_predictions_are_on_disk_and_hashed_before_the_model_exists(
-        impl: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        impl: str, model: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
     tree = torch_impl.train if impl == "torch" else reference.train
     built = []
@@ -43,8 +44,9 @@ def test_predictions_are_on_disk_and_hashed_before_the_model_exists(
         return real_run(*args, **kwargs)
 
     monkeypatch.setattr(tree, "Run", watched_run)
-    status, out, err = _cli(capsys, "--impl", impl, "--out", str(tmp_path), *FAST)
-    assert status == EXIT_OK, err
+    status, out, err = _cli(capsys, "--impl", impl, "--model", model, "--out", str(tmp_path),
+                            *FAST)
+    assert status == EXIT_OK, err  # 0: no byte at any boundary differs from the formula
     assert built and all(b == (True, True, False) for b in built), built
     body = (tmp_path / "predictions.json").read_bytes()
     digest = hashlib.sha256(body).hexdigest()
@@ -94,7 +96,11 @@ BAD = [
     (["--impl", "torch", "--device", "tpu"], "--device 'tpu': accepted: cpu, cuda, cuda:N"),
     (["--impl", "torch", "--steps", "5"], "--steps 5 is fewer than wait + warmup + active"),
     (["--impl", "torch", "--steps", "0"], "--steps: 0 is below the minimum 1"),
-    (["--impl", "torch", "--model", "gpt"], "--model gpt: not yet"),
+    (["--impl", "torch", "--model", "gpt", "--recompute", "selective"],
+     "selective recomputation (the attention core) is not in the transformer's accountant"),
+    (["--impl", "reference", "--model", "gpt", "--recompute", "uniform:9"],
+     "accepted: none, sqrt, uniform:K, optimal:S"),
+    (["--impl", "torch", "--model", "gpt", "--sizes", "8,4,3"], "--sizes: the MLP's shape"),
     (["--impl", "reference", "--device", "cuda"], "the reference runs in NumPy on the CPU"),
     (["--impl", "torch", "--recompute", "bogus"], "unknown schedule 'bogus'"),
     (["--impl", "torch", "--sizes", "8,32,1"], "2 to 16 classes"),
@@ -103,6 +109,9 @@ BAD = [
      "not composed in the reference"),
     (["--impl", "jax"], "invalid choice: 'jax'"),
 ]
+if torch.cuda.is_available():
+    BAD.append((["--impl", "torch", "--model", "gpt", "--device", "cuda", "--precision", "bf16"],
+                "device 'cuda' with autocast"))
 if not torch.cuda.is_available():
     BAD.append((["--impl", "torch", "--device", "cuda"], "torch.cuda.is_available() is False"))
 

@@ -11,7 +11,8 @@ What PyTorch does differently or hides:
 - Each phase is also a `torch.profiler.record_function` range, so a chrome trace of a few
   steps under `torch.profiler.schedule(wait, warmup, active)` shows the same phases beside
   every aten op (`profiled_steps`).
-- Saved tensors are autograd's, invisible to the module: `BoundaryMemory` packs each into a
+- Saved tensors are autograd's, invisible to the module: `BoundaryMemory`
+  (torch_impl/profile_meters.py, with the op census and the seeded fault) packs each into a
   small holder with `saved_tensors_hooks` and keeps a weak reference to the holder, so at a
   boundary it knows which saved tensors autograd still holds (backward drops them).
 - On CUDA the caching allocator has its own view: `memory_allocated` (blocks handed out,
@@ -26,10 +27,11 @@ the phase's kernels. The device's time surfaces at the next point where the host
 it: torch.cuda.synchronize, an .item() / .cpu() / print of a device value, a copy to a
 pageable host buffer. train_step ends with loss.item(), so an unsynchronized profile books
 the forward's and backward's device time under the optimizer; a stray .item() in the
-forward (a debug print: the seeded fault `item_in_forward`) moves that time back into the
-forward. Synchronizing at every boundary puts each phase's work in its own phase, at the
-price of the overlap the queue would have bought. On the CPU none of this can appear: every
-op has finished when its call returns, and the same three timings differ only by noise.
+forward (a debug print: the seeded fault profile_meters.item_in_forward) moves that time
+back into the forward. Synchronizing at every boundary puts each phase's work in its own
+phase, at the price of the overlap the queue would have bought. On the CPU none of this can
+appear: every op has finished when its call returns, and the same three timings differ only
+by noise.
 """
 
 from __future__ import annotations
@@ -37,17 +39,20 @@ from __future__ import annotations
 import contextlib
 import statistics
 import time
-import weakref
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from reference.gpt_config import TRAIN_COPY_PREFIX, TRAIN_SHAPE  # plain data
 from torch_impl import data as tdata
 from torch_impl.accounting import cuda_allocated
+from torch_impl.train_models import batch_of
+
+if TYPE_CHECKING:
+    from reference.train import TrainConfig
+    from torch_impl.profile_meters import BoundaryMemory
 
 
 @dataclass
@@ -245,15 +250,20 @@ def drive_step(timer: PhaseTimer, next_batch: Callable[[], tuple[torch.Tensor, t
 
 class HostBatches:
     """The run's batches on the HOST (torch_impl.train.Run builds its task on the device: a
-    profile wants the batch in host memory and the copy as a phase of its own)."""
+    profile wants the batch in host memory and the copy as a phase of its own): the task of
+    the config's model (torch_impl/train_models.py), its loader, (inputs, targets)."""
 
-    def __init__(self, seed: int, num_samples: int, features: int, classes: int,
-                 batch_size: int, loss: str = "cross_entropy") -> None:
-        task = tdata.make_task(seed, num_samples, features=features, classes=classes)
-        self.loader = tdata.make_loader(task, tdata.ResumableSampler(num_samples, seed),
-                                        batch_size, drop_last=True,
-                                        generator=torch.Generator().manual_seed(seed))
-        self.loss = loss
+    def __init__(self, config: TrainConfig) -> None:
+        c = self.config = config
+        if c.model == "gpt":
+            task = tdata.make_copy_task(c.seed, c.num_samples, prefix=TRAIN_COPY_PREFIX,
+                                        vocab_size=TRAIN_SHAPE.vocab_size)
+        else:
+            task = tdata.make_task(c.seed, c.num_samples, features=c.sizes[0],
+                                   classes=c.sizes[-1])
+        self.loader = tdata.make_loader(task, tdata.ResumableSampler(c.num_samples, c.seed),
+                                        c.batch_size, drop_last=True,
+                                        generator=torch.Generator().manual_seed(c.seed))
         self._batches: Iterator | None = None
 
     def __call__(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -261,11 +271,11 @@ class HostBatches:
             if self._batches is None:
                 self._batches = iter(self.loader)
             try:
-                x, labels, values = next(self._batches)
+                item = next(self._batches)
             except StopIteration:
                 self._batches = None
                 continue
-            return x, (labels if self.loss == "cross_entropy" else values)
+            return batch_of(self.config, item)
 
 
 def profiled_steps(steps: int, one_step: Callable[[int], None], *, wait: int, warmup: int,
@@ -291,151 +301,3 @@ def profiled_steps(steps: int, one_step: Callable[[int], None], *, wait: int, wa
         for i in range(steps):
             one_step(i)
             prof.step()
-
-
-# ---------------------------------------------------------------- bytes at the boundaries
-class _Held:
-    """What the pack hook hands autograd: the saved tensor, behind a weak-referenceable box."""
-
-    __slots__ = ("__weakref__", "tensor")
-
-    def __init__(self, tensor: torch.Tensor) -> None:
-        self.tensor = tensor
-
-
-class BoundaryMemory:
-    """Bytes by category at every boundary (NOTE [ Phase boundaries ] in reference/profile.py)
-    from the tensors themselves: parameters, grads, optimizer state, the saved tensors
-    autograd still holds, the loop's batch; distinct (data_ptr, nbytes), parameter storages
-    never counted as activations (accounting's notion). On CUDA also each phase's allocator
-    view (`cuda`: allocated at start and end, peak, reserved) and, per boundary, the
-    allocator's rounding of the storages counted. `with meter:` installs the hooks; use it as
-    a PhaseTimer observer."""
-
-    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer,
-                 device: str | torch.device = "cpu") -> None:
-        self.model, self.optimizer, self.device = model, optimizer, torch.device(device)
-        self.batch: tuple[torch.Tensor, ...] = ()
-        self.boundaries: list[tuple[str, dict[str, int]]] = []
-        self.cuda: dict[str, dict[str, int]] = {}
-        self._packed: list[weakref.ref] = []
-        self._hooks: Any = None
-
-    def _pack(self, t: torch.Tensor) -> _Held:
-        held = _Held(t)
-        self._packed.append(weakref.ref(held))
-        return held
-
-    def __enter__(self) -> BoundaryMemory:
-        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda h: h.tensor)
-        self._hooks.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._hooks.__exit__(*exc)
-
-    def saved(self) -> list[torch.Tensor]:
-        """The saved tensors autograd holds now."""
-        alive = [(ref, ref()) for ref in self._packed]
-        self._packed = [ref for ref, held in alive if held is not None]
-        return [held.tensor for _, held in alive if held is not None]
-
-    def __call__(self, name: str, when: str) -> None:
-        on_cuda = self.device.type == "cuda"
-        if on_cuda:
-            torch.cuda.synchronize(self.device)
-        if (name, when) == ("step", "begin"):
-            self.boundaries.append(("start", self.categories()))
-        elif when == "begin" and on_cuda:
-            torch.cuda.reset_peak_memory_stats(self.device)  # this phase's own peak
-            self.cuda[name] = {"start": torch.cuda.memory_allocated(self.device)}
-        elif when == "end":
-            self.boundaries.append((name, self.categories()))
-            if on_cuda:
-                self.cuda[name].update(end=torch.cuda.memory_allocated(self.device),
-                                       peak=torch.cuda.max_memory_allocated(self.device),
-                                       reserved=torch.cuda.memory_reserved(self.device))
-
-    def categories(self) -> dict[str, int]:
-        seen: set[tuple[int, int]] = set()
-        storages: dict[int, int] = {}  # device storages counted: data_ptr -> allocation
-        params = list(self.model.parameters())
-        param_storages = {p.untyped_storage().data_ptr() for p in params}
-
-        def take(tensors: Iterable[torch.Tensor]) -> int:
-            total = 0
-            for t in tensors:
-                key = (t.data_ptr(), t.numel() * t.element_size())
-                if key[1] and key not in seen:
-                    seen.add(key)
-                    total += key[1]
-                    if t.device == self.device:
-                        storage = t.untyped_storage()
-                        storages[storage.data_ptr()] = storage.nbytes()
-            return total
-
-        state = [v for entries in self.optimizer.state.values() for v in entries.values()
-                 if isinstance(v, torch.Tensor)]
-        out = {"weights": take(params),
-               "grads": take(p.grad for p in params if p.grad is not None),
-               "optimizer state": take(state),
-               "activations": take(t for t in self.saved()
-                                   if t.untyped_storage().data_ptr() not in param_storages),
-               "batch": take(self.batch)}
-        if self.device.type == "cuda":
-            out["allocator rounding"] = sum(cuda_allocated(n) - n for n in storages.values())
-        return out
-
-
-# ---------------------------------------------------------------- ops per phase
-class OpCensus(TorchDispatchMode):
-    """The aten ops each phase dispatches (what the per-op overhead is paid for); a module
-    forward run during the backward is recomputation, counted apart as "recompute". `with
-    census:` for the whole step; use it as a PhaseTimer observer."""
-
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__()
-        self.counts: dict[str, int] = {}
-        self.phase, self._depth, self._handles = "outside the phases", 0, []
-        for module in model.modules():
-            self._handles.append(module.register_forward_pre_hook(self._pre))
-            self._handles.append(module.register_forward_hook(self._post, always_call=True))
-
-    def _pre(self, module: nn.Module, args: tuple) -> None:
-        self._depth += 1
-
-    def _post(self, module: nn.Module, args: tuple, out: object) -> None:
-        self._depth -= 1
-
-    def __call__(self, name: str, when: str) -> None:
-        if name != "step":
-            self.phase = name if when == "begin" else "outside the phases"
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (),
-                           kwargs: dict | None = None) -> Any:
-        key = "recompute" if self.phase == "backward" and self._depth else self.phase
-        self.counts[key] = self.counts.get(key, 0) + 1
-        return func(*args, **(kwargs or {}))
-
-    def remove(self) -> None:
-        for h in self._handles:
-            h.remove()
-
-
-# ---------------------------------------------------------------- the seeded fault
-@contextlib.contextmanager
-def item_in_forward(model: nn.Module) -> Iterator[list[int]]:
-    """A forward hook that reads one value of the output with .item() (a debug print): on
-    CUDA the host waits there for every kernel queued so far (NOTE [ Honest timing ]). Yields
-    the list of calls, so a caller can prove the fault ran."""
-    calls: list[int] = []
-
-    def read(module: nn.Module, args: tuple, out: torch.Tensor) -> None:
-        calls.append(1)
-        out.detach().abs().max().item()
-
-    handle = model.register_forward_hook(read)
-    try:
-        yield calls
-    finally:
-        handle.remove()

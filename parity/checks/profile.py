@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
+
 from parity.compare import measure
 from parity.drivers import profile as drv
 from parity.drivers import profile_gaps as gaps
@@ -61,10 +63,69 @@ def _() -> Observation:
 @check("profile.saved_tensors")
 def _() -> Observation:
     bad, n = 0.0, 0
-    for impl, precision in (("torch", "fp32"), ("torch", "bf16"), ("torch", "fp16"),
-                            ("reference", "fp32")):
-        case = drv.ProfileCase(impl=impl, precision=precision, **SMALL)
+    for impl, precision, model in (("torch", "fp32", "mlp"), ("torch", "bf16", "mlp"),
+                                   ("torch", "fp16", "mlp"), ("reference", "fp32", "mlp"),
+                                   ("torch", "bf16", "gpt"), ("reference", "fp16", "gpt")):
+        case = drv.ProfileCase(impl=impl, precision=precision, model=model, **SMALL)
         predicted = drv.predict(case, drv.NO_MACHINE)["layer"]["saves"]
         bad += gaps.saves_mismatches(meas.layer_saves(case), predicted)
         n += len(predicted)
-    return Observation(bad, n, "the second Linear; torch fp32/bf16/fp16, reference fp32")
+    return Observation(bad, n, "the MLP's second Linear: torch fp32/bf16/fp16, reference "
+                               "fp32; the transformer's first block: torch bf16, reference fp16")
+
+
+GPT_GRID = tuple(itertools.product(("fp32", "bf16", "fp16"), ("AdamW",), ("none", "sqrt"),
+                                   (0.0, 0.1)))
+
+
+@check("profile.gpt_boundary_bytes")
+def _() -> Observation:
+    bad, n = 0.0, 0
+    for impl in drv.IMPLS:
+        for precision, optimizer, recompute, dropout in GPT_GRID:
+            case = drv.ProfileCase(impl=impl, model="gpt", batch=2, precision=precision,
+                                   optimizer=optimizer, recompute=recompute, dropout=dropout)
+            got, want, _ = gaps.boundary_arrays(case, meas.boundary_bytes(case))
+            bad += measure(claim("profile.gpt_boundary_bytes"), got, want)
+            n += len(got)
+    return Observation(bad, n, "both trees x 3 precisions x {none, sqrt} x dropout {0, 0.1}, "
+                               "AdamW, 2 sequences; every boundary and category")
+
+
+@check("profile.gpt_reference_tape")
+def _() -> Observation:
+    bad, n = 0.0, 0
+    for precision, recompute in (("fp32", "none"), ("bf16", "sqrt"), ("fp16", "uniform:2")):
+        case = drv.ProfileCase(impl="reference", model="gpt", batch=2, precision=precision,
+                               recompute=recompute)
+        tape = meas.reference_tape_bytes(case)
+        formula = gaps.tape_formula(drv.formula_timeline(case))
+        got = np.array([v for _, v in tape])
+        bad += measure(claim("profile.gpt_reference_tape"), got,
+                       np.array([formula[b] for b, _ in tape]))
+        n += len(tape)
+    return Observation(bad, n, "fp32 none, bf16 sqrt, fp16 uniform:2; every boundary")
+
+
+@check("profile.gpt_flops")
+def _() -> Observation:
+    from torch_impl import accounting as tacc
+
+    bad, n = 0.0, 0
+    for recompute, dropout in itertools.product(("none", "sqrt", "uniform:4", "optimal:2"),
+                                                (0.0, 0.1)):
+        case = drv.ProfileCase(impl="torch", model="gpt", batch=2, recompute=recompute,
+                               dropout=dropout)
+        run, data, _ = meas.torch_parts(case)
+        x, y = data()
+        with tacc.StepMeter(run.model) as meter:
+            loss = run.loss_fn(run.model(x), y)
+            meter.backward_begins()
+            loss.backward()
+        counted, sheet = meter.flops.as_dict(), drv.tree_flops(case)
+        phases = ("forward", "backward", "recompute")
+        bad += measure(claim("profile.gpt_flops"), np.array([counted.get(p, 0) for p in phases]),
+                       np.array([sheet[p] for p in phases]))
+        n += len(phases)
+    return Observation(bad, n, "torch's FlopCounterMode by phase; 4 block schedules x dropout "
+                               "{0, 0.1}, 2 sequences")

@@ -46,10 +46,60 @@ CLAIMS: tuple[Claim, ...] = (
         ),
     ),
     Claim(
+        id="profile.gpt_boundary_bytes",
+        statement=(
+            "In both trees, the bytes live at every phase boundary of a steady training step of "
+            "the compact transformer (train --model gpt's shape), category by category, equal "
+            "the formula timeline built from the transformer's accountant (gpt_saved: every "
+            "save, held under the block schedule; training_memory; Adam's step) for every "
+            "precision, optimizer, dropout and block schedule (none, sqrt, uniform:K, "
+            "optimal:S), with no named term: the reference's tape saves what autograd saves, "
+            "its loss's total_weight and the token ids and targets included; on the CPU."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "Integers on both sides: the formula from the accountant's list of saves, the "
+            "measurement from the tensors and arrays themselves (distinct (data pointer, "
+            "bytes); torch's saves through saved_tensors_hooks, the reference's through its "
+            "modules', checkpoints' and loss node's tapes). A difference is a missing term."
+        ),
+    ),
+    Claim(
+        id="profile.gpt_reference_tape",
+        statement=(
+            "The reference transformer's own tape count (GPT.held_bytes, distinct base "
+            "buffers) at every phase boundary of a steady step equals the formula's "
+            "activations (the token ids and targets the tape saved included): an independent "
+            "second reading of the held bytes."
+        ),
+        kind="bits",
+        bound=0,
+        reason="Integers on both sides; GPT.held_bytes walks array bases, the meter pointers.",
+    ),
+    Claim(
+        id="profile.gpt_flops",
+        statement=(
+            "The sheet's GEMM FLOPs of a transformer step per phase (forward, backward, "
+            "recompute under any block schedule, nested optimal:S included, with torch's "
+            "early stop; dropout on or off) equal what torch's FlopCounterMode counts by "
+            "phase over the torch tree's step; the forward's equal the reference tape's own "
+            "GEMM count (gpt_tape_flops) after a forward without recomputation."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "Integers: the sheet's from transformer_forward_flops and recompute_runs over the "
+            "blocks (parity/drivers/profile_gpt.py), torch's from the aten GEMMs it "
+            "dispatched, the reference's from the shapes its tape holds."
+        ),
+    ),
+    Claim(
         id="profile.phase_intervals",
         statement=(
-            "Every timed step, in both trees, holds each phase once (data wait, host-to-device "
-            "in torch, forward, backward, optimizer), in that order, as disjoint intervals of "
+            "Every timed step, in both trees and for both models, holds each phase once "
+            "(data wait, host-to-device in torch, forward, backward, optimizer), in that "
+            "order, as disjoint intervals of "
             "one integer clock (perf_counter_ns) inside the step's own interval: so the phase "
             "times and 'outside the phases' (>= 0) sum to the step time exactly."
         ),
@@ -63,16 +113,19 @@ CLAIMS: tuple[Claim, ...] = (
     Claim(
         id="profile.saved_tensors",
         statement=(
-            "The saved tensors of the profile's listed layer (the second Linear), measured in "
-            "torch (measure_saved_tensors, parameter views left out) and in the reference (its "
-            "tape), have the shapes and bytes the accountant's mlp_saved predicts for fp32 "
-            "and, in torch, for bf16 and fp16 autocast (the weight's cast copy included)."
+            "The saved tensors of the profile's listed layer (the MLP's second Linear; the "
+            "transformer's first block), measured in torch (saved_tensors_hooks, parameter "
+            "views left out) and in the reference (its tape), have the shapes and bytes the "
+            "accountant predicts (mlp_saved, gpt_saved): the MLP for fp32 and, in torch, bf16 "
+            "and fp16 autocast (the weight's cast copy included); the transformer for every "
+            "precision in both trees."
         ),
         kind="bits",
         bound=0,
         reason=(
             "Shapes and byte counts are integers; which tensors a layer saves is autograd's "
-            "(torch) and the tape's (reference) decision, listed in NOTE [ What the MLP saves ]."
+            "(torch) and the tape's (reference) decision, listed in NOTE [ What the MLP saves ] "
+            "and NOTE [ What the transformer saves ]."
         ),
     ),
 )

@@ -2,7 +2,7 @@
 by phase, the bytes at every phase boundary, and every gap between prediction and
 measurement beside the term that explains it (or UNEXPLAINED).
 
-    python -m parity profile --impl {reference,torch} [--model mlp] [--device cpu|cuda]
+    python -m parity profile --impl {reference,torch} [--model {mlp,gpt}] [--device cpu|cuda]
         [--precision {fp32,bf16,fp16}] [--recompute SPEC] [--steps N] [--wait W]
         [--warmup U] [--active A] [--sizes D0,...,DN] [--batch B] [--activation F]
         [--optimizer {SGD,Adam,AdamW}] [--threads T] [--out DIR] [--json]
@@ -17,8 +17,12 @@ torch.cuda.synchronize() at every boundary. --impl reference runs the NumPy tree
 way on the CPU (no profiler, no trace). DIR also gets profile.md (the tables), profile.json,
 phases.png and memory.png. --threads: torch's CPU threads while probing and measuring
 (default 1: the default model's tensors are tiny, and on a shared machine a second thread
-waits for a core a scheduler tick at a time). --model gpt: not yet (the sheet of a GPT step:
-`python -m parity account --model gpt`).
+waits for a core a scheduler tick at a time). NumPy's BLAS threads are fixed when it loads:
+run the reference with OPENBLAS_NUM_THREADS=1 (the profile names the setting; BLAS threads
+running a GEMM beside the calling thread show as its off-CPU time). --model gpt: train
+--model gpt's transformer (--batch sequences of its block size; --sizes and --activation
+are the MLP's and refused), --recompute a schedule over its blocks (selective recomputation
+is refused: its accountant does not count it); every precision in both trees on the CPU.
 
 Timings are reported, never asserted; bytes are exact. Last line:
 `profile: IMPL on DEVICE, step S (median), slowest predicted P / measured M, unexplained
@@ -55,10 +59,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup", type=int_at_least(0), default=2)
     p.add_argument("--active", type=int_at_least(1), default=6,
                    help="steps recorded by the profiler and summarized (default 6)")
-    p.add_argument("--sizes", type=_sizes, default=(8, 32, 32, 3), metavar="D0,...,DN")
-    p.add_argument("--batch", type=int_at_least(1), default=16)
+    p.add_argument("--sizes", type=_sizes, default=None, metavar="D0,...,DN",
+                   help="the MLP's widths (default 8,32,32,3; mlp only)")
+    p.add_argument("--batch", type=int_at_least(1), default=16,
+                   help="rows (mlp) or sequences of the block size (gpt); default 16")
     p.add_argument("--activation", choices=("relu", "tanh", "gelu", "gelu_tanh"),
-                   default="tanh")
+                   default=None, help="the MLP's activation (default tanh; mlp only)")
     p.add_argument("--optimizer", choices=("SGD", "Adam", "AdamW"), default="AdamW")
     p.add_argument("--threads", type=int_at_least(1), default=1,
                    help="torch's CPU threads while profiling (default 1)")
@@ -80,12 +86,21 @@ def _case(args: argparse.Namespace) -> object:
         if not torch.cuda.is_available():
             raise UsageError(f"--device {args.device}: torch.cuda.is_available() is False "
                              "on this machine; accepted here: cpu")
+    if args.model == "gpt":
+        given = [f"--{k}" for k in ("sizes", "activation") if getattr(args, k) is not None]
+        if given:
+            raise UsageError(f"{', '.join(given)}: the MLP's shape; --model gpt profiles "
+                             "train --model gpt's transformer (reference/gpt_config.py "
+                             "TRAIN_SHAPE): accepted with it: --batch, --precision, "
+                             "--recompute, --optimizer")
+    sizes = (8, 32, 32, 3) if args.sizes is None else args.sizes
+    activation = "tanh" if args.activation is None else args.activation
     try:
         return drv.ProfileCase(impl=args.impl, model=args.model, device=args.device,
                                precision=args.precision, recompute=args.recompute,
                                steps=args.steps, wait=args.wait, warmup=args.warmup,
-                               active=args.active, sizes=args.sizes, batch=args.batch,
-                               activation=args.activation, optimizer=args.optimizer,
+                               active=args.active, sizes=sizes, batch=args.batch,
+                               activation=activation, optimizer=args.optimizer,
                                threads=args.threads)
     except ValueError as e:
         raise UsageError(str(e).removeprefix("TrainConfig: ")) from None

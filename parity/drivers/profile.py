@@ -8,9 +8,9 @@ predictions.md -> only then build the run and measure. NOTE [ Predicting a phase
 [ Phase boundaries ] (reference/profile.py) define the sheet; NOTE [ Naming a gap ] below the
 comparison.
 
-Models: "mlp". The compact transformer plugs in as another entry of MODELS once gpt.py exists
-in both trees: it needs its accountant rows (parity/drivers/accounting.predict_gpt plus the
-exact saved tensors), a Run to drive, and its formula timeline (profile refuses it until then).
+Models: "mlp" (TrainConfig's sizes) and "gpt" (train --model gpt's transformer: its half of
+the sheet is parity/drivers/profile_gpt.py); each function below that depends on the model
+asks `case.model`.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import dataclasses
 import datetime
 import hashlib
 import json
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from parity.drivers import accounting as acc
+from parity.drivers import profile_gpt as pgpt
 from reference import accounting as racc
 from reference import flops as rflops
 from reference import profile as rprof
@@ -35,9 +37,6 @@ from reference.train import TrainConfig
 
 MODELS = ("mlp", "gpt")
 IMPLS = ("reference", "torch")
-NOT_YET = ("--model gpt: not yet: the profile's phase meters and byte boundaries are written "
-           "for the MLP's train step; the transformer's formula sheet is `python -m parity "
-           "account --model gpt`; accepted now: mlp")
 OPTIMIZER_NAMES = {"SGD": "sgd_momentum", "Adam": "adam", "AdamW": "adamw"}  # train -> formula
 BOUNDARIES = ("start", *rprof.PHASES)
 # a machine of unit rates: for the parts of the sheet that do not depend on the machine
@@ -74,9 +73,8 @@ class ProfileCase:
     def __post_init__(self) -> None:
         if self.impl not in IMPLS:
             raise ValueError(f"impl must be one of {IMPLS}, got {self.impl!r}")
-        if self.model != "mlp":
-            raise ValueError(NOT_YET if self.model == "gpt" else
-                             f"model must be one of {MODELS}, got {self.model!r}")
+        if self.model not in MODELS:
+            raise ValueError(f"model must be one of {MODELS}, got {self.model!r}")
         if self.impl == "reference" and self.device != "cpu":
             raise ValueError(f"--device {self.device}: the reference runs in NumPy on the CPU; "
                              "accepted with --impl reference: cpu")
@@ -89,6 +87,10 @@ class ProfileCase:
                              f"{self.wait} + {self.warmup} + {self.active}: the profiler's "
                              "window would never reach its active steps")
         self.train_config()  # a bad precision, recompute spec or size is refused now
+        if self.model == "gpt":
+            pgpt.check_recompute(self.recompute)
+            self.accountant()  # what the accountant does not model is refused now (CUDA autocast)
+            return
         if not (1 <= self.sizes[0] <= 64 and 2 <= self.sizes[-1] <= 16):
             raise ValueError(f"sizes {self.sizes}: the synthetic task (data.make_task) has "
                              "1 to 64 input features and 2 to 16 classes: accepted sizes "
@@ -101,15 +103,46 @@ class ProfileCase:
                              "or --recompute none")
 
     def train_config(self, batch: int | None = None) -> TrainConfig:
-        return TrainConfig(sizes=self.sizes, batch_size=batch or self.batch,
+        return TrainConfig(model=self.model, sizes=self.sizes, batch_size=batch or self.batch,
                            activation=self.activation, dropout=self.dropout,
                            precision=self.precision, recompute=self.recompute,
                            optimizer=self.optimizer)
 
     def mlp_case(self) -> acc.MLPCase:
+        if self.model != "mlp":
+            raise ValueError(f"mlp_case of a {self.model!r} profile")
         return acc.MLPCase(sizes=self.sizes, batch=self.batch, activation=self.activation,
                            dropout=self.dropout, precision=self.precision,
                            optimizer=OPTIMIZER_NAMES[self.optimizer], recompute=self.recompute)
+
+    def gpt_case(self) -> acc.GPTCase:
+        if self.model != "gpt":
+            raise ValueError(f"gpt_case of a {self.model!r} profile")
+        return pgpt.gpt_case(self.batch, self.precision, OPTIMIZER_NAMES[self.optimizer],
+                             self.dropout)
+
+    @property
+    def n_param_tensors(self) -> int:
+        """How many parameter tensors the optimizer steps one by one."""
+        if self.model == "gpt":
+            return pgpt.n_param_tensors(self.gpt_case())
+        return racc.mlp_param_tensors(self.sizes)
+
+    def batch_bytes(self) -> dict[str, int]:
+        """The loop's batch: inputs x, targets y, and what the loader gathers for them."""
+        if self.model == "gpt":
+            return pgpt.batch_bytes(self.batch)
+        x, y = self.batch * self.sizes[0] * 4, self.batch * 8  # float32 inputs, int64 labels
+        return {"x": x, "y": y, "gathered": x + y + self.batch * self.sizes[-1] * 4}  # values
+
+    def accountant(self) -> tuple[list[acc.Row], int]:
+        """The accountant's rows of this step (the formula's device) and n_params."""
+        device = self.device.split(":")[0]
+        if self.model == "gpt":
+            gc = self.gpt_case()
+            return pgpt.predict_rows(gc, self.recompute, device), gc.n_params
+        mc = self.mlp_case()
+        return acc.predict_mlp(mc, device), mc.n_params
 
     @contextlib.contextmanager
     def torch_threads(self) -> Iterator[None]:
@@ -142,7 +175,9 @@ def probe_machine(case: ProfileCase) -> dict[str, Any]:
     if case.impl == "reference":
         import numpy as np
 
+        blas = os.environ.get("OPENBLAS_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS")
         return {"device": "CPU (NumPy)", "numpy": np.__version__, "probe_n": case.probe,
+                "blas_threads": blas or "the BLAS library's default",
                 "probe_dtype": "float32", "matmul_flops_per_s": rprof.matmul_rate(case.probe),
                 "copy_bytes_per_s": rprof.copy_bandwidth(), "h2d_bytes_per_s": None,
                 "op_s": rprof.op_overhead(),
@@ -185,16 +220,20 @@ def _held_tensors(case: acc.MLPCase, device: str) -> list[racc.Saved]:
 def formula_timeline(case: ProfileCase) -> list[tuple[str, dict[str, int]]]:
     """Bytes by category at each boundary of a steady step (NOTE [ Phase boundaries ]), from
     the accountant's sheet: torch's counting (the reference's differences are named terms)."""
-    mc, device = case.mlp_case(), case.device.split(":")[0]
-    mem = {r.name: r.predicted for r in acc.predict_mlp(mc, device) if r.section == "memory"}
+    device = case.device.split(":")[0]
+    rows, _ = case.accountant()
+    mem = {r.name: r.predicted for r in rows if r.section == "memory"}
     w, g = mem["weights"], mem["grads"]
     o = mem["optimizer_state"] + mem["optimizer_step"]
     # the GradScaler's save (fp16: S * loss saves the 0-dim S) is made and freed inside the
     # backward phase: never live at a boundary
     a = mem["activations: model"] + mem["activations: loss"]
-    x, y = case.batch * case.sizes[0] * 4, case.batch * 8  # float32 inputs, int64 labels
-    held = {e.tensor for e in _held_tensors(mc, device)} | {"target"}  # the loss saves y
-    saved_batch = x * ("x" in held) + y * ("target" in held)
+    x, y = case.batch_bytes()["x"], case.batch_bytes()["y"]
+    if case.model == "gpt":
+        saved_batch = pgpt.saved_batch(case.gpt_case(), case.recompute, device, x, y)
+    else:
+        held = {e.tensor for e in _held_tensors(case.mlp_case(), device)} | {"target"}
+        saved_batch = x * ("x" in held) + y * ("target" in held)  # the loss saves y
     at = {"start": (w, g, o, 0, 0), "data wait": (w, g, o, 0, x + y),
           "host-to-device": (w, g, o, 0, x + y), "forward": (w, 0, o, a, x + y - saved_batch),
           "backward": (w, g, o, 0, x + y), "optimizer": (w, g, o, 0, x + y)}
@@ -206,6 +245,8 @@ def tree_flops(case: ProfileCase) -> dict[str, int]:
     """The GEMM FLOPs this tree runs (reference/flops.py): torch skips the data's dx and stops
     a recompute early; the reference computes the dx and finishes every segment."""
     ref = case.impl == "reference"
+    if case.model == "gpt":  # no GEMM of the transformer takes the token ids: no dx to skip
+        return pgpt.phase_flops(case.gpt_case(), case.recompute, early_stop=not ref)
     return rflops.mlp_flops(case.sizes, case.batch, activation=case.activation,
                             dropout=case.dropout, recompute=case.recompute,
                             early_stop=not ref, input_requires_grad=ref)
@@ -214,34 +255,44 @@ def tree_flops(case: ProfileCase) -> dict[str, int]:
 def predict(case: ProfileCase, machine: dict[str, Any]) -> dict[str, Any]:
     """The sheet: bytes by category (the accountant), FLOPs and bytes moved per phase, each
     phase's roofline time and the slowest, the boundary timeline, one layer's saves."""
-    mc = case.mlp_case()
-    rows = acc.predict_mlp(mc, case.device.split(":")[0])
+    rows, n_params = case.accountant()
     fl = tree_flops(case)
-    x, y = case.batch * case.sizes[0] * 4, case.batch * 8
-    gathered = x + y + case.batch * case.sizes[-1] * 4  # the loader also gathers `values`
-    work = {"data wait": {"moved": 2 * gathered},
+    batch = case.batch_bytes()
+    x, y = batch["x"], batch["y"]
+    work = {"data wait": {"moved": 2 * batch["gathered"]},
             "host-to-device": {"moved": x + y if machine["h2d_bytes_per_s"] else 0},
             "forward": {"flops": fl["forward"]},
             "backward": {"flops": fl["backward"] + fl["recompute"]},
-            "optimizer": {"moved": rprof.optimizer_moved_bytes(mc.n_params, mc.optimizer)}}
+            "optimizer": {"moved": rprof.optimizer_moved_bytes(
+                n_params, OPTIMIZER_NAMES[case.optimizer])}}
     if case.impl == "reference":
         del work["host-to-device"]
     rate, bw = machine["matmul_flops_per_s"], machine["copy_bytes_per_s"]
     seconds = {p: rprof.roofline_seconds(**w, rate=rate, bandwidth=bw) for p, w in work.items()}
     if "host-to-device" in work and machine["h2d_bytes_per_s"]:
         seconds["host-to-device"] = work["host-to-device"]["moved"] / machine["h2d_bytes_per_s"]
-    layer = second_linear(case)
-    saves = [e for e in racc.mlp_saved(case.sizes, case.batch, activation=case.activation,
-                                       dropout=case.dropout, precision=case.precision,
-                                       device=case.device.split(":")[0])[0]
-             if e.layer == layer]
-    return {"case": asdict(case), "machine": machine, "n_params": mc.n_params,
+    return {"case": asdict(case), "machine": machine, "n_params": n_params,
             "accountant": [asdict(r) for r in rows], "flops": fl, "work": work,
             "seconds": seconds, "slowest": rprof.slowest(seconds),
             "timeline": formula_timeline(case),
-            "layer": {"index": layer, "saves": [
-                {"name": e.name, "tensor": e.tensor, "shape": list(e.shape),
-                 "bytes": e.nbytes} for e in saves]}}
+            "layer": {"index": listed_layer(case), "saves": predicted_saves(case)}}
+
+
+def listed_layer(case: ProfileCase) -> int | str:
+    """The layer (MLP: its index) or block (GPT: its path) whose saves the sheet lists."""
+    return pgpt.LISTED_BLOCK if case.model == "gpt" else second_linear(case)
+
+
+def predicted_saves(case: ProfileCase) -> list[dict[str, Any]]:
+    """The listed layer's saves without recomputation, from the accountant's list."""
+    device = case.device.split(":")[0]
+    if case.model == "gpt":
+        return pgpt.listed_saves(case.gpt_case(), device)
+    layer = second_linear(case)
+    return [{"name": e.name, "tensor": e.tensor, "shape": list(e.shape), "bytes": e.nbytes}
+            for e in racc.mlp_saved(case.sizes, case.batch, activation=case.activation,
+                                    dropout=case.dropout, precision=case.precision,
+                                    device=device)[0] if e.layer == layer]
 
 
 def second_linear(case: ProfileCase) -> int:

@@ -58,7 +58,7 @@ def _overhead_terms(case: drv.ProfileCase, phase: str, fixed: float,
     """The phase's per-op cost under its name(s): the one-row phase's cost, plus the ops that
     grow with the batch (the census at both sizes) at the op probe's cost, split by the
     census into recomputation and the rest where it can be."""
-    n_tensors = 2 * (len(case.sizes) - 1)
+    n_tensors = case.n_param_tensors
     if census is None:  # the reference: no census
         ops = more = again = 0
     else:
@@ -155,10 +155,16 @@ def time_rows(case: drv.ProfileCase, sheet: dict[str, Any], measured: dict[str, 
                                   "detail": "CPU time of the recorded steps less that "
                                             "of the steps run without the profiler"})
             if off[phase]["median"] > 0:
-                terms.append({"term": "waiting for a core", "seconds": off[phase]["median"],
+                blas = sheet["machine"].get("blas_threads", "1")
+                terms.append({"term": "waiting for a core" if blas == "1" else
+                              "waiting for a core or for BLAS's threads",
+                              "seconds": off[phase]["median"],
                               "detail": "wall time less the thread's CPU time "
                                         "(thread_time_ns), median: the thread was not "
-                                        "running (another process held the core)"})
+                                        "running (another process held the core" + (
+                                            ")" if blas == "1" else "; or it waited for "
+                                            "NumPy's BLAS threads, which run the GEMM "
+                                            "beside it: OPENBLAS_NUM_THREADS=1 leaves one)")})
             if sync and phase in sheet["seconds"]:
                 terms.append({"term": "a sync", "seconds": 2 * sync,
                               "detail": "the boundary synchronize, at the start and the end"})
@@ -171,7 +177,10 @@ def time_rows(case: drv.ProfileCase, sheet: dict[str, Any], measured: dict[str, 
 
 def reference_memory_terms(case: drv.ProfileCase) -> dict[tuple[str, str], tuple[int, str]]:
     """(boundary, category) -> (gap, term): where the reference's objects differ from torch's
-    counting, which the formula follows, to the byte."""
+    counting, which the formula follows, to the byte. The transformer's reference saves
+    what torch saves, its loss's total_weight and a view of the targets included: none."""
+    if case.model == "gpt":
+        return {}
     return {("forward", "activations"): (-4, "nll_loss's 0-dim total_weight: torch only"),
             ("forward", "batch"): (case.batch * 8, "the reference's loss saves its own int64 "
                                                    "copy of the target (astype)")}
@@ -183,10 +192,11 @@ def memory_rows(case: drv.ProfileCase, sheet: dict[str, Any],
     formula = dict((b, c) for b, c in sheet["timeline"])
     named = reference_memory_terms(case) if case.impl == "reference" else {}
     skip: dict[tuple[str, str], str] = {}
-    if case.impl == "reference" and case.precision != "fp32":
+    mlp_reference = case.impl == "reference" and case.model == "mlp"  # GPT: all compared
+    if mlp_reference and case.precision != "fp32":
         skip[("forward", "activations")] = (f"{NOT_COMPARED}: the reference holds "
                                             f"{case.precision} values in float32 arrays")
-    if case.impl == "reference" and case.recompute != "none":
+    if mlp_reference and case.recompute != "none":
         for category in ("activations", "batch"):
             skip[("forward", category)] = (f"{NOT_COMPARED}: the checkpoints' inputs live "
                                            "inside train_step, out of the loop's reach")
@@ -201,6 +211,24 @@ def memory_rows(case: drv.ProfileCase, sheet: dict[str, Any],
             rows.append({"boundary": boundary, "category": category, "predicted": p,
                          "measured": m, "gap": m - p, "term": term})
     return rows
+
+
+def tape_formula(timeline: list[tuple[str, dict[str, int]]]) -> dict[str, int]:
+    """The bytes a model's own tape count holds at each boundary: the formula's activations
+    (which hold the token ids and targets the tape saved: the timeline counts them there,
+    not as batch)."""
+    return {boundary: cats["activations"] for boundary, cats in timeline}
+
+
+def tape_rows(case: drv.ProfileCase, sheet: dict[str, Any],
+              measured: dict[str, Any]) -> list[dict[str, Any]]:
+    """The reference transformer's own count (GPT.held_bytes) at each boundary against
+    tape_formula: a second, independent reading of the forward's held bytes (exact)."""
+    if not measured.get("tape"):
+        return []
+    formula = tape_formula(sheet["timeline"])
+    return [{"boundary": b, "predicted": formula[b], "measured": v, "gap": v - formula[b],
+             "term": "" if v == formula[b] else UNEXPLAINED} for b, v in measured["tape"]]
 
 
 def cuda_rows(case: drv.ProfileCase, sheet: dict[str, Any],
@@ -253,7 +281,8 @@ def unexplained(comparison: dict[str, Any]) -> dict[str, int]:
     """How many time rows and memory rows no term explains."""
     return {"time": sum(r["verdict"].startswith(UNEXPLAINED) for r in comparison["time"]),
             "memory": sum(r["term"] == UNEXPLAINED for r in comparison["memory"])
-            + sum(r["term"] == UNEXPLAINED for r in comparison["cuda"])}
+            + sum(r["term"] == UNEXPLAINED for r in comparison["cuda"])
+            + sum(r["term"] == UNEXPLAINED for r in comparison.get("tape", []))}
 
 
 def compare(case: drv.ProfileCase, sheet: dict[str, Any], measured: dict[str, Any]
@@ -262,6 +291,7 @@ def compare(case: drv.ProfileCase, sheet: dict[str, Any], measured: dict[str, An
     out = {"time": time_rows(case, sheet, measured, sheet_one),
            "memory": memory_rows(case, sheet, measured),
            "cuda": cuda_rows(case, sheet, measured),
+           "tape": tape_rows(case, sheet, measured),
            "honest": honest_timing(case, measured)}
     out["unexplained"] = unexplained(out)
     return out

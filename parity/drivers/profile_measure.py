@@ -14,8 +14,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from parity.drivers.profile import ProfileCase, second_linear
+from parity.drivers.profile import ProfileCase, listed_layer
 from reference import profile as rprof
+from reference import profile_meters as rmeters
 
 
 def per_index_seconds(indices: Any, fetch: Callable[[int], object] | None = None,
@@ -91,24 +92,14 @@ def measure_torch(case: ProfileCase, out: Path | None,
 
     from torch_impl import data as tdata
     from torch_impl import profile as tprof
-    from torch_impl import train as ttrain
+    from torch_impl import profile_meters as tmeters
 
     device, on_cuda = case.device, case.device.startswith("cuda")
     sync = tprof.device_sync(device)
     window = case.wait + case.warmup + case.active
 
-    def parts(batch: int) -> tuple[Any, Any, Any]:
-        c = case.train_config(batch)
-        run = ttrain.Run(c, device)
-        data = tprof.HostBatches(c.seed, c.num_samples, c.sizes[0], c.sizes[-1],
-                                 c.batch_size, c.loss)
-        step = functools.partial(ttrain.train_step, run.model, run.loss_fn, run.optimizer,
-                                 run.scaler, precision=c.precision,
-                                 max_grad_norm=c.max_grad_norm, schedule=run.schedule)
-        return run, data, step
-
     def census(model: Any, data: Any, step: Any) -> dict[str, int]:
-        counter = tprof.OpCensus(model)
+        counter = tmeters.OpCensus(model)
         try:
             with counter:
                 tprof.drive_step(tprof.PhaseTimer(observers=[counter], annotate=False), data,
@@ -118,12 +109,13 @@ def measure_torch(case: ProfileCase, out: Path | None,
         return counter.counts
 
     def timed(timer: Any, fault: bool) -> dict[str, float]:
-        with tprof.item_in_forward(run.model) if fault else contextlib.nullcontext() as calls:
+        with tmeters.item_in_forward(run.model) if fault else contextlib.nullcontext() as calls:
             tprof.drive_step(timer, data, step, device)
         fault_calls.extend(calls or ())
         return timer.steps[-1].seconds()
 
-    (run, data, step), (run1, data1, step1) = parts(case.batch), parts(1)
+    (run, data, step), (run1, data1, step1) = torch_parts(case), torch_parts(case, 1)
+    listing = listing_parts(case)  # every model is built before anything is measured
     fault_calls: list[int] = []
     with torch.random.fork_rng(devices=[device] if on_cuda else []):
         torch.manual_seed(case.train_config().seed)  # dropout's default generator, restored
@@ -143,7 +135,7 @@ def measure_torch(case: ProfileCase, out: Path | None,
             one_step(i)
         while len(one.steps) <= case.repeats:  # too few steps after the window: top up
             tprof.drive_step(one, data1, step1, device)
-        meter = tprof.BoundaryMemory(run.model, run.optimizer, device)
+        meter = tmeters.BoundaryMemory(run.model, run.optimizer, device)
         with meter:
             tprof.drive_step(tprof.PhaseTimer(observers=[meter], sync=sync, annotate=False),
                              data, step, device, meter)
@@ -153,7 +145,7 @@ def measure_torch(case: ProfileCase, out: Path | None,
                     for v, s in (("synchronized", sync), ("unsynchronized", None),
                                  ("unsynchronized, .item() in forward", None))}
         honest = _interleaved(case, variants, progress)
-        saves = torch_layer_saves(case, run.model, data()[0])
+        saves = layer_saves(case, listing)
         task = data.loader.dataset
         per_index = per_index_seconds(tdata.ResumableSampler(len(task), 1), task.__getitem__)
     return {"per_index_s": per_index, "measured_from_ns": measured_from,
@@ -171,22 +163,12 @@ def measure_reference(case: ProfileCase, out: Path | None,
     """The reference loop: the same steps by perf_counter (no profiler, no device: no trace,
     no census, no honest-timing variants), each step after the window followed by a one-row
     step, one steady step with BoundaryMemory (its tapes), and the second Linear's tape."""
-    import functools
-
     import numpy as np
 
     from reference import data as rdata
-    from reference import train as rtrain
 
-    def parts(batch: int) -> tuple[Any, Any, Any]:
-        c = case.train_config(batch)
-        run = rtrain.Run(c)
-        step = functools.partial(rtrain.train_step, run.model, run.loss_fn, run.optimizer,
-                                 run.scaler, precision=c.precision,
-                                 max_grad_norm=c.max_grad_norm, schedule=run.schedule)
-        return run, run.next_batch, step
-
-    (run, data, step), (_, data1, step1) = parts(case.batch), parts(1)
+    (run, data, step), (_, data1, step1) = reference_parts(case), reference_parts(case, 1)
+    listing = listing_parts(case)  # every model is built before anything is measured
     window = case.wait + case.warmup + case.active
     # fp16 overflows on purpose now and then (reference.train.Run.train_step does the same)
     with np.errstate(over="ignore", invalid="ignore"):
@@ -199,58 +181,86 @@ def measure_reference(case: ProfileCase, out: Path | None,
             progress()
         while len(one.steps) <= case.repeats:  # too few steps after the window: top up
             rprof.drive_step(one, data1, step1)
-        meter = rprof.BoundaryMemory(run.model, run.loss_fn, run.optimizer)
+        meter = rmeters.BoundaryMemory(run.model, run.loss_fn, run.optimizer)
         rprof.drive_step(rprof.PhaseTimer(observers=[meter]), data, step, meter)
-        saves = reference_layer_saves(case, run.model, data()[0])
+        saves = layer_saves(case, listing)
         per_index = per_index_seconds(rdata.ResumableSampler(case.train_config().num_samples, 1))
     return {"per_index_s": per_index, "measured_from_ns": measured_from,
             "steps": _step_seconds(timer.steps), "off_cpu": _off_cpu(timer.steps),
             "one_row": _step_seconds(one.steps[1:]), "one_row_off_cpu": _off_cpu(one.steps[1:]),
-            "memory": meter.boundaries,
+            "memory": meter.boundaries, "tape": meter.tape or None,
             "cuda": None, "census": None, "honest": None, "fault_calls": 0,
             "layer": saves, "trace": None}
 
 
-def torch_layer_saves(case: ProfileCase, model: Any, x: Any) -> list[dict[str, Any]]:
-    """What autograd saves in the profile's listed layer (second_linear) on one forward of
-    `x` under the case's autocast: name, shape, dtype, bytes, whether a parameter's view."""
-    import torch
+def reference_parts(case: ProfileCase, batch: int | None = None) -> tuple[Any, Any, Any]:
+    """(run, next_batch, step) of the reference tree: a Run of the case's TrainConfig (with
+    `batch` rows if given) and its train_step with the run's arguments bound."""
+    import functools
 
-    from torch_impl import amp
-    from torch_impl import module as tmod
+    from reference import train as rtrain
 
-    device = torch.device(case.device)
-    with amp.autocast(amp.autocast_dtype(case.precision), device.type):
-        saves = tmod.measure_saved_tensors(model, x.to(device))
-    return [asdict(s) for s in saves if s.module == str(second_linear(case))]
-
-
-def reference_layer_saves(case: ProfileCase, model: Any, x: Any) -> list[dict[str, Any]]:
-    """The reference's tape of the listed layer after one forward of `x` (then freed)."""
-    from reference import amp as ramp
-
-    layer = second_linear(case)
-    with ramp.autocast(ramp.autocast_dtype(case.precision)):
-        model.forward(x)
-    saves = model[layer].tape(str(layer))
-    model.free_saved()
-    return [asdict(s) for s in saves]
+    c = case.train_config(batch)
+    run = rtrain.Run(c)
+    step = functools.partial(rtrain.train_step, run.model, run.loss_fn, run.optimizer,
+                             run.scaler, precision=c.precision, max_grad_norm=c.max_grad_norm,
+                             schedule=run.schedule)
+    return run, run.next_batch, step
 
 
-def layer_saves(case: ProfileCase) -> list[dict[str, Any]]:
-    """The listed layer's saves on a fresh run's first batch (the tree's own measurement)."""
-    c = case.train_config()
-    if case.impl == "reference":
-        from reference import train as rtrain
+def torch_parts(case: ProfileCase, batch: int | None = None) -> tuple[Any, Any, Any]:
+    """(run, next_batch, step) of the torch tree: a Run on the case's device, its batches on
+    the host (HostBatches: the copy is a phase of its own), train_step bound."""
+    import functools
 
-        run = rtrain.Run(c)
-        return reference_layer_saves(case, run.model, run.next_batch()[0])
     from torch_impl import profile as tprof
     from torch_impl import train as ttrain
 
+    c = case.train_config(batch)
     run = ttrain.Run(c, case.device)
-    x, _ = tprof.HostBatches(c.seed, c.num_samples, c.sizes[0], c.sizes[-1], c.batch_size)()
-    return torch_layer_saves(case, run.model, x)
+    step = functools.partial(ttrain.train_step, run.model, run.loss_fn, run.optimizer,
+                             run.scaler, precision=c.precision, max_grad_norm=c.max_grad_norm,
+                             schedule=run.schedule)
+    return run, tprof.HostBatches(c), step
+
+
+def _listed(module: str, layer: int | str) -> bool:
+    return module == str(layer) or module.startswith(f"{layer}.")
+
+
+def listing_parts(case: ProfileCase) -> tuple[Any, Any, Any]:
+    """The tree's parts of `case` without recomputation (a GPT carries its schedule: it is
+    built without one), for layer_saves."""
+    import dataclasses
+
+    plain = dataclasses.replace(case, recompute="none")
+    return reference_parts(plain) if case.impl == "reference" else torch_parts(plain)
+
+
+def layer_saves(case: ProfileCase, parts: tuple[Any, Any, Any] | None = None
+                ) -> list[dict[str, Any]]:
+    """What the listed layer (listed_layer) saves on one forward of the first batch of
+    `parts` (default: a fresh listing_parts(case)) under the case's autocast: module, name,
+    shape, dtype, bytes (torch: whether a parameter's view)."""
+    run, data, _ = parts or listing_parts(case)
+    layer = listed_layer(case)
+    if case.impl == "reference":
+        from reference import amp as ramp
+
+        with ramp.autocast(ramp.autocast_dtype(case.precision)):
+            run.model.forward(data()[0])
+        saves = [s for s in run.model.tape() if _listed(s.module, layer)]
+        run.model.free_saved()
+        return [asdict(s) for s in saves]
+    import torch
+
+    from torch_impl import amp
+    from torch_impl import profile_meters as tmeters
+
+    device = torch.device(case.device)
+    with amp.autocast(amp.autocast_dtype(case.precision), device.type):
+        saves = tmeters.saved_by_module(run.model, data()[0].to(device))
+    return [s for s in saves if _listed(s["module"], layer)]
 
 
 def measure(case: ProfileCase, out: Path | None,
@@ -269,85 +279,65 @@ def boundary_bytes(case: ProfileCase) -> list[tuple[str, dict[str, int]]]:
     """Bytes by category at every boundary of one steady step (after the first step that was
     not skipped: it creates the optimizer's state; the gradients exist from the first),
     nothing timed: what the claims check."""
-    import functools
+    return _metered_step(case, warm=True).boundaries
 
-    if case.impl == "reference":
-        import numpy as np
 
-        from reference import train as rtrain
-
-        c = case.train_config()
-        run = rtrain.Run(c)
-        step = functools.partial(rtrain.train_step, run.model, run.loss_fn, run.optimizer,
-                                 run.scaler, precision=c.precision,
-                                 max_grad_norm=c.max_grad_norm, schedule=run.schedule)
-        with np.errstate(over="ignore", invalid="ignore"):
-            for _ in range(WARM_TRIES):  # fp16 skips the first steps until S comes down
-                if not rprof.drive_step(rprof.PhaseTimer(), run.next_batch, step).skipped:
-                    break
-            meter = rprof.BoundaryMemory(run.model, run.loss_fn, run.optimizer)
-            rprof.drive_step(rprof.PhaseTimer(observers=[meter]), run.next_batch, step, meter)
-        return meter.boundaries
-    import torch
-
-    from torch_impl import profile as tprof
-    from torch_impl import train as ttrain
-
-    c = case.train_config()
-    run = ttrain.Run(c, case.device)
-    data = tprof.HostBatches(c.seed, c.num_samples, c.sizes[0], c.sizes[-1], c.batch_size,
-                             c.loss)
-    step = functools.partial(ttrain.train_step, run.model, run.loss_fn, run.optimizer,
-                             run.scaler, precision=c.precision, max_grad_norm=c.max_grad_norm,
-                             schedule=run.schedule)
-    sync = tprof.device_sync(case.device)
-    with torch.random.fork_rng(devices=[case.device] if case.device != "cpu" else []):
-        torch.manual_seed(c.seed)
-        for _ in range(WARM_TRIES):  # fp16 skips the first steps until S comes down
-            warm = tprof.PhaseTimer(sync=sync, annotate=False)
-            if not tprof.drive_step(warm, data, step, case.device).skipped:
-                break
-        meter = tprof.BoundaryMemory(run.model, run.optimizer, case.device)
-        with meter:
-            tprof.drive_step(tprof.PhaseTimer(observers=[meter], sync=sync, annotate=False),
-                             data, step, case.device, meter)
-    return meter.boundaries
+def reference_tape_bytes(case: ProfileCase) -> list[tuple[str, int]]:
+    """The reference transformer's own tape count (GPT.held_bytes) at every boundary of the
+    steady step boundary_bytes meters."""
+    if case.impl != "reference" or case.model != "gpt":
+        raise ValueError("reference_tape_bytes: the reference transformer keeps the count")
+    return _metered_step(case, warm=True).tape
 
 
 def timed_steps(case: ProfileCase, n: int) -> list[Any]:
     """`n` steps of the tree's loop through its PhaseTimer (reference.profile.Step or
     torch_impl.profile.Step: each phase's (start, end) on the one clock), nothing else."""
-    import functools
+    return _metered_step(case, warm=False, n=n)
 
+
+def _metered_step(case: ProfileCase, *, warm: bool, n: int = 1) -> Any:
+    """warm: steps until one is applied (fp16 skips the first until S comes down), then one
+    step metered by BoundaryMemory: the meter. Otherwise `n` plain timed steps."""
     if case.impl == "reference":
         import numpy as np
 
-        from reference import train as rtrain
-
-        c = case.train_config()
-        run = rtrain.Run(c)
-        step = functools.partial(rtrain.train_step, run.model, run.loss_fn, run.optimizer,
-                                 run.scaler, precision=c.precision,
-                                 max_grad_norm=c.max_grad_norm, schedule=run.schedule)
+        run, data, step = reference_parts(case)
         timer = rprof.PhaseTimer()
         with np.errstate(over="ignore", invalid="ignore"):
-            for _ in range(n):
-                rprof.drive_step(timer, run.next_batch, step)
-        return timer.steps
-    from torch_impl import profile as tprof
-    from torch_impl import train as ttrain
+            if not warm:
+                for _ in range(n):
+                    rprof.drive_step(timer, data, step)
+                return timer.steps
+            for _ in range(WARM_TRIES):
+                if not rprof.drive_step(rprof.PhaseTimer(), data, step).skipped:
+                    break
+            meter = rmeters.BoundaryMemory(run.model, run.loss_fn, run.optimizer)
+            rprof.drive_step(rprof.PhaseTimer(observers=[meter]), data, step, meter)
+        return meter
+    import torch
 
-    c = case.train_config()
-    run = ttrain.Run(c, case.device)
-    data = tprof.HostBatches(c.seed, c.num_samples, c.sizes[0], c.sizes[-1], c.batch_size,
-                             c.loss)
-    step = functools.partial(ttrain.train_step, run.model, run.loss_fn, run.optimizer,
-                             run.scaler, precision=c.precision, max_grad_norm=c.max_grad_norm,
-                             schedule=run.schedule)
-    timer = tprof.PhaseTimer(sync=tprof.device_sync(case.device))
-    for _ in range(n):
-        tprof.drive_step(timer, data, step, case.device)
-    return timer.steps
+    from torch_impl import profile as tprof
+    from torch_impl import profile_meters as tmeters
+
+    run, data, step = torch_parts(case)
+    sync = tprof.device_sync(case.device)
+    if not warm:
+        timer = tprof.PhaseTimer(sync=sync)
+        for _ in range(n):
+            tprof.drive_step(timer, data, step, case.device)
+        return timer.steps
+    with torch.random.fork_rng(devices=[case.device] if case.device != "cpu" else []):
+        torch.manual_seed(case.train_config().seed)
+        for _ in range(WARM_TRIES):
+            if not tprof.drive_step(tprof.PhaseTimer(sync=sync, annotate=False), data, step,
+                                    case.device).skipped:
+                break
+        meter = tmeters.BoundaryMemory(run.model, run.optimizer, case.device)
+        with meter:
+            tprof.drive_step(tprof.PhaseTimer(observers=[meter], sync=sync, annotate=False),
+                             data, step, case.device, meter)
+    return meter
 
 
 def interval_faults(step: Any, phases: tuple[str, ...]) -> list[str]:

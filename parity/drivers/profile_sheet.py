@@ -35,8 +35,10 @@ def table(head: list[str], rows: list[list[str]], right: set[int] = frozenset())
 
 
 def case_line(case: dict[str, Any]) -> str:
-    return (f"`{case['impl']}` tree, model `{case['model']}` {tuple(case['sizes'])} "
-            f"{case['activation']}, batch {case['batch']}, {case['optimizer']}, precision "
+    shape = (f"{tuple(case['sizes'])} {case['activation']}" if case["model"] == "mlp" else
+             "(train --model gpt's shape)")
+    return (f"`{case['impl']}` tree, model `{case['model']}` {shape}, "
+            f"batch {case['batch']}, {case['optimizer']}, precision "
             f"`{case['precision']}`, recompute `{case['recompute']}`, device "
             f"`{case['device']}`; {case['steps']} steps, profiler schedule wait "
             f"{case['wait']}, warmup {case['warmup']}, active {case['active']}")
@@ -57,8 +59,10 @@ def machine_lines(machine: dict[str, Any]) -> list[str]:
     if machine.get("cublas_workspace") is not None:
         rows.append(["cuBLAS workspace", f"{machine['cublas_workspace']:,} B",
                      "what the process's first GEMM adds to memory_allocated"])
+    blas = (f", BLAS threads {machine['blas_threads']} (OPENBLAS_NUM_THREADS / "
+            "OMP_NUM_THREADS at start-up)" if machine.get("blas_threads") else "")
     return [f"Machine: {machine['device']}" + (f", threads {machine['threads']}"
-                                               if machine.get("threads") else ""), "",
+                                               if machine.get("threads") else "") + blas, "",
             *table(["probe", "rate", "how"], rows, {1})]
 
 
@@ -87,10 +91,10 @@ def predictions_markdown(sheet: dict[str, Any]) -> str:
                     [[b, *(f"{c[k]:,}" for k in rprof.CATEGORIES), f"{sum(c.values()):,}"]
                      for b, c in sheet["timeline"]], set(range(1, 7)))
     layer = sheet["layer"]
-    lines += ["", f"## Layer {layer['index']}'s saved tensors (predicted)", ""]
-    lines += table(["name", "tensor", "shape", "bytes"],
-                    [[s["name"], s["tensor"], str(tuple(s["shape"])), f"{s['bytes']:,}"]
-                     for s in layer["saves"]], {3})
+    lines += ["", f"## {layer_title(layer['index'])}'s saved tensors (predicted)", ""]
+    lines += table(["module", "name", "tensor", "shape", "bytes"],
+                    [[str(s.get("module", layer["index"])), s["name"], s["tensor"],
+                      str(tuple(s["shape"])), f"{s['bytes']:,}"] for s in layer["saves"]], {4})
     return "\n".join(lines) + "\n"
 
 
@@ -137,9 +141,15 @@ def honest_lines(honest: dict[str, Any]) -> list[str]:
 
 
 def saved_lines(layer: list[dict[str, Any]]) -> list[str]:
-    return table(["name", "shape", "dtype", "bytes", "a view of a parameter"],
-                  [[s["name"], str(tuple(s["shape"])), s["dtype"], f"{s['nbytes']:,}",
-                    "yes" if s.get("is_parameter") else ""] for s in layer], {3})
+    return table(["module", "name", "shape", "dtype", "bytes", "a view of a parameter"],
+                  [[s["module"], s["name"], str(tuple(s["shape"])), s["dtype"],
+                    f"{s['nbytes']:,}", "yes" if s.get("is_parameter") else ""]
+                   for s in layer], {4})
+
+
+def layer_title(index: int | str) -> str:
+    """The listed layer as the headings name it: the MLP's index, the GPT's block path."""
+    return f"Layer {index}" if isinstance(index, int) else f"Block `{index}`"
 
 
 def profile_markdown(result: dict[str, Any]) -> str:
@@ -164,12 +174,20 @@ def profile_markdown(result: dict[str, Any]) -> str:
               f"{n_un['memory']} memory rows.", "", "![phases](phases.png)", "",
               "## Bytes at each phase boundary", "", *memory_lines(comp["memory"]), "",
               "![memory](memory.png)", ""]
+    if comp.get("tape"):
+        lines += ["The reference transformer's own tape count (GPT.held_bytes: distinct base "
+                  "buffers) against the formula's activations (the saved token ids and targets "
+                  "included):",
+                  "", *table(["boundary", "formula", "tape", "gap", "term"],
+                             [[r["boundary"], f"{r['predicted']:,}", f"{r['measured']:,}",
+                               f"{r['gap']:+,}" if r["gap"] else "", r["term"]]
+                              for r in comp["tape"]], {1, 2, 3}), ""]
     if comp["cuda"]:
         lines += ["## The CUDA allocator per phase (bytes)", "", *cuda_lines(comp["cuda"]), ""]
     if comp["honest"]:
         lines += ["## Honest timing: the same step, the sync moved", "",
                   *honest_lines(comp["honest"]), ""]
-    lines += [f"## Layer {sheet['layer']['index']}'s saved tensors (measured: one forward "
+    lines += [f"## {layer_title(sheet['layer']['index'])}'s saved tensors (measured: one forward "
               "under the precision's autocast, without checkpoints)", "",
               *saved_lines(measured["layer"]), ""]
     if measured.get("census"):

@@ -1,7 +1,9 @@
-"""docs/profile.md: the committed CPU profile of the default model in both trees
-(docs/data/profile_cpu.json, written by benchmarks/profile_cpu.py), rendered with the very
-functions that write a run's predictions.md and profile.md (parity/drivers/profile_sheet.py).
-Timings come from that file only, never from a fresh run."""
+"""docs/profile.md: the committed CPU profiles of the default MLP and of train --model gpt's
+transformer in both trees (docs/data/profile_cpu.json, profile_cpu_gpt.json, written by
+benchmarks/profile_cpu.py), rendered with the very functions that write a run's
+predictions.md and profile.md (parity/drivers/profile_sheet.py). Each section exists twice:
+NAME for the MLP, gpt-NAME for the transformer. Timings come from those files only, never
+from a fresh run."""
 
 from __future__ import annotations
 
@@ -13,12 +15,21 @@ from parity.pictures.profile import load_profile
 from reference import profile as rprof
 
 
-def _record() -> dict[str, Any]:
-    record = load_profile()
+def _record(model: str) -> dict[str, Any]:
+    record = load_profile(model)
     if record is None:
-        raise FileNotFoundError("docs/data/profile_cpu.json: run python "
-                                "benchmarks/profile_cpu.py --write")
+        raise FileNotFoundError(f"no committed {model} profile: run python "
+                                f"benchmarks/profile_cpu.py --model {model} --write")
     return record
+
+
+def _both(name: str) -> Any:
+    """Register fn(record) as section NAME (the MLP's) and gpt-NAME (the transformer's)."""
+    def register(fn: Any) -> Any:
+        for model, title in (("mlp", name), ("gpt", f"gpt-{name}")):
+            section("profile.md", title)(lambda model=model: fn(_record(model)))
+        return fn
+    return register
 
 
 def _demote(text: str, levels: int = 2) -> str:
@@ -26,9 +37,8 @@ def _demote(text: str, levels: int = 2) -> str:
                      for line in text.splitlines())
 
 
-@section("profile.md", "profile-case")
-def _() -> str:
-    record = _record()
+@_both("profile-case")
+def _profile_case(record: dict[str, Any]) -> str:
     lines = []
     for impl in ("reference", "torch"):
         r = record[impl]
@@ -41,14 +51,13 @@ def _() -> str:
     return "\n".join(lines)
 
 
-@section("profile.md", "prediction-sheet")
-def _() -> str:
-    return _demote(sheets.predictions_markdown(_record()["torch"]["sheet"]))
+@_both("prediction-sheet")
+def _prediction_sheet(record: dict[str, Any]) -> str:
+    return _demote(sheets.predictions_markdown(record["torch"]["sheet"]))
 
 
-@section("profile.md", "side-by-side")
-def _() -> str:
-    record = _record()
+@_both("side-by-side")
+def _side_by_side(record: dict[str, Any]) -> str:
     rows = {impl: {r["phase"]: r for r in record[impl]["comparison"]["time"]}
             for impl in ("reference", "torch")}
     body = []
@@ -72,9 +81,8 @@ def _() -> str:
                           f"{impl} {p} / {m}" for impl, (p, m) in slowest.items()) + "."])
 
 
-@section("profile.md", "gap-tables")
-def _() -> str:
-    record = _record()
+@_both("gap-tables")
+def _gap_tables(record: dict[str, Any]) -> str:
     out = []
     for impl in ("reference", "torch"):
         comp = record[impl]["comparison"]
@@ -84,9 +92,8 @@ def _() -> str:
     return "\n".join(out).rstrip()
 
 
-@section("profile.md", "memory")
-def _() -> str:
-    record = _record()
+@_both("memory")
+def _memory(record: dict[str, Any]) -> str:
     out = []
     for impl in ("torch", "reference"):
         rows = record[impl]["comparison"]["memory"]
@@ -94,14 +101,13 @@ def _() -> str:
     return "\n".join(out).rstrip()
 
 
-@section("profile.md", "honest")
-def _() -> str:
-    return "\n".join(sheets.honest_lines(_record()["torch"]["comparison"]["honest"]))
+@_both("honest")
+def _honest(record: dict[str, Any]) -> str:
+    return "\n".join(sheets.honest_lines(record["torch"]["comparison"]["honest"]))
 
 
-@section("profile.md", "layer")
-def _() -> str:
-    record = _record()
+@_both("layer")
+def _layer(record: dict[str, Any]) -> str:
     out = []
     for impl in ("torch", "reference"):
         out += [f"**{impl}**", "", *sheets.saved_lines(record[impl]["measured"]["layer"]), ""]
