@@ -4,8 +4,9 @@ state) through torch_impl.train.train_step, whole-block recomputation by checkpo
 block; the same shapes counted on the meta device (nothing allocated); the reference GPT's
 arrays and tape (its bytes and its own GEMM count); the sheet's rows and the named gaps.
 
-The reference transformer has no recomputation and no autocast yet: its tape is compared in
-float32/float64 with recompute "none", its training state in every case.
+Here the reference's tape is compared in float32/float64 with recompute "none" (its
+recomputation and its autocast tape are held against torch's hooks by the recompute and gpt
+topics, and the profile meters every schedule), its training state in every case.
 
     python -m parity.drivers.accounting_gpt    measures RECONCILED (the default transformer)
                                                into docs/data/accounting_gpt.json
