@@ -29,15 +29,17 @@ __all__ = ["Scratch", "decompose", "pack", "round_dropped_bits"]
 # touches one array instead of three. They do not cover np.minimum/np.maximum against a
 # scalar: that runs element by element, about 5x slower than against an array (measured
 # 0.5 against 0.1 ns per element on a cached block of 2^16 uint32). So the overflow policy's
-# minimum is taken against `Scratch.limit`, an array holding the policy's code, filled once
-# per call, and so are min(max(E, 1), lowest)'s bounds. A comparison yields bool, and
-# turning bool into a number is a cast that costs 2.5 passes; the NaN mask is computed in
-# the integers instead ((inf - |word|) >> (bits - 1) is 1 exactly where |word| > inf).
+# minimum is taken against `Scratch.limit`, an array holding the policy's code, and so are
+# min(max(E, 1), lowest)'s bounds (np.clip takes longer than the two). A comparison
+# yields bool, and turning bool into a number is a cast that costs 2.5 times a pass; the
+# NaN mask is computed in the integers instead ((inf - |word|) >> (bits - 1) is 1 exactly
+# where |word| > inf: the subtraction wraps around).
 
 
 class Scratch(NamedTuple):
     """encode's working arrays, one block long, named for what they first hold; the last
-    three are constants, filled once per call (NOTE [ NumPy's fast forms ])."""
+    three hold constants, refilled when the format or the policy changes (NOTE [ NumPy's
+    fast forms ])."""
 
     magnitude: np.ndarray  # |word|, then W, then kept, then the code
     shift: np.ndarray  # the source's binade, then the shift
@@ -57,17 +59,31 @@ class Scratch(NamedTuple):
         key = (src.bits, n)
         if key not in pool:
             uint = np.uint32 if src.bits == 32 else np.uint64
-            pool[key] = [cls(*(np.empty(n, dtype=uint) for _ in cls._fields)), None]
-        scratch, filled_for = pool[key]
-        if filled_for != (fmt, overflow):
-            scratch.limit.fill(replacement_code(fmt, overflow))
-            scratch.binade_one.fill(1 << src.mantissa_bits)
-            scratch.lowest.fill(lowest_binade(src, fmt))
-            pool[key][1] = (fmt, overflow)
-        return scratch
+            pool[key] = _Pooled(cls(*(np.empty(n, dtype=uint) for _ in cls._fields)))
+        pooled = pool[key]
+        if pooled.filled_for != (fmt, overflow):
+            pooled.scratch.limit.fill(replacement_code(fmt, overflow))
+            pooled.scratch.binade_one.fill(1 << src.mantissa_bits)
+            pooled.scratch.lowest.fill(lowest_binade(src, fmt))
+            pooled.filled_for = (fmt, overflow)
+        return pooled.scratch
 
     def first(self, n: int) -> Scratch:
-        return self if n == self.magnitude.size else Scratch(*(a[:n] for a in self))
+        """The first n elements of every array (views; the last one made is kept: a caller
+        encoding arrays of one size again and again slices once)."""
+        if n == self.magnitude.size:
+            return self
+        last = _POOL.__dict__.get("last_view")
+        if last is None or last.magnitude.base is not self.magnitude or last.magnitude.size != n:
+            last = _POOL.last_view = Scratch(*(a[:n] for a in self))
+        return last
+
+
+class _Pooled:
+    """A thread's Scratch and the (format, policy) its constants hold."""
+
+    def __init__(self, scratch: Scratch) -> None:
+        self.scratch, self.filled_for = scratch, None
 
 
 _POOL = threading.local()  # each thread's Scratch arrays, by (source width, block length)
@@ -80,7 +96,9 @@ def lowest_binade(src: FloatFormat, fmt: FloatFormat) -> int:
 
 def replacement_code(fmt: FloatFormat, overflow: str) -> int:
     """The code (sign cleared) a result beyond fmt.max becomes under the overflow policy."""
-    return {"inf": fmt.inf_code, "saturate": fmt.max_code, "nan": fmt.nan_code}[overflow]
+    if overflow == "inf":
+        return fmt.inf_code  # type: ignore[return-value]  (None only where refused earlier)
+    return fmt.max_code if overflow == "saturate" else fmt.nan_code
 
 
 def decompose(word: np.ndarray, src: FloatFormat, fmt: FloatFormat, s: Scratch
@@ -124,8 +142,8 @@ def round_dropped_bits(w: np.ndarray, shift: object, rounding: str, u: np.ndarra
     if rounding == "nearest_even":
         # W + half - 1 + odd carries past the dropped bits exactly when rest > half, or
         # rest == half and kept is odd.
-        if np.ndim(shift) == 0 and shift == 0:  # nothing dropped (a target as precise as
-            return w                            # the source): W is kept
+        if np.ndim(shift) == 0 and shift == 0:
+            return w  # nothing dropped (a target as precise as the source): W is kept
         odd = np.right_shift(w, shift, out=s.odd)  # (W >> shift) & 1
         odd &= 1
         if np.ndim(shift) == 0:  # one shift for every element: half - 1 is a number
