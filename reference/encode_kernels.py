@@ -29,16 +29,16 @@ __all__ = ["Scratch", "decompose", "pack", "round_dropped_bits"]
 # touches one array instead of three. They do not cover np.minimum/np.maximum against a
 # scalar: that runs element by element, about 5x slower than against an array (measured
 # 0.5 against 0.1 ns per element on a cached block of 2^16 uint32). So the overflow policy's
-# minimum is taken against `Scratch.limit`, an array holding the policy's code, and so are
-# min(max(E, 1), lowest)'s bounds (np.clip takes longer than the two). A comparison
-# yields bool, and turning bool into a number is a cast that costs 2.5 times a pass; the
-# NaN mask is computed in the integers instead ((inf - |word|) >> (bits - 1) is 1 exactly
-# where |word| > inf: the subtraction wraps around).
+# minimum is taken against `Scratch.limit`, an array holding the policy's code, and the
+# binade's against `Scratch.lowest`. A comparison yields bool, and turning bool into a
+# number is a cast that costs 2.5 times a pass; the NaN mask is computed in the integers
+# instead ((inf - |word|) >> (bits - 1) is 1 exactly where |word| > inf: the subtraction
+# wraps around).
 
 
 class Scratch(NamedTuple):
     """encode's working arrays, one block long, named for what they first hold; the last
-    three hold constants, refilled when the format or the policy changes (NOTE [ NumPy's
+    two hold constants, refilled when the format or the policy changes (NOTE [ NumPy's
     fast forms ])."""
 
     magnitude: np.ndarray  # |word|, then W, then kept, then the code
@@ -48,7 +48,6 @@ class Scratch(NamedTuple):
     sign: np.ndarray  # the sign bit, then the code's sign
     nan: np.ndarray  # 1 where the input is a NaN, then the NaN code there
     limit: np.ndarray  # the overflow policy's code
-    binade_one: np.ndarray  # 1 << m_src: the smallest normal magnitude of the source
     lowest: np.ndarray  # the target's lowest binade, as a source exponent
 
     @classmethod
@@ -63,7 +62,6 @@ class Scratch(NamedTuple):
         pooled = pool[key]
         if pooled.filled_for != (fmt, overflow):
             pooled.scratch.limit.fill(replacement_code(fmt, overflow))
-            pooled.scratch.binade_one.fill(1 << src.mantissa_bits)
             pooled.scratch.lowest.fill(lowest_binade(src, fmt))
             pooled.filled_for = (fmt, overflow)
         return pooled.scratch
@@ -110,7 +108,14 @@ def decompose(word: np.ndarray, src: FloatFormat, fmt: FloatFormat, s: Scratch
     In the source's biased exponents, M * 2^q has q = max(E, 1) - bias - m_src and the
     target binade is t = max(E, lowest), `lowest` being the target's 1 - b. So
     shift = t - m - q = lowest - min(max(E, 1), lowest) + (m_src - m), and W is the magnitude
-    less the binades below min(max(E, 1), lowest). Everything is unsigned and non-negative.
+    less the binades below min(max(E, 1), lowest). Everything is unsigned.
+
+    Here lowest > 1 (lowest = 1 takes the scalar shift), and then min(E, lowest) serves for
+    min(max(E, 1), lowest): only E = 0, a source subnormal, tells them apart, and it lies
+    too far below the target to matter. lowest > 1 means fewer exponent bits than the source
+    (from float32, 7 or fewer: lowest >= 65; from float64, 10 or fewer: lowest >= 513), so
+    a source subnormal's shift, lowest + (m_src - m), exceeds 64, the word's width: it
+    rounds to 0 whatever W holds (W wraps around for E = 0).
     """
     np.right_shift(word, src.bits - 1, out=s.sign)
     magnitude = np.bitwise_and(word, 2 ** (src.bits - 1) - 1, out=s.magnitude)
@@ -120,9 +125,8 @@ def decompose(word: np.ndarray, src: FloatFormat, fmt: FloatFormat, s: Scratch
     drop = src.mantissa_bits - fmt.mantissa_bits
     if lowest == 1:  # the target has every binade of the source: one shift for all (bf16)
         return magnitude, word.dtype.type(drop)
-    binade = np.maximum(magnitude, s.binade_one, out=s.shift)  # subnormals: binade 1
-    binade >>= src.mantissa_bits
-    np.minimum(binade, s.lowest, out=binade)  # min(max(E, 1), lowest)
+    binade = np.right_shift(magnitude, src.mantissa_bits, out=s.shift)
+    np.minimum(binade, s.lowest, out=binade)  # min(E, lowest): see above for E = 0
     below = np.subtract(binade, 1, out=s.carry)
     below <<= src.mantissa_bits  # (binade - 1) << m_src
     w = magnitude
