@@ -34,11 +34,10 @@ from tqdm import tqdm
 import reference.formats as ref
 from parity.oracles import ML_DTYPES, STORAGE_FORMATS
 
-# A chunk pays about 40 NumPy and torch calls of fixed cost (a microsecond or more each on
-# a slow core): 2^18 inputs spread that to under 0.2 ns per input, while each of the
-# chunk's arrays (1 MiB of uint32) still sits in the last-level cache. reference encode
-# blocks its own work (NOTE [ Encoding in blocks ] in reference/formats.py).
-CHUNK = 1 << 18
+# 2^16 inputs: a chunk's ~40 NumPy and torch calls cost about 70 us fixed, about 1 ns per
+# input; 2^18 would spread that, but measured interleaved with 2^16 in one process it took
+# 1.6-1.8x the CPU time (its 1 MiB temporaries, allocated per chunk, fault fresh pages in).
+CHUNK = 1 << 16
 SWEEP_JSON = Path(__file__).resolve().parents[1] / "docs" / "data" / "formats_sweep.json"
 CLASSES = ("normal", "subnormal", "zero", "overflow", "inf", "nan")
 _MAGNITUDE32, _INF32 = np.uint32(0x7FFFFFFF), np.uint32(0x7F800000)
