@@ -83,7 +83,7 @@ OVERFLOW_POLICIES = ("inf", "saturate", "nan")
 DEFAULT_OVERFLOW: dict[str, str] = {"float8_e4m3fn": "saturate"}
 
 # NOTE [ Encoding in blocks ]
-# encode makes 15 (bfloat16) to 25 (float16, float8) elementwise passes
+# encode makes 15 (bfloat16) to 24 (float16, float8) elementwise passes
 # (reference/encode_kernels.py). Over a large array each pass would stream the whole array
 # through memory, and a NumPy expression allocates a fresh temporary per operation.
 # Allocation is the trap: freeing large temporaries returns memory to the kernel (glibc
@@ -91,7 +91,7 @@ DEFAULT_OVERFLOW: dict[str, str] = {"float8_e4m3fn": "saturate"}
 # the next allocation faults fresh pages in one by one. So encode runs the rounding block
 # by block, every operation writing into working arrays (`out=`, in-place operators) that
 # each thread allocates once and keeps from call to call
-# (Scratch.for_thread: 2.25 MiB per thread for float32 input, 4.5 for float64): no page is
+# (Scratch.for_thread: 2 MiB per thread for float32 input, 4 for float64): no page is
 # faulted in twice, within a call or across calls. A block's arrays (2^16 uint32 elements
 # are 256 KiB each) stay in the last-level cache, and NumPy's fixed cost per operation
 # (about a microsecond, more with a scalar operand) is spread over 2^16 elements (at 2^14
