@@ -90,14 +90,13 @@ DEFAULT_OVERFLOW: dict[str, str] = {"float8_e4m3fn": "saturate"}
 # trims the heap top, and unmaps what it mapped for arrays above its mmap threshold), and
 # the next allocation faults fresh pages in one by one. So encode runs the rounding block
 # by block, every operation writing into working arrays (`out=`, in-place operators) that
-# each thread allocates once and keeps from call to call
-# (Scratch.for_thread: 2 MiB per thread for float32 input, 4 for float64): no page is
-# faulted in twice, within a call or across calls. A block's arrays (2^16 uint32 elements
-# are 256 KiB each) stay in the last-level cache, and NumPy's fixed cost per operation
-# (about a microsecond, more with a scalar operand) is spread over 2^16 elements (at 2^14
-# it was about 40% of the time; 2^17 and up spill the cache). The rounding does not
-# know about blocks: any BLOCK gives the same codes. Stochastic rounding's uint64 words are
-# the one branch that still allocates.
+# each thread allocates once and keeps from call to call (Scratch.for_thread: 2 MiB per
+# thread for float32 input, 4 for float64): no page is faulted in twice, within a call or
+# across calls. A block's arrays (2^16 uint32 elements are 256 KiB each) stay in the
+# last-level cache, and NumPy's fixed cost per operation (about a microsecond, more with a
+# scalar operand) is spread over 2^16 elements (at 2^14 it was about 40% of the time; 2^17
+# and up spill the cache). The rounding does not know about blocks: any BLOCK gives the
+# same codes. Stochastic rounding's uint64 words are the one branch that still allocates.
 BLOCK = 1 << 16
 
 
