@@ -95,7 +95,7 @@ DEFAULT_OVERFLOW: dict[str, str] = {"float8_e4m3fn": "saturate"}
 # across calls. A block's arrays (2^16 uint32 elements are 256 KiB each) stay in the
 # last-level cache, and NumPy's fixed cost per operation (about a microsecond, more with a
 # scalar operand) is spread over 2^16 elements (at 2^14 it was about 40% of the time; 2^17
-# and up spill the cache). The rounding does not know about blocks: any BLOCK gives the
+# and 2^18 measured no faster). The rounding does not know about blocks: any BLOCK gives the
 # same codes. Stochastic rounding's uint64 words are the one branch that still allocates.
 BLOCK = 1 << 16
 
