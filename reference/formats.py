@@ -56,10 +56,9 @@ this module builds `quantize` on `encode` (the rounding works on codes). `is_mem
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import numpy as np
 
+from reference.encode_kernels import Scratch, decompose, pack, round_dropped_bits
 from reference.format_spec import (  # noqa: F401  (the formats, re-exported)
     FLOAT64,
     FORMATS,
@@ -84,20 +83,21 @@ OVERFLOW_POLICIES = ("inf", "saturate", "nan")
 DEFAULT_OVERFLOW: dict[str, str] = {"float8_e4m3fn": "saturate"}
 
 # NOTE [ Encoding in blocks ]
-# encode makes 15 (bfloat16) to 23 (float16, float8) elementwise passes. Over a large array
-# each pass would stream the whole array through memory, and a NumPy expression allocates a
-# fresh temporary per operation. Allocation is the trap: freeing large temporaries returns
-# the top of the heap to the kernel (glibc trims once more than 128 KiB is free there), and
-# the next allocation faults fresh pages in one by one. Whether that happens depends on the
-# process's allocator history (a process that has imported torch happens not to trim here,
-# which hid a 4x slowdown of NumPy-only processes), so encode does not leave it to chance:
-# it allocates its working arrays once per call, BLOCK elements each (_Scratch), and runs
-# the rounding block by block, every operation writing into those arrays (`out=`, in-place
-# operators). A block's arrays stay in cache (2^14 uint32 elements are 64 KiB), no page is
-# faulted in twice, and the per-call overhead of a pass is spread over 2^14 elements. The
-# rounding does not know about blocks: any BLOCK gives the same codes. Stochastic rounding's
-# uint64 words are the one branch that still allocates.
-BLOCK = 1 << 14
+# encode makes 15 (bfloat16) to 24 (float16, float8) elementwise passes
+# (reference/encode_kernels.py). Over a large array each pass would stream the whole array
+# through memory, and a NumPy expression allocates a fresh temporary per operation.
+# Allocation is the trap: freeing large temporaries returns memory to the kernel (glibc
+# trims the heap top, and unmaps what it mapped for arrays above its mmap threshold), and
+# the next allocation faults fresh pages in one by one. So encode runs the rounding block
+# by block, every operation writing into working arrays (`out=`, in-place operators) that
+# each thread allocates once and keeps from call to call (Scratch.for_thread: 2 MiB per
+# thread for float32 input, 4 for float64): no page is faulted in twice, within a call or
+# across calls. A block's arrays (2^16 uint32 elements are 256 KiB each) stay in the
+# last-level cache, and NumPy's fixed cost per operation (about a microsecond, more with a
+# scalar operand) is spread over 2^16 elements (at 2^14 it was about 40% of the time; 2^17
+# and 2^18 measured no faster). The rounding does not know about blocks: any BLOCK gives the
+# same codes. Stochastic rounding's uint64 words are the one branch that still allocates.
+BLOCK = 1 << 16
 
 
 def encode(
@@ -125,34 +125,15 @@ def encode(
 
     codes = np.empty(x.shape, dtype=fmt.code_dtype)
     flat_x, flat_codes = x.reshape(-1), codes.reshape(-1)  # views (x is contiguous)
-    scratch = _Scratch.allocate(min(BLOCK, x.size), uint)  # NOTE [ Encoding in blocks ]
+    scratch = Scratch.for_thread(BLOCK, src, fmt, overflow)
     for start in range(0, x.size, BLOCK):
         block = slice(start, start + BLOCK)
-        word = flat_x[block].view(uint)
-        s = scratch.first(word.size)  # the last block may be shorter
-        sign, w, shift, nan = _decompose(word, src, fmt, s)
+        s = scratch.first(min(BLOCK, x.size - start))  # the last block may be shorter
+        w, shift = decompose(flat_x[block].view(uint), src, fmt, s)
         u = None if words is None else words.reshape(-1)[block]
-        kept = _round(w, shift, rounding, u, s)
-        flat_codes[block] = _pack(sign, kept, nan, fmt, overflow, subnormals, s)
+        kept = round_dropped_bits(w, shift, rounding, u, s)
+        flat_codes[block] = pack(kept, fmt, overflow, subnormals, s)
     return codes
-
-
-class _Scratch(NamedTuple):
-    """encode's working arrays, one block long, named for what they first hold."""
-
-    sign: np.ndarray
-    magnitude: np.ndarray
-    nan: np.ndarray  # bool
-    shift: np.ndarray
-    carry: np.ndarray
-    kept: np.ndarray
-
-    @classmethod
-    def allocate(cls, n: int, uint: type) -> _Scratch:
-        return cls(*(np.empty(n, dtype=bool if name == "nan" else uint) for name in cls._fields))
-
-    def first(self, n: int) -> _Scratch:
-        return self if n == self.sign.size else _Scratch(*(a[:n] for a in self))
 
 
 def _check_input(x: object) -> np.ndarray:
@@ -196,93 +177,6 @@ def _source(x: np.ndarray, fmt: FloatFormat, via: str | None) -> np.ndarray:
         with np.errstate(invalid="ignore"):  # a signalling NaN is quieted: it stays a NaN
             x = x.astype(np.float64)
     return x
-
-
-def _decompose(word: np.ndarray, src: FloatFormat, fmt: FloatFormat, s: _Scratch
-               ) -> tuple[np.ndarray, np.ndarray, object, np.ndarray]:
-    """(sign, W, shift, nan) of each source word: x = (-1)^sign * M * 2^q, placed in the
-    target's binades as W = ((t - (1 - b)) << (m + shift)) + M; nan marks NaN inputs.
-
-    In the source's biased exponents, M * 2^q has q = max(E, 1) - bias - m_src and the
-    target binade is t = max(E, lowest), `lowest` being the target's 1 - b. So
-    shift = t - m - q = lowest - min(max(E, 1), lowest) + (m_src - m), and W is the magnitude
-    less the binades below min(max(E, 1), lowest). Everything is unsigned and non-negative.
-    (Each result is written into its array of `s`: NOTE [ Encoding in blocks ].)
-    """
-    uint = word.dtype.type
-    sign = np.right_shift(word, uint(src.bits - 1), out=s.sign)
-    magnitude = np.bitwise_and(word, uint(2 ** (src.bits - 1) - 1), out=s.magnitude)
-    nan = np.greater(magnitude, uint(src.inf_code), out=s.nan)
-    lowest = fmt.min_exponent + src.bias  # the target's lowest binade, as a source exponent
-    drop = src.mantissa_bits - fmt.mantissa_bits
-    if lowest == 1:  # the target has every binade of the source: one shift for all (bf16)
-        return sign, magnitude, uint(drop), nan
-    binade = np.right_shift(magnitude, uint(src.mantissa_bits), out=s.shift)
-    np.clip(binade, uint(1), uint(lowest), out=binade)  # min(max(E, 1), lowest)
-    below = np.subtract(binade, uint(1), out=s.kept)
-    below <<= uint(src.mantissa_bits)  # (binade - 1) << m_src
-    w = np.subtract(magnitude, below, out=magnitude)
-    shift = np.subtract(uint(lowest + drop), binade, out=binade)
-    return sign, w, shift, nan
-
-
-def _round(w: np.ndarray, shift: object, rounding: str, u: np.ndarray | None, s: _Scratch
-           ) -> np.ndarray:
-    """kept: W with `shift` bits dropped by the rounding rule (module docstring).
-
-    Shifts past the word's width give 0 in NumPy (all bits dropped), which is what rounding
-    a value far below half the smallest subnormal needs."""
-    uint = w.dtype.type
-    one = uint(1)
-    if rounding == "toward_zero":
-        return np.right_shift(w, shift, out=s.kept)
-    if rounding == "nearest_even":
-        odd = np.right_shift(w, shift, out=s.kept)  # (w >> shift) & 1
-        odd &= one
-        # carry = half - 1 + odd, written so that it is 0 when nothing is dropped (shift = 0,
-        # reached only by targets as precise as the source).
-        if np.ndim(shift) == 0:  # one shift for every element: (1 << shift) - 1 is a number
-            carry = np.add(odd, (one << shift) - one, out=s.carry)
-        else:
-            carry = np.left_shift(one, shift, out=s.carry)
-            carry -= one
-            carry += odd
-        carry >>= one  # ((1 << shift) - 1 + odd) >> 1
-        kept = np.add(w, carry, out=s.kept)  # (w + carry) >> shift
-        kept >>= shift
-        return kept
-    # NOTE [ Stochastic rounding with 32-bit words ]: round up when u is below the top 32
-    # dropped bits, read as a fraction of the spacing: probability floor(2^32 p) / 2^32 for
-    # p = rest / 2^shift, which is exactly p when shift <= 32. With more dropped bits
-    # (results deep in the subnormals, or float64 input) p is truncated to 32 bits, a bias
-    # below 2^-32 of the spacing.
-    shift64 = np.asarray(shift, dtype=np.uint64)
-    kept = w >> shift
-    rest = (w - (kept << shift)).astype(np.uint64)
-    top32 = np.where(shift64 <= 32, rest << (np.uint64(32) - np.minimum(shift64, 32)),
-                     rest >> (np.maximum(shift64, 32) - np.uint64(32)))
-    return kept + (u < top32).astype(uint)
-
-
-def _pack(sign: np.ndarray, kept: np.ndarray, nan: np.ndarray, fmt: FloatFormat,
-          overflow: str, subnormals: bool, s: _Scratch) -> np.ndarray:
-    """The code: kept is |code| already; apply the overflow policy, NaN, and the sign."""
-    uint = kept.dtype.type
-    code = kept  # updated in place from here on
-    if not subnormals:
-        code[code < uint(1 << fmt.mantissa_bits)] = 0
-    # Overflow (+-inf lands here too): every code above max becomes the policy's code. When
-    # that code is max or the one right above it, this is a minimum (cheaper than a select).
-    replacement = {"inf": fmt.inf_code, "saturate": fmt.max_code, "nan": fmt.nan_code}[overflow]
-    if replacement <= fmt.max_code + 1:
-        np.minimum(code, uint(replacement), out=code)
-    else:
-        code[code > uint(fmt.max_code)] = replacement
-    # NaN stays NaN, the quiet NaN with the input's sign (payloads are not carried). Every
-    # other code is below the NaN code now, so a maximum sets it (cheaper than a select).
-    np.maximum(code, np.multiply(nan, uint(fmt.nan_code), out=s.carry), out=code)
-    code |= np.left_shift(sign, uint(fmt.bits - 1), out=sign)
-    return code
 
 
 def _random_words(shape: tuple[int, ...], rng: np.random.Generator | None,
