@@ -268,7 +268,8 @@ def test_fault_list_bad_fault_and_a_checkpoint_given_to_replay_are_one_line_answ
     with pytest.raises(SystemExit) as listed:
         cli.main(["train", "--fault", "list"])
     out = capsys.readouterr().out
-    assert listed.value.code == 0 and all(f"{n}: " in out for n in FAULTS)
+    assert listed.value.code == 0
+    assert all(f"{n} (--model {f.model}): " in out for n, f in FAULTS.items())
     with pytest.raises(SystemExit) as bad:
         cli.main(["train", "--impl", "reference", "--steps", "2", "--checkpoint-dir",
                   str(tmp_path), "--fault", "nope"])

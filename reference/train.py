@@ -194,8 +194,9 @@ class Run:
         x, y = self.next_batch() if batch is None else batch
         self.last_batch = (x, y)
         # fp16 with a loss scale overflows on purpose now and then: the step is skipped, and
-        # inf * 0 = NaN in the backward is how the scaler finds out (found_inf)
-        with np.errstate(over="ignore", invalid="ignore"):
+        # inf * 0 = NaN in the backward is how the scaler finds out (found_inf); a seeded
+        # fault divides by zero (LayerNorm with eps 0): the numerics detector reports it
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
             result = self._step(x, y, phase)
         if not result.skipped:  # the schedule counts applied updates
             self.scheduler.step()
@@ -404,6 +405,8 @@ def train(config: TrainConfig, steps: int, checkpoint_dir: str | Path | None = N
         raise ValueError(f"train: steps must be in [0, horizon = {config.horizon}] (a schedule "
                          f"run past its horizon restarts) and checkpoint_every >= 0, got "
                          f"steps {steps}, checkpoint_every {checkpoint_every}")
+    if fault is not None:
+        faults.check_model(fault, config.model)  # before the directory is touched
     run = Run(config)
     directory = (None if checkpoint_dir is None
                  else resume.CheckpointManager(checkpoint_dir, keep=keep, log=log))

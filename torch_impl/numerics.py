@@ -37,15 +37,21 @@ from reference.numerics_report import (  # plain data: the report
     format_counts,
     totals,
 )
-from torch_impl import amp
+from torch_impl import amp, numerics_locate
 from torch_impl.format_spec import get_format
 
 __all__ = ["COLUMNS", "Detector", "FirstInvalid", "InputRange", "NonFinite", "ReplayResult",
            "anomaly_replay", "count_rows", "format_counts", "totals", "view_format"]
 
+VIEWS = ("ViewBackward0", "UnsafeViewBackward0")  # a reshape of the op's result
+
+
 def op_name(module: nn.Module, output: Any) -> str:
-    """torch's autograd node of the output (the module's type name when there is none)."""
+    """torch's autograd node of the output (the module's type name when there is none),
+    through a reshape (a Linear on (B, T, C) is addmm on (B T, C) viewed back)."""
     grad_fn = getattr(output, "grad_fn", None)
+    while grad_fn is not None and grad_fn.name() in VIEWS and grad_fn.next_functions:
+        grad_fn = grad_fn.next_functions[0][0]
     return grad_fn.name() if grad_fn is not None else type(module).__name__
 
 
@@ -97,10 +103,16 @@ def input_ranges(module: nn.Module, args: tuple, dtype: torch.dtype) -> tuple[In
     return tuple(ranges + [input_range(n, p, dtype) for n, p in params])
 
 
-def leaf_paths(model: nn.Module, loss_fn: nn.Module) -> dict[int, str]:
+def leaf_paths(model: nn.Module, loss_fn: nn.Module | None) -> dict[int, str]:
     """id -> path of every leaf module (no children) and of the loss ("loss")."""
     paths = {id(m): path for path, m in model.named_modules() if next(m.children(), None) is None}
-    return {**paths, id(loss_fn): "loss"}
+    return paths if loss_fn is None else {**paths, id(loss_fn): "loss"}
+
+
+def all_paths(model: nn.Module, loss_fn: nn.Module | None) -> dict[int, str]:
+    """id -> path of every module, containers too (numerics_locate climbs them)."""
+    paths = {id(m): path for path, m in model.named_modules()}
+    return {**paths, **leaf_paths(model, loss_fn)}
 
 
 class Detector:
@@ -110,15 +122,17 @@ class Detector:
                  scaler_enabled: bool) -> None:
         self.model, self.fmt, self.scaler_enabled = model, get_format(fmt), scaler_enabled
         self.dtype = self.fmt.dtype
-        self.paths = leaf_paths(model, loss_fn)
+        self.paths, self.leaves = all_paths(model, loss_fn), set(leaf_paths(model, loss_fn))
         self.step = 0  # set by the run loop before each step
         self.history: list[dict[str, list[int]]] = []
-        self._seen: list[tuple[str, nn.Module, tuple, torch.Tensor]] = []
+        self._seen: list[tuple[str, nn.Module, tuple, torch.Tensor]] = []  # leaves, op order
+        self._calls: dict[str, tuple[nn.Module, tuple]] = {}  # every module: its first call's
+        self._autocast: numerics_locate.Autocast = numerics_locate.autocast_state("cpu")
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
         if name == "forward":
-            self._seen = []
+            self._seen, self._calls = [], {}
             handle = nn.modules.module.register_module_forward_hook(self._forward_hook)
             try:
                 yield
@@ -135,7 +149,12 @@ class Detector:
 
     def _forward_hook(self, module: nn.Module, args: tuple, output: Any) -> None:
         path = self.paths.get(id(module))
-        if path is not None:
+        if path is None:
+            return
+        if not self._calls and isinstance(output, torch.Tensor):
+            self._autocast = numerics_locate.autocast_state(output.device.type)
+        self._calls.setdefault(path, (module, args))
+        if id(module) in self.leaves:
             self._seen.append((path, module, args, output))
 
     def _end_step(self) -> None:
@@ -155,10 +174,7 @@ class Detector:
                        counts: dict[str, list[int]]) -> FirstInvalid | None:
         for (path, module, args, output), row in zip(self._seen, table, strict=False):
             if sum(row[:3]):
-                index, value = first_nonfinite(output)
-                return FirstInvalid(self.step, "forward", path, op_name(module, output), index,
-                                    value, self.fmt.name, input_ranges(module, args, self.dtype),
-                                    counts)
+                return self._made(path, module, args, output, counts)
         if self.scaler_enabled:  # the scaler skips this step
             return None
         for (name, grad), row in reversed(list(zip(grads, table[len(self._seen):],
@@ -168,6 +184,25 @@ class Detector:
                 return FirstInvalid(self.step, "backward", name, "", index, value,
                                     self.fmt.name, (), counts)
         return None
+
+
+    def _made(self, path: str, module: nn.Module, args: tuple, output: torch.Tensor,
+              counts: dict[str, list[int]]) -> FirstInvalid:
+        """reference.numerics.Detector._made."""
+        made = numerics_locate.maker(path, self._calls)
+        found = None
+        if made != path:
+            module, args = self._calls[made]
+            found = numerics_locate.watch_ops(module, args, self._autocast, self.dtype,
+                                              input_range, first_nonfinite)
+        if found is None:
+            index, value = first_nonfinite(output)
+            op = op_name(module, output) if made == path else ""
+            inputs = input_ranges(module, args, self.dtype)
+        else:
+            op, index, value, inputs = found
+        return FirstInvalid(self.step, "forward", made, op, index, value, self.fmt.name,
+                            inputs, counts)
 
 
 # NOTE [ Backward names ] in reference/numerics.py: what detect_anomaly checks and names.

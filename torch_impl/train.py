@@ -320,6 +320,8 @@ def train(config: TrainConfig, steps: int, checkpoint_dir: str | Path | None = N
         raise ValueError(f"train: steps must be in [0, horizon = {config.horizon}] (a schedule "
                          f"run past its horizon restarts) and checkpoint_every >= 0, got "
                          f"steps {steps}, checkpoint_every {checkpoint_every}")
+    if fault is not None:
+        faults.check_model(fault, config.model)  # before the directory is touched
     run = Run(config, device)
     directory = (None if checkpoint_dir is None
                  else resume.CheckpointManager(checkpoint_dir, keep=keep, log=log))

@@ -23,6 +23,8 @@ from reference.faults import FAULTS, fault_named
 # the default model (8, 32, 32, 3): the second Linear is module "2"; no dropout (the two
 # trees' masks differ), so the runs are the same arithmetic up to rounding
 FAULTED = {"seed": 0, "horizon": 12, "sizes": (8, 32, 32, 3)}
+# the transformer (TRAIN_SHAPE, 4 blocks, the copy task), no dropout
+GPT_FAULTED = {"seed": 0, "horizon": 12, "model": "gpt"}
 
 
 def numerics_module(name: str) -> Any:
