@@ -27,6 +27,13 @@ FAULTED = {"seed": 0, "horizon": 12, "sizes": (8, 32, 32, 3)}
 GPT_FAULTED = {"seed": 0, "horizon": 12, "model": "gpt"}
 
 
+def faulted_config(fault: str, precision: str) -> dict[str, Any]:
+    """The configuration a catalogued fault is observed in: FAULTED or GPT_FAULTED by the
+    model the fault is written for."""
+    return {**(GPT_FAULTED if fault_named(fault).model == "gpt" else FAULTED),
+            "precision": precision}
+
+
 def numerics_module(name: str) -> Any:
     """reference.numerics or torch_impl.numerics."""
     if name == "reference":
@@ -127,7 +134,9 @@ def count_rows(x: np.ndarray, fmt: str, device: str = "cpu") -> tuple[np.ndarray
 
 # ---------------------------------------------------------------- the catalogue, observed
 
-CATALOGUE = (("weight_overflow", "fp16"), ("inf_weight", "fp32"), ("poisoned_batch", "bf16"))
+CATALOGUE = (("weight_overflow", "fp16"), ("inf_weight", "fp32"), ("poisoned_batch", "bf16"),
+             ("attention_overflow", "fp16"), ("layernorm_eps0", "fp32"),
+             ("poisoned_embedding", "bf16"), ("gelu_backward", "fp32"))
 
 
 def observe_catalogue(root: Path) -> list[dict[str, Any]]:
@@ -136,8 +145,8 @@ def observe_catalogue(root: Path) -> list[dict[str, Any]]:
     each tree's replay names."""
     rows = []
     for fault, precision in CATALOGUE:
-        config = {**FAULTED, "precision": precision}
-        start = root / f"start-{precision}"
+        config = faulted_config(fault, precision)
+        start = root / f"start-{config.get('model', 'mlp')}-{precision}"
         if not start.exists():
             seed_directory(start, config)
         row: dict[str, Any] = {"fault": fault, "precision": precision}
