@@ -8,10 +8,11 @@ What PyTorch does differently or hides:
 - The format view casts: `x.to(float16)` is inf (or zero) exactly where the reference's
   thresholds say it is, so the two count the same values by different means.
 - One pass and one host synchronization per step: the hooks only keep references; at the
-  step's end every output and gradient is concatenated, the six indicators are computed once
-  over the concatenation and summed per tensor (slices whose bounds are host integers), and
-  the table is copied to the host once (`.tolist()` in `_end_step`); only a step that found
-  something syncs again, to read the failing element and the input ranges.
+  step's end every output and gradient is concatenated, each value gets one bucket number,
+  one bincount counts every tensor's buckets, and the histogram is copied to the host once
+  (`.tolist()` in `_end_step`; torch_impl/numerics_counts.py, NOTE [ One pass of counting ]);
+  only a step that found something syncs again, to read the failing element and the input
+  ranges.
 - The backward check is torch.autograd.detect_anomaly(check_nan=True) itself: it raises
   "Function 'XBackward0' returned nan values in its 0th output." and warns with the forward
   call's traceback; `anomaly_replay` reads the name and the traceback from those.
@@ -39,6 +40,7 @@ from reference.numerics_report import (  # plain data: the report
 )
 from torch_impl import amp, numerics_locate
 from torch_impl.format_spec import get_format
+from torch_impl.numerics_counts import bucket_counts, count_rows, rows
 
 __all__ = ["COLUMNS", "Detector", "FirstInvalid", "InputRange", "NonFinite", "ReplayResult",
            "anomaly_replay", "count_rows", "format_counts", "totals", "view_format"]
@@ -59,23 +61,6 @@ def view_format(precision: str) -> str:
     """The format the counts view values in: the autocast format, float16 for fp32."""
     dtype = amp.autocast_dtype(precision) or torch.float16
     return str(dtype).removeprefix("torch.")
-
-
-def count_rows(tensors: list[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
-    """(len(tensors), COLUMNS) int64 on the tensors' device, without a sync."""
-    wide = torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
-    device = tensors[0].device if tensors else torch.device("cpu")
-    x = torch.cat([t.detach().reshape(-1).to(wide) for t in tensors]
-                  or [torch.zeros(0, device=device)])  # (n,): every value exactly
-    cast = x.to(dtype)  # the format's view: what the cast makes of each value
-    finite = torch.isfinite(x)
-    masks = torch.stack([torch.isnan(x), torch.isposinf(x), torch.isneginf(x), x == 0,
-                         finite & torch.isinf(cast),
-                         finite & (x != 0) & (cast == 0)])  # (COLUMNS, n) bool
-    sizes = [t.numel() for t in tensors]  # host integers: splitting needs no sync
-    return torch.stack([m.sum(dim=1) for m in masks.split(sizes, dim=1)]
-                       or [torch.zeros(len(COLUMNS), dtype=torch.int64, device=device)]
-                       )[:len(tensors)]  # (tensors, COLUMNS)
 
 
 def first_nonfinite(x: torch.Tensor) -> tuple[tuple[int, ...], str]:
@@ -123,6 +108,7 @@ class Detector:
         self.model, self.fmt, self.scaler_enabled = model, get_format(fmt), scaler_enabled
         self.dtype = self.fmt.dtype
         self.paths, self.leaves = all_paths(model, loss_fn), set(leaf_paths(model, loss_fn))
+        self._params = list(model.named_parameters())
         self.step = 0  # set by the run loop before each step
         self.history: list[dict[str, list[int]]] = []
         self._seen: list[tuple[str, nn.Module, tuple, torch.Tensor]] = []  # leaves, op order
@@ -158,11 +144,10 @@ class Detector:
             self._seen.append((path, module, args, output))
 
     def _end_step(self) -> None:
-        grads = [(name, p.grad) for name, p in self.model.named_parameters()
-                 if p.grad is not None]
+        grads = [(name, p.grad) for name, p in self._params if p.grad is not None]
         tensors = [output for *_, output in self._seen] + [g for _, g in grads]
-        table = count_rows(tensors, self.dtype).tolist()  # (modules + parameters, COLUMNS):
-        #                                                   the step's one sync
+        table = rows(bucket_counts(tensors, self.dtype).tolist())  # (modules + parameters,
+        #                                                   COLUMNS): the step's one sync
         names = [f"act:{path}" for path, *_ in self._seen] + [f"grad:{n}" for n, _ in grads]
         counts = dict(zip(names, table, strict=True))
         self.history.append(counts)

@@ -119,8 +119,10 @@ def replay(name: str, path: Path, device: str = "cpu") -> ref_numerics.ReplayRes
 
 # ---------------------------------------------------------------- one array, both trees
 
-def count_rows(x: np.ndarray, fmt: str, device: str = "cpu") -> tuple[np.ndarray, np.ndarray]:
-    """(reference row, torch row) of COLUMNS for the same float32 array `x`, viewed in fmt."""
+def count_rows(x: np.ndarray, fmt: str, device: str = "cpu", arithmetic: bool | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """(reference row, torch row) of COLUMNS for the same float32 array `x`, viewed in fmt
+    (`arithmetic`: which way torch numbers the values, NOTE [ One pass of counting ])."""
     import torch
 
     from reference.format_spec import get_format
@@ -128,7 +130,8 @@ def count_rows(x: np.ndarray, fmt: str, device: str = "cpu") -> tuple[np.ndarray
     from torch_impl.format_spec import get_format as t_get_format
 
     ref = ref_numerics.count_rows([x], get_format(fmt))[0]
-    got = t_numerics.count_rows([torch.from_numpy(x).to(device)], t_get_format(fmt).dtype)[0]
+    got = t_numerics.count_rows([torch.from_numpy(x).to(device)], t_get_format(fmt).dtype,
+                                arithmetic)[0]
     return ref, got.cpu().numpy()
 
 
