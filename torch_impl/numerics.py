@@ -146,8 +146,8 @@ class Detector:
     def _end_step(self) -> None:
         grads = [(name, p.grad) for name, p in self._params if p.grad is not None]
         tensors = [output for *_, output in self._seen] + [g for _, g in grads]
-        table = rows(bucket_counts(tensors, self.dtype).tolist())  # (modules + parameters,
-        #                                                   COLUMNS): the step's one sync
+        counts, slots = bucket_counts(tensors, self.dtype)
+        table = rows(counts.tolist(), slots)  # (modules + parameters, COLUMNS): the one sync
         names = [f"act:{path}" for path, *_ in self._seen] + [f"grad:{n}" for n, _ in grads]
         counts = dict(zip(names, table, strict=True))
         self.history.append(counts)

@@ -15,13 +15,13 @@ from reference.numerics_report import COLUMNS
 # NOTE [ One pass of counting ]
 # Six masks summed per tensor cost a dozen passes over every value and, worse, a bool ->
 # int64 conversion per mask: on one CPU thread as slow as the step itself. Instead each value
-# gets ONE bucket number, and one bincount of (tensor index * BUCKETS + bucket) counts every
+# gets ONE bucket number, and one bincount of (tensor index * STRIDE + bucket) counts every
 # tensor's buckets at once; the host maps each tensor's buckets to COLUMNS (`rows`).
 # The bucket edges are where the view format's cast changes what it makes of a value, found
 # with the cast itself (`_edges`: the smallest value it makes inf, the largest it makes zero,
 # searched over the wide dtype's bit patterns once per format), so the counts are still what
 # `.to(dtype)` does; the reference derives the same edges from the format's bits
-# (numerics.format_view holds the two equal). Two ways to number, one layout (BUCKETS):
+# (numerics.format_view holds the two equal). Two ways to number the values:
 #   bucket  values                               column
 #   0       x == 0 (either sign)                 zero
 #   1       0 < |x| <= under                     to_zero     (the cast makes them +-0)
@@ -32,18 +32,20 @@ from reference.numerics_report import COLUMNS
 #   6       -inf                                 neginf
 # - small concatenations (< ARITHMETIC_FROM values) or float64 ones: torch.bucketize against
 #   the signed edges (one kernel, a binary search per value: about 10 ns a value on one CPU
-#   thread), its ten intervals mapped to the seven buckets by a lookup (_BUCKETIZED);
+#   thread); its ten intervals are counted as they are, the host adds the two signs' over_max
+#   and to_zero intervals (_BUCKETIZE_SLOTS);
 # - large float32 ones: integer arithmetic on the bits, about a dozen elementwise kernels
 #   (each ~0.2 ns a value; comparisons are avoided, their bool results are slow here): with
 #   m = bits & 0x7fffffff, which orders |x| (NaNs above +inf), [m >= T] = clamp(m, T-1, T) -
 #   (T-1); bucket = [m >= 1] + [m >= under+1] + [m >= over] + [m >= inf] + [m >= inf+1]
-#   + 2 [bits == -inf's] (a -inf moves from 4 to 6). Three times faster at 300k values.
-BUCKETS = 7
-COLUMN_BUCKET = (5, 4, 6, 0, 3, 1)  # per COLUMNS entry
+#   + 2 [bits == -inf's] (a -inf moves from 4 to 6). Three to six times faster at 300k values.
+STRIDE = 10  # slots per tensor in the bincount: bucketize's ten intervals, or the 7 buckets
 ARITHMETIC_FROM = 1 << 15
-# bucketize's interval i (edges below) -> bucket: -inf, -over.., -in range, -to_zero, zero,
-# +to_zero, +in range, +over.., +inf, NaN (bucketize puts NaN past every edge)
-_BUCKETIZED = (6, 3, 2, 1, 0, 1, 2, 3, 4, 5)
+# the slots each COLUMNS entry (nan, posinf, neginf, zero, over_max, to_zero) sums
+_ARITHMETIC_SLOTS = ((5,), (4,), (6,), (0,), (3,), (1,))
+# bucketize's intervals: -inf, -over.., -in range, -to_zero, zero, +to_zero, +in range,
+# +over.., +inf, NaN (bucketize puts NaN past every edge)
+_BUCKETIZE_SLOTS = ((9,), (8,), (0,), (4,), (1, 7), (3, 5))
 _CACHE: dict[tuple, object] = {}
 
 
@@ -93,11 +95,7 @@ def _edges(dtype: torch.dtype, wide: torch.dtype, device: torch.device) -> torch
 
 
 def _bucketized(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    edges = _edges(dtype, x.dtype, x.device)
-    key = ("lookup", x.device)
-    if key not in _CACHE:
-        _CACHE[key] = torch.tensor(_BUCKETIZED, dtype=torch.int32, device=x.device)
-    return _CACHE[key][torch.bucketize(x, edges, out_int32=True)]  # type: ignore[index]
+    return torch.bucketize(x, _edges(dtype, x.dtype, x.device), out_int32=True)
 
 
 def _arithmetic(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -115,9 +113,11 @@ def _arithmetic(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def bucket_counts(tensors: list[torch.Tensor], dtype: torch.dtype,
-                  arithmetic: bool | None = None) -> torch.Tensor:
-    """(len(tensors) * BUCKETS,) int64 on the tensors' device, without a sync: each tensor's
-    count per bucket (NOTE [ One pass of counting ]; `arithmetic` forces a way, for tests)."""
+                  arithmetic: bool | None = None) -> tuple[torch.Tensor, tuple[int, ...]]:
+    """(counts, columns): counts (len(tensors) * stride,) int64 on the tensors' device,
+    without a sync, each tensor's count per bucket or per bucketize interval (NOTE [ One
+    pass of counting ]); columns[j] lists, per COLUMNS entry, the slots it sums (`rows`).
+    `arithmetic` forces a way, for tests."""
     with torch.no_grad():
         x = torch.cat([t.reshape(-1) for t in tensors])  # (n,): promoted, every value exact
         if x.dtype not in (torch.float32, torch.float64):
@@ -127,18 +127,20 @@ def bucket_counts(tensors: list[torch.Tensor], dtype: torch.dtype,
         if segment is None:  # the same tensors every step: built once, the last one kept
             for k in [k for k in _CACHE if k[0] == "segment"]:
                 del _CACHE[k]
-            starts = torch.arange(len(tensors), dtype=torch.int32, device=x.device) * BUCKETS
+            starts = torch.arange(len(tensors), dtype=torch.int32, device=x.device) * STRIDE
             segment = _CACHE[key] = torch.repeat_interleave(
                 starts, torch.tensor(key[1], device=x.device))
         if arithmetic is None:
             arithmetic = x.dtype == torch.float32 and x.numel() >= ARITHMETIC_FROM
         buckets = _arithmetic(x, dtype) if arithmetic else _bucketized(x, dtype)
-        return torch.bincount(segment + buckets, minlength=len(tensors) * BUCKETS)
+        counts = torch.bincount(segment + buckets, minlength=len(tensors) * STRIDE)
+        return counts, (_ARITHMETIC_SLOTS if arithmetic else _BUCKETIZE_SLOTS)
 
 
-def rows(counts: list[int]) -> list[list[int]]:
-    """bucket_counts, read to the host, as one COLUMNS row per tensor."""
-    return [[counts[base + b] for b in COLUMN_BUCKET] for base in range(0, len(counts), BUCKETS)]
+def rows(counts: list[int], slots: tuple[tuple[int, ...], ...]) -> list[list[int]]:
+    """bucket_counts' counts, read to the host, as one COLUMNS row per tensor."""
+    return [[sum(counts[base + b] for b in column) for column in slots]
+            for base in range(0, len(counts), STRIDE)]
 
 
 def count_rows(tensors: list[torch.Tensor], dtype: torch.dtype,
@@ -147,8 +149,9 @@ def count_rows(tensors: list[torch.Tensor], dtype: torch.dtype,
     device = tensors[0].device if tensors else torch.device("cpu")
     if not tensors:
         return torch.zeros((0, len(COLUMNS)), dtype=torch.int64, device=device)
-    table = bucket_counts(tensors, dtype, arithmetic).view(len(tensors), BUCKETS)
-    key = ("columns", device)
-    if key not in _CACHE:
-        _CACHE[key] = torch.tensor(COLUMN_BUCKET, device=device)
-    return table[:, _CACHE[key]]  # (tensors, COLUMNS)
+    counts, slots = bucket_counts(tensors, dtype, arithmetic)
+    sums = torch.zeros((STRIDE, len(COLUMNS)), dtype=torch.float64, device=device)
+    for j, column in enumerate(slots):
+        sums[list(column), j] = 1.0  # (slots, COLUMNS): which slots each column adds
+    # float64 holds every count exactly (< 2^53); CUDA has no int64 matmul
+    return (counts.view(len(tensors), STRIDE).double() @ sums).long()  # (tensors, COLUMNS)
