@@ -84,9 +84,8 @@ GPT_FAULTS = (
           "holding token 0 is a row of zeros: variance 0, rstd = 1/sqrt(0) = inf, "
           "(x - mean) * rstd = 0 * inf = NaN, in any precision (forward, module "
           "transformer.h.0.ln_1, op NativeLayerNormBackward0).",
-          "keep eps > 0 (1e-5 is torch's default; with bf16 inputs, 1e-5 is below the "
-          "variance's resolution near 1, so consider 1e-5 in float32 statistics, as torch "
-          "computes them)",
+          "keep eps > 0 (torch's default is 1e-5): it bounds rstd by 1/sqrt(eps) for any "
+          "row, constant ones included",
           tuple((p, "forward", "transformer.h.0.ln_1", "NativeLayerNormBackward0")
                 for p in ("fp32", "bf16", "fp16"))),
     Fault("poisoned_embedding", "gpt", (Write("transformer.wte.weight", (None, 0),

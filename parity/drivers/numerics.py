@@ -175,12 +175,21 @@ COUNTS_RUN = {"seed": 0, "horizon": 12, "precision": "fp16", "init_scale": 2.0**
               "activation": "relu"}
 
 
-def counts_history(name: str = "reference") -> tuple[list[dict[str, list[int]]], Any]:
-    """The per-step counts of COUNTS_RUN, the faulted step's included, and its report."""
+# the same for the transformer: fp16, loss scale 2^-16, attention_overflow before step 9
+GPT_COUNTS_RUN = {"seed": 0, "horizon": 12, "precision": "fp16", "init_scale": 2.0**-16,
+                  "model": "gpt"}
+
+
+def counts_history(name: str = "reference", model: str = "mlp"
+                   ) -> tuple[list[dict[str, list[int]]], Any]:
+    """The per-step counts of COUNTS_RUN (GPT_COUNTS_RUN for model "gpt"), the faulted
+    step's included, and its report."""
     m = impl(name)
+    config, fault = ((GPT_COUNTS_RUN, "attention_overflow") if model == "gpt"
+                     else (COUNTS_RUN, "weight_overflow"))
     try:
-        run = m.train(m.TrainConfig(**COUNTS_RUN), 12, check_numerics=True,
-                      fault=FAULTS["weight_overflow"], fault_step=9)
+        run = m.train(m.TrainConfig(**config), 12, check_numerics=True,
+                      fault=FAULTS[fault], fault_step=9)
     except ref_numerics.NonFinite as e:
         return e.history, e.report
     return run.numerics.history, None
