@@ -167,3 +167,39 @@ def test_a_fault_of_the_other_model_is_refused_in_one_line(
     assert status == cli.EXIT_USAGE and len(err.splitlines()) == 1
     assert f"--model {FAULTS[fault].model}" in err and model in err
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("overflow", [False, True])
+def test_a_watched_attention_core_names_only_a_value_made_from_finite_inputs(
+        overflow: bool) -> None:
+    """Re-running the attention core with its ops watched: on ordinary q, k, v it names
+    nothing (masked_fill's -inf are values the op was told to write, not invalid ones);
+    with q and k 2^12 times larger under fp16 both trees name the scores' BmmBackward0 at
+    the same index."""
+    from reference import amp as r_amp
+    from reference import numerics as r_numerics
+    from reference import numerics_locate as r_locate
+    from reference.attention import AttentionCore as RefCore
+    from reference.format_spec import get_format
+    from torch_impl import numerics as t_numerics
+    from torch_impl import numerics_locate as t_locate
+    from torch_impl.attention import AttentionCore as TorchCore
+
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((2, 2, 8, 16)).astype(np.float32) for _ in range(3))
+    if overflow:
+        q, k = q * np.float32(2**12), k * np.float32(2**12)
+    fmt = get_format("float16")
+    state = r_amp.autocast("float16" if overflow else None).state
+    ref = r_locate.watch_ops(RefCore(8, 0.0, rng=rng), (q, k, v), state, fmt,
+                             r_numerics.input_range, r_numerics.first_nonfinite)
+    import torch
+
+    got = t_locate.watch_ops(TorchCore(8, 0.0), tuple(torch.from_numpy(a) for a in (q, k, v)),
+                             ("cpu", overflow, torch.float16), torch.float16,
+                             t_numerics.input_range, t_numerics.first_nonfinite)
+    if not overflow:
+        assert ref is None and got is None
+        return
+    assert ref is not None and got is not None and ref[0] == "BmmBackward0"
+    assert_claim("numerics.first_invalid", _text(list(got[:3])), _text(list(ref[:3])))
