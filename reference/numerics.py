@@ -21,7 +21,9 @@ The view format is the run's autocast format, or float16 for an fp32 run ("what 
 step do in fp16"). Values already held in the format count 0 in the last two columns.
 
 First invalid value in forward. The rows are taken in the order the hooks fire (the order
-the ops ran); the first leaf output with a non-finite value is the first invalid value:
+the ops ran); the first leaf output with a non-finite value is where the first invalid value
+shows, and the module that made it is that leaf, or the innermost container around it whose
+inputs were finite, with the op inside it found by a watched re-run (numerics_locate.py):
 
     FirstInvalid(step, phase="forward", module=<path>, op=<torch's autograd node name>,
                  index=<first non-finite element, C order>, value="inf" | "-inf" | "nan",
