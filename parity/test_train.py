@@ -7,12 +7,12 @@ exactly (the guard that the exactness tests can fail).
 Drivers are in parity/drivers/train.py, shared with the report. The hypothesis tests run the
 interrupted and the resumed halves in one process but share nothing but the checkpoint
 file: every object is rebuilt from the config, and the torch global RNG is scrambled in
-between to show nothing depends on it.
+between to show nothing depends on it. Real processes killed with SIGKILL:
+parity/test_train_kill.py.
 """
 
 from __future__ import annotations
 
-import itertools
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,20 +24,15 @@ from hypothesis import event, given, settings
 
 from parity.compare import assert_claim
 from parity.drivers.train import (
-    GPT_KILL_OPTIONS,
     INVENTORY_CASE,
-    KILL_OPTIONS,
     SMALL,
     compare_runs,
     cross_impl_resume,
     interrupted,
-    kill_at,
     max_param_difference,
     on,
     one_thread,
     resumed_without,
-    run_to_end,
-    skipped_steps,
     uninterrupted,
 )
 from parity.strategies import gpt_train_configs, train_configs
@@ -204,116 +199,6 @@ def test_resume_from_the_other_implementation_continues_exactly_where_it_can(
         for what, actual, expected in cross_impl_resume(writer, reader, Path(tmp), device,
                                                         model):
             assert_claim("resume.cross_impl_resume", actual, expected, context=what)
-
-
-# ---------------------------------------------------------------- real processes, SIGKILL
-
-
-def _kill_and_resume(name: str, tmp: Path, steps: int, delays: list[float],
-                     targeted: int | None, moments: int = 0, device: str = "cpu",
-                     kill_options: tuple[str, ...] = KILL_OPTIONS) -> int:
-    """Uninterrupted digest; kills (targeted first, then `delays` seconds after start, then
-    `moments` kills at random moments after the targeted one); every checkpoint loads after
-    each kill; the final --resume prints the uninterrupted digest. Returns the number of
-    kills."""
-    options = kill_options + (("--device", device) if name == "torch" else ())
-    expected, lines = run_to_end(name, tmp / "uninterrupted", steps, options)
-    skipped = skipped_steps(lines)
-    assert skipped, "guard: the fp16 options must produce skipped steps"
-    directory = tmp / "killed"
-    kills = 0
-    plan: list[tuple[float | None, str | None]] = [(d, None) for d in delays]
-    if targeted is not None:  # kill right after the checkpoint of a skipped step lands
-        plan.insert(0, (None, f"ckpt-{skipped[targeted]:08d}.ckpt"))
-    if moments:
-        # Random moments a fast machine cannot outrun: increasing steps at least ~30 apart
-        # (each killed process resumes past the previous kill, and --keep deletes old files),
-        # then a random 0-30 ms into what follows that step's checkpoint (usually the next
-        # step and its checkpoint write).
-        rng = np.random.default_rng()
-        first = (skipped[targeted] if targeted is not None else 0) + 5
-        grid = np.linspace(first, steps - 10, moments + 1)
-        for lo, hi in itertools.pairwise(grid):
-            step = int(rng.integers(int(lo), int(lo + (hi - lo) / 2) + 1))
-            plan.append((float(rng.uniform(0.0, 0.03)), f"ckpt-{step:08d}.ckpt"))
-    for delay, after in plan:
-        kills += kill_at(name, directory, steps, options, delay=delay, after_file=after)
-        mod = ref_resume if name == "reference" else t_resume
-        for _, path in mod.CheckpointManager(directory).checkpoints():
-            mod.load_checkpoint(path)  # every file under a checkpoint name loads
-    assert kills >= 1
-    actual, _ = run_to_end(name, directory, steps, options)
-    assert_claim("train.kill_resume", np.frombuffer(bytes.fromhex(actual), np.uint8),
-                 np.frombuffer(bytes.fromhex(expected), np.uint8))
-    return kills
-
-
-def test_sigkilled_reference_process_resumes_to_the_same_digest(tmp_path: Path) -> None:
-    """A handful of SIGKILLs (one right after a skipped step) then --resume: the same digest."""
-    rng = np.random.default_rng()
-    _kill_and_resume("reference", tmp_path, 100, sorted(rng.uniform(0.3, 0.6, 3)), targeted=0)
-
-
-def test_sigkilled_torch_process_resumes_to_the_same_digest(tmp_path: Path, device: str) -> None:
-    """One SIGKILL right after a skipped fp16 step's checkpoint, then --resume: same digest."""
-    _kill_and_resume("torch", tmp_path, 20, [], targeted=1, device=device)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", ["reference", "torch"])
-def test_many_sigkills_at_random_moments_resume_to_the_same_digest(name: str, tmp_path: Path,
-                                                                   device: str) -> None:
-    """Dozens of SIGKILLs at random moments during a run that checkpoints every step."""
-    steps, count = (1500, 40) if name == "reference" else (400, 12)
-    kills = _kill_and_resume(name, tmp_path, steps, [], targeted=2, moments=count,
-                             device=device)
-    assert kills >= (count + 1) // 2
-
-
-def test_sigkilled_gpt_process_resumes_to_the_same_digest(tmp_path: Path) -> None:
-    """The transformer, fp16 with skipped steps, every block and core recomputed: one SIGKILL
-    right after a skipped step's checkpoint, another at a random moment, then --resume."""
-    rng = np.random.default_rng()  # ~1.8 s of start-up, then ~0.07 s a step: mid-run
-    _kill_and_resume("reference", tmp_path, 20, [float(rng.uniform(1.9, 2.4))], targeted=0,
-                     kill_options=GPT_KILL_OPTIONS)
-
-
-GPT_MATRIX = [(precision, recompute) for precision in ("fp32", "bf16", "fp16")
-              for recompute in ("none", "sqrt", "selective", "optimal:2+selective")]
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", ["reference", "torch"])
-@pytest.mark.parametrize(("precision", "recompute"), GPT_MATRIX)
-def test_sigkilled_gpt_processes_resume_to_the_same_digest_in_every_option(
-        name: str, precision: str, recompute: str, tmp_path: Path, device: str) -> None:
-    """Every precision and recompute option of --model gpt, SIGKILLed at random moments of a
-    run that checkpoints every step: --resume reaches the uninterrupted digest."""
-    options = ("--model", "gpt", "--checkpoint-every", "1", "--keep", "2", "--dropout", "0.1",
-               "--precision", precision, "--recompute", recompute,
-               *(("--init-scale", "262144", "--growth-interval", "3")
-                 if precision == "fp16" else ()))
-    if precision == "fp16":
-        kills = _kill_and_resume(name, tmp_path, 60, [], targeted=1, moments=3, device=device,
-                                 kill_options=options)
-    else:  # no skipped steps to aim at: kill at random moments
-        kills = _kill_and_resume_at_moments(name, tmp_path, 60, options, device)
-    assert kills >= 1
-
-
-def _kill_and_resume_at_moments(name: str, tmp: Path, steps: int, options: tuple[str, ...],
-                                device: str) -> int:
-    options = options + (("--device", device) if name == "torch" else ())
-    expected, _ = run_to_end(name, tmp / "uninterrupted", steps, options)
-    rng = np.random.default_rng()
-    kills = 0
-    for step in sorted(rng.choice(np.arange(5, steps - 5), 3, replace=False)):
-        kills += kill_at(name, tmp / "killed", steps, options,
-                         delay=float(rng.uniform(0.0, 0.03)), after_file=f"ckpt-{step:08d}.ckpt")
-    actual, _ = run_to_end(name, tmp / "killed", steps, options)
-    assert_claim("train.kill_resume", np.frombuffer(bytes.fromhex(actual), np.uint8),
-                 np.frombuffer(bytes.fromhex(expected), np.uint8))
-    return kills
 
 
 @pytest.mark.parametrize(("impl", "written", "asked"), [("reference", "mlp", "gpt"),

@@ -21,7 +21,9 @@ The view format is the run's autocast format, or float16 for an fp32 run ("what 
 step do in fp16"). Values already held in the format count 0 in the last two columns.
 
 First invalid value in forward. The rows are taken in the order the hooks fire (the order
-the ops ran); the first leaf output with a non-finite value is the first invalid value:
+the ops ran); the first leaf output with a non-finite value is where the first invalid value
+shows, and the module that made it is that leaf, or the innermost container around it whose
+inputs were finite, with the op inside it found by a watched re-run (numerics_locate.py):
 
     FirstInvalid(step, phase="forward", module=<path>, op=<torch's autograd node name>,
                  index=<first non-finite element, C order>, value="inf" | "-inf" | "nan",
@@ -52,7 +54,7 @@ from typing import Any
 
 import numpy as np
 
-from reference import amp
+from reference import amp, numerics_locate
 from reference.format_spec import FloatFormat, get_format
 from reference.module import (
     Module,
@@ -60,6 +62,7 @@ from reference.module import (
     register_module_forward_hook,
     register_module_full_backward_hook,
 )
+from reference.nn import CrossEntropyLoss
 from reference.numerics_report import (  # noqa: F401  (re-exported)
     COLUMNS,
     FirstInvalid,
@@ -74,7 +77,8 @@ from reference.numerics_report import (  # noqa: F401  (re-exported)
 # torch's autograd node for each reference node's forward (grad_fn.name() of its output)
 OP_NAMES = {"ReLU": "ReluBackward0", "Tanh": "TanhBackward0", "GELU": "GeluBackward0",
             "Dropout": "MulBackward0", "MSELoss": "MseLossBackward0",
-            "CrossEntropyLoss": "NllLossBackward0"}
+            "CrossEntropyLoss": "NllLossBackward0", "NextTokenLoss": "NllLossBackward0",
+            "LayerNorm": "NativeLayerNormBackward0", "Embedding": "EmbeddingBackward0"}
 
 
 def op_name(node: Node) -> str:
@@ -132,10 +136,18 @@ def input_ranges(node: Node, args: tuple, fmt: FloatFormat) -> tuple[InputRange,
     return tuple(ranges + [input_range(n, p.data, fmt) for n, p in params])
 
 
-def leaf_paths(model: Module, loss_fn: Node) -> dict[int, str]:
-    """id -> path of every leaf module (no children) and of the loss ("loss")."""
+def leaf_paths(model: Module, loss_fn: Node | None) -> dict[int, str]:
+    """id -> path of every leaf module (no children) and of the loss ("loss"; a run of the
+    transformer has none: the model's own `loss_fn` is its loss)."""
     paths = {id(m): path for path, m in model.named_modules() if len(list(m.modules())) == 1}
-    return {**paths, id(loss_fn): "loss"}
+    loss_fn = loss_fn if loss_fn is not None else getattr(model, "loss_fn", None)
+    return paths if loss_fn is None else {**paths, id(loss_fn): "loss"}
+
+
+def all_paths(model: Module, loss_fn: Node | None) -> dict[int, str]:
+    """id -> path of every module, containers too (numerics_locate climbs them)."""
+    paths = {id(m): path for path, m in model.named_modules()}
+    return {**paths, **leaf_paths(model, loss_fn)}
 
 
 class Detector:
@@ -150,15 +162,17 @@ class Detector:
     def __init__(self, model: Module, loss_fn: Node, fmt: str, *, scaler_enabled: bool
                  ) -> None:
         self.model, self.fmt, self.scaler_enabled = model, get_format(fmt), scaler_enabled
-        self.paths = leaf_paths(model, loss_fn)
+        self.paths, self.leaves = all_paths(model, loss_fn), set(leaf_paths(model, loss_fn))
         self.step = 0  # set by the run loop before each step
         self.history: list[dict[str, list[int]]] = []
-        self._seen: list[tuple[str, Node, tuple, np.ndarray]] = []
+        self._seen: list[tuple[str, Node, tuple, np.ndarray]] = []  # leaves, in op order
+        self._calls: dict[str, tuple[Node, tuple]] = {}  # every module: its first call's
+        self._autocast = amp.autocast_state()  # the forward's, for numerics_locate's re-run
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
         if name == "forward":
-            self._seen = []
+            self._seen, self._calls = [], {}
             handle = register_module_forward_hook(self._forward_hook)
             try:
                 yield
@@ -175,7 +189,12 @@ class Detector:
 
     def _forward_hook(self, node: Node, args: tuple, output: Any) -> None:
         path = self.paths.get(id(node))
-        if path is not None:
+        if path is None:
+            return
+        if not self._calls:
+            self._autocast = amp.autocast_state()
+        self._calls.setdefault(path, (node, args))
+        if id(node) in self.leaves:
             self._seen.append((path, node, args, output))
 
     def _end_step(self) -> None:
@@ -194,9 +213,7 @@ class Detector:
                        counts: dict[str, list[int]]) -> FirstInvalid | None:
         for (path, node, args, output), row in zip(self._seen, table, strict=False):
             if sum(row[:3]):
-                index, value = first_nonfinite(output)
-                return FirstInvalid(self.step, "forward", path, op_name(node), index, value,
-                                    self.fmt.name, input_ranges(node, args, self.fmt), counts)
+                return self._made(path, node, args, output, counts)
         if self.scaler_enabled:  # the scaler skips this step
             return None
         for (name, grad), row in reversed(list(zip(grads, table[len(self._seen):],
@@ -206,6 +223,26 @@ class Detector:
                 return FirstInvalid(self.step, "backward", name, "", index, value,
                                     self.fmt.name, (), counts)
         return None
+
+
+    def _made(self, path: str, node: Node, args: tuple, output: np.ndarray,
+              counts: dict[str, list[int]]) -> FirstInvalid:
+        """The report of the first invalid value, first shown by leaf `path`: where it was
+        made (reference/numerics_locate.py)."""
+        made = numerics_locate.maker(path, self._calls)
+        found = None
+        if made != path:
+            node, args = self._calls[made]
+            found = numerics_locate.watch_ops(node, args, self._autocast, self.fmt,
+                                              input_range, first_nonfinite)
+        if found is None:
+            index, value = first_nonfinite(output)
+            op, inputs = op_name(node) if made == path else "", input_ranges(node, args,
+                                                                             self.fmt)
+        else:
+            op, index, value, inputs = found
+        return FirstInvalid(self.step, "forward", made, op, index, value, self.fmt.name,
+                            inputs, counts)
 
 
 # NOTE [ Backward names ]
@@ -220,7 +257,7 @@ class Detector:
 # (ToCopyBackward0) makes no NaN from a non-NaN value, so it is never named.
 def backward_name(node: Node, grad_output: tuple) -> str:
     """torch's name of the backward node of `node` that returned the NaN."""
-    if type(node).__name__ == "CrossEntropyLoss":
+    if isinstance(node, CrossEntropyLoss):
         incoming = np.asarray(grad_output[0]) if grad_output else np.zeros(())
         return "NllLossBackward0" if np.isnan(incoming).any() else "LogSoftmaxBackward0"
     return op_name(node)
@@ -247,7 +284,8 @@ def anomaly_replay(model: Module, loss_fn: Node, step: Callable[[Callable], Any]
             return
         params = node.named_parameters() if isinstance(node, Module) else ()  # a leaf's own
         outputs = [grad_input] + [p.grad for _, p in params if p.grad is not None]
-        if any(np.isnan(np.asarray(g)).any() for g in outputs):
+        if any(np.isnan(g).any() for g in outputs  # an Embedding returns no input gradient
+               if numerics_locate.is_float(g)):
             raise _Found(backward_name(node, grad_output), paths[id(node)])
 
     @contextmanager

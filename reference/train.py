@@ -24,28 +24,16 @@ only if the checkpoint holds everything the next step reads (the inventory, docs
     step        the step counter (and `skipped`, the count of skipped steps)
     config      the fingerprint of what must not change across a resume
 
-# NOTE [ Canonical state digest ]
-`state_digest` (printed as `state-sha256`) is SHA-256 over length-prefixed records, in
-this order: every model entry in state_dict order; every optimizer buffer, parameter index
-ascending, buffer name sorted ("optimizer/<i>/<name>"); every scaler entry, key sorted
-("scaler/<key>"); then "data/epoch" and "data/position". An array record is
-name NUL dtype.str NUL shape NUL raw-bytes (little-endian, C order); a plain value's is
-name NUL "py" NUL repr(value). torch_impl/train.py computes the same bytes from tensors,
-so a state and its cross-implementation mapping have the same digest. Random streams and
-the lr are not in it: they are checked by the resume tests through the parameters they
-change.
+The state digest (printed as `state-sha256`) is reference/state_digest.py (NOTE [ Canonical
+state digest ]); the configuration is reference/train_config.py.
 """
 
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
-import math
-import struct
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +45,14 @@ from reference.gpt import GPT
 from reference.losses import Loss
 from reference.nn import Module
 from reference.recompute import Schedule
-from reference.train_models import MODELS, batch_of, build
+from reference.state_digest import state_digest  # noqa: F401  (re-exported)
+from reference.train_config import (  # noqa: F401  (re-exported: the configuration)
+    F32_MAX,
+    OPTIMIZERS,
+    SCHEDULES,
+    TrainConfig,
+)
+from reference.train_models import batch_of, build
 
 
 def no_phase(name: str) -> AbstractContextManager[None]:
@@ -67,91 +62,6 @@ def no_phase(name: str) -> AbstractContextManager[None]:
 
 FAULTS = (None, "fp16_without_scaler", "clip_before_unscale")
 INVENTORY = ("model", "optimizer", "scheduler", "scaler", "rng", "data", "step")
-OPTIMIZERS = {"SGD": {"momentum": 0.9}, "Adam": {}, "AdamW": {"weight_decay": 0.01}}
-SCHEDULES = ("constant", "cosine", "step")
-F32_MAX = float.fromhex("0x1.fffffep+127")  # 3.4028235e38, the largest finite float32
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """Everything that defines a run (and must not change across a resume: the fingerprint);
-    torch_impl.train uses this very class. A value out of range is a ValueError naming the
-    field and what is accepted (fewer samples than a batch would make epochs of 0 batches;
-    init_scale must be a finite float32). Run checks the recompute spec against the model."""
-
-    seed: int = 0
-    model: str = "mlp"  # or "gpt": reference/train_models.py
-    sizes: tuple[int, ...] = (8, 32, 32, 3)
-    activation: str = "tanh"
-    dropout: float = 0.0
-    precision: str = "fp32"
-    recompute: str = "none"
-    optimizer: str = "AdamW"
-    lr: float = 1e-2
-    schedule: str = "cosine"
-    horizon: int = 200  # the LR schedule's length (T_max), the steps of the whole run
-    batch_size: int = 16
-    num_samples: int = 256
-    loss: str = "cross_entropy"
-    init_scale: float = 2.0**16
-    growth_interval: int = 2000
-    max_grad_norm: float | None = None
-
-    def __post_init__(self) -> None:
-        _whole("seed", self.seed, 0, 2**32)
-        _choice("model", self.model, MODELS)
-        if len(self.sizes) < 2:
-            raise ValueError(f"TrainConfig: sizes needs (d_in, ..., d_out), got {self.sizes!r}")
-        for size in self.sizes:
-            _whole("sizes", size, 1)
-        _real("dropout", self.dropout, 0.0, 1.0, high_open=True)
-        amp.autocast_dtype(self.precision)
-        _choice("optimizer", self.optimizer, tuple(OPTIMIZERS))
-        _real("lr", self.lr, 0.0, math.inf, low_open=True)
-        _choice("schedule", self.schedule, SCHEDULES)
-        _whole("horizon", self.horizon, 1)
-        _whole("batch_size", self.batch_size, 1)
-        _whole("num_samples", self.num_samples, self.batch_size)
-        _choice("loss", self.loss, ("cross_entropy", "mse") if self.model == "mlp"
-                else ("cross_entropy",))
-        _real("init_scale", self.init_scale, 0.0, F32_MAX, low_open=True)
-        _whole("growth_interval", self.growth_interval, 1)
-        if self.max_grad_norm is not None:
-            _real("max_grad_norm", self.max_grad_norm, 0.0, math.inf, low_open=True)
-        object.__setattr__(self, "sizes", tuple(self.sizes))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
-
-    def fingerprint(self) -> str:
-        """SHA-256 of the configuration as canonical JSON (sorted keys)."""
-        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()
-
-
-def _whole(name: str, value: Any, low: int, high: float = math.inf) -> None:
-    """ValueError unless `value` is an int (not a bool) in [low, high)."""
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value < high:
-        accepted = f"an int >= {low}" + (f" and < {high}" if high != math.inf else "")
-        raise ValueError(f"TrainConfig: {name} must be {accepted}, got {value!r}")
-
-
-def _real(name: str, value: Any, low: float, high: float, *, low_open: bool = False,
-          high_open: bool = False) -> None:
-    """ValueError unless `value` is a finite int or float in the interval given."""
-    ok = (not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
-          and (low < value if low_open else low <= value)
-          and (value < high if high_open else value <= high))
-    if not ok:
-        interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
-        raise ValueError(f"TrainConfig: {name} must be a finite number in {interval}, "
-                         f"got {value!r}")
-
-
-def _choice(name: str, value: Any, accepted: tuple[str, ...]) -> None:
-    if value not in accepted:
-        raise ValueError(f"TrainConfig: {name} must be one of {accepted}, got {value!r}")
-
-
 class Run:
     """A training run's objects and counters; `state_dict()` is its complete checkpoint."""
 
@@ -194,8 +104,9 @@ class Run:
         x, y = self.next_batch() if batch is None else batch
         self.last_batch = (x, y)
         # fp16 with a loss scale overflows on purpose now and then: the step is skipped, and
-        # inf * 0 = NaN in the backward is how the scaler finds out (found_inf)
-        with np.errstate(over="ignore", invalid="ignore"):
+        # inf * 0 = NaN in the backward is how the scaler finds out (found_inf); a seeded
+        # fault divides by zero (LayerNorm with eps 0): the numerics detector reports it
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
             result = self._step(x, y, phase)
         if not result.skipped:  # the schedule counts applied updates
             self.scheduler.step()
@@ -347,34 +258,6 @@ def _scheduled(model: Module, schedule: Schedule) -> Any:
     return recompute.ScheduledRun(model, schedule)
 
 
-# ---------------------------------------------------------------- the digest
-
-def _record(name: str, value: Any) -> bytes:
-    if isinstance(value, np.ndarray | np.generic):
-        a = np.ascontiguousarray(np.asarray(value))
-        body = (f"{name}\0{a.dtype.newbyteorder('<').str}\0{','.join(map(str, a.shape))}\0"
-                .encode() + a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes())
-    else:
-        body = f"{name}\0py\0{value!r}".encode()
-    return struct.pack("<Q", len(body)) + body
-
-
-def state_digest(state: Mapping[str, Any]) -> str:
-    """SHA-256 of params, optimizer buffers, scaler and data position (NOTE [ Canonical ...])."""
-    h = hashlib.sha256()
-    for key, value in state["model"].items():
-        h.update(_record(f"model/{key}", value))
-    opt_state = state["optimizer"]["state"]
-    for i in sorted(opt_state):
-        for name in sorted(opt_state[i]):
-            h.update(_record(f"optimizer/{i}/{name}", opt_state[i][name]))
-    for key in sorted(state["scaler"]):
-        h.update(_record(f"scaler/{key}", state["scaler"][key]))
-    h.update(_record("data/epoch", int(state["data"]["epoch"])))
-    h.update(_record("data/position", int(state["data"]["position"])))
-    return h.hexdigest()
-
-
 # ---------------------------------------------------------------- the loop
 
 Loader = Callable[[Path], dict[str, Any]]
@@ -404,6 +287,8 @@ def train(config: TrainConfig, steps: int, checkpoint_dir: str | Path | None = N
         raise ValueError(f"train: steps must be in [0, horizon = {config.horizon}] (a schedule "
                          f"run past its horizon restarts) and checkpoint_every >= 0, got "
                          f"steps {steps}, checkpoint_every {checkpoint_every}")
+    if fault is not None:
+        faults.check_model(fault, config.model)  # before the directory is touched
     run = Run(config)
     directory = (None if checkpoint_dir is None
                  else resume.CheckpointManager(checkpoint_dir, keep=keep, log=log))

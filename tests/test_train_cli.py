@@ -57,7 +57,7 @@ BAD_MODEL = [
     (["--model", "gpt", "--recompute", "uniform:5"], "uniform:K needs 1 <= K <= 4"),
     (["--model", "gpt", "--recompute", "sqrt+uniform:2"], "expected SPEC, 'selective'"),
     (["--model", "gpt", "--recompute", "selective+selective"], "expected SPEC, 'selective'"),
-    (["--model", "gpt", "--fault", "poisoned_batch"], "the fault catalogue is written for "
+    (["--model", "gpt", "--fault", "poisoned_batch"], "poisoned_batch is written for "
                                                       "--model mlp"),
 ]
 

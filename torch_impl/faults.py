@@ -6,21 +6,48 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from reference.fault_catalogue import FAULTS, Fault, fault_named  # noqa: F401  (plain data)
+from reference.fault_catalogue import (  # noqa: F401  (plain data)
+    FAULTS,
+    Fault,
+    Write,
+    check_model,
+    fault_named,
+)
 
 
 def apply_fault(model: nn.Module, fault: Fault, batch: tuple[torch.Tensor, torch.Tensor]
                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """reference.faults.apply_fault, on a torch model and batch."""
-    if fault.module == "batch":
-        x = batch[0].clone()
-        x[fault.index] = fault.value
-        return x, batch[1]
-    params = dict(model.named_parameters())
-    name = f"{fault.module}.{fault.param}"
-    if name not in params or params[name].ndim != len(fault.index):
-        raise ValueError(f"fault {fault.name}: the model has no parameter {name} of "
-                         f"{len(fault.index)} dimensions (sizes needs at least 3 layers)")
-    with torch.no_grad():
-        params[name][fault.index] = fault.value
+    for w in fault.writes:
+        if w.target == "batch.x":
+            x = batch[0].clone()
+            x[_index(w)] = w.value
+            batch = (x, batch[1])
+        elif w.how == "attribute":
+            path, _, attr = w.target.rpartition(".")
+            module = dict(model.named_modules()).get(path)
+            if module is None or not isinstance(getattr(module, attr, None), float):
+                raise ValueError(f"fault {fault.name}: the model has no module {path} with a "
+                                 f"float attribute {attr}")
+            setattr(module, attr, w.value)
+        else:
+            with torch.no_grad():
+                data = _parameter(model, fault, w)
+                if w.how == "multiply":
+                    data[_index(w)] *= w.value
+                else:
+                    data[_index(w)] = w.value
     return batch
+
+
+def _index(w: Write) -> tuple[int | slice, ...]:
+    return tuple(slice(None) if i is None else i for i in w.index)
+
+
+def _parameter(model: nn.Module, fault: Fault, w: Write) -> torch.Tensor:
+    params = dict(model.named_parameters())
+    if w.target not in params or (w.index and params[w.target].ndim != len(w.index)):
+        raise ValueError(f"fault {fault.name}: the model has no parameter {w.target} of "
+                         f"{len(w.index)} dimensions (the faults of --model {fault.model}; "
+                         "the MLP's need at least 3 layers)")
+    return params[w.target]

@@ -8,10 +8,11 @@ What PyTorch does differently or hides:
 - The format view casts: `x.to(float16)` is inf (or zero) exactly where the reference's
   thresholds say it is, so the two count the same values by different means.
 - One pass and one host synchronization per step: the hooks only keep references; at the
-  step's end every output and gradient is concatenated, the six indicators are computed once
-  over the concatenation and summed per tensor (slices whose bounds are host integers), and
-  the table is copied to the host once (`.tolist()` in `_end_step`); only a step that found
-  something syncs again, to read the failing element and the input ranges.
+  step's end every output and gradient is concatenated, each value gets one bucket number,
+  one bincount counts every tensor's buckets, and the histogram is copied to the host once
+  (`.tolist()` in `_end_step`; torch_impl/numerics_counts.py, NOTE [ One pass of counting ]);
+  only a step that found something syncs again, to read the failing element and the input
+  ranges.
 - The backward check is torch.autograd.detect_anomaly(check_nan=True) itself: it raises
   "Function 'XBackward0' returned nan values in its 0th output." and warns with the forward
   call's traceback; `anomaly_replay` reads the name and the traceback from those.
@@ -37,15 +38,22 @@ from reference.numerics_report import (  # plain data: the report
     format_counts,
     totals,
 )
-from torch_impl import amp
+from torch_impl import amp, numerics_locate
 from torch_impl.format_spec import get_format
+from torch_impl.numerics_counts import bucket_counts, count_rows, rows
 
 __all__ = ["COLUMNS", "Detector", "FirstInvalid", "InputRange", "NonFinite", "ReplayResult",
            "anomaly_replay", "count_rows", "format_counts", "totals", "view_format"]
 
+VIEWS = ("ViewBackward0", "UnsafeViewBackward0")  # a reshape of the op's result
+
+
 def op_name(module: nn.Module, output: Any) -> str:
-    """torch's autograd node of the output (the module's type name when there is none)."""
+    """torch's autograd node of the output (the module's type name when there is none),
+    through a reshape (a Linear on (B, T, C) is addmm on (B T, C) viewed back)."""
     grad_fn = getattr(output, "grad_fn", None)
+    while grad_fn is not None and grad_fn.name() in VIEWS and grad_fn.next_functions:
+        grad_fn = grad_fn.next_functions[0][0]
     return grad_fn.name() if grad_fn is not None else type(module).__name__
 
 
@@ -53,23 +61,6 @@ def view_format(precision: str) -> str:
     """The format the counts view values in: the autocast format, float16 for fp32."""
     dtype = amp.autocast_dtype(precision) or torch.float16
     return str(dtype).removeprefix("torch.")
-
-
-def count_rows(tensors: list[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
-    """(len(tensors), COLUMNS) int64 on the tensors' device, without a sync."""
-    wide = torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
-    device = tensors[0].device if tensors else torch.device("cpu")
-    x = torch.cat([t.detach().reshape(-1).to(wide) for t in tensors]
-                  or [torch.zeros(0, device=device)])  # (n,): every value exactly
-    cast = x.to(dtype)  # the format's view: what the cast makes of each value
-    finite = torch.isfinite(x)
-    masks = torch.stack([torch.isnan(x), torch.isposinf(x), torch.isneginf(x), x == 0,
-                         finite & torch.isinf(cast),
-                         finite & (x != 0) & (cast == 0)])  # (COLUMNS, n) bool
-    sizes = [t.numel() for t in tensors]  # host integers: splitting needs no sync
-    return torch.stack([m.sum(dim=1) for m in masks.split(sizes, dim=1)]
-                       or [torch.zeros(len(COLUMNS), dtype=torch.int64, device=device)]
-                       )[:len(tensors)]  # (tensors, COLUMNS)
 
 
 def first_nonfinite(x: torch.Tensor) -> tuple[tuple[int, ...], str]:
@@ -97,10 +88,16 @@ def input_ranges(module: nn.Module, args: tuple, dtype: torch.dtype) -> tuple[In
     return tuple(ranges + [input_range(n, p, dtype) for n, p in params])
 
 
-def leaf_paths(model: nn.Module, loss_fn: nn.Module) -> dict[int, str]:
+def leaf_paths(model: nn.Module, loss_fn: nn.Module | None) -> dict[int, str]:
     """id -> path of every leaf module (no children) and of the loss ("loss")."""
     paths = {id(m): path for path, m in model.named_modules() if next(m.children(), None) is None}
-    return {**paths, id(loss_fn): "loss"}
+    return paths if loss_fn is None else {**paths, id(loss_fn): "loss"}
+
+
+def all_paths(model: nn.Module, loss_fn: nn.Module | None) -> dict[int, str]:
+    """id -> path of every module, containers too (numerics_locate climbs them)."""
+    paths = {id(m): path for path, m in model.named_modules()}
+    return {**paths, **leaf_paths(model, loss_fn)}
 
 
 class Detector:
@@ -110,15 +107,18 @@ class Detector:
                  scaler_enabled: bool) -> None:
         self.model, self.fmt, self.scaler_enabled = model, get_format(fmt), scaler_enabled
         self.dtype = self.fmt.dtype
-        self.paths = leaf_paths(model, loss_fn)
+        self.paths, self.leaves = all_paths(model, loss_fn), set(leaf_paths(model, loss_fn))
+        self._params = list(model.named_parameters())
         self.step = 0  # set by the run loop before each step
         self.history: list[dict[str, list[int]]] = []
-        self._seen: list[tuple[str, nn.Module, tuple, torch.Tensor]] = []
+        self._seen: list[tuple[str, nn.Module, tuple, torch.Tensor]] = []  # leaves, op order
+        self._calls: dict[str, tuple[nn.Module, tuple]] = {}  # every module: its first call's
+        self._autocast: numerics_locate.Autocast = numerics_locate.autocast_state("cpu")
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
         if name == "forward":
-            self._seen = []
+            self._seen, self._calls = [], {}
             handle = nn.modules.module.register_module_forward_hook(self._forward_hook)
             try:
                 yield
@@ -135,15 +135,19 @@ class Detector:
 
     def _forward_hook(self, module: nn.Module, args: tuple, output: Any) -> None:
         path = self.paths.get(id(module))
-        if path is not None:
+        if path is None:
+            return
+        if not self._calls and isinstance(output, torch.Tensor):
+            self._autocast = numerics_locate.autocast_state(output.device.type)
+        self._calls.setdefault(path, (module, args))
+        if id(module) in self.leaves:
             self._seen.append((path, module, args, output))
 
     def _end_step(self) -> None:
-        grads = [(name, p.grad) for name, p in self.model.named_parameters()
-                 if p.grad is not None]
+        grads = [(name, p.grad) for name, p in self._params if p.grad is not None]
         tensors = [output for *_, output in self._seen] + [g for _, g in grads]
-        table = count_rows(tensors, self.dtype).tolist()  # (modules + parameters, COLUMNS):
-        #                                                   the step's one sync
+        counts, slots = bucket_counts(tensors, self.dtype)
+        table = rows(counts.tolist(), slots)  # (modules + parameters, COLUMNS): the one sync
         names = [f"act:{path}" for path, *_ in self._seen] + [f"grad:{n}" for n, _ in grads]
         counts = dict(zip(names, table, strict=True))
         self.history.append(counts)
@@ -155,10 +159,7 @@ class Detector:
                        counts: dict[str, list[int]]) -> FirstInvalid | None:
         for (path, module, args, output), row in zip(self._seen, table, strict=False):
             if sum(row[:3]):
-                index, value = first_nonfinite(output)
-                return FirstInvalid(self.step, "forward", path, op_name(module, output), index,
-                                    value, self.fmt.name, input_ranges(module, args, self.dtype),
-                                    counts)
+                return self._made(path, module, args, output, counts)
         if self.scaler_enabled:  # the scaler skips this step
             return None
         for (name, grad), row in reversed(list(zip(grads, table[len(self._seen):],
@@ -168,6 +169,25 @@ class Detector:
                 return FirstInvalid(self.step, "backward", name, "", index, value,
                                     self.fmt.name, (), counts)
         return None
+
+
+    def _made(self, path: str, module: nn.Module, args: tuple, output: torch.Tensor,
+              counts: dict[str, list[int]]) -> FirstInvalid:
+        """reference.numerics.Detector._made."""
+        made = numerics_locate.maker(path, self._calls)
+        found = None
+        if made != path:
+            module, args = self._calls[made]
+            found = numerics_locate.watch_ops(module, args, self._autocast, self.dtype,
+                                              input_range, first_nonfinite)
+        if found is None:
+            index, value = first_nonfinite(output)
+            op = op_name(module, output) if made == path else ""
+            inputs = input_ranges(module, args, self.dtype)
+        else:
+            op, index, value, inputs = found
+        return FirstInvalid(self.step, "forward", made, op, index, value, self.fmt.name,
+                            inputs, counts)
 
 
 # NOTE [ Backward names ] in reference/numerics.py: what detect_anomaly checks and names.

@@ -1,5 +1,5 @@
 """The training loop in PyTorch. See reference/train.py for the step, the inventory of a
-complete checkpoint and NOTE [ Canonical state digest ].
+complete checkpoint; torch_impl/state_digest.py for NOTE [ Canonical state digest ].
 
 What PyTorch does differently or hides:
 - nn.Dropout draws from the DEFAULT generator (no `generator=` argument), and
@@ -21,15 +21,12 @@ configuration compares across the implementations field by field.
 
 from __future__ import annotations
 
-import hashlib
-import struct
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -39,6 +36,7 @@ from torch_impl import amp, faults, loss_scaling, numerics, resume
 from torch_impl.data import hash_words
 from torch_impl.gpt import GPT
 from torch_impl.recompute import Schedule
+from torch_impl.state_digest import state_digest  # noqa: F401  (re-exported)
 from torch_impl.train_models import batch_of, build
 
 
@@ -276,34 +274,6 @@ def _scheduled(model: nn.Module, x: torch.Tensor, schedule: Schedule) -> torch.T
     return recompute.forward_with_schedule(model, x, schedule)
 
 
-# ---------------------------------------------------------------- the digest
-
-def _record(name: str, value: Any) -> bytes:
-    if isinstance(value, torch.Tensor):
-        a = np.ascontiguousarray(value.detach().cpu().numpy())
-        body = (f"{name}\0{a.dtype.newbyteorder('<').str}\0{','.join(map(str, a.shape))}\0"
-                .encode() + a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes())
-    else:
-        body = f"{name}\0py\0{value!r}".encode()
-    return struct.pack("<Q", len(body)) + body
-
-
-def state_digest(state: Mapping[str, Any]) -> str:
-    """SHA-256 of params, optimizer buffers, scaler and data position (reference/train.py)."""
-    h = hashlib.sha256()
-    for key, value in state["model"].items():
-        h.update(_record(f"model/{key}", value))
-    opt_state = state["optimizer"]["state"]
-    for i in sorted(opt_state):
-        for name in sorted(opt_state[i]):
-            h.update(_record(f"optimizer/{i}/{name}", opt_state[i][name]))
-    for key in sorted(state["scaler"]):
-        h.update(_record(f"scaler/{key}", state["scaler"][key]))
-    h.update(_record("data/epoch", int(state["data"]["epoch"])))
-    h.update(_record("data/position", int(state["data"]["position"])))
-    return h.hexdigest()
-
-
 # ---------------------------------------------------------------- the loop
 
 Loader = Callable[[Path], dict[str, Any]]
@@ -320,6 +290,8 @@ def train(config: TrainConfig, steps: int, checkpoint_dir: str | Path | None = N
         raise ValueError(f"train: steps must be in [0, horizon = {config.horizon}] (a schedule "
                          f"run past its horizon restarts) and checkpoint_every >= 0, got "
                          f"steps {steps}, checkpoint_every {checkpoint_every}")
+    if fault is not None:
+        faults.check_model(fault, config.model)  # before the directory is touched
     run = Run(config, device)
     directory = (None if checkpoint_dir is None
                  else resume.CheckpointManager(checkpoint_dir, keep=keep, log=log))

@@ -11,8 +11,8 @@ import numpy as np
 
 from parity.compare import measure
 from parity.drivers.numerics import (
-    FAULTED,
     count_rows,
+    faulted_config,
     faulted_run,
     replay,
     save_replay,
@@ -24,7 +24,8 @@ from parity.tolerances import claim
 from reference.format_spec import get_format
 from reference.numerics import thresholds
 
-CASES = (("weight_overflow", "fp16"), ("inf_weight", "fp32"), ("poisoned_batch", "bf16"))
+CASES = (("weight_overflow", "fp16"), ("inf_weight", "fp32"), ("poisoned_batch", "bf16"),
+         ("attention_overflow", "fp16"), ("gelu_backward", "fp32"))
 
 
 def _text(value: object) -> np.ndarray:
@@ -50,10 +51,11 @@ def _() -> Observation:
 
 
 def _found(name: str, fault: str, precision: str, root: Path) -> object:
-    start = root / f"start-{precision}"
+    config = faulted_config(fault, precision)
+    start = root / f"start-{config.get('model', 'mlp')}-{precision}"
     if not start.exists():
-        seed_directory(start, {**FAULTED, "precision": precision})
-    _, found = faulted_run(name, {**FAULTED, "precision": precision}, fault, 3, 5, start,
+        seed_directory(start, config)
+    _, found = faulted_run(name, config, fault, 3, 5, start,
                            root / f"{name}-{fault}-{precision}")
     return found
 
@@ -70,7 +72,7 @@ def _() -> Observation:
             worst += measure(claim("numerics.first_invalid"), _text(got.report.identity()),
                              _text(ref.report.identity()))
             n += 1
-    return Observation(worst, n, "weight_overflow fp16, inf_weight fp32, poisoned_batch bf16")
+    return Observation(worst, n, ", ".join(f"{f} {p}" for f, p in CASES))
 
 
 @check("numerics.replay_node")
@@ -86,4 +88,5 @@ def _() -> Observation:
                 worst += measure(claim("numerics.replay_node"),
                                  _text([a.node, a.module]), _text([b.node, b.module]))
                 n += 1
-    return Observation(worst, n, "three faults, each tree's file replayed by both trees")
+    return Observation(worst, n, f"{len(CASES)} faults (MLP and transformer), each tree's "
+                                 "file replayed by both trees")

@@ -29,10 +29,12 @@ CLAIMS: tuple[Claim, ...] = (
         id="numerics.first_invalid",
         statement=(
             "Started from the same checkpoint, with a fault of the catalogue seeded before the "
-            "same step, both trees' detectors report the same first invalid value: step, "
-            "phase, module path, op (torch's autograd node name), index of the first "
-            "non-finite element and its value (inf, -inf, nan), and the same per-step nan/"
-            "+inf/-inf counts of every activation and gradient."
+            "same step (the MLP's or the transformer's), both trees' detectors report the same "
+            "first invalid value: step, phase, the module that made it (torch's module path; "
+            "for a container such as the attention core, the op inside it found by a watched "
+            "re-run), op (torch's autograd node name), index of the first non-finite element "
+            "and its value (inf, -inf, nan), and the same per-step nan/+inf/-inf counts of "
+            "every activation and gradient."
         ),
         kind="bits",
         bound=0,
@@ -42,8 +44,14 @@ CLAIMS: tuple[Claim, ...] = (
             "makes x * inf = +-inf in every output element whose input is non-zero, and its "
             "sign is the input's sign; the two trees' activations differ by a few ulps, which "
             "changes neither a sign nor whether a value is zero unless it lies within those "
-            "ulps of 0 (the tests draw seeds; none has). The op names are looked up in the "
-            "reference and read off grad_fn in torch: two independent sources."
+            "ulps of 0 (the tests draw seeds; none has). The transformer's faults are exact "
+            "events too: a zero-variance row gives 0 * inf = NaN in any rounding; a NaN table "
+            "entry is gathered as is; a score q k^T of 2^24 times its fp32 size lies far "
+            "beyond 65520, where the rounding to inf cannot depend on an ulp (a score within "
+            "ulps of 65520 could: the seeds drawn have none); the GELU's x^3 at -1e30 "
+            "overflows in float32 in both. The op names are looked up in the reference (its "
+            "op functions by name) and read off grad_fn or the aten op in torch: two "
+            "independent sources."
         ),
     ),
     Claim(
@@ -60,7 +68,10 @@ CLAIMS: tuple[Claim, ...] = (
             "Both check the same outputs (each backward node's input and parameter gradients) "
             "for NaN in the same order (reverse of forward). The NaN is made by inf * 0 with "
             "an inf the fault put in a weight and a zero that saturation makes exactly "
-            "(1 - tanh(x)^2 = 0 once tanh rounds to 1): exact events, the same in both trees."
+            "(1 - tanh(x)^2 = 0 once tanh rounds to 1; the tanh-GELU's derivative at -1e30), "
+            "or it is already in the forward and log_softmax's backward returns it first: "
+            "exact events, the same in both trees. The replay restores the state, not code: "
+            "a module attribute (LayerNorm's eps) is not in it, and both trees find nothing."
         ),
     ),
 )

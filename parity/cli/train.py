@@ -32,8 +32,8 @@ first non-finite value it stops before that step's update, prints the report (st
 op, the op's input ranges against the format's limits), writes the step's batch and state
 to DIR/first-invalid-step<N>.replay for `python -m parity replay`, and ends with the line
 `first-invalid: {json}` (keys step, phase, module, op, index, value) and exit status 3.
---fault NAME seeds a fault of the catalogue (--fault list) before step --fault-step (the
-MLP's: --model gpt refuses it).
+--fault NAME seeds a fault of the catalogue (--fault list: each fault with the model it is
+written for; the other model's is refused) before step --fault-step.
 The implementation is imported only when chosen: `--impl reference` never imports torch
 (unless it converts a torch checkpoint).
 """
@@ -126,8 +126,8 @@ class _FaultAction(argparse.Action):
         from reference.faults import FAULTS
 
         if values == "list":
-            print("".join(f"{f.name}: {f.what}\n  fix: {f.fix}\n" for f in FAULTS.values()),
-                  end="")
+            print("".join(f"{f.name} (--model {f.model}): {f.what}\n  fix: {f.fix}\n"
+                          for f in FAULTS.values()), end="")
             parser.exit(0)
         if values not in FAULTS:
             parser.error(f"argument --fault: {values!r} is not a fault; the catalogue: "
@@ -216,10 +216,13 @@ def run(args: argparse.Namespace) -> int:
     different --steps continues the same run instead of refusing a changed configuration);
     otherwise --steps.
     """
-    if args.fault is not None and args.model != "mlp":
-        raise UsageError(f"--fault {args.fault.name}: the fault catalogue is written for "
-                         "--model mlp (its Linears by index, its float inputs); --model gpt "
-                         "takes --check-numerics without --fault")
+    if args.fault is not None:
+        from reference.fault_catalogue import check_model as fault_fits
+
+        try:
+            fault_fits(args.fault, args.model)
+        except ValueError as e:
+            raise UsageError(f"--fault {args.fault.name}: {e}") from None
     if args.resume:
         check_model(args.checkpoint_dir, args.model)
     horizon = args.horizon

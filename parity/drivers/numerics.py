@@ -23,6 +23,15 @@ from reference.faults import FAULTS, fault_named
 # the default model (8, 32, 32, 3): the second Linear is module "2"; no dropout (the two
 # trees' masks differ), so the runs are the same arithmetic up to rounding
 FAULTED = {"seed": 0, "horizon": 12, "sizes": (8, 32, 32, 3)}
+# the transformer (TRAIN_SHAPE, 4 blocks, the copy task), no dropout
+GPT_FAULTED = {"seed": 0, "horizon": 12, "model": "gpt"}
+
+
+def faulted_config(fault: str, precision: str) -> dict[str, Any]:
+    """The configuration a catalogued fault is observed in: FAULTED or GPT_FAULTED by the
+    model the fault is written for."""
+    return {**(GPT_FAULTED if fault_named(fault).model == "gpt" else FAULTED),
+            "precision": precision}
 
 
 def numerics_module(name: str) -> Any:
@@ -110,8 +119,10 @@ def replay(name: str, path: Path, device: str = "cpu") -> ref_numerics.ReplayRes
 
 # ---------------------------------------------------------------- one array, both trees
 
-def count_rows(x: np.ndarray, fmt: str, device: str = "cpu") -> tuple[np.ndarray, np.ndarray]:
-    """(reference row, torch row) of COLUMNS for the same float32 array `x`, viewed in fmt."""
+def count_rows(x: np.ndarray, fmt: str, device: str = "cpu", arithmetic: bool | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """(reference row, torch row) of COLUMNS for the same float32 array `x`, viewed in fmt
+    (`arithmetic`: which way torch numbers the values, NOTE [ One pass of counting ])."""
     import torch
 
     from reference.format_spec import get_format
@@ -119,13 +130,16 @@ def count_rows(x: np.ndarray, fmt: str, device: str = "cpu") -> tuple[np.ndarray
     from torch_impl.format_spec import get_format as t_get_format
 
     ref = ref_numerics.count_rows([x], get_format(fmt))[0]
-    got = t_numerics.count_rows([torch.from_numpy(x).to(device)], t_get_format(fmt).dtype)[0]
+    got = t_numerics.count_rows([torch.from_numpy(x).to(device)], t_get_format(fmt).dtype,
+                                arithmetic)[0]
     return ref, got.cpu().numpy()
 
 
 # ---------------------------------------------------------------- the catalogue, observed
 
-CATALOGUE = (("weight_overflow", "fp16"), ("inf_weight", "fp32"), ("poisoned_batch", "bf16"))
+CATALOGUE = (("weight_overflow", "fp16"), ("inf_weight", "fp32"), ("poisoned_batch", "bf16"),
+             ("attention_overflow", "fp16"), ("layernorm_eps0", "fp32"),
+             ("poisoned_embedding", "bf16"), ("gelu_backward", "fp32"))
 
 
 def observe_catalogue(root: Path) -> list[dict[str, Any]]:
@@ -134,8 +148,8 @@ def observe_catalogue(root: Path) -> list[dict[str, Any]]:
     each tree's replay names."""
     rows = []
     for fault, precision in CATALOGUE:
-        config = {**FAULTED, "precision": precision}
-        start = root / f"start-{precision}"
+        config = faulted_config(fault, precision)
+        start = root / f"start-{config.get('model', 'mlp')}-{precision}"
         if not start.exists():
             seed_directory(start, config)
         row: dict[str, Any] = {"fault": fault, "precision": precision}
@@ -161,12 +175,21 @@ COUNTS_RUN = {"seed": 0, "horizon": 12, "precision": "fp16", "init_scale": 2.0**
               "activation": "relu"}
 
 
-def counts_history(name: str = "reference") -> tuple[list[dict[str, list[int]]], Any]:
-    """The per-step counts of COUNTS_RUN, the faulted step's included, and its report."""
+# the same for the transformer: fp16, loss scale 2^-16, attention_overflow before step 9
+GPT_COUNTS_RUN = {"seed": 0, "horizon": 12, "precision": "fp16", "init_scale": 2.0**-16,
+                  "model": "gpt"}
+
+
+def counts_history(name: str = "reference", model: str = "mlp"
+                   ) -> tuple[list[dict[str, list[int]]], Any]:
+    """The per-step counts of COUNTS_RUN (GPT_COUNTS_RUN for model "gpt"), the faulted
+    step's included, and its report."""
     m = impl(name)
+    config, fault = ((GPT_COUNTS_RUN, "attention_overflow") if model == "gpt"
+                     else (COUNTS_RUN, "weight_overflow"))
     try:
-        run = m.train(m.TrainConfig(**COUNTS_RUN), 12, check_numerics=True,
-                      fault=FAULTS["weight_overflow"], fault_step=9)
+        run = m.train(m.TrainConfig(**config), 12, check_numerics=True,
+                      fault=FAULTS[fault], fault_step=9)
     except ref_numerics.NonFinite as e:
         return e.history, e.report
     return run.numerics.history, None

@@ -29,9 +29,11 @@ def _columns(found: dict[str, Any] | None) -> list[str]:
 def _() -> str:
     with one_thread(), tempfile.TemporaryDirectory() as tmp:
         rows = observe_catalogue(Path(tmp))
-    lines = ["Seeded before step 3 of the default model (8, 32, 32, 3), tanh, from the same "
-             "checkpoint in both trees (`python -m parity train --check-numerics --fault NAME "
-             "--fault-step 3`). A cell shows one value when both trees report it.", "",
+    lines = ["Seeded before step 3 of the default model (8, 32, 32, 3), tanh, or of the "
+             "transformer (`--model gpt`: 4 blocks, n_embd 32, the copy task), from the same "
+             "checkpoint in both trees (`python -m parity train [--model gpt] --check-numerics "
+             "--fault NAME --fault-step 3`). A cell shows one value when both trees report "
+             "it.", "",
              "| fault | precision | first invalid (step, phase, module, op, index, value) | "
              "input already out of range | replay: backward node, module | the fix |",
              "|---|---|---|---|---|---|"]
@@ -48,7 +50,7 @@ def _() -> str:
 def _() -> str:
     data = json.loads((DOCS / "data" / "numerics_overhead.json").read_text(encoding="utf-8"))
     lines = [f"torch {data['torch']}, {data['machine']}, one thread, CPU; {data['repeats']} "
-             f"repeats of {data['steps']} steps per side, interleaved (`python "
+             f"repeats of {data['steps']} steps per side, alternating step by step (`python "
              "benchmarks/numerics.py --write` rewrites `docs/data/numerics_overhead.json`).",
              "", "| model | precision | plain step (CPU ms) | checked / plain, wall: median "
              "[min, max] | CPU time ratio |", "|---|---|---|---|---|"]

@@ -1,0 +1,157 @@
+"""The numerics detector's per-step counts with PyTorch: one bucket number per value, one
+bincount, one read to the host. The counts are the reference's (reference/numerics.py:
+COLUMNS); how they are computed is torch's own, from what the cast does.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+
+from reference.numerics_report import COLUMNS
+
+# NOTE [ One pass of counting ]
+# Six masks summed per tensor cost a dozen passes over every value and, worse, a bool ->
+# int64 conversion per mask: on one CPU thread as slow as the step itself. Instead each value
+# gets ONE bucket number, and one bincount of (tensor index * STRIDE + bucket) counts every
+# tensor's buckets at once; the host maps each tensor's buckets to COLUMNS (`rows`).
+# The bucket edges are where the view format's cast changes what it makes of a value, found
+# with the cast itself (`_edges`: the smallest value it makes inf, the largest it makes zero,
+# searched over the wide dtype's bit patterns once per format), so the counts are still what
+# `.to(dtype)` does; the reference derives the same edges from the format's bits
+# (numerics.format_view holds the two equal). Two ways to number the values:
+#   bucket  values                               column
+#   0       x == 0 (either sign)                 zero
+#   1       0 < |x| <= under                     to_zero     (the cast makes them +-0)
+#   2       under < |x| < over                   (in range)
+#   3       over <= |x| <= max finite            over_max    (the cast makes them +-inf)
+#   4       +inf                                 posinf
+#   5       NaN                                  nan
+#   6       -inf                                 neginf
+# - small concatenations (< ARITHMETIC_FROM values) or float64 ones: torch.bucketize against
+#   the signed edges (one kernel, a binary search per value: about 10 ns a value on one CPU
+#   thread); its ten intervals are counted as they are, the host adds the two signs' over_max
+#   and to_zero intervals (_BUCKETIZE_SLOTS);
+# - large float32 ones: integer arithmetic on the bits, about a dozen elementwise kernels
+#   (each ~0.2 ns a value; comparisons are avoided, their bool results are slow here): with
+#   m = bits & 0x7fffffff, which orders |x| (NaNs above +inf), [m >= T] = clamp(m, T-1, T) -
+#   (T-1); bucket = [m >= 1] + [m >= under+1] + [m >= over] + [m >= inf] + [m >= inf+1]
+#   + 2 [bits == -inf's] (a -inf moves from 4 to 6). Three to six times faster at 300k values.
+STRIDE = 10  # slots per tensor in the bincount: bucketize's ten intervals, or the 7 buckets
+ARITHMETIC_FROM = 1 << 15
+# the slots each COLUMNS entry (nan, posinf, neginf, zero, over_max, to_zero) sums
+_ARITHMETIC_SLOTS = ((5,), (4,), (6,), (0,), (3,), (1,))
+# bucketize's intervals: -inf, -over.., -in range, -to_zero, zero, +to_zero, +in range,
+# +over.., +inf, NaN (bucketize puts NaN past every edge)
+_BUCKETIZE_SLOTS = ((9,), (8,), (0,), (4,), (1, 7), (3, 5))
+_CACHE: dict[tuple, object] = {}
+
+
+def _search(wide: torch.dtype, hit: Callable[[torch.Tensor], bool]) -> int:
+    """The smallest bit pattern of a positive `wide` value (up to +inf) where `hit` turns
+    true (`hit` is monotone over positive values: their bit patterns are in value order)."""
+    bits = torch.int32 if wide == torch.float32 else torch.int64
+    low, high = 1, int(torch.tensor([math.inf], dtype=wide).view(bits))
+    while low < high:
+        mid = (low + high) // 2
+        if hit(torch.tensor([mid], dtype=bits).view(wide)):
+            high = mid
+        else:
+            low = mid + 1
+    return low
+
+
+def thresholds_bits(dtype: torch.dtype, wide: torch.dtype) -> tuple[int, int]:
+    """(over, under) as `wide` bit patterns: the smallest positive value `.to(dtype)` makes
+    inf, the largest it makes zero."""
+    key = ("bits", dtype, wide)
+    if key not in _CACHE:
+        over = _search(wide, lambda v: bool(torch.isinf(v.to(dtype))))
+        under = _search(wide, lambda v: bool(v.to(dtype) != 0)) - 1
+        _CACHE[key] = (over, under)
+    return _CACHE[key]  # type: ignore[return-value]
+
+
+def _edges(dtype: torch.dtype, wide: torch.dtype, device: torch.device) -> torch.Tensor:
+    """The nine edges bucketize sorts values between (interval i: edges[i-1] < x <= edges[i])."""
+    key = ("edges", dtype, wide, device)
+    if key not in _CACHE:
+        over, under = thresholds_bits(dtype, wide)
+        bits = torch.int32 if wide == torch.float32 else torch.int64
+
+        def value(b: int) -> float:
+            return float(torch.tensor([b], dtype=bits).view(wide))
+
+        edges = [-math.inf, -value(over), -value(under + 1), -value(1), 0.0, value(under),
+                 value(over - 1), torch.finfo(wide).max, math.inf]
+        _CACHE[key] = torch.tensor(edges, dtype=wide, device=device)
+        nan = torch.bucketize(torch.tensor([math.nan], dtype=wide, device=device),
+                              _CACHE[key])  # type: ignore[arg-type]
+        if int(nan) != len(edges):
+            raise RuntimeError(f"torch.bucketize on {device} puts NaN in interval {int(nan)}")
+    return _CACHE[key]  # type: ignore[return-value]
+
+
+def _bucketized(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return torch.bucketize(x, _edges(dtype, x.dtype, x.device), out_int32=True)
+
+
+def _arithmetic(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    over, under = thresholds_bits(dtype, torch.float32)
+    inf = 0x7F800000
+    u = x.view(torch.int32)
+    m = u & 0x7FFFFFFF  # |x|'s bits: in value order, NaNs above +inf
+    bucket = m.clamp(0, 1)  # [m >= 1]
+    for t in (under + 1, over, inf, inf + 1):
+        bucket.add_(m.clamp(t - 1, t)).sub_(t - 1)  # + [m >= t], never past int32
+    neg_inf = -(1 << 23)  # 0xFF800000, -inf's bits, as an int32
+    bucket.add_(u.clamp(neg_inf - 1, neg_inf), alpha=2).sub_(u.clamp(neg_inf, neg_inf + 1),
+                                                             alpha=2).add_(2)
+    return bucket
+
+
+def bucket_counts(tensors: list[torch.Tensor], dtype: torch.dtype,
+                  arithmetic: bool | None = None) -> tuple[torch.Tensor, tuple[int, ...]]:
+    """(counts, columns): counts (len(tensors) * stride,) int64 on the tensors' device,
+    without a sync, each tensor's count per bucket or per bucketize interval (NOTE [ One
+    pass of counting ]); columns[j] lists, per COLUMNS entry, the slots it sums (`rows`).
+    `arithmetic` forces a way, for tests."""
+    with torch.no_grad():
+        x = torch.cat([t.reshape(-1) for t in tensors])  # (n,): promoted, every value exact
+        if x.dtype not in (torch.float32, torch.float64):
+            x = x.float()  # all 2-byte: float32 holds them exactly
+        key = ("segment", tuple(t.numel() for t in tensors), x.device)  # host ints: no sync
+        segment = _CACHE.get(key)
+        if segment is None:  # the same tensors every step: built once, the last one kept
+            for k in [k for k in _CACHE if k[0] == "segment"]:
+                del _CACHE[k]
+            starts = torch.arange(len(tensors), dtype=torch.int32, device=x.device) * STRIDE
+            segment = _CACHE[key] = torch.repeat_interleave(
+                starts, torch.tensor(key[1], device=x.device))
+        if arithmetic is None:
+            arithmetic = x.dtype == torch.float32 and x.numel() >= ARITHMETIC_FROM
+        buckets = _arithmetic(x, dtype) if arithmetic else _bucketized(x, dtype)
+        counts = torch.bincount(segment + buckets, minlength=len(tensors) * STRIDE)
+        return counts, (_ARITHMETIC_SLOTS if arithmetic else _BUCKETIZE_SLOTS)
+
+
+def rows(counts: list[int], slots: tuple[tuple[int, ...], ...]) -> list[list[int]]:
+    """bucket_counts' counts, read to the host, as one COLUMNS row per tensor."""
+    return [[sum(counts[base + b] for b in column) for column in slots]
+            for base in range(0, len(counts), STRIDE)]
+
+
+def count_rows(tensors: list[torch.Tensor], dtype: torch.dtype,
+               arithmetic: bool | None = None) -> torch.Tensor:
+    """(len(tensors), COLUMNS) int64 on the tensors' device, without a sync."""
+    device = tensors[0].device if tensors else torch.device("cpu")
+    if not tensors:
+        return torch.zeros((0, len(COLUMNS)), dtype=torch.int64, device=device)
+    counts, slots = bucket_counts(tensors, dtype, arithmetic)
+    sums = torch.zeros((STRIDE, len(COLUMNS)), dtype=torch.float64, device=device)
+    for j, column in enumerate(slots):
+        sums[list(column), j] = 1.0  # (slots, COLUMNS): which slots each column adds
+    # float64 holds every count exactly (< 2^53); CUDA has no int64 matmul
+    return (counts.view(len(tensors), STRIDE).double() @ sums).long()  # (tensors, COLUMNS)
