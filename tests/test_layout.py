@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # What torch_impl may take from reference: plain data both sides must share literally.
 TORCH_IMPL_MAY_IMPORT = {"reference.fault_catalogue", "reference.format_spec",
                          "reference.gpt_config", "reference.numerics_report",
-                         "reference.recompute_plans", "reference.train"}
+                         "reference.recompute_plans", "reference.train_config"}
 STDLIB = sys.stdlib_module_names
 
 

@@ -51,7 +51,7 @@ from torch_impl.accounting import cuda_allocated
 from torch_impl.train_models import batch_of
 
 if TYPE_CHECKING:
-    from reference.train import TrainConfig
+    from reference.train_config import TrainConfig
     from torch_impl.profile_meters import BoundaryMemory
 
 

@@ -26,7 +26,7 @@ from torch_impl.recompute import Schedule, parse_schedule
 from torch_impl.recompute_gpt import set_recompute
 
 if TYPE_CHECKING:
-    from reference.train import TrainConfig
+    from reference.train_config import TrainConfig
 
 __all__ = ["NextTokenLoss", "Parts", "batch_of", "build", "gpt_config"]
 
