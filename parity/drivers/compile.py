@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from parity.compare import as_numpy, eps_of
+from parity.compare import as_numpy, eps_of, measure
 from parity.drivers.nn import LIPSCHITZ, activation_claims, activation_scales, ce_scales
 from parity.tolerances import claim
 from reference import losses as rloss
@@ -253,6 +253,31 @@ def numerics(case: Case = SMALL, device: str = "cpu", backend: str = "inductor",
     measured = np.abs(compiled["output"].astype(np.float64) - reference_run["output"])
     return Numerics(compiled, eager, reference_run, bound_eager,
                     bounds(reference, x, y, logits_difference=measured), compiled_backward)
+
+
+def held_to_eager(eager_model: torch.nn.Module, compiled_model: torch.nn.Module,
+                  case: Case, x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
+    """compile.eager on a given pair of MLPs of `case`'s sizes and activation with equal
+    weights, one compiled however the caller compiled it (the optimize gauntlet's
+    compiled_forward): forward, cross-entropy (eager on both sides) and backward on (x, y).
+    (worst |a - b| / (eps S) over logits, loss and gradients, values compared)."""
+    reference = ref.make_mlp(case.sizes, case.activation, rng=np.random.default_rng(0))
+    reference.load_state_dict(tnn.state_dict_from_torch(eager_model.state_dict()))
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    def forward_loss(model: torch.nn.Module) -> Callable[..., tuple[torch.Tensor, ...]]:
+        def fn(xt: torch.Tensor, yt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            output = model(xt)
+            return loss_fn(output, yt), output
+        return fn
+
+    eager = run_torch(forward_loss(eager_model), eager_model, x, y)
+    compiled = run_torch(forward_loss(compiled_model), compiled_model, x, y)
+    measured = np.abs(compiled["output"].astype(np.float64) - eager["output"])
+    bound = bounds(reference, x, y, same_matmuls=True, logits_difference=measured)
+    c = claim("compile.eager")
+    worst = max(measure(c, compiled[k], eager[k], scale=bound[k]) for k in eager)
+    return worst, sum(v.size for v in eager.values())
 
 
 def train_step_pair(case: Case = SMALL, lr: float = 0.5, backend: str = "inductor"
