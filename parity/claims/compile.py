@@ -42,8 +42,8 @@ CLAIMS: tuple[Claim, ...] = (
             "2 exp(-L^2/2) with sigma^2 = sum B_j^2: variances add through W^2 and the local "
             "f'(x)^2 where the worst case adds |W| E and max|f'| E (NOTE [ Probable bounds ]). "
             "L = 6: 3e-8 per value. The one approximation, covariances of errors a product "
-            "mixes dropped, is checked by the data: every entry of every case sits at 0.01 to "
-            "0.05 of S (docs/compile.md)."
+            "mixes dropped, is checked by the data: docs/compile.md prints every entry's "
+            "ratio to S, which a neglected covariance would push toward 1."
         ),
     ),
     Claim(

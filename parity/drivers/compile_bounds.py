@@ -29,8 +29,8 @@ eps claim with bound 1.
 
 NOTE [ Probable bounds ]
 The worst case above assumes every rounding error at its maximum and every error aligned
-with the sign of the weight it meets; the compiled-vs-eager differences measured sit 10^2
-to 10^6 below it, the deeper the path the further (docs/compile.md), so a bound of that
+with the sign of the weight it meets; the measured compiled-vs-eager differences sit orders
+of magnitude below it, the deeper the path the further (docs/compile.md), so a bound of that
 kind sees only gross faults. `probable_bounds` uses the standard model of probabilistic
 rounding-error analysis (Higham and Mary, SIAM J. Sci. Comput. 41(5), 2019): each rounding
 error is a random variable of mean zero, bounded as the per-operation claims bound it, and
@@ -57,14 +57,15 @@ V are variances (sigma^2, absolute). A k-term dot product rounds k times, each e
 u = eps/2 of a partial sum bounded by |a||b|, on each of the two sides independently:
 2 k u^2 = k/2 eps^2 of (|a||b|)^2, with one more term for the bias ((k + 1)/2). f'(x) is
 the local derivative (the reference's own backward of ones), not its maximum: first order.
-The cross-entropy's per-operation term eps S_ce stays a worst-case addend (its derivation
-is not a sum of independent roundings); the loss starts from the logits' measured
+The loss's own term eps S_ce (nn.cross_entropy) stays a worst-case addend (one value: no
+sum of many roundings to average over); the loss starts from the logits' measured
 difference D_z as before. The model's one approximation: errors of different coordinates
 that a product mixes (two hidden units fed by the same earlier errors) are treated as
 independent, their covariances dropped; the weights' mixed signs make those covariances
-small, and the measured ratios, 0.05 to 0.3 sigma in every entry of every case on every
-torch measured, show no sign of it. LAMBDA = 6: under the model a value exceeds its bound
-with probability <= 2 exp(-18) = 3e-8, below 1e-3 over the ~10^4 values of a test case.
+small, and docs/compile.md prints every entry's measured ratio to the bound, which a
+neglected covariance would push toward 1. LAMBDA = 6: under the model a value exceeds its
+bound with probability <= 2 exp(-18) = 3e-8, below 1e-3 over the ~10^4 values of a test
+case.
 """
 
 from __future__ import annotations
