@@ -50,6 +50,7 @@ def test_the_sheet_counts_as_first_only_if_both_its_files_precede_every_measurem
     assert ok is first, why
 
 
+@pytest.mark.slow
 def test_the_profile_command_writes_both_sheet_files_before_any_measurement(
         tmp_path: Path) -> None:
     """The real `python -m parity profile` run the mini-project makes: predictions.json and
