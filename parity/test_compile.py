@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import tempfile
 import time
 from collections.abc import Iterator
 
@@ -44,15 +43,12 @@ CPU_ONLY = "the compile bounds rest on the nn claims' CPU kernels (parity/claims
 
 @pytest.fixture(scope="module", autouse=True)
 def inductor_cache() -> Iterator[None]:
-    """Inductor's caches in a temporary directory, and Dynamo's caches empty around the
-    module, so no test reuses another process's or another test's compiled code. (No
-    arguments: `python -m parity fuzz` applies it outside pytest.)"""
-    with tempfile.TemporaryDirectory(prefix="compile-inductor-") as cache, \
-            pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TORCHINDUCTOR_CACHE_DIR", cache)
-        torch._dynamo.reset()
+    """Inductor's caches in a fresh temporary directory (dc.fresh_inductor_cache: removed at
+    the process's exit, since Inductor keeps paths into it), Dynamo's caches empty around
+    the module, so no test reuses another process's or another test module's compiled code.
+    (No arguments: `python -m parity fuzz` applies it outside pytest.)"""
+    with dc.fresh_inductor_cache():
         yield
-        torch._dynamo.reset()
 
 
 def _assert_numerics(n: dc.Numerics, context: str) -> None:

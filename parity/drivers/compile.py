@@ -7,8 +7,11 @@ claims through the network) are parity/drivers/compile_bounds.py.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-from collections.abc import Callable, Sequence
+import os
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,6 +24,34 @@ from reference import losses as rloss
 from reference import nn as ref
 from torch_impl import compile as tc
 from torch_impl import nn as tnn
+
+_CACHE_ROOT: list[tempfile.TemporaryDirectory] = []
+
+
+@contextlib.contextmanager
+def fresh_inductor_cache() -> Iterator[str]:
+    """Inductor's on-disk caches in a fresh, empty directory for the duration, Dynamo's
+    in-memory ones reset around it, the environment restored after (Inductor writes the
+    directory it settled on back into TORCHINDUCTOR_CACHE_DIR).
+
+    The directory is a new subdirectory of one temporary directory per process, removed at
+    exit, not at the end of the block: Inductor memoizes paths into its cache for the life
+    of the process (torch 2.6's precompiled C++ header is included by absolute path from
+    every later kernel), so a directory deleted mid-process breaks the next compile.
+    """
+    before = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if not _CACHE_ROOT:
+        _CACHE_ROOT.append(tempfile.TemporaryDirectory(prefix="mirrortrain-inductor-"))
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(dir=_CACHE_ROOT[0].name)
+    torch._dynamo.reset()
+    try:
+        yield os.environ["TORCHINDUCTOR_CACHE_DIR"]
+    finally:
+        torch._dynamo.reset()
+        if before is None:
+            os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+        else:
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = before
 
 
 @dataclass(frozen=True)

@@ -22,10 +22,9 @@ transformer of `train --model gpt` (torch_impl/gpt.py) on the copy task.
 from __future__ import annotations
 
 import contextlib
-import os
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -91,27 +90,6 @@ def compiled_forward(model: Any) -> Any:
 
     model.forward = torch.compile(model.forward, backend="inductor", fullgraph=True)
     return model
-
-
-@contextlib.contextmanager
-def inductor_cache() -> Iterator[None]:
-    """Inductor's on-disk caches in a fresh temporary directory, Dynamo's in-memory ones
-    reset around it: the compile measured is cold, and nothing outlives the gauntlet.
-    (Inductor writes the directory it settled on back into the environment: restored.)"""
-    import torch
-
-    before = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    with tempfile.TemporaryDirectory(prefix="mirrortrain-inductor-") as cache:
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache
-        torch._dynamo.reset()
-        try:
-            yield
-        finally:
-            torch._dynamo.reset()
-            if before is None:
-                os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
-            else:
-                os.environ["TORCHINDUCTOR_CACHE_DIR"] = before
 
 
 def with_workers(run: Any, workers: int) -> None:
@@ -272,7 +250,11 @@ def run_gauntlet(opt: Optimization, repeats: int, steps: int,
     from parity.tolerances import claim
 
     start = time.perf_counter()
-    cache = inductor_cache() if opt.compiled else contextlib.nullcontext()
+    cache = contextlib.nullcontext()
+    if opt.compiled:
+        from parity.drivers.compile import fresh_inductor_cache
+
+        cache = fresh_inductor_cache()
     with one_thread(), cache:
         progress(f"timing: {repeats} repeats x {steps} steps per side")
         if opt.compiled:  # the first call compiles from nothing (NOTE in optimize_timing)
