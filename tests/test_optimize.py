@@ -22,7 +22,7 @@ from parity.drivers import optimize as drv
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize("bad", ["compile-ish", "autocast-fp8", "loader-workers:0",
+@pytest.mark.parametrize("bad", ["compile-ish", "compile:max", "autocast-fp8", "loader-workers:0",
                                  "loader-workers:x", "recompute"])
 def test_unknown_or_malformed_optimizations_are_refused_naming_the_accepted_ones(bad: str
                                                                                  ) -> None:
@@ -80,3 +80,106 @@ def test_the_command_writes_its_report_and_ends_with_the_verdict(tmp_path: Path)
     assert record["resume"][0] == 0 and record["resume"][1] > 0 and record["resume"][2]
     assert all(r["accuracy"] >= drv.ACCURACY for r in record["learning"].values())
     assert "## Resume" in (tmp_path / "optimize-recompute-uniform-2.md").read_text()
+
+
+@pytest.mark.parametrize("what", ["compile", "autocast-fp16", "loader-workers:2"])
+def test_the_transformer_refuses_what_it_does_not_support_naming_what_it_does(what: str
+                                                                              ) -> None:
+    with pytest.raises(ValueError, match=r"with --model gpt; supported there: autocast-bf16, "
+                                         r"recompute:SPEC$"):
+        drv.parse(what, "gpt")
+    assert drv.parse(what).model == "mlp"  # the MLP takes every one of them
+
+
+@pytest.mark.parametrize("what, model", [("recompute:uniform:5", "gpt"),  # 4 blocks
+                                         ("recompute:selective", "mlp"),  # a transformer's
+                                         ("recompute:uniform:6", "mlp"),  # 5 layers
+                                         ("recompute:sqrt+sqrt", "gpt")])
+def test_a_recompute_spec_the_model_cannot_take_is_refused_before_anything_runs(
+        what: str, model: str) -> None:
+    with pytest.raises(ValueError, match=r"uniform:K needs|unknown schedule|expected SPEC"):
+        drv.parse(what, model)
+
+
+def test_the_cli_refuses_an_unsupported_model_combination_in_one_line(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "parity", "optimize", "--model", "gpt",
+                           "--what", "compile", "--out", str(tmp_path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    line, = done.stderr.strip().splitlines()
+    assert "'compile'" in line and "supported there: autocast-bf16, recompute:SPEC" in line
+
+
+class _Clocked:
+    """A stand-in Run whose first step takes `first` seconds and every later one `later`."""
+
+    def __init__(self, first: float, later: float) -> None:
+        self.first, self.later, self.calls = first, later, 0
+
+    def train_step(self) -> None:
+        import time
+
+        time.sleep(self.first if self.calls == 0 else self.later)
+        self.calls += 1
+
+
+def test_the_first_call_is_timed_apart_and_enters_no_sample() -> None:
+    runs = {"baseline": _Clocked(0.0, 0.001), "optimized": _Clocked(0.3, 0.001)}
+    t = drv.time_interleaved(runs, repeats=3, steps=2)
+    assert t.first_call_wall["optimized"] >= 0.3 > t.first_call_wall["baseline"]
+    assert max(t.optimized_wall) < 0.1, "the slow first call leaked into a sample"
+    assert len(t.optimized_wall) == len(t.baseline_wall) == 3
+    assert runs["optimized"].calls == 1 + 2 + 3 * 2  # first call, warm-up block, repeats
+
+
+@pytest.mark.parametrize("what", ["autocast-bf16", "recompute:sqrt+selective"])
+def test_the_transformers_optimized_run_resumes_to_its_twins_digest(what: str) -> None:
+    mismatches, n, same = drv.resume_check(drv.parse(what, "gpt"))
+    assert mismatches == 0 and n > 0 and same
+
+
+def test_a_transformer_that_stops_learning_fails_its_learning_control() -> None:
+    broken = drv.Optimization("lr-1e-7", {"lr": 1e-7}, model="gpt")
+    r = drv.learn(broken, steps=30)
+    assert not r.in_band and not r.accurate and r.loss_band == drv.CONTROLS["gpt"].loss_band
+
+
+@pytest.mark.slow
+def test_the_transformers_gauntlet_passes_for_bf16_and_recompute(tmp_path: Path) -> None:
+    for what in ("autocast-bf16", "recompute:uniform:2"):
+        g = drv.run_gauntlet(drv.parse(what, "gpt"), repeats=3, steps=1)
+        assert g.passed, (what, g.claims, g.learning, g.resume)
+        assert all(r.accuracy >= drv.CONTROLS["gpt"].threshold for r in g.learning.values())
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
+@pytest.mark.filterwarnings("ignore:Skipping serialization of skipfiles_inline_module")
+def test_compiled_training_passes_the_gauntlet_and_resumes_compiled_to_compiled() -> None:
+    g = drv.run_gauntlet(drv.parse("compile"), repeats=3, steps=2)
+    assert g.passed, (g.claims, g.learning, g.resume)
+    assert [c[0] for c in g.claims][:2] == ["compile.eager", "compile.reference"]
+    assert g.claims[2][0].startswith("compile.eager (the gelu MLP")  # this very model
+    assert g.distance["bitwise"] == 0.0  # compiled != eager bitwise: resume is compiled-only
+    assert g.timing.first_call_wall["optimized"] > 10 * g.timing.first_call_wall["baseline"]
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
+@pytest.mark.filterwarnings("ignore:Skipping serialization of skipfiles_inline_module")
+def test_a_compiled_forward_that_drops_a_bias_fails_the_gauntlets_equivalence(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    def dropped_bias(model: torch.nn.Module) -> torch.nn.Module:
+        last = model[-1]
+        forward = model.forward
+
+        def without(x: torch.Tensor) -> torch.Tensor:
+            return forward(x) - last.bias  # the last Linear's bias lost
+        model.forward = torch.compile(without, fullgraph=True)
+        return model
+
+    monkeypatch.setattr(drv, "compiled_forward", dropped_bias)
+    name, worst, _, ok = drv.compiled_equivalence(drv.parse("compile"))
+    assert not ok and worst > 1, (name, worst)

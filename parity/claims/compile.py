@@ -1,10 +1,12 @@
 """The compile claims (the kinds and the registry: parity/tolerances.py).
 
 Numeric bounds are `eps` claims with bound 1 and S the first-order bound that
-parity/drivers/compile.py propagates through the network from the nn claims (its module
-docstring writes out every rule); NOTE [ Compiled numerics ] in torch_impl/compile.py says
-why a compiled operation sits inside the same per-operation bound as an eager one. The
-measured ratio of observed to bound is generated into docs/compile.md.
+parity/drivers/compile_bounds.py propagates through the network from the nn claims (its
+module docstring writes out every rule: the worst case for compile.bf16 and
+compile.train_step, the probabilistic one, NOTE [ Probable bounds ], for compile.eager and
+compile.reference); NOTE [ Compiled numerics ] in torch_impl/compile.py says why a compiled
+operation sits inside the same per-operation bound as an eager one. The measured ratio of
+observed to bound is generated into docs/compile.md.
 """
 
 from __future__ import annotations
@@ -17,40 +19,50 @@ CLAIMS: tuple[Claim, ...] = (
         statement=(
             "On CPU, the MLP's forward + cross-entropy compiled by Inductor (fullgraph) and its "
             "compiled backward, float32: the logits, the loss and every parameter gradient are "
-            "within S of eager, S the first-order bound propagated from the nn claims of the "
-            "operations Inductor generates code for (activations, log-softmax, the bias "
-            "gradient's sum) and from each matrix product whose operands differ between the "
-            "sides; the loss's bound starts from the logits' measured difference."
+            "within S of eager, S = 6 sigma, sigma the root-sum-square propagation of the nn "
+            "claims' per-operation bounds through the network (rounding errors independent "
+            "and of mean zero) over the operations Inductor generates code for (activations, "
+            "log-softmax, the bias gradient's sum) and each matrix product whose operands "
+            "differ between the sides; the loss's bound starts from the logits' measured "
+            "difference."
         ),
         kind="eps",
         bound=1.0,
-        scale="first-order bound, matrix products shared (parity/drivers/compile.py)",
+        scale="6 sigma, matrix products shared (parity/drivers/compile_bounds.py)",
         reason=(
-            "Inductor on CPU (no max_autotune) lowers each matrix product to the extern kernel "
-            "eager calls (addmm, mm), so a product of equal operands is equal; a product of "
-            "operands that differ passes on |W| E and, its rounding errors on the two inputs "
-            "being unrelated, adds eps (k + 1) |A||B| (nn.linear). The pointwise and "
-            "reduction kernels it generates evaluate the same formulas in another order or with "
-            "FMA contraction, within the per-operation bounds nn.gelu.*, nn.tanh.*, "
-            "nn.cross_entropy and nn.linear (the bias sum) derive for any two implementations. "
-            "First order: products of two errors, O(eps^2), are dropped."
+            "What differs: Inductor on CPU (no max_autotune) lowers each matrix product to the "
+            "extern kernel eager calls (addmm, mm), so a product of equal operands is equal; "
+            "its generated loops evaluate the pointwise ops and reductions (GELU/tanh and "
+            "their backward, log-softmax, the bias-gradient sum, a bias added in an epilogue) "
+            "in another order or with FMA contraction, each within its nn claim's bound B "
+            "(nn.gelu.*, nn.tanh.*, nn.cross_entropy, nn.linear: a k-term sum rounds k times, "
+            "|error| <= eps/2 of a partial sum <= |a||b|). Propagation, first order: the "
+            "difference is a sum of independent mean-zero terms |t_j| <= B_j (Higham and "
+            "Mary's model of rounding errors), so Hoeffding gives P(|X| >= L sigma) <= "
+            "2 exp(-L^2/2) with sigma^2 = sum B_j^2: variances add through W^2 and the local "
+            "f'(x)^2 where the worst case adds |W| E and max|f'| E (NOTE [ Probable bounds ]). "
+            "L = 6: 3e-8 per value. The one approximation, covariances of errors a product "
+            "mixes dropped, is checked by the data: docs/compile.md prints every entry's "
+            "ratio to S, which a neglected covariance would push toward 1."
         ),
     ),
     Claim(
         id="compile.reference",
         statement=(
             "The same compiled forward, loss and backward against the NumPy reference, float32: "
-            "every compared value within S, the first-order bound propagated from the nn "
-            "claims with each matrix product's own error included (eps (k + 1) |A||B|)."
+            "every compared value within S = 6 sigma, compile.eager's propagation with every "
+            "matrix product's own roundings included ((k + 1)/2 (eps |A||B|)^2 to the "
+            "variance)."
         ),
         kind="eps",
         bound=1.0,
-        scale="first-order bound, matrix products in any order (parity/drivers/compile.py)",
+        scale="6 sigma, matrix products in any order (parity/drivers/compile_bounds.py)",
         reason=(
-            "NumPy (OpenBLAS) and torch (MKL, oneDNN) sum the dot products in different orders, "
-            "so a product adds up to eps (k + 1) |A||B| (nn.linear, Higham's gamma_k for both "
-            "sides); every other operation as in compile.eager. The worst case assumes every "
-            "rounding error aligned: docs/compile.md prints how far below it the data stay."
+            "NumPy (OpenBLAS) and torch (MKL, oneDNN) sum the dot products in different "
+            "orders, so each product contributes its k + 1 roundings per side, each at most "
+            "eps/2 |A||B|, independent on the two sides: (k + 1)/2 (eps |A||B|)^2 to the "
+            "variance; every other operation and the choice L = 6 as in compile.eager "
+            "(NOTE [ Probable bounds ] in parity/drivers/compile_bounds.py)."
         ),
     ),
     Claim(
@@ -58,19 +70,21 @@ CLAIMS: tuple[Claim, ...] = (
         statement=(
             "On CPU under bfloat16 autocast, the compiled forward + loss and backward against "
             "eager: the bfloat16 logits, the float32 loss and every parameter gradient within "
-            "S, compile.eager's bound with one bfloat16 ulp (eps_bf16 |v|) added at every "
-            "autocast rounding whose input differs between the sides."
+            "S, the worst-case first-order bound of compile.eager's operations with one "
+            "bfloat16 ulp (eps_bf16 |v|) added at every autocast rounding whose input differs "
+            "between the sides."
         ),
         kind="eps",
         bound=1.0,
-        scale="compile.eager's first-order bound plus eps_bf16 |v| per differing rounding",
+        scale="worst-case first-order bound plus eps_bf16 |v| per differing rounding",
         reason=(
             "Inductor keeps autocast's casts as explicit converts, so every bfloat16 value is "
             "rounded where eager rounds it, and the products are the same extern bf16 kernels "
             "(float32 accumulation). Rounding is monotone: two inputs that differ round to "
             "values at most |a - b| + 1 ulp apart, and 1 ulp <= eps_bf16 |v|. Everything else "
-            "is compile.eager's derivation; the loss (float32, the fp32 op list) starts from "
-            "the measured difference of the logits."
+            "is compile.eager's per-operation derivation, propagated in the worst case "
+            "(`bounds`, parity/drivers/compile_bounds.py); the loss (float32, the fp32 op "
+            "list) starts from the measured difference of the logits."
         ),
     ),
     Claim(
@@ -79,12 +93,12 @@ CLAIMS: tuple[Claim, ...] = (
             "On CPU, one float32 SGD step of train.train_step compiled where it can be "
             "(compile_train_step: graphs broken at backward, GradScaler and .item()) against "
             "the eager step from the same state: every updated parameter p' within lr E_g + "
-            "eps (|p'| + lr |g|), E_g compile.eager's gradient bound, and the loss within "
-            "compile.eager's loss bound."
+            "eps (|p'| + lr |g|), E_g the worst-case first-order gradient bound of "
+            "compile.eager's operations, and the loss within the worst-case loss bound."
         ),
         kind="eps",
         bound=1.0,
-        scale="lr E_g / eps + |p'| + lr |g| (parameters); compile.eager's (loss)",
+        scale="lr E_g / eps + |p'| + lr |g| (parameters); worst-case first-order (loss)",
         reason=(
             "The compiled forward and backward are compile.eager's; SGD's update p - lr g runs "
             "the same kernel on gradients that differ by at most E_g, so p' differs by lr E_g "

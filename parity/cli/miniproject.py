@@ -116,18 +116,14 @@ def _profile_rows(folder: Path, device: str) -> list[tuple[str, str, str, str]]:
                           text=True, timeout=900)
     (folder / "profile-output.txt").parent.mkdir(parents=True, exist_ok=True)
     (folder / "profile-output.txt").write_text(done.stdout + done.stderr)
-    sheet = folder / "predictions.json"
-    if done.returncode != 0 or not sheet.exists():
+    if done.returncode != 0:
         return [("prediction before measurement", "FAIL", "profile/profile-output.txt",
                  f"the profile command exited {done.returncode}"),
                 ("honest timing (profile)", "FAIL", "profile/profile-output.txt", "no profile")]
-    measured = [p for p in folder.iterdir() if p.name != sheet.name and p.is_file()]
-    first = min((p.stat().st_mtime_ns for p in measured), default=sheet.stat().st_mtime_ns)
-    before = sheet.stat().st_mtime_ns <= first
+    before, why = mp.sheet_first(folder)
     return [("prediction before measurement", "Pass" if before else "FAIL",
-             "profile/predictions.json (sha256 printed before measuring)",
-             "the sheet was written before every measurement file" if before else
-             "a measurement file is older than the sheet"),
+             "profile/predictions.json, profile/predictions.md (sha256 printed before "
+             "measuring)", why),
             ("honest timing (profile)", "Pass", "profile/profile-output.txt",
              "phases timed at synchronized boundaries, data wait outside the step")]
 

@@ -1,53 +1,57 @@
-"""Running the MLP compiled, eager and in the reference on one batch, and the first-order
-error bounds of the compile claims (parity/claims/compile.py).
+"""Running the MLP compiled, eager and in the reference on one batch, the numbers the
+compile claims compare (parity/claims/compile.py), and the recompile counts.
 
-NOTE [ Compiled numerics ] (torch_impl/compile.py) says why one bound covers compiled vs
-eager and compiled vs the reference: each compiled operation is another evaluation of the
-same operation, inside the per-operation bounds the nn claims derive. This module
-propagates those per-operation bounds through the network, forward and then backward:
-
-    forward   Linear   E_out = E_in |W|^T + eps (k + 1)(|x| |W|^T + |b|)       (nn.linear)
-              act f    E_out = L E_in + c eps S_f(x)            (nn.tanh/gelu.forward, L = max|f'|)
-    loss      CE mean  E_l = (1/N) sum |p - onehot| E_z + eps S_ce               (nn.cross_entropy)
-    backward  CE grad  E_G = p (E_z + sum_c p E_z) / N + eps S_ce'   (d softmax = p (dz - p.dz))
-              Linear   E_dx = E_G |W| + eps (m + 1) |G||W|
-                       E_dW = E_G^T |x| + |G|^T E_x + eps (N + 1) |G|^T |x|
-                       E_db = sum_n E_G + eps (N + 1) sum_n |G|
-              act f    E_dx = L E_G + M |G| E_x + c' eps S_f'(x)     (M = max|f''|)
-              ReLU     E_dx = E_G [x > 0] + |G| [|x| <= E_x]   (a flipped sign flips the gate)
-
-Compiled vs eager (same_matmuls): a product both sides run with the same kernel on equal
-operands is equal, so its eps term is dropped where every operand it reads has E = 0.
-
-E are absolute errors on the difference of two evaluations (each per-operation claim
-already bounds a difference of two sides), G the reference's gradient at a layer's output,
-first order (products of two errors, O(eps^2), are dropped). Everything is float64 on the
-reference's float32 values; bounds are returned in units of float32 eps, as `scale=` of an
-eps claim with bound 1.
+The error bounds themselves (the worst-case and the probabilistic propagation of the nn
+claims through the network) are parity/drivers/compile_bounds.py.
 """
 
 from __future__ import annotations
 
-import functools
+import contextlib
 import itertools
-from collections.abc import Callable, Sequence
+import os
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from parity.compare import as_numpy, eps_of
-from parity.drivers.nn import LIPSCHITZ, activation_claims, activation_scales, ce_scales
+from parity.compare import as_numpy, eps_of, measure
+from parity.drivers.compile_bounds import EPS32, Results, bounds, probable_bounds
 from parity.tolerances import claim
 from reference import losses as rloss
 from reference import nn as ref
 from torch_impl import compile as tc
 from torch_impl import nn as tnn
 
-# max |f''|: GELU'' = phi(x)(2 - x^2) peaks at 2 phi(0) = 0.79788 (tanh form: the same at 0
-# and below it elsewhere); tanh'' = -2 tanh sech^2 peaks at 4 / (3 sqrt 3) = 0.76980.
-CURVATURE = {"GELU": 0.8, "Tanh": 0.77}
-EPS32 = float.fromhex("0x1p-23")  # float32 machine epsilon
+_CACHE_ROOT: list[tempfile.TemporaryDirectory] = []
+
+
+@contextlib.contextmanager
+def fresh_inductor_cache() -> Iterator[str]:
+    """Inductor's on-disk caches in a fresh, empty directory for the duration, Dynamo's
+    in-memory ones reset around it, the environment restored after (Inductor writes the
+    directory it settled on back into TORCHINDUCTOR_CACHE_DIR).
+
+    The directory is a new subdirectory of one temporary directory per process, removed at
+    exit, not at the end of the block: Inductor memoizes paths into its cache for the life
+    of the process (torch 2.6's precompiled C++ header is included by absolute path from
+    every later kernel), so a directory deleted mid-process breaks the next compile.
+    """
+    before = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if not _CACHE_ROOT:
+        _CACHE_ROOT.append(tempfile.TemporaryDirectory(prefix="mirrortrain-inductor-"))
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(dir=_CACHE_ROOT[0].name)
+    torch._dynamo.reset()
+    try:
+        yield os.environ["TORCHINDUCTOR_CACHE_DIR"]
+    finally:
+        torch._dynamo.reset()
+        if before is None:
+            os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+        else:
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = before
 
 
 @dataclass(frozen=True)
@@ -76,9 +80,6 @@ def build(case: Case, device: str = "cpu"
     return model, reference, x, y
 
 
-Results = dict[str, np.ndarray]  # "loss", "output", and one entry per parameter name
-
-
 def run_torch(fn: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
               model: torch.nn.Module, x: np.ndarray, y: np.ndarray) -> Results:
     """Loss, output and parameter gradients of fn(x, y) -> (loss, output) and backward."""
@@ -103,117 +104,6 @@ def run_reference(model: ref.Sequential, x: np.ndarray, y: np.ndarray) -> Result
     return out
 
 
-def bounds(model: ref.Sequential, x: np.ndarray, y: np.ndarray, *,
-           same_matmuls: bool = False, rounding: float = 0.0,
-           logits_difference: np.ndarray | None = None) -> Results:
-    """The first-order bound on |a - b| for every entry of Results, in float32 eps
-    (module docstring); `model` is the reference with the compared weights.
-
-    same_matmuls: both sides run every matrix product with the same kernel (compiled vs
-    eager on CPU: NOTE [ Compiled numerics ]), so a dot product whose operands are equal on
-    both sides is equal: its eps (k + 1) term is dropped where all its operands carry zero
-    error (the first Linear's forward). Where an operand differs, the same kernel's rounding
-    errors on the two inputs are unrelated, and the term stays.
-
-    rounding: the eps of autocast's dtype (bfloat16: 2^-7), or 0 for float32. Under
-    autocast every Linear and activation output, and every activation gradient, weight and
-    bias gradient is rounded to it; two values that differ before a rounding may round one
-    ulp apart, so each rounding adds rounding |v| where its input's E > 0 (|v| from the
-    float32 reference: the bfloat16 run's magnitudes differ by O(rounding), second order).
-
-    logits_difference: the measured |z_a - z_b| of the two sides' logits. The loss is a
-    function of the logits alone, so its bound may start from what the logits really
-    differ by instead of their propagated bound (the compiled graph hides the activations
-    in between, not its output).
-    """
-    eps = EPS32
-
-    def flip(v: np.ndarray, e: np.ndarray) -> np.ndarray:
-        return e + rounding * np.abs(v) * (e > 0)
-
-    def mm(*errors: np.ndarray) -> np.ndarray | float:
-        """eps where a product with operands of these errors rounds differently (masks)."""
-        if not same_matmuls:
-            return eps
-        differs = functools.reduce(np.logical_or, [e > 0 for e in errors])  # broadcast
-        return eps * differs.astype(np.float64)
-
-    layers = list(model)
-    xs, es = [x.astype(np.float64)], [np.zeros(x.shape)]
-    for layer in layers:  # forward: activations and their error bounds
-        a = xs[-1].astype(np.float32)
-        out = layer.forward(a)
-        row_differs = (es[-1] > 0).any(-1, keepdims=True)  # (N, 1)
-        e_out = _forward_error(layer, a, out, es[-1], eps, mm(row_differs))
-        es.append(e_out if isinstance(layer, ref.ReLU) else flip(out, e_out))
-        xs.append(out.astype(np.float64))
-    model.free_saved()
-    z, e_z = xs[-1], es[-1]
-    n, classes = z.shape
-    onehot = np.eye(classes)[y]
-    logp = z - z.max(-1, keepdims=True)
-    logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
-    p = np.exp(logp)
-    loss_fn = rloss.CrossEntropyLoss("mean")
-    loss_fn(xs[-1].astype(np.float32), y)
-    dz = loss_fn.backward(np.float32(1.0))
-    s_loss, s_grad = ce_scales("mean", xs[-1].astype(np.float32), y, np.float32(1.0), dz)
-    e_in = e_z if logits_difference is None else logits_difference.astype(np.float64)
-    result = {"output": e_z / eps,
-              "loss": np.asarray((np.abs(p - onehot) * e_in).sum() / n / eps + s_loss)}
-    g = (p - onehot) / n  # (N, C)
-    e_g = flip(g, p * (e_z + (p * e_z).sum(-1, keepdims=True)) / n + eps * s_grad)
-    for i in reversed(range(len(layers))):
-        layer, a, e_a = layers[i], xs[i], es[i]
-        if isinstance(layer, ref.Linear):
-            w = layer.weight.data.astype(np.float64)
-            aw, ag, aa = np.abs(w), np.abs(g), np.abs(a)
-            pair = mm((e_g > 0).any(0)[:, None], (e_a > 0).any(0)[None, :])  # (out, in)
-            e_w = e_g.T @ aa + ag.T @ e_a + pair * (n + 1) * (ag.T @ aa)
-            result[f"{i}.weight"] = flip(ag.T @ aa, e_w) / eps
-            if layer.bias is not None:
-                e_b = e_g.sum(0) + eps * (n + 1) * ag.sum(0)
-                result[f"{i}.bias"] = flip(ag.sum(0), e_b) / eps
-            row = mm((e_g > 0).any(-1, keepdims=True))  # (N, 1)
-            e_g = flip(ag @ aw, e_g @ aw + row * (layer.out_features + 1) * (ag @ aw))
-            g = g @ w
-        else:
-            e_g, g = _backward_error(layer, a, e_a, g, e_g, eps)
-            e_g = e_g if isinstance(layer, ref.ReLU) else flip(g, e_g)
-    return result
-
-
-def _forward_error(layer: ref.Module, x: np.ndarray, y: np.ndarray, e: np.ndarray,
-                   eps: float, mm: np.ndarray | float) -> np.ndarray:
-    ax = np.abs(x.astype(np.float64))
-    if isinstance(layer, ref.Linear):
-        w = np.abs(layer.weight.data.astype(np.float64))
-        b = 0.0 if layer.bias is None else np.abs(layer.bias.data.astype(np.float64))
-        return e @ w.T + mm * (layer.in_features + 1) * (ax @ w.T + b)
-    if isinstance(layer, ref.ReLU):
-        return e
-    if isinstance(layer, ref.GELU | ref.Tanh):
-        c = float(claim(activation_claims(layer)[0]).bound)  # type: ignore[arg-type]
-        s = activation_scales(layer, x, y, np.zeros_like(x))[0]
-        return LIPSCHITZ[type(layer).__name__] * e + c * eps * s
-    raise TypeError(f"bounds: no compile bound for {layer!r} (Linear, ReLU, Tanh, GELU only; "
-                    "dropout's mask is random per call and has no compiled twin here)")
-
-
-def _backward_error(layer: ref.Module, x: np.ndarray, e_x: np.ndarray, g: np.ndarray,
-                    e_g: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
-    """(E_dx, dx) through an activation, for the incoming gradient g with error e_g."""
-    x32 = x.astype(np.float32)
-    layer.forward(x32)
-    dx = layer.backward(g.astype(np.float32)).astype(np.float64)
-    if isinstance(layer, ref.ReLU):
-        return e_g * (x > 0) + np.abs(g) * (np.abs(x) <= e_x), dx
-    name = type(layer).__name__
-    c = float(claim(activation_claims(layer)[1]).bound)  # type: ignore[arg-type]
-    s = activation_scales(layer, x32, x32, g)[1]
-    return LIPSCHITZ[name] * e_g + CURVATURE[name] * np.abs(g) * e_x + c * eps * s, dx
-
-
 @dataclass(frozen=True)
 class Numerics:
     """One case run three ways, with both bounds (in float32 eps) and whether the compiled
@@ -222,7 +112,7 @@ class Numerics:
     compiled: Results
     eager: Results
     reference: Results
-    bound_eager: Results  # S of compile.eager (matrix products shared)
+    bound_eager: Results  # S of compile.eager (matrix products shared; compile.bf16's in bf16)
     bound_reference: Results  # S of compile.reference
     compiled_backward: bool
 
@@ -231,9 +121,11 @@ def numerics(case: Case = SMALL, device: str = "cpu", backend: str = "inductor",
              precision: str = "fp32") -> Numerics:
     """Run `case` compiled, eager and in the reference (float32), and bound every entry.
 
-    precision "bf16" runs both torch sides under bfloat16 autocast; the eager bound then
-    adds autocast's roundings and is in the compared dtype's eps (the logits are bfloat16),
-    and the reference's side (float32 throughout) is for the amp topic, not this one.
+    float32: bound_eager and bound_reference are compile.eager's and compile.reference's
+    (probable_bounds). precision "bf16" runs both torch sides under bfloat16 autocast;
+    bound_eager is then compile.bf16's (the worst-case `bounds` with autocast's roundings, in
+    the compared dtype's eps: the logits are bfloat16), and the reference's side (float32
+    throughout) is for the amp topic, not this one.
     """
     model, reference, x, y = build(case, device)
     loss_fn = torch.nn.CrossEntropyLoss()
@@ -245,14 +137,44 @@ def numerics(case: Case = SMALL, device: str = "cpu", backend: str = "inductor",
     rounding = 0.0 if precision == "fp32" else float(torch.finfo(tc.amp.autocast_dtype(
         precision)).eps)
     measured = np.abs(compiled["output"].astype(np.float64) - eager["output"])
-    bound_eager = bounds(reference, x, y, same_matmuls=True, rounding=rounding,
-                         logits_difference=measured)
+    if precision == "fp32":
+        bound_eager = probable_bounds(reference, x, y, same_matmuls=True,
+                                      logits_difference=measured)
+    else:
+        bound_eager = bounds(reference, x, y, same_matmuls=True, rounding=rounding,
+                             logits_difference=measured)
     for key, value in eager.items():  # S in the compared dtype's eps (bfloat16 logits)
         bound_eager[key] = bound_eager[key] * EPS32 / eps_of(value.dtype)
     reference_run = run_reference(reference, x, y)
     measured = np.abs(compiled["output"].astype(np.float64) - reference_run["output"])
     return Numerics(compiled, eager, reference_run, bound_eager,
-                    bounds(reference, x, y, logits_difference=measured), compiled_backward)
+                    probable_bounds(reference, x, y, logits_difference=measured),
+                    compiled_backward)
+
+
+def held_to_eager(eager_model: torch.nn.Module, compiled_model: torch.nn.Module,
+                  case: Case, x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
+    """compile.eager on a given pair of MLPs of `case`'s sizes and activation with equal
+    weights, one compiled however the caller compiled it (the optimize gauntlet's
+    compiled_forward): forward, cross-entropy (eager on both sides) and backward on (x, y).
+    (worst |a - b| / (eps S) over logits, loss and gradients, values compared)."""
+    reference = ref.make_mlp(case.sizes, case.activation, rng=np.random.default_rng(0))
+    reference.load_state_dict(tnn.state_dict_from_torch(eager_model.state_dict()))
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    def forward_loss(model: torch.nn.Module) -> Callable[..., tuple[torch.Tensor, ...]]:
+        def fn(xt: torch.Tensor, yt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            output = model(xt)
+            return loss_fn(output, yt), output
+        return fn
+
+    eager = run_torch(forward_loss(eager_model), eager_model, x, y)
+    compiled = run_torch(forward_loss(compiled_model), compiled_model, x, y)
+    measured = np.abs(compiled["output"].astype(np.float64) - eager["output"])
+    bound = probable_bounds(reference, x, y, same_matmuls=True, logits_difference=measured)
+    c = claim("compile.eager")
+    worst = max(measure(c, compiled[k], eager[k], scale=bound[k]) for k in eager)
+    return worst, sum(v.size for v in eager.values())
 
 
 def train_step_pair(case: Case = SMALL, lr: float = 0.5, backend: str = "inductor"

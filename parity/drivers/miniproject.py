@@ -125,6 +125,31 @@ def resume_evidence(work: Path) -> ResumeEvidence:
                           expected)
 
 
+# ---------------------------------------------------------------- prediction before measurement
+
+SHEET = ("predictions.json", "predictions.md")
+
+
+def sheet_first(folder: Path) -> tuple[bool, str]:
+    """(whether both files of the prediction sheet were written no later than every other
+    file in `folder`, the reason in words). A missing sheet file fails; so does any
+    measurement file (profile.json, profile.md, trace.json, the pictures) older than either
+    sheet file. Modification times in nanoseconds, as the profile run left them."""
+    missing = [name for name in SHEET if not (folder / name).is_file()]
+    if missing:
+        return False, f"no {' and no '.join(missing)} in {folder.name}/"
+    sheet = max((folder / name).stat().st_mtime_ns for name in SHEET)
+    measured = sorted((p.stat().st_mtime_ns, p.name) for p in folder.iterdir()
+                      if p.is_file() and p.name not in SHEET)
+    if not measured:
+        return False, f"no measurement file in {folder.name}/ after the sheet"
+    first, name = measured[0]
+    if first < sheet:
+        return False, f"{name} is older than the prediction sheet"
+    return True, (f"predictions.json and predictions.md were written before every one of "
+                  f"the {len(measured)} measurement files (first: {name})")
+
+
 # ---------------------------------------------------------------- fault postmortem
 
 @dataclass

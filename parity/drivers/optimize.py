@@ -5,121 +5,91 @@
                   optimized step's distance from the float32 step on one fixed batch
     timing        R repeats of K steps, baseline and optimized interleaved (ABBA), CPU time of
                   this process and wall time; median, IQR, and a bootstrap confidence interval
-                  of the speedup ratio (median baseline / median optimized)
-    learning      both runs, same seed, LEARN_STEPS steps: the loss band and the accuracy
-                  threshold, each passed or not
+                  of the speedup ratio (median baseline / median optimized); each side's first
+                  call timed apart (the compile, for torch.compile: parity/drivers/
+                  optimize_timing.py, NOTE [ The first call is timed apart ])
+    learning      both runs, same seed, the model's learning steps: the loss band and the
+                  accuracy threshold, each passed or not
     resume        the optimized run interrupted mid-way (checkpoint written, every object
                   dropped, resumed from the file) against its uninterrupted twin: the complete
                   state bit for bit and the state digest
 
 Only the torch tree is optimized (the reference is the spec the equivalence claims hold the
-optimized kernels to); the compact MLP is the model.
+optimized kernels to). The model is the compact MLP or, with model="gpt", the compact
+transformer of `train --model gpt` (torch_impl/gpt.py) on the copy task.
 """
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from parity.drivers.optimize_spec import (
+    ACCURACY,
+    BASELINE,
+    BASELINES,
+    CONTROLS,
+    LEARN_STEPS,
+    LOSS_BAND,
+    MODELS,
+    RESUME_AT,
+    RESUME_TOTAL,
+    SUPPORTED,
+    Controls,
+    Optimization,
+    parse,
+)
+from parity.drivers.optimize_timing import BOOTSTRAP, Timing, speedup, spread, time_interleaved
 from parity.drivers.train import compare_runs, one_thread
 
-# The baseline: big enough that a step is milliseconds of matmul, small enough that the
-# whole gauntlet runs in about a minute on 2 cores. Learns the teacher task to ~0.89.
-BASELINE: dict[str, Any] = {"sizes": (32, 256, 256, 10), "activation": "gelu",
-                            "batch_size": 64, "num_samples": 2048, "lr": 3e-3,
-                            "horizon": 300, "precision": "fp32", "recompute": "none"}
-LEARN_STEPS = 300
-# The learning controls, stated once: over the last 10 of LEARN_STEPS steps the mean loss is
-# at most LOSS_BAND of the loss at initialization (ln(10) = 2.30 for 10 balanced classes),
-# and the accuracy over the whole task is at least ACCURACY (chance: 0.1). The float32
-# baseline reaches 0.36 / 2.30 = 0.16 and 0.886.
-LOSS_BAND = 0.25
-ACCURACY = 0.80
-BOOTSTRAP = 2000
-RESUME_AT, RESUME_TOTAL = 7, 15
-
-
-@dataclass(frozen=True)
-class Optimization:
-    """What `--what` names: the config fields it changes and what is known about it."""
-
-    what: str
-    changes: dict[str, Any] = field(default_factory=dict)
-    workers: int = 0
-    claims: tuple[str, ...] = ()  # the claims that state its equivalence
-    timer: str = "cpu"  # which clock decides: "cpu" (this process) or "wall"
-    expectation: str = ""  # what the mechanism predicts, so a null result has its cause
-
-
-def parse(what: str) -> Optimization:
-    """An Optimization from its spec; ValueError listing the accepted ones."""
-    if what in ("autocast-bf16", "autocast-fp16"):
-        fmt = what.removeprefix("autocast-")
-        return Optimization(
-            what, {"precision": fmt}, claims=(f"amp.model_{fmt}", f"amp.linear_{fmt}"),
-            expectation=_autocast_expectation(fmt))
-    if what.startswith("recompute:"):
-        spec = what.removeprefix("recompute:")
-        return Optimization(
-            what, {"recompute": spec}, claims=("recompute.grads_torch", "recompute.held_bytes"),
-            expectation=("recomputation trades time for memory: it re-runs part of the forward "
-                         "in backward, so it is expected to be SLOWER (its gain is the held "
-                         "bytes, recompute.held_bytes)"))
-    if what.startswith("loader-workers:"):
-        text = what.removeprefix("loader-workers:")
-        if not text.isdigit() or int(text) < 1:
-            raise ValueError(f"{what!r}: loader-workers:N needs a whole N >= 1")
-        return Optimization(
-            what, workers=int(text), claims=("data.loader",), timer="wall",
-            expectation=("the task lives in memory and a batch is one gather, so worker "
-                         "processes only add inter-process copies; judged on wall time, "
-                         "since the work moves to other processes"))
-    if what == "compile":
-        raise ValueError("compile: torch.compile is not wired into the gauntlet in this "
-                         "version (see docs/optimize.md)")
-    raise ValueError(f"unknown optimization {what!r}; accepted: autocast-bf16, autocast-fp16, "
-                     "recompute:SPEC (none|sqrt|uniform:K|optimal:S), loader-workers:N")
-
-
-def _autocast_expectation(fmt: str) -> str:
-    flags = _cpu_flags()
-    units = {"bf16": ("amx_bf16", "avx512_bf16"), "fp16": ("amx_fp16", "avx512_fp16")}[fmt]
-    have = [f for f in units if f in flags]
-    if have:
-        return f"this CPU has {', '.join(have)}: low-precision matmuls can be faster"
-    return (f"this CPU has no {fmt} matmul units ({' or '.join(units)} absent from "
-            f"/proc/cpuinfo): autocast adds casts and gains no arithmetic, expected slower")
-
-
-def _cpu_flags() -> set[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text(encoding="ascii", errors="replace")
-    except OSError:
-        return set()
-    for line in text.splitlines():
-        if line.startswith("flags"):
-            return set(line.split(":", 1)[1].split())
-    return set()
-
+__all__ = ["ACCURACY", "BASELINE", "BASELINES", "BOOTSTRAP", "CONTROLS", "LEARN_STEPS",
+           "LOSS_BAND", "MODELS", "RESUME_AT", "RESUME_TOTAL", "SUPPORTED", "Controls",
+           "Gauntlet", "Learning", "Optimization", "Timing", "compiled_forward",
+           "distance_from_fp32", "learn", "make_run", "parse", "resume_check", "run_gauntlet",
+           "speedup", "spread", "time_interleaved"]
 
 # ---------------------------------------------------------------- runs
 
 
-def make_run(opt: Optimization | None, **overrides: Any) -> Any:
-    """A torch training Run of the baseline, or of the optimized configuration."""
+def make_run(opt: Optimization | None, model: str = "mlp", **overrides: Any) -> Any:
+    """A torch training Run of `model`'s baseline (opt None), or of the optimized
+    configuration (the model is then opt.model)."""
     from torch_impl import train as torch_train
 
-    config = {**BASELINE, **(opt.changes if opt else {}), **overrides}
+    model = opt.model if opt is not None else model
+    config = {**BASELINES[model], **(opt.changes if opt else {}), **overrides}
     run = torch_train.Run(torch_train.TrainConfig(**config))
     if opt is not None and opt.workers:
         with_workers(run, opt.workers)
+    if opt is not None and opt.compiled:
+        compiled_forward(run.model)
     return run
+
+
+def compiled_forward(model: Any) -> Any:
+    """The module's forward replaced, on this instance only, by torch.compile of it
+    (Inductor, fullgraph: a graph break is an error, not a silent eager fallback).
+
+    On the instance, not `torch.compile(model)`: the wrapper it returns prefixes every
+    state_dict key with `_orig_mod.`, so its checkpoints would not load into the eager
+    model; the instance keeps its keys, its parameters and its hooks, and train_step calls
+    it as before. The loss (cross-entropy) stays eager; AOTAutograd compiles the forward's
+    backward with it. (`Module.compile()`, which compiles `_call_impl`, finds no frame to
+    compile under fullgraph in torch 2.13: the call machinery is on Dynamo's skip list.)
+    A second instance of the same architecture passes the first one's guards and reuses its
+    compiled code.
+    """
+    import torch
+
+    model.forward = torch.compile(model.forward, backend="inductor", fullgraph=True)
+    return model
 
 
 def with_workers(run: Any, workers: int) -> None:
@@ -138,98 +108,53 @@ def with_workers(run: Any, workers: int) -> None:
 
 
 @dataclass
-class Timing:
-    baseline_cpu: list[float]
-    optimized_cpu: list[float]
-    baseline_wall: list[float]
-    optimized_wall: list[float]
-    steps: int
-
-    def samples(self, timer: str) -> tuple[np.ndarray, np.ndarray]:
-        if timer == "cpu":
-            return np.array(self.baseline_cpu), np.array(self.optimized_cpu)
-        return np.array(self.baseline_wall), np.array(self.optimized_wall)
-
-
-def time_interleaved(opt: Optimization, repeats: int, steps: int) -> Timing:
-    """R repeats of `steps` steps per side, ABBA-interleaved after one warm-up block each.
-    Seconds per step, CPU time of this process (time.process_time) and wall time."""
-    runs = {"baseline": make_run(None), "optimized": make_run(opt)}
-    out: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in runs}
-
-    def block(name: str, record: bool) -> None:
-        run = runs[name]
-        c0, w0 = time.process_time(), time.perf_counter()
-        for _ in range(steps):
-            run.train_step()
-        c1, w1 = time.process_time(), time.perf_counter()
-        if record:
-            out[name][0].append((c1 - c0) / steps)
-            out[name][1].append((w1 - w0) / steps)
-
-    for name in runs:
-        block(name, record=False)
-    for r in range(repeats):
-        order = ("baseline", "optimized") if r % 2 == 0 else ("optimized", "baseline")
-        for name in order:
-            block(name, record=True)
-    return Timing(out["baseline"][0], out["optimized"][0], out["baseline"][1],
-                  out["optimized"][1], steps)
-
-
-def speedup(baseline: np.ndarray, optimized: np.ndarray, seed: int = 0
-            ) -> tuple[float, float, float]:
-    """(ratio of medians baseline/optimized, 2.5th and 97.5th percentile of its bootstrap
-    distribution): each side resampled with replacement, BOOTSTRAP times, seeded."""
-    rng = np.random.default_rng(seed)
-    b = rng.choice(baseline, (BOOTSTRAP, baseline.size))
-    o = rng.choice(optimized, (BOOTSTRAP, optimized.size))
-    ratios = np.median(b, axis=1) / np.median(o, axis=1)
-    low, high = np.percentile(ratios, [2.5, 97.5])
-    return float(np.median(baseline) / np.median(optimized)), float(low), float(high)
-
-
-def spread(x: np.ndarray) -> tuple[float, float, float]:
-    """(median, 25th, 75th percentile)."""
-    q25, q50, q75 = np.percentile(x, [25, 50, 75])
-    return float(q50), float(q25), float(q75)
-
-
-@dataclass
 class Learning:
     initial_loss: float
     final_loss: float  # mean over the last 10 steps
     accuracy: float
+    loss_band: float = LOSS_BAND  # the model's Controls
+    threshold: float = ACCURACY
+    steps: int = LEARN_STEPS
 
     @property
     def in_band(self) -> bool:
-        return self.final_loss <= LOSS_BAND * self.initial_loss
+        return self.final_loss <= self.loss_band * self.initial_loss
 
     @property
     def accurate(self) -> bool:
-        return self.accuracy >= ACCURACY
+        return self.accuracy >= self.threshold
 
 
-def learn(opt: Optimization | None, steps: int = LEARN_STEPS) -> Learning:
-    """`steps` steps from the seed; the loss curve's ends and the task accuracy."""
+def learn(opt: Optimization | None, steps: int | None = None, model: str = "mlp"
+          ) -> Learning:
+    """`steps` (default: the model's Controls) steps from the seed; the loss curve's ends
+    and the accuracy the model's Controls measure."""
     import torch
 
-    run = make_run(opt)
+    run = make_run(opt, model)
+    controls = CONTROLS[run.config.model]
+    steps = steps or controls.steps
     losses = [run.train_step().loss for _ in range(steps)]
     run.model.eval()
     with torch.no_grad():
-        predicted = run.model(run.task.inputs).argmax(-1)
-    accuracy = float((predicted == run.task.labels).double().mean())
-    return Learning(losses[0], float(np.mean(losses[-10:])), accuracy)
+        if run.config.model == "gpt":
+            from reference.gpt_config import TRAIN_COPY_PREFIX as copied  # plain data
+
+            logits = run.model(run.task.inputs)[0]  # (n, T, V)
+            hits = logits[:, copied:].argmax(-1) == run.task.labels[:, copied:]
+        else:
+            hits = run.model(run.task.inputs).argmax(-1) == run.task.labels
+    return Learning(losses[0], float(np.mean(losses[-10:])), float(hits.double().mean()),
+                    controls.loss_band, controls.threshold, steps)
 
 
 def distance_from_fp32(opt: Optimization) -> dict[str, float]:
     """One step's loss and gradients, optimized vs the float32 eager step, same weights and
     batch: max |difference| / max |float32 value| (informative, not a claim: the claims say
-    what the difference may be)."""
+    what the difference may be), and "bitwise" 1.0 when every value is equal."""
     from torch_impl import train as torch_train
 
-    base, other = make_run(None), make_run(opt)
+    base, other = make_run(None, opt.model), make_run(opt)
     x, y = base.next_batch()
     out = {}
     for name, run in (("fp32", base), ("optimized", other)):
@@ -239,7 +164,26 @@ def distance_from_fp32(opt: Optimization) -> dict[str, float]:
     (loss_a, grads_a), (loss_b, grads_b) = out["fp32"], out["optimized"]
     worst = max(float((a - b).abs().max() / a.abs().max().clamp_min(1e-300))
                 for a, b in zip(grads_a, grads_b, strict=True))
-    return {"loss": abs(loss_a - loss_b) / abs(loss_a), "gradients": worst}
+    bitwise = loss_a == loss_b and all(bool((a == b).all())
+                                       for a, b in zip(grads_a, grads_b, strict=True))
+    return {"loss": abs(loss_a - loss_b) / abs(loss_a), "gradients": worst,
+            "bitwise": float(bitwise)}
+
+
+def compiled_equivalence(opt: Optimization) -> tuple[str, float, str, bool]:
+    """compile.eager held on the gauntlet's own compiled model (not only the claim's small
+    case): the eager baseline and the optimized run (equal weights) on the first batch."""
+    from parity.compare import holds
+    from parity.drivers import compile as dc
+    from parity.tolerances import claim
+
+    base, other = make_run(None, opt.model), make_run(opt)
+    x, y = base.next_batch()
+    case = dc.Case(tuple(base.config.sizes), base.config.activation, len(x))
+    worst, _ = dc.held_to_eager(base.model, other.model, case, x.numpy(), y.numpy())
+    c = claim("compile.eager")
+    return (f"compile.eager (the {case.activation} MLP {case.sizes}, batch {case.batch})",
+            worst, c.tolerance, holds(c, worst))
 
 
 def frozen_optimizer(run: Any) -> Any:
@@ -300,26 +244,41 @@ class Gauntlet:
 
 def run_gauntlet(opt: Optimization, repeats: int, steps: int,
                  progress: Callable[[str], None] = lambda _: None,
-                 learn_steps: int = LEARN_STEPS) -> Gauntlet:
+                 learn_steps: int | None = None) -> Gauntlet:
     from parity.compare import holds
     from parity.report import CHECKS, load_checks
     from parity.tolerances import claim
 
     start = time.perf_counter()
-    with one_thread():
-        load_checks()
+    cache = contextlib.nullcontext()
+    if opt.compiled:
+        from parity.drivers.compile import fresh_inductor_cache
+
+        cache = fresh_inductor_cache()
+    with one_thread(), cache:
+        progress(f"timing: {repeats} repeats x {steps} steps per side")
+        if opt.compiled:  # the first call compiles from nothing (NOTE in optimize_timing)
+            import torch
+
+            torch._dynamo.reset()
+        runs = {"baseline": make_run(None, opt.model), "optimized": make_run(opt)}
+        timing = time_interleaved(runs, repeats, steps)
+        del runs
+        ratio = speedup(*timing.samples(opt.timer))
+        load_checks()  # after the timing: a claim's check may compile (warm caches)
         claims = []
         for cid in opt.claims:
             progress(f"claim {cid}")
             c, obs = claim(cid), CHECKS[cid]()
             claims.append((cid, obs.observed, c.tolerance, holds(c, obs.observed)))
+        if opt.compiled:
+            progress("compile.eager on this model")
+            claims.append(compiled_equivalence(opt))
         progress("distance from float32")
         distance = distance_from_fp32(opt)
-        progress(f"timing: {repeats} repeats x {steps} steps per side")
-        timing = time_interleaved(opt, repeats, steps)
-        ratio = speedup(*timing.samples(opt.timer))
         progress("learning controls")
-        learning = {"baseline": learn(None, learn_steps), "optimized": learn(opt, learn_steps)}
+        learning = {"baseline": learn(None, learn_steps, opt.model),
+                    "optimized": learn(opt, learn_steps)}
         progress("resume")
         resumed = resume_check(opt)
     return Gauntlet(opt, claims, distance, timing, ratio, learning, resumed,
