@@ -150,6 +150,30 @@ def test_layer_norm_bias_grad_adds_rows_in_torchs_order_even_with_one_column(
         assert_claim("gpt.layer_norm.bias_grad", db, tb.grad.numpy(), f"{rows} x {columns}")
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_loss_reduction_orders_reproduce_numpy_and_torch_bit_for_bit(device: str,
+                                                                     dtype: type) -> None:
+    """gpt.loss counts each term's additions in NumPy's pairwise order and torch's CPU nll_loss
+    cascade (NOTE [ Row-order sums ]): the emulations must give the libraries' sums exactly,
+    for sizes across the block edges (8, 128, 16-term cascade levels), strided as in the loss."""
+    if device != "cpu":
+        pytest.skip("CPU-specific: torch's CPU nll_loss cascade")
+    rng = np.random.default_rng(5)
+    sizes = (1, 7, 8, 9, 16, 17, 64, 127, 128, 129, 256, 257, 300, 1000)
+    seq_differs = 0
+    for n in sizes:
+        v = (rng.random(n) * 10.0 ** rng.uniform(-3, 3, n)).astype(dtype)
+        logp = np.zeros((n, 3), dtype)
+        logp[:, 1] = -v
+        strided = -logp[:, 1]  # a strided column, like the loss's take_along_axis
+        assert gb.numpy_sum_order(v)[0] == strided.sum(dtype=dtype), f"numpy, N={n}"
+        t = torch.nn.functional.nll_loss(torch.from_numpy(logp), torch.ones(n, dtype=torch.long),
+                                         reduction="sum").item()
+        assert gb.torch_nll_sum_order(v)[0] == dtype(t), f"torch, N={n}"
+        seq_differs += int(np.cumsum(v)[-1] != dtype(t))
+    assert seq_differs > 0, "no size told the cascade from a plain running sum"
+
+
 @given(config=gpt_configs(max_layers=3), dtype=st.sampled_from(DTYPES), data=st.data())
 @settings(max_examples=20)
 def test_logits_and_loss_along_a_whole_run_within_carried_bounds(

@@ -113,16 +113,24 @@ CLAIMS: tuple[Claim, ...] = (
         id="gpt.layer_norm.backward",
         statement=(
             "LayerNorm input, weight and bias gradients, each side from its own saved mean and "
-            "rstd: within eps times the scales propagated in NOTE [ LayerNorm error budget ]."
+            "rstd: within eps times the scales propagated in NOTE [ LayerNorm error budget ] "
+            "from the measured difference of the two trees' saved statistics; the weight "
+            "gradient's row sum bounded by its running sums on CPU with torch on one thread."
         ),
         kind="eps",
         bound=1.0,
         scale="the LayerNorm backward budget of parity/drivers/gpt_bounds.py",
         reason=(
-            "dx = rstd (gw - <gw> - xhat <gw xhat>) (NOTE [ LayerNorm backward ]): xhat and rstd "
-            "carry the forward's differences; each mean over C adds C eps of its absolute terms, "
-            "each of the three differences and products 2 eps of its magnitude (torch may "
-            "reassociate them); dw and db sum N rows ((N + 1) eps of the absolute sum)."
+            "dx = rstd (gw - <gw> - xhat <gw xhat>) (NOTE [ LayerNorm backward ]): xhat differs "
+            "by rstd |d mean| + |xhat| |d rstd| / rstd (measured; the statistics are held by "
+            "gpt.layer_norm.forward) plus the roundings of forming it (2 u |xhat| in the "
+            "reference, u (|xhat| + rstd |x| + rstd |mean|) in torch, which may compute x rstd - "
+            "mean rstd); each mean over C adds C eps of its absolute terms, each of the three "
+            "differences and products 2 eps of its magnitude (torch may reassociate them). dw = "
+            "sum g xhat and db = sum g: torch's CPU kernel adds the rows in order on one thread, "
+            "as NumPy does, so each sum's rounding is eps sum_k |s_k| over its running sums (NOTE"
+            " [ Row-order sums ]: first-order running error, about sqrt(N) sum|t| for mixed "
+            "signs); other devices or more threads: (N + 1) eps of the absolute sum (any order)."
         ),
     ),
     Claim(
@@ -220,25 +228,35 @@ CLAIMS: tuple[Claim, ...] = (
             "dW = g^T x is bilinear: a difference dg of g and dx of x move it by at most "
             "|dg|^T |x| + |g|^T |dx| (first order), and the product itself adds nn.linear's "
             "(N + 1) eps |g|^T |x|; LayerNorm's dw = sum g xhat carries xhat's difference "
-            "(NOTE [ LayerNorm error budget ] plus the input's, through rstd (e + <e>) + |xhat| "
-            "rstd <|xhat| e>); a sum of N terms in any order adds (N + 1) eps of the absolute "
-            "sum. The incoming gradients' differences are measured at each module, so each "
-            "check is as tight as its own product."
+            "(NOTE [ LayerNorm error budget ], the statistics' difference measured at torch's "
+            "input, plus the input's, through rstd (e + <e>) + |xhat| rstd <|xhat| e>); a sum of "
+            "N terms in any order adds (N + 1) eps of the absolute sum, LayerNorm's dw and db in "
+            "row order (CPU, one thread) eps times their running sums (NOTE [ Row-order "
+            "sums ]). The incoming gradients' differences are measured at each module, so "
+            "each check is as tight as its own product."
         ),
     ),
     Claim(
         id="gpt.loss",
         statement=(
-            "The mean next-token cross-entropy: |l_ref - l_torch| <= eps S, S = the "
-            "nn.cross_entropy 'mean' scale plus the logits bound carried through log-softmax "
-            "(mean over rows of e_t + <p, e>)."
+            "The mean next-token cross-entropy: |l_ref - l_torch| <= eps S, S = the per-row "
+            "log-softmax budget of nn.cross_entropy averaged, the two reductions' roundings "
+            "counted term by term in each library's summation order, the division, and the "
+            "measured logits difference carried through the loss's gradient with Taylor's "
+            "remainder (NOTE [ Cross-entropy of the transformer ])."
         ),
         kind="eps",
         bound=1.0,
-        scale="nn.cross_entropy's mean scale + mean_rows (e_target + <p, e>)",
+        scale="mean (A + nll) + u mean ((d_numpy + d_torch) nll) + |l| + carried (in eps)",
         reason=(
-            "d nll / d logits = p - onehot, so a logits difference e moves each row's loss by at "
-            "most e_target + sum p e; the loss's own arithmetic is nn.cross_entropy's."
+            "d nll / d logits = p - onehot, so the exact loss moves by mean_rows (<p, e> - e_t) "
+            "under a logits difference e, plus at most (1/2) max_j e_j^2 per row (the Hessian "
+            "of log-sum-exp, diag(p) - p p^T); the per-row arithmetic is nn.cross_entropy's. "
+            "The mean over N rows: NumPy adds 0 plus a pairwise sum, torch's CPU nll_loss a "
+            "cascade of 16-term partial sums; both orders are reproduced bit for bit "
+            "(parity/test_gpt.py) and each term's additions d_i counted, so the sums differ by "
+            "u sum (d_numpy + d_torch) nll_i (NOTE [ Row-order sums ]), about (N/8 + 16) u per "
+            "term rather than the any-order (N - 1) eps."
         ),
     ),
     Claim(

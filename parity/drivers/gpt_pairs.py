@@ -11,6 +11,7 @@ import itertools
 from collections.abc import Callable
 
 import numpy as np
+import torch
 
 from parity.drivers import gpt_bounds as gb
 from parity.drivers.gpt import (
@@ -22,13 +23,13 @@ from parity.drivers.gpt import (
     run_torch,
     tokens,
 )
-from parity.drivers.nn import ce_scales, linear_scales
+from parity.drivers.nn import linear_scales
 from parity.drivers.nn import run_ref as run_ref_layer
 from parity.tolerances import claim
 from reference import attention as rattn
 from reference import gpt as rgpt
 from reference import nn as rnn
-from reference.layers import Embedding, LayerNorm
+from reference.layers import Embedding, LayerNorm, layer_norm
 
 _RECORDED = (rnn.Linear, rnn.GELU, LayerNorm, rattn.AttentionCore)
 
@@ -92,6 +93,23 @@ def carried_scale(module: rnn.Module, ins: list[np.ndarray], t_ins: list[np.ndar
 Pair = tuple[str, str, np.ndarray, np.ndarray, np.ndarray | None]  # claim, where, a, b, S
 
 
+def ln_stat_diffs(x: np.ndarray, eps: float, device: str = "cpu"
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """(|d mean|, |d rstd|) in float64, shape (..., 1): the reference's layer_norm against
+    torch's native_layer_norm on the same x (the statistics each backward reads)."""
+    C = x.shape[-1]
+    _, mean, rstd = layer_norm(x, np.ones(C, x.dtype), np.zeros(C, x.dtype), eps)
+    _, t_mean, t_rstd = torch.native_layer_norm(torch.from_numpy(x).to(device), [C], None,
+                                                None, eps)
+    return tuple(np.abs(a.astype(np.float64) - t.cpu().numpy().astype(np.float64))
+                 for a, t in ((mean, t_mean), (rstd, t_rstd)))  # type: ignore[return-value]
+
+
+def row_order(device: str) -> bool:
+    """Whether torch's LayerNorm backward adds dw's and db's rows in order (CPU, one thread)."""
+    return device == "cpu" and torch.get_num_threads() == 1
+
+
 def _module_pairs(path: str, module: rnn.Module, captured: tuple, noise: np.ndarray | None,
                   grads: dict[str, np.ndarray], compared: set[str]) -> list[Pair]:
     """One reference module run on torch's inputs and incoming gradient: (claim, where,
@@ -110,7 +128,8 @@ def _module_pairs(path: str, module: rnn.Module, captured: tuple, noise: np.ndar
         module.zero_grad()
         y = module.forward(ins[0])
         dx = module.backward(g)
-        s_dx, s_dw, _ = gb.layer_norm_backward_scales(ins[0], module.weight.data, g)
+        s_dx, s_dw, _ = gb.layer_norm_backward_scales(
+            ins[0], module.weight.data, g, ln_stat_diffs(ins[0], module.eps), row_order("cpu"))
         compared.update({path + ".weight", path + ".bias"})
         return [("gpt.layer_norm.forward", f"{where} y", y, t_out,
                  gb.layer_norm_forward_scale(ins[0], module.weight.data, module.bias.data)),
@@ -217,18 +236,13 @@ def carried_pairs(config: GPTConfig, dtype: type, batch: int, seq_len: int, seed
     logits, loss = run_ref(ref, idx, targets, run.keeps)[:2]
     V = config.vocab_size
     flat, t_flat = logits.reshape(-1, V), run.logits.reshape(-1, V)
-    e = np.abs(flat.astype(np.float64) - t_flat.astype(np.float64)) / float(np.finfo(dtype).eps)
-    t64 = t_flat.astype(np.float64)
-    p = np.exp(t64 - t64.max(-1, keepdims=True))
-    p /= p.sum(-1, keepdims=True)
-    carried = (np.take_along_axis(e, targets.reshape(-1, 1), 1)[:, 0] + (p * e).sum(-1)).mean()
-    s_loss = ce_scales("mean", t_flat, targets.reshape(-1), np.asarray(1.0, dtype),
-                       np.zeros_like(t_flat))[0]
-    return [*pairs, ("gpt.loss", "loss", loss, run.loss, s_loss + carried)]
+    e = (flat.astype(np.float64) - t_flat.astype(np.float64)) / float(np.finfo(dtype).eps)
+    s_loss = gb.loss_scale(t_flat, targets.reshape(-1), e)
+    return [*pairs, ("gpt.loss", "loss", loss, run.loss, np.asarray(s_loss))]
 
 
 def _param_grad_scales(module: rnn.Module, x: np.ndarray, e_x: np.ndarray, g: np.ndarray,
-                       e_g: np.ndarray) -> dict[str, np.ndarray]:
+                       e_g: np.ndarray, device: str) -> dict[str, np.ndarray]:
     """gpt.grads: each parameter gradient's own budget at torch's x and g plus the measured
     differences e_x of the module's input and e_g of its incoming gradient (in eps)."""
     ag = np.abs(g.astype(np.float64))
@@ -243,13 +257,14 @@ def _param_grad_scales(module: rnn.Module, x: np.ndarray, e_x: np.ndarray, g: np
     rows = tuple(range(g.ndim - 1))
     n = int(np.prod(g.shape[:-1]))
     if isinstance(module, LayerNorm):
-        _, s_dw, _ = gb.layer_norm_backward_scales(x, module.weight.data, g)
+        _, s_dw, s_db = gb.layer_norm_backward_scales(
+            x, module.weight.data, g, ln_stat_diffs(x, module.eps, device), row_order(device))
         xhat, rstd = gb.layer_norm_values(x)
         ax = np.abs(xhat)
         x_extra = rstd * (e_x + e_x.mean(-1, keepdims=True)) + ax * rstd * (
             ax * e_x).mean(-1, keepdims=True)
         return {"weight": s_dw + (e_g * ax + ag * x_extra).sum(axis=rows),
-                "bias": e_g.sum(axis=rows) + (n + 1) * ag.sum(axis=rows)}
+                "bias": e_g.sum(axis=rows) + s_db}
     x2 = np.abs(x.astype(np.float64)).reshape(n, -1)
     g2, eg2, ex2 = ag.reshape(n, -1), e_g.reshape(n, -1), e_x.reshape(n, -1)
     out = {"weight": eg2.T @ x2 + g2.T @ ex2 + (n + 1) * (g2.T @ x2)}
@@ -277,7 +292,7 @@ def grad_pairs(config: GPTConfig, dtype: type, batch: int, seq_len: int, seed: i
         e_x = (np.zeros(x.shape) if isinstance(m, Embedding) else
                np.abs(seen[path][0][0].astype(np.float64) - x.astype(np.float64)) / eps)
         e_g = np.abs(gouts[path].astype(np.float64) - t_g.astype(np.float64)) / eps
-        for key, scale in _param_grad_scales(m, x, e_x, t_g, e_g).items():
+        for key, scale in _param_grad_scales(m, x, e_x, t_g, e_g, device).items():
             name = f"{path}.{key}"
             pairs.append(("gpt.grads", name, m._params[key].grad, run.grads[name], scale))
             compared.add(name)
