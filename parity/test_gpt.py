@@ -337,3 +337,24 @@ def test_every_layer_under_autocast_within_the_rounding_spread_of_torch(
         else:
             assert_claim(claim_id, a, b, where, scale=k)
     assert total and exact >= 0.5 * total, f"only {exact} of {total} elements must be exact"
+
+
+@given(config=gpt_configs(max_layers=2), fmt=FMTS, data=st.data())
+@settings(max_examples=8, deadline=None)
+def test_free_running_autocast_differences_are_born_in_a_float32_op(
+        device: str, config: dg.GPTConfig, fmt: str, data: st.DataObject) -> None:
+    """Each tree runs itself under autocast from the tokens to every gradient: everything up
+    to the first differing op output is bit-identical, and that op is a LayerNorm fed equal
+    inputs (NOTE [ Where a free-running autocast run diverges ])."""
+    from parity.drivers import gpt_free as gf
+
+    if device != "cpu":
+        pytest.skip("CPU autocast lists (CUDA: softmax fp32, fused dropout)")
+    batch, seq_len, seed = data.draw(gpt_batches(config))
+    run = gf.free_running(config, fmt, batch, seq_len, seed, device)
+    event(f"first difference at {run.first.rsplit('.', 1)[-1] or 'none'}")
+    if run.first:
+        assert run.first_fed_equal and run.first_is_float32, (
+            f"difference born at {run.first} (fed equal inputs: {run.first_fed_equal})")
+    else:  # the forward agrees to the logits; the loss and the backward's float32 ops remain
+        assert np.array_equal(run.ends[1][1], run.ends[1][2]), "logits differ"

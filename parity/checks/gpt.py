@@ -157,3 +157,17 @@ def _autocast_layers(fmt: str) -> Observation:
 
 check("gpt.autocast_layers_bf16")(lambda: _autocast_layers("bfloat16"))
 check("gpt.autocast_layers_fp16")(lambda: _autocast_layers("float16"))
+
+
+@check("gpt.autocast_free")
+def _() -> Observation:
+    from parity.drivers import gpt_free as gf
+
+    wrong = n = 0
+    for cfg in (_CONFIG, _DROPOUT):
+        for fmt in ("bfloat16", "float16"):
+            run = gf.free_running(cfg, fmt, 4, 16, 7)
+            wrong += int(bool(run.first) and not (run.first_fed_equal and run.first_is_float32))
+            n += 1
+    return Observation(float(wrong), n, "runs whose first difference is not born in a float32 "
+                       "op; default config, dropout 0 and 0.1, bf16 and fp16, batch 4 x 16")

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from parity.drivers.nn import TORCH_DTYPE, dropout_keep, to_numpy
+from parity.drivers.nn import TORCH_DTYPE, dropout_keep
+from parity.drivers.nn import to_numpy as _to_numpy
 from reference import gpt as rgpt
 from reference import nn as rnn
 from torch_impl import gpt as tgpt
@@ -85,11 +86,13 @@ _CAPTURED = (torch.nn.LayerNorm, torch.nn.Linear, torch.nn.GELU, torch.nn.Embedd
 
 
 def run_torch(model: tgpt.GPT, idx: np.ndarray, targets: np.ndarray,
-              device: str = "cpu", layerwise: bool = False) -> TorchRun:
+              device: str = "cpu", layerwise: bool = False,
+              autocast: torch.dtype | None = None) -> TorchRun:
     """Forward with targets, backward of the loss; every dropout's keep-mask and, if asked,
     each captured module's inputs and output (forward hooks) and the gradients of its own
     inputs and output (full backward hooks: a module's own contribution, not the residual
-    stream's total)."""
+    stream's total). With `autocast` the forward runs inside torch.autocast of that dtype
+    (the backward outside, as torch recommends) and lp tensors come back widened to float32."""
     keeps: dict[str, torch.Tensor] = {}
     seen: dict[str, tuple[list[torch.Tensor], torch.Tensor]] = {}
     grads: dict[str, tuple[list[torch.Tensor | None], torch.Tensor]] = {}
@@ -117,12 +120,17 @@ def run_torch(model: tgpt.GPT, idx: np.ndarray, targets: np.ndarray,
             if not isinstance(module, torch.nn.Embedding):
                 handles.append(module.register_full_backward_hook(on_grad))
     try:
-        logits, loss = model(to_torch_tokens(idx, device), to_torch_tokens(targets, device))
+        with torch.autocast(torch.device(device).type, dtype=autocast or torch.float32,
+                            enabled=autocast is not None):
+            logits, loss = model(to_torch_tokens(idx, device), to_torch_tokens(targets, device))
         keep_masks = {path: dropout_keep(out) for path, out in keeps.items()}
         loss.backward()
     finally:
         for h in handles:
             h.remove()
+    def to_numpy(t: torch.Tensor) -> np.ndarray:  # lp widened exactly
+        return _to_numpy(t.float() if t.dtype in (torch.bfloat16, torch.float16) else t)
+
     layers = {path: ([to_numpy(a) for a in args], to_numpy(out),
                      [None if g is None else to_numpy(g) for g in grads[path][0]],
                      to_numpy(grads[path][1]))
@@ -139,6 +147,20 @@ def run_ref(model: rgpt.GPT, idx: np.ndarray, targets: np.ndarray,
     replay_masks(model, keeps)
     model.zero_grad()
     logits, loss = model.forward(idx, targets)
+    model.backward()
+    return logits, np.asarray(loss), {k: p.grad for k, p in model.named_parameters()}
+
+
+def run_ref_autocast(model: rgpt.GPT, idx: np.ndarray, targets: np.ndarray,
+                     keeps: dict[str, np.ndarray], fmt: str, kind: str
+                     ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """run_ref with the forward inside reference.amp.autocast(fmt, kind)."""
+    from reference import amp as ramp
+
+    replay_masks(model, keeps)
+    model.zero_grad()
+    with ramp.autocast(fmt, kind):
+        logits, loss = model.forward(idx, targets)
     model.backward()
     return logits, np.asarray(loss), {k: p.grad for k, p in model.named_parameters()}
 

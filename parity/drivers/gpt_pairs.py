@@ -26,6 +26,7 @@ from parity.drivers.gpt import (
 from parity.drivers.nn import linear_scales
 from parity.drivers.nn import run_ref as run_ref_layer
 from parity.tolerances import claim
+from reference import amp as ramp
 from reference import attention as rattn
 from reference import gpt as rgpt
 from reference import nn as rnn
@@ -35,12 +36,14 @@ _RECORDED = (rnn.Linear, rnn.GELU, LayerNorm, rattn.AttentionCore)
 
 
 def record_ref(model: rgpt.GPT, idx: np.ndarray, targets: np.ndarray,
-               keeps: dict[str, np.ndarray], backward: bool = False
+               keeps: dict[str, np.ndarray], backward: bool = False,
+               autocast: tuple[str, str] | None = None
                ) -> tuple[dict[str, tuple[list[np.ndarray], np.ndarray]], dict[str, np.ndarray]]:
     """One reference forward with torch's masks replayed, recording each LayerNorm, Linear,
     GELU and attention core's inputs and output by module path, and with `backward` the
     backward too, recording the incoming gradient of each LayerNorm, Linear and Embedding
-    (the instances' methods are wrapped for this call only)."""
+    (the instances' methods are wrapped for this call only). `autocast`: (format, device
+    type) of reference.amp.autocast around the forward."""
     replay_masks(model, keeps)
     seen: dict[str, tuple[list[np.ndarray], np.ndarray]] = {}
     gouts: dict[str, np.ndarray] = {}
@@ -63,7 +66,8 @@ def record_ref(model: rgpt.GPT, idx: np.ndarray, targets: np.ndarray,
             wrapped.append((m, "backward"))
     try:
         model.zero_grad()
-        model.forward(idx, targets)
+        with ramp.autocast(*(autocast or (None, "cpu"))):
+            model.forward(idx, targets)
         if backward:
             model.backward()
     finally:
