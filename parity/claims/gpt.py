@@ -337,8 +337,9 @@ CLAIMS: tuple[Claim, ...] = (
             "dropout masks replayed): the two runs are NOT bit-identical, and the difference is "
             "born in a float32 op: every op output up to the first that differs is "
             "bit-identical, and that first one is a LayerNorm fed bit-identical inputs (or "
-            "nothing differs). The end differences (loss, logits, gradients) are measured in "
-            "docs/gpt.md, not bounded."
+            "no forward output differs, the logits included, and the difference is born in "
+            "the float32 loss or the backward's float32 LayerNorm sums). The end differences "
+            "(loss, logits, gradients) are measured in docs/gpt.md, not bounded."
         ),
         kind="bits",
         bound=0,
