@@ -26,6 +26,7 @@ from parity.drivers import gpt_learn as gl
 from parity.drivers import gpt_pairs as gp
 from parity.drivers.amp import toward
 from parity.strategies import gpt_batches, gpt_configs
+from reference import amp as ramp
 from reference import data as rdata
 from reference import gpt as rgpt
 from torch_impl import data as tdata
@@ -358,3 +359,61 @@ def test_free_running_autocast_differences_are_born_in_a_float32_op(
             f"difference born at {run.first} (fed equal inputs: {run.first_fed_equal})")
     else:  # the forward agrees to the logits; the loss and the backward's float32 ops remain
         assert np.array_equal(run.ends[1][1], run.ends[1][2]), "logits differ"
+
+
+_CORE_OPS = {"bmm", "scale", "masked_fill", "softmax", "softmax_backward"}
+
+
+@given(config=gpt_configs(max_layers=2), fmt=FMTS, recompute=st.booleans(), data=st.data())
+@settings(max_examples=10, deadline=None)
+def test_attention_core_ops_under_autocast_within_the_rounding_spread_of_torch(
+        device: str, config: dg.GPTConfig, fmt: str, recompute: bool,
+        data: st.DataObject) -> None:
+    """Each elementary op of every attention core (forward, backward, and the recomputed
+    forward with selective recomputation), torch's op on the reference's own lp operands:
+    within k lp ulps, k = 0 for the scale, the mask and dropout."""
+    from parity.drivers import gpt_core_amp as gc
+
+    if device != "cpu":
+        pytest.skip("CPU autocast lists (CUDA: softmax fp32)")
+    batch, seq_len, seed = data.draw(gpt_batches(config))
+    pairs, calls = gc.core_pairs(config, fmt, batch, seq_len, seed, recompute, device)
+    for claim_id, where, a, b, k in pairs:
+        assert_claim(claim_id, a, toward(b, a, k, fmt), where)
+        if np.any((k > 0) & (a != b)):
+            event("an element differs within its allowance")
+    ops = {op for op, *_ in calls}
+    expected = _CORE_OPS | ({"dropout_forward", "dropout_backward"} if config.dropout else set())
+    assert ops == expected, f"recorded {sorted(ops)}"
+    softmaxes = sum(op == "softmax" for op, *_ in calls)
+    assert softmaxes == config.n_layer * (2 if recompute else 1), "the recompute was not seen"
+    lp = np.dtype(ramp.LP_DTYPES[fmt])
+    assert all(out.dtype == lp for *_, out in calls), "an op of the core left the lp dtype"
+
+
+@pytest.mark.parametrize("fmt", ga.FMTS)
+def test_recomputed_core_reenters_its_forwards_autocast_state_under_cuda_lists(fmt: str) -> None:
+    """Under CPU lists every op of the core already takes lp operands, so a recompute in the
+    wrong autocast state gives the same bits; under the CUDA lists (the reference's
+    emulation, no GPU needed) softmax runs in float32, so a recompute that does not re-enter
+    its forward's state saves another p and the gradients change. Reference against itself:
+    recomputed == stored, bit for bit, dropout on."""
+    from reference import recompute_gpt as rrec
+
+    config = dg.GPTConfig(dropout=0.1)
+    idx, targets = dg.tokens(config, 2, 16, 3)
+    grads = []
+    for recompute in (False, True):
+        model = rgpt.GPT(config, rng=np.random.default_rng(4))
+        if recompute:
+            rrec.recompute_attention_cores(model)
+        with ramp.autocast(fmt, "cuda"):
+            model.forward(idx, targets)
+        if not recompute:  # the guard: the CUDA list does make p float32 here
+            core = dict(model.named_modules())["transformer.h.0.attn.core"]
+            p = core._saved["softmax:SoftmaxBackward0.result"]
+            assert p.dtype == np.float32
+        model.backward()
+        grads.append({k: p.grad for k, p in model.named_parameters()})
+    for name, g in grads[0].items():
+        assert_claim("recompute.gpt_grads_reference", grads[1][name], g, f"{fmt} {name}")

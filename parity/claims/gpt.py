@@ -354,4 +354,37 @@ CLAIMS: tuple[Claim, ...] = (
             "reference's own making)."
         ),
     ),
+    Claim(
+        id="gpt.attention_core_autocast_bf16",
+        statement=(
+            "Under bfloat16 CPU autocast, every elementary op of the attention core "
+            "(q k^T, the scale, the causal mask, softmax, dropout, p v; backward: g v^T, p^T g, "
+            "dropout's, softmax's, the mask's and the scale's backward, ds k, q^T ds), torch's "
+            "op fed the reference's own lp operands, with and without selective recomputation "
+            "of the core: within k bfloat16 ulps per element, k = 0 (bit-identical) for the scale, "
+            "the mask and dropout, and for the products and softmax the rounding spread of "
+            "NOTE [ Attention core under autocast ]. Observed: ulps beyond k."
+        ),
+        kind="ulps",
+        bound=0,
+        reason=(
+            "NOTE [ Attention core under autocast ] in parity/drivers/gpt_core_amp.py: both "
+            "trees compute each op in float32 from the same lp operands and round once to lp; "
+            "a single product or a select is the same IEEE operation on both sides, a sum "
+            "(the products' accumulation, softmax's exp and normalizer, softmax backward's "
+            "<p, g>) lands within a derived float32 interval on each side, and round to "
+            "nearest is monotone, so the two lp results are at most the interval's rounding "
+            "spread apart. The recomputed core re-enters its forward's autocast state, so its "
+            "ops see the same lp operands and are held to the same allowance."
+        ),
+        fmt="bfloat16",
+    ),
+    Claim(
+        id="gpt.attention_core_autocast_fp16",
+        statement="As gpt.attention_core_autocast_bf16, under float16 autocast, in float16 ulps.",
+        kind="ulps",
+        bound=0,
+        reason="The derivation of gpt.attention_core_autocast_bf16 with float16's members.",
+        fmt="float16",
+    ),
 )

@@ -16,7 +16,7 @@ values stay equal and a few differ by one lp ulp; those then spread through the 
 matmuls, and an lp op fed equal operands later in the run is not always bit-identical either
 (a Linear's float32 accumulation in another order lands on the other side of a rounding
 boundary: gpt.autocast_layers_* allow k ulps, rarely needed; the attention core's softmax
-rounds exp differently: gpt.attention_core_autocast). So the claim (gpt.autocast_free) is
+rounds exp differently: gpt.attention_core_autocast_*). So the claim (gpt.autocast_free) is
 where the difference is BORN: the embeddings and everything upstream of the first
 difference are bit-identical, and the first op output that differs is a float32 op's fed
 bit-identical inputs. The end differences (loss, logits, gradients) are measured and shown in
