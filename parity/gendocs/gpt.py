@@ -115,3 +115,30 @@ def _() -> str:
              for i, (s, k, lr, lt) in enumerate(zip(t.ref_scales, t.ref_skipped,
                                                     t.ref_losses, t.torch_losses, strict=True))]
     return "\n".join(rows)
+
+
+@section("gpt.md", "gpt-autocast-free")
+def _() -> str:
+    import numpy as np
+
+    from parity.drivers import gpt as dg
+    from parity.drivers.amp import ordinal
+    from parity.drivers.gpt_free import free_running
+
+    lines = ["| autocast | difference born at | loss: reference - torch (float32 ulps) | "
+             "logits differing (lp ulps, max) | parameter gradients differing: tensors, "
+             "elements | worst gradient max abs diff / max abs |", "|---|---|---:|---:|---:|---:|"]
+    for fmt in ("bfloat16", "float16"):
+        run = free_running(dg.GPTConfig(), fmt, TAPE_BATCH, 16, 7)
+        (_, la, lb), (_, za, zb), *grads = run.ends
+        loss_ulps = int(ordinal(la.reshape(1), "float32")[0] - ordinal(lb.reshape(1),
+                                                                       "float32")[0])
+        dz = np.abs(ordinal(za, fmt) - ordinal(zb, fmt))
+        differ = [(a != b).sum() for _, a, b in grads]
+        rel = max(float(np.abs(a - b).max() / np.abs(b).max()) for _, a, b in grads)
+        lines.append(f"| {fmt} | `{run.first}` | {loss_ulps:+d} | {(dz > 0).sum()} of "
+                     f"{dz.size} ({dz.max()}) | {sum(d > 0 for d in differ)} of {len(grads)}, "
+                     f"{sum(differ):,} of {sum(a.size for _, a, _ in grads):,} | {rel:.1e} |")
+    return (f"The default config, dropout 0, batch {TAPE_BATCH} x 16 tokens, each tree "
+            "running itself (claim `gpt.autocast_free`; NOTE [ Where a free-running autocast "
+            "run diverges ] in parity/drivers/gpt_free.py):\n\n" + "\n".join(lines))
