@@ -20,6 +20,7 @@ from parity.drivers.nn import TORCH_DTYPE, dropout_keep
 from parity.drivers.nn import to_numpy as _to_numpy
 from reference import gpt as rgpt
 from reference import nn as rnn
+from reference.layers import LayerNorm
 from torch_impl import gpt as tgpt
 from torch_impl.module import state_dict_from_torch, state_dict_to_torch
 
@@ -27,9 +28,19 @@ GPTConfig = rgpt.GPTConfig
 
 
 def make_pair(config: GPTConfig, dtype: type = np.float32, seed: int = 0,
-              device: str = "cpu") -> tuple[rgpt.GPT, tgpt.GPT]:
-    """A reference GPT and a torch GPT holding the same weights (the reference's, copied)."""
+              device: str = "cpu", affine: bool = False) -> tuple[rgpt.GPT, tgpt.GPT]:
+    """A reference GPT and a torch GPT holding the same weights (the reference's, copied).
+    `affine`: every LayerNorm's weight drawn around 1 and bias around 0 instead of GPT's
+    ones and zeros, so that a gradient or product that forgets (or wrongly applies) the
+    affine parameters is seen."""
     ref = rgpt.GPT(config, rng=np.random.default_rng(seed), dtype=dtype)
+    if affine:
+        rng = np.random.default_rng(seed + 7919)
+        for _, m in ref.named_modules():
+            if isinstance(m, LayerNorm):
+                C = m.normalized_shape
+                m.weight.data = (1 + 0.25 * rng.standard_normal(C)).astype(dtype)
+                m.bias.data = (0.1 * rng.standard_normal(C)).astype(dtype)
     twin = tgpt.GPT(config, generator=torch.Generator().manual_seed(seed),
                     dtype=TORCH_DTYPE[np.dtype(dtype)], device=device)
     twin.load_state_dict(state_dict_to_torch(ref.state_dict(), device))

@@ -62,7 +62,7 @@ def free_running(config: dg.GPTConfig, fmt: str, batch: int, seq_len: int, seed:
     results: forward outputs of Linear, GELU and attention core, and each Linear's parameter
     gradients where its input and incoming gradient agree."""
     config = replace(config, tie_weights=False)
-    ref, twin = dg.make_pair(config, np.float32, seed % 1000, device)
+    ref, twin = dg.make_pair(config, np.float32, seed % 1000, device, affine=True)
     twin.train(ref.training)
     idx, targets = dg.tokens(config, batch, seq_len, seed)
     with float32_accumulation(device):

@@ -169,7 +169,7 @@ def layerwise_pairs(config: GPTConfig, dtype: type, batch: int, seq_len: int, se
                     ) -> tuple[list[Pair], set[str], set[str]]:
     """Every captured op of an untied model fed torch's own inputs and incoming gradient:
     (pairs, parameter names compared, all parameter names). CPU."""
-    ref, twin = make_pair(config, dtype, seed % 1000)
+    ref, twin = make_pair(config, dtype, seed % 1000, affine=True)
     idx, targets = tokens(config, batch, seq_len, seed)
     run = run_torch(twin, idx, targets, layerwise=True)
     modules = dict(ref.named_modules())
@@ -223,7 +223,7 @@ def _residual_pairs(config: GPTConfig, dtype: type, seen: dict, run: TorchRun) -
 def carried_pairs(config: GPTConfig, dtype: type, batch: int, seq_len: int, seed: int,
                   device: str = "cpu") -> list[Pair]:
     """gpt.logits for every op along one end-to-end forward, then gpt.loss."""
-    ref, twin = make_pair(config, dtype, seed % 1000, device)
+    ref, twin = make_pair(config, dtype, seed % 1000, device, affine=True)
     idx, targets = tokens(config, batch, seq_len, seed)
     run = run_torch(twin, idx, targets, device=device, layerwise=True)
     seen, _ = record_ref(ref, idx, targets, run.keeps)
@@ -281,7 +281,7 @@ def grad_pairs(config: GPTConfig, dtype: type, batch: int, seq_len: int, seed: i
                device: str = "cpu") -> tuple[list[Pair], set[str], set[str]]:
     """gpt.grads for every parameter of an untied model along one end-to-end forward and
     backward: (pairs, parameter names compared, all parameter names)."""
-    ref, twin = make_pair(config, dtype, seed % 1000, device)
+    ref, twin = make_pair(config, dtype, seed % 1000, device, affine=True)
     idx, targets = tokens(config, batch, seq_len, seed)
     run = run_torch(twin, idx, targets, device=device, layerwise=True)
     seen, gouts = record_ref(ref, idx, targets, run.keeps, backward=True)
