@@ -44,7 +44,8 @@ KNOWN the actual partial sums are used instead:
         2^4 terms (numpy_sum_order, torch_nll_sum_order count each term's additions d_i; both
         reproduce the library's sum bit for bit, checked in parity/test_gpt.py), so the two
         sides differ by u sum_i (d_i^numpy + d_i^torch) nll_i (nll_i >= 0): about (N/8 + 16) u
-        per term for N <= 128 rather than (N - 1) eps.
+        per term for N <= 128 rather than (N - 1) eps. On another device torch's reduction
+        order is not reproduced here: d_i^torch = N - 1 (any order).
 
 # NOTE [ Cross-entropy of the transformer ]
 S (in eps) at torch's logits z (N rows, V classes) and the measured signed difference e = (z_ref -
@@ -306,16 +307,19 @@ def torch_nll_sum_order(v: np.ndarray, levels: int = 8) -> tuple[np.generic, np.
     return total[0], depth
 
 
-def loss_scale(logits: np.ndarray, targets: np.ndarray, e: np.ndarray) -> float:
+def loss_scale(logits: np.ndarray, targets: np.ndarray, e: np.ndarray,
+               cpu: bool = True) -> float:
     """S of gpt.loss at torch's logits (N, V) with the measured signed logits difference e
-    (reference - torch, in eps): NOTE [ Cross-entropy of the transformer ]."""
+    (reference - torch, in eps): NOTE [ Cross-entropy of the transformer ]. `cpu`: torch's
+    reduction is its CPU cascade; otherwise any order (each term up to N - 1 additions)."""
     z = logits.astype(np.float64)
     N, V = z.shape
     p = np.exp(z - z.max(-1, keepdims=True))
     p /= p.sum(-1, keepdims=True)
     nll = -np.log(np.take_along_axis(p, targets.reshape(-1, 1), 1)[:, 0])
     own = (V + 5 + 5 * math.log(V) + nll).sum()  # nn.cross_entropy's per-row budget
-    depths = numpy_sum_order(nll)[1] + torch_nll_sum_order(nll)[1]
+    depths = numpy_sum_order(nll)[1] + (torch_nll_sum_order(nll)[1] if cpu
+                                        else max(N - 1, 1))
     reduction = 0.5 * (depths * nll).sum()
     eps = float(np.finfo(logits.dtype).eps)
     e_t = np.take_along_axis(e, targets.reshape(-1, 1), 1)[:, 0]

@@ -241,7 +241,7 @@ def carried_pairs(config: GPTConfig, dtype: type, batch: int, seq_len: int, seed
     V = config.vocab_size
     flat, t_flat = logits.reshape(-1, V), run.logits.reshape(-1, V)
     e = (flat.astype(np.float64) - t_flat.astype(np.float64)) / float(np.finfo(dtype).eps)
-    s_loss = gb.loss_scale(t_flat, targets.reshape(-1), e)
+    s_loss = gb.loss_scale(t_flat, targets.reshape(-1), e, torch.device(device).type == "cpu")
     return [*pairs, ("gpt.loss", "loss", loss, run.loss, np.asarray(s_loss))]
 
 
