@@ -360,7 +360,8 @@ def test_free_running_autocast_differences_are_born_in_a_float32_op(
         device: str, config: dg.GPTConfig, fmt: str, data: st.DataObject) -> None:
     """Each tree runs itself under autocast from the tokens to every gradient: everything up
     to the first differing op output is bit-identical, and that op is a LayerNorm fed equal
-    inputs (NOTE [ Where a free-running autocast run diverges ])."""
+    inputs (NOTE [ Where a free-running autocast run diverges ]); the residual stream between
+    the ops within its carried bound."""
     from parity.drivers import gpt_free as gf
 
     if device != "cpu":
@@ -368,6 +369,9 @@ def test_free_running_autocast_differences_are_born_in_a_float32_op(
     batch, seq_len, seed = data.draw(gpt_batches(config))
     run = gf.free_running(config, fmt, batch, seq_len, seed, device)
     event(f"first difference at {run.first.rsplit('.', 1)[-1] or 'none'}")
+    for claim_id, where, a, b, s in run.residual:
+        assert_claim(claim_id, a, b, where, scale=s)
+    assert len(run.residual) == 2 * config.n_layer + 1
     if run.first:
         assert run.first_fed_equal and run.first_is_float32, (
             f"difference born at {run.first} (fed equal inputs: {run.first_fed_equal})")

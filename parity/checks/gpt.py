@@ -191,3 +191,15 @@ def _core_autocast(fmt: str) -> Observation:
 
 check("gpt.attention_core_autocast_bf16")(lambda: _core_autocast("bfloat16"))
 check("gpt.attention_core_autocast_fp16")(lambda: _core_autocast("float16"))
+
+
+@check("gpt.autocast_free_residual")
+def _() -> Observation:
+    from parity.drivers import gpt_free as gf
+
+    worst = _Worst("gpt.autocast_free_residual")
+    for cfg in (_CONFIG, _DROPOUT):
+        for fmt in ("bfloat16", "float16"):
+            for _, _, a, b, s in gf.free_running(cfg, fmt, 4, 16, 7).residual:
+                worst.add(a, b, s)
+    return worst.observation("default config, dropout 0 and 0.1, bf16 and fp16, batch 4 x 16")

@@ -387,4 +387,25 @@ CLAIMS: tuple[Claim, ...] = (
         reason="The derivation of gpt.attention_core_autocast_bf16 with float16's members.",
         fmt="float16",
     ),
+    Claim(
+        id="gpt.autocast_free_residual",
+        statement=(
+            "Along the free-running autocast runs of gpt.autocast_free, every LayerNorm's input "
+            "(the residual stream, float32 under autocast) is within the previous one's and the "
+            "branch output's measured differences plus one lp rounding of the dropout product "
+            "and one float32 rounding of the add: |a - b| <= eps32 S."
+        ),
+        kind="eps",
+        bound=1.0,
+        scale="e_prev + |n| e_branch + (eps_lp |n y| + eta_lp) / eps32 + |x| (in float32 eps)",
+        reason=(
+            "x_new = x + dropout(y): the add is float32 + lp -> float32 (one float32 rounding "
+            "per side), the dropout product lp * lp -> lp (one lp rounding per side, relative "
+            "eps_lp/2 |n y|, or absolute eta_lp/2 where it falls among float16's subnormals "
+            "below 2^-14, eta_lp the smallest subnormal); first order "
+            "in the measured differences of x and y (gpt.logits' residual check under "
+            "autocast). A residual stream rounded to lp, or an extra cast, adds about eps_lp "
+            "|x| and breaks it."
+        ),
+    ),
 )

@@ -20,19 +20,25 @@ rounds exp differently: gpt.attention_core_autocast_*). So the claim (gpt.autoca
 where the difference is BORN: the embeddings and everything upstream of the first
 difference are bit-identical, and the first op output that differs is a float32 op's fed
 bit-identical inputs. The end differences (loss, logits, gradients) are measured and shown in
-docs/gpt.md, not bounded (no end-to-end lp bound is derived).
+docs/gpt.md, not bounded (no end-to-end lp bound is derived). What joins the ops, the residual
+stream, is held like gpt.logits holds it (gpt.autocast_free_residual): each LayerNorm's input
+within the previous one's and the branch output's measured differences, plus one lp rounding
+of the dropout product and one float32 rounding of the add; a residual stream kept in lp, or
+a cast where none belongs, shows there.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+import ml_dtypes
 import numpy as np
 import torch
 
 from parity.drivers import gpt as dg
 from parity.drivers import gpt_pairs as gp
 from parity.drivers.amp import TORCH_DTYPES, f32, float32_accumulation
+from reference import amp as ramp
 from reference import nn as rnn
 from reference.layers import LayerNorm
 
@@ -49,6 +55,7 @@ class FreeRun:
     first: str = ""  # the first op, in forward order, whose output differs
     first_fed_equal: bool = False  # and whether its own inputs were bit-identical
     first_is_float32: bool = False  # and whether it is a float32 op (a LayerNorm)
+    residual: list = field(default_factory=list)  # gpt.autocast_free_residual's pairs
 
 
 def _same(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
@@ -74,6 +81,9 @@ def free_running(config: dg.GPTConfig, fmt: str, batch: int, seq_len: int, seed:
     logits, loss, grads = dg.run_ref_autocast(ref, idx, targets, run.keeps, fmt, kind)
     out = FreeRun([("loss", f32(np.asarray(loss)), run.loss), ("logits", f32(logits), run.logits)]
                   + [(n, grads[n], run.grads[n]) for n in sorted(grads)])
+    lp = ml_dtypes.finfo(ramp.LP_DTYPES[fmt])
+    out.residual = gp.residual_pairs(config, np.float32, seen, run, "gpt.autocast_free_residual",
+                                     (float(lp.eps), float(lp.smallest_subnormal)))
     modules = dict(ref.named_modules())
     for path, (ins, y) in seen.items():  # forward order
         t_ins, t_y, _, t_g = run.layers[path]

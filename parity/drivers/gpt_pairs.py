@@ -185,11 +185,16 @@ def layerwise_pairs(config: GPTConfig, dtype: type, batch: int, seq_len: int, se
     return pairs, compared, {name for name, _ in ref.named_parameters()}
 
 
-def _residual_pairs(config: GPTConfig, dtype: type, seen: dict, run: TorchRun) -> list[Pair]:
+def residual_pairs(config: GPTConfig, dtype: type, seen: dict, run: TorchRun,
+                   claim_id: str = "gpt.logits", product: tuple[float, float] | None = None
+                   ) -> list[Pair]:
     """gpt.logits for the glue between the ops: each LayerNorm's input (the residual stream)
     against the previous one plus the branch's c_proj output, carried, with the dropout
-    product and the add rounding once each (the first: embeddings and their sum, exact)."""
+    product and the add rounding once each (the first: embeddings and their sum, exact).
+    `product`: (eps, smallest subnormal) of the dropout product's dtype (an lp dtype under
+    autocast; default: dtype's own, whose underflow is negligible here)."""
     eps = float(np.finfo(dtype).eps)
+    rel, tiny = (product[0] / eps, product[1] / eps) if product else (1.0, 0.0)
     scale = 1.0 / (1.0 - config.dropout)
 
     def diff(path: str, which: int) -> tuple[np.ndarray, np.ndarray]:
@@ -204,7 +209,7 @@ def _residual_pairs(config: GPTConfig, dtype: type, seen: dict, run: TorchRun) -
     stream = [f"transformer.h.{i}.{ln}" for i in range(config.n_layer) for ln in ("ln_1", "ln_2")]
     stream.append("transformer.ln_f")
     x, e = diff(stream[0], 0)
-    out = [("gpt.logits", stream[0] + " input", seen[stream[0]][0][0], run.layers[stream[0]][0][0],
+    out = [(claim_id, stream[0] + " input", seen[stream[0]][0][0], run.layers[stream[0]][0][0],
             np.abs(x))]
     for prev, ln in itertools.pairwise(stream):
         block = prev.rsplit(".", 1)[0]
@@ -213,8 +218,9 @@ def _residual_pairs(config: GPTConfig, dtype: type, seen: dict, run: TorchRun) -
         y, e_y = diff(f"{branch}.c_proj", 1)
         n = noise(drop)
         x_new, _ = diff(ln, 0)
-        s = e + np.abs(n) * e_y + np.abs(n * y) + np.abs(x_new)
-        out.append(("gpt.logits", ln + " input (residual)", seen[ln][0][0],
+        s = e + np.abs(n) * e_y + rel * np.abs(n * y) + tiny * (np.abs(n) > 0) + np.abs(x_new)
+        s *= 1 + 2.0**-40  # the scale's own float64 evaluation: e passes through exactly
+        out.append((claim_id, ln + " input (residual)", seen[ln][0][0],
                     run.layers[ln][0][0], s))
         x, e = x_new, np.abs(seen[ln][0][0].astype(np.float64) - x_new) / eps
     return out
@@ -236,7 +242,7 @@ def carried_pairs(config: GPTConfig, dtype: type, batch: int, seq_len: int, seed
         noise = None if keep is None else keep.astype(dtype) / dtype(1 - config.dropout)
         pairs.append(("gpt.logits", path, out, t_out,
                       carried_scale(modules[path], ins, t_ins, noise, gelu)))
-    pairs += _residual_pairs(config, dtype, seen, run)
+    pairs += residual_pairs(config, dtype, seen, run)
     logits, loss = run_ref(ref, idx, targets, run.keeps)[:2]
     V = config.vocab_size
     flat, t_flat = logits.reshape(-1, V), run.logits.reshape(-1, V)
