@@ -2,6 +2,7 @@
 
     python benchmarks/gpt.py [--repeats 15] [--write]      step times, 1 and 2 threads
     python benchmarks/gpt.py --learn [--write]             the copy-task learning curves
+    python benchmarks/gpt.py --free [--write]              free-running autocast differences
 
 Step: zero_grad, forward with targets, backward, AdamW step, float32, batch 32, on the tiny
 default config (vocab 12, block 16, 2 layers, 2 heads, width 32) and on a 4x larger one
@@ -23,7 +24,9 @@ measurement (distinct storages) on each config: equal (claim gpt.saved_tensors).
 
 --learn: both trees train the tiny config on the copy task for 400 steps on one thread
 (parity/drivers/gpt_learn.py, CONTROL_STEPS), held-out copy accuracy every 25 steps.
---write saves docs/data/gpt_bench.json or docs/data/gpt_learning.json.
+--free: the whole model under bf16 and fp16 autocast, each tree running itself: where the two
+runs part and how far apart they end (parity/drivers/gpt_free.py, end_differences).
+--write saves docs/data/gpt_bench.json, gpt_learning.json or gpt_autocast_free.json.
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ from torch_impl import gpt as tgpt  # noqa: E402
 
 BENCH_JSON = ROOT / "docs" / "data" / "gpt_bench.json"
 LEARN_JSON = ROOT / "docs" / "data" / "gpt_learning.json"
+FREE_JSON = ROOT / "docs" / "data" / "gpt_autocast_free.json"
 BATCH = 32
 CONFIGS = {
     "tiny": dg.GPTConfig(),
@@ -236,15 +240,23 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--threads", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--learn", action="store_true")
+    parser.add_argument("--free", action="store_true")
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
     if args.threads:
         print(json.dumps(worker(args.threads, args.repeats)))
         return
-    results = learn() if args.learn else bench(args.repeats)
+    if args.free:
+        from parity.drivers.gpt_free import end_differences
+
+        results = {"torch": torch.__version__.split("+")[0], "batch": 4,
+                   "rows": end_differences(4)}
+    else:
+        results = learn() if args.learn else bench(args.repeats)
     text = json.dumps(results, indent=1)
     if args.write:
-        (LEARN_JSON if args.learn else BENCH_JSON).write_text(text + "\n")
+        out = FREE_JSON if args.free else LEARN_JSON if args.learn else BENCH_JSON
+        out.write_text(text + "\n")
     print(text)
 
 

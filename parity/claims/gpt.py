@@ -363,7 +363,9 @@ CLAIMS: tuple[Claim, ...] = (
             "op fed the reference's own lp operands, with and without selective recomputation "
             "of the core: within k bfloat16 ulps per element, k = 0 (bit-identical) for the scale, "
             "the mask and dropout, and for the products and softmax the rounding spread of "
-            "NOTE [ Attention core under autocast ]. Observed: ulps beyond k."
+            "NOTE [ Attention core under autocast ] (version-gated: torch before 2.11 rounds "
+            "softmax backward's sum p g to lp, and is allowed that rounding). Observed: ulps "
+            "beyond k."
         ),
         kind="ulps",
         bound=0,

@@ -16,7 +16,9 @@ Per op, on the same lp operands, elementwise in lp ulps beyond an allowance k:
         eps32 of the exact softmax of the lp scores (NOTE [ Attention error budget ], a = 4
         for NumPy's float32 exp), then rounded to lp: k = the rounding spread.
     softmax backward: p (g - sum p g) in float32, each side within u (|p| ((T + 1) sum |p g|
-        + |g - sigma|) + |ds|) of the exact value on the lp operands: k = the rounding spread.
+        + |g - sigma|) + |ds|) of the exact value on the lp operands: k = the rounding spread
+        (torch before 2.11 rounds sigma to lp first: plus u_lp |p| |sigma|, NOTE [ Softmax
+        backward's sum in lp ]).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 
+import ml_dtypes
 import numpy as np
 import torch
 
@@ -37,6 +40,11 @@ from reference import recompute_gpt as rrec
 
 Call = tuple[str, str, tuple, np.ndarray]  # (op, core path, operands, result)
 Pair = tuple[str, str, np.ndarray, np.ndarray, np.ndarray]  # claim, where, ref, torch, k
+# NOTE [ Softmax backward's sum in lp ]: torch 2.6's CPU softmax backward for bf16/fp16 rounds
+# sigma = sum p g (accumulated in float32) to the lp dtype before p (g - sigma); torch 2.11 and
+# 2.13 keep it in float32, as the reference does (versions between not checked here).
+SIGMA_ROUNDED_TO_LP = tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2]) < (
+    2, 11)
 _OPS = ("bmm", "scale", "masked_fill", "softmax", "softmax_backward")
 
 
@@ -130,6 +138,10 @@ def torch_op(op: str, args: tuple, device: str) -> tuple[torch.Tensor, np.ndarra
         T = p.shape[-1]
         half = 1.01 * u * (np.abs(p64) * ((T + 1) * np.abs(p64 * g64).sum(-1, keepdims=True)
                                           + np.abs(g64 - sigma)) + np.abs(ds))
+        if SIGMA_ROUNDED_TO_LP:  # torch's side: p (g - q(sigma)), q(sigma) within u_lp |sigma|
+            fmt = next(k for k, v in ramp.LP_DTYPES.items() if np.dtype(v) == p.dtype)
+            u_lp = float(ml_dtypes.finfo(ramp.LP_DTYPES[fmt]).eps) / 2
+            half = half + 1.01 * u_lp * np.abs(p64) * np.abs(sigma)
         t = torch.ops.aten._softmax_backward_data(_lp(g, device), _lp(p, device), -1,
                                                   _lp(p, device).dtype)
         return t, (ds, half)  # type: ignore[return-value]

@@ -104,3 +104,36 @@ def free_running(config: dg.GPTConfig, fmt: str, batch: int, seq_len: int, seed:
             out.checked += [(f"{path}.{k}.grad", grads[f"{path}.{k}"], run.grads[f"{path}.{k}"])
                             for k in m._params]
     return out
+
+
+def end_differences(batch: int = 4, seed: int = 7) -> list[dict]:
+    """For docs/gpt.md (through docs/data/gpt_autocast_free.json): the default config,
+    dropout 0, torch on one thread, bf16 and fp16: where the difference is born, the loss's
+    difference in float32 ulps, the logits differing (count, max lp ulps), the parameter
+    gradients differing (tensors, elements) and the worst max |a - b| / max |b|."""
+    from parity.drivers.amp import ordinal
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the suite's setting: torch's CPU sums depend on the threads
+    try:
+        runs = [(fmt, free_running(dg.GPTConfig(), fmt, batch, 16, seed))
+                for fmt in ("bfloat16", "float16")]
+    finally:
+        torch.set_num_threads(threads)
+    rows = []
+    for fmt, run in runs:
+        (_, la, lb), (_, za, zb), *grads = run.ends
+        dz = np.abs(ordinal(za, fmt) - ordinal(zb, fmt))
+        differ = [int((a != b).sum()) for _, a, b in grads]
+        rows.append({
+            "fmt": fmt, "first": run.first,
+            "loss_ulps": int(ordinal(la.reshape(1), "float32")[0]
+                             - ordinal(lb.reshape(1), "float32")[0]),
+            "logits_differ": int((dz > 0).sum()), "logits": int(dz.size),
+            "logits_max_ulps": int(dz.max()),
+            "grad_tensors_differ": sum(d > 0 for d in differ), "grad_tensors": len(grads),
+            "grad_elements_differ": sum(differ),
+            "grad_elements": sum(int(a.size) for _, a, _ in grads),
+            "grad_worst_rel": max(float(np.abs(a - b).max() / np.abs(b).max())
+                                  for _, a, b in grads)})
+    return rows

@@ -124,35 +124,21 @@ def _() -> str:
 
 @section("gpt.md", "gpt-autocast-free")
 def _() -> str:
-    import numpy as np
-
-    from parity.drivers import gpt as dg
-    from parity.drivers.amp import ordinal
-    from parity.drivers.gpt_free import free_running
-
+    data = _load("gpt_autocast_free.json")
+    if data is None:
+        return "No measurement committed (docs/data/gpt_autocast_free.json is missing)."
     lines = ["| autocast | difference born at | loss: reference - torch (float32 ulps) | "
-             "logits differing (lp ulps, max) | parameter gradients differing: tensors, "
+             "logits differing (max lp ulps) | parameter gradients differing: tensors, "
              "elements | worst gradient max abs diff / max abs |", "|---|---|---:|---:|---:|---:|"]
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the suite's setting: torch's CPU sums depend on the threads
-    try:
-        runs = [(fmt, free_running(dg.GPTConfig(), fmt, TAPE_BATCH, 16, 7))
-                for fmt in ("bfloat16", "float16")]
-    finally:
-        torch.set_num_threads(threads)
-    for fmt, run in runs:
-        (_, la, lb), (_, za, zb), *grads = run.ends
-        loss_ulps = int(ordinal(la.reshape(1), "float32")[0] - ordinal(lb.reshape(1),
-                                                                       "float32")[0])
-        dz = np.abs(ordinal(za, fmt) - ordinal(zb, fmt))
-        differ = [(a != b).sum() for _, a, b in grads]
-        rel = max(float(np.abs(a - b).max() / np.abs(b).max()) for _, a, b in grads)
-        lines.append(f"| {fmt} | `{run.first}` | {loss_ulps:+d} | {(dz > 0).sum()} of "
-                     f"{dz.size} ({dz.max()}) | {sum(d > 0 for d in differ)} of {len(grads)}, "
-                     f"{sum(differ):,} of {sum(a.size for _, a, _ in grads):,} | {rel:.1e} |")
-    return (f"The default config, dropout 0, batch {TAPE_BATCH} x 16 tokens, torch on one "
-            "thread, each tree "
-            "running itself (claim `gpt.autocast_free`; NOTE [ Where a free-running autocast "
-            "run diverges ] in parity/drivers/gpt_free.py):\n\n" + "\n".join(lines))
+    for r in data["rows"]:
+        lines.append(f"| {r['fmt']} | `{r['first']}` | {r['loss_ulps']:+d} | "
+                     f"{r['logits_differ']} of {r['logits']} ({r['logits_max_ulps']}) | "
+                     f"{r['grad_tensors_differ']} of {r['grad_tensors']}, "
+                     f"{r['grad_elements_differ']:,} of {r['grad_elements']:,} | "
+                     f"{r['grad_worst_rel']:.1e} |")
+    return (f"Measured by `python benchmarks/gpt.py --free --write` (torch {data['torch']}; the "
+            "figures depend on torch's kernels): the default config, dropout 0, batch "
+            f"{data['batch']} x 16 tokens, torch on one thread, each tree running itself "
+            "(claims `gpt.autocast_free`, `gpt.autocast_free_residual`; NOTE [ Where a "
+            "free-running autocast run diverges ] in parity/drivers/gpt_free.py):\n\n"
+            + "\n".join(lines))
