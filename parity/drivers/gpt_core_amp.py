@@ -17,8 +17,8 @@ Per op, on the same lp operands, elementwise in lp ulps beyond an allowance k:
         for NumPy's float32 exp), then rounded to lp: k = the rounding spread.
     softmax backward: p (g - sum p g) in float32, each side within u (|p| ((T + 1) sum |p g|
         + |g - sigma|) + |ds|) of the exact value on the lp operands: k = the rounding spread
-        (torch before 2.11 rounds sigma to lp first: plus u_lp |p| |sigma|, NOTE [ Softmax
-        backward's sum in lp ]).
+        (torch before 2.11 rounds sigma to lp first: plus |p| (u_lp |sigma| + eta_lp / 2),
+        eta_lp the smallest subnormal, NOTE [ Softmax backward's sum in lp ]).
 """
 
 from __future__ import annotations
@@ -140,8 +140,9 @@ def torch_op(op: str, args: tuple, device: str) -> tuple[torch.Tensor, np.ndarra
                                           + np.abs(g64 - sigma)) + np.abs(ds))
         if SIGMA_ROUNDED_TO_LP:  # torch's side: p (g - q(sigma)), q(sigma) within u_lp |sigma|
             fmt = next(k for k, v in ramp.LP_DTYPES.items() if np.dtype(v) == p.dtype)
-            u_lp = float(ml_dtypes.finfo(ramp.LP_DTYPES[fmt]).eps) / 2
-            half = half + 1.01 * u_lp * np.abs(p64) * np.abs(sigma)
+            lp = ml_dtypes.finfo(ramp.LP_DTYPES[fmt])  # relative, or absolute if subnormal
+            half = half + 1.01 * np.abs(p64) * (float(lp.eps) / 2 * np.abs(sigma)
+                                                + float(lp.smallest_subnormal) / 2)
         t = torch.ops.aten._softmax_backward_data(_lp(g, device), _lp(p, device), -1,
                                                   _lp(p, device).dtype)
         return t, (ds, half)  # type: ignore[return-value]
