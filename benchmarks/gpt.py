@@ -2,6 +2,7 @@
 
     python benchmarks/gpt.py [--repeats 15] [--write]      step times, 1 and 2 threads
     python benchmarks/gpt.py --learn [--write]             the copy-task learning curves
+    python benchmarks/gpt.py --free [--write]              free-running autocast differences
 
 Step: zero_grad, forward with targets, backward, AdamW step, float32, batch 32, on the tiny
 default config (vocab 12, block 16, 2 layers, 2 heads, width 32) and on a 4x larger one
@@ -13,15 +14,19 @@ torch.set_num_threads. Wall time (time.perf_counter: two threads must be seen to
 one step; one warm-up round, then `repeats` rounds, each running every (config, tree) once in
 an order shuffled per round; the reference/torch ratio is taken within a round and
 summarized by the median and min-max over rounds. Wall time on a shared machine is noisy:
-compare the ratios, not the seconds. The worker also profiles the reference's step on the
-larger config (cProfile, tottime per function) to say where it loses.
+compare the ratios, not the seconds. Each step is split into its phases (forward with the
+loss, backward, optimizer step with zero_grad), timed and ratioed the same way, to say in which
+phase the reference loses; the worker also profiles the reference's step on the larger config
+(cProfile, tottime per function) to say on what.
 
 Held bytes: the tape's held bytes after a forward with targets and torch's hook
 measurement (distinct storages) on each config: equal (claim gpt.saved_tensors).
 
 --learn: both trees train the tiny config on the copy task for 400 steps on one thread
 (parity/drivers/gpt_learn.py, CONTROL_STEPS), held-out copy accuracy every 25 steps.
---write saves docs/data/gpt_bench.json or docs/data/gpt_learning.json.
+--free: the whole model under bf16 and fp16 autocast, each tree running itself: where the two
+runs part and how far apart they end (parity/drivers/gpt_free.py, end_differences).
+--write saves docs/data/gpt_bench.json, gpt_learning.json or gpt_autocast_free.json.
 """
 
 from __future__ import annotations
@@ -61,6 +66,7 @@ from torch_impl import gpt as tgpt  # noqa: E402
 
 BENCH_JSON = ROOT / "docs" / "data" / "gpt_bench.json"
 LEARN_JSON = ROOT / "docs" / "data" / "gpt_learning.json"
+FREE_JSON = ROOT / "docs" / "data" / "gpt_autocast_free.json"
 BATCH = 32
 CONFIGS = {
     "tiny": dg.GPTConfig(),
@@ -73,24 +79,56 @@ METHOD = ("wall time (perf_counter) of one training step (forward, backward, Ada
 
 
 def _steppers(config: dg.GPTConfig) -> dict:
+    """One training step per tree, returning its phases' wall times (forward with the loss,
+    backward, optimizer step; zero_grad counted with the optimizer)."""
     ref, twin = dg.make_pair(config, np.float32, 0)
     idx, targets = dg.tokens(config, BATCH, config.block_size, 1)
     t_idx, t_tgt = torch.from_numpy(idx), torch.from_numpy(targets)
     ropt, topt = roptim.AdamW(ref.parameters(), lr=1e-3), torch.optim.AdamW(twin.parameters(),
                                                                             lr=1e-3)
 
-    def ref_step() -> None:
-        ref.zero_grad()
+    def ref_step() -> list[float]:
+        t0 = time.perf_counter()
         ref.forward(idx, targets)
+        t1 = time.perf_counter()
         ref.backward()
+        t2 = time.perf_counter()
         ropt.step()
+        ref.zero_grad()
+        return [t1 - t0, t2 - t1, time.perf_counter() - t2]
 
-    def torch_step() -> None:
-        topt.zero_grad()
-        twin(t_idx, t_tgt)[1].backward()
+    def torch_step() -> list[float]:
+        t0 = time.perf_counter()
+        loss = twin(t_idx, t_tgt)[1]
+        t1 = time.perf_counter()
+        loss.backward()
+        t2 = time.perf_counter()
         topt.step()
+        topt.zero_grad()
+        return [t1 - t0, t2 - t1, time.perf_counter() - t2]
 
     return {"reference": ref_step, "torch": torch_step}
+
+
+PHASES = ("forward", "backward", "optimizer")
+PROFILE_STEPS = 10
+
+
+def _where(key: tuple) -> str:
+    """A cProfile key as 'path:Class.function' relative to the repository (the class: the
+    nearest less-indented `class` line above the def; built-ins as they are)."""
+    path = Path(key[0])
+    try:
+        rel = path.resolve().relative_to(ROOT)
+        source = path.read_text(encoding="utf-8")
+    except (ValueError, OSError):
+        return f"{path.name}:{key[2]}" if key[0] != "~" else key[2]
+    lines = source.splitlines()[:key[1]]
+    indent = len(lines[-1]) - len(lines[-1].lstrip()) if lines else 0
+    for line in reversed(lines[:-1]):
+        if line.lstrip().startswith("class ") and len(line) - len(line.lstrip()) < indent:
+            return f"{rel}:{line.split()[1].split('(')[0].rstrip(':')}.{key[2]}"
+    return f"{rel}:{key[2]}"
 
 
 def worker(threads: int, repeats: int) -> dict:
@@ -103,20 +141,19 @@ def worker(threads: int, repeats: int) -> dict:
         random.Random(r).shuffle(order)
         times = {}
         for c, t in order:
-            start = time.perf_counter()
-            steps[c][t]()
-            times[f"{c}/{t}"] = time.perf_counter() - start
+            phases = steps[c][t]()
+            times[f"{c}/{t}"] = sum(phases)
+            times.update({f"{c}/{t}/{p}": v for p, v in zip(PHASES, phases, strict=True)})
         if r:  # round 0 warms up
             rounds.append(times)
     profile = cProfile.Profile()
     profile.enable()
-    for _ in range(3):
+    for _ in range(PROFILE_STEPS):
         steps["4x"]["reference"]()
     profile.disable()
     stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]
     total = sum(v[2] for v in stats.values())
-    top = sorted(((v[2], f"{Path(k[0]).name}:{k[1]}({k[2]})") for k, v in stats.items()),
-                 reverse=True)[:8]
+    top = sorted(((v[2], _where(k)) for k, v in stats.items()), reverse=True)[:10]
     return {"rounds": rounds, "profile": [[name, round(t / total, 3)] for t, name in top]}
 
 
@@ -174,7 +211,13 @@ def bench(repeats: int) -> dict:
             per[c] = {"ratio": summarize(ratios),
                       "reference_ms": summarize([1e3 * r[f"{c}/reference"]
                                                  for r in data["rounds"]]),
-                      "torch_ms": summarize([1e3 * r[f"{c}/torch"] for r in data["rounds"]])}
+                      "torch_ms": summarize([1e3 * r[f"{c}/torch"] for r in data["rounds"]]),
+                      "phases": {p: {"ratio": summarize([r[f"{c}/reference/{p}"]
+                                                         / r[f"{c}/torch/{p}"]
+                                                         for r in data["rounds"]]),
+                                     "reference_ms": summarize([1e3 * r[f"{c}/reference/{p}"]
+                                                                for r in data["rounds"]])}
+                                 for p in PHASES}}
         results["threads"][str(threads)] = {"configs": per, "profile_4x": data["profile"]}
     results["held_bytes"] = held_bytes()
     results["sdpa"] = sdpa_differences()
@@ -197,15 +240,23 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--threads", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--learn", action="store_true")
+    parser.add_argument("--free", action="store_true")
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
     if args.threads:
         print(json.dumps(worker(args.threads, args.repeats)))
         return
-    results = learn() if args.learn else bench(args.repeats)
+    if args.free:
+        from parity.drivers.gpt_free import end_differences
+
+        results = {"torch": torch.__version__.split("+")[0], "batch": 4,
+                   "rows": end_differences(4)}
+    else:
+        results = learn() if args.learn else bench(args.repeats)
     text = json.dumps(results, indent=1)
     if args.write:
-        (LEARN_JSON if args.learn else BENCH_JSON).write_text(text + "\n")
+        out = FREE_JSON if args.free else LEARN_JSON if args.learn else BENCH_JSON
+        out.write_text(text + "\n")
     print(text)
 
 

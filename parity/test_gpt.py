@@ -15,7 +15,7 @@ import itertools
 import numpy as np
 import pytest
 import torch
-from hypothesis import event, given, settings
+from hypothesis import event, given, settings, target
 from hypothesis import strategies as st
 
 from parity.compare import assert_claim
@@ -26,6 +26,7 @@ from parity.drivers import gpt_learn as gl
 from parity.drivers import gpt_pairs as gp
 from parity.drivers.amp import toward
 from parity.strategies import gpt_batches, gpt_configs
+from reference import amp as ramp
 from reference import data as rdata
 from reference import gpt as rgpt
 from torch_impl import data as tdata
@@ -124,7 +125,20 @@ def test_every_op_and_every_parameter_gradient_within_its_claim(
     pairs, compared, names = gp.layerwise_pairs(config, dtype, batch, seq_len, seed)
     for claim_id, where, actual, expected, scale in pairs:
         assert_claim(claim_id, actual, expected, where, scale=scale)
+    target(_worst_ratio(pairs, "gpt.layer_norm.backward", " dw"), label="LayerNorm dw / bound")
     assert compared == names
+
+
+def _worst_ratio(pairs: list, claim_id: str, where: str = "") -> float:
+    """max |a - b| / (eps S) over the pairs of one claim (and `where` suffix): how near the
+    bound a drawn example came, for hypothesis' target."""
+    worst = 0.0
+    for cid, w, a, b, s in pairs:
+        if cid == claim_id and w.endswith(where):
+            eps = float(np.finfo(np.asarray(b).dtype).eps)
+            d = np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))
+            worst = max(worst, float((d / (eps * np.asarray(s) + 1e-300)).max()))
+    return worst
 
 
 @pytest.mark.parametrize("columns", [1, 3])
@@ -150,6 +164,30 @@ def test_layer_norm_bias_grad_adds_rows_in_torchs_order_even_with_one_column(
         assert_claim("gpt.layer_norm.bias_grad", db, tb.grad.numpy(), f"{rows} x {columns}")
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_loss_reduction_orders_reproduce_numpy_and_torch_bit_for_bit(device: str,
+                                                                     dtype: type) -> None:
+    """gpt.loss counts each term's additions in NumPy's pairwise order and torch's CPU nll_loss
+    cascade (NOTE [ Row-order sums ]): the emulations must give the libraries' sums exactly,
+    for sizes across the block edges (8, 128, 16-term cascade levels), strided as in the loss."""
+    if device != "cpu":
+        pytest.skip("CPU-specific: torch's CPU nll_loss cascade")
+    rng = np.random.default_rng(5)
+    sizes = (1, 7, 8, 9, 16, 17, 64, 127, 128, 129, 256, 257, 300, 1000)
+    seq_differs = 0
+    for n in sizes:
+        v = (rng.random(n) * 10.0 ** rng.uniform(-3, 3, n)).astype(dtype)
+        logp = np.zeros((n, 3), dtype)
+        logp[:, 1] = -v
+        strided = -logp[:, 1]  # a strided column, like the loss's take_along_axis
+        assert gb.numpy_sum_order(v)[0] == strided.sum(dtype=dtype), f"numpy, N={n}"
+        t = torch.nn.functional.nll_loss(torch.from_numpy(logp), torch.ones(n, dtype=torch.long),
+                                         reduction="sum").item()
+        assert gb.torch_nll_sum_order(v)[0] == dtype(t), f"torch, N={n}"
+        seq_differs += int(np.cumsum(v)[-1] != dtype(t))
+    assert seq_differs > 0, "no size told the cascade from a plain running sum"
+
+
 @given(config=gpt_configs(max_layers=3), dtype=st.sampled_from(DTYPES), data=st.data())
 @settings(max_examples=20)
 def test_logits_and_loss_along_a_whole_run_within_carried_bounds(
@@ -160,9 +198,10 @@ def test_logits_and_loss_along_a_whole_run_within_carried_bounds(
     _skip_dropout_on_cuda(device, config)
     batch, seq_len, seed = data.draw(gpt_batches(config))
     event("tied" if config.tie_weights else "untied")
-    for claim_id, where, actual, expected, scale in gp.carried_pairs(
-            config, dtype, batch, seq_len, seed, device):
+    pairs = gp.carried_pairs(config, dtype, batch, seq_len, seed, device)
+    for claim_id, where, actual, expected, scale in pairs:
         assert_claim(claim_id, actual, expected, where, scale=scale)
+    target(_worst_ratio(pairs, "gpt.loss"), label="loss / bound")
 
 
 @given(config=gpt_configs(max_layers=3), dtype=st.sampled_from(DTYPES), data=st.data())
@@ -313,3 +352,86 @@ def test_every_layer_under_autocast_within_the_rounding_spread_of_torch(
         else:
             assert_claim(claim_id, a, b, where, scale=k)
     assert total and exact >= 0.5 * total, f"only {exact} of {total} elements must be exact"
+
+
+@given(config=gpt_configs(max_layers=2), fmt=FMTS, data=st.data())
+@settings(max_examples=8, deadline=None)
+def test_free_running_autocast_differences_are_born_in_a_float32_op(
+        device: str, config: dg.GPTConfig, fmt: str, data: st.DataObject) -> None:
+    """Each tree runs itself under autocast from the tokens to every gradient: everything up
+    to the first differing op output is bit-identical, and that op is a LayerNorm fed equal
+    inputs (NOTE [ Where a free-running autocast run diverges ]); the residual stream between
+    the ops within its carried bound."""
+    from parity.drivers import gpt_free as gf
+
+    if device != "cpu":
+        pytest.skip("CPU autocast lists (CUDA: softmax fp32, fused dropout)")
+    batch, seq_len, seed = data.draw(gpt_batches(config))
+    run = gf.free_running(config, fmt, batch, seq_len, seed, device)
+    event(f"first difference at {run.first.rsplit('.', 1)[-1] or 'none'}")
+    for claim_id, where, a, b, s in run.residual:
+        assert_claim(claim_id, a, b, where, scale=s)
+    assert len(run.residual) == 2 * config.n_layer + 1
+    if run.first:
+        assert run.first_fed_equal and run.first_is_float32, (
+            f"difference born at {run.first} (fed equal inputs: {run.first_fed_equal})")
+    else:  # the forward agrees to the logits; the loss and the backward's float32 ops remain
+        assert np.array_equal(run.ends[1][1], run.ends[1][2]), "logits differ"
+
+
+_CORE_OPS = {"bmm", "scale", "masked_fill", "softmax", "softmax_backward"}
+
+
+@given(config=gpt_configs(max_layers=2), fmt=FMTS, recompute=st.booleans(), data=st.data())
+@settings(max_examples=10, deadline=None)
+def test_attention_core_ops_under_autocast_within_the_rounding_spread_of_torch(
+        device: str, config: dg.GPTConfig, fmt: str, recompute: bool,
+        data: st.DataObject) -> None:
+    """Each elementary op of every attention core (forward, backward, and the recomputed
+    forward with selective recomputation), torch's op on the reference's own lp operands:
+    within k lp ulps, k = 0 for the scale, the mask and dropout."""
+    from parity.drivers import gpt_core_amp as gc
+
+    if device != "cpu":
+        pytest.skip("CPU autocast lists (CUDA: softmax fp32)")
+    batch, seq_len, seed = data.draw(gpt_batches(config))
+    pairs, calls = gc.core_pairs(config, fmt, batch, seq_len, seed, recompute, device)
+    for claim_id, where, a, b, k in pairs:
+        assert_claim(claim_id, a, toward(b, a, k, fmt), where)
+        if np.any((k > 0) & (a != b)):
+            event("an element differs within its allowance")
+    ops = {op for op, *_ in calls}
+    expected = _CORE_OPS | ({"dropout_forward", "dropout_backward"} if config.dropout else set())
+    assert ops == expected, f"recorded {sorted(ops)}"
+    softmaxes = sum(op == "softmax" for op, *_ in calls)
+    assert softmaxes == config.n_layer * (2 if recompute else 1), "the recompute was not seen"
+    lp = np.dtype(ramp.LP_DTYPES[fmt])
+    assert all(out.dtype == lp for *_, out in calls), "an op of the core left the lp dtype"
+
+
+@pytest.mark.parametrize("fmt", ga.FMTS)
+def test_recomputed_core_reenters_its_forwards_autocast_state_under_cuda_lists(fmt: str) -> None:
+    """Under CPU lists every op of the core already takes lp operands, so a recompute in the
+    wrong autocast state gives the same bits; under the CUDA lists (the reference's
+    emulation, no GPU needed) softmax runs in float32, so a recompute that does not re-enter
+    its forward's state saves another p and the gradients change. Reference against itself:
+    recomputed == stored, bit for bit, dropout on."""
+    from reference import recompute_gpt as rrec
+
+    config = dg.GPTConfig(dropout=0.1)
+    idx, targets = dg.tokens(config, 2, 16, 3)
+    grads = []
+    for recompute in (False, True):
+        model = rgpt.GPT(config, rng=np.random.default_rng(4))
+        if recompute:
+            rrec.recompute_attention_cores(model)
+        with ramp.autocast(fmt, "cuda"):
+            model.forward(idx, targets)
+        if not recompute:  # the guard: the CUDA list does make p float32 here
+            core = dict(model.named_modules())["transformer.h.0.attn.core"]
+            p = core._saved["softmax:SoftmaxBackward0.result"]
+            assert p.dtype == np.float32
+        model.backward()
+        grads.append({k: p.grad for k, p in model.named_parameters()})
+    for name, g in grads[0].items():
+        assert_claim("recompute.gpt_grads_reference", grads[1][name], g, f"{fmt} {name}")

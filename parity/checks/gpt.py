@@ -157,3 +157,49 @@ def _autocast_layers(fmt: str) -> Observation:
 
 check("gpt.autocast_layers_bf16")(lambda: _autocast_layers("bfloat16"))
 check("gpt.autocast_layers_fp16")(lambda: _autocast_layers("float16"))
+
+
+@check("gpt.autocast_free")
+def _() -> Observation:
+    from parity.drivers import gpt_free as gf
+
+    wrong = n = 0
+    for cfg in (_CONFIG, _DROPOUT):
+        for fmt in ("bfloat16", "float16"):
+            run = gf.free_running(cfg, fmt, 4, 16, 7)
+            wrong += int(bool(run.first) and not (run.first_fed_equal and run.first_is_float32))
+            n += 1
+    return Observation(float(wrong), n, "runs whose first difference is not born in a float32 "
+                       "op; default config, dropout 0 and 0.1, bf16 and fp16, batch 4 x 16")
+
+
+def _core_autocast(fmt: str) -> Observation:
+    from parity.compare import measure
+    from parity.drivers import gpt_core_amp as gc
+    from parity.drivers.amp import toward
+    from parity.tolerances import claim
+
+    worst, n, differ = 0.0, 0, 0
+    for cfg in (_CONFIG, _DROPOUT):
+        for recompute in (False, True):
+            for cid, _, a, b, k in gc.core_pairs(cfg, fmt, 4, 16, 7, recompute)[0]:
+                worst = max(worst, measure(claim(cid), a, toward(b, a, k, fmt)))
+                n, differ = n + a.size, differ + int((a != b).sum())
+    return Observation(worst, n, f"ulps beyond k; {differ} elements differ within k; default "
+                       "config, dropout 0 and 0.1, recomputed core or not, batch 4 x 16")
+
+
+check("gpt.attention_core_autocast_bf16")(lambda: _core_autocast("bfloat16"))
+check("gpt.attention_core_autocast_fp16")(lambda: _core_autocast("float16"))
+
+
+@check("gpt.autocast_free_residual")
+def _() -> Observation:
+    from parity.drivers import gpt_free as gf
+
+    worst = _Worst("gpt.autocast_free_residual")
+    for cfg in (_CONFIG, _DROPOUT):
+        for fmt in ("bfloat16", "float16"):
+            for _, _, a, b, s in gf.free_running(cfg, fmt, 4, 16, 7).residual:
+                worst.add(a, b, s)
+    return worst.observation("default config, dropout 0 and 0.1, bf16 and fp16, batch 4 x 16")

@@ -113,16 +113,24 @@ CLAIMS: tuple[Claim, ...] = (
         id="gpt.layer_norm.backward",
         statement=(
             "LayerNorm input, weight and bias gradients, each side from its own saved mean and "
-            "rstd: within eps times the scales propagated in NOTE [ LayerNorm error budget ]."
+            "rstd: within eps times the scales propagated in NOTE [ LayerNorm error budget ] "
+            "from the measured difference of the two trees' saved statistics; the weight "
+            "gradient's row sum bounded by its running sums on CPU with torch on one thread."
         ),
         kind="eps",
         bound=1.0,
         scale="the LayerNorm backward budget of parity/drivers/gpt_bounds.py",
         reason=(
-            "dx = rstd (gw - <gw> - xhat <gw xhat>) (NOTE [ LayerNorm backward ]): xhat and rstd "
-            "carry the forward's differences; each mean over C adds C eps of its absolute terms, "
-            "each of the three differences and products 2 eps of its magnitude (torch may "
-            "reassociate them); dw and db sum N rows ((N + 1) eps of the absolute sum)."
+            "dx = rstd (gw - <gw> - xhat <gw xhat>) (NOTE [ LayerNorm backward ]): xhat differs "
+            "by rstd |d mean| + |xhat| |d rstd| / rstd (measured; the statistics are held by "
+            "gpt.layer_norm.forward) plus the roundings of forming it (2 u |xhat| in the "
+            "reference, u (|xhat| + rstd |x| + rstd |mean|) in torch, which may compute x rstd - "
+            "mean rstd); each mean over C adds C eps of its absolute terms, each of the three "
+            "differences and products 2 eps of its magnitude (torch may reassociate them). dw = "
+            "sum g xhat and db = sum g: torch's CPU kernel adds the rows in order on one thread, "
+            "as NumPy does, so each sum's rounding is eps sum_k |s_k| over its running sums (NOTE"
+            " [ Row-order sums ]: first-order running error, about sqrt(N) sum|t| for mixed "
+            "signs); other devices or more threads: (N + 1) eps of the absolute sum (any order)."
         ),
     ),
     Claim(
@@ -220,25 +228,35 @@ CLAIMS: tuple[Claim, ...] = (
             "dW = g^T x is bilinear: a difference dg of g and dx of x move it by at most "
             "|dg|^T |x| + |g|^T |dx| (first order), and the product itself adds nn.linear's "
             "(N + 1) eps |g|^T |x|; LayerNorm's dw = sum g xhat carries xhat's difference "
-            "(NOTE [ LayerNorm error budget ] plus the input's, through rstd (e + <e>) + |xhat| "
-            "rstd <|xhat| e>); a sum of N terms in any order adds (N + 1) eps of the absolute "
-            "sum. The incoming gradients' differences are measured at each module, so each "
-            "check is as tight as its own product."
+            "(NOTE [ LayerNorm error budget ], the statistics' difference measured at torch's "
+            "input, plus the input's, through rstd (e + <e>) + |xhat| rstd <|xhat| e>); a sum of "
+            "N terms in any order adds (N + 1) eps of the absolute sum, LayerNorm's dw and db in "
+            "row order (CPU, one thread) eps times their running sums (NOTE [ Row-order "
+            "sums ]). The incoming gradients' differences are measured at each module, so "
+            "each check is as tight as its own product."
         ),
     ),
     Claim(
         id="gpt.loss",
         statement=(
-            "The mean next-token cross-entropy: |l_ref - l_torch| <= eps S, S = the "
-            "nn.cross_entropy 'mean' scale plus the logits bound carried through log-softmax "
-            "(mean over rows of e_t + <p, e>)."
+            "The mean next-token cross-entropy: |l_ref - l_torch| <= eps S, S = the per-row "
+            "log-softmax budget of nn.cross_entropy averaged, the two reductions' roundings "
+            "counted term by term in each library's summation order, the division, and the "
+            "measured logits difference carried through the loss's gradient with Taylor's "
+            "remainder (NOTE [ Cross-entropy of the transformer ])."
         ),
         kind="eps",
         bound=1.0,
-        scale="nn.cross_entropy's mean scale + mean_rows (e_target + <p, e>)",
+        scale="mean (A + nll) + u mean ((d_numpy + d_torch) nll) + |l| + carried (in eps)",
         reason=(
-            "d nll / d logits = p - onehot, so a logits difference e moves each row's loss by at "
-            "most e_target + sum p e; the loss's own arithmetic is nn.cross_entropy's."
+            "d nll / d logits = p - onehot, so the exact loss moves by mean_rows (<p, e> - e_t) "
+            "under a logits difference e, plus at most (1/2) max_j e_j^2 per row (the Hessian "
+            "of log-sum-exp, diag(p) - p p^T); the per-row arithmetic is nn.cross_entropy's. "
+            "The mean over N rows: NumPy adds 0 plus a pairwise sum, torch's CPU nll_loss a "
+            "cascade of 16-term partial sums; both orders are reproduced bit for bit "
+            "(parity/test_gpt.py) and each term's additions d_i counted, so the sums differ by "
+            "u sum (d_numpy + d_torch) nll_i (NOTE [ Row-order sums ]), about (N/8 + 16) u per "
+            "term rather than the any-order (N - 1) eps."
         ),
     ),
     Claim(
@@ -310,5 +328,86 @@ CLAIMS: tuple[Claim, ...] = (
         bound=0,
         reason="The derivation of gpt.autocast_layers_bf16 with float16's members.",
         fmt="float16",
+    ),
+    Claim(
+        id="gpt.autocast_free",
+        statement=(
+            "Under bfloat16 and float16 CPU autocast, free-running (each tree runs its own "
+            "forward from the tokens to the loss and its own backward, same weights, torch's "
+            "dropout masks replayed): the two runs are NOT bit-identical, and the difference is "
+            "born in a float32 op: every op output up to the first that differs is "
+            "bit-identical, and that first one is a LayerNorm fed bit-identical inputs (or "
+            "no forward output differs, the logits included, and the difference is born in "
+            "the float32 loss or the backward's float32 LayerNorm sums). The end differences "
+            "(loss, logits, gradients) are measured in docs/gpt.md, not bounded."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "NOTE [ Where a free-running autocast run diverges ] in parity/drivers/gpt_free.py: "
+            "CPU autocast keeps LayerNorm in float32, where NumPy's two-pass mean and variance "
+            "and torch's Welford-style moments round differently (gpt.layer_norm.forward); the "
+            "cast to lp hides most of an ulp of float32 but not the values next to a rounding "
+            "boundary, and those spread through the matmuls after it. Where the difference is "
+            "born is discrete: a run counts as a failure if the first differing output is an lp "
+            "op's or an op fed differing inputs (a cast, a rounding or a mask of the "
+            "reference's own making)."
+        ),
+    ),
+    Claim(
+        id="gpt.attention_core_autocast_bf16",
+        statement=(
+            "Under bfloat16 CPU autocast, every elementary op of the attention core "
+            "(q k^T, the scale, the causal mask, softmax, dropout, p v; backward: g v^T, p^T g, "
+            "dropout's, softmax's, the mask's and the scale's backward, ds k, q^T ds), torch's "
+            "op fed the reference's own lp operands, with and without selective recomputation "
+            "of the core: within k bfloat16 ulps per element, k = 0 (bit-identical) for the scale, "
+            "the mask and dropout, and for the products and softmax the rounding spread of "
+            "NOTE [ Attention core under autocast ] (version-gated: torch before 2.11 rounds "
+            "softmax backward's sum p g to lp, and is allowed that rounding). Observed: ulps "
+            "beyond k."
+        ),
+        kind="ulps",
+        bound=0,
+        reason=(
+            "NOTE [ Attention core under autocast ] in parity/drivers/gpt_core_amp.py: both "
+            "trees compute each op in float32 from the same lp operands and round once to lp; "
+            "a single product or a select is the same IEEE operation on both sides, a sum "
+            "(the products' accumulation, softmax's exp and normalizer, softmax backward's "
+            "<p, g>) lands within a derived float32 interval on each side, and round to "
+            "nearest is monotone, so the two lp results are at most the interval's rounding "
+            "spread apart. The recomputed core re-enters its forward's autocast state, so its "
+            "ops see the same lp operands and are held to the same allowance."
+        ),
+        fmt="bfloat16",
+    ),
+    Claim(
+        id="gpt.attention_core_autocast_fp16",
+        statement="As gpt.attention_core_autocast_bf16, under float16 autocast, in float16 ulps.",
+        kind="ulps",
+        bound=0,
+        reason="The derivation of gpt.attention_core_autocast_bf16 with float16's members.",
+        fmt="float16",
+    ),
+    Claim(
+        id="gpt.autocast_free_residual",
+        statement=(
+            "Along the free-running autocast runs of gpt.autocast_free, every LayerNorm's input "
+            "(the residual stream, float32 under autocast) is within the previous one's and the "
+            "branch output's measured differences plus one lp rounding of the dropout product "
+            "and one float32 rounding of the add: |a - b| <= eps32 S."
+        ),
+        kind="eps",
+        bound=1.0,
+        scale="e_prev + |n| e_branch + (eps_lp |n y| + eta_lp) / eps32 + |x| (in float32 eps)",
+        reason=(
+            "x_new = x + dropout(y): the add is float32 + lp -> float32 (one float32 rounding "
+            "per side), the dropout product lp * lp -> lp (one lp rounding per side, relative "
+            "eps_lp/2 |n y|, or absolute eta_lp/2 where it falls among float16's subnormals "
+            "below 2^-14, eta_lp the smallest subnormal); first order "
+            "in the measured differences of x and y (gpt.logits' residual check under "
+            "autocast). A residual stream rounded to lp, or an extra cast, adds about eps_lp "
+            "|x| and breaks it."
+        ),
     ),
 )

@@ -16,9 +16,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from parity.drivers.nn import TORCH_DTYPE, dropout_keep, to_numpy
+from parity.drivers.nn import TORCH_DTYPE, dropout_keep
+from parity.drivers.nn import to_numpy as _to_numpy
 from reference import gpt as rgpt
 from reference import nn as rnn
+from reference.layers import LayerNorm
 from torch_impl import gpt as tgpt
 from torch_impl.module import state_dict_from_torch, state_dict_to_torch
 
@@ -26,9 +28,19 @@ GPTConfig = rgpt.GPTConfig
 
 
 def make_pair(config: GPTConfig, dtype: type = np.float32, seed: int = 0,
-              device: str = "cpu") -> tuple[rgpt.GPT, tgpt.GPT]:
-    """A reference GPT and a torch GPT holding the same weights (the reference's, copied)."""
+              device: str = "cpu", affine: bool = False) -> tuple[rgpt.GPT, tgpt.GPT]:
+    """A reference GPT and a torch GPT holding the same weights (the reference's, copied).
+    `affine`: every LayerNorm's weight drawn around 1 and bias around 0 instead of GPT's
+    ones and zeros, so that a gradient or product that forgets (or wrongly applies) the
+    affine parameters is seen."""
     ref = rgpt.GPT(config, rng=np.random.default_rng(seed), dtype=dtype)
+    if affine:
+        rng = np.random.default_rng(seed + 7919)
+        for _, m in ref.named_modules():
+            if isinstance(m, LayerNorm):
+                C = m.normalized_shape
+                m.weight.data = (1 + 0.25 * rng.standard_normal(C)).astype(dtype)
+                m.bias.data = (0.1 * rng.standard_normal(C)).astype(dtype)
     twin = tgpt.GPT(config, generator=torch.Generator().manual_seed(seed),
                     dtype=TORCH_DTYPE[np.dtype(dtype)], device=device)
     twin.load_state_dict(state_dict_to_torch(ref.state_dict(), device))
@@ -85,11 +97,13 @@ _CAPTURED = (torch.nn.LayerNorm, torch.nn.Linear, torch.nn.GELU, torch.nn.Embedd
 
 
 def run_torch(model: tgpt.GPT, idx: np.ndarray, targets: np.ndarray,
-              device: str = "cpu", layerwise: bool = False) -> TorchRun:
+              device: str = "cpu", layerwise: bool = False,
+              autocast: torch.dtype | None = None) -> TorchRun:
     """Forward with targets, backward of the loss; every dropout's keep-mask and, if asked,
     each captured module's inputs and output (forward hooks) and the gradients of its own
     inputs and output (full backward hooks: a module's own contribution, not the residual
-    stream's total)."""
+    stream's total). With `autocast` the forward runs inside torch.autocast of that dtype
+    (the backward outside, as torch recommends) and lp tensors come back widened to float32."""
     keeps: dict[str, torch.Tensor] = {}
     seen: dict[str, tuple[list[torch.Tensor], torch.Tensor]] = {}
     grads: dict[str, tuple[list[torch.Tensor | None], torch.Tensor]] = {}
@@ -117,12 +131,17 @@ def run_torch(model: tgpt.GPT, idx: np.ndarray, targets: np.ndarray,
             if not isinstance(module, torch.nn.Embedding):
                 handles.append(module.register_full_backward_hook(on_grad))
     try:
-        logits, loss = model(to_torch_tokens(idx, device), to_torch_tokens(targets, device))
+        with torch.autocast(torch.device(device).type, dtype=autocast or torch.float32,
+                            enabled=autocast is not None):
+            logits, loss = model(to_torch_tokens(idx, device), to_torch_tokens(targets, device))
         keep_masks = {path: dropout_keep(out) for path, out in keeps.items()}
         loss.backward()
     finally:
         for h in handles:
             h.remove()
+    def to_numpy(t: torch.Tensor) -> np.ndarray:  # lp widened exactly
+        return _to_numpy(t.float() if t.dtype in (torch.bfloat16, torch.float16) else t)
+
     layers = {path: ([to_numpy(a) for a in args], to_numpy(out),
                      [None if g is None else to_numpy(g) for g in grads[path][0]],
                      to_numpy(grads[path][1]))
@@ -139,6 +158,20 @@ def run_ref(model: rgpt.GPT, idx: np.ndarray, targets: np.ndarray,
     replay_masks(model, keeps)
     model.zero_grad()
     logits, loss = model.forward(idx, targets)
+    model.backward()
+    return logits, np.asarray(loss), {k: p.grad for k, p in model.named_parameters()}
+
+
+def run_ref_autocast(model: rgpt.GPT, idx: np.ndarray, targets: np.ndarray,
+                     keeps: dict[str, np.ndarray], fmt: str, kind: str
+                     ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """run_ref with the forward inside reference.amp.autocast(fmt, kind)."""
+    from reference import amp as ramp
+
+    replay_masks(model, keeps)
+    model.zero_grad()
+    with ramp.autocast(fmt, kind):
+        logits, loss = model.forward(idx, targets)
     model.backward()
     return logits, np.asarray(loss), {k: p.grad for k, p in model.named_parameters()}
 

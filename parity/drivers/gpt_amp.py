@@ -164,7 +164,7 @@ def layer_pairs(config: dg.GPTConfig, fmt: str, batch: int, seq_len: int, seed: 
     reference's input and incoming gradient: (pairs, parameter names compared, all
     parameter names). Untied weights, so each gradient is one module's."""
     config = replace(config, tie_weights=False)
-    ref, twin = dg.make_pair(config, np.float32, seed % 1000, device)
+    ref, twin = dg.make_pair(config, np.float32, seed % 1000, device, affine=True)
     twin.train(ref.training)
     idx, targets = dg.tokens(config, batch, seq_len, seed)
     rec = record(ref, idx, targets, fmt, torch.device(device).type)

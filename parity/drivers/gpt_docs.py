@@ -23,13 +23,18 @@ def _group(module: str) -> str:
     return "ln" if ".ln_" in module else "ends"
 
 
-def tape_rows(dropout: float = 0.1, dtype: type = np.float32) -> list[dict]:
-    """The saved tensors of the ends and of block 0 after one forward of the default config,
-    in forward order, each with whether its storage was already counted (a view)."""
+def tape_rows(dropout: float = 0.1, dtype: type = np.float32,
+              autocast: str | None = None) -> list[dict]:
+    """The saved tensors of the ends and of block 0 after one forward of the default config
+    (under `autocast` CPU autocast if given), in forward order, each with whether its storage
+    was already counted (a view)."""
+    from reference import amp as ramp
+
     config = dataclasses.replace(dg.GPTConfig(), dropout=dropout)
     model = rgpt.GPT(config, rng=np.random.default_rng(0), dtype=dtype)
     idx, targets = dg.tokens(config, TAPE_BATCH, config.block_size, 0)
-    model.forward(idx, targets)
+    with ramp.autocast(autocast, "cpu"):
+        model.forward(idx, targets)
     seen: set[int] = set()
     rows = []
     for path, m in [*model.named_modules(), ("", model.loss_fn)]:
@@ -44,7 +49,8 @@ def tape_rows(dropout: float = 0.1, dtype: type = np.float32) -> list[dict]:
             rows.append({"module": path.replace("transformer.", "") or "(loss)",
                          "name": rgpt.torch_node_name(m, name).split(":")[-1],
                          "shape": list(a.shape), "dtype": str(a.dtype), "nbytes": int(a.nbytes),
-                         "shared": shared, "group": _group(path)})
+                         "shared": shared, "group": _group(path),
+                         "op": rgpt.torch_node_name(m, name).rpartition(".")[0]})
     return rows
 
 
@@ -59,3 +65,16 @@ def held_totals() -> list[tuple[str, float, int, int]]:
             model.forward(idx, targets)
             out.append((np.dtype(dtype).name, dropout, len(model.tape()), model.held_bytes()))
     return out
+
+
+def tape_by_op(dropout: float = 0.1, autocast: str | None = None
+               ) -> dict[str, list[tuple[str, int, bool]]]:
+    """Block 0's saved tensors grouped by op ("module: torch node" in forward order): for
+    each, (attribute, bytes, a view of a storage already counted)."""
+    ops: dict[str, list[tuple[str, int, bool]]] = {}
+    for r in tape_rows(dropout, autocast=autocast):
+        if not r["module"].startswith("h.0"):
+            continue
+        ops.setdefault(f"{r['module'][4:]}: {r['op']}", []).append(
+            (r["name"].rpartition(".")[2], r["nbytes"], r["shared"]))
+    return ops

@@ -11,6 +11,7 @@ import itertools
 from collections.abc import Callable
 
 import numpy as np
+import torch
 
 from parity.drivers import gpt_bounds as gb
 from parity.drivers.gpt import (
@@ -22,24 +23,27 @@ from parity.drivers.gpt import (
     run_torch,
     tokens,
 )
-from parity.drivers.nn import ce_scales, linear_scales
+from parity.drivers.nn import linear_scales
 from parity.drivers.nn import run_ref as run_ref_layer
 from parity.tolerances import claim
+from reference import amp as ramp
 from reference import attention as rattn
 from reference import gpt as rgpt
 from reference import nn as rnn
-from reference.layers import Embedding, LayerNorm
+from reference.layers import Embedding, LayerNorm, layer_norm
 
 _RECORDED = (rnn.Linear, rnn.GELU, LayerNorm, rattn.AttentionCore)
 
 
 def record_ref(model: rgpt.GPT, idx: np.ndarray, targets: np.ndarray,
-               keeps: dict[str, np.ndarray], backward: bool = False
+               keeps: dict[str, np.ndarray], backward: bool = False,
+               autocast: tuple[str, str] | None = None
                ) -> tuple[dict[str, tuple[list[np.ndarray], np.ndarray]], dict[str, np.ndarray]]:
     """One reference forward with torch's masks replayed, recording each LayerNorm, Linear,
     GELU and attention core's inputs and output by module path, and with `backward` the
     backward too, recording the incoming gradient of each LayerNorm, Linear and Embedding
-    (the instances' methods are wrapped for this call only)."""
+    (the instances' methods are wrapped for this call only). `autocast`: (format, device
+    type) of reference.amp.autocast around the forward."""
     replay_masks(model, keeps)
     seen: dict[str, tuple[list[np.ndarray], np.ndarray]] = {}
     gouts: dict[str, np.ndarray] = {}
@@ -62,7 +66,8 @@ def record_ref(model: rgpt.GPT, idx: np.ndarray, targets: np.ndarray,
             wrapped.append((m, "backward"))
     try:
         model.zero_grad()
-        model.forward(idx, targets)
+        with ramp.autocast(*(autocast or (None, "cpu"))):
+            model.forward(idx, targets)
         if backward:
             model.backward()
     finally:
@@ -92,6 +97,23 @@ def carried_scale(module: rnn.Module, ins: list[np.ndarray], t_ins: list[np.ndar
 Pair = tuple[str, str, np.ndarray, np.ndarray, np.ndarray | None]  # claim, where, a, b, S
 
 
+def ln_stat_diffs(x: np.ndarray, eps: float, device: str = "cpu"
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """(|d mean|, |d rstd|) in float64, shape (..., 1): the reference's layer_norm against
+    torch's native_layer_norm on the same x (the statistics each backward reads)."""
+    C = x.shape[-1]
+    _, mean, rstd = layer_norm(x, np.ones(C, x.dtype), np.zeros(C, x.dtype), eps)
+    _, t_mean, t_rstd = torch.native_layer_norm(torch.from_numpy(x).to(device), [C], None,
+                                                None, eps)
+    return tuple(np.abs(a.astype(np.float64) - t.cpu().numpy().astype(np.float64))
+                 for a, t in ((mean, t_mean), (rstd, t_rstd)))  # type: ignore[return-value]
+
+
+def row_order(device: str) -> bool:
+    """Whether torch's LayerNorm backward adds dw's and db's rows in order (CPU, one thread)."""
+    return device == "cpu" and torch.get_num_threads() == 1
+
+
 def _module_pairs(path: str, module: rnn.Module, captured: tuple, noise: np.ndarray | None,
                   grads: dict[str, np.ndarray], compared: set[str]) -> list[Pair]:
     """One reference module run on torch's inputs and incoming gradient: (claim, where,
@@ -110,7 +132,8 @@ def _module_pairs(path: str, module: rnn.Module, captured: tuple, noise: np.ndar
         module.zero_grad()
         y = module.forward(ins[0])
         dx = module.backward(g)
-        s_dx, s_dw, _ = gb.layer_norm_backward_scales(ins[0], module.weight.data, g)
+        s_dx, s_dw, _ = gb.layer_norm_backward_scales(
+            ins[0], module.weight.data, g, ln_stat_diffs(ins[0], module.eps), row_order("cpu"))
         compared.update({path + ".weight", path + ".bias"})
         return [("gpt.layer_norm.forward", f"{where} y", y, t_out,
                  gb.layer_norm_forward_scale(ins[0], module.weight.data, module.bias.data)),
@@ -146,7 +169,7 @@ def layerwise_pairs(config: GPTConfig, dtype: type, batch: int, seq_len: int, se
                     ) -> tuple[list[Pair], set[str], set[str]]:
     """Every captured op of an untied model fed torch's own inputs and incoming gradient:
     (pairs, parameter names compared, all parameter names). CPU."""
-    ref, twin = make_pair(config, dtype, seed % 1000)
+    ref, twin = make_pair(config, dtype, seed % 1000, affine=True)
     idx, targets = tokens(config, batch, seq_len, seed)
     run = run_torch(twin, idx, targets, layerwise=True)
     modules = dict(ref.named_modules())
@@ -162,11 +185,16 @@ def layerwise_pairs(config: GPTConfig, dtype: type, batch: int, seq_len: int, se
     return pairs, compared, {name for name, _ in ref.named_parameters()}
 
 
-def _residual_pairs(config: GPTConfig, dtype: type, seen: dict, run: TorchRun) -> list[Pair]:
+def residual_pairs(config: GPTConfig, dtype: type, seen: dict, run: TorchRun,
+                   claim_id: str = "gpt.logits", product: tuple[float, float] | None = None
+                   ) -> list[Pair]:
     """gpt.logits for the glue between the ops: each LayerNorm's input (the residual stream)
     against the previous one plus the branch's c_proj output, carried, with the dropout
-    product and the add rounding once each (the first: embeddings and their sum, exact)."""
+    product and the add rounding once each (the first: embeddings and their sum, exact).
+    `product`: (eps, smallest subnormal) of the dropout product's dtype (an lp dtype under
+    autocast; default: dtype's own, whose underflow is negligible here)."""
     eps = float(np.finfo(dtype).eps)
+    rel, tiny = (product[0] / eps, product[1] / eps) if product else (1.0, 0.0)
     scale = 1.0 / (1.0 - config.dropout)
 
     def diff(path: str, which: int) -> tuple[np.ndarray, np.ndarray]:
@@ -181,7 +209,7 @@ def _residual_pairs(config: GPTConfig, dtype: type, seen: dict, run: TorchRun) -
     stream = [f"transformer.h.{i}.{ln}" for i in range(config.n_layer) for ln in ("ln_1", "ln_2")]
     stream.append("transformer.ln_f")
     x, e = diff(stream[0], 0)
-    out = [("gpt.logits", stream[0] + " input", seen[stream[0]][0][0], run.layers[stream[0]][0][0],
+    out = [(claim_id, stream[0] + " input", seen[stream[0]][0][0], run.layers[stream[0]][0][0],
             np.abs(x))]
     for prev, ln in itertools.pairwise(stream):
         block = prev.rsplit(".", 1)[0]
@@ -190,8 +218,9 @@ def _residual_pairs(config: GPTConfig, dtype: type, seen: dict, run: TorchRun) -
         y, e_y = diff(f"{branch}.c_proj", 1)
         n = noise(drop)
         x_new, _ = diff(ln, 0)
-        s = e + np.abs(n) * e_y + np.abs(n * y) + np.abs(x_new)
-        out.append(("gpt.logits", ln + " input (residual)", seen[ln][0][0],
+        s = e + np.abs(n) * e_y + rel * np.abs(n * y) + tiny * (np.abs(n) > 0) + np.abs(x_new)
+        s *= 1 + 2.0**-40  # the scale's own float64 evaluation: e passes through exactly
+        out.append((claim_id, ln + " input (residual)", seen[ln][0][0],
                     run.layers[ln][0][0], s))
         x, e = x_new, np.abs(seen[ln][0][0].astype(np.float64) - x_new) / eps
     return out
@@ -200,7 +229,7 @@ def _residual_pairs(config: GPTConfig, dtype: type, seen: dict, run: TorchRun) -
 def carried_pairs(config: GPTConfig, dtype: type, batch: int, seq_len: int, seed: int,
                   device: str = "cpu") -> list[Pair]:
     """gpt.logits for every op along one end-to-end forward, then gpt.loss."""
-    ref, twin = make_pair(config, dtype, seed % 1000, device)
+    ref, twin = make_pair(config, dtype, seed % 1000, device, affine=True)
     idx, targets = tokens(config, batch, seq_len, seed)
     run = run_torch(twin, idx, targets, device=device, layerwise=True)
     seen, _ = record_ref(ref, idx, targets, run.keeps)
@@ -213,22 +242,17 @@ def carried_pairs(config: GPTConfig, dtype: type, batch: int, seq_len: int, seed
         noise = None if keep is None else keep.astype(dtype) / dtype(1 - config.dropout)
         pairs.append(("gpt.logits", path, out, t_out,
                       carried_scale(modules[path], ins, t_ins, noise, gelu)))
-    pairs += _residual_pairs(config, dtype, seen, run)
+    pairs += residual_pairs(config, dtype, seen, run)
     logits, loss = run_ref(ref, idx, targets, run.keeps)[:2]
     V = config.vocab_size
     flat, t_flat = logits.reshape(-1, V), run.logits.reshape(-1, V)
-    e = np.abs(flat.astype(np.float64) - t_flat.astype(np.float64)) / float(np.finfo(dtype).eps)
-    t64 = t_flat.astype(np.float64)
-    p = np.exp(t64 - t64.max(-1, keepdims=True))
-    p /= p.sum(-1, keepdims=True)
-    carried = (np.take_along_axis(e, targets.reshape(-1, 1), 1)[:, 0] + (p * e).sum(-1)).mean()
-    s_loss = ce_scales("mean", t_flat, targets.reshape(-1), np.asarray(1.0, dtype),
-                       np.zeros_like(t_flat))[0]
-    return [*pairs, ("gpt.loss", "loss", loss, run.loss, s_loss + carried)]
+    e = (flat.astype(np.float64) - t_flat.astype(np.float64)) / float(np.finfo(dtype).eps)
+    s_loss = gb.loss_scale(t_flat, targets.reshape(-1), e, torch.device(device).type == "cpu")
+    return [*pairs, ("gpt.loss", "loss", loss, run.loss, np.asarray(s_loss))]
 
 
 def _param_grad_scales(module: rnn.Module, x: np.ndarray, e_x: np.ndarray, g: np.ndarray,
-                       e_g: np.ndarray) -> dict[str, np.ndarray]:
+                       e_g: np.ndarray, device: str) -> dict[str, np.ndarray]:
     """gpt.grads: each parameter gradient's own budget at torch's x and g plus the measured
     differences e_x of the module's input and e_g of its incoming gradient (in eps)."""
     ag = np.abs(g.astype(np.float64))
@@ -243,13 +267,14 @@ def _param_grad_scales(module: rnn.Module, x: np.ndarray, e_x: np.ndarray, g: np
     rows = tuple(range(g.ndim - 1))
     n = int(np.prod(g.shape[:-1]))
     if isinstance(module, LayerNorm):
-        _, s_dw, _ = gb.layer_norm_backward_scales(x, module.weight.data, g)
+        _, s_dw, s_db = gb.layer_norm_backward_scales(
+            x, module.weight.data, g, ln_stat_diffs(x, module.eps, device), row_order(device))
         xhat, rstd = gb.layer_norm_values(x)
         ax = np.abs(xhat)
         x_extra = rstd * (e_x + e_x.mean(-1, keepdims=True)) + ax * rstd * (
             ax * e_x).mean(-1, keepdims=True)
         return {"weight": s_dw + (e_g * ax + ag * x_extra).sum(axis=rows),
-                "bias": e_g.sum(axis=rows) + (n + 1) * ag.sum(axis=rows)}
+                "bias": e_g.sum(axis=rows) + s_db}
     x2 = np.abs(x.astype(np.float64)).reshape(n, -1)
     g2, eg2, ex2 = ag.reshape(n, -1), e_g.reshape(n, -1), e_x.reshape(n, -1)
     out = {"weight": eg2.T @ x2 + g2.T @ ex2 + (n + 1) * (g2.T @ x2)}
@@ -262,7 +287,7 @@ def grad_pairs(config: GPTConfig, dtype: type, batch: int, seq_len: int, seed: i
                device: str = "cpu") -> tuple[list[Pair], set[str], set[str]]:
     """gpt.grads for every parameter of an untied model along one end-to-end forward and
     backward: (pairs, parameter names compared, all parameter names)."""
-    ref, twin = make_pair(config, dtype, seed % 1000, device)
+    ref, twin = make_pair(config, dtype, seed % 1000, device, affine=True)
     idx, targets = tokens(config, batch, seq_len, seed)
     run = run_torch(twin, idx, targets, device=device, layerwise=True)
     seen, gouts = record_ref(ref, idx, targets, run.keeps, backward=True)
@@ -277,7 +302,7 @@ def grad_pairs(config: GPTConfig, dtype: type, batch: int, seq_len: int, seed: i
         e_x = (np.zeros(x.shape) if isinstance(m, Embedding) else
                np.abs(seen[path][0][0].astype(np.float64) - x.astype(np.float64)) / eps)
         e_g = np.abs(gouts[path].astype(np.float64) - t_g.astype(np.float64)) / eps
-        for key, scale in _param_grad_scales(m, x, e_x, t_g, e_g).items():
+        for key, scale in _param_grad_scales(m, x, e_x, t_g, e_g, device).items():
             name = f"{path}.{key}"
             pairs.append(("gpt.grads", name, m._params[key].grad, run.grads[name], scale))
             compared.add(name)

@@ -65,14 +65,18 @@ def _() -> str:
     if data is None:
         return "No measurement committed (docs/data/gpt_bench.json is missing)."
     lines = ["| threads | config | reference / torch: median [min, max] | reference ms | "
-             "torch ms |", "|---:|---|---:|---:|---:|"]
+             "torch ms | forward / backward / optimizer: reference / torch (median) |",
+             "|---:|---|---:|---:|---:|---:|"]
     for threads, per in data["threads"].items():
         for name, r in per["configs"].items():
             q = r["ratio"]
+            phases = " / ".join(f"{v['ratio']['median']:.2f}"
+                                for v in r.get("phases", {}).values()) or "-"
             lines.append(f"| {threads} | {name} | {q['median']:.2f} [{q['min']:.2f}, "
                          f"{q['max']:.2f}] | {r['reference_ms']['median']:.1f} | "
-                         f"{r['torch_ms']['median']:.1f} |")
-    prof = ", ".join(f"{name} {share:.0%}" for name, share in data["threads"]["1"]["profile_4x"])
+                         f"{r['torch_ms']['median']:.1f} | {phases} |")
+    prof = ", ".join(f"`{name}` {share:.0%}"
+                     for name, share in data["threads"]["1"]["profile_4x"])
     held = ", ".join(f"{k}: tape {v['tape']:,} = hooks {v['hooks']:,}"
                      for k, v in data["held_bytes"].items())
     sd = data["sdpa"]
@@ -83,7 +87,8 @@ def _() -> str:
         sdpa_rows.append(f"| {path} | {r['held_bytes']:,} | {keeps} | {flops} |")
     return (f"{data['method']}; {data['repeats']} rounds, {data['machine']}, torch "
             f"{data['torch']}, NumPy {data['numpy']}.\n\n" + "\n".join(lines)
-            + f"\n\nWhere the reference's step goes (one thread, 4x config, cProfile tottime): "
+            + f"\n\nWhere the reference's step goes (one thread, 4x config, cProfile tottime, "
+            "share of the step): "
             f"{prof}.\n\nBytes held after forward (batch {data['batch']}): {held}.\n\n"
             "attention='sdpa' against the explicit path (tiny config, batch 4, float32):\n\n"
             + "\n".join(sdpa_rows))
@@ -115,3 +120,25 @@ def _() -> str:
              for i, (s, k, lr, lt) in enumerate(zip(t.ref_scales, t.ref_skipped,
                                                     t.ref_losses, t.torch_losses, strict=True))]
     return "\n".join(rows)
+
+
+@section("gpt.md", "gpt-autocast-free")
+def _() -> str:
+    data = _load("gpt_autocast_free.json")
+    if data is None:
+        return "No measurement committed (docs/data/gpt_autocast_free.json is missing)."
+    lines = ["| autocast | difference born at | loss: reference - torch (float32 ulps) | "
+             "logits differing (max lp ulps) | parameter gradients differing: tensors, "
+             "elements | worst gradient max abs diff / max abs |", "|---|---|---:|---:|---:|---:|"]
+    for r in data["rows"]:
+        lines.append(f"| {r['fmt']} | `{r['first']}` | {r['loss_ulps']:+d} | "
+                     f"{r['logits_differ']} of {r['logits']} ({r['logits_max_ulps']}) | "
+                     f"{r['grad_tensors_differ']} of {r['grad_tensors']}, "
+                     f"{r['grad_elements_differ']:,} of {r['grad_elements']:,} | "
+                     f"{r['grad_worst_rel']:.1e} |")
+    return (f"Measured by `python benchmarks/gpt.py --free --write` (torch {data['torch']}; the "
+            "figures depend on torch's kernels): the default config, dropout 0, batch "
+            f"{data['batch']} x 16 tokens, torch on one thread, each tree running itself "
+            "(claims `gpt.autocast_free`, `gpt.autocast_free_residual`; NOTE [ Where a "
+            "free-running autocast run diverges ] in parity/drivers/gpt_free.py):\n\n"
+            + "\n".join(lines))

@@ -34,3 +34,44 @@ def draw_tape(path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+@picture("gpt_tape_autocast.png")
+def draw_tape_autocast(path: Path) -> None:
+    """Block 0 op by op: what each op keeps for backward, float32 against bf16 CPU autocast,
+    each bar stacked by saved tensor (labelled inside), the op's total bytes at its end."""
+    import matplotlib.pyplot as plt
+
+    from parity.drivers.gpt_docs import tape_by_op
+
+    runs = (("float32", tape_by_op(0.1)), ("bf16 autocast", tape_by_op(0.1, "bfloat16")))
+    ops = list(runs[1][1])  # forward order; autocast keeps a superset (the weight casts)
+    fig, ax = plt.subplots(figsize=(10.5, 0.62 * len(ops) + 1.6))
+    colors = {"float32": "tab:blue", "bf16 autocast": "tab:orange"}
+    height = 0.38
+    for j, (label, by_op) in enumerate(runs):
+        for i, op in enumerate(ops):
+            y = len(ops) - 1 - i + (height / 2 if j == 0 else -height / 2)
+            left = 0
+            for attr, nbytes, shared in by_op.get(op, []):
+                ax.barh(y, nbytes, height=height, left=left, color=colors[label],
+                        edgecolor="black", linewidth=0.5, hatch="//" if shared else None,
+                        label=label if (i, left) == (0, 0) else None)
+                if nbytes >= 2500:
+                    ax.text(left + nbytes / 2, y, attr, ha="center", va="center", fontsize=6)
+                left += nbytes
+            ax.text(left, y, f" {left:,}", va="center", fontsize=7)
+    ax.set_yticks(range(len(ops)))
+    ax.set_yticklabels(ops[::-1], fontsize=7)
+    ax.set_xlabel("bytes kept for backward (block 0; block 1 keeps the same)")
+    totals = [sum(n for entries in by_op.values() for _, n, s in entries if not s)
+              for _, by_op in runs]
+    ax.set_title(f"The block as the tape sees it: tiny GPT, batch {TAPE_BATCH} x 16 tokens, "
+                 f"dropout 0.1\nfloat32 {totals[0]:,} B against bf16 CPU autocast "
+                 f"{totals[1]:,} B per block\nmatmul operands, softmax result, GELU input and "
+                 "dropout noise halve; LayerNorm stays float32;\nthe weights' bf16 copies "
+                 "(mat2) are new", fontsize=9)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
