@@ -98,12 +98,15 @@ _CAPTURED = (torch.nn.LayerNorm, torch.nn.Linear, torch.nn.GELU, torch.nn.Embedd
 
 def run_torch(model: tgpt.GPT, idx: np.ndarray, targets: np.ndarray,
               device: str = "cpu", layerwise: bool = False,
-              autocast: torch.dtype | None = None) -> TorchRun:
+              autocast: torch.dtype | None = None, seed: int = 0) -> TorchRun:
     """Forward with targets, backward of the loss; every dropout's keep-mask and, if asked,
     each captured module's inputs and output (forward hooks) and the gradients of its own
     inputs and output (full backward hooks: a module's own contribution, not the residual
     stream's total). With `autocast` the forward runs inside torch.autocast of that dtype
-    (the backward outside, as torch recommends) and lp tensors come back widened to float32."""
+    (the backward outside, as torch recommends) and lp tensors come back widened to float32.
+    Torch's generator is seeded with `seed` inside a forked RNG state, so the dropout masks
+    (replayed into the reference) and the report's figures are the same on every run, and
+    the caller's generator is left as it was."""
     keeps: dict[str, torch.Tensor] = {}
     seen: dict[str, tuple[list[torch.Tensor], torch.Tensor]] = {}
     grads: dict[str, tuple[list[torch.Tensor | None], torch.Tensor]] = {}
@@ -130,10 +133,14 @@ def run_torch(model: tgpt.GPT, idx: np.ndarray, targets: np.ndarray,
             handles.append(module.register_forward_hook(on_layer))
             if not isinstance(module, torch.nn.Embedding):
                 handles.append(module.register_full_backward_hook(on_grad))
+    kind = torch.device(device).type
     try:
-        with torch.autocast(torch.device(device).type, dtype=autocast or torch.float32,
-                            enabled=autocast is not None):
-            logits, loss = model(to_torch_tokens(idx, device), to_torch_tokens(targets, device))
+        with torch.random.fork_rng(devices=[] if kind == "cpu" else None, device_type=kind):
+            torch.manual_seed(seed)
+            with torch.autocast(kind, dtype=autocast or torch.float32,
+                                enabled=autocast is not None):
+                logits, loss = model(to_torch_tokens(idx, device),
+                                     to_torch_tokens(targets, device))
         keep_masks = {path: dropout_keep(out) for path, out in keeps.items()}
         loss.backward()
     finally:
