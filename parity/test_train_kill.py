@@ -58,6 +58,7 @@ def _kill_and_resume(name: str, tmp: Path, steps: int, delays: list[float],
     return kills
 
 
+@pytest.mark.slow  # the default run kills the reference's transformer process below
 def test_sigkilled_reference_process_resumes_to_the_same_digest(tmp_path: Path) -> None:
     """A handful of SIGKILLs (one right after a skipped step) then --resume: the same digest."""
     rng = np.random.default_rng()

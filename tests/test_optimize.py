@@ -30,12 +30,20 @@ def test_unknown_or_malformed_optimizations_are_refused_naming_the_accepted_ones
         drv.parse(bad)
 
 
-def test_the_cli_refuses_a_bad_spec_in_one_line_with_exit_2(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "parity", "optimize", "--what", "turbo",
-                           "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
-    assert done.returncode == 2, done.stderr
-    assert len(done.stderr.strip().splitlines()) == 1 and "turbo" in done.stderr
+def _main(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """The command line in this process (tests/test_cli.py runs `python -m parity` itself)."""
+    from parity.cli import main
+
+    status = main(args)
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_the_cli_refuses_a_bad_spec_in_one_line_with_exit_2(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status, _, err = _main(["optimize", "--what", "turbo", "--out", str(tmp_path)], capsys)
+    assert status == 2, err
+    assert len(err.strip().splitlines()) == 1 and "turbo" in err
 
 
 def test_speedup_is_the_ratio_of_medians_and_its_interval_brackets_it() -> None:
@@ -67,6 +75,7 @@ def test_a_resume_that_drops_the_optimizer_state_fails_the_resume_check(
     assert mismatches > 0 and n > 0 and not same
 
 
+@pytest.mark.slow  # ~8 s; the gauntlet's parts run in the default suite in-process
 def test_the_command_writes_its_report_and_ends_with_the_verdict(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "parity", "optimize", "--what",
                            "recompute:uniform:2", "--repeats", "3", "--steps", "1", "--out",
@@ -101,12 +110,12 @@ def test_a_recompute_spec_the_model_cannot_take_is_refused_before_anything_runs(
         drv.parse(what, model)
 
 
-def test_the_cli_refuses_an_unsupported_model_combination_in_one_line(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "parity", "optimize", "--model", "gpt",
-                           "--what", "compile", "--out", str(tmp_path)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2, done.stderr
-    line, = done.stderr.strip().splitlines()
+def test_the_cli_refuses_an_unsupported_model_combination_in_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status, _, err = _main(["optimize", "--model", "gpt", "--what", "compile", "--out",
+                            str(tmp_path)], capsys)
+    assert status == 2, err
+    line, = err.strip().splitlines()
     assert "'compile'" in line and "supported there: autocast-bf16, recompute:SPEC" in line
 
 
