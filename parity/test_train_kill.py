@@ -58,7 +58,7 @@ def _kill_and_resume(name: str, tmp: Path, steps: int, delays: list[float],
     return kills
 
 
-@pytest.mark.slow  # the default run kills the reference's transformer process below
+@pytest.mark.slow  # the default run kills a torch process; in-process resume covers both trees
 def test_sigkilled_reference_process_resumes_to_the_same_digest(tmp_path: Path) -> None:
     """A handful of SIGKILLs (one right after a skipped step) then --resume: the same digest."""
     rng = np.random.default_rng()
@@ -81,6 +81,7 @@ def test_many_sigkills_at_random_moments_resume_to_the_same_digest(name: str, tm
     assert kills >= (count + 1) // 2
 
 
+@pytest.mark.slow  # ~10 s; the in-process gpt resume tests run by default
 def test_sigkilled_gpt_process_resumes_to_the_same_digest(tmp_path: Path) -> None:
     """The transformer, fp16 with skipped steps, every block and core recomputed: one SIGKILL
     right after a skipped step's checkpoint, another at a random moment, then --resume."""
