@@ -29,7 +29,7 @@ from torch import nn
 
 from reference.gpt_config import GPTConfig  # plain data: the shared config
 from torch_impl.attention import AttentionCore, CausalSelfAttention
-from torch_impl.module import SavedTensor
+from torch_impl.module import SavedTensor, saved_key, saved_tensor_names
 from torch_impl.recompute import Schedule, forward_with_schedule
 
 
@@ -153,30 +153,6 @@ class GPT(nn.Module):
 
 
 # -- what autograd saves: the twin of the reference's GPT.tape() and GPT.held_bytes()
-def _key(t: torch.Tensor) -> tuple:
-    return t.data_ptr(), tuple(t.shape), t.stride(), t.dtype
-
-
-def _saved_names(root: object) -> dict[tuple, list[str]]:
-    """(pointer, shape, stride, dtype) -> ["NodeBackward0.attr", ...] for every saved
-    tensor under `root` (reading `_saved_x` gives a new Python object: match by layout)."""
-    names: dict[tuple, list[str]] = {}
-    todo, seen = [root], set()
-    while todo:
-        node = todo.pop()
-        if node is None or node in seen:
-            continue
-        seen.add(node)
-        for attr in dir(node):
-            if attr.startswith("_saved_"):
-                value = getattr(node, attr)
-                if isinstance(value, torch.Tensor):
-                    names.setdefault(_key(value), []).append(
-                        f"{node.name()}.{attr.removeprefix('_saved_')}")
-        todo.extend(next_fn for next_fn, _ in node.next_functions)
-    return names
-
-
 def measure_saved(model: GPT, idx: torch.Tensor, targets: torch.Tensor | None = None
                   ) -> tuple[list[SavedTensor], int]:
     """Run model(idx, targets) under saved_tensors_hooks: every tensor autograd saved,
@@ -206,14 +182,14 @@ def measure_saved(model: GPT, idx: torch.Tensor, targets: torch.Tensor | None = 
     finally:
         for h in handles:
             h.remove()
-    names = _saved_names((loss if loss is not None else logits).grad_fn)
+    names = saved_tensor_names((loss if loss is not None else logits).grad_fn)
     entries, storages = [], {}
     for path, t in packed:
         storage = t.untyped_storage()
         if storage.data_ptr() in param_ptrs:
             continue
         storages[storage.data_ptr()] = storage.nbytes()
-        found = names.get(_key(t))
+        found = names.get(saved_key(t))
         name = found.pop(0) if found else "?"
         entries.append(SavedTensor(path, name, tuple(t.shape),
                                    str(t.dtype).removeprefix("torch."),

@@ -41,6 +41,32 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+def saved_key(t: torch.Tensor) -> tuple:
+    """A saved tensor's layout (pointer, shape, stride, dtype): reading `node._saved_x` gives
+    a new Python object each time, so saved tensors are matched by layout, not identity."""
+    return t.data_ptr(), tuple(t.shape), t.stride(), t.dtype
+
+
+def saved_tensor_names(root: object) -> dict[tuple, list[str]]:
+    """saved_key -> ["NodeBackward0.attr", ...] for every tensor saved by a node of the graph
+    under `root` (a grad_fn), in the order of a depth-first walk."""
+    names: dict[tuple, list[str]] = {}
+    todo, seen = [root], set()
+    while todo:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        for attr in dir(node):
+            if attr.startswith("_saved_"):
+                value = getattr(node, attr)
+                if isinstance(value, torch.Tensor):
+                    names.setdefault(saved_key(value), []).append(
+                        f"{node.name()}.{attr.removeprefix('_saved_')}")
+        todo.extend(next_fn for next_fn, _ in node.next_functions)
+    return names
+
+
 def _saved_names(grad_fn: object, stop: set[object]) -> dict[tuple[int, tuple], str]:
     """(data_ptr, shape) -> "Node._saved_x" for the nodes a module's forward created."""
     names: dict[tuple[int, tuple], str] = {}

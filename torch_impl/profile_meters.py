@@ -18,6 +18,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from torch_impl.accounting import cuda_allocated
+from torch_impl.module import saved_key, saved_tensor_names
 
 
 # ---------------------------------------------------------------- bytes at the boundaries
@@ -199,22 +200,9 @@ def saved_by_module(model: nn.Module, *inputs: torch.Tensor) -> list[dict[str, A
         for h in handles:
             h.remove()
     first = out if isinstance(out, torch.Tensor) else out[0]
-    names: dict[tuple[int, tuple[int, ...]], str] = {}
-    todo, seen = [first.grad_fn], set()
-    while todo:
-        node = todo.pop()
-        if node is None or node in seen:
-            continue
-        seen.add(node)
-        for attr in dir(node):
-            if attr.startswith("_saved_"):
-                value = getattr(node, attr)
-                if isinstance(value, torch.Tensor):
-                    names.setdefault((value.data_ptr(), tuple(value.shape)),
-                                     f"{node.name()}.{attr.removeprefix('_saved_')}")
-        todo.extend(fn for fn, _ in node.next_functions)
+    names = {key: found[0] for key, found in saved_tensor_names(first.grad_fn).items()}
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    return [{"module": path, "name": names.get((t.data_ptr(), tuple(t.shape)), "?"),
+    return [{"module": path, "name": names.get(saved_key(t), "?"),
              "shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch."),
              "nbytes": t.numel() * t.element_size(),
              "is_parameter": t.untyped_storage().data_ptr() in params} for path, t in packed]
