@@ -6,6 +6,7 @@ the same counts (numerics.first_invalid), and the anomaly replay names the same 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -145,6 +146,48 @@ def test_both_trees_name_the_same_first_invalid_value_for_any_seed_and_size(
                      _text(found[0].report.identity()), context=f"{config} {name}")
 
 
+# the faults that are code, not a value: a hand-written loss, a learning rate
+CODE_FAULTS = [(f.name, shows[0]) for f in FAULTS.values()
+               if f.loss is not None or f.lr is not None for shows in f.shows]
+
+
+@pytest.mark.parametrize(("fault", "precision"), CODE_FAULTS)
+def test_both_trees_name_the_catalogued_first_invalid_value_of_a_loss_or_lr_fault(
+        fault: str, precision: str, start: dict[str, Path], tmp_path: Path) -> None:
+    """log(0) in the hand-written loss (LogBackward0 in module loss) and the learning rate's
+    overflow (its step found by running): same step, phase, module, op, index, value and
+    non-finite counts in both trees, where the catalogue says it first shows."""
+    f = FAULTS[fault]
+    ref, got = (_found(name, fault, precision, start[precision], tmp_path, 5 + f.delay)
+                for name in ("reference", "torch"))
+    shown = {p: rest for p, *rest in f.shows}[precision]
+    assert [ref.report.phase, ref.report.module, ref.report.op] == shown
+    assert ref.report.step == 3 + f.delay  # the regression guard's step
+    assert_claim("numerics.first_invalid", _text(got.report.identity()),
+                 _text(ref.report.identity()), context=f"{fault} {precision}")
+    assert_claim("numerics.first_invalid",
+                 _text({k: v[:3] for k, v in got.report.counts.items()}),
+                 _text({k: v[:3] for k, v in ref.report.counts.items()}),
+                 context="non-finite counts")
+
+
+@pytest.mark.parametrize("fault", ["log_of_zero", "lr_divergence"])
+def test_the_catalogued_repair_keeps_every_value_finite_over_the_same_steps(
+        fault: str, start: dict[str, Path], tmp_path: Path) -> None:
+    """The fix, applied: log_of_zero's over-confident logits under the run's own
+    cross_entropy (log_softmax), lr_divergence's run at the configured learning rate. Neither
+    tree sees a non-finite activation or gradient on any step up to the one where the fault
+    showed."""
+    f = FAULTS[fault]
+    repaired = dataclasses.replace(f, loss=None, lr=None)
+    for name in ("reference", "torch"):
+        run, found = faulted_run(name, {**FAULTED, "precision": "fp32"}, repaired, 3,
+                                 5 + f.delay, start["fp32"], tmp_path / name)
+        assert found is None and len(run.numerics.history) == 4 + f.delay  # every step seen
+        assert all(sum(row[:3]) == 0 for counts in run.numerics.history
+                   for row in counts.values())
+
+
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_weight_overflow_is_found_only_where_the_format_cannot_hold_it(
         precision: str, start: dict[str, Path], tmp_path: Path) -> None:
@@ -155,7 +198,8 @@ def test_weight_overflow_is_found_only_where_the_format_cannot_hold_it(
         assert found is None and len(run.numerics.history) == 4
 
 
-@pytest.mark.parametrize(("fault", "precision"), [CASES[0], CASES[1], CASES[3]])
+@pytest.mark.parametrize(("fault", "precision"), [CASES[0], CASES[1], CASES[3],
+                                                  ("log_of_zero", "fp32")])
 def test_replay_names_the_same_backward_node_whichever_tree_wrote_the_file(
         fault: str, precision: str, start: dict[str, Path], tmp_path: Path) -> None:
     """Each tree's replay file, replayed by each tree: the same node and module (torch's from

@@ -24,7 +24,16 @@ class Write:
 @dataclass(frozen=True)
 class Fault:
     """A deterministic fault seeded before a chosen step into a run of `model` (mlp or gpt):
-    its writes, in order. Plain data (the torch tree seeds the same faults)."""
+    its writes, in order, and what else of the run it changes (plain data: the torch tree
+    seeds the same faults). A fault that is code rather than a value is a field:
+
+        loss    the run's loss function is replaced for the whole run (a name in each
+                tree's faults.LOSSES: "hand_written_cross_entropy")
+        lr      every parameter group's learning rate is set to it before the fault's step
+                (the scheduler continues from there)
+        scaler  False: the run drops its GradScaler before the fault's step and trains on
+                unscaled (train_step's fault "fp16_without_scaler", the loss-scaling topic's)
+    """
 
     name: str
     model: str
@@ -33,11 +42,18 @@ class Fault:
     fix: str
     # (precision, phase, module, op) where it first shows: the regression guard's claim
     shows: tuple[tuple[str, str, str, str], ...] = ()
+    loss: str | None = None
+    lr: float | None = None
+    scaler: bool = True
+    delay: int = 0  # the steps from the fault's step to the one where it first shows
 
     @property
     def module(self) -> str:
-        """The module the first write strikes ("batch" for the step's inputs)."""
-        return self.writes[0].target.rpartition(".")[0]
+        """The module the first write strikes ("batch" for the step's inputs; "loss" for a
+        replaced loss, "" for a fault without writes)."""
+        if self.loss is not None:
+            return "loss"
+        return self.writes[0].target.rpartition(".")[0] if self.writes else ""
 
 
 MLP_FAULTS = (
@@ -60,6 +76,30 @@ MLP_FAULTS = (
           "input already non-finite); in the backward the loss's log_softmax returns NaN "
           "first (LogSoftmaxBackward0).",
           "validate the data (torch.isfinite on each batch at load), drop or repair the sample"),
+    Fault("log_of_zero", "mlp", (Write("4.weight", (), 2.0**10, "multiply"),),
+          "the run's loss written by hand as -mean(log(softmax(z)[y])), and the last Linear's "
+          "weights multiplied by 2^10 (an over-confident model): where the target's logit "
+          "trails the largest by more than ln(1 / smallest subnormal) (float32 103.3, a "
+          "float16 softmax 16.6), softmax underflows to exactly 0 at the target and "
+          "log(0) = -inf (forward, module loss, op LogBackward0, its input finite: 0); the "
+          "backward's 1/p is -inf there and softmax's backward makes 0 * inf = NaN "
+          "(SoftmaxBackward0). torch's cross_entropy on the same logits is finite.",
+          "use log_softmax / cross_entropy (the log-sum-exp form: (z - m) - log sum exp(z - m) "
+          "never takes the exp of the target's own gap)",
+          tuple((p, "forward", "loss", "LogBackward0") for p in ("fp32", "bf16", "fp16")),
+          loss="hand_written_cross_entropy"),
+    Fault("lr_divergence", "mlp", (),
+          "every parameter group's learning rate set to 1e10 (AdamW, weight decay 0.01). "
+          "Decoupled weight decay multiplies each weight by 1 - lr wd = 1 - 1e8 per update "
+          "(|1 - lr wd| > 1 once lr wd > 2: a geometric growth, whatever the gradients), and "
+          "Adam's step adds about lr: after 5 updates every weight of the first Linear is "
+          "+-inf, and its matmul sums +inf and -inf products: NaN (forward, 5 steps after the "
+          "fault, module 0, op AddmmBackward0, its weight and bias already non-finite). The "
+          "step is derived by running both trees (bit-identical in float32 training).",
+          "a learning rate with lr * weight_decay well below 2 (the configured 1e-2 keeps "
+          "every value finite over the same steps); a warmup, and a detector watching the "
+          "loss and the update norm, catch a divergence before it overflows",
+          (("fp32", "forward", "0", "AddmmBackward0"),), lr=1e10, delay=5),
 )
 
 GPT_FAULTS = (

@@ -231,7 +231,7 @@ class Detector:
         made (reference/numerics_locate.py)."""
         made = numerics_locate.maker(path, self._calls)
         found = None
-        if made != path:
+        if made != path or getattr(node, "composite", False):  # a hand-written loss
             node, args = self._calls[made]
             found = numerics_locate.watch_ops(node, args, self._autocast, self.fmt,
                                               input_range, first_nonfinite)
@@ -254,9 +254,13 @@ class Detector:
 # Two reference nodes are two torch nodes each: CrossEntropyLoss is log_softmax then
 # nll_loss (NllLossBackward0 returns NaN only for a NaN incoming gradient; otherwise the
 # NaN is LogSoftmaxBackward0's), and the loss's float32 cast under autocast
-# (ToCopyBackward0) makes no NaN from a non-NaN value, so it is never named.
+# (ToCopyBackward0) makes no NaN from a non-NaN value, so it is never named. A composite
+# node (reference/faults.py's hand-written loss) records each of its torch nodes' outputs.
 def backward_name(node: Node, grad_output: tuple) -> str:
     """torch's name of the backward node of `node` that returned the NaN."""
+    stages = getattr(node, "backward_nodes", None)  # a composite's own stages, in order
+    if stages is not None:
+        return next(name for name, g in stages if np.isnan(g).any())
     if isinstance(node, CrossEntropyLoss):
         incoming = np.asarray(grad_output[0]) if grad_output else np.zeros(())
         return "NllLossBackward0" if np.isnan(incoming).any() else "LogSoftmaxBackward0"

@@ -44,7 +44,8 @@ OPS = {"bmm": ("BmmBackward0", ("self", "mat2")),
        "masked_fill": ("MaskedFillBackward0", ("self", "mask", "value")),
        "softmax": ("SoftmaxBackward0", ("self",)),
        "layer_norm": ("NativeLayerNormBackward0", ("input", "weight", "bias", "eps")),
-       "embedding": ("EmbeddingBackward0", ("weight", "indices"))}
+       "embedding": ("EmbeddingBackward0", ("weight", "indices")),
+       "log": ("LogBackward0", ("self",))}
 
 
 def finite(values: tuple) -> bool:
@@ -97,7 +98,8 @@ def watch_ops(node: Module, args: tuple, state: amp.AutocastState, fmt: FloatFor
         return run
 
     originals = {name: getattr(namespace, name) for name in OPS if hasattr(namespace, name)}
-    generators = {id(m.rng): m.rng for m in node.modules()
+    generators = {id(m.rng): m.rng for m in (node.modules() if isinstance(node, Module)
+                                             else (node,))
                   if isinstance(getattr(m, "rng", None), np.random.Generator)}
     states = {k: g.bit_generator.state for k, g in generators.items()}
     try:

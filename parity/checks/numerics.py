@@ -21,10 +21,12 @@ from parity.drivers.numerics import (
 from parity.drivers.train import one_thread
 from parity.report import Observation, check
 from parity.tolerances import claim
+from reference.faults import FAULTS
 from reference.format_spec import get_format
 from reference.numerics import thresholds
 
 CASES = (("weight_overflow", "fp16"), ("inf_weight", "fp32"), ("poisoned_batch", "bf16"),
+         ("log_of_zero", "fp32"), ("lr_divergence", "fp32"),
          ("attention_overflow", "fp16"), ("gelu_backward", "fp32"))
 
 
@@ -55,7 +57,7 @@ def _found(name: str, fault: str, precision: str, root: Path) -> object:
     start = root / f"start-{config.get('model', 'mlp')}-{precision}"
     if not start.exists():
         seed_directory(start, config)
-    _, found = faulted_run(name, config, fault, 3, 5, start,
+    _, found = faulted_run(name, config, fault, 3, 5 + FAULTS[fault].delay, start,
                            root / f"{name}-{fault}-{precision}")
     return found
 
