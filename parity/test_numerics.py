@@ -26,6 +26,7 @@ from parity.drivers.numerics import (
     replay,
     save_replay,
     seed_directory,
+    underflow_counts,
 )
 from parity.drivers.train import one_thread
 from parity.strategies import float32_arrays
@@ -186,6 +187,40 @@ def test_the_catalogued_repair_keeps_every_value_finite_over_the_same_steps(
         assert found is None and len(run.numerics.history) == 4 + f.delay  # every step seen
         assert all(sum(row[:3]) == 0 for counts in run.numerics.history
                    for row in counts.values())
+
+
+def _zeros_agree(seed: int, start: Path, work: Path) -> tuple[int, int]:
+    """Both trees' gradient count rows at fp16_without_scaler's step, faulted and repaired,
+    held to numerics.underflow_counts; (zeros counted without the scaler, with it)."""
+    totals = []
+    for repaired in (False, True):
+        ref, got = (underflow_counts(name, seed, start, work, repaired=repaired)
+                    for name in ("reference", "torch"))
+        assert_claim("numerics.underflow_counts", _text(got), _text(ref),
+                     context=f"seed {seed} repaired {repaired}")
+        assert all(sum(row[:3]) == 0 for row in ref.values())  # nothing non-finite
+        totals.append(sum(row[COLUMNS.index("zero")] for row in ref.values()))
+    return totals[0], totals[1]
+
+
+def test_fp16_without_a_scaler_loses_gradients_to_zero_counted_the_same_by_both_trees(
+        start: dict[str, Path], tmp_path: Path) -> None:
+    """The underflow is no NaN: both trees count the same zeros per parameter, hundreds of
+    them (the fault reached), and keeping the GradScaler brings every count to 0."""
+    faulted, repaired = _zeros_agree(FAULTED["seed"], start["fp16"], tmp_path)
+    assert faulted > 100 and repaired == 0
+
+
+@pytest.mark.slow
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**16))
+def test_fp16_without_a_scaler_counts_agree_for_any_seed(
+        seed: int, tmp_path_factory: pytest.TempPathFactory) -> None:
+    root = tmp_path_factory.mktemp("underflow")
+    seed_directory(root / "start", {**FAULTED, "precision": "fp16", "seed": seed})
+    faulted, repaired = _zeros_agree(seed, root / "start", root)
+    event(f"zeros counted: {faulted > 0}")
+    assert repaired == 0
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])

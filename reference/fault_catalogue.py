@@ -100,6 +100,17 @@ MLP_FAULTS = (
           "every value finite over the same steps); a warmup, and a detector watching the "
           "loss and the update norm, catch a divergence before it overflows",
           (("fp32", "forward", "0", "AddmmBackward0"),), lr=1e10, delay=5),
+    Fault("fp16_without_scaler", "mlp", (Write("4.weight", (), 2.0**-16, "multiply"),),
+          "the run drops its GradScaler (train_step's fault fp16_without_scaler, as in the "
+          "loss-scaling topic) and the last Linear's weights are multiplied by 2^-16 (a "
+          "small-init output layer): the gradients reaching the earlier layers are 2^-16 "
+          "smaller, and under fp16 autocast many fall below float16's smallest subnormal "
+          "2^-24 (below the tie 2^-25 the cast rounds to 0) in the float16 backward. Nothing "
+          "is non-finite: the detector never stops, and only the per-parameter zero counts "
+          "show the gradients lost (0.weight, 0.bias, 2.weight, 2.bias).",
+          "keep the GradScaler (dynamic loss scaling: S = 2^16 lifts the same gradients "
+          "into float16's normal range, and the zero counts drop to 0), or train in bf16",
+          scaler=False),
 )
 
 GPT_FAULTS = (

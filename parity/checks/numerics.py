@@ -11,12 +11,14 @@ import numpy as np
 
 from parity.compare import measure
 from parity.drivers.numerics import (
+    FAULTED,
     count_rows,
     faulted_config,
     faulted_run,
     replay,
     save_replay,
     seed_directory,
+    underflow_counts,
 )
 from parity.drivers.train import one_thread
 from parity.report import Observation, check
@@ -92,3 +94,21 @@ def _() -> Observation:
                 n += 1
     return Observation(worst, n, f"{len(CASES)} faults (MLP and transformer), each tree's "
                                  "file replayed by both trees")
+
+
+@check("numerics.underflow_counts")
+def _() -> Observation:
+    worst, n = 0.0, 0
+    with one_thread(), tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        for seed in (0, 1):
+            seed_directory(root / f"start-{seed}", {**FAULTED, "precision": "fp16",
+                                                    "seed": seed})
+            for repaired in (False, True):
+                ref, got = (underflow_counts(name, seed, root / f"start-{seed}",
+                                             root / f"{seed}", repaired=repaired)
+                            for name in ("reference", "torch"))
+                worst += measure(claim("numerics.underflow_counts"), _text(got), _text(ref))
+                n += 1
+    return Observation(worst, n, "fp16_without_scaler at seeds 0 and 1, without and with "
+                                 "the GradScaler (count rows of every gradient)")

@@ -55,9 +55,9 @@ CLAIMS: tuple[Claim, ...] = (
             "and log(0) = -inf; the diverging learning rate's weights grow by a factor 1e8 per "
             "update, elementwise and bit-identical in float32 training, so the update where "
             "they pass float32's max, and hence the step (derived by running, stated in the "
-            "catalogue as its delay), is the same in both. The op names are looked up in the reference (its "
-            "op functions by name) and read off grad_fn or the aten op in torch: two "
-            "independent sources."
+            "catalogue as its delay), is the same in both. The op names are looked up in the "
+            "reference (its op functions by name) and read off grad_fn or the aten op in "
+            "torch: two independent sources."
         ),
     ),
     Claim(
@@ -81,6 +81,28 @@ CLAIMS: tuple[Claim, ...] = (
             "torch nodes' outputs; the replay file names the loss, which is code, not state): "
             "exact events, the same in both trees. The replay restores the state, not code: "
             "a module attribute (LayerNorm's eps) is not in it, and both trees find nothing."
+        ),
+    ),
+    Claim(
+        id="numerics.underflow_counts",
+        statement=(
+            "With the catalogue's fp16_without_scaler seeded (no GradScaler, the output "
+            "layer's weights times 2^-16), both trees' detectors count the same exact zeros "
+            "in every parameter's gradient at the fault's step, and no non-finite value; with "
+            "the GradScaler kept (the repair, S = 2^16) every gradient's zero count is 0 in "
+            "both trees."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "A count is an integer: it can differ only where one gradient element is zero in "
+            "one tree and not in the other, i.e. where its exact value lies within the two "
+            "trees' float16 backward difference (amp.model_fp16: 0 ulps for most elements, k "
+            "where a rounding boundary falls within the float32 error bound) of the cast's "
+            "tie 2^-25 or of the edge of a product that flushes to zero. The tanh MLP has no "
+            "exact zeros of its own, so every zero is an underflow. Scaled by 2^16, the "
+            "same gradients lie 2^16 above those edges, far inside float16's range: none "
+            "rounds to zero."
         ),
     ),
 )

@@ -9,6 +9,7 @@ mapping), so the data order, the weights and the fault are the same bits in both
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -171,6 +172,27 @@ def observe_catalogue(root: Path) -> list[dict[str, Any]]:
                          "replay": [result.node, result.module]}
         rows.append(row)
     return rows
+
+
+# ---------------------------------------------------------------- underflow, not NaN
+
+def underflow_counts(name: str, seed: int, start: Path, work: Path, *,
+                     repaired: bool = False) -> dict[str, list[int]]:
+    """{parameter: its gradient's COLUMNS row} on the first step from `start` (FAULTED in
+    fp16 with `seed`, after one step: seed_directory) with fp16_without_scaler seeded before
+    it, or (`repaired`) with the same writes and the run's GradScaler kept."""
+    config = {**FAULTED, "precision": "fp16", "seed": seed}
+    fault = FAULTS["fp16_without_scaler"]
+    if repaired:
+        fault = replace(fault, scaler=True)
+    run, found = faulted_run(name, config, fault, 1, 2,
+                             start, work / f"{name}-{'repaired' if repaired else 'faulted'}")
+    if found is not None:
+        raise AssertionError(f"fp16_without_scaler: {name} found a non-finite value "
+                             f"{found.report.line()}")
+    assert len(run.numerics.history) == 1  # the fault's step, the only one
+    return {k.removeprefix("grad:"): v for k, v in run.numerics.history[-1].items()
+            if k.startswith("grad:")}
 
 
 # a float16 run with a loss scale far too small (2^-16): gradients underflow to zero in the
