@@ -172,6 +172,30 @@ def test_both_trees_name_the_catalogued_first_invalid_value_of_a_loss_or_lr_faul
                  context="non-finite counts")
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("case", CODE_FAULTS)
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 2**16), hidden=st.tuples(st.integers(1, 24), st.integers(1, 24)),
+       fault_step=st.integers(1, 3))
+def test_both_trees_name_the_same_first_invalid_value_of_a_code_fault_for_any_seed_and_size(
+        case: tuple[str, str], seed: int, hidden: tuple[int, int], fault_step: int,
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Random seeds, widths and fault steps, run to the horizon: whenever one tree finds a
+    first invalid value, the other finds the same one at the same step."""
+    name, precision = case
+    config = {**FAULTED, "seed": seed, "sizes": (8, *hidden, 3), "precision": precision}
+    root = tmp_path_factory.mktemp("any")
+    seed_directory(root / "start", config)
+    found = [faulted_run(impl, config, name, fault_step, FAULTED["horizon"], root / "start",
+                         root / impl)[1] for impl in ("reference", "torch")]
+    event(f"{name} {precision}: found {found[0] is not None}")
+    assert (found[0] is None) == (found[1] is None)
+    if found[0] is not None:
+        event(f"{name}: shows {found[0].report.step - fault_step} steps after the fault")
+        assert_claim("numerics.first_invalid", _text(found[1].report.identity()),
+                     _text(found[0].report.identity()), context=f"{config} {name}")
+
+
 @pytest.mark.parametrize("fault", ["log_of_zero", "lr_divergence"])
 def test_the_catalogued_repair_keeps_every_value_finite_over_the_same_steps(
         fault: str, start: dict[str, Path], tmp_path: Path) -> None:
@@ -461,6 +485,74 @@ def test_a_nonfinite_gradient_stops_only_a_run_without_a_scaler(scaler_enabled: 
     else:
         assert reports[0] is not None and reports[0]["module"] == "2.bias"  # the rule, reached
         assert_claim("numerics.first_invalid", _text(reports[1]), _text(reports[0]))
+
+
+def test_an_inline_residual_add_is_named_add_backward_in_both_trees(device: str) -> None:
+    """A container whose own body adds its input to its child's output (x + lin(x), the
+    transformer block's residual): both finite, the sum beyond float32's max. No leaf of the
+    container shows the inf (the next Linear does); both trees name the container and torch's
+    AddBackward0 for the inline add, with the same index, value and input ranges."""
+    from reference import numerics as r_numerics
+    from reference.module import Module
+    from reference.nn import CrossEntropyLoss, Linear, Sequential
+    from torch_impl import numerics as t_numerics
+
+    class Residual(Module):
+        def __init__(self, lin: Module) -> None:
+            super().__init__()
+            self.lin = self._children["lin"] = lin
+
+        def _needs_tape(self) -> bool:
+            return False
+
+        def forward(self, x: np.ndarray) -> np.ndarray:
+            return x + self.lin.forward(x)
+
+        def backward(self, g: np.ndarray) -> np.ndarray:
+            return g + self.lin.backward(g)
+
+    class TorchResidual(torch.nn.Module):
+        def __init__(self, lin: torch.nn.Module) -> None:
+            super().__init__()
+            self.lin = lin
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x + self.lin(x)
+
+    rng = np.random.default_rng(0)
+    ref_model = Sequential(Residual(Linear(4, 4, rng=rng)), Linear(4, 3, rng=rng))
+    torch_model = torch.nn.Sequential(TorchResidual(torch.nn.Linear(4, 4)),
+                                      torch.nn.Linear(4, 3)).to(device)
+    with torch.no_grad():
+        for (_, p), (_, tp) in zip(ref_model.named_parameters(),
+                                   torch_model.named_parameters(), strict=True):
+            tp.copy_(torch.from_numpy(p.data))
+    params = dict(ref_model.named_parameters())
+    params["0.lin.weight"].data[...] = 0.0  # lin(x) = its bias, finite; x + lin(x) is 4e38
+    params["0.lin.bias"].data[1] = 3.0e38  # in column 1
+    x = np.full((2, 4), 1e38, np.float32)
+    y = np.array([0, 2])
+    with torch.no_grad():
+        torch_params = dict(torch_model.named_parameters())
+        torch_params["0.lin.weight"][...] = 0.0
+        torch_params["0.lin.bias"][1] = 3.0e38
+    reports = []
+    for mod, model, loss_fn, tensor in (
+            (r_numerics, ref_model, CrossEntropyLoss(), np.asarray),
+            (t_numerics, torch_model, torch.nn.CrossEntropyLoss(),
+             lambda a: torch.from_numpy(a).to(device))):
+        detector = mod.Detector(model, loss_fn, "float16", scaler_enabled=False)
+        with pytest.raises(r_numerics.NonFinite) as found, np.errstate(over="ignore",
+                                                                       invalid="ignore"):
+            with detector.phase("forward"):
+                loss_fn(model(tensor(x)), tensor(y))
+            with detector.phase("optimizer"):
+                pass
+        reports.append(found.value.report)
+    assert (reports[0].module, reports[0].op) == ("0", "AddBackward0")  # the inline op, named
+    assert_claim("numerics.first_invalid", _text(reports[1].identity()),
+                 _text(reports[0].identity()))
+    assert [r.name for r in reports[0].inputs] == [r.name for r in reports[1].inputs]
 
 
 @pytest.mark.parametrize("impl", ["reference", "torch"])

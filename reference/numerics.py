@@ -167,12 +167,13 @@ class Detector:
         self.history: list[dict[str, list[int]]] = []
         self._seen: list[tuple[str, Node, tuple, np.ndarray]] = []  # leaves, in op order
         self._calls: dict[str, tuple[Node, tuple]] = {}  # every module: its first call's
+        self._ended: list[tuple[int, str, Any]] = []  # containers: (leaves before, path, output)
         self._autocast = amp.autocast_state()  # the forward's, for numerics_locate's re-run
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
         if name == "forward":
-            self._seen, self._calls = [], {}
+            self._seen, self._calls, self._ended = [], {}, []
             handle = register_module_forward_hook(self._forward_hook)
             try:
                 yield
@@ -196,6 +197,8 @@ class Detector:
         self._calls.setdefault(path, (node, args))
         if id(node) in self.leaves:
             self._seen.append((path, node, args, output))
+        else:  # a container: where an inline op's value ends (numerics_locate.ended_maker)
+            self._ended.append((len(self._seen), path, output))
 
     def _end_step(self) -> None:
         grads = [(name, p.grad) for name, p in self.model.named_parameters()
@@ -211,9 +214,10 @@ class Detector:
 
     def _first_invalid(self, table: list[list[int]], grads: list[tuple[str, Any]],
                        counts: dict[str, list[int]]) -> FirstInvalid | None:
-        for (path, node, args, output), row in zip(self._seen, table, strict=False):
+        for i, ((path, node, args, output), row) in enumerate(zip(self._seen, table,
+                                                                    strict=False)):
             if sum(row[:3]):
-                return self._made(path, node, args, output, counts)
+                return self._made(i, path, node, args, output, counts)
         if self.scaler_enabled:  # the scaler skips this step
             return None
         for (name, grad), row in reversed(list(zip(grads, table[len(self._seen):],
@@ -225,11 +229,12 @@ class Detector:
         return None
 
 
-    def _made(self, path: str, node: Node, args: tuple, output: np.ndarray,
+    def _made(self, i: int, path: str, node: Node, args: tuple, output: np.ndarray,
               counts: dict[str, list[int]]) -> FirstInvalid:
         """The report of the first invalid value, first shown by leaf `path`: where it was
         made (reference/numerics_locate.py)."""
-        made = numerics_locate.maker(path, self._calls)
+        made = (numerics_locate.ended_maker(i, self._ended, self._calls)
+                or numerics_locate.maker(path, self._calls))
         found = None
         if made != path or getattr(node, "composite", False):  # a hand-written loss
             node, args = self._calls[made]

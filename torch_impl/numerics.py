@@ -113,12 +113,13 @@ class Detector:
         self.history: list[dict[str, list[int]]] = []
         self._seen: list[tuple[str, nn.Module, tuple, torch.Tensor]] = []  # leaves, op order
         self._calls: dict[str, tuple[nn.Module, tuple]] = {}  # every module: its first call's
+        self._ended: list[tuple[int, str, Any]] = []  # containers: (leaves before, path, output)
         self._autocast: numerics_locate.Autocast = numerics_locate.autocast_state("cpu")
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
         if name == "forward":
-            self._seen, self._calls = [], {}
+            self._seen, self._calls, self._ended = [], {}, []
             handle = nn.modules.module.register_module_forward_hook(self._forward_hook)
             try:
                 yield
@@ -142,6 +143,8 @@ class Detector:
         self._calls.setdefault(path, (module, args))
         if id(module) in self.leaves:
             self._seen.append((path, module, args, output))
+        else:  # a container: where an inline op's value ends (numerics_locate.ended_maker)
+            self._ended.append((len(self._seen), path, output))
 
     def _end_step(self) -> None:
         grads = [(name, p.grad) for name, p in self._params if p.grad is not None]
@@ -157,9 +160,10 @@ class Detector:
 
     def _first_invalid(self, table: list[list[int]], grads: list[tuple[str, Any]],
                        counts: dict[str, list[int]]) -> FirstInvalid | None:
-        for (path, module, args, output), row in zip(self._seen, table, strict=False):
+        for i, ((path, module, args, output), row) in enumerate(zip(self._seen, table,
+                                                                    strict=False)):
             if sum(row[:3]):
-                return self._made(path, module, args, output, counts)
+                return self._made(i, path, module, args, output, counts)
         if self.scaler_enabled:  # the scaler skips this step
             return None
         for (name, grad), row in reversed(list(zip(grads, table[len(self._seen):],
@@ -171,10 +175,11 @@ class Detector:
         return None
 
 
-    def _made(self, path: str, module: nn.Module, args: tuple, output: torch.Tensor,
+    def _made(self, i: int, path: str, module: nn.Module, args: tuple, output: torch.Tensor,
               counts: dict[str, list[int]]) -> FirstInvalid:
         """reference.numerics.Detector._made."""
-        made = numerics_locate.maker(path, self._calls)
+        made = (numerics_locate.ended_maker(i, self._ended, self._calls)
+                or numerics_locate.maker(path, self._calls))
         found = None
         if made != path or getattr(module, "composite", False):  # a hand-written loss
             module, args = self._calls[made]

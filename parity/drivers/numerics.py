@@ -143,7 +143,8 @@ def count_rows(x: np.ndarray, fmt: str, device: str = "cpu", arithmetic: bool | 
 CATALOGUE = (("weight_overflow", "fp16"), ("inf_weight", "fp32"), ("poisoned_batch", "bf16"),
              ("log_of_zero", "fp32"), ("lr_divergence", "fp32"),
              ("attention_overflow", "fp16"), ("layernorm_eps0", "fp32"),
-             ("poisoned_embedding", "bf16"), ("gelu_backward", "fp32"))
+             ("poisoned_embedding", "bf16"), ("gelu_backward", "fp32"),
+             ("residual_overflow", "fp32"))
 
 
 def observe_catalogue(root: Path) -> list[dict[str, Any]]:
