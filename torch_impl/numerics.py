@@ -150,7 +150,7 @@ class Detector:
         grads = [(name, p.grad) for name, p in self._params if p.grad is not None]
         tensors = [output for *_, output in self._seen] + [g for _, g in grads]
         counts, slots = bucket_counts(tensors, self.dtype)
-        table = rows(counts.tolist(), slots)  # (modules + parameters, COLUMNS): the one sync
+        table = rows(counts, slots)  # (modules + parameters, COLUMNS): the one sync
         names = [f"act:{path}" for path, *_ in self._seen] + [f"grad:{n}" for n, _ in grads]
         counts = dict(zip(names, table, strict=True))
         self.history.append(counts)
@@ -160,6 +160,8 @@ class Detector:
 
     def _first_invalid(self, table: list[list[int]], grads: list[tuple[str, Any]],
                        counts: dict[str, list[int]]) -> FirstInvalid | None:
+        if not any(row[0] or row[1] or row[2] for row in table):  # a clean step: at once
+            return None
         for i, ((path, module, args, output), row) in enumerate(zip(self._seen, table,
                                                                     strict=False)):
             if sum(row[:3]):
