@@ -55,9 +55,10 @@ CLAIMS: tuple[Claim, ...] = (
             "and log(0) = -inf; the diverging learning rate's weights grow by a factor 1e8 per "
             "update, elementwise and bit-identical in float32 training, so the update where "
             "they pass float32's max, and hence the step (derived by running, stated in the "
-            "catalogue as its delay), is the same in both. The op names are looked up in the "
-            "reference (its op functions by name) and read off grad_fn or the aten op in "
-            "torch: two independent sources."
+            "catalogue as its delay), is the same in both; an inline add of two finite 2e38 "
+            "is 4e38 in any rounding, beyond 3.4e38. The op names are looked up in the "
+            "reference (its op functions and the ufuncs of a container's own body by name) "
+            "and read off grad_fn or the aten op in torch: two independent sources."
         ),
     ),
     Claim(
