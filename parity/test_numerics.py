@@ -155,7 +155,8 @@ def test_weight_overflow_is_found_only_where_the_format_cannot_hold_it(
         assert found is None and len(run.numerics.history) == 4
 
 
-@pytest.mark.parametrize(("fault", "precision"), [CASES[0], CASES[1], CASES[3]])
+@pytest.mark.parametrize(("fault", "precision"), [CASES[0], CASES[1], CASES[3],
+                                                  ("log_of_zero", "fp32")])
 def test_replay_names_the_same_backward_node_whichever_tree_wrote_the_file(
         fault: str, precision: str, start: dict[str, Path], tmp_path: Path) -> None:
     """Each tree's replay file, replayed by each tree: the same node and module (torch's from
@@ -338,12 +339,14 @@ def test_a_replay_file_reproduces_the_faulty_step_exactly(name: str, tmp_path: P
     assert again.value.report.counts == found.report.counts
 
 
+@pytest.mark.parametrize("bad", [float("inf"), float("-inf"), float("nan")])
 @pytest.mark.parametrize("scaler_enabled", [False, True])
 def test_a_nonfinite_gradient_stops_only_a_run_without_a_scaler(scaler_enabled: bool,
-                                                               device: str) -> None:
-    """Forward finite, a gradient non-finite: without a scaler both trees report phase
-    "backward" at the first parameter in backward order (its first non-finite element);
-    with one, the step is the scaler's to skip and nothing is reported."""
+                                                               bad: float, device: str) -> None:
+    """Forward finite, a gradient non-finite (each kind of non-finite alone): without a
+    scaler both trees report phase "backward" at the first parameter in backward order (its
+    first non-finite element); with one, the step is the scaler's to skip and nothing is
+    reported."""
     from reference import numerics as r_numerics
     from reference.nn import CrossEntropyLoss
     from reference.nn import make_mlp as r_make_mlp
@@ -370,7 +373,7 @@ def test_a_nonfinite_gradient_stops_only_a_run_without_a_scaler(scaler_enabled: 
         params = dict(model.named_parameters())
         with torch.no_grad():
             for name, index in (("0.weight", (3, 5)), ("2.bias", (1,))):  # 2.bias: later in
-                params[name].grad[index] = float("inf")                     # forward, first back
+                params[name].grad[index] = bad                              # forward, first back
         try:
             with detector.phase("optimizer"):
                 pass

@@ -24,7 +24,16 @@ class Write:
 @dataclass(frozen=True)
 class Fault:
     """A deterministic fault seeded before a chosen step into a run of `model` (mlp or gpt):
-    its writes, in order. Plain data (the torch tree seeds the same faults)."""
+    its writes, in order, and what else of the run it changes (plain data: the torch tree
+    seeds the same faults). A fault that is code rather than a value is a field:
+
+        loss    the run's loss function is replaced for the whole run (a name in each
+                tree's faults.LOSSES: "hand_written_cross_entropy")
+        lr      every parameter group's learning rate is set to it before the fault's step
+                (the scheduler continues from there)
+        scaler  False: the run drops its GradScaler before the fault's step and trains on
+                unscaled (train_step's fault "fp16_without_scaler", the loss-scaling topic's)
+    """
 
     name: str
     model: str
@@ -33,11 +42,18 @@ class Fault:
     fix: str
     # (precision, phase, module, op) where it first shows: the regression guard's claim
     shows: tuple[tuple[str, str, str, str], ...] = ()
+    loss: str | None = None
+    lr: float | None = None
+    scaler: bool = True
+    delay: int = 0  # the steps from the fault's step to the one where it first shows
 
     @property
     def module(self) -> str:
-        """The module the first write strikes ("batch" for the step's inputs)."""
-        return self.writes[0].target.rpartition(".")[0]
+        """The module the first write strikes ("batch" for the step's inputs; "loss" for a
+        replaced loss, "" for a fault without writes)."""
+        if self.loss is not None:
+            return "loss"
+        return self.writes[0].target.rpartition(".")[0] if self.writes else ""
 
 
 MLP_FAULTS = (
@@ -60,6 +76,41 @@ MLP_FAULTS = (
           "input already non-finite); in the backward the loss's log_softmax returns NaN "
           "first (LogSoftmaxBackward0).",
           "validate the data (torch.isfinite on each batch at load), drop or repair the sample"),
+    Fault("log_of_zero", "mlp", (Write("4.weight", (), 2.0**10, "multiply"),),
+          "the run's loss written by hand as -mean(log(softmax(z)[y])), and the last Linear's "
+          "weights multiplied by 2^10 (an over-confident model): where the target's logit "
+          "trails the largest by more than ln(1 / smallest subnormal) (float32 103.3, a "
+          "float16 softmax 16.6), softmax underflows to exactly 0 at the target and "
+          "log(0) = -inf (forward, module loss, op LogBackward0, its input finite: 0); the "
+          "backward's 1/p is -inf there and softmax's backward makes 0 * inf = NaN "
+          "(SoftmaxBackward0). torch's cross_entropy on the same logits is finite.",
+          "use log_softmax / cross_entropy (the log-sum-exp form: (z - m) - log sum exp(z - m) "
+          "never takes the exp of the target's own gap)",
+          tuple((p, "forward", "loss", "LogBackward0") for p in ("fp32", "bf16", "fp16")),
+          loss="hand_written_cross_entropy"),
+    Fault("lr_divergence", "mlp", (),
+          "every parameter group's learning rate set to 1e10 (AdamW, weight decay 0.01). "
+          "Decoupled weight decay multiplies each weight by 1 - lr wd = 1 - 1e8 per update "
+          "(|1 - lr wd| > 1 once lr wd > 2: a geometric growth, whatever the gradients), and "
+          "Adam's step adds about lr: after 5 updates every weight of the first Linear is "
+          "+-inf, and its matmul sums +inf and -inf products: NaN (forward, 5 steps after the "
+          "fault, module 0, op AddmmBackward0, its weight and bias already non-finite). The "
+          "step is derived by running both trees (bit-identical in float32 training).",
+          "a learning rate with lr * weight_decay well below 2 (the configured 1e-2 keeps "
+          "every value finite over the same steps); a warmup, and a detector watching the "
+          "loss and the update norm, catch a divergence before it overflows",
+          (("fp32", "forward", "0", "AddmmBackward0"),), lr=1e10, delay=5),
+    Fault("fp16_without_scaler", "mlp", (Write("4.weight", (), 2.0**-16, "multiply"),),
+          "the run drops its GradScaler (train_step's fault fp16_without_scaler, as in the "
+          "loss-scaling topic) and the last Linear's weights are multiplied by 2^-16 (a "
+          "small-init output layer): the gradients reaching the earlier layers are 2^-16 "
+          "smaller, and under fp16 autocast many fall below float16's smallest subnormal "
+          "2^-24 (below the tie 2^-25 the cast rounds to 0) in the float16 backward. Nothing "
+          "is non-finite: the detector never stops, and only the per-parameter zero counts "
+          "show the gradients lost (0.weight, 0.bias, 2.weight, 2.bias).",
+          "keep the GradScaler (dynamic loss scaling: S = 2^16 lifts the same gradients "
+          "into float16's normal range, and the zero counts drop to 0), or train in bf16",
+          scaler=False),
 )
 
 GPT_FAULTS = (
@@ -112,6 +163,19 @@ GPT_FAULTS = (
           (("fp32", "backward", "transformer.h.0.mlp.c_fc.bias", ""),
            ("bf16", "backward", "transformer.h.0.mlp.c_fc.bias", ""),
            ("fp16", "forward", "transformer.h.0.mlp.c_fc", "AddmmBackward0"))),
+    Fault("residual_overflow", "gpt",
+          (Write("transformer.wte.weight", (None, 0), 2e38),
+           Write("transformer.wpe.weight", (None, 0), 2e38)),
+          "channel 0 of every token and every position embedding set to 2e38, each finite in "
+          "float32: their sum, the start of the residual stream (tok + pos, written inline "
+          "in GPT.forward, no module of its own), is 4e38, beyond float32's max (forward, "
+          "module \"\" (the model itself), op AddBackward0, both inputs finite and in range "
+          "of float32), in any precision (autocast leaves the embeddings and the add in "
+          "float32). The first module to show it is the embedding dropout; the report names "
+          "the inline op that made it.",
+          "bound the embeddings (weight decay, clipping the update); the residual stream is "
+          "float32 under autocast, so the bound is float32's max, not float16's",
+          (("fp32", "forward", "", "AddBackward0"),)),
 )
 
 FAULTS: dict[str, Fault] = {f.name: f for f in (*MLP_FAULTS, *GPT_FAULTS)}

@@ -167,12 +167,13 @@ class Detector:
         self.history: list[dict[str, list[int]]] = []
         self._seen: list[tuple[str, Node, tuple, np.ndarray]] = []  # leaves, in op order
         self._calls: dict[str, tuple[Node, tuple]] = {}  # every module: its first call's
+        self._ended: list[tuple[int, str, Any]] = []  # containers: (leaves before, path, output)
         self._autocast = amp.autocast_state()  # the forward's, for numerics_locate's re-run
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
         if name == "forward":
-            self._seen, self._calls = [], {}
+            self._seen, self._calls, self._ended = [], {}, []
             handle = register_module_forward_hook(self._forward_hook)
             try:
                 yield
@@ -196,6 +197,8 @@ class Detector:
         self._calls.setdefault(path, (node, args))
         if id(node) in self.leaves:
             self._seen.append((path, node, args, output))
+        else:  # a container: where an inline op's value ends (numerics_locate.ended_maker)
+            self._ended.append((len(self._seen), path, output))
 
     def _end_step(self) -> None:
         grads = [(name, p.grad) for name, p in self.model.named_parameters()
@@ -211,9 +214,10 @@ class Detector:
 
     def _first_invalid(self, table: list[list[int]], grads: list[tuple[str, Any]],
                        counts: dict[str, list[int]]) -> FirstInvalid | None:
-        for (path, node, args, output), row in zip(self._seen, table, strict=False):
+        for i, ((path, node, args, output), row) in enumerate(zip(self._seen, table,
+                                                                    strict=False)):
             if sum(row[:3]):
-                return self._made(path, node, args, output, counts)
+                return self._made(i, path, node, args, output, counts)
         if self.scaler_enabled:  # the scaler skips this step
             return None
         for (name, grad), row in reversed(list(zip(grads, table[len(self._seen):],
@@ -225,13 +229,14 @@ class Detector:
         return None
 
 
-    def _made(self, path: str, node: Node, args: tuple, output: np.ndarray,
+    def _made(self, i: int, path: str, node: Node, args: tuple, output: np.ndarray,
               counts: dict[str, list[int]]) -> FirstInvalid:
         """The report of the first invalid value, first shown by leaf `path`: where it was
         made (reference/numerics_locate.py)."""
-        made = numerics_locate.maker(path, self._calls)
+        made = (numerics_locate.ended_maker(i, self._ended, self._calls)
+                or numerics_locate.maker(path, self._calls))
         found = None
-        if made != path:
+        if made != path or getattr(node, "composite", False):  # a hand-written loss
             node, args = self._calls[made]
             found = numerics_locate.watch_ops(node, args, self._autocast, self.fmt,
                                               input_range, first_nonfinite)
@@ -254,9 +259,13 @@ class Detector:
 # Two reference nodes are two torch nodes each: CrossEntropyLoss is log_softmax then
 # nll_loss (NllLossBackward0 returns NaN only for a NaN incoming gradient; otherwise the
 # NaN is LogSoftmaxBackward0's), and the loss's float32 cast under autocast
-# (ToCopyBackward0) makes no NaN from a non-NaN value, so it is never named.
+# (ToCopyBackward0) makes no NaN from a non-NaN value, so it is never named. A composite
+# node (reference/faults.py's hand-written loss) records each of its torch nodes' outputs.
 def backward_name(node: Node, grad_output: tuple) -> str:
     """torch's name of the backward node of `node` that returned the NaN."""
+    stages = getattr(node, "backward_nodes", None)  # a composite's own stages, in order
+    if stages is not None:
+        return next(name for name, g in stages if np.isnan(g).any())
     if isinstance(node, CrossEntropyLoss):
         incoming = np.asarray(grad_output[0]) if grad_output else np.zeros(())
         return "NllLossBackward0" if np.isnan(incoming).any() else "LogSoftmaxBackward0"

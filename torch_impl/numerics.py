@@ -113,12 +113,13 @@ class Detector:
         self.history: list[dict[str, list[int]]] = []
         self._seen: list[tuple[str, nn.Module, tuple, torch.Tensor]] = []  # leaves, op order
         self._calls: dict[str, tuple[nn.Module, tuple]] = {}  # every module: its first call's
+        self._ended: list[tuple[int, str, Any]] = []  # containers: (leaves before, path, output)
         self._autocast: numerics_locate.Autocast = numerics_locate.autocast_state("cpu")
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
         if name == "forward":
-            self._seen, self._calls = [], {}
+            self._seen, self._calls, self._ended = [], {}, []
             handle = nn.modules.module.register_module_forward_hook(self._forward_hook)
             try:
                 yield
@@ -142,12 +143,14 @@ class Detector:
         self._calls.setdefault(path, (module, args))
         if id(module) in self.leaves:
             self._seen.append((path, module, args, output))
+        else:  # a container: where an inline op's value ends (numerics_locate.ended_maker)
+            self._ended.append((len(self._seen), path, output))
 
     def _end_step(self) -> None:
         grads = [(name, p.grad) for name, p in self._params if p.grad is not None]
         tensors = [output for *_, output in self._seen] + [g for _, g in grads]
         counts, slots = bucket_counts(tensors, self.dtype)
-        table = rows(counts.tolist(), slots)  # (modules + parameters, COLUMNS): the one sync
+        table = rows(counts, slots)  # (modules + parameters, COLUMNS): the one sync
         names = [f"act:{path}" for path, *_ in self._seen] + [f"grad:{n}" for n, _ in grads]
         counts = dict(zip(names, table, strict=True))
         self.history.append(counts)
@@ -157,9 +160,12 @@ class Detector:
 
     def _first_invalid(self, table: list[list[int]], grads: list[tuple[str, Any]],
                        counts: dict[str, list[int]]) -> FirstInvalid | None:
-        for (path, module, args, output), row in zip(self._seen, table, strict=False):
+        if not any(row[0] or row[1] or row[2] for row in table):  # a clean step: at once
+            return None
+        for i, ((path, module, args, output), row) in enumerate(zip(self._seen, table,
+                                                                    strict=False)):
             if sum(row[:3]):
-                return self._made(path, module, args, output, counts)
+                return self._made(i, path, module, args, output, counts)
         if self.scaler_enabled:  # the scaler skips this step
             return None
         for (name, grad), row in reversed(list(zip(grads, table[len(self._seen):],
@@ -171,12 +177,13 @@ class Detector:
         return None
 
 
-    def _made(self, path: str, module: nn.Module, args: tuple, output: torch.Tensor,
+    def _made(self, i: int, path: str, module: nn.Module, args: tuple, output: torch.Tensor,
               counts: dict[str, list[int]]) -> FirstInvalid:
         """reference.numerics.Detector._made."""
-        made = numerics_locate.maker(path, self._calls)
+        made = (numerics_locate.ended_maker(i, self._ended, self._calls)
+                or numerics_locate.maker(path, self._calls))
         found = None
-        if made != path:
+        if made != path or getattr(module, "composite", False):  # a hand-written loss
             module, args = self._calls[made]
             found = numerics_locate.watch_ops(module, args, self._autocast, self.dtype,
                                               input_range, first_nonfinite)

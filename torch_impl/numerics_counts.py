@@ -34,15 +34,20 @@ from reference.numerics_report import COLUMNS
 #   the signed edges (one kernel, a binary search per value: about 10 ns a value on one CPU
 #   thread); its ten intervals are counted as they are, the host adds the two signs' over_max
 #   and to_zero intervals (_BUCKETIZE_SLOTS);
-# - large float32 ones: integer arithmetic on the bits, about a dozen elementwise kernels
-#   (each ~0.2 ns a value; comparisons are avoided, their bool results are slow here): with
+# - large float32 ones: integer arithmetic on the bits, a dozen elementwise kernels (each
+#   ~0.2 ns a value; comparisons are avoided, their bool results are slow here): with
 #   m = bits & 0x7fffffff, which orders |x| (NaNs above +inf), [m >= T] = clamp(m, T-1, T) -
-#   (T-1); bucket = [m >= 1] + [m >= under+1] + [m >= over] + [m >= inf] + [m >= inf+1]
-#   + 2 [bits == -inf's] (a -inf moves from 4 to 6). Three to six times faster at 300k values.
-STRIDE = 10  # slots per tensor in the bincount: bucketize's ten intervals, or the 7 buckets
+#   (T-1), and [m >= inf] + [m >= inf+1] = clamp(m, inf-1, inf+1) - (inf-1) in one clamp:
+#   bucket = [m >= 1] + [m >= under+1] + [m >= over] + ([m >= inf] + [m >= inf+1]), each
+#   clamp written into one scratch tensor, the constants subtracted where the sum would pass
+#   int32; then the sign moves a negative value's bucket up by 7 (bucket - 7 (bits >> 31),
+#   an arithmetic shift: -1 for a negative value), so -inf is 4 + 7 = 11:
+#   bucket  0 zero  1 to_zero  2 in range  3 over_max  4 +inf  5 NaN;  7-12 the same, negative
+#   About twice as fast as bucketize at 300k values, and the same counts.
+STRIDE = 14  # slots per tensor in the bincount: the 14 signed buckets (bucketize uses 10)
 ARITHMETIC_FROM = 1 << 15
 # the slots each COLUMNS entry (nan, posinf, neginf, zero, over_max, to_zero) sums
-_ARITHMETIC_SLOTS = ((5,), (4,), (6,), (0,), (3,), (1,))
+_ARITHMETIC_SLOTS = ((5, 12), (4,), (11,), (0, 7), (3, 10), (1, 8))
 # bucketize's intervals: -inf, -over.., -in range, -to_zero, zero, +to_zero, +in range,
 # +over.., +inf, NaN (bucketize puts NaN past every edge)
 _BUCKETIZE_SLOTS = ((9,), (8,), (0,), (4,), (1, 7), (3, 5))
@@ -104,12 +109,12 @@ def _arithmetic(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     u = x.view(torch.int32)
     m = u & 0x7FFFFFFF  # |x|'s bits: in value order, NaNs above +inf
     bucket = m.clamp(0, 1)  # [m >= 1]
-    for t in (under + 1, over, inf, inf + 1):
-        bucket.add_(m.clamp(t - 1, t)).sub_(t - 1)  # + [m >= t], never past int32
-    neg_inf = -(1 << 23)  # 0xFF800000, -inf's bits, as an int32
-    bucket.add_(u.clamp(neg_inf - 1, neg_inf), alpha=2).sub_(u.clamp(neg_inf, neg_inf + 1),
-                                                             alpha=2).add_(2)
-    return bucket
+    scratch = torch.empty_like(m)
+    bucket.add_(torch.clamp(m, under, under + 1, out=scratch))  # + [m >= under+1] + under
+    bucket.add_(torch.clamp(m, over - 1, over, out=scratch))  # + [m >= over] + over-1
+    bucket.sub_(under + over - 1)  # < 2^31 before and after: never past int32
+    bucket.add_(torch.clamp(m, inf - 1, inf + 1, out=scratch)).sub_(inf - 1)  # inf 1, NaN 2
+    return bucket.sub_(torch.bitwise_right_shift(u, 31, out=scratch), alpha=7)  # sign: + 7
 
 
 def bucket_counts(tensors: list[torch.Tensor], dtype: torch.dtype,
@@ -137,10 +142,18 @@ def bucket_counts(tensors: list[torch.Tensor], dtype: torch.dtype,
         return counts, (_ARITHMETIC_SLOTS if arithmetic else _BUCKETIZE_SLOTS)
 
 
-def rows(counts: list[int], slots: tuple[tuple[int, ...], ...]) -> list[list[int]]:
-    """bucket_counts' counts, read to the host, as one COLUMNS row per tensor."""
-    return [[sum(counts[base + b] for b in column) for column in slots]
-            for base in range(0, len(counts), STRIDE)]
+def rows(counts: torch.Tensor, slots: tuple[tuple[int, ...], ...]) -> list[list[int]]:
+    """bucket_counts' counts as one COLUMNS row per tensor, read to the host in one
+    `.tolist()` (the step's one sync): each column is the sum of its (at most two) slots,
+    gathered on the device; slot STRIDE - 1 is never a bucket, so it stands in for a missing
+    second slot."""
+    key = ("columns", slots, counts.device)
+    if key not in _CACHE:
+        _CACHE[key] = tuple(torch.tensor([c[k] if k < len(c) else STRIDE - 1 for c in slots],
+                                         device=counts.device) for k in (0, 1))
+    first, second = _CACHE[key]  # type: ignore[misc]
+    table = counts.view(-1, STRIDE)  # (tensors, STRIDE)
+    return (table.index_select(1, first) + table.index_select(1, second)).tolist()
 
 
 def count_rows(tensors: list[torch.Tensor], dtype: torch.dtype,

@@ -42,6 +42,18 @@ def finite(values: tuple | list) -> bool:
     return True
 
 
+def ended_maker(before: int, ended: list[tuple[int, str, Any]],
+                calls: dict[str, tuple[nn.Module, tuple]]) -> str | None:
+    """reference.numerics_locate.ended_maker (a host read per container, on the step that
+    found a value only)."""
+    for seen, path, output in ended:
+        if seen > before:
+            break
+        if not finite([output]) and finite(calls[path][1]):
+            return path
+    return None
+
+
 def maker(path: str, calls: dict[str, tuple[nn.Module, tuple]]) -> str:
     """reference.numerics_locate.maker."""
     if finite(calls[path][1]):

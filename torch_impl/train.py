@@ -85,6 +85,7 @@ class Run:
         self._batches: Iterator | None = None
         self.last_batch: tuple[torch.Tensor, torch.Tensor] | None = None  # the replay saves it
         self.numerics: numerics.Detector | None = None  # train(check_numerics=True) sets it
+        self.step_fault: str | None = None  # train_step's `fault` (a seeded fault sets it)
 
     # -- one step
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -117,7 +118,7 @@ class Run:
             result = train_step(self.model, self.loss_fn, self.optimizer, self.scaler, x, y,
                                 precision=self.config.precision,
                                 max_grad_norm=self.config.max_grad_norm, schedule=self.schedule,
-                                phase=phase)
+                                fault=self.step_fault, phase=phase)
             self.generator.set_state(torch.default_generator.get_state())
             if self.cuda_generator is not None:
                 self.cuda_generator.set_state(torch.cuda.get_rng_state(self.device))
@@ -309,6 +310,8 @@ def train(config: TrainConfig, steps: int, checkpoint_dir: str | Path | None = N
             raise ValueError(f"train: fault {fault.name} is seeded before step {fault_step}, "
                              f"but this run takes steps {run.step} to {steps - 1}: it would "
                              "never strike")
+        if fault is not None and fault.loss is not None:  # code, not state: the whole run
+            run.loss_fn = faults.LOSSES[fault.loss]()
         detector = None
         if check_numerics:
             detector = numerics.Detector(run.model, run.loss_fn,
@@ -318,7 +321,9 @@ def train(config: TrainConfig, steps: int, checkpoint_dir: str | Path | None = N
         while run.step < steps:
             batch = None
             if fault is not None and run.step == fault_step:
-                batch = faults.apply_fault(run.model, fault, run.next_batch())
+                batch = faults.apply_fault(run.model, fault, run.next_batch(), run.optimizer)
+                if not fault.scaler:
+                    _drop_scaler(run)
             r = _checked_step(run, detector, batch)
             _say(log, f"step {run.step} loss {r.loss:.6g} scale {r.scale:g} "
                       f"skipped {int(r.skipped)} (total {run.skipped})" + (
@@ -327,6 +332,15 @@ def train(config: TrainConfig, steps: int, checkpoint_dir: str | Path | None = N
             if directory is not None and ckpt.due(run.step, steps, checkpoint_every):
                 directory.save(run.step, run.state_dict(), config.to_dict())
     return run
+
+
+def _drop_scaler(run: Run) -> None:
+    """A fault's "fp16 without a GradScaler": the run trains on unscaled from here (the
+    detector then stops at a non-finite gradient: no scaler skips the step)."""
+    run.scaler = loss_scaling.make_scaler("fp32", run.device)  # disabled
+    run.step_fault = "fp16_without_scaler"
+    if run.numerics is not None:
+        run.numerics.scaler_enabled = False
 
 
 def _checked_step(run: Run, detector: numerics.Detector | None,
@@ -342,7 +356,8 @@ def _checked_step(run: Run, detector: numerics.Detector | None,
     except numerics.NonFinite as e:
         x, y = run.last_batch  # type: ignore[misc]
         e.replay = {**run.state_dict(), "batch": {"x": x.clone(), "y": y.clone()},
-                    "first_invalid": e.report.line()}
+                    "first_invalid": e.report.line(),
+                    **faults.loss_of(run.loss_fn)}
         e.history = detector.history
         raise
 

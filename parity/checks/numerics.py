@@ -11,20 +11,24 @@ import numpy as np
 
 from parity.compare import measure
 from parity.drivers.numerics import (
+    FAULTED,
     count_rows,
     faulted_config,
     faulted_run,
     replay,
     save_replay,
     seed_directory,
+    underflow_counts,
 )
 from parity.drivers.train import one_thread
 from parity.report import Observation, check
 from parity.tolerances import claim
+from reference.faults import FAULTS
 from reference.format_spec import get_format
 from reference.numerics import thresholds
 
 CASES = (("weight_overflow", "fp16"), ("inf_weight", "fp32"), ("poisoned_batch", "bf16"),
+         ("log_of_zero", "fp32"), ("lr_divergence", "fp32"),
          ("attention_overflow", "fp16"), ("gelu_backward", "fp32"))
 
 
@@ -55,7 +59,7 @@ def _found(name: str, fault: str, precision: str, root: Path) -> object:
     start = root / f"start-{config.get('model', 'mlp')}-{precision}"
     if not start.exists():
         seed_directory(start, config)
-    _, found = faulted_run(name, config, fault, 3, 5, start,
+    _, found = faulted_run(name, config, fault, 3, 5 + FAULTS[fault].delay, start,
                            root / f"{name}-{fault}-{precision}")
     return found
 
@@ -90,3 +94,21 @@ def _() -> Observation:
                 n += 1
     return Observation(worst, n, f"{len(CASES)} faults (MLP and transformer), each tree's "
                                  "file replayed by both trees")
+
+
+@check("numerics.underflow_counts")
+def _() -> Observation:
+    worst, n = 0.0, 0
+    with one_thread(), tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        for seed in (0, 1):
+            seed_directory(root / f"start-{seed}", {**FAULTED, "precision": "fp16",
+                                                    "seed": seed})
+            for repaired in (False, True):
+                ref, got = (underflow_counts(name, seed, root / f"start-{seed}",
+                                             root / f"{seed}", repaired=repaired)
+                            for name in ("reference", "torch"))
+                worst += measure(claim("numerics.underflow_counts"), _text(got), _text(ref))
+                n += 1
+    return Observation(worst, n, "fp16_without_scaler at seeds 0 and 1, without and with "
+                                 "the GradScaler (count rows of every gradient)")

@@ -49,9 +49,16 @@ CLAIMS: tuple[Claim, ...] = (
             "entry is gathered as is; a score q k^T of 2^24 times its fp32 size lies far "
             "beyond 65520, where the rounding to inf cannot depend on an ulp (a score within "
             "ulps of 65520 could: the seeds drawn have none); the GELU's x^3 at -1e30 "
-            "overflows in float32 in both. The op names are looked up in the reference (its "
-            "op functions by name) and read off grad_fn or the aten op in torch: two "
-            "independent sources."
+            "overflows in float32 in both. The faults that are code are exact events as well: the "
+            "hand-written loss's softmax is exactly 0 where the target's logit trails by more "
+            "than 103.3 (float32; the catalogue's logits trail by hundreds, far from that edge) "
+            "and log(0) = -inf; the diverging learning rate's weights grow by a factor 1e8 per "
+            "update, elementwise and bit-identical in float32 training, so the update where "
+            "they pass float32's max, and hence the step (derived by running, stated in the "
+            "catalogue as its delay), is the same in both; an inline add of two finite 2e38 "
+            "is 4e38 in any rounding, beyond 3.4e38. The op names are looked up in the "
+            "reference (its op functions and the ufuncs of a container's own body by name) "
+            "and read off grad_fn or the aten op in torch: two independent sources."
         ),
     ),
     Claim(
@@ -69,9 +76,34 @@ CLAIMS: tuple[Claim, ...] = (
             "for NaN in the same order (reverse of forward). The NaN is made by inf * 0 with "
             "an inf the fault put in a weight and a zero that saturation makes exactly "
             "(1 - tanh(x)^2 = 0 once tanh rounds to 1; the tanh-GELU's derivative at -1e30), "
-            "or it is already in the forward and log_softmax's backward returns it first: "
+            "or it is already in the forward and log_softmax's backward returns it first, or the "
+            "hand-written loss's 1/p at p = 0 is -inf and softmax's backward p (g - sum p g) "
+            "makes 0 * inf = NaN (SoftmaxBackward0, the reference's loss records each of its "
+            "torch nodes' outputs; the replay file names the loss, which is code, not state): "
             "exact events, the same in both trees. The replay restores the state, not code: "
             "a module attribute (LayerNorm's eps) is not in it, and both trees find nothing."
+        ),
+    ),
+    Claim(
+        id="numerics.underflow_counts",
+        statement=(
+            "With the catalogue's fp16_without_scaler seeded (no GradScaler, the output "
+            "layer's weights times 2^-16), both trees' detectors count the same exact zeros "
+            "in every parameter's gradient at the fault's step, and no non-finite value; with "
+            "the GradScaler kept (the repair, S = 2^16) every gradient's zero count is 0 in "
+            "both trees."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "A count is an integer: it can differ only where one gradient element is zero in "
+            "one tree and not in the other, i.e. where its exact value lies within the two "
+            "trees' float16 backward difference (amp.model_fp16: 0 ulps for most elements, k "
+            "where a rounding boundary falls within the float32 error bound) of the cast's "
+            "tie 2^-25 or of the edge of a product that flushes to zero. The tanh MLP has no "
+            "exact zeros of its own, so every zero is an underflow. Scaled by 2^16, the "
+            "same gradients lie 2^16 above those edges, far inside float16's range: none "
+            "rounds to zero."
         ),
     ),
 )

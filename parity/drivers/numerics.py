@@ -9,6 +9,7 @@ mapping), so the data order, the weights and the fault are the same bits in both
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ import ckpt
 from parity.drivers.train import impl
 from reference import numerics as ref_numerics
 from reference import train as ref_train
-from reference.faults import FAULTS, fault_named
+from reference.faults import FAULTS, Fault, fault_named
 
 # the default model (8, 32, 32, 3): the second Linear is module "2"; no dropout (the two
 # trees' masks differ), so the runs are the same arithmetic up to rounding
@@ -48,7 +49,7 @@ def seed_directory(directory: Path, config: dict[str, Any]) -> None:
     ref_train.train(ref_train.TrainConfig(**config), 1, directory, 1)
 
 
-def faulted_run(name: str, config: dict[str, Any], fault: str | None, fault_step: int,
+def faulted_run(name: str, config: dict[str, Any], fault: str | Fault | None, fault_step: int,
                 steps: int, start: Path, work: Path) -> tuple[Any, ref_numerics.NonFinite | None]:
     """`name` resumes a copy of `start` (seed_directory) in `work` and trains to `steps` with
     the detector on and `fault` seeded before `fault_step`. Returns (the run or None,
@@ -60,7 +61,7 @@ def faulted_run(name: str, config: dict[str, Any], fault: str | None, fault_step
     try:
         run = m.train(m.TrainConfig(**config), steps, work, 0, resume_from_latest=True,
                       foreign=converters(name), check_numerics=True,
-                      fault=None if fault is None else fault_named(fault),
+                      fault=fault_named(fault) if isinstance(fault, str) else fault,
                       fault_step=fault_step)
     except ref_numerics.NonFinite as e:
         return None, e
@@ -110,6 +111,8 @@ def replay(name: str, path: Path, device: str = "cpu") -> ref_numerics.ReplayRes
                               for k, v in state["config"].items()})
     extra = {} if name == "reference" else {"device": device}
     run = m.restored(config, state, **extra)
+    if state.get("loss") is not None:  # a fault's loss: code, recorded by name
+        run.loss_fn = m.faults.LOSSES[state["loss"]]()
     x, y = state["batch"]["x"], state["batch"]["y"]
     if name != "reference":
         x, y = x.to(run.device), y.to(run.device)
@@ -138,8 +141,10 @@ def count_rows(x: np.ndarray, fmt: str, device: str = "cpu", arithmetic: bool | 
 # ---------------------------------------------------------------- the catalogue, observed
 
 CATALOGUE = (("weight_overflow", "fp16"), ("inf_weight", "fp32"), ("poisoned_batch", "bf16"),
+             ("log_of_zero", "fp32"), ("lr_divergence", "fp32"),
              ("attention_overflow", "fp16"), ("layernorm_eps0", "fp32"),
-             ("poisoned_embedding", "bf16"), ("gelu_backward", "fp32"))
+             ("poisoned_embedding", "bf16"), ("gelu_backward", "fp32"),
+             ("residual_overflow", "fp32"))
 
 
 def observe_catalogue(root: Path) -> list[dict[str, Any]]:
@@ -154,7 +159,8 @@ def observe_catalogue(root: Path) -> list[dict[str, Any]]:
             seed_directory(start, config)
         row: dict[str, Any] = {"fault": fault, "precision": precision}
         for name in ("reference", "torch"):
-            _, found = faulted_run(name, config, fault, 3, 5, start, root / f"{name}-{fault}")
+            _, found = faulted_run(name, config, fault, 3, 5 + FAULTS[fault].delay, start,
+                                   root / f"{name}-{fault}")
             if found is None:
                 row[name] = None
                 continue
@@ -167,6 +173,27 @@ def observe_catalogue(root: Path) -> list[dict[str, Any]]:
                          "replay": [result.node, result.module]}
         rows.append(row)
     return rows
+
+
+# ---------------------------------------------------------------- underflow, not NaN
+
+def underflow_counts(name: str, seed: int, start: Path, work: Path, *,
+                     repaired: bool = False) -> dict[str, list[int]]:
+    """{parameter: its gradient's COLUMNS row} on the first step from `start` (FAULTED in
+    fp16 with `seed`, after one step: seed_directory) with fp16_without_scaler seeded before
+    it, or (`repaired`) with the same writes and the run's GradScaler kept."""
+    config = {**FAULTED, "precision": "fp16", "seed": seed}
+    fault = FAULTS["fp16_without_scaler"]
+    if repaired:
+        fault = replace(fault, scaler=True)
+    run, found = faulted_run(name, config, fault, 1, 2,
+                             start, work / f"{name}-{'repaired' if repaired else 'faulted'}")
+    if found is not None:
+        raise AssertionError(f"fp16_without_scaler: {name} found a non-finite value "
+                             f"{found.report.line()}")
+    assert len(run.numerics.history) == 1  # the fault's step, the only one
+    return {k.removeprefix("grad:"): v for k, v in run.numerics.history[-1].items()
+            if k.startswith("grad:")}
 
 
 # a float16 run with a loss scale far too small (2^-16): gradients underflow to zero in the
