@@ -30,6 +30,7 @@ from reference import amp as ramp
 from reference import data as rdata
 from reference import gpt as rgpt
 from torch_impl import data as tdata
+from torch_impl import module as tmodule
 
 DTYPES = (np.float32, np.float64)
 CPU_DROPOUT = ("CUDA fuses dropout (native_dropout saves a bool mask and rounds the scale "
@@ -70,6 +71,34 @@ def test_tape_holds_exactly_the_bytes_torchs_hooks_see_per_op_and_in_total(
                  np.array([torch_ops.get(k, -1) for k in keys]), "bytes per op")
     assert_claim("gpt.saved_tensors", np.array([ref_held]), np.array([torch_held]),
                  "bytes held (distinct storages)")
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+def test_measure_saved_tensors_names_every_save_in_its_innermost_module_the_core_included(
+        device: str, dropout: float) -> None:
+    """torch_impl.module.measure_saved_tensors on the transformer lists the reference's tape:
+    every save named, in its innermost module -- the attention core's q, k^T, mask, softmax
+    and att @ v operands in `attn.core` itself, which runs them in its own forward between
+    its children -- parameters flagged, nothing unnamed, and a tensor two nodes save named
+    after each in the order they saved it."""
+    config = dg.GPTConfig(dropout=dropout)
+    _skip_dropout_on_cuda(device, config)
+    ref, twin = dg.make_pair(config, np.float32, 0, device)
+    idx, targets = dg.tokens(config, 2, config.block_size, 0)
+    ref.forward(idx, targets)
+    saved = tmodule.measure_saved_tensors(twin, dg.to_torch_tokens(idx, device),
+                                          dg.to_torch_tokens(targets, device))
+    assert [s for s in saved if s.name == "?"] == []
+    activations = [s for s in saved if not s.is_parameter]
+    for i in range(config.n_layer):
+        core = f"transformer.h.{i}.attn.core"
+        theirs = sorted(s.name for s in activations if s.module == core)
+        mine = sorted(s.name.split(":")[-1] for s in ref.tape() if s.module == core)
+        assert "SoftmaxBackward0.result" in mine and theirs == mine, core
+    assert dg.saved_counts(activations) == dg.saved_counts(ref.tape())
+    # one tensor, two names: the log-probabilities, log_softmax's result then nll_loss's self
+    assert [s.name for s in activations if s.module == ""] == [
+        s.name for s in ref.tape() if s.module == ""]
 
 
 @pytest.mark.parametrize("tie", [False, True])
