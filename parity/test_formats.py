@@ -51,6 +51,7 @@ def _events(x: np.ndarray, fmt: ref.FloatFormat) -> None:
 # examples of the list alone, at a fraction of the cost.
 BATCH = 256
 EXAMPLES = 12
+EXAMPLES_ALL_POLICIES = 6  # examples of the tests that run both input dtypes x every policy
 
 
 def _float32_inputs(data: st.DataObject, name: str, size: int = BATCH) -> np.ndarray:
@@ -143,14 +144,15 @@ def test_encode_float64_via_float32_matches_torch_native_cast(name: str, device:
 
 
 @formats
-@settings(max_examples=EXAMPLES)
-@given(data=st.data(), dtype=st.sampled_from([np.float32, np.float64]),
-       overflow=st.sampled_from([None, "saturate", "nan"]))
-def test_toward_zero_matches_torch_bitwise(name: str, device: str, data: st.DataObject,
-                                           dtype: type, overflow: str | None) -> None:
-    """Truncation of the significand equals torch's cast-then-step-back, any policy."""
-    x = _inputs(data, name, dtype)
-    assert_claim("formats.toward_zero", *drive.toward_zero(x, name, overflow, device))
+@settings(max_examples=EXAMPLES_ALL_POLICIES)
+@given(data=st.data())
+def test_toward_zero_matches_torch_bitwise(name: str, device: str, data: st.DataObject) -> None:
+    """Truncation of the significand equals torch's cast-then-step-back, float32 and float64
+    inputs, every overflow policy (each example runs all six)."""
+    for x in (_float32_inputs(data, name), _float64_inputs(data, name)):
+        for overflow in (None, "saturate", "nan"):
+            assert_claim("formats.toward_zero", *drive.toward_zero(x, name, overflow, device),
+                         f"({x.dtype} input, overflow {overflow})")
 
 
 def _policies(name: str) -> list[str]:
@@ -158,23 +160,26 @@ def _policies(name: str) -> list[str]:
 
 
 @formats
-@settings(max_examples=EXAMPLES)
-@given(data=st.data(), seed=st.integers(0, 2**32 - 1),
-       dtype=st.sampled_from([np.float32, np.float64]))
+@settings(max_examples=EXAMPLES_ALL_POLICIES)
+@given(data=st.data(), seed=st.integers(0, 2**32 - 1))
 def test_stochastic_rounding_matches_torch_given_the_same_words(
-    name: str, device: str, data: st.DataObject, seed: int, dtype: type
+    name: str, device: str, data: st.DataObject, seed: int
 ) -> None:
-    """With the same 32-bit words and overflow policy, both sides round each element alike."""
-    x = _inputs(data, name, dtype)
-    overflow = data.draw(st.sampled_from(_policies(name)))
-    words = ref.draw_random_words(x.shape, np.random.default_rng(seed))
-    assert_claim("formats.stochastic_bits",
-                 *drive.stochastic_same_words(x, name, words, overflow, device))
+    """With the same 32-bit words and overflow policy, both sides round each element alike,
+    float32 and float64 inputs, every policy (each example runs them all)."""
+    rng = np.random.default_rng(seed)
+    for x in (_float32_inputs(data, name), _float64_inputs(data, name)):
+        words = ref.draw_random_words(x.shape, rng)
+        for overflow in _policies(name):
+            assert_claim("formats.stochastic_bits",
+                         *drive.stochastic_same_words(x, name, words, overflow, device),
+                         f"({x.dtype} input, overflow {overflow})")
 
 
 @formats
-@settings(max_examples=6)
-@given(data=st.data(), dtype=st.sampled_from([np.float32, np.float64]))
+@settings(max_examples=3)
+@given(data=st.data())
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_stochastic_rounding_rounds_up_with_exactly_the_right_probability(
     name: str, device: str, data: st.DataObject, dtype: type
 ) -> None:
