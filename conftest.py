@@ -24,6 +24,13 @@ from __future__ import annotations
 import os
 import time
 
+# One thread for NumPy's BLAS (OpenBLAS reads this once, when NumPy is first imported, which
+# is after this line: pytest and hypothesis do not import NumPy). On a shared 2-core machine
+# BLAS's second thread spins waiting for a core: the docs test took ~1.7x the wall time with
+# it. Training subprocesses get the same through OMP_NUM_THREADS=1 (parity/drivers/train.py);
+# as for torch's threads below, no claim depends on it. An explicit setting is kept.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 import pytest
 from hypothesis import HealthCheck, settings
 

@@ -1,8 +1,10 @@
 """`python -m parity fuzz`: the hypothesis parity tests themselves, for a time budget.
 
-Every `@given` test in parity/test_*.py is a fuzz target: it is called directly (hypothesis
-tests accept their non-generated arguments as keywords), once per combination of its
-`pytest.mark.parametrize` values, with its module's argument-free autouse fixtures applied.
+Every `@given` test in parity/test_*.py is a fuzz target of its claim topic (a topic's tests
+may span parity/test_<topic>.py and parity/test_<topic>_<part>.py: `topic_of`). It is called
+directly (hypothesis tests accept their non-generated arguments as keywords), once per
+combination of its `pytest.mark.parametrize` values, with its module's argument-free
+autouse fixtures applied.
 Tests that need other fixtures, and state machines, are left to
 `pytest parity/ --hypothesis-profile=fuzz`, and the summary names them.
 
@@ -206,11 +208,29 @@ def _runner(fn: Callable, kwargs: dict,
     return call
 
 
+def topic_of(stem: str) -> str | None:
+    """The claim topic a parity test module belongs to: `test_<topic>` or
+    `test_<topic>_<part>` (test_numerics_gpt.py is part of numerics). Topics contain
+    underscores (loss_scaling), so the longest topic that matches wins; None when no topic
+    matches."""
+    from parity.claims import TOPICS
+
+    name = stem.removeprefix("test_")
+    matches = [t for t in TOPICS if name == t or name.startswith(f"{t}_")]
+    return max(matches, key=len, default=None)
+
+
 def discover(topic: str | None, device: str) -> tuple[list[Target], list[str]]:
-    """(targets, left out: one line per @given test this command cannot drive, saying why)."""
+    """(targets, left out: one line per @given test this command cannot drive, saying why).
+    A topic's targets come from parity/test_<topic>.py and every parity/test_<topic>_<part>.py
+    (`topic_of`); a test module that belongs to no claim topic is left out, saying so."""
     targets, left_out = [], []
     for path in sorted(Path(__file__).parent.glob("test_*.py")):
-        if topic is not None and path.stem != f"test_{topic}":
+        owner = topic_of(path.stem)
+        if topic is not None and owner != topic:
+            continue
+        if owner is None:
+            left_out.append(f"{path.stem}: belongs to no claim topic (parity/claims TOPICS)")
             continue
         module = importlib.import_module(f"parity.{path.stem}")
         fixtures = _autouse_fixtures(module)
@@ -236,8 +256,7 @@ def discover(topic: str | None, device: str) -> tuple[list[Target], list[str]]:
                 kwargs = {**params, **({"device": device} if "device" in extra else {})}
                 label = f"{path.stem}::{name}" + (
                     f"[{','.join(map(str, params.values()))}]" if params else "")
-                targets.append(Target(label, path.stem.removeprefix("test_"),
-                                      _runner(fn, kwargs, fixtures)))
+                targets.append(Target(label, owner, _runner(fn, kwargs, fixtures)))
     return targets, left_out
 
 

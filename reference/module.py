@@ -203,7 +203,9 @@ class Module(Node):
             Node.free_saved(m)
 
     def tape(self, prefix: str = "") -> list[SavedTensor]:
-        """Every saved tensor held now, with module path, name, shape, dtype and bytes."""
+        """Every saved tensor held now, with module path, name, shape, dtype and bytes: each
+        module's own saves, containers' included (the attention core's scores and softmax),
+        as torch_impl.module.measure_saved_tensors attributes torch's."""
         return [s for path, m in self.named_modules(prefix) for s in Node.tape(m, path)]
 
     # -- structure

@@ -195,3 +195,31 @@ def test_discovery_finds_every_topic_and_says_what_it_leaves_out(device: str) ->
     assert {t.topic for t in found} == set(TOPICS)
     assert len({t.label for t in found}) == len(found)
     assert all(": " in line for line in left_out)
+
+
+def test_a_topic_spans_its_test_files_and_the_longest_topic_name_wins() -> None:
+    """parity/test_<topic>_<part>.py belongs to <topic>; topics contain underscores, so
+    test_loss_scaling.py is loss_scaling (not a part of a topic "loss"), and a module that
+    names no topic belongs to none."""
+    from parity.claims import TOPICS
+
+    assert fuzz.topic_of("test_numerics_gpt") == "numerics"
+    assert fuzz.topic_of("test_numerics") == "numerics"
+    assert fuzz.topic_of("test_loss_scaling") == "loss_scaling"
+    assert fuzz.topic_of("test_loss_scaling_gpt") == "loss_scaling"
+    assert fuzz.topic_of("test_train_kill") == "train"
+    assert fuzz.topic_of("test_trainer") is None  # a prefix without the underscore is not one
+    assert fuzz.topic_of("test_elsewhere") is None
+    with pytest.MonkeyPatch.context() as mp:  # the longest of two matching topics wins
+        mp.setattr("parity.claims.TOPICS", (*TOPICS, "loss"))
+        assert fuzz.topic_of("test_loss_scaling_gpt") == "loss_scaling"
+        assert fuzz.topic_of("test_loss_x") == "loss"
+
+
+def test_discovery_by_topic_takes_every_file_of_the_topic(device: str) -> None:
+    """`--topic numerics` drives (or names, with the reason it cannot) the @given tests of
+    parity/test_numerics.py and of parity/test_numerics_gpt.py, and no other topic's."""
+    found, left_out = fuzz.discover("numerics", device)
+    assert {t.topic for t in found} == {"numerics"}
+    files = {t.label.split("::")[0] for t in found} | {x.split("::")[0] for x in left_out}
+    assert files == {"test_numerics", "test_numerics_gpt"}

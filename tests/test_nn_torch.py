@@ -93,12 +93,12 @@ def test_measure_saved_tensors_names_what_autograd_keeps(device: str) -> None:
         torch.manual_seed(0)
         saved = tnn.measure_saved_tensors(model, torch.ones(3, 4, requires_grad=True))
     assert [(s.module, s.name, s.shape, s.dtype, s.nbytes, s.is_parameter) for s in saved] == [
-        ("0", "AddmmBackward0._saved_mat1", (3, 4), "float32", 48, False),
-        ("0", "AddmmBackward0._saved_mat2", (4, 6), "float32", 96, True),
-        ("1", "ReluBackward0._saved_result", (3, 6), "float32", 72, False),
-        ("2", "MulBackward0._saved_other", (3, 6), "float32", 72, False),
-        ("3", "AddmmBackward0._saved_mat1", (3, 6), "float32", 72, False),
-        ("3", "AddmmBackward0._saved_mat2", (6, 2), "float32", 48, True),
+        ("0", "AddmmBackward0.mat1", (3, 4), "float32", 48, False),
+        ("0", "AddmmBackward0.mat2", (4, 6), "float32", 96, True),
+        ("1", "ReluBackward0.result", (3, 6), "float32", 72, False),
+        ("2", "MulBackward0.other", (3, 6), "float32", 72, False),
+        ("3", "AddmmBackward0.mat1", (3, 6), "float32", 72, False),
+        ("3", "AddmmBackward0.mat2", (6, 2), "float32", 48, True),
     ]
 
 

@@ -73,3 +73,53 @@ def test_double_rounding_cases_do_break_ties_differently_through_float32() -> No
     once = ref.quantize(x, "bfloat16")
     twice = ref.quantize(x, "bfloat16", via="float32")
     assert np.count_nonzero(once != twice) > 0
+
+
+def _near_tie(v: float, fmt: ref.FloatFormat) -> bool:
+    """v is one to three float32 ulps from a tie of fmt."""
+    for toward in (np.float32(np.inf), np.float32(-np.inf)):
+        w = np.float32(v)
+        for _ in range(3):
+            w = np.nextafter(w, toward)
+            if np.isfinite(w) and _position(float(w), fmt).denominator == 2:
+                return True
+    return False
+
+
+@pytest.mark.parametrize("name", ref.FORMATS)
+def test_every_batch_reaches_every_edge_kind(name: str) -> None:
+    """float32_batch (what the formats parity tests run most values through) holds, in every
+    batch, exact ties (narrow formats: float32's ties need 25 bits) and values a float32 ulp
+    or three from one, members, values within 4 float32 ulps of the overflow boundary and
+    beyond max, values around tiny and the smallest subnormal, zeros, infinities and NaNs of
+    either sign; float64_batch holds float64 inputs that double-round through float32."""
+    fmt = ref.FORMATS[name]
+    boundary = fmt.max + 2.0 ** (fmt.emax - fmt.mantissa_bits - 1)
+    for seed in range(3):
+        x = strategies.float32_batch(name, seed)
+        assert x.dtype == np.float32 and x.shape == (256,)
+        finite = [float(v) for v in x.tolist() if math.isfinite(v)]
+        denominators = [_position(v, fmt).denominator for v in finite]
+        assert 1 in denominators  # members
+        if name in NARROW:
+            assert 2 in denominators  # ties
+            assert any(_near_tie(v, fmt) for v, d in zip(finite, denominators, strict=True)
+                       if d != 2)
+        magnitudes = np.abs(x[np.isfinite(x)].astype(np.float64))
+        if name in NARROW:  # (float32's boundary is past float32's range: max and inf show it)
+            assert np.any(np.abs(magnitudes - boundary)
+                          <= 4 * np.spacing(np.float32(boundary)))
+            assert np.any(magnitudes > fmt.max)
+        assert np.any(magnitudes == fmt.max)
+        assert np.any(np.abs(magnitudes - fmt.tiny) <= 3 * np.spacing(np.float32(fmt.tiny)))
+        assert np.any((magnitudes > 0) & (magnitudes <= fmt.smallest_subnormal))
+        assert np.any(x == 0) and np.any(np.isinf(x)) and np.any(np.isnan(x))
+        assert np.any(np.signbit(x[np.isnan(x)])) and not np.all(np.signbit(x[np.isnan(x)]))
+        assert np.any(np.signbit(x[np.isfinite(x)])) and np.any(x[np.isfinite(x)] > 0)
+        if name in NARROW:
+            y = strategies.float64_batch(name, seed)
+            with np.errstate(over="ignore", invalid="ignore"):
+                once = ref.quantize(y, name)
+                twice = ref.quantize(y, name, via="float32")
+            differ = (once != twice) & ~(np.isnan(once) & np.isnan(twice))
+            assert np.count_nonzero(differ) > 0

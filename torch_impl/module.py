@@ -4,10 +4,11 @@ See reference/module.py for the tape. torch.nn.Module and torch.nn.Parameter are
 the reference's Module and Parameter; what PyTorch does differently or hides:
 - The tape is autograd's: each op's grad_fn keeps its saved tensors (`_saved_result`,
   `_saved_self`, ...), invisible to the module. `measure_saved_tensors` (the twin of
-  `Module.tape()`) observes them with `torch.autograd.graph.saved_tensors_hooks` and
-  attributes each to the module whose forward was running. Linear saves its input as
-  addmm's mat1, flattened to (N, in), AND the weight (mat2 = weight.t(), a view of the
-  parameter: flagged `is_parameter`, no new bytes). CrossEntropyLoss saves the
+  `Module.tape()`) observes them with `torch.autograd.graph.saved_tensors_hooks`,
+  attributes each to the innermost module whose forward was running and names it by the
+  node that holds it (`AddmmBackward0.mat1`: grad_fn attribute `_saved_mat1`). Linear
+  saves its input as addmm's mat1, flattened to (N, in), AND the weight (mat2 = weight.t(),
+  a view of the parameter: flagged `is_parameter`, no new bytes). CrossEntropyLoss saves the
   log-probabilities twice (log_softmax's result and nll_loss's self, one storage) plus the
   int64 target and a 0-dim total_weight.
 - torch's state_dict holds tensors, the reference's NumPy arrays: same keys, same (out, in)
@@ -47,72 +48,64 @@ def saved_key(t: torch.Tensor) -> tuple:
     return t.data_ptr(), tuple(t.shape), t.stride(), t.dtype
 
 
-def saved_tensor_names(root: object) -> dict[tuple, list[str]]:
+def saved_tensor_names(*roots: object) -> dict[tuple, list[str]]:
     """saved_key -> ["NodeBackward0.attr", ...] for every tensor saved by a node of the graph
-    under `root` (a grad_fn), in the order of a depth-first walk."""
-    names: dict[tuple, list[str]] = {}
-    todo, seen = [root], set()
+    under `roots` (grad_fns; None is skipped), nodes in the order they were created (autograd's
+    sequence number), which is the order their tensors were packed. A tensor saved by several
+    nodes (cross-entropy's log-probabilities: log_softmax's result, then nll_loss's self) has
+    several names, so whoever lists the saves in packing order takes them front first."""
+    nodes, todo, seen = [], list(roots), set()
     while todo:
         node = todo.pop()
         if node is None or node in seen:
             continue
         seen.add(node)
+        nodes.append(node)
+        todo.extend(next_fn for next_fn, _ in node.next_functions)
+    names: dict[tuple, list[str]] = {}
+    for node in sorted(nodes, key=lambda n: n._sequence_nr()):
         for attr in dir(node):
             if attr.startswith("_saved_"):
                 value = getattr(node, attr)
                 if isinstance(value, torch.Tensor):
                     names.setdefault(saved_key(value), []).append(
                         f"{node.name()}.{attr.removeprefix('_saved_')}")
-        todo.extend(next_fn for next_fn, _ in node.next_functions)
     return names
 
 
-def _saved_names(grad_fn: object, stop: set[object]) -> dict[tuple[int, tuple], str]:
-    """(data_ptr, shape) -> "Node._saved_x" for the nodes a module's forward created."""
-    names: dict[tuple[int, tuple], str] = {}
-    todo, seen = [grad_fn], set()
-    while todo:
-        node = todo.pop()
-        if node is None or node in stop or node in seen:
-            continue
-        seen.add(node)
-        for attr in dir(node):
-            if attr.startswith("_saved_"):
-                value = getattr(node, attr)
-                if isinstance(value, torch.Tensor):
-                    key = (value.data_ptr(), tuple(value.shape))
-                    names.setdefault(key, f"{node.name()}.{attr}")
-        todo.extend(next_fn for next_fn, _ in node.next_functions)
-    return names
+def _tensors(out: object) -> list[torch.Tensor]:
+    """The tensors in a forward's output: a tensor, or a (nested) tuple/list of them."""
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (tuple, list)):
+        return [t for item in out for t in _tensors(item)]
+    return []
 
 
 def measure_saved_tensors(model: nn.Module, *inputs: torch.Tensor) -> list[SavedTensor]:
-    """Run model(*inputs) and list every tensor autograd saved, attributed to leaf modules.
+    """Run model(*inputs) and list every tensor autograd saved, in the order it was saved,
+    attributed to the INNERMOST module running when it was saved.
 
     The pack hook of `saved_tensors_hooks` sees each saved tensor as it is saved; forward
-    pre/post hooks keep track of which (innermost) module is running. Names come from
-    walking that module's new grad_fn nodes. Tensors sharing storage with a parameter are
+    pre/post hooks on every module (containers too: the attention core's matmuls, mask and
+    softmax run in its own forward, between its children) keep the stack of running
+    modules; saves made outside every module's forward belong to the root, path "". Names
+    ("NodeBackward0.attr") come from one walk of the whole graph behind the outputs
+    (`saved_tensor_names`), matched by layout. Tensors sharing storage with a parameter are
     flagged `is_parameter` (torch holds a view of the weight; the reference reads it instead).
     """
     stack: list[str] = []
     packed: list[tuple[str, torch.Tensor]] = []
     param_ptrs = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    outputs: dict[str, tuple[object, set[object]]] = {}
     handles = []
+
+    def leave(mod: nn.Module, args: tuple, out: object) -> None:
+        stack.pop()
+
     for path, module in model.named_modules():
-        if next(module.children(), None) is not None:
-            continue  # containers: their leaves get the tensors
-
-        def pre(mod: nn.Module, args: tuple, path: str = path) -> None:
-            stack.append(path)
-
-        def post(mod: nn.Module, args: tuple, out: torch.Tensor, path: str = path) -> None:
-            stack.pop()
-            stop = {a.grad_fn for a in args if isinstance(a, torch.Tensor)}
-            outputs[path] = (out.grad_fn, stop)
-
-        handles.append(module.register_forward_pre_hook(pre))
-        handles.append(module.register_forward_hook(post))
+        handles.append(module.register_forward_pre_hook(
+            lambda mod, args, path=path: stack.append(path)))
+        handles.append(module.register_forward_hook(leave, always_call=True))
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         packed.append((stack[-1] if stack else "", t))
@@ -120,17 +113,16 @@ def measure_saved_tensors(model: nn.Module, *inputs: torch.Tensor) -> list[Saved
 
     try:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            model(*inputs)
+            out = model(*inputs)
     finally:
         for h in handles:
             h.remove()
-    names: dict[str, dict[tuple[int, tuple], str]] = {
-        path: _saved_names(fn, stop) for path, (fn, stop) in outputs.items()}
+    names = saved_tensor_names(*(t.grad_fn for t in _tensors(out)))
     result = []
     for path, t in packed:
-        name = names.get(path, {}).get((t.data_ptr(), tuple(t.shape)), "?")
-        result.append(SavedTensor(path, name, tuple(t.shape), _dtype_name(t.dtype),
-                                  t.numel() * t.element_size(),
+        found = names.get(saved_key(t))
+        result.append(SavedTensor(path, found.pop(0) if found else "?", tuple(t.shape),
+                                  _dtype_name(t.dtype), t.numel() * t.element_size(),
                                   t.untyped_storage().data_ptr() in param_ptrs))
     return result
 

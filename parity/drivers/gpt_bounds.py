@@ -42,7 +42,7 @@ KNOWN the actual partial sums are used instead:
     the loss's mean over N rows: NumPy's add.reduce is 0 plus a pairwise sum (eight running sums
         per block of <= 128 terms, halves above), torch's CPU nll_loss a cascade of 8 levels of
         2^4 terms (numpy_sum_order, torch_nll_sum_order count each term's additions d_i; both
-        reproduce the library's sum bit for bit, checked in parity/test_gpt.py), so the two
+        reproduce the library's sum bit for bit (parity/test_gpt_bounds.py checks it), so the two
         sides differ by u sum_i (d_i^numpy + d_i^torch) nll_i (nll_i >= 0): about (N/8 + 16) u
         per term for N <= 128 rather than (N - 1) eps. On another device torch's reduction
         order is not reproduced here: d_i^torch = N - 1 (any order).

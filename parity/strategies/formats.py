@@ -141,3 +141,114 @@ def float64_arrays(fmt: str | FloatFormat, max_size: int = 64) -> st.SearchStrat
     )
     return st.lists(values, min_size=1, max_size=max_size).map(
         lambda v: np.array(v, dtype=np.float64))
+
+
+# -- batches: the same edges, drawn by NumPy from one seed -----------------------------------
+# Drawing each value through hypothesis costs ~2 ms (a list element, a one_of branch, a map),
+# so a list strategy of edge values averages a handful of values per example. The batches
+# below draw the same edge kinds as `edge_float32` and `float64_arrays`, `size` values at a
+# time, vectorized from a hypothesis-drawn seed: a test draws a short hypothesis list (which
+# hypothesis shrinks) plus one batch (which covers every edge kind in every example).
+
+
+def _member_values(f: FloatFormat, codes: np.ndarray) -> np.ndarray:
+    """member_value for an array of non-negative magnitude codes (exact: np.ldexp on ints)."""
+    s = Spec.of(f)
+    field, frac = codes >> s.m, codes & (2**s.m - 1)
+    sub = np.ldexp(frac.astype(np.float64), s.emin - s.m)
+    normal = np.ldexp((2**s.m + frac).astype(np.float64), (field - s.bias - s.m).astype(np.int32))
+    return np.where(field == 0, sub, normal)
+
+
+def _f32_steps(x: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """Each x as float32, moved by k[i] float32 ulps (|k| <= 4; past max gives inf)."""
+    v = _f32_array(x)
+    toward = np.where(k > 0, np.float32(np.inf), np.float32(-np.inf))
+    with np.errstate(over="ignore"):
+        for i in range(1, int(np.abs(k).max(initial=0)) + 1):
+            v = np.where(np.abs(k) >= i, np.nextafter(v, toward), v)
+    return v
+
+
+def _f32_array(x: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        return np.asarray(x, dtype=np.float64).astype(np.float32)
+
+
+def _edge_batch32(f: FloatFormat, rng: np.random.Generator, size: int) -> np.ndarray:
+    """`size` float32 values, each of one edge kind of EDGE_NAMES (uniformly), either sign."""
+    s = Spec.of(f)
+    kind = rng.integers(0, len(EDGE_NAMES), size)
+    codes = rng.integers(0, s.max_code + 1, size, dtype=np.int64)
+    lo = _member_values(f, codes)
+    hi = np.where(codes < s.max_code, _member_values(f, np.minimum(codes + 1, s.max_code)),
+                  lo + 2.0 ** (f.emax - f.mantissa_bits))
+    tie = (lo + hi) / 2
+    step = rng.choice(np.array([-3, -2, -1, 1, 2, 3]), size)
+    boundary = f.max + 2.0 ** (f.emax - f.mantissa_bits - 1)
+    far = np.array([f.max, 2 * f.max, f.max + 2.0 ** (f.emax - f.mantissa_bits),
+                    float(np.finfo(np.float32).max)])
+    overflow = np.where(rng.random(size) < 0.5,
+                        _f32_steps(np.full(size, boundary), rng.integers(-4, 5, size)),
+                        _f32_array(far[rng.integers(0, 4, size)]))
+    anchors = np.array([f.tiny, f.smallest_subnormal, f.smallest_subnormal / 2,
+                        f.tiny - f.smallest_subnormal])
+    subnormal = _f32_steps(anchors[rng.integers(0, 4, size)], rng.integers(-3, 4, size))
+    special = np.array([0.0, -0.0, np.inf, -np.inf])[rng.integers(0, 4, size)]
+    nan = ((rng.random(size) < 0.5).astype(np.uint32) * np.uint32(0x80000000)
+           | np.uint32(0x7F800000) | rng.integers(1, 2**23, size, dtype=np.uint32))
+    bits = rng.integers(0, 2**32, size, dtype=np.uint32)
+    by_kind = {  # EDGE_NAMES, in order
+        "ties": _f32_array(tie), "near_ties": _f32_steps(tie, step),
+        "overflow_edge": overflow, "subnormal_edge": subnormal,
+        "members": _f32_array(lo), "specials": _f32_array(special),
+        "nan_payloads": nan.view(np.float32), "float32_bits": bits.view(np.float32)}
+    out = np.choose(kind, [by_kind[k] for k in EDGE_NAMES])
+    signed = np.isin(kind, [EDGE_NAMES.index(k) for k in (
+        "ties", "near_ties", "overflow_edge", "subnormal_edge", "members")])
+    flip = signed & (rng.random(size) < 0.5)
+    return np.where(flip, -out, out).astype(np.float32)
+
+
+def float32_batch(fmt: str | FloatFormat, seed: int, size: int = 256) -> np.ndarray:
+    """1-d float32 array of `size` edge values (`edge_float32`'s kinds, each kind about
+    size/8 times), drawn by NumPy from `seed`."""
+    return _edge_batch32(get_format(fmt), np.random.default_rng(seed), size)
+
+
+def float64_batch(fmt: str | FloatFormat, seed: int, size: int = 256) -> np.ndarray:
+    """1-d float64 array of `size` values (`float64_arrays`' kinds, a quarter each):
+    double-rounding cases, float32 edges, floats of every magnitude, any bit pattern."""
+    f = get_format(fmt)
+    rng = np.random.default_rng(seed)
+    kind = rng.integers(0, 4, size)
+    with np.errstate(invalid="ignore"):  # signalling NaNs arrive quieted, as float() does
+        edges = _edge_batch32(f, rng, size).astype(np.float64)
+    s = Spec.of(f)
+    codes = rng.integers(0, s.max_code + 1, size, dtype=np.int64)
+    lo = _member_values(f, codes)
+    hi = np.where(codes < s.max_code, _member_values(f, np.minimum(codes + 1, s.max_code)),
+                  lo + 2.0 ** (f.emax - f.mantissa_bits))
+    tie = (lo + hi) / 2
+    offset = rng.integers(-3, 4, size) * np.spacing(tie) * np.ldexp(
+        1.0, rng.integers(0, 21, size))
+    double = np.where(tie != 0, tie + offset, tie)
+    # every magnitude float64 has (and +-inf past it), half of them near the format's range
+    exponent = np.where(rng.random(size) < 0.5, rng.integers(-1074, 1025, size),
+                        rng.integers(f.min_exponent - f.mantissa_bits - 4, f.emax + 5, size))
+    with np.errstate(over="ignore"):
+        floats = np.ldexp(rng.random(size) + 0.5, exponent)
+    bits = rng.integers(0, 2**64, size, dtype=np.uint64).view(np.float64)
+    out = np.choose(kind, [double, edges, floats, bits])
+    flip = (kind != 1) & (kind != 3) & (rng.random(size) < 0.5)
+    return np.where(flip, -out, out)
+
+
+def float32_batches(fmt: str | FloatFormat, size: int = 256) -> st.SearchStrategy[np.ndarray]:
+    """`float32_batch` of a drawn seed."""
+    return st.integers(0, 2**32 - 1).map(lambda seed: float32_batch(fmt, seed, size))
+
+
+def float64_batches(fmt: str | FloatFormat, size: int = 256) -> st.SearchStrategy[np.ndarray]:
+    """`float64_batch` of a drawn seed."""
+    return st.integers(0, 2**32 - 1).map(lambda seed: float64_batch(fmt, seed, size))
