@@ -58,7 +58,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from reference.encode_kernels import Scratch, decompose, pack, round_dropped_bits
+from reference.encode_kernels import (
+    Plan,
+    Scratch,
+    decompose,
+    magnitude,
+    pack,
+    round_dropped_bits,
+    round_nearest_even,
+)
 from reference.format_spec import (  # noqa: F401  (the formats, re-exported)
     FLOAT64,
     FORMATS,
@@ -125,14 +133,20 @@ def encode(
 
     codes = np.empty(x.shape, dtype=fmt.code_dtype)
     flat_x, flat_codes = x.reshape(-1), codes.reshape(-1)  # views (x is contiguous)
-    scratch = Scratch.for_thread(BLOCK, src, fmt, overflow)
-    for start in range(0, x.size, BLOCK):
-        block = slice(start, start + BLOCK)
-        s = scratch.first(min(BLOCK, x.size - start))  # the last block may be shorter
-        w, shift = decompose(flat_x[block].view(uint), src, fmt, s)
-        u = None if words is None else words.reshape(-1)[block]
-        kept = round_dropped_bits(w, shift, rounding, u, s)
-        flat_codes[block] = pack(kept, fmt, overflow, subnormals, s)
+    plan = Plan.of(src, fmt, overflow)
+    scratch = Scratch.for_thread(BLOCK, plan)
+    with np.errstate(invalid="ignore"):  # a signalling NaN's float addition: the NaN is kept
+        for start in range(0, x.size, BLOCK):
+            block = slice(start, start + BLOCK)
+            s = scratch.first(min(BLOCK, x.size - start))  # the last block may be shorter
+            mag = magnitude(flat_x[block].view(uint), plan, s)
+            if rounding == "nearest_even":
+                kept = round_nearest_even(mag, plan, s)
+            else:
+                w, shift = decompose(mag, plan, s)
+                u = None if words is None else words.reshape(-1)[block]
+                kept = round_dropped_bits(w, shift, rounding, u, s)
+            flat_codes[block] = pack(kept, plan, subnormals, s)
     return codes
 
 
