@@ -59,6 +59,7 @@ class Plan(NamedTuple):
     magnitude_mask: np.ndarray  # the source's bits less the sign
     inf: np.ndarray  # the source's infinity, as bits
     replacement: int  # the code a result beyond max becomes (replacement_code)
+    overflows: bool  # whether a non-NaN input can give a code beyond the replacement
 
     @staticmethod
     @functools.cache
@@ -75,7 +76,10 @@ class Plan(NamedTuple):
             np.array(1, uint), power, None if power is None else power.view(uint),
             np.array(src.bits - 1, uint), np.array(fmt.bits - 1, uint),
             np.array(2 ** (src.bits - 1) - 1, uint),
-            np.array(src.inf_code, uint), replacement_code(fmt, overflow))
+            np.array(src.inf_code, uint), replacement_code(fmt, overflow),
+            # With the source's top binade and overflow="inf", the source's largest finite
+            # value rounds at most to the infinity's code, the replacement (bfloat16).
+            not (overflow == "inf" and fmt.max_exponent >= src.max_exponent))
 
 
 class Scratch(NamedTuple):
@@ -254,9 +258,9 @@ def pack(kept: np.ndarray, plan: Plan, subnormals: bool, s: Scratch) -> np.ndarr
         code[code < (1 << fmt.mantissa_bits)] = 0
     # Overflow (+-inf lands here too): every code above max becomes the policy's code. When
     # that code is max or the one right above it, this is a minimum (cheaper than a select).
-    if plan.replacement <= fmt.max_code + 1:
+    if plan.overflows and plan.replacement <= fmt.max_code + 1:
         np.minimum(code, s.limit, out=code)
-    else:
+    elif plan.overflows:
         code[code > fmt.max_code] = plan.replacement
     # NaN stays NaN, the quiet NaN with the input's sign (payloads are not carried).
     if s.nan.any():
