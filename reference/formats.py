@@ -41,7 +41,10 @@ bits are `rest`, the bits above are |code| before rounding. Rounding W is roundi
 carry out of the significand (kept = 2^(m+1)) lands on the next binade by itself. That is
 why rounding up is an integer +1 and why overflow is a comparison of codes. Nearest-even in
 one carry: W + half - 1 + (kept & 1) carries past the dropped bits exactly when rest > half,
-or rest == half and kept is odd.
+or rest == half and kept is odd. (encode's nearest-even gets the same codes with that carry
+at one shift for every element, and below the target's smallest normal, where the shift
+varies, with one float addition that rounds at the subnormal spacing: NOTE [ Nearest-even
+in two ranges ] in encode_kernels.py. toward_zero and stochastic run W and shift as written.)
 
 Double rounding: torch and ml_dtypes cast float64 to a low-precision format through float32.
 Rounding twice can differ from rounding once: 1 + 2^-8 + 2^-40 rounds to float32 1 + 2^-8, a
@@ -91,8 +94,8 @@ OVERFLOW_POLICIES = ("inf", "saturate", "nan")
 DEFAULT_OVERFLOW: dict[str, str] = {"float8_e4m3fn": "saturate"}
 
 # NOTE [ Encoding in blocks ]
-# encode makes 15 (bfloat16) to 24 (float16, float8) elementwise passes
-# (reference/encode_kernels.py). Over a large array each pass would stream the whole array
+# encode makes 11 (bfloat16) to 16 (float16, float8) elementwise passes when rounding to
+# nearest (reference/encode_kernels.py). Over a large array each pass would stream the whole array
 # through memory, and a NumPy expression allocates a fresh temporary per operation.
 # Allocation is the trap: freeing large temporaries returns memory to the kernel (glibc
 # trims the heap top, and unmaps what it mapped for arrays above its mmap threshold), and
