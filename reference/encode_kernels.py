@@ -3,7 +3,8 @@
 reference/formats.py states the math (the module docstring: W, shift, kept, nearest-even in
 one carry) and runs these steps block by block (NOTE [ Encoding in blocks ]):
 
-    magnitude   word -> |word|, the sign and the NaN mask kept aside
+    magnitude   word -> |word|, the sign and the NaN mask kept aside (except where the
+                carry runs on the signed word: round_signed_word, bfloat16)
     round       |word| -> |code| before the overflow policy:
                   nearest_even        round_nearest_even (the carry; NOTE [ Nearest-even
                                       in two ranges ] for targets with fewer binades)
@@ -27,7 +28,7 @@ import numpy as np
 from reference.format_spec import FloatFormat
 
 __all__ = ["Plan", "Scratch", "decompose", "magnitude", "pack", "round_dropped_bits",
-           "round_nearest_even"]
+           "round_nearest_even", "round_signed_word"]
 
 # NOTE [ NumPy's fast forms ]
 # NumPy 2's SIMD loops cover an array combined with a scalar, or two contiguous arrays, for
@@ -60,6 +61,8 @@ class Plan(NamedTuple):
     inf: np.ndarray  # the source's infinity, as bits
     replacement: int  # the code a result beyond max becomes (replacement_code)
     overflows: bool  # whether a non-NaN input can give a code beyond the replacement
+    signed: bool  # whether the carry may run on the signed word (round_signed_word)
+    nan_shifted: np.ndarray  # the infinity's bits shifted left by one (the sign dropped)
 
     @staticmethod
     @functools.cache
@@ -79,7 +82,10 @@ class Plan(NamedTuple):
             np.array(src.inf_code, uint), replacement_code(fmt, overflow),
             # With the source's top binade and overflow="inf", the source's largest finite
             # value rounds at most to the infinity's code, the replacement (bfloat16).
-            not (overflow == "inf" and fmt.max_exponent >= src.max_exponent))
+            not (overflow == "inf" and fmt.max_exponent >= src.max_exponent),
+            lowest == 1 and overflow == "inf" and fmt.max_exponent >= src.max_exponent
+            and drop > 0,
+            np.array((src.inf_code << 1) % 2**src.bits, uint))
 
 
 class Scratch(NamedTuple):
@@ -195,6 +201,29 @@ def round_nearest_even(mag: np.ndarray, plan: Plan, s: Scratch) -> np.ndarray:
     if below is not None:
         np.minimum(mag, below, out=mag)
     return mag
+
+
+def round_signed_word(word: np.ndarray, plan: Plan, s: Scratch) -> np.ndarray:
+    """The code of each word rounded to nearest, ties to even, sign included, where the
+    target has every binade of the source and overflow is "inf" (bfloat16, tf32; `plan.signed`):
+    round_nearest_even's carry applied to the whole word, in `s.magnitude`.
+
+    The target then has the source's exponent field, so drop = source bits - target bits and
+    the shift takes the sign bit to the code's. The carry never reaches the sign: |word| +
+    half - 1 + odd is at most the infinity's bits plus half for every non-NaN word, and a
+    finite word beyond max carries into the infinity's code, which is the policy's. A NaN's
+    carry could reach either, so NaN codes are written afterwards, with the input's sign.
+    """
+    twice = np.left_shift(word, plan.one, out=s.magnitude)  # |word| << 1: the sign dropped
+    np.greater(twice, plan.nan_shifted, out=s.nan)
+    odd = np.right_shift(word, plan.drop, out=s.odd)
+    odd &= plan.one
+    code = np.add(word, odd, out=s.magnitude)
+    code += plan.half_less_one
+    code >>= plan.drop
+    if s.nan.any():
+        code[s.nan] = (word[s.nan] >> plan.source_sign << plan.code_sign) | plan.fmt.nan_code
+    return code
 
 
 def decompose(mag: np.ndarray, plan: Plan, s: Scratch) -> tuple[np.ndarray, object]:

@@ -69,6 +69,7 @@ from reference.encode_kernels import (
     pack,
     round_dropped_bits,
     round_nearest_even,
+    round_signed_word,
 )
 from reference.format_spec import (  # noqa: F401  (the formats, re-exported)
     FLOAT64,
@@ -142,7 +143,11 @@ def encode(
         for start in range(0, x.size, BLOCK):
             block = slice(start, start + BLOCK)
             s = scratch.first(min(BLOCK, x.size - start))  # the last block may be shorter
-            mag = magnitude(flat_x[block].view(uint), plan, s)
+            word = flat_x[block].view(uint)
+            if rounding == "nearest_even" and plan.signed and subnormals:
+                flat_codes[block] = round_signed_word(word, plan, s)
+                continue
+            mag = magnitude(word, plan, s)
             if rounding == "nearest_even":
                 kept = round_nearest_even(mag, plan, s)
             else:
