@@ -95,7 +95,7 @@ OVERFLOW_POLICIES = ("inf", "saturate", "nan")
 DEFAULT_OVERFLOW: dict[str, str] = {"float8_e4m3fn": "saturate"}
 
 # NOTE [ Encoding in blocks ]
-# encode makes 11 (bfloat16) to 16 (float16, float8) elementwise passes when rounding to
+# encode makes 8 (bfloat16) to 16 (float16, float8) elementwise passes when rounding to
 # nearest (reference/encode_kernels.py). Over a large array each pass would stream the whole array
 # through memory, and a NumPy expression allocates a fresh temporary per operation.
 # Allocation is the trap: freeing large temporaries returns memory to the kernel (glibc
