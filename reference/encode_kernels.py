@@ -72,20 +72,19 @@ class Plan(NamedTuple):
         drop = src.mantissa_bits - fmt.mantissa_bits
         p = fmt.min_exponent - fmt.mantissa_bits + src.mantissa_bits
         power = np.ldexp(np.ones((), dtype=src.name), p) if lowest > 1 else None
+        # With the source's top binade and overflow="inf", the source's largest finite value
+        # rounds at most to the infinity's code, the replacement (bfloat16, tf32).
+        top_is_inf = overflow == "inf" and fmt.max_exponent >= src.max_exponent
+        half_less_one = 2 ** (drop - 1) - 1 - ((lowest - 1) << src.mantissa_bits) if drop else 0
         return Plan(
-            src, fmt, lowest, np.array(drop, uint),
-            np.array((2 ** (drop - 1) - 1 - ((lowest - 1) << src.mantissa_bits)) % 2**src.bits
-                     if drop else 0, uint),
-            np.array(1, uint), power, None if power is None else power.view(uint),
-            np.array(src.bits - 1, uint), np.array(fmt.bits - 1, uint),
-            np.array(2 ** (src.bits - 1) - 1, uint),
-            np.array(src.inf_code, uint), replacement_code(fmt, overflow),
-            # With the source's top binade and overflow="inf", the source's largest finite
-            # value rounds at most to the infinity's code, the replacement (bfloat16).
-            not (overflow == "inf" and fmt.max_exponent >= src.max_exponent),
-            lowest == 1 and overflow == "inf" and fmt.max_exponent >= src.max_exponent
-            and drop > 0,
-            np.array((src.inf_code << 1) % 2**src.bits, uint))
+            src=src, fmt=fmt, lowest=lowest, drop=np.array(drop, uint),
+            half_less_one=np.array(half_less_one % 2**src.bits, uint), one=np.array(1, uint),
+            power=power, power_bits=None if power is None else power.view(uint),
+            source_sign=np.array(src.bits - 1, uint), code_sign=np.array(fmt.bits - 1, uint),
+            magnitude_mask=np.array(2 ** (src.bits - 1) - 1, uint),
+            inf=np.array(src.inf_code, uint), replacement=replacement_code(fmt, overflow),
+            overflows=not top_is_inf, signed=lowest == 1 and top_is_inf and drop > 0,
+            nan_shifted=np.array((src.inf_code << 1) % 2**src.bits, uint))
 
 
 class Scratch(NamedTuple):
