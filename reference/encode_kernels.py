@@ -244,8 +244,8 @@ def decompose(mag: np.ndarray, plan: Plan, s: Scratch) -> tuple[np.ndarray, obje
     src, lowest, drop = plan.src, plan.lowest, int(plan.drop)
     if lowest == 1:  # the target has every binade of the source: one shift for all (bf16)
         return mag, mag.dtype.type(drop)
-    binade = np.right_shift(mag, src.mantissa_bits, out=s.shift)
-    np.minimum(binade, s.smallest >> src.mantissa_bits, out=binade)  # min(E, lowest)
+    binade = np.minimum(mag, s.smallest, out=s.shift)  # min(|word|, lowest << m_src)
+    binade >>= src.mantissa_bits  # min(E, lowest)
     below = np.subtract(binade, 1, out=s.carry)
     below <<= src.mantissa_bits  # (binade - 1) << m_src
     w = mag
