@@ -49,6 +49,8 @@ class Plan(NamedTuple):
 
     src: FloatFormat
     fmt: FloatFormat
+    word: type  # the source's words: np.uint32 (float32) or np.uint64 (float64)
+    code: type  # the target's codes (fmt.code_dtype)
     lowest: int  # the target's lowest binade 1 - b, as a biased exponent of the source
     drop: np.ndarray  # m_src - m: the bits every normal result drops
     half_less_one: np.ndarray  # 2^(drop-1) - 1 - ((lowest - 1) << m_src), mod the word's width
@@ -77,7 +79,8 @@ class Plan(NamedTuple):
         top_is_inf = overflow == "inf" and fmt.max_exponent >= src.max_exponent
         half_less_one = 2 ** (drop - 1) - 1 - ((lowest - 1) << src.mantissa_bits) if drop else 0
         return Plan(
-            src=src, fmt=fmt, lowest=lowest, drop=np.array(drop, uint),
+            src=src, fmt=fmt, word=uint, code=fmt.code_dtype, lowest=lowest,
+            drop=np.array(drop, uint),
             half_less_one=np.array(half_less_one % 2**src.bits, uint), one=np.array(1, uint),
             power=power, power_bits=None if power is None else power.view(uint),
             source_sign=np.array(src.bits - 1, uint), code_sign=np.array(fmt.bits - 1, uint),

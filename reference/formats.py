@@ -132,18 +132,16 @@ def encode(
     overflow = _check_policies(fmt, rounding, overflow, rng, random_bits)
     words = _random_words(x.shape, rng, random_bits) if rounding == "stochastic" else None
     x = _source(x, fmt, via)
-    src = FORMATS["float32"] if x.dtype == np.float32 else FLOAT64
-    uint = np.uint32 if src.bits == 32 else np.uint64
+    plan = Plan.of(FORMATS["float32"] if x.dtype == np.float32 else FLOAT64, fmt, overflow)
 
-    codes = np.empty(x.shape, dtype=fmt.code_dtype)
+    codes = np.empty(x.shape, dtype=plan.code)
     flat_x, flat_codes = x.reshape(-1), codes.reshape(-1)  # views (x is contiguous)
-    plan = Plan.of(src, fmt, overflow)
     scratch = Scratch.for_thread(BLOCK, plan)
     with np.errstate(invalid="ignore"):  # a signalling NaN's float addition: the NaN is kept
         for start in range(0, x.size, BLOCK):
             block = slice(start, start + BLOCK)
             s = scratch.first(min(BLOCK, x.size - start))  # the last block may be shorter
-            word = flat_x[block].view(uint)
+            word = flat_x[block].view(plan.word)
             if rounding == "nearest_even" and plan.signed and subnormals:
                 flat_codes[block] = round_signed_word(word, plan, s)
                 continue
