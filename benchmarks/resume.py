@@ -1,6 +1,7 @@
 """Cost of a safe checkpoint, each tree against its library's own plain save and load.
 
     python benchmarks/resume.py [--mib 1 64 512] [--repeats 7] [--dir DIR] [--write]
+                                [--digests-only]
 
 Save: `save_checkpoint` (stream through the hashing writer into a temporary file, fsync,
 rename, fsync the directory) against the library's plain save into a file followed by the
@@ -19,11 +20,18 @@ load does not inflate: on a saturated machine the digest's helper threads find n
 core, so wall time approaches the sum of the work). `--write` stores the result in
 docs/data/resume_io.json (docs/resume.md prints it through `python -m parity docs`).
 Never asserted in tests.
+
+Digests: the throughput of each candidate checksum in the standard library (SHA-256, BLAKE2b,
+zlib's CRC-32) over 1 MiB pieces, per core (the thread's CPU time over 256 MiB) and with
+two threads (wall time): against the baselines' own throughput (their CPU time per byte in
+the rows above) it bounds what a verified load or save can reach on this machine
+(docs/resume.md derives the bound).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -31,7 +39,9 @@ import statistics
 import sys
 import tempfile
 import time
+import zlib
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -125,6 +135,42 @@ def measure(tree: str, mib: float, repeats: int, directory: Path) -> dict:
             "median_cpu_ms": {k: round(statistics.median(v) * 1e3, 1) for k, v in cpus.items()}}
 
 
+DIGESTS: dict[str, Callable[[memoryview], object]] = {
+    "sha256": lambda b: hashlib.sha256(b).digest(),
+    "blake2b": lambda b: hashlib.blake2b(b).digest(),
+    "crc32": zlib.crc32,
+}
+
+
+def digest_throughput(repeats: int, mib: int = 256) -> dict[str, dict[str, float]]:
+    """GiB/s of each digest over `mib` MiB in 1 MiB pieces: median and range over repeats of
+    one thread's CPU time ("per_core") and of two threads' wall time ("two_threads")."""
+    data = memoryview(np.random.default_rng(0).integers(0, 256, mib << 20, dtype=np.uint8))
+    pieces = [data[i:i + (1 << 20)] for i in range(0, len(data), 1 << 20)]
+    out = {}
+    with ThreadPoolExecutor(2) as pool:
+        for name, fn in DIGESTS.items():
+            per_core, two = [], []
+            for _ in range(repeats):  # the two ways alternate: a busy moment hits both
+                start = time.thread_time()
+                for piece in pieces:
+                    fn(piece)
+                per_core.append(mib / 1024 / (time.thread_time() - start))
+                start = time.perf_counter()
+                list(pool.map(fn, pieces))
+                two.append(mib / 1024 / (time.perf_counter() - start))
+            out[name] = {f"{way}_{stat}": round(f(values), 3)
+                         for way, values in (("per_core", per_core), ("two_threads", two))
+                         for stat, f in (("median", statistics.median), ("lo", min),
+                                         ("hi", max))}
+            print(f"{name:8s} per core {out[name]['per_core_median']:.2f} GiB/s "
+                  f"[{out[name]['per_core_lo']:.2f}, {out[name]['per_core_hi']:.2f}], "
+                  f"two threads {out[name]['two_threads_median']:.2f} GiB/s "
+                  f"[{out[name]['two_threads_lo']:.2f}, {out[name]['two_threads_hi']:.2f}]",
+                  flush=True)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mib", type=float, nargs="+", default=[1, 64, 512])
@@ -133,9 +179,24 @@ def main() -> None:
     parser.add_argument("--dir", default=None, help="where to write (default: a temp dir)")
     parser.add_argument("--write", action="store_true", help="write docs/data/resume_io.json")
     parser.add_argument("--conditions", default="", help="a note on the machine's load")
+    parser.add_argument("--digests-only", action="store_true",
+                        help="measure the digests only; with --write, keep the stored rows")
     args = parser.parse_args()
     torch.set_num_threads(1)
     load_at_start = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    digests = digest_throughput(args.repeats)
+    out = ROOT / "docs" / "data" / "resume_io.json"
+    if args.digests_only:
+        if args.write:
+            data = json.loads(out.read_text(encoding="utf-8"))
+            data["digests"] = digests
+            data["digests_conditions"] = (
+                f"{args.conditions} 1, 5 and 15-minute load averages at the start: "
+                f"{load_at_start}, at the end: "
+                f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}.").strip()
+            out.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+            print(f"wrote {out}")
+        return
     rows = []
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         for mib in args.mib:
@@ -160,8 +221,8 @@ def main() -> None:
                 "conditions": f"{args.conditions} 1, 5 and 15-minute load averages at the "
                               f"start: {load_at_start}, at the end: "
                               f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}.".strip(),
-                "targets": TARGETS, "rows": rows}
-        out = ROOT / "docs" / "data" / "resume_io.json"
+                "targets": TARGETS, "rows": rows, "digests": digests}
+        data["digests_conditions"] = data["conditions"]
         out.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
         print(f"wrote {out}")
 

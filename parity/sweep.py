@@ -84,25 +84,27 @@ def _mismatches(a: np.ndarray, b: np.ndarray, fmt: ref.FloatFormat) -> np.ndarra
     return differ[~both_nan]
 
 
-def _saturated(codes: np.ndarray, nan_in: np.ndarray, fmt: ref.FloatFormat) -> np.ndarray:
+def _saturated(codes: np.ndarray, magnitude: np.ndarray, nan_in: np.ndarray,
+               fmt: ref.FloatFormat) -> np.ndarray:
     """Codes of the non-saturating policy turned into the saturating one: every overflow
-    (not a NaN input) becomes +-max, sign kept (integer arithmetic: a select is slower)."""
-    magnitude = codes & fmt.code_dtype(2 ** (fmt.bits - 1) - 1)
-    beyond = (magnitude > fmt.max_code) & ~nan_in
-    return codes - beyond.astype(fmt.code_dtype) * (magnitude - fmt.code_dtype(fmt.max_code))
+    (not a NaN input) becomes +-max, sign kept (integer arithmetic: a select is slower).
+    `magnitude` is the codes' without the sign."""
+    uint = codes.dtype.type
+    beyond = (magnitude > uint(fmt.max_code)) & ~nan_in
+    return codes - beyond.astype(uint) * (magnitude - uint(fmt.max_code))
 
 
-def _classes(codes: np.ndarray, magnitude32: np.ndarray, nan_in: np.ndarray,
+def _classes(magnitude: np.ndarray, magnitude32: np.ndarray, nan_in: np.ndarray,
              fmt: ref.FloatFormat) -> dict[str, int]:
     """Inputs by class: NaN and inf from the inputs' magnitude bits, the rest from the
     magnitudes of the reference's (non-saturating) codes."""
-    magnitude = codes & fmt.code_dtype(2 ** (fmt.bits - 1) - 1)
+    uint = magnitude.dtype.type
     zero = int(np.count_nonzero(magnitude == 0))
-    below_normal = int(np.count_nonzero(magnitude < fmt.code_dtype(2**fmt.mantissa_bits)))
-    beyond = int(np.count_nonzero(magnitude > fmt.code_dtype(fmt.max_code)))
+    below_normal = int(np.count_nonzero(magnitude < uint(2**fmt.mantissa_bits)))
+    beyond = int(np.count_nonzero(magnitude > uint(fmt.max_code)))
     nan = int(np.count_nonzero(nan_in))
     inf = int(np.count_nonzero(magnitude32 == _INF32))
-    return {"normal": codes.size - below_normal - beyond, "subnormal": below_normal - zero,
+    return {"normal": magnitude.size - below_normal - beyond, "subnormal": below_normal - zero,
             "zero": zero, "overflow": beyond - nan - inf, "inf": inf, "nan": nan}
 
 
@@ -129,20 +131,21 @@ def sweep_bits(name: str, bits: np.ndarray) -> Summary:
     fmt = ref.FORMATS[name]
     x = bits.view(np.float32)
     ours = ref.encode(x, name, overflow="nan" if fmt.convention == "fn" else "inf")
+    magnitude = ours & ours.dtype.type(2 ** (fmt.bits - 1) - 1)  # (the codes' sign cleared)
     magnitude32 = bits & _MAGNITUDE32
     nan_in = magnitude32 > _INF32
     native = _torch_buffer(tim.FORMATS[name].dtype, x.size).copy_(torch.from_numpy(x))
-    torch_codes = native.view(tim.FORMATS[name].code_dtype).numpy().view(fmt.code_dtype)
+    torch_codes = native.view(tim.FORMATS[name].code_dtype).numpy().view(ours.dtype)
     cast_began = time.thread_time()
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is the subject
-        ml_codes = x.astype(ML_DTYPES[name]).view(fmt.code_dtype)
+        ml_codes = x.astype(ML_DTYPES[name]).view(ours.dtype)
     cast_seconds = time.thread_time() - cast_began
-    ours_torch = _saturated(ours, nan_in, fmt) if tim.DEFAULT_OVERFLOW[name] == "saturate" \
-        else ours
+    saturates = tim.DEFAULT_OVERFLOW[name] == "saturate"
+    ours_torch = _saturated(ours, magnitude, nan_in, fmt) if saturates else ours
     bad_torch = _mismatches(ours_torch, torch_codes, fmt)
     bad_ml = _mismatches(ours, ml_codes, fmt)  # ml_dtypes never saturates
 
-    s = Summary(name, total=bits.size, by_class=_classes(ours, magnitude32, nan_in, fmt),
+    s = Summary(name, total=bits.size, by_class=_classes(magnitude, magnitude32, nan_in, fmt),
                 mismatches_torch=bad_torch.size, mismatches_ml_dtypes=bad_ml.size,
                 oracle_cpu_seconds=cast_seconds)
     for i in np.union1d(bad_torch, bad_ml)[:10] if bad_torch.size or bad_ml.size else ():

@@ -1,11 +1,16 @@
 """The rounding behind reference.formats.encode, on one block of source words.
 
 reference/formats.py states the math (the module docstring: W, shift, kept, nearest-even in
-one carry) and runs these three steps block by block (NOTE [ Encoding in blocks ]):
+one carry) and runs these steps block by block (NOTE [ Encoding in blocks ]):
 
-    decompose   word -> (W, shift)      |x| placed in the target's binades
-    round       (W, shift) -> kept      drop `shift` bits by the rounding rule
-    pack        kept -> code            overflow policy, NaN, sign
+    magnitude   word -> |word|, the sign and the NaN mask kept aside (except where the
+                carry runs on the signed word: round_signed_word, bfloat16)
+    round       |word| -> |code| before the overflow policy:
+                  nearest_even        round_nearest_even (the carry; NOTE [ Nearest-even
+                                      in two ranges ] for targets with fewer binades)
+                  toward_zero,        decompose into (W, shift), then round_dropped_bits
+                  stochastic
+    pack        |code| -> code      overflow policy, NaN, sign
 
 Every step writes into the block's working arrays (`Scratch`) with `out=` or an in-place
 operator: no NumPy temporary is allocated per operation. Which form an operation takes is
@@ -14,6 +19,7 @@ chosen by what NumPy vectorizes (NOTE [ NumPy's fast forms ]); the arithmetic is
 
 from __future__ import annotations
 
+import functools
 import threading
 from typing import NamedTuple
 
@@ -21,7 +27,8 @@ import numpy as np
 
 from reference.format_spec import FloatFormat
 
-__all__ = ["Scratch", "decompose", "pack", "round_dropped_bits"]
+__all__ = ["Plan", "Scratch", "decompose", "magnitude", "pack", "round_dropped_bits",
+           "round_nearest_even", "round_signed_word"]
 
 # NOTE [ NumPy's fast forms ]
 # NumPy 2's SIMD loops cover an array combined with a scalar, or two contiguous arrays, for
@@ -30,10 +37,57 @@ __all__ = ["Scratch", "decompose", "pack", "round_dropped_bits"]
 # scalar: that runs element by element, about 5x slower than against an array (measured
 # 0.5 against 0.1 ns per element on a cached block of 2^16 uint32). So the overflow policy's
 # minimum is taken against `Scratch.limit`, an array holding the policy's code, and the
-# binade's against `Scratch.lowest`. A comparison yields bool, and turning bool into a
-# number is a cast that costs 2.5 times a pass; the NaN mask is computed in the integers
-# instead ((inf - |word|) >> (bits - 1) is 1 exactly where |word| > inf: the subtraction
-# wraps around).
+# smallest normal's against `Scratch.smallest`. Each operation also costs a fixed ~0.4-1 us
+# (more with a Python int operand, whose type NumPy must resolve: constants are passed as
+# the word's own type), so a block does few operations. A NaN is rare in real data: the NaN
+# mask is one comparison into bools, and the NaN code is written only where it is set.
+
+
+class Plan(NamedTuple):
+    """The constants of one (source, target, overflow policy), computed once: 0-d arrays of
+    the word's type (NOTE [ NumPy's fast forms ]), or None where a step does not apply."""
+
+    src: FloatFormat
+    fmt: FloatFormat
+    word: type  # the source's words: np.uint32 (float32) or np.uint64 (float64)
+    code: type  # the target's codes (fmt.code_dtype)
+    lowest: int  # the target's lowest binade 1 - b, as a biased exponent of the source
+    drop: np.ndarray  # m_src - m: the bits every normal result drops
+    half_less_one: np.ndarray  # 2^(drop-1) - 1 - ((lowest - 1) << m_src), mod the word's width
+    one: np.ndarray
+    power: np.ndarray | None  # 2^p as a source float, where lowest > 1 (NOTE [ Nearest-..)
+    power_bits: np.ndarray | None  # its bits
+    source_sign: np.ndarray  # bits - 1 of the source: where its sign bit sits
+    code_sign: np.ndarray  # bits - 1 of the target: where the code's sign bit goes
+    magnitude_mask: np.ndarray  # the source's bits less the sign
+    inf: np.ndarray  # the source's infinity, as bits
+    replacement: int  # the code a result beyond max becomes (replacement_code)
+    overflows: bool  # whether a non-NaN input can give a code beyond the replacement
+    signed: bool  # whether the carry may run on the signed word (round_signed_word)
+    nan_shifted: np.ndarray  # the infinity's bits shifted left by one (the sign dropped)
+
+    @staticmethod
+    @functools.cache
+    def of(src: FloatFormat, fmt: FloatFormat, overflow: str) -> Plan:
+        uint = np.uint32 if src.bits == 32 else np.uint64
+        lowest = lowest_binade(src, fmt)
+        drop = src.mantissa_bits - fmt.mantissa_bits
+        p = fmt.min_exponent - fmt.mantissa_bits + src.mantissa_bits
+        power = np.ldexp(np.ones((), dtype=src.name), p) if lowest > 1 else None
+        # With the source's top binade and overflow="inf", the source's largest finite value
+        # rounds at most to the infinity's code, the replacement (bfloat16, tf32).
+        top_is_inf = overflow == "inf" and fmt.max_exponent >= src.max_exponent
+        half_less_one = 2 ** (drop - 1) - 1 - ((lowest - 1) << src.mantissa_bits) if drop else 0
+        return Plan(
+            src=src, fmt=fmt, word=uint, code=fmt.code_dtype, lowest=lowest,
+            drop=np.array(drop, uint),
+            half_less_one=np.array(half_less_one % 2**src.bits, uint), one=np.array(1, uint),
+            power=power, power_bits=None if power is None else power.view(uint),
+            source_sign=np.array(src.bits - 1, uint), code_sign=np.array(fmt.bits - 1, uint),
+            magnitude_mask=np.array(2 ** (src.bits - 1) - 1, uint),
+            inf=np.array(src.inf_code, uint), replacement=replacement_code(fmt, overflow),
+            overflows=not top_is_inf, signed=lowest == 1 and top_is_inf and drop > 0,
+            nan_shifted=np.array((src.inf_code << 1) % 2**src.bits, uint))
 
 
 class Scratch(NamedTuple):
@@ -41,29 +95,31 @@ class Scratch(NamedTuple):
     two hold constants, refilled when the format or the policy changes (NOTE [ NumPy's
     fast forms ])."""
 
-    magnitude: np.ndarray  # |word|, then W, then kept, then the code
-    shift: np.ndarray  # the source's binade, then the shift
+    magnitude: np.ndarray  # |word|, then W or the carried word, then the code
+    shift: np.ndarray  # the source's binade, then the shift (decompose)
     odd: np.ndarray  # the lowest kept bit
-    carry: np.ndarray  # what rounding adds
+    carry: np.ndarray  # the binades below (decompose)
+    below: np.ndarray  # |x| + 2^p as a float, then the code it gives (NOTE [ Nearest-even..)
     sign: np.ndarray  # the sign bit, then the code's sign
-    nan: np.ndarray  # 1 where the input is a NaN, then the NaN code there
+    nan: np.ndarray  # bool: the input is a NaN
     limit: np.ndarray  # the overflow policy's code
-    lowest: np.ndarray  # the target's lowest binade, as a source exponent
+    smallest: np.ndarray  # the target's smallest normal, as a source magnitude
 
     @classmethod
-    def for_thread(cls, n: int, src: FloatFormat, fmt: FloatFormat, overflow: str) -> Scratch:
-        """The calling thread's arrays for blocks of n elements from `src`, kept from call to
-        call (NOTE [ Encoding in blocks ]), their constants filled for (fmt, overflow)."""
+    def for_thread(cls, n: int, plan: Plan) -> Scratch:
+        """The calling thread's arrays for blocks of n elements from `plan.src`, kept from
+        call to call (NOTE [ Encoding in blocks ]), their constants filled for the plan."""
         pool = _POOL.__dict__.setdefault("arrays", {})
-        key = (src.bits, n)
+        key = (plan.src.bits, n)
         if key not in pool:
-            uint = np.uint32 if src.bits == 32 else np.uint64
-            pool[key] = _Pooled(cls(*(np.empty(n, dtype=uint) for _ in cls._fields)))
+            uint = np.uint32 if plan.src.bits == 32 else np.uint64
+            pool[key] = _Pooled(cls(*(np.empty(n, dtype=bool if name == "nan" else uint)
+                                      for name in cls._fields)))
         pooled = pool[key]
-        if pooled.filled_for != (fmt, overflow):
-            pooled.scratch.limit.fill(replacement_code(fmt, overflow))
-            pooled.scratch.lowest.fill(lowest_binade(src, fmt))
-            pooled.filled_for = (fmt, overflow)
+        if pooled.filled_for is not plan:
+            pooled.scratch.limit.fill(plan.replacement)
+            pooled.scratch.smallest.fill(plan.lowest << plan.src.mantissa_bits)
+            pooled.filled_for = plan
         return pooled.scratch
 
     def first(self, n: int) -> Scratch:
@@ -78,7 +134,7 @@ class Scratch(NamedTuple):
 
 
 class _Pooled:
-    """A thread's Scratch and the (format, policy) its constants hold."""
+    """A thread's Scratch and the plan its constants were filled for."""
 
     def __init__(self, scratch: Scratch) -> None:
         self.scratch, self.filled_for = scratch, None
@@ -99,11 +155,82 @@ def replacement_code(fmt: FloatFormat, overflow: str) -> int:
     return fmt.max_code if overflow == "saturate" else fmt.nan_code
 
 
-def decompose(word: np.ndarray, src: FloatFormat, fmt: FloatFormat, s: Scratch
-              ) -> tuple[np.ndarray, object]:
-    """(W, shift) of each source word: x = (-1)^sign * M * 2^q, placed in the target's
-    binades as W = ((t - (1 - b)) << (m + shift)) + M. The sign bit goes to `s.sign`, and
-    `s.nan` is 1 where x is a NaN (|word| above the infinity's), else 0.
+def magnitude(word: np.ndarray, plan: Plan, s: Scratch) -> np.ndarray:
+    """|word| (the source's bits without the sign), in `s.magnitude`; the sign bit goes to
+    `s.sign`, and `s.nan` is True where x is a NaN (|word| above the infinity's)."""
+    np.right_shift(word, plan.source_sign, out=s.sign)
+    mag = np.bitwise_and(word, plan.magnitude_mask, out=s.magnitude)
+    np.greater(mag, plan.inf, out=s.nan)
+    return mag
+
+
+# NOTE [ Nearest-even in two ranges ]
+# Where the target has every binade of the source at or above its smallest normal 2^(1-b),
+# W is |word| less the binades below it, shift is the constant drop = m_src - m, and the
+# nearest-even carry of reference/formats.py is
+#     |code| = (|word| - ((lowest - 1) << m_src) + half - 1 + odd) >> drop,    half = 2^(drop-1)
+# applied to max(|word|, smallest normal): every input below 2^(1-b) gives 2^m there, the
+# smallest normal's code. Below 2^(1-b) the target's spacing is the subnormal one,
+# 2^(1-b-m), and one IEEE addition rounds to it: with p = 1 - b - m + m_src, |x| + 2^p lies
+# in [2^p, 2^(p+1)), whose spacing is exactly 2^(1-b-m), so the sum is |x| rounded to
+# nearest-even on that grid, and the sum's bits less 2^p's bits count its steps: the code.
+# Above 2^(1-b) that count is never below the true code (the target's grid is as fine in
+# its first binade and coarser above it, so it has no more points below |x|); it is 2^m_src
+# or more once |x| >= 2^p, and larger still for inf and NaN. So the code is the smaller of
+# the two. The sum is normal whatever |x| is, so a flush-to-zero mode would not change it,
+# and a source subnormal (|x| < 2^-126 for float32) lies far below half the target's
+# smallest subnormal: it rounds to 0 either way.
+
+
+def round_nearest_even(mag: np.ndarray, plan: Plan, s: Scratch) -> np.ndarray:
+    """|code| of |word| rounded to nearest, ties to even (before the overflow policy), in
+    `s.magnitude`: the carry of reference/formats.py with one shift for every element, and
+    below the target's smallest normal one float addition (NOTE [ Nearest-even in two
+    ranges ])."""
+    if not plan.drop:
+        return mag  # nothing dropped (a target as precise as the source): W is kept
+    below = None
+    if plan.power is not None:  # lowest > 1: the target lacks the source's lowest binades
+        below = np.add(mag.view(plan.power.dtype), plan.power, out=s.below.view(plan.power.dtype))
+        below = below.view(mag.dtype)
+        below -= plan.power_bits  # the steps of 2^(1-b-m) from 2^p up to the sum
+        np.maximum(mag, s.smallest, out=mag)
+    odd = np.right_shift(mag, plan.drop, out=s.odd)
+    odd &= plan.one
+    mag += odd
+    mag += plan.half_less_one
+    mag >>= plan.drop
+    if below is not None:
+        np.minimum(mag, below, out=mag)
+    return mag
+
+
+def round_signed_word(word: np.ndarray, plan: Plan, s: Scratch) -> np.ndarray:
+    """The code of each word rounded to nearest, ties to even, sign included, where the
+    target has every binade of the source and overflow is "inf" (bfloat16, tf32; `plan.signed`):
+    round_nearest_even's carry applied to the whole word, in `s.magnitude`.
+
+    The target then has the source's exponent field, so drop = source bits - target bits and
+    the shift takes the sign bit to the code's. The carry never reaches the sign: |word| +
+    half - 1 + odd is at most the infinity's bits plus half for every non-NaN word, and a
+    finite word beyond max carries into the infinity's code, which is the policy's. A NaN's
+    carry could reach either, so NaN codes are written afterwards, with the input's sign.
+    """
+    twice = np.left_shift(word, plan.one, out=s.magnitude)  # |word| << 1: the sign dropped
+    np.greater(twice, plan.nan_shifted, out=s.nan)
+    odd = np.right_shift(word, plan.drop, out=s.odd)
+    odd &= plan.one
+    code = np.add(word, odd, out=s.magnitude)
+    code += plan.half_less_one
+    code >>= plan.drop
+    if s.nan.any():
+        code[s.nan] = (word[s.nan] >> plan.source_sign << plan.code_sign) | plan.fmt.nan_code
+    return code
+
+
+def decompose(mag: np.ndarray, plan: Plan, s: Scratch) -> tuple[np.ndarray, object]:
+    """(W, shift) of each magnitude: x = (-1)^sign * M * 2^q, placed in the target's binades
+    as W = ((t - (1 - b)) << (m + shift)) + M.
 
     In the source's biased exponents, M * 2^q has q = max(E, 1) - bias - m_src and the
     target binade is t = max(E, lowest), `lowest` being the target's 1 - b. So
@@ -117,19 +244,14 @@ def decompose(word: np.ndarray, src: FloatFormat, fmt: FloatFormat, s: Scratch
     a source subnormal's shift, lowest + (m_src - m), exceeds 64, the word's width: it
     rounds to 0 whatever W holds (W wraps around for E = 0).
     """
-    np.right_shift(word, src.bits - 1, out=s.sign)
-    magnitude = np.bitwise_and(word, 2 ** (src.bits - 1) - 1, out=s.magnitude)
-    nan = np.subtract(src.inf_code, magnitude, out=s.nan)  # wraps around where |x| > inf
-    nan >>= src.bits - 1
-    lowest = lowest_binade(src, fmt)
-    drop = src.mantissa_bits - fmt.mantissa_bits
+    src, lowest, drop = plan.src, plan.lowest, int(plan.drop)
     if lowest == 1:  # the target has every binade of the source: one shift for all (bf16)
-        return magnitude, word.dtype.type(drop)
-    binade = np.right_shift(magnitude, src.mantissa_bits, out=s.shift)
-    np.minimum(binade, s.lowest, out=binade)  # min(E, lowest): see above for E = 0
+        return mag, mag.dtype.type(drop)
+    binade = np.minimum(mag, s.smallest, out=s.shift)  # min(|word|, lowest << m_src)
+    binade >>= src.mantissa_bits  # min(E, lowest)
     below = np.subtract(binade, 1, out=s.carry)
     below <<= src.mantissa_bits  # (binade - 1) << m_src
-    w = magnitude
+    w = mag
     w -= below
     shift = np.subtract(lowest + drop, binade, out=binade)
     return w, shift
@@ -138,28 +260,12 @@ def decompose(word: np.ndarray, src: FloatFormat, fmt: FloatFormat, s: Scratch
 def round_dropped_bits(w: np.ndarray, shift: object, rounding: str, u: np.ndarray | None,
                        s: Scratch) -> np.ndarray:
     """kept: W with `shift` bits dropped by the rounding rule (reference/formats.py), in W's
-    array.
+    array: toward_zero and stochastic (nearest_even: round_nearest_even).
 
     Shifts past the word's width give 0 in NumPy (all bits dropped), which is what rounding
     a value far below half the smallest subnormal needs."""
     uint = w.dtype.type
-    if rounding == "nearest_even":
-        # W + half - 1 + odd carries past the dropped bits exactly when rest > half, or
-        # rest == half and kept is odd.
-        if np.ndim(shift) == 0 and shift == 0:
-            return w  # nothing dropped (a target as precise as the source): W is kept
-        odd = np.right_shift(w, shift, out=s.odd)  # (W >> shift) & 1
-        odd &= 1
-        if np.ndim(shift) == 0:  # one shift for every element: half - 1 is a number
-            w += odd
-            w += (1 << int(shift) >> 1) - 1
-        else:  # half - 1 + odd, written ((1 << shift) - 1 + odd) >> 1 for shift = 0 too
-            carry = np.left_shift(1, shift, out=s.carry)
-            carry -= 1
-            carry += odd
-            carry >>= 1
-            w += carry
-    elif rounding == "stochastic":
+    if rounding == "stochastic":
         # NOTE [ Stochastic rounding with 32-bit words ]: round up when u is below the top 32
         # dropped bits, read as a fraction of the spacing: probability floor(2^32 p) / 2^32
         # for p = rest / 2^shift, which is exactly p when shift <= 32. With more dropped bits
@@ -172,29 +278,25 @@ def round_dropped_bits(w: np.ndarray, shift: object, rounding: str, u: np.ndarra
         w >>= shift
         w += (u < top32).astype(uint)
         return w
-    w >>= shift  # toward_zero drops the bits; nearest_even has carried into the kept ones
+    w >>= shift  # toward_zero drops the bits
     return w
 
 
-def pack(kept: np.ndarray, fmt: FloatFormat, overflow: str, subnormals: bool, s: Scratch
-         ) -> np.ndarray:
+def pack(kept: np.ndarray, plan: Plan, subnormals: bool, s: Scratch) -> np.ndarray:
     """The code: kept is |code| already; apply the overflow policy, NaN, and the sign."""
-    code = kept  # updated in place from here on
+    code, fmt = kept, plan.fmt  # code: updated in place from here on
     if not subnormals:
         code[code < (1 << fmt.mantissa_bits)] = 0
     # Overflow (+-inf lands here too): every code above max becomes the policy's code. When
     # that code is max or the one right above it, this is a minimum (cheaper than a select).
-    replacement = replacement_code(fmt, overflow)
-    if replacement <= fmt.max_code + 1:
+    if plan.overflows and plan.replacement <= fmt.max_code + 1:
         np.minimum(code, s.limit, out=code)
-    else:
-        code[code > fmt.max_code] = replacement
-    # NaN stays NaN, the quiet NaN with the input's sign (payloads are not carried). Every
-    # other code is below the NaN code now, so a maximum sets it (cheaper than a select).
-    nan_code = s.nan
-    nan_code *= fmt.nan_code
-    np.maximum(code, nan_code, out=code)
+    elif plan.overflows:
+        code[code > fmt.max_code] = plan.replacement
+    # NaN stays NaN, the quiet NaN with the input's sign (payloads are not carried).
+    if s.nan.any():
+        code[s.nan] = fmt.nan_code
     sign = s.sign
-    sign <<= fmt.bits - 1
+    sign <<= plan.code_sign
     code |= sign
     return code

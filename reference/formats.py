@@ -41,7 +41,10 @@ bits are `rest`, the bits above are |code| before rounding. Rounding W is roundi
 carry out of the significand (kept = 2^(m+1)) lands on the next binade by itself. That is
 why rounding up is an integer +1 and why overflow is a comparison of codes. Nearest-even in
 one carry: W + half - 1 + (kept & 1) carries past the dropped bits exactly when rest > half,
-or rest == half and kept is odd.
+or rest == half and kept is odd. (encode's nearest-even gets the same codes with that carry
+at one shift for every element, and below the target's smallest normal, where the shift
+varies, with one float addition that rounds at the subnormal spacing: NOTE [ Nearest-even
+in two ranges ] in encode_kernels.py. toward_zero and stochastic run W and shift as written.)
 
 Double rounding: torch and ml_dtypes cast float64 to a low-precision format through float32.
 Rounding twice can differ from rounding once: 1 + 2^-8 + 2^-40 rounds to float32 1 + 2^-8, a
@@ -58,7 +61,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from reference.encode_kernels import Scratch, decompose, pack, round_dropped_bits
+from reference.encode_kernels import (
+    Plan,
+    Scratch,
+    decompose,
+    magnitude,
+    pack,
+    round_dropped_bits,
+    round_nearest_even,
+    round_signed_word,
+)
 from reference.format_spec import (  # noqa: F401  (the formats, re-exported)
     FLOAT64,
     FORMATS,
@@ -83,8 +95,8 @@ OVERFLOW_POLICIES = ("inf", "saturate", "nan")
 DEFAULT_OVERFLOW: dict[str, str] = {"float8_e4m3fn": "saturate"}
 
 # NOTE [ Encoding in blocks ]
-# encode makes 15 (bfloat16) to 24 (float16, float8) elementwise passes
-# (reference/encode_kernels.py). Over a large array each pass would stream the whole array
+# encode makes 8 (bfloat16) to 16 (float16, float8) elementwise passes when rounding to
+# nearest (reference/encode_kernels.py). Over a large array each pass would stream the whole array
 # through memory, and a NumPy expression allocates a fresh temporary per operation.
 # Allocation is the trap: freeing large temporaries returns memory to the kernel (glibc
 # trims the heap top, and unmaps what it mapped for arrays above its mmap threshold), and
@@ -120,19 +132,27 @@ def encode(
     overflow = _check_policies(fmt, rounding, overflow, rng, random_bits)
     words = _random_words(x.shape, rng, random_bits) if rounding == "stochastic" else None
     x = _source(x, fmt, via)
-    src = FORMATS["float32"] if x.dtype == np.float32 else FLOAT64
-    uint = np.uint32 if src.bits == 32 else np.uint64
+    plan = Plan.of(FORMATS["float32"] if x.dtype == np.float32 else FLOAT64, fmt, overflow)
 
-    codes = np.empty(x.shape, dtype=fmt.code_dtype)
+    codes = np.empty(x.shape, dtype=plan.code)
     flat_x, flat_codes = x.reshape(-1), codes.reshape(-1)  # views (x is contiguous)
-    scratch = Scratch.for_thread(BLOCK, src, fmt, overflow)
-    for start in range(0, x.size, BLOCK):
-        block = slice(start, start + BLOCK)
-        s = scratch.first(min(BLOCK, x.size - start))  # the last block may be shorter
-        w, shift = decompose(flat_x[block].view(uint), src, fmt, s)
-        u = None if words is None else words.reshape(-1)[block]
-        kept = round_dropped_bits(w, shift, rounding, u, s)
-        flat_codes[block] = pack(kept, fmt, overflow, subnormals, s)
+    scratch = Scratch.for_thread(BLOCK, plan)
+    with np.errstate(invalid="ignore"):  # a signalling NaN's float addition: the NaN is kept
+        for start in range(0, x.size, BLOCK):
+            block = slice(start, start + BLOCK)
+            s = scratch.first(min(BLOCK, x.size - start))  # the last block may be shorter
+            word = flat_x[block].view(plan.word)
+            if rounding == "nearest_even" and plan.signed and subnormals:
+                flat_codes[block] = round_signed_word(word, plan, s)
+                continue
+            mag = magnitude(word, plan, s)
+            if rounding == "nearest_even":
+                kept = round_nearest_even(mag, plan, s)
+            else:
+                w, shift = decompose(mag, plan, s)
+                u = None if words is None else words.reshape(-1)[block]
+                kept = round_dropped_bits(w, shift, rounding, u, s)
+            flat_codes[block] = pack(kept, plan, subnormals, s)
     return codes
 
 

@@ -94,3 +94,43 @@ def _() -> str:
     lines += ["", f"Targets: save at most {data['targets']['save']}x, load+verify at least "
               f"{data['targets']['load']}x. {data['conditions']}"]
     return "\n".join(lines)
+
+
+@section("resume.md", "io-ceiling")
+def _() -> str:
+    path = DOCS / "data" / "resume_io.json"
+    data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    if "digests" not in data:
+        return "Not measured yet: run `python benchmarks/resume.py --write`."
+    digests = data["digests"]
+    names = list(digests)
+    lines = ["Each digest's throughput in the standard library over 1 MiB pieces, median "
+             "[min, max], GiB/s: " + "; ".join(
+                 f"{name} {d['per_core_median']:.2f} [{d['per_core_lo']:.2f}, "
+                 f"{d['per_core_hi']:.2f}] per core (CPU time), "
+                 f"{d['two_threads_median']:.2f} with two threads (wall)"
+                 for name, d in digests.items()) + f". {data['digests_conditions']}", "",
+             "The best a verified load or a safe save can do with each digest, from the "
+             "baselines' CPU time in the rows above (c: the plain side's CPU seconds, h: the "
+             "digest's, size / per-core throughput). Verified load throughput / plain: "
+             "c / (c + h) when no core is free, min(1, 2c / (c + h)) with two free cores "
+             "(hashing and decoding split perfectly). Safe save / (plain save + fsync): at "
+             "least (c + h) / c of CPU, and with two free cores at least max(1, (c + h) / 2w), "
+             "w the plain save's wall time (its fsync included).", "",
+             "| tree, size | load ceiling, no free core: " + " / ".join(names)
+             + " | two free cores | save floor (CPU): " + " / ".join(names)
+             + " | two free cores |", "|---|---|---|---|---|"]
+    for row in data["rows"]:
+        cpu, wall = row["median_cpu_ms"], row["median_ms"]
+        h = {n: row["mib"] / 1024 / d["per_core_median"] * 1e3 for n, d in digests.items()}
+        load_c, save_c = cpu["plain_load"], cpu["plain_save"]
+        cells = [
+            " / ".join(f"{load_c / (load_c + h[n]):.2f}" for n in names),
+            " / ".join(f"{min(1.0, 2 * load_c / (load_c + h[n])):.2f}" for n in names),
+            " / ".join(f"{(save_c + h[n]) / save_c:.2f}" for n in names),
+            " / ".join(f"{max(1.0, (save_c + h[n]) / (2 * wall['plain_save'])):.2f}"
+                       for n in names)]
+        lines.append(f"| {row['tree']}, {row['mib']} MiB | " + " | ".join(cells) + " |")
+    lines += ["", f"Targets: load at least {data['targets']['load']}x, save at most "
+              f"{data['targets']['save']}x."]
+    return "\n".join(lines)
