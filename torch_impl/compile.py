@@ -51,6 +51,16 @@ What the compiled training step captures (train.train_step under torch.compile):
 autocast forward and loss (one graph), the gradient clipping (one graph), the optimizer's
 update; `.backward()`, GradScaler's Python and `.item()` break it (explain() lists them).
 The backward still runs compiled: AOTAutograd compiled it with the forward graph.
+NOTE [ The token check stays eager ]
+GPT.forward (torch_impl/gpt.py) begins with check_tokens, whose range check reads the
+tokens' minimum and maximum as Python ints and branches on them (`if lo < 0 or hi >=
+vocab_size`): a data-dependent branch, so Dynamo cannot capture it (with fullgraph an error,
+"Could not guard on data-dependent expression u0 < 0"; without, a graph break before the
+model's first op, and another before the loss's targets check). compile_gpt_forward keeps
+the check where it belongs, eager, in front of the graph, and captures the rest of the
+forward (embeddings, blocks, head, cross-entropy) as one graph: on the instance, the check
+is called first from the class, then the compiled forward runs with the instance's
+check_tokens a pass-through. Bad tokens get the same error as in eager.
 """
 
 from __future__ import annotations
@@ -99,6 +109,34 @@ def compile_train_step(*, backend: str = "inductor", dynamic: bool | None = None
     from torch_impl.train import train_step
 
     return torch.compile(train_step, backend=backend, dynamic=dynamic, fullgraph=False)
+
+
+def compile_gpt_forward(model: nn.Module, *, backend: str = "inductor",
+                        dynamic: bool | None = None, fullgraph: bool = True) -> nn.Module:
+    """The transformer's forward compiled on this instance (NOTE [ The token check stays
+    eager ]): `model(idx, targets)` checks the tokens eagerly, then runs the compiled
+    forward; keys, parameters and buffers are the instance's own. Returns the model."""
+    from torch_impl.gpt import GPT
+
+    if not isinstance(model, GPT):
+        raise TypeError(f"compile_gpt_forward: a torch_impl.gpt.GPT, got {type(model).__name__}")
+    body = torch.compile(GPT.forward.__get__(model), backend=backend, dynamic=dynamic,
+                         fullgraph=fullgraph)
+    model.check_tokens = _checked  # inside the graph: the check already ran
+
+    def forward(idx: torch.Tensor, targets: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        GPT.check_tokens(model, idx)
+        if targets is not None:
+            GPT.check_tokens(model, targets, "targets")
+        return body(idx, targets)
+
+    model.forward = forward
+    return model
+
+
+def _checked(idx: torch.Tensor, what: str = "idx") -> torch.Tensor:
+    return idx
 
 
 # ---------------------------------------------------------------- explaining a capture
