@@ -18,9 +18,11 @@ import numpy as np
 import torch
 from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
 
+from parity.compare import measure
 from parity.drivers import gpt as dg
 from parity.drivers.compile_gpt_bounds import EPS32, Results, probe_bounds
 from parity.drivers.nn import to_numpy
+from parity.tolerances import claim
 from reference.gpt_config import TRAIN_SHAPE, GPTConfig
 from torch_impl import compile as tc
 from torch_impl import gpt as tgpt
@@ -123,6 +125,28 @@ def ratios(got: Results, want: Results, bound: Results) -> dict[str, float]:
     return out
 
 
+def held_to_eager(eager_model: tgpt.GPT, compiled_model: tgpt.GPT, loss_fn: torch.nn.Module,
+                  idx: np.ndarray, targets: np.ndarray) -> tuple[float, int]:
+    """compile.gpt_eager on a given pair of transformers with equal weights, one compiled
+    however the caller compiled it (the optimize gauntlet's), each run as train_step runs
+    it: logits = model(idx)[0], loss_fn((logits, None), targets), backward.
+    (worst |a - b| / (eps S) over logits, loss and gradients, values compared)."""
+    results = []
+    for model in (eager_model, compiled_model):
+        model.zero_grad(set_to_none=True)
+        output = model(dg.to_torch_tokens(idx))
+        loss = loss_fn(output, dg.to_torch_tokens(targets))
+        loss.backward()
+        out = {"output": to_numpy(output[0].detach()), "loss": to_numpy(loss.detach())}
+        out.update({k: to_numpy(p.grad).copy() for k, p in model.named_parameters()})
+        results.append(out)
+    eager, compiled = results
+    bound = probe_bounds(state_of(eager_model), eager_model.config, idx, targets).scale
+    c = claim("compile.gpt_eager")
+    worst = max(measure(c, compiled[k], eager[k], scale=bound[k]) for k in eager)
+    return worst, sum(v.size for v in eager.values())
+
+
 # ---------------------------------------------------------------- guards and recompiles
 
 # (batch, sequence) of successive calls: the batch changes, then the sequence, then both
@@ -196,4 +220,4 @@ def count_full_block(mode: str, case: GptCase = GPT_SMALL) -> tc.Recompiles | st
 
 __all__ = ["EPS32", "GPT_SHAPES", "GPT_SMALL", "MODES", "GptCase", "GptNumerics",
            "count_full_block", "count_shape_recompiles", "expected_graphs", "full_block_calls",
-           "numerics", "ratios", "run", "shape_calls", "state_of"]
+           "held_to_eager", "numerics", "ratios", "run", "shape_calls", "state_of"]
