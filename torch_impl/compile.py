@@ -44,8 +44,14 @@ worst case, and 6 sigma with rounding errors as independent random variables), n
 empirical tolerance, with one saving against eager: a matrix product on operands equal on
 both sides runs the same extern kernel and is bit-identical (the first Linear's forward).
 Under autocast, Inductor keeps autocast's casts as explicit converts in the graph, so a
-bfloat16 activation is rounded to bfloat16 where eager rounds it: values that differ
-before that rounding may land one bfloat16 ulp apart (parity/drivers/compile.py adds it).
+bfloat16 value stored between kernels is rounded to bfloat16 where eager rounds it: values
+that differ before that rounding may land one bfloat16 ulp apart (parity/drivers/compile.py
+adds it). Between two low-precision pointwise operations fused into one loop, Inductor
+elides the downcast-upcast pair (torch._inductor.config.emulate_precision_casts, off by
+default): the intermediate stays float32 where eager rounds it, one more ulp at most. The
+MLP has no such pair (each GELU sits between two extern products); the transformer's
+attention scale, mask and softmax are one (compile.gpt_bf16 allows an ulp at every
+autocast rounding).
 
 What the compiled training step captures (train.train_step under torch.compile): the
 autocast forward and loss (one graph), the gradient clipping (one graph), the optimizer's
