@@ -210,18 +210,20 @@ def test_the_compiled_transformer_passes_the_gauntlet_and_resumes_compiled_to_co
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
 @pytest.mark.filterwarnings("ignore:Skipping serialization of skipfiles_inline_module")
-def test_a_compiled_transformer_with_an_exact_gelu_fails_the_gauntlets_equivalence(
+def test_a_compiled_transformer_with_a_layer_norm_eps_changed_fails_the_gauntlets_equivalence(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """(A float16 round trip x.half().float() would not do: Inductor elides a downcast-upcast
-    pair inside a fused loop unless emulate_precision_casts is set, docs/compile.md.)"""
+    pair inside a fused loop unless emulate_precision_casts is set; nor an exact GELU for
+    the tanh form: at initialization the pre-activations are ~0.1, where the two agree to
+    within the bound. docs/compile.md.)"""
     import torch
 
     from torch_impl.compile import compile_gpt_forward
 
-    def exact_gelu(model: torch.nn.Module) -> torch.nn.Module:
-        model.transformer.h[1].mlp.gelu = torch.nn.GELU()  # erf where GPT-2's is tanh
+    def other_eps(model: torch.nn.Module) -> torch.nn.Module:
+        model.transformer.h[2].ln_2.eps = 1e-6  # 1e-5 in eager
         return compile_gpt_forward(model)
 
-    monkeypatch.setattr(drv, "compiled_forward", exact_gelu)
+    monkeypatch.setattr(drv, "compiled_forward", other_eps)
     name, worst, _, ok = drv.compiled_equivalence(drv.parse("compile", "gpt"))
     assert not ok and worst > 1, (name, worst)

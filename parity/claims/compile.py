@@ -78,8 +78,10 @@ CLAIMS: tuple[Claim, ...] = (
         bound=1.0,
         scale="worst-case first-order bound plus eps_bf16 |v| per differing rounding",
         reason=(
-            "Inductor keeps autocast's casts as explicit converts, so every bfloat16 value is "
-            "rounded where eager rounds it, and the products are the same extern bf16 kernels "
+            "Inductor keeps autocast's casts as explicit converts, so every bfloat16 value "
+            "stored between kernels is rounded where eager rounds it (the MLP fuses no two "
+            "bfloat16 pointwise operations, whose downcast-upcast pair Inductor would elide: "
+            "NOTE [ Compiled numerics ]), and the products are the same extern bf16 kernels "
             "(float32 accumulation). Rounding is monotone: two inputs that differ round to "
             "values at most |a - b| + 1 ulp apart, and 1 ulp <= eps_bf16 |v|. Everything else "
             "is compile.eager's per-operation derivation, propagated in the worst case "
