@@ -46,8 +46,12 @@ def inductor_cache() -> Iterator[None]:
 
 def _assert_within(n: cg.GptNumerics, cid: str, other: cg.Results, context: str) -> None:
     assert n.compiled_backward, f"{context}: the backward did not run compiled code"
-    for key in other:
+    for key in cg.claimed(other):
         assert_claim(cid, n.compiled[key], other[key], f"{context} {key}", scale=n.bound[key])
+    if cg.TORCH < cg.WTE_GRAD_RIGHT:  # NOTE [ torch 2.6's compiled token-embedding gradient ]
+        wrong = measure(claim(cid), n.compiled[cg.WTE], other[cg.WTE], scale=n.bound[cg.WTE])
+        assert wrong > 1, f"{context}: torch {torch.__version__} computes {cg.WTE}'s gradient " \
+                          f"right ({wrong:.3g} of the bound): move WTE_GRAD_RIGHT down"
 
 
 def test_the_probe_bound_models_the_transformer_eager_runs(device: str) -> None:

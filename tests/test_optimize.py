@@ -199,7 +199,13 @@ def test_a_compiled_forward_that_drops_a_bias_fails_the_gauntlets_equivalence(
 @pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
 @pytest.mark.filterwarnings("ignore:Skipping serialization of skipfiles_inline_module")
 def test_the_compiled_transformer_passes_the_gauntlet_and_resumes_compiled_to_compiled() -> None:
+    from parity.drivers import compile_gpt as cg
+
     g = drv.run_gauntlet(drv.parse("compile", "gpt"), repeats=3, steps=2)
+    if cg.TORCH < cg.WTE_GRAD_RIGHT:  # NOTE [ torch 2.6's compiled token-embedding gradient ]
+        assert not g.claims[2][3], "the gauntlet's own compiled transformer held under a torch " \
+                                   "whose token-embedding gradient is wrong"
+        return
     assert g.passed, (g.claims, g.learning, g.resume)
     assert [c[0] for c in g.claims][:2] == ["compile.gpt_eager", "compile.gpt_reference"]
     assert g.claims[2][0].startswith("compile.gpt_eager (this transformer")  # this very model

@@ -30,12 +30,17 @@ def _obs(cid: str, precision: str, against: str) -> Observation:
     n, c = numerics(precision), claim(cid)
     other = n.eager if against == "eager" else n.reference
     assert other is not None
-    worst = max(measure(c, n.compiled[k], other[k], scale=n.bound[k]) for k in other)
+    keys = cg.claimed(other)
+    worst = max(measure(c, n.compiled[k], other[k], scale=n.bound[k]) for k in keys)
     raw = max(float(np.max(np.abs(n.compiled[k].astype(np.float64) - other[k].astype(
-        np.float64)))) for k in other)
+        np.float64)))) for k in keys)
+    note = f"{cg.GPT_SMALL}, logits, loss and gradients"
+    if len(keys) < len(other):  # NOTE [ torch 2.6's compiled token-embedding gradient ]
+        wrong = measure(c, n.compiled[cg.WTE], other[cg.WTE], scale=n.bound[cg.WTE])
+        note += f"; {cg.WTE}'s gradient left out, wrong as stated ({wrong:.3g} of the bound)"
+        worst = worst if wrong > 1 else float("inf")
     return Observation(worst if n.compiled_backward else float("inf"),
-                       sum(v.size for v in other.values()),
-                       f"{cg.GPT_SMALL}, logits, loss and gradients", raw=raw)
+                       sum(other[k].size for k in keys), note, raw=raw)
 
 
 check("compile.gpt_eager")(lambda: _obs("compile.gpt_eager", "fp32", "eager"))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -28,6 +28,25 @@ from torch_impl import compile as tc
 from torch_impl import gpt as tgpt
 
 Fault = Callable[[tgpt.GPT], None]  # breaks a model in place (the mutation tests' faults)
+
+
+# NOTE [ torch 2.6's compiled token-embedding gradient ]
+# torch 2.6's Inductor on CPU returns a wrong gradient of the token embedding: the row of a
+# token that occurs more than once in the batch does not hold the sum of its occurrences'
+# contributions (measured: only the rows of tokens occurring once agree with eager; aot_eager
+# agrees everywhere, so it is Inductor's code for the embedding backward). torch 2.11 and
+# 2.13 are right. The position embedding is right on every version: its rows are summed
+# over the batch before the embedding backward, whose indices are then distinct. Under
+# torch before WTE_GRAD_RIGHT the claims compile.gpt_* leave that one gradient out and
+# require it to be wrong (beyond the bound), so a fixed or a newly broken version shows.
+WTE = "transformer.wte.weight"
+WTE_GRAD_RIGHT = (2, 11)  # the first measured version whose compiled gradient is right
+TORCH = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
+
+
+def claimed(entries: Iterable[str]) -> list[str]:
+    """The compared entries the compile.gpt_* claims cover under this torch."""
+    return [k for k in entries if not (k == WTE and TORCH < WTE_GRAD_RIGHT)]
 
 
 @dataclass(frozen=True)
@@ -218,6 +237,7 @@ def count_full_block(mode: str, case: GptCase = GPT_SMALL) -> tc.Recompiles | st
         guards_log.setLevel(level)
 
 
-__all__ = ["EPS32", "GPT_SHAPES", "GPT_SMALL", "MODES", "GptCase", "GptNumerics",
-           "count_full_block", "count_shape_recompiles", "expected_graphs", "full_block_calls",
+__all__ = ["EPS32", "GPT_SHAPES", "GPT_SMALL", "MODES", "TORCH", "WTE", "WTE_GRAD_RIGHT",
+           "GptCase", "GptNumerics", "claimed", "count_full_block",
+           "count_shape_recompiles", "expected_graphs", "full_block_calls",
            "held_to_eager", "numerics", "ratios", "run", "shape_calls", "state_of"]
