@@ -61,8 +61,8 @@ NOTE [ The token check stays eager ]
 GPT.forward (torch_impl/gpt.py) begins with check_tokens, whose range check reads the
 tokens' minimum and maximum as Python ints and branches on them (`if lo < 0 or hi >=
 vocab_size`): a data-dependent branch, so Dynamo cannot capture it (with fullgraph an error,
-"Could not guard on data-dependent expression u0 < 0"; without, a graph break before the
-model's first op, and another before the loss's targets check). compile_gpt_forward keeps
+"Could not guard on data-dependent expression u0 < 0"; without, graph breaks at the check's
+`.item()` reads: 4 graphs, 3 breaks under torch 2.13). compile_gpt_forward keeps
 the check where it belongs, eager, in front of the graph, and captures the rest of the
 forward (embeddings, blocks, head, cross-entropy) as one graph: on the instance, the check
 is called first from the class, then the compiled forward runs with the instance's
