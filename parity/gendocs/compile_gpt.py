@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from parity.drivers.compile_gpt import GPT_SHAPES
 from parity.gendocs import section
-from parity.gendocs.compile import _measured, _missing, _versions
+from parity.gendocs.compile import _measured, _missing
 
 
 def _records() -> dict[str, dict]:
@@ -19,34 +19,60 @@ def _group(entry: str) -> str:
     return ".".join("*" if p.isdigit() else p for p in parts)
 
 
+def _grouped(rows: list[dict]) -> dict[str, list]:
+    """entry kind -> [differ, size, worst vs eager, worst vs reference or None]."""
+    grouped: dict[str, list] = {}
+    for r in rows:
+        g = grouped.setdefault(_group(r["entry"]), [0, 0, 0.0, None])
+        g[0] += r["differ"]
+        g[1] += r["size"]
+        g[2] = max(g[2], r["eager"])
+        if r["reference"] is not None:
+            g[3] = max(g[3] or 0.0, r["reference"])
+    return grouped
+
+
+def _worst_line(v: str, rec: dict) -> str:
+    parts = []
+    for precision in ("fp32", "bf16"):
+        grouped = _grouped(rec[precision]["rows"])
+        beyond = [k for k, g in grouped.items() if g[2] > 1]
+        within = {k: g for k, g in grouped.items() if k not in beyond}
+        eager = max(g[2] for g in within.values())
+        refs = [g[3] for g in within.values() if g[3] is not None]
+        text = f"{precision} vs eager {eager:.2g}" + (f", vs reference {max(refs):.2g}"
+                                                      if refs else "")
+        text += "".join(f"; `{k}` {grouped[k][2]:.3g} (beyond)" for k in beyond)
+        parts.append(text)
+    return f"- torch {v}: " + "; ".join(parts)
+
+
 @section("compile.md", "gpt-numerics")
 def _() -> str:
     records = _records()
     if not records:
         return _missing()
-    lines = ["Worst |compiled - other| / (eps S) per compared array, S the probe bound (1 = at "
-             "the bound), the blocks' parameters of one kind grouped (`h.*`: the worst over the "
-             "4 blocks); `differ`: elements not bit-identical to eager.", "",
-             "| torch | precision | entry | differ | vs eager | vs reference |",
-             "|---|---|---|---:|---:|---:|"]
-    for v, rec in sorted(records.items(), key=lambda kv: _versions({kv[0]: 0})):
-        for precision in ("fp32", "bf16"):
-            grouped: dict[str, list] = {}
-            for r in rec[precision]["rows"]:
-                g = grouped.setdefault(_group(r["entry"]), [0, 0, 0.0, None])
-                g[0] += r["differ"]
-                g[1] += r["size"]
-                g[2] = max(g[2], r["eager"])
-                if r["reference"] is not None:
-                    g[3] = max(g[3] or 0.0, r["reference"])
-            for entry, (differ, size, eager, ref) in grouped.items():
-                lines.append(f"| {v} | {precision} | `{entry}` | {differ} / {size} | "
-                             f"{eager:.2g} | {'-' if ref is None else f'{ref:.2g}'} |")
-    lines += ["", "Case: " + next(iter(records.values()))["case"] + ". Compile, probes and "
-              "comparison, wall clock, one run each (cold cache): "
-              + "; ".join(f"torch {v}: float32 {r['fp32']['seconds']:g} s, bfloat16 "
-                          f"{r['bf16']['seconds']:g} s ({r['machine']})"
-                          for v, r in records.items()) + "."]
+    versions = sorted(records, key=lambda v: tuple(int(p) for p in v.split(".")))
+    newest = versions[-1]
+    lines = [f"Torch {newest}: worst |compiled - other| / (eps S) per compared array, S the "
+             "probe bound (1 = at the bound), the blocks' parameters of one kind grouped "
+             "(`h.*`: the worst over the 4 blocks); `differ`: elements not bit-identical to "
+             "eager.", "",
+             "| precision | entry | differ | vs eager | vs reference |",
+             "|---|---|---:|---:|---:|"]
+    for precision in ("fp32", "bf16"):
+        for entry, (differ, size, eager, ref) in _grouped(
+                records[newest][precision]["rows"]).items():
+            lines.append(f"| {precision} | `{entry}` | {differ} / {size} | {eager:.2g} | "
+                         f"{'-' if ref is None else f'{ref:.2g}'} |")
+    lines += ["", "The worst array of every torch measured (docs/data/compile.json has each "
+              "row):", ""]
+    lines += [_worst_line(v, records[v]) for v in versions]
+    lines += ["", "Case: " + records[newest]["case"] + ". Compile, probes and comparison, "
+              "wall clock, one run each (cold cache): "
+              + "; ".join(f"torch {v}: float32 {records[v]['fp32']['seconds']:g} s, bfloat16 "
+                          f"{records[v]['bf16']['seconds']:g} s ({records[v]['machine']})"
+                          for v in versions) + "."]
     return "\n".join(lines)
 
 
