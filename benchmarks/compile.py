@@ -19,6 +19,7 @@ import io
 import json
 import os
 import platform
+import re
 import sys
 import tempfile
 import time
@@ -99,27 +100,62 @@ def numerics() -> tuple[list[dict], float]:
     return rows, cold
 
 
+def gpt() -> dict:
+    """The transformer (parity/drivers/compile_gpt.py): per entry, compiled vs eager and vs
+    the reference against the probe bound, float32 and bfloat16 autocast; the recompiles."""
+    from parity.drivers import compile_gpt as cg
+
+    out: dict = {"case": str(cg.GPT_SMALL)}
+    for precision in ("fp32", "bf16"):
+        torch._dynamo.reset()
+        began = time.perf_counter()
+        n = cg.numerics(cg.GPT_SMALL, precision)
+        seconds = time.perf_counter() - began
+        eager = cg.ratios(n.compiled, n.eager, n.bound)
+        ref = cg.ratios(n.compiled, n.reference, n.bound) if n.reference else {}
+        out[precision] = {"seconds": round(seconds, 1), "compiled_backward": n.compiled_backward,
+                          "rows": [{"entry": k, "size": int(np.size(n.eager[k])),
+                                    "differ": int(np.sum(n.compiled[k] != n.eager[k])),
+                                    "eager": eager[k], "reference": ref.get(k)}
+                                   for k in n.eager]}
+    out["recompiles"] = {m: {"graphs": r.graphs, "failed_guards": list(r.failed_guards)}
+                         for m in cg.MODES for r in [cg.count_shape_recompiles(m)]}
+    full = cg.count_full_block("dynamic")
+    assert not isinstance(full, str), full
+    out["full_block"] = {"graphs": full.graphs,  # the checkout's path cut to the repository's
+                         "failed_guards": [re.sub(r"\S*/(torch_impl/\S+)", r"\1", g)
+                                           for g in full.failed_guards],
+                         "mark_dynamic": cg.count_full_block("mark_dynamic")}
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-write", action="store_true", help="print, do not write")
+    parser.add_argument("--only", choices=("all", "mlp", "gpt"), default="all",
+                        help="measure the MLP's record, the transformer's, or both (default)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     warnings.filterwarnings("ignore", category=UserWarning)
+    version = torch.__version__.split("+")[0]
+    data = json.loads(OUT.read_text()) if OUT.exists() else {}
+    record = dict(data.get(version, {}))
+    machine = f"{platform.machine()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}"
     with tempfile.TemporaryDirectory(prefix="compile-bench-") as cache:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache
-        rows, cold = numerics()
-    record = {
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}",
-        "catalogue": catalogue(), "train_step": step_capture(),
-        "recompiles": {m: {"graphs": r.graphs, "failed_guards": list(r.failed_guards)}
-                       for m in dc.MODES for r in [dc.count_shape_recompiles(m)]},
-        "numerics": rows, "cold_compile_s": round(cold, 1)}
-    version = torch.__version__.split("+")[0]
+        if args.only in ("all", "mlp"):
+            rows, cold = numerics()
+            record.update({
+                "machine": machine, "catalogue": catalogue(), "train_step": step_capture(),
+                "recompiles": {m: {"graphs": r.graphs, "failed_guards": list(r.failed_guards)}
+                               for m in dc.MODES for r in [dc.count_shape_recompiles(m)]},
+                "numerics": rows, "cold_compile_s": round(cold, 1)})
+        if args.only in ("all", "gpt"):
+            record["gpt"] = {"machine": machine, **gpt()}
     print(json.dumps(record, indent=1))
     if args.no_write:
         return
-    data = json.loads(OUT.read_text()) if OUT.exists() else {}
     data[version] = record
     OUT.write_text(json.dumps(dict(sorted(data.items())), indent=1) + "\n")
     print(f"wrote {version} into {OUT}")

@@ -44,13 +44,29 @@ worst case, and 6 sigma with rounding errors as independent random variables), n
 empirical tolerance, with one saving against eager: a matrix product on operands equal on
 both sides runs the same extern kernel and is bit-identical (the first Linear's forward).
 Under autocast, Inductor keeps autocast's casts as explicit converts in the graph, so a
-bfloat16 activation is rounded to bfloat16 where eager rounds it: values that differ
-before that rounding may land one bfloat16 ulp apart (parity/drivers/compile.py adds it).
+bfloat16 value stored between kernels is rounded to bfloat16 where eager rounds it: values
+that differ before that rounding may land one bfloat16 ulp apart (parity/drivers/compile.py
+adds it). Between two low-precision pointwise operations fused into one loop, Inductor
+elides the downcast-upcast pair (torch._inductor.config.emulate_precision_casts, off by
+default): the intermediate stays float32 where eager rounds it, one more ulp at most. The
+MLP has no such pair (each GELU sits between two extern products); the transformer's
+attention scale, mask and softmax are one (compile.gpt_bf16 allows an ulp at every
+autocast rounding).
 
 What the compiled training step captures (train.train_step under torch.compile): the
 autocast forward and loss (one graph), the gradient clipping (one graph), the optimizer's
 update; `.backward()`, GradScaler's Python and `.item()` break it (explain() lists them).
 The backward still runs compiled: AOTAutograd compiled it with the forward graph.
+NOTE [ The token check stays eager ]
+GPT.forward (torch_impl/gpt.py) begins with check_tokens, whose range check reads the
+tokens' minimum and maximum as Python ints and branches on them (`if lo < 0 or hi >=
+vocab_size`): a data-dependent branch, so Dynamo cannot capture it (with fullgraph an error,
+"Could not guard on data-dependent expression u0 < 0"; without, graph breaks at the check's
+`.item()` reads: 4 graphs, 3 breaks under torch 2.13). compile_gpt_forward keeps
+the check where it belongs, eager, in front of the graph, and captures the rest of the
+forward (embeddings, blocks, head, cross-entropy) as one graph: on the instance, the check
+is called first from the class, then the compiled forward runs with the instance's
+check_tokens a pass-through. Bad tokens get the same error as in eager.
 """
 
 from __future__ import annotations
@@ -99,6 +115,34 @@ def compile_train_step(*, backend: str = "inductor", dynamic: bool | None = None
     from torch_impl.train import train_step
 
     return torch.compile(train_step, backend=backend, dynamic=dynamic, fullgraph=False)
+
+
+def compile_gpt_forward(model: nn.Module, *, backend: str = "inductor",
+                        dynamic: bool | None = None, fullgraph: bool = True) -> nn.Module:
+    """The transformer's forward compiled on this instance (NOTE [ The token check stays
+    eager ]): `model(idx, targets)` checks the tokens eagerly, then runs the compiled
+    forward; keys, parameters and buffers are the instance's own. Returns the model."""
+    from torch_impl.gpt import GPT
+
+    if not isinstance(model, GPT):
+        raise TypeError(f"compile_gpt_forward: a torch_impl.gpt.GPT, got {type(model).__name__}")
+    body = torch.compile(GPT.forward.__get__(model), backend=backend, dynamic=dynamic,
+                         fullgraph=fullgraph)
+    model.check_tokens = _checked  # inside the graph: the check already ran
+
+    def forward(idx: torch.Tensor, targets: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        GPT.check_tokens(model, idx)
+        if targets is not None:
+            GPT.check_tokens(model, targets, "targets")
+        return body(idx, targets)
+
+    model.forward = forward
+    return model
+
+
+def _checked(idx: torch.Tensor, what: str = "idx") -> torch.Tensor:
+    return idx
 
 
 # ---------------------------------------------------------------- explaining a capture

@@ -78,8 +78,10 @@ CLAIMS: tuple[Claim, ...] = (
         bound=1.0,
         scale="worst-case first-order bound plus eps_bf16 |v| per differing rounding",
         reason=(
-            "Inductor keeps autocast's casts as explicit converts, so every bfloat16 value is "
-            "rounded where eager rounds it, and the products are the same extern bf16 kernels "
+            "Inductor keeps autocast's casts as explicit converts, so every bfloat16 value "
+            "stored between kernels is rounded where eager rounds it (the MLP fuses no two "
+            "bfloat16 pointwise operations, whose downcast-upcast pair Inductor would elide: "
+            "NOTE [ Compiled numerics ]), and the products are the same extern bf16 kernels "
             "(float32 accumulation). Rounding is monotone: two inputs that differ round to "
             "values at most |a - b| + 1 ulp apart, and 1 ulp <= eps_bf16 |v|. Everything else "
             "is compile.eager's per-operation derivation, propagated in the worst case "
@@ -139,6 +141,102 @@ CLAIMS: tuple[Claim, ...] = (
             "every new size; automatic dynamic makes a dimension symbolic at its first change "
             "(batch at the 2nd call, sequence at the 3rd); symbolic sizes >= 2 pass every size "
             "guard."
+        ),
+    ),
+    Claim(
+        id="compile.gpt_eager",
+        statement=(
+            "On CPU, the compact transformer's forward with its cross-entropy compiled by "
+            "Inductor (fullgraph, the token check eager in front: compile_gpt_forward) and its "
+            "compiled backward, float32: the logits, the loss and every parameter gradient "
+            "within S of eager, S = 6 sigma, sigma^2 the variance of the run's first-order "
+            "response to every operation's rounding budget, estimated by 64 random-sign probes "
+            "and doubled (NOTE [ Probable bounds by probes ]). Version-gated: before torch "
+            "2.11 the token embedding's gradient is left out and is beyond S (torch 2.6's "
+            "Inductor does not sum a repeated token's contributions: NOTE [ torch 2.6's "
+            "compiled token-embedding gradient ] in parity/drivers/compile_gpt.py)."
+        ),
+        kind="eps",
+        bound=1.0,
+        scale="6 sqrt(2 x probe variance) (parity/drivers/compile_gpt_bounds.py)",
+        reason=(
+            "What differs: Inductor generates its own loops for LayerNorm (its row mean and "
+            "variance in another order), the attention's scale, mask and softmax (fused: "
+            "max, exp, normalizer), the tanh-GELU, the residual and bias adds (fused into "
+            "the neighbouring loops, possibly FMA-contracted) and the cross-entropy, forward "
+            "and backward, and calls the same extern products (mm, bmm, addmm) on operands "
+            "that already differ. Each is another evaluation of the same operation within a "
+            "per-operation budget (a k-term sum sqrt((k + 1)/2) eps of its absolute terms "
+            "in standard deviation; nn.gelu_tanh's and nn.cross_entropy's claims; LayerNorm's "
+            "statistics once per row). To first order the difference of a compared value is "
+            "sum_j c_j d_j over independent mean-zero d_j, |d_j| <= B_j, so its variance is at "
+            "most sum c_j^2 B_j^2 = E[(sum c_j r_j B_j)^2] for random signs r_j: the float64 "
+            "run's response to kicks of +-B_j at every operation, measured exactly by probes. "
+            "Hoeffding: P(|X| >= 6 sigma) <= 3e-8 per value; 64 probes estimate sigma^2 "
+            "within a chi-square of 64 degrees of freedom, and the doubling keeps the bound "
+            "above 5 sigma unless the estimate is below half (about 5e-4 per value). "
+            "docs/compile.md prints each entry's ratio to S."
+        ),
+    ),
+    Claim(
+        id="compile.gpt_reference",
+        statement=(
+            "The same compiled transformer against the NumPy reference, float32: logits, loss "
+            "and every parameter gradient within compile.gpt_eager's S (version-gated as "
+            "compile.gpt_eager)."
+        ),
+        kind="eps",
+        bound=1.0,
+        scale="6 sqrt(2 x probe variance) (parity/drivers/compile_gpt_bounds.py)",
+        reason=(
+            "The budgets of compile.gpt_eager are already those of two unrelated "
+            "implementations of each operation (any summation order in every product and "
+            "sum, every elementwise function within its nn claim), so they bound compiled vs "
+            "the reference as well; the embedding gradients' scatter-adds are counted in any "
+            "order (sqrt((n + 1)/2) eps of the n summed rows)."
+        ),
+    ),
+    Claim(
+        id="compile.gpt_bf16",
+        statement=(
+            "On CPU under bfloat16 autocast, the compiled transformer against eager: the "
+            "bfloat16 logits (in bfloat16 eps), the float32 loss and every parameter gradient "
+            "within S = compile.gpt_eager's probe bound with one more kick of eps_bf16 |v| at "
+            "every value autocast rounds to bfloat16 (each product's output, the scale, "
+            "softmax, GELU, and the gradients of those values); version-gated as compile.gpt_eager."
+        ),
+        kind="eps",
+        bound=1.0,
+        scale="6 sqrt(2 x probe variance), bfloat16 roundings kicked",
+        reason=(
+            "Inductor keeps autocast's converts, and may keep a fused intermediate in float32 "
+            "where eager rounds it to bfloat16; round to nearest is monotone, so at each "
+            "autocast rounding the two sides land at most |a - b| + 1 ulp apart, 1 ulp <= "
+            "eps_bf16 |v| (compile.bf16's argument): one more bounded, mean-zero term per "
+            "rounded value in the probe model; LayerNorm, the residual stream and the loss "
+            "stay float32 under CPU autocast and keep their float32 budgets."
+        ),
+    ),
+    Claim(
+        id="compile.gpt_recompiles",
+        statement=(
+            "The transformer's forward + loss over (batch, sequence) (4, 3), (8, 3), (8, 5), "
+            "(16, 7) compiles 4 graphs with dynamic=False, 3 by default, 1 with mark_dynamic "
+            "on both dimensions of idx and targets or dynamic=True (torch's "
+            "counters['stats']['unique_graphs']), each recompile's failed guard a size "
+            "mismatch of idx; and a full block (sequence = block_size) after (4, 5) compiles "
+            "a second graph even with dynamic=True, its failed guard the mask slice's "
+            "'size()[1] != block_size', while mark_dynamic on a full-block call is refused "
+            "(ConstraintViolationError)."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "Guard semantics as compile.recompiles. The causal mask is a (1, 1, block, block) "
+            "buffer sliced [:T, :T]: for T = block_size the slice is the whole buffer, which "
+            "Dynamo's symbolic shapes treat apart (the full slice keeps the buffer's "
+            "contiguity), so a symbolic T is guarded T != block_size, and a dimension marked "
+            "dynamic that the code specializes to a constant violates its constraint."
         ),
     ),
 )

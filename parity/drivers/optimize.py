@@ -88,6 +88,12 @@ def compiled_forward(model: Any) -> Any:
     """
     import torch
 
+    from torch_impl.gpt import GPT
+
+    if isinstance(model, GPT):  # its token check stays eager (torch_impl/compile.py)
+        from torch_impl.compile import compile_gpt_forward
+
+        return compile_gpt_forward(model, backend="inductor")
     model.forward = torch.compile(model.forward, backend="inductor", fullgraph=True)
     return model
 
@@ -179,6 +185,14 @@ def compiled_equivalence(opt: Optimization) -> tuple[str, float, str, bool]:
 
     base, other = make_run(None, opt.model), make_run(opt)
     x, y = base.next_batch()
+    if opt.model == "gpt":
+        from parity.drivers import compile_gpt as cg
+
+        worst, _ = cg.held_to_eager(base.model, other.model, base.loss_fn, x.numpy(),
+                                    y.numpy())
+        c = claim("compile.gpt_eager")
+        return (f"compile.gpt_eager (this transformer, batch {tuple(x.shape)})", worst,
+                c.tolerance, holds(c, worst))
     case = dc.Case(tuple(base.config.sizes), base.config.activation, len(x))
     worst, _ = dc.held_to_eager(base.model, other.model, case, x.numpy(), y.numpy())
     c = claim("compile.eager")

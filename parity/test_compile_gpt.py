@@ -1,0 +1,201 @@
+"""torch.compile on the compact transformer (claims compile.gpt_*): the compiled forward,
+loss and backward held to eager and to the reference within the probe bound
+(NOTE [ Probable bounds by probes ]), plausible faults in the compiled model caught by it,
+and the recompiles over batch and sequence counted by torch's counters.
+
+Every Inductor compile of the transformer costs tens of seconds on 2 cores, so the compiled
+cases are marked slow; the default run checks the bound's own model against eager (no
+compile) on a one-block transformer.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from parity.compare import assert_claim, measure
+from parity.drivers import compile as dc
+from parity.drivers import compile_gpt as cg
+from parity.drivers import gpt as dg
+from parity.drivers.compile_gpt_bounds import probe_bounds
+from parity.tolerances import claim
+from torch_impl import compile as tc
+from torch_impl import gpt as tgpt
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore:Skipping serialization of skipfiles_inline_module"),
+]
+
+CPU_ONLY = "the compile bounds rest on the nn claims' CPU kernels (parity/claims/nn.py)"
+TINY = cg.GptCase(replace(cg.GPT_SMALL.config, n_layer=1), batch=2, seq_len=8, seed=3)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def inductor_cache() -> Iterator[None]:
+    """Inductor's caches fresh for this module (parity/test_compile.py's fixture)."""
+    with dc.fresh_inductor_cache():
+        yield
+
+
+def _assert_within(n: cg.GptNumerics, cid: str, other: cg.Results, context: str) -> None:
+    assert n.compiled_backward, f"{context}: the backward did not run compiled code"
+    for key in cg.claimed(other):
+        assert_claim(cid, n.compiled[key], other[key], f"{context} {key}", scale=n.bound[key])
+    if cg.TORCH < cg.WTE_GRAD_RIGHT:  # NOTE [ torch 2.6's compiled token-embedding gradient ]
+        wrong = measure(claim(cid), n.compiled[cg.WTE], other[cg.WTE], scale=n.bound[cg.WTE])
+        assert wrong > 1, f"{context}: torch {torch.__version__} computes {cg.WTE}'s gradient " \
+                          f"right ({wrong:.3g} of the bound): move WTE_GRAD_RIGHT down"
+
+
+def test_the_probe_bound_models_the_transformer_eager_runs(device: str) -> None:
+    """The probe bound's own float64 model of the transformer (no compile) against torch's
+    eager float32 run: every logit, the loss and every gradient within the bound (float32
+    rounds on one side only), and not blind: the worst entry uses over 1/100 of it. A wrongly
+    wired model (a block skipped, a scale forgotten) is off by orders of magnitude more."""
+    if device != "cpu":
+        pytest.skip(CPU_ONLY)
+    config = TINY.config
+    _, model = dg.make_pair(config, np.float32, TINY.seed)
+    idx, targets = dg.tokens(config, TINY.batch, TINY.seq_len, TINY.seed)
+    eager = cg.run(model, idx, targets)
+    bound = probe_bounds(cg.state_of(model), config, idx, targets, seed=TINY.seed)
+    c = claim("compile.gpt_eager")
+    worst = max(measure(c, eager[k], bound.plain[k].astype(np.float32), scale=bound.scale[k])
+                for k in eager)
+    assert 1e-2 < worst <= 1.0, f"eager vs the probe model: {worst:.3g} of the bound"
+
+
+@pytest.mark.slow
+def test_compiled_gpt_matches_eager_and_reference_within_the_probe_bound(device: str) -> None:
+    """Logits, loss and every gradient of the Inductor-compiled transformer within 6 sigma
+    of the probe-propagated roundings, against eager and against the reference."""
+    if device != "cpu":
+        pytest.skip(CPU_ONLY)
+    torch._dynamo.reset()
+    n = cg.numerics(cg.GPT_SMALL)
+    assert n.reference is not None
+    _assert_within(n, "compile.gpt_eager", n.eager, "eager")
+    _assert_within(n, "compile.gpt_reference", n.reference, "reference")
+    differ = sum(int((n.compiled[k] != n.eager[k]).sum()) for k in n.eager)
+    assert differ > 0, "compiled and eager agree bit for bit: the bound was never exercised"
+
+
+@pytest.mark.slow
+def test_compiled_gpt_under_bf16_autocast_matches_eager_within_its_probe_bound(
+        device: str) -> None:
+    """Under bfloat16 autocast: bfloat16 logits, float32 loss and gradients within the probe
+    bound with every autocast rounding kicked one bfloat16 ulp."""
+    if device != "cpu":
+        pytest.skip(CPU_ONLY)
+    torch._dynamo.reset()
+    n = cg.numerics(cg.GPT_SMALL, "bf16")
+    assert n.compiled["output"].dtype.itemsize == 2, "the logits are not bfloat16: no autocast"
+    _assert_within(n, "compile.gpt_bf16", n.eager, "bf16")
+
+
+def _exact_gelu(model: tgpt.GPT) -> None:
+    """The classic mismatch: block 1's GELU exact (erf) where GPT-2's is the tanh form."""
+    model.transformer.h[1].mlp.gelu = torch.nn.GELU()
+
+
+def _float16_leak(model: tgpt.GPT) -> None:
+    """A float16 rounding leaked after block 1's attention projection."""
+    model.transformer.h[1].attn.c_proj.register_forward_hook(
+        lambda mod, args, out: out.half().float())
+
+
+def _layer_norm_eps(model: tgpt.GPT) -> None:
+    """Block 2's second LayerNorm with eps 1e-6 instead of 1e-5."""
+    model.transformer.h[2].ln_2.eps = 1e-6
+
+
+def _scale_dropped(model: tgpt.GPT) -> None:
+    """Block 3's attention scores without the 1/sqrt(head size) scale."""
+    core = model.transformer.h[3].attn.core
+
+    def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        T = q.size(-2)
+        s = (q @ k.transpose(-2, -1)).masked_fill(~core.bias[:, :, :T, :T], -math.inf)
+        return F.softmax(s, dim=-1) @ v
+
+    core.forward = forward
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", [_exact_gelu, _float16_leak, _layer_norm_eps, _scale_dropped],
+                         ids=lambda f: f.__name__.strip("_"))
+def test_a_compiled_gpt_with_a_plausible_fault_fails_compile_gpt_eager(fault, device: str
+                                                                       ) -> None:
+    """The compiled side's model carries one fault (captured with backend aot_eager: the
+    capture and the compiled backward without Inductor's code generation); the probe bound
+    of compile.gpt_eager rejects it."""
+    if device != "cpu":
+        pytest.skip(CPU_ONLY)
+    torch._dynamo.reset()
+    n = cg.numerics(cg.GPT_SMALL, backend="aot_eager", fault=fault)
+    c = claim("compile.gpt_eager")
+    seen = max(measure(c, n.compiled[k], n.eager[k], scale=n.bound[k]) for k in n.eager)
+    assert seen > 1, f"{fault.__name__}: compile.gpt_eager holds ({seen:.3g} of its bound)"
+
+
+@pytest.mark.slow
+def test_the_compiled_gpt_checks_tokens_eagerly_and_captures_one_graph(device: str) -> None:
+    """NOTE [ The token check stays eager ]: an id out of range gets eager's error before
+    anything is captured; good tokens capture the rest of the forward as ONE graph (fullgraph,
+    backend "eager": Dynamo's capture run with eager kernels), whose logits and loss are
+    bit-identical to eager's."""
+    from torch._dynamo.utils import counters
+
+    model = tgpt.GPT(TINY.config, generator=torch.Generator().manual_seed(0), device=device)
+    eager_model = tgpt.GPT(TINY.config, generator=torch.Generator().manual_seed(0),
+                           device=device)
+    torch._dynamo.reset()
+    counters.clear()
+    tc.compile_gpt_forward(model, backend="eager")
+    bad = torch.full((2, 4), TINY.config.vocab_size, dtype=torch.int64, device=device)
+    with pytest.raises(ValueError, match="token ids must lie in") as compiled_error:
+        model(bad)
+    with pytest.raises(ValueError, match="token ids must lie in") as eager_error:
+        eager_model(bad)
+    assert str(compiled_error.value) == str(eager_error.value)
+    assert counters["stats"]["unique_graphs"] == 0, "a graph was captured for bad tokens"
+    idx, targets = (dg.to_torch_tokens(t, device) for t in dg.tokens(TINY.config, 2, 8, 0))
+    got, want = model(idx, targets), eager_model(idx, targets)
+    assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
+    for name, a, b in zip(("logits", "loss"), got, want, strict=True):
+        assert_claim("compile.breaks", a, b, f"backend eager {name}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", cg.MODES)
+def test_gpt_recompiles_over_batch_and_sequence_follow_the_guards(mode: str) -> None:
+    """Graphs over GPT_SHAPES: 4 static, 3 automatic dynamic, 1 marked or dynamic=True; every
+    failed guard a size mismatch of idx."""
+    r = cg.count_shape_recompiles(mode)
+    assert_claim("compile.gpt_recompiles", torch.tensor([r.graphs]),
+                 torch.tensor([cg.expected_graphs(mode)]), mode)
+    assert all("size mismatch" in line and "'idx'" in line.replace("L['idx']", "'idx'")
+               for line in r.failed_guards), r.failed_guards
+    assert (len(r.failed_guards) > 0) == (r.graphs > 1), r.failed_guards
+
+
+@pytest.mark.slow
+def test_a_full_block_recompiles_at_the_causal_mask_slice_even_when_dynamic() -> None:
+    """dynamic=True: (4, 5) then a full block (4, block_size) compiles 2 graphs, the failed
+    guard the mask slice's sequence != block_size (attention.py); mark_dynamic on the same
+    calls is refused: the code specializes the marked dimension to block_size."""
+    full = cg.count_full_block("dynamic")
+    assert not isinstance(full, str), full
+    assert_claim("compile.gpt_recompiles", torch.tensor([full.graphs, len(full.failed_guards)]),
+                 torch.tensor([2, 1]), "full block")
+    block = str(cg.GPT_SMALL.config.block_size)
+    assert all("attention.py" in line and "size()[1]" in line and block in line
+               for line in full.failed_guards), full.failed_guards
+    assert cg.count_full_block("mark_dynamic") == "ConstraintViolationError"
