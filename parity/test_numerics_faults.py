@@ -8,7 +8,6 @@ Drivers: parity/drivers/numerics.py; the value faults: parity/test_numerics.py.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +18,13 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from parity.compare import assert_claim
-from parity.drivers.numerics import FAULTED, faulted_run, seed_directory, underflow_counts
+from parity.drivers.numerics import (
+    FAULTED,
+    faulted_run,
+    json_bytes,
+    seed_directory,
+    underflow_counts,
+)
 from parity.drivers.train import one_thread
 from reference.faults import FAULTS
 from reference.numerics import COLUMNS
@@ -29,11 +34,6 @@ from reference.numerics import COLUMNS
 def _torch_one_thread() -> Iterator[None]:
     with one_thread():
         yield
-
-
-def _text(value: object) -> np.ndarray:
-    """A value as the bytes of its canonical JSON (compared with a bits claim)."""
-    return np.frombuffer(json.dumps(value, sort_keys=True).encode(), np.uint8)
 
 
 @pytest.fixture(scope="module")
@@ -72,11 +72,11 @@ def test_both_trees_name_the_catalogued_first_invalid_value_of_a_loss_or_lr_faul
     shown = {p: rest for p, *rest in f.shows}[precision]
     assert [ref.report.phase, ref.report.module, ref.report.op] == shown
     assert ref.report.step == 3 + f.delay  # the regression guard's step
-    assert_claim("numerics.first_invalid", _text(got.report.identity()),
-                 _text(ref.report.identity()), context=f"{fault} {precision}")
+    assert_claim("numerics.first_invalid", json_bytes(got.report.identity()),
+                 json_bytes(ref.report.identity()), context=f"{fault} {precision}")
     assert_claim("numerics.first_invalid",
-                 _text({k: v[:3] for k, v in got.report.counts.items()}),
-                 _text({k: v[:3] for k, v in ref.report.counts.items()}),
+                 json_bytes({k: v[:3] for k, v in got.report.counts.items()}),
+                 json_bytes({k: v[:3] for k, v in ref.report.counts.items()}),
                  context="non-finite counts")
 
 
@@ -100,8 +100,8 @@ def test_both_trees_name_the_same_first_invalid_value_of_a_code_fault_for_any_se
     assert (found[0] is None) == (found[1] is None)
     if found[0] is not None:
         event(f"{name}: shows {found[0].report.step - fault_step} steps after the fault")
-        assert_claim("numerics.first_invalid", _text(found[1].report.identity()),
-                     _text(found[0].report.identity()), context=f"{config} {name}")
+        assert_claim("numerics.first_invalid", json_bytes(found[1].report.identity()),
+                     json_bytes(found[0].report.identity()), context=f"{config} {name}")
 
 
 @pytest.mark.parametrize("fault", ["log_of_zero", "lr_divergence"])
@@ -128,7 +128,7 @@ def _zeros_agree(seed: int, start: Path, work: Path) -> tuple[int, int]:
     for repaired in (False, True):
         ref, got = (underflow_counts(name, seed, start, work, repaired=repaired)
                     for name in ("reference", "torch"))
-        assert_claim("numerics.underflow_counts", _text(got), _text(ref),
+        assert_claim("numerics.underflow_counts", json_bytes(got), json_bytes(ref),
                      context=f"seed {seed} repaired {repaired}")
         assert all(sum(row[:3]) == 0 for row in ref.values())  # nothing non-finite
         totals.append(sum(row[COLUMNS.index("zero")] for row in ref.values()))
@@ -219,6 +219,6 @@ def test_an_inline_residual_add_is_named_add_backward_in_both_trees(device: str)
                 pass
         reports.append(found.value.report)
     assert (reports[0].module, reports[0].op) == ("0", "AddBackward0")  # the inline op, named
-    assert_claim("numerics.first_invalid", _text(reports[1].identity()),
-                 _text(reports[0].identity()))
+    assert_claim("numerics.first_invalid", json_bytes(reports[1].identity()),
+                 json_bytes(reports[0].identity()))
     assert [r.name for r in reports[0].inputs] == [r.name for r in reports[1].inputs]

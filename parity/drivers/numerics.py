@@ -8,6 +8,7 @@ mapping), so the data order, the weights and the fault are the same bits in both
 
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -220,3 +221,9 @@ def counts_history(name: str = "reference", model: str = "mlp"
     except ref_numerics.NonFinite as e:
         return e.history, e.report
     return run.numerics.history, None
+
+
+def json_bytes(value: object) -> np.ndarray:
+    """A value as the bytes of its canonical JSON: an identifying tuple compared with a bits
+    claim (step, module, op, phase as strings)."""
+    return np.frombuffer(json.dumps(value, sort_keys=True).encode(), np.uint8)
