@@ -15,8 +15,8 @@ the reference's dataclass (plain data). What PyTorch does differently or hides:
   dropout draws differently again, so sdpa is compared with dropout off.
 - Initialization: the modules are built on the meta device, materialized on the CPU, drawn
   from the given torch.Generator with GPT-2's init (reference/gpt.py), then moved.
-- The causal mask is a non-persistent buffer: it is not in the state_dict, as the
-  reference's is not a parameter.
+- The causal mask is built for each sequence length in the attention core's forward, as in
+  the reference: no buffer, nothing in the state_dict.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from reference.gpt_config import GPTConfig  # plain data: the shared config
-from torch_impl.attention import AttentionCore, CausalSelfAttention
+from torch_impl.attention import CausalSelfAttention
 from torch_impl.module import SavedTensor, saved_key, saved_tensor_names
 from torch_impl.recompute import Schedule, forward_with_schedule
 
@@ -99,12 +99,10 @@ class GPT(nn.Module):
             self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.to_empty(device="cpu")
         self.to(dtype)
-        for module in self.modules():  # what to_empty left unset: LayerNorm and the masks
+        for module in self.modules():  # what to_empty left unset: LayerNorm
             if isinstance(module, nn.LayerNorm):
                 nn.init.ones_(module.weight)
                 nn.init.zeros_(module.bias)
-            elif isinstance(module, AttentionCore):
-                module.bias.copy_(torch.tril(torch.ones_like(module.bias)))
         with torch.no_grad():
             _init_gpt_(self, generator)
         if config.tie_weights:
@@ -115,7 +113,11 @@ class GPT(nn.Module):
         self.schedule: Schedule | None = None
 
     def check_tokens(self, idx: torch.Tensor, what: str = "idx") -> torch.Tensor:
-        """idx as int64 (B, T) tokens in [0, vocab_size) with 1 <= T <= block_size."""
+        """idx as int64 (B, T) tokens in [0, vocab_size) with 1 <= T <= block_size.
+
+        Under torch.compile the range check is an assertion in the graph (NOTE [ The token
+        check compiles ] in torch_impl/compile.py): the dtype and shape checks become
+        guards, the range cannot be read as Python numbers without breaking the graph."""
         cfg = self.config
         if not isinstance(idx, torch.Tensor) or idx.dtype != torch.int64:
             raise TypeError(f"GPT: {what} must be int64 token ids, got "
@@ -123,6 +125,11 @@ class GPT(nn.Module):
         if idx.dim() != 2 or not 1 <= idx.size(1) <= cfg.block_size or idx.size(0) < 1:
             raise ValueError(f"GPT: {what} must have shape (B, T) with B >= 1 and "
                              f"1 <= T <= block_size={cfg.block_size}, got {tuple(idx.shape)}")
+        if torch.compiler.is_compiling():
+            torch._assert_async(((idx >= 0) & (idx < cfg.vocab_size)).all(),
+                                f"GPT: {what} token ids must lie in [0, vocab_size="
+                                f"{cfg.vocab_size})")
+            return idx
         lo, hi = int(idx.min()), int(idx.max())
         if lo < 0 or hi >= cfg.vocab_size:
             raise ValueError(f"GPT: {what} token ids must lie in [0, vocab_size="
