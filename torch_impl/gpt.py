@@ -29,7 +29,7 @@ from torch import nn
 
 from reference.gpt_config import GPTConfig  # plain data: the shared config
 from torch_impl.attention import CausalSelfAttention
-from torch_impl.module import SavedTensor, saved_key, saved_tensor_names
+from torch_impl.module import SavedTensor, saved_during
 from torch_impl.recompute import Schedule, forward_with_schedule
 
 
@@ -162,42 +162,18 @@ class GPT(nn.Module):
 # -- what autograd saves: the twin of the reference's GPT.tape() and GPT.held_bytes()
 def measure_saved(model: GPT, idx: torch.Tensor, targets: torch.Tensor | None = None
                   ) -> tuple[list[SavedTensor], int]:
-    """Run model(idx, targets) under saved_tensors_hooks: every tensor autograd saved,
-    parameters excluded, as SavedTensor(innermost module path, "Node.attr", shape, dtype,
-    bytes), and the bytes held: the DISTINCT storages those tensors live in, each counted
-    once at its full size (a view saves no bytes of its own)."""
-    stack: list[str] = []
-    packed: list[tuple[str, torch.Tensor]] = []
+    """Run model(idx, targets) under saved_tensors_hooks (torch_impl.module.saved_during):
+    every tensor autograd saved, parameters excluded, as SavedTensor(innermost module path,
+    "Node.attr", shape, dtype, bytes), and the bytes held: the DISTINCT storages those
+    tensors live in, each counted once at its full size (a view saves no bytes of its own)."""
+    _, saved = saved_during(model, idx, targets)
     param_ptrs = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    handles = []
-
-    def leave(mod: nn.Module, args: tuple, out: object) -> None:
-        stack.pop()
-
-    for path, module in model.named_modules():
-        handles.append(module.register_forward_pre_hook(
-            lambda mod, args, path=path: stack.append(path)))
-        handles.append(module.register_forward_hook(leave))
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        packed.append((stack[-1] if stack else "", t))
-        return t
-
-    try:
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            logits, loss = model(idx, targets)
-    finally:
-        for h in handles:
-            h.remove()
-    names = saved_tensor_names((loss if loss is not None else logits).grad_fn)
     entries, storages = [], {}
-    for path, t in packed:
+    for path, name, t in saved:
         storage = t.untyped_storage()
         if storage.data_ptr() in param_ptrs:
             continue
         storages[storage.data_ptr()] = storage.nbytes()
-        found = names.get(saved_key(t))
-        name = found.pop(0) if found else "?"
         entries.append(SavedTensor(path, name, tuple(t.shape),
                                    str(t.dtype).removeprefix("torch."),
                                    t.numel() * t.element_size()))
