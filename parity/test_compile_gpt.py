@@ -155,7 +155,7 @@ def test_the_gpt_compiles_as_one_graph_with_its_token_check_inside(how: str, dev
     capture run with eager kernels) as ONE graph, whose logits and loss are bit-identical to
     eager's, over a short sequence and a full block (dynamic=True); a token out of range
     then fails the graph's assertion with check_tokens' words, where eager raises the
-    ValueError that also names the range it got."""
+    ValueError that also names the range it got; a wrong shape is refused while capturing."""
     from torch._dynamo.utils import counters
 
     model = tgpt.GPT(TINY.config, generator=torch.Generator().manual_seed(0), device=device)
@@ -183,6 +183,13 @@ def test_the_gpt_compiles_as_one_graph_with_its_token_check_inside(how: str, dev
         with pytest.raises(ValueError, match=rf"token ids must lie in \[0, vocab_size={vocab}"
                                              rf"\), got \[{bad}, {bad}\]"):
             eager_model(tokens)
+    # a wrong shape raises while capturing: fullgraph refuses the frame at check_tokens, and
+    # without fullgraph the frame falls back to eager, which raises the ValueError itself
+    too_long = torch.zeros((2, TINY.config.block_size + 1), dtype=torch.int64, device=device)
+    with pytest.raises(torch._dynamo.exc.Unsupported, match="check_tokens"):
+        compiled(too_long)
+    with pytest.raises(ValueError, match=r"must have shape \(B, T\)"):
+        torch.compile(eager_model.forward, backend="eager")(too_long)
 
 
 @pytest.mark.slow

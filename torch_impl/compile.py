@@ -57,23 +57,25 @@ What the compiled training step captures (train.train_step under torch.compile):
 autocast forward and loss (one graph), the gradient clipping (one graph), the optimizer's
 update; `.backward()`, GradScaler's Python and `.item()` break it (explain() lists them).
 The backward still runs compiled: AOTAutograd compiled it with the forward graph.
+
 NOTE [ The token check compiles ]
 GPT.forward (torch_impl/gpt.py) begins with check_tokens. Its dtype and shape checks read
 only what Dynamo guards anyway (dtype, rank, sizes), so they cost guards, not breaks; a
 wrong dtype or shape raises while capturing (with fullgraph=True as Dynamo's Unsupported
-"Observed exception" with check_tokens' ValueError as its cause; without, the frame falls
-back to eager, which raises the ValueError itself). The range check cannot read the tokens'
-minimum and maximum as Python numbers: that is a data-dependent branch (fullgraph refuses
-it, "Could not guard on data-dependent expression"; without fullgraph the `.item()` reads
-break the graph three times). Under torch.compiler.is_compiling() it is instead an
-assertion recorded in the graph, torch._assert_async(all(0 <= idx < vocab_size), message):
-the forward captures as one graph, and a bad token raises RuntimeError with the message
-"GPT: idx token ids must lie in [0, vocab_size=V)" when the graph runs (eager's ValueError
-also names the range it got, which the graph cannot format). Version-gated: Inductor before
-torch 2.11 drops the assertion from its generated code (measured on 2.6; backends "eager"
-and "aot_eager" keep it on every version), and a bad token then reaches the embedding's
-own bounds check in the generated code ("index out of bounds"). So
-torch.compile(model.forward, fullgraph=True) and model.compile() work on GPT as it is.
+"Observed exception" at check_tokens' line, from torch 2.13 with the ValueError as its
+cause; without, the frame falls back to eager, which raises the ValueError itself). The
+range check cannot read the tokens' minimum and maximum as Python numbers: that is a
+data-dependent branch (fullgraph refuses it, "Could not guard on data-dependent expression";
+without fullgraph the `.item()` reads break the graph three times). Under
+torch.compiler.is_compiling() it is instead an assertion recorded in the graph,
+torch._assert_async(all(0 <= idx < vocab_size), message): the forward captures as one graph,
+and a bad token raises RuntimeError with the message "GPT: idx token ids must lie in [0,
+vocab_size=V)" when the graph runs (eager's ValueError also names the range it got, which
+the graph cannot format). Version-gated: Inductor before torch 2.11 drops the assertion from
+its generated code (measured on 2.6; backends "eager" and "aot_eager" keep it on every
+version), and a bad token then reaches the embedding's own bounds check in the generated
+code ("index out of bounds"). So torch.compile(model.forward, fullgraph=True) and
+model.compile() work on GPT as it is.
 
 NOTE [ The mask is built for T ]
 The attention core builds its (1, 1, T, T) causal mask for the sequence length at hand
