@@ -11,8 +11,8 @@ the tests' costs per example differ by a factor of ~1000 (a float cast vs a trai
 so a flat example count either barely fuzzes the cheap tests or spends many minutes in one
 expensive test. Instead every @given test gets up to 20,000 examples OR T seconds
 (--fuzz-seconds, default FUZZ_SECONDS), whichever comes first: its own @settings budget is
-raised to the profile's, and while it runs, parity.fuzz.time_slice stops it from starting a
-new example after T seconds (never while a failure is being shrunk; the test then passes
+raised to the profile's, and while it runs, parity.fuzz_targets.time_slice stops it from
+starting a new example after T seconds (never while a failure is being shrunk; the test then passes
 with the examples it ran). So `pytest parity/ --hypothesis-profile=fuzz` takes at most
 (number of @given tests) x T plus the rest of the suite: 66 tests x 5 s + ~2 minutes, about
 7.5 minutes on 2 cores, and the summary at the end lists the examples each test got.
@@ -133,7 +133,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function):  # type: ignore[no-untyped-
     if seconds is None or not hasattr(fn, "hypothesis"):
         yield
         return
-    from parity.fuzz import TimeUp, time_slice
+    from parity.fuzz_targets import TimeUp, time_slice
 
     began = time.monotonic()
     with time_slice(fn, seconds) as state:

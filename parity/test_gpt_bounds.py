@@ -86,6 +86,42 @@ def test_layer_norm_bias_grad_adds_rows_in_torchs_order_even_with_one_column(
         assert_claim("gpt.layer_norm.bias_grad", db, tb.grad.numpy(), f"{rows} x {columns}")
 
 
+def test_layer_norm_agrees_below_2_to_the_64_where_torch_turns_a_constant_row_to_nan(
+        device: str) -> None:
+    """The range gpt.layer_norm.forward states: just below 2^64 a constant row and a
+    one-spike row agree within the claim (the constant row gives the bias on both sides); at
+    2^64 torch's CPU kernel
+    returns NaN for the constant row, where the reference's two-pass variance (of deviations,
+    here 0) still gives the bias. Fails the day torch stays finite there."""
+    from reference.layers import layer_norm
+
+    if device != "cpu":
+        pytest.skip("CPU-specific: torch's CPU LayerNorm kernel")
+    C = 32
+    w = np.linspace(0.5, 1.5, C, dtype=np.float32)
+    b = np.linspace(-1.0, 1.0, C, dtype=np.float32)
+    edge = np.float32(2.0**64)
+
+    def both(s: np.float32) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        x = np.zeros((2, C), np.float32)
+        x[0] = s  # constant: every deviation 0
+        x[1, 0] = s  # one spike
+        got = layer_norm(x, w, b, 1e-5)[0]
+        want = torch.nn.functional.layer_norm(torch.tensor(x, device=device), (C,),
+                                              torch.tensor(w, device=device),
+                                              torch.tensor(b, device=device), 1e-5)
+        return x, got, want.cpu().numpy()
+
+    x, got, want = both(np.nextafter(edge, np.float32(0)))
+    assert np.isfinite(want).all() and np.array_equal(got[0], b), "below 2^64"
+    assert_claim("gpt.layer_norm.forward", got, want, "just below 2^64",
+                 scale=gb.layer_norm_forward_scale(x, w, b))
+    _, got, want = both(edge)
+    assert np.array_equal(got[0], b), "the reference's constant row at 2^64 is not the bias"
+    assert np.isnan(want[0]).all(), (f"torch {torch.__version__} no longer returns NaN for a "
+                                     "constant row at 2^64: widen gpt.layer_norm.forward's range")
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_loss_reduction_orders_reproduce_numpy_and_torch_bit_for_bit(device: str,
                                                                      dtype: type) -> None:

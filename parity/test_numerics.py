@@ -7,7 +7,7 @@ the same counts (numerics.first_invalid), and the anomaly replay names the same 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +31,7 @@ from parity.drivers.train import one_thread
 from parity.strategies import float32_arrays
 from reference.faults import FAULTS
 from reference.format_spec import get_format
-from reference.numerics import COLUMNS, thresholds
+from reference.numerics import COLUMNS, NonFinite, thresholds
 
 
 @pytest.fixture(autouse=True)
@@ -78,6 +78,8 @@ def test_format_view_thresholds_are_the_casts_ties(fmt: str, arithmetic: bool,
 
 # ---------------------------------------------------------------- seeded faults
 
+# what each fault writes out of range: the op where it first shows has that as its input
+WRITES = {"weight_overflow": "weight", "inf_weight": "weight", "poisoned_batch": "input"}
 CASES = [("weight_overflow", "fp16"), ("inf_weight", "fp32"), ("inf_weight", "bf16"),
          ("poisoned_batch", "fp16")]
 
@@ -94,20 +96,38 @@ def start(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def _found(name: str, fault: str, precision: str, start: Path, work: Path, steps: int = 5
-           ) -> object:
+           ) -> NonFinite:
     _, found = faulted_run(name, {**FAULTED, "precision": precision}, fault, 3, steps, start,
                            work / name)
     assert found is not None, f"{name} did not find {fault} in {precision}"
     return found
 
 
+Found = Callable[[str, str, str], NonFinite]
+
+
+@pytest.fixture(scope="module")
+def found(start: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Found:
+    """found(tree, fault, precision): that tree's faulted run from the common start (5
+    steps), run once per module, so the catalogue test and the replay test read the same
+    runs."""
+    runs: dict[tuple[str, str, str], NonFinite] = {}
+
+    def get(name: str, fault: str, precision: str) -> NonFinite:
+        key = (name, fault, precision)
+        if key not in runs:
+            work = tmp_path_factory.mktemp(f"{fault}-{precision}")
+            runs[key] = _found(name, fault, precision, start[precision], work)
+        return runs[key]
+
+    return get
+
+
 @pytest.mark.parametrize(("fault", "precision"), CASES)
 def test_both_trees_name_the_same_first_invalid_value(fault: str, precision: str,
-                                                      start: dict[str, Path],
-                                                      tmp_path: Path) -> None:
+                                                      found: Found) -> None:
     """Same step, phase, module, op, index and value; same non-finite counts per row."""
-    ref = _found("reference", fault, precision, start[precision], tmp_path)
-    got = _found("torch", fault, precision, start[precision], tmp_path)
+    ref, got = found("reference", fault, precision), found("torch", fault, precision)
     assert ref.report.step == 3 and ref.report.phase == "forward"  # the seeded step, reached
     assert_claim("numerics.first_invalid", json_bytes(got.report.identity()),
                  json_bytes(ref.report.identity()), context=f"{fault} {precision}")
@@ -118,7 +138,7 @@ def test_both_trees_name_the_same_first_invalid_value(fault: str, precision: str
                  context="non-finite counts")
     out = [r.name for r in ref.report.inputs if r.out_of_range()]
     assert out == [r.name for r in got.report.inputs if r.out_of_range()]
-    assert len(out) == 1  # the report names the one input that was already out of range
+    assert out == [WRITES[fault]], out  # the one input already out of range: this fault's
 
 
 @settings(max_examples=15, deadline=None)
@@ -155,14 +175,13 @@ def test_weight_overflow_is_found_only_where_the_format_cannot_hold_it(
 @pytest.mark.parametrize(("fault", "precision"), [CASES[0], CASES[1], CASES[3],
                                                   ("log_of_zero", "fp32")])
 def test_replay_names_the_same_backward_node_whichever_tree_wrote_the_file(
-        fault: str, precision: str, start: dict[str, Path], tmp_path: Path) -> None:
-    """Each tree's replay file, replayed by each tree: the same node and module (torch's from
-    detect_anomaly's own message)."""
+        fault: str, precision: str, found: Found, tmp_path: Path) -> None:
+    """Each tree's replay file (the catalogue test's runs), replayed by each tree: the same
+    node and module (torch's from detect_anomaly's own message)."""
     names = {}
     for writer in ("reference", "torch"):
-        found = _found(writer, fault, precision, start[precision], tmp_path)
         path = tmp_path / f"{writer}.replay"
-        save_replay(writer, path, found.replay)
+        save_replay(writer, path, found(writer, fault, precision).replay)
         for reader in ("reference", "torch"):
             result = replay(reader, path)
             names[writer, reader] = {"node": result.node, "module": result.module}

@@ -8,7 +8,7 @@ parity/drivers/numerics.py.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +28,7 @@ from parity.drivers.numerics import (
 )
 from parity.drivers.train import one_thread
 from reference.faults import FAULTS
+from reference.numerics import NonFinite
 
 
 @pytest.fixture(autouse=True)
@@ -56,7 +57,7 @@ def start(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 FAULT_STEP = 1
 
 
-def _found(name: str, fault: str, precision: str, start: Path, work: Path) -> object:
+def _found(name: str, fault: str, precision: str, start: Path, work: Path) -> NonFinite:
     _, found = faulted_run(name, {**GPT_FAULTED, "precision": precision}, fault, FAULT_STEP,
                            FAULT_STEP + 2, start,
                            work / name)
@@ -64,13 +65,31 @@ def _found(name: str, fault: str, precision: str, start: Path, work: Path) -> ob
     return found
 
 
+Found = Callable[[str, str, str], NonFinite]
+
+
+@pytest.fixture(scope="module")
+def found(start: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Found:
+    """found(tree, fault, precision): that tree's faulted run from the common start, run once
+    per module, so the catalogue test and the replay test read the same runs."""
+    runs: dict[tuple[str, str, str], NonFinite] = {}
+
+    def get(name: str, fault: str, precision: str) -> NonFinite:
+        key = (name, fault, precision)
+        if key not in runs:
+            work = tmp_path_factory.mktemp(f"{fault}-{precision}")
+            runs[key] = _found(name, fault, precision, start[precision], work)
+        return runs[key]
+
+    return get
+
+
 @pytest.mark.parametrize(("fault", "precision"), CASES)
 def test_both_trees_name_the_catalogued_first_invalid_value_on_the_transformer(
-        fault: str, precision: str, start: dict[str, Path], tmp_path: Path) -> None:
+        fault: str, precision: str, found: Found) -> None:
     """Same step, phase, module, op, index and value in both trees, and the (phase, module,
     op) the catalogue states (the regression guard); the same inputs out of range."""
-    ref = _found("reference", fault, precision, start[precision], tmp_path)
-    got = _found("torch", fault, precision, start[precision], tmp_path)
+    ref, got = found("reference", fault, precision), found("torch", fault, precision)
     shown = {p: rest for p, *rest in FAULTS[fault].shows}[precision]
     assert [ref.report.phase, ref.report.module, ref.report.op] == shown
     assert ref.report.step == FAULT_STEP
@@ -129,13 +148,13 @@ REPLAYED = {("attention_overflow", "fp16"): ("LogSoftmaxBackward0", "loss"),
 
 @pytest.mark.parametrize(("fault", "precision"), list(REPLAYED))
 def test_replay_of_a_gpt_batch_names_the_same_node_whichever_tree_wrote_it(
-        fault: str, precision: str, start: dict[str, Path], tmp_path: Path) -> None:
-    """Each tree's GPT replay file, replayed by each tree: the same node and module."""
+        fault: str, precision: str, found: Found, tmp_path: Path) -> None:
+    """Each tree's GPT replay file (from the catalogue test's runs), replayed by each tree:
+    the same node and module."""
     names = {}
     for writer in ("reference", "torch"):
-        found = _found(writer, fault, precision, start[precision], tmp_path)
         path = tmp_path / f"{writer}.replay"
-        save_replay(writer, path, found.replay)
+        save_replay(writer, path, found(writer, fault, precision).replay)
         for reader in ("reference", "torch"):
             result = replay(reader, path)
             names[writer, reader] = [result.node, result.module]

@@ -63,8 +63,6 @@ class AttentionCore(Module):
         super().__init__()
         self.block_size = block_size
         self.attn_dropout = self._children["attn_dropout"] = Dropout(dropout, rng=rng)
-        self.bias = np.tril(np.ones((block_size, block_size), dtype=bool)).reshape(
-            1, 1, block_size, block_size)  # a buffer, not a parameter: True where visible
         self._shape: tuple[int, ...] = ()
         self._scale = 1.0
         self._dtypes: tuple[np.dtype, ...] = ()
@@ -80,8 +78,8 @@ class AttentionCore(Module):
         q3 = q_c.reshape(B * nh, T, hs)  # a copy: q is a strided view of the qkv output
         kt3 = kt_c.reshape(B * nh, hs, T)  # a copy, as torch's matmul
         s = scale(bmm(q3, kt3).reshape(B, nh, T, T), self._scale)  # unlisted: s's dtype
-        mask = np.logical_not(self.bias[:, :, :T, :T])  # (1, 1, T, T): True in the future
-        s = masked_fill(s, mask, -math.inf)  # exact, s's dtype
+        future = np.triu(np.ones((1, 1, T, T), dtype=bool), 1)  # (1, 1, T, T), built for T
+        s = masked_fill(s, future, -math.inf)  # exact, s's dtype
         (s_c,) = amp.apply(amp.decide("softmax", s.dtype), s)  # CUDA autocast: float32
         p = softmax(s_c)  # (B, nh, T, T)
         p_drop = self.attn_dropout.forward(p)
@@ -91,7 +89,7 @@ class AttentionCore(Module):
         v3 = v_c.reshape(B * nh, T, hs)  # a copy
         self.save_for_backward({
             "qk:BmmBackward0.self": q3, "qk:BmmBackward0.mat2": kt3,
-            "mask:MaskedFillBackward0.mask": mask,
+            "mask:MaskedFillBackward0.mask": future,
             "softmax:SoftmaxBackward0.result": p,
             "av:BmmBackward0.self": a3, "av:BmmBackward0.mat2": v3})
         self._shape = q.shape

@@ -187,3 +187,28 @@ def test_a_user_running_the_module_sees_one_line_and_exit_2(args: list[str],
                           capture_output=True, text=True, timeout=120)
     assert_one_line_error(done.returncode, done.stderr, *words)
     assert done.stdout == ""
+
+
+def test_a_usage_error_does_not_import_torch(tmp_path: Path) -> None:
+    """Building the parser (every command's arguments) and refusing a bad flag stays
+    torch-free: `python -m parity profile --impl nope` answers in a fraction of torch's
+    import time. The subprocess reports which heavy modules it loaded."""
+    code = ("import sys\nfrom parity.cli import main\n"
+            "try:\n    main(['profile', '--impl', 'nope'])\n"
+            "except SystemExit as e:\n    print(e.code, 'torch' in sys.modules)\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert "invalid choice: 'nope'" in done.stderr, done.stderr
+    assert done.stdout.split() == [str(EXIT_USAGE), "False"], done.stdout
+
+
+def test_the_parsers_choices_are_the_drivers() -> None:
+    """The choices parity/cli spells out to stay torch-free are the drivers' own."""
+    from parity.cli import account, profile
+    from parity.drivers import accounting
+    from parity.drivers import profile as profile_driver
+
+    assert (profile.IMPLS, profile.MODELS) == (profile_driver.IMPLS, profile_driver.MODELS)
+    assert (account.MODELS, account.OPTIMIZERS, account.PRECISIONS) == (
+        accounting.MODELS, tuple(accounting.OPTIMIZERS), accounting.PRECISIONS)

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parity import fuzz
+from parity import fuzz, fuzz_targets
 from parity.cli import EXIT_FAILED, EXIT_INCOMPLETE, EXIT_OK
 
 
@@ -165,7 +165,7 @@ def _failing_test(x: int) -> None:
 def test_a_time_slice_ends_a_real_hypothesis_run_without_a_false_failure() -> None:
     """A run asked for 100,000 examples stops after its 0.3 s slice; interactive draws
     (st.data) are not mistaken for flaky generation."""
-    call = fuzz._runner(_drawing_test, {}, [])
+    call = fuzz_targets._runner(_drawing_test, {}, [])
     began = time.monotonic()
     ran = call(100_000, 0.3)
     assert 1 <= ran < 100_000
@@ -177,7 +177,7 @@ def test_a_time_slice_ends_a_real_hypothesis_run_without_a_false_failure() -> No
 def test_a_real_failure_is_kept_with_its_shrunk_example() -> None:
     """A failure found as the slice ends is still shrunk to the end (x=1) and reported with
     hypothesis' falsifying example, although shrinking takes longer than the slice."""
-    call = fuzz._runner(_failing_test, {}, [])
+    call = fuzz_targets._runner(_failing_test, {}, [])
     began = time.monotonic()
     with pytest.raises(fuzz.TargetFailed) as caught:
         call(10_000, 0.1)
@@ -191,7 +191,7 @@ def test_discovery_finds_every_topic_and_says_what_it_leaves_out(device: str) ->
     named with the reason."""
     from parity.claims import TOPICS
 
-    found, left_out = fuzz.discover(None, device)
+    found, left_out = fuzz_targets.discover(None, device)
     assert {t.topic for t in found} == set(TOPICS)
     assert len({t.label for t in found}) == len(found)
     assert all(": " in line for line in left_out)
@@ -203,23 +203,24 @@ def test_a_topic_spans_its_test_files_and_the_longest_topic_name_wins() -> None:
     names no topic belongs to none."""
     from parity.claims import TOPICS
 
-    assert fuzz.topic_of("test_numerics_gpt") == "numerics"
-    assert fuzz.topic_of("test_numerics") == "numerics"
-    assert fuzz.topic_of("test_loss_scaling") == "loss_scaling"
-    assert fuzz.topic_of("test_loss_scaling_gpt") == "loss_scaling"
-    assert fuzz.topic_of("test_train_kill") == "train"
-    assert fuzz.topic_of("test_trainer") is None  # a prefix without the underscore is not one
-    assert fuzz.topic_of("test_elsewhere") is None
+    assert fuzz_targets.topic_of("test_numerics_gpt") == "numerics"
+    assert fuzz_targets.topic_of("test_numerics") == "numerics"
+    assert fuzz_targets.topic_of("test_loss_scaling") == "loss_scaling"
+    assert fuzz_targets.topic_of("test_loss_scaling_gpt") == "loss_scaling"
+    assert fuzz_targets.topic_of("test_train_kill") == "train"
+    assert fuzz_targets.topic_of("test_trainer") is None  # a prefix without the underscore
+
+    assert fuzz_targets.topic_of("test_elsewhere") is None
     with pytest.MonkeyPatch.context() as mp:  # the longest of two matching topics wins
         mp.setattr("parity.claims.TOPICS", (*TOPICS, "loss"))
-        assert fuzz.topic_of("test_loss_scaling_gpt") == "loss_scaling"
-        assert fuzz.topic_of("test_loss_x") == "loss"
+        assert fuzz_targets.topic_of("test_loss_scaling_gpt") == "loss_scaling"
+        assert fuzz_targets.topic_of("test_loss_x") == "loss"
 
 
 def test_discovery_by_topic_takes_every_file_of_the_topic(device: str) -> None:
     """`--topic numerics` drives (or names, with the reason it cannot) the @given tests of
     parity/test_numerics.py and of parity/test_numerics_gpt.py, and no other topic's."""
-    found, left_out = fuzz.discover("numerics", device)
+    found, left_out = fuzz_targets.discover("numerics", device)
     assert {t.topic for t in found} == {"numerics"}
     files = {t.label.split("::")[0] for t in found} | {x.split("::")[0] for x in left_out}
     assert files == {"test_numerics", "test_numerics_gpt"}

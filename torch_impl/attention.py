@@ -28,11 +28,9 @@ class AttentionCore(nn.Module):
 
     def __init__(self, block_size: int, dropout: float, attention: str = "explicit") -> None:
         super().__init__()
+        self.block_size = block_size
         self.attention = attention
         self.attn_dropout = nn.Dropout(dropout)
-        self.register_buffer("bias", torch.tril(torch.ones(
-            block_size, block_size, dtype=torch.bool)).view(1, 1, block_size, block_size),
-            persistent=False)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         T, hs = q.size(-2), q.size(-1)  # time, head size
@@ -40,7 +38,10 @@ class AttentionCore(nn.Module):
             p = self.attn_dropout.p if self.training else 0.0
             return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
         s = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
-        s = s.masked_fill(~self.bias[:, :, :T, :T], float("-inf"))
+        # (1, 1, T, T), built for T: a slice of a (block, block) buffer would be guarded
+        # T != block_size under torch.compile (NOTE [ The mask is built for T ])
+        future = torch.ones(1, 1, T, T, dtype=torch.bool, device=q.device).triu(1)
+        s = s.masked_fill(future, float("-inf"))
         p = self.attn_dropout(F.softmax(s, dim=-1))
         return p @ v
 

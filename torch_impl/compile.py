@@ -57,16 +57,35 @@ What the compiled training step captures (train.train_step under torch.compile):
 autocast forward and loss (one graph), the gradient clipping (one graph), the optimizer's
 update; `.backward()`, GradScaler's Python and `.item()` break it (explain() lists them).
 The backward still runs compiled: AOTAutograd compiled it with the forward graph.
-NOTE [ The token check stays eager ]
-GPT.forward (torch_impl/gpt.py) begins with check_tokens, whose range check reads the
-tokens' minimum and maximum as Python ints and branches on them (`if lo < 0 or hi >=
-vocab_size`): a data-dependent branch, so Dynamo cannot capture it (with fullgraph an error,
-"Could not guard on data-dependent expression u0 < 0"; without, graph breaks at the check's
-`.item()` reads: 4 graphs, 3 breaks under torch 2.13). compile_gpt_forward keeps
-the check where it belongs, eager, in front of the graph, and captures the rest of the
-forward (embeddings, blocks, head, cross-entropy) as one graph: on the instance, the check
-is called first from the class, then the compiled forward runs with the instance's
-check_tokens a pass-through. Bad tokens get the same error as in eager.
+
+NOTE [ The token check compiles ]
+GPT.forward (torch_impl/gpt.py) begins with check_tokens. Its dtype and shape checks read
+only what Dynamo guards anyway (dtype, rank, sizes), so they cost guards, not breaks; a
+wrong dtype or shape raises while capturing (with fullgraph=True as Dynamo's Unsupported
+"Observed exception" at check_tokens' line, from torch 2.13 with the ValueError as its
+cause; without, the frame falls back to eager, which raises the ValueError itself). The
+range check cannot read the tokens' minimum and maximum as Python numbers: that is a
+data-dependent branch (fullgraph refuses it, "Could not guard on data-dependent expression";
+without fullgraph the `.item()` reads break the graph three times). Under
+torch.compiler.is_compiling() it is instead an assertion recorded in the graph,
+torch._assert_async(all(0 <= idx < vocab_size), message): the forward captures as one graph,
+and a bad token raises RuntimeError with the message "GPT: idx token ids must lie in [0,
+vocab_size=V)" when the graph runs (eager's ValueError also names the range it got, which
+the graph cannot format). Version-gated: Inductor before torch 2.11 drops the assertion from
+its generated code (measured on 2.6; backends "eager" and "aot_eager" keep it on every
+version), and a bad token then reaches the embedding's own bounds check in the generated
+code ("index out of bounds"). So torch.compile(model.forward, fullgraph=True) and
+model.compile() work on GPT as it is.
+
+NOTE [ The mask is built for T ]
+The attention core builds its (1, 1, T, T) causal mask for the sequence length at hand
+(torch_impl/attention.py). Sliced from a (block, block) buffer, `bias[:, :, :T, :T]` is
+contiguous exactly when T = block_size, so Dynamo's symbolic shapes guarded T != block_size
+(in check_contiguous_sizes_strides): a full block after shorter sequences compiled a second
+graph even with dynamic=True, and mark_dynamic on a full block was refused
+(ConstraintViolationError). Built for T, the mask carries no such guard; its values, and so
+every output, are bit for bit the slice's, and autograd saves the same fresh (1, 1, T, T)
+bool tensor it saved for the slice's negation.
 """
 
 from __future__ import annotations
@@ -79,6 +98,10 @@ import torch
 from torch import nn
 
 from torch_impl import amp
+
+# NOTE [ The token check compiles ]: the first measured torch whose Inductor keeps the
+# token range assertion in its generated code (2.6 drops it)
+TOKEN_ASSERT_KEPT = (2, 11)
 
 ForwardLoss = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
@@ -119,30 +142,15 @@ def compile_train_step(*, backend: str = "inductor", dynamic: bool | None = None
 
 def compile_gpt_forward(model: nn.Module, *, backend: str = "inductor",
                         dynamic: bool | None = None, fullgraph: bool = True) -> nn.Module:
-    """The transformer's forward compiled on this instance (NOTE [ The token check stays
-    eager ]): `model(idx, targets)` checks the tokens eagerly, then runs the compiled
-    forward; keys, parameters and buffers are the instance's own. Returns the model."""
+    """The transformer compiled in place, nn.Module.compile: GPT's forward as it is, one
+    graph with the token check in it (NOTE [ The token check compiles ]); keys, parameters
+    and buffers are the instance's own. Returns the model."""
     from torch_impl.gpt import GPT
 
     if not isinstance(model, GPT):
         raise TypeError(f"compile_gpt_forward: a torch_impl.gpt.GPT, got {type(model).__name__}")
-    body = torch.compile(GPT.forward.__get__(model), backend=backend, dynamic=dynamic,
-                         fullgraph=fullgraph)
-    model.check_tokens = _checked  # inside the graph: the check already ran
-
-    def forward(idx: torch.Tensor, targets: torch.Tensor | None = None
-                ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        GPT.check_tokens(model, idx)
-        if targets is not None:
-            GPT.check_tokens(model, targets, "targets")
-        return body(idx, targets)
-
-    model.forward = forward
+    model.compile(backend=backend, dynamic=dynamic, fullgraph=fullgraph)
     return model
-
-
-def _checked(idx: torch.Tensor, what: str = "idx") -> torch.Tensor:
-    return idx
 
 
 # ---------------------------------------------------------------- explaining a capture

@@ -15,8 +15,8 @@ the reference's dataclass (plain data). What PyTorch does differently or hides:
   dropout draws differently again, so sdpa is compared with dropout off.
 - Initialization: the modules are built on the meta device, materialized on the CPU, drawn
   from the given torch.Generator with GPT-2's init (reference/gpt.py), then moved.
-- The causal mask is a non-persistent buffer: it is not in the state_dict, as the
-  reference's is not a parameter.
+- The causal mask is built for each sequence length in the attention core's forward, as in
+  the reference: no buffer, nothing in the state_dict.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from reference.gpt_config import GPTConfig  # plain data: the shared config
-from torch_impl.attention import AttentionCore, CausalSelfAttention
-from torch_impl.module import SavedTensor, saved_key, saved_tensor_names
+from torch_impl.attention import CausalSelfAttention
+from torch_impl.module import SavedTensor, saved_during
 from torch_impl.recompute import Schedule, forward_with_schedule
 
 
@@ -99,12 +99,10 @@ class GPT(nn.Module):
             self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.to_empty(device="cpu")
         self.to(dtype)
-        for module in self.modules():  # what to_empty left unset: LayerNorm and the masks
+        for module in self.modules():  # what to_empty left unset: LayerNorm
             if isinstance(module, nn.LayerNorm):
                 nn.init.ones_(module.weight)
                 nn.init.zeros_(module.bias)
-            elif isinstance(module, AttentionCore):
-                module.bias.copy_(torch.tril(torch.ones_like(module.bias)))
         with torch.no_grad():
             _init_gpt_(self, generator)
         if config.tie_weights:
@@ -115,7 +113,11 @@ class GPT(nn.Module):
         self.schedule: Schedule | None = None
 
     def check_tokens(self, idx: torch.Tensor, what: str = "idx") -> torch.Tensor:
-        """idx as int64 (B, T) tokens in [0, vocab_size) with 1 <= T <= block_size."""
+        """idx as int64 (B, T) tokens in [0, vocab_size) with 1 <= T <= block_size.
+
+        Under torch.compile the range check is an assertion in the graph (NOTE [ The token
+        check compiles ] in torch_impl/compile.py): the dtype and shape checks become
+        guards, the range cannot be read as Python numbers without breaking the graph."""
         cfg = self.config
         if not isinstance(idx, torch.Tensor) or idx.dtype != torch.int64:
             raise TypeError(f"GPT: {what} must be int64 token ids, got "
@@ -123,6 +125,11 @@ class GPT(nn.Module):
         if idx.dim() != 2 or not 1 <= idx.size(1) <= cfg.block_size or idx.size(0) < 1:
             raise ValueError(f"GPT: {what} must have shape (B, T) with B >= 1 and "
                              f"1 <= T <= block_size={cfg.block_size}, got {tuple(idx.shape)}")
+        if torch.compiler.is_compiling():
+            torch._assert_async(((idx >= 0) & (idx < cfg.vocab_size)).all(),
+                                f"GPT: {what} token ids must lie in [0, vocab_size="
+                                f"{cfg.vocab_size})")
+            return idx
         lo, hi = int(idx.min()), int(idx.max())
         if lo < 0 or hi >= cfg.vocab_size:
             raise ValueError(f"GPT: {what} token ids must lie in [0, vocab_size="
@@ -155,42 +162,18 @@ class GPT(nn.Module):
 # -- what autograd saves: the twin of the reference's GPT.tape() and GPT.held_bytes()
 def measure_saved(model: GPT, idx: torch.Tensor, targets: torch.Tensor | None = None
                   ) -> tuple[list[SavedTensor], int]:
-    """Run model(idx, targets) under saved_tensors_hooks: every tensor autograd saved,
-    parameters excluded, as SavedTensor(innermost module path, "Node.attr", shape, dtype,
-    bytes), and the bytes held: the DISTINCT storages those tensors live in, each counted
-    once at its full size (a view saves no bytes of its own)."""
-    stack: list[str] = []
-    packed: list[tuple[str, torch.Tensor]] = []
+    """Run model(idx, targets) under saved_tensors_hooks (torch_impl.module.saved_during):
+    every tensor autograd saved, parameters excluded, as SavedTensor(innermost module path,
+    "Node.attr", shape, dtype, bytes), and the bytes held: the DISTINCT storages those
+    tensors live in, each counted once at its full size (a view saves no bytes of its own)."""
+    _, saved = saved_during(model, idx, targets)
     param_ptrs = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    handles = []
-
-    def leave(mod: nn.Module, args: tuple, out: object) -> None:
-        stack.pop()
-
-    for path, module in model.named_modules():
-        handles.append(module.register_forward_pre_hook(
-            lambda mod, args, path=path: stack.append(path)))
-        handles.append(module.register_forward_hook(leave))
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        packed.append((stack[-1] if stack else "", t))
-        return t
-
-    try:
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            logits, loss = model(idx, targets)
-    finally:
-        for h in handles:
-            h.remove()
-    names = saved_tensor_names((loss if loss is not None else logits).grad_fn)
     entries, storages = [], {}
-    for path, t in packed:
+    for path, name, t in saved:
         storage = t.untyped_storage()
         if storage.data_ptr() in param_ptrs:
             continue
         storages[storage.data_ptr()] = storage.nbytes()
-        found = names.get(saved_key(t))
-        name = found.pop(0) if found else "?"
         entries.append(SavedTensor(path, name, tuple(t.shape),
                                    str(t.dtype).removeprefix("torch."),
                                    t.numel() * t.element_size()))

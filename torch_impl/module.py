@@ -4,13 +4,14 @@ See reference/module.py for the tape. torch.nn.Module and torch.nn.Parameter are
 the reference's Module and Parameter; what PyTorch does differently or hides:
 - The tape is autograd's: each op's grad_fn keeps its saved tensors (`_saved_result`,
   `_saved_self`, ...), invisible to the module. `measure_saved_tensors` (the twin of
-  `Module.tape()`) observes them with `torch.autograd.graph.saved_tensors_hooks`,
-  attributes each to the innermost module whose forward was running and names it by the
-  node that holds it (`AddmmBackward0.mat1`: grad_fn attribute `_saved_mat1`). Linear
-  saves its input as addmm's mat1, flattened to (N, in), AND the weight (mat2 = weight.t(),
-  a view of the parameter: flagged `is_parameter`, no new bytes). CrossEntropyLoss saves the
-  log-probabilities twice (log_softmax's result and nll_loss's self, one storage) plus the
-  int64 target and a 0-dim total_weight.
+  `Module.tape()`, through `saved_during`) observes them with
+  `torch.autograd.graph.saved_tensors_hooks`, attributes each to the innermost module
+  whose forward was running and names it by the node that holds it (`AddmmBackward0.mat1`:
+  grad_fn attribute `_saved_mat1`). Linear saves its input as addmm's mat1, flattened to
+  (N, in), AND the weight (mat2 = weight.t(), a view of the parameter: flagged
+  `is_parameter`, no new bytes). CrossEntropyLoss saves the log-probabilities twice
+  (log_softmax's result and nll_loss's self, one storage) plus the int64 target and a
+  0-dim total_weight.
 - torch's state_dict holds tensors, the reference's NumPy arrays: same keys, same (out, in)
   layouts, so the conversion is a bit-exact copy (`state_dict_to_torch`, `_from_torch`).
 - Inputs are checked inside torch's ops (the reference's check_float, check_grad).
@@ -82,21 +83,22 @@ def _tensors(out: object) -> list[torch.Tensor]:
     return []
 
 
-def measure_saved_tensors(model: nn.Module, *inputs: torch.Tensor) -> list[SavedTensor]:
-    """Run model(*inputs) and list every tensor autograd saved, in the order it was saved,
-    attributed to the INNERMOST module running when it was saved.
+def saved_during(model: nn.Module, *inputs: torch.Tensor
+                 ) -> tuple[object, list[tuple[str, str, torch.Tensor]]]:
+    """Run model(*inputs): its output, and every tensor autograd saved, in the order it was
+    saved, as (INNERMOST module running when it was saved, "NodeBackward0.attr", the tensor).
 
     The pack hook of `saved_tensors_hooks` sees each saved tensor as it is saved; forward
     pre/post hooks on every module (containers too: the attention core's matmuls, mask and
     softmax run in its own forward, between its children) keep the stack of running
     modules; saves made outside every module's forward belong to the root, path "". Names
-    ("NodeBackward0.attr") come from one walk of the whole graph behind the outputs
-    (`saved_tensor_names`), matched by layout. Tensors sharing storage with a parameter are
-    flagged `is_parameter` (torch holds a view of the weight; the reference reads it instead).
+    come from one walk of the whole graph behind the outputs (`saved_tensor_names`), matched
+    by layout, a tensor saved by several nodes taking their names in packing order. The one
+    walk every saved-tensor count uses (measure_saved_tensors, GPT's measure_saved, the
+    profile's saved_by_module); the tensors themselves let a caller count storages.
     """
     stack: list[str] = []
     packed: list[tuple[str, torch.Tensor]] = []
-    param_ptrs = {p.untyped_storage().data_ptr() for p in model.parameters()}
     handles = []
 
     def leave(mod: nn.Module, args: tuple, out: object) -> None:
@@ -118,13 +120,23 @@ def measure_saved_tensors(model: nn.Module, *inputs: torch.Tensor) -> list[Saved
         for h in handles:
             h.remove()
     names = saved_tensor_names(*(t.grad_fn for t in _tensors(out)))
-    result = []
+    saved = []
     for path, t in packed:
         found = names.get(saved_key(t))
-        result.append(SavedTensor(path, found.pop(0) if found else "?", tuple(t.shape),
-                                  _dtype_name(t.dtype), t.numel() * t.element_size(),
-                                  t.untyped_storage().data_ptr() in param_ptrs))
-    return result
+        saved.append((path, found.pop(0) if found else "?", t))
+    return out, saved
+
+
+def measure_saved_tensors(model: nn.Module, *inputs: torch.Tensor) -> list[SavedTensor]:
+    """Run model(*inputs) and list every tensor autograd saved, in the order it was saved,
+    attributed to the INNERMOST module running when it was saved (saved_during). Tensors
+    sharing storage with a parameter are flagged `is_parameter` (torch holds a view of the
+    weight; the reference reads it instead)."""
+    param_ptrs = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    return [SavedTensor(path, name, tuple(t.shape), _dtype_name(t.dtype),
+                        t.numel() * t.element_size(),
+                        t.untyped_storage().data_ptr() in param_ptrs)
+            for path, name, t in saved_during(model, *inputs)[1]]
 
 
 # -- lossless weight conversion: same keys, same layouts ((out, in) weights), same bits

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import weakref
 from collections.abc import Iterable, Iterator
+from dataclasses import asdict
 from typing import Any
 
 import torch
@@ -18,7 +19,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from torch_impl.accounting import cuda_allocated
-from torch_impl.module import saved_key, saved_tensor_names
+from torch_impl.module import measure_saved_tensors
 
 
 # ---------------------------------------------------------------- bytes at the boundaries
@@ -172,37 +173,9 @@ def item_in_forward(model: nn.Module) -> Iterator[list[int]]:
 
 # ---------------------------------------------------------------- one module's saves, listed
 def saved_by_module(model: nn.Module, *inputs: torch.Tensor) -> list[dict[str, Any]]:
-    """Run model(*inputs) and list every tensor autograd saved: the INNERMOST module running
-    when it was saved (containers included: the attention core's matmuls, mask and softmax
-    run in CausalSelfAttention's own forward, between its Linears; torch_impl.module.
-    measure_saved_tensors hooks leaf modules only and leaves those unattributed), the node
-    and attribute that hold it (a walk of the whole graph), shape, dtype, bytes, and whether
-    it shares a parameter's storage."""
-    stack: list[str] = []
-    packed: list[tuple[str, torch.Tensor]] = []
-    handles = []
-    def leave(mod: nn.Module, args: tuple, out: object) -> None:
-        stack.pop()
-
-    for path, module in model.named_modules():
-        handles.append(module.register_forward_pre_hook(
-            lambda mod, args, path=path: stack.append(path)))
-        handles.append(module.register_forward_hook(leave, always_call=True))
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        packed.append((stack[-1] if stack else "", t))
-        return t
-
-    try:
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            out = model(*inputs)
-    finally:
-        for h in handles:
-            h.remove()
-    first = out if isinstance(out, torch.Tensor) else out[0]
-    names = {key: found[0] for key, found in saved_tensor_names(first.grad_fn).items()}
-    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    return [{"module": path, "name": names.get(saved_key(t), "?"),
-             "shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch."),
-             "nbytes": t.numel() * t.element_size(),
-             "is_parameter": t.untyped_storage().data_ptr() in params} for path, t in packed]
+    """Run model(*inputs) and list every tensor autograd saved (torch_impl.module.
+    measure_saved_tensors): the INNERMOST module running when it was saved (containers
+    included: the attention core's matmuls, mask and softmax run in its own forward), the
+    node and attribute that hold it, shape, dtype, bytes, and whether it shares a
+    parameter's storage, as plain dicts."""
+    return [{**asdict(s), "shape": list(s.shape)} for s in measure_saved_tensors(model, *inputs)]

@@ -41,8 +41,7 @@ def recompute_attention_cores(model: GPT, on: bool = True) -> None:
         kind = RecomputedCore if on else AttentionCore
         if type(old) is kind:
             continue
-        new = kind(old.bias.size(-1), old.attn_dropout.p, old.attention)
-        attn.core = new.to(old.bias.device).train(old.training)
+        attn.core = kind(old.block_size, old.attn_dropout.p, old.attention).train(old.training)
 
 
 def set_recompute(model: GPT, spec: str) -> GPT:

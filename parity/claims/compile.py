@@ -146,15 +146,15 @@ CLAIMS: tuple[Claim, ...] = (
     Claim(
         id="compile.gpt_eager",
         statement=(
-            "On CPU, the compact transformer's forward with its cross-entropy compiled by "
-            "Inductor (fullgraph, the token check eager in front: compile_gpt_forward) and its "
-            "compiled backward, float32: the logits, the loss and every parameter gradient "
-            "within S of eager, S = 6 sigma, sigma^2 the variance of the run's first-order "
-            "response to every operation's rounding budget, estimated by 64 random-sign probes "
-            "and doubled (NOTE [ Probable bounds by probes ]). Version-gated: before torch "
-            "2.11 the token embedding's gradient is left out and is beyond S (torch 2.6's "
-            "Inductor does not sum a repeated token's contributions: NOTE [ torch 2.6's "
-            "compiled token-embedding gradient ] in parity/drivers/compile_gpt.py)."
+            "On CPU, the compact transformer's forward with its cross-entropy compiled by Inductor"
+            " as it is (fullgraph, compile_gpt_forward: the token check an assertion in the graph)"
+            " and its compiled backward, float32: the logits, the loss and every parameter "
+            "gradient within S of eager, S = 6 sigma, sigma^2 the variance of the run's first-"
+            "order response to every operation's rounding budget, estimated by 64 random-sign "
+            "probes and doubled (NOTE [ Probable bounds by probes ]). Version-gated: before torch "
+            "2.11 the token embedding's gradient is left out and is beyond S (torch 2.6's Inductor"
+            " does not sum a repeated token's contributions: NOTE [ torch 2.6's compiled token-"
+            "embedding gradient ] in parity/drivers/compile_gpt.py)."
         ),
         kind="eps",
         bound=1.0,
@@ -225,18 +225,16 @@ CLAIMS: tuple[Claim, ...] = (
             "on both dimensions of idx and targets or dynamic=True (torch's "
             "counters['stats']['unique_graphs']), each recompile's failed guard a size "
             "mismatch of idx; and a full block (sequence = block_size) after (4, 5) compiles "
-            "a second graph even with dynamic=True, its failed guard the mask slice's "
-            "'size()[1] != block_size', while mark_dynamic on a full-block call is refused "
-            "(ConstraintViolationError)."
+            "no second graph with dynamic=True or mark_dynamic, no guard failing: the causal "
+            "mask is built for T."
         ),
         kind="bits",
         bound=0,
         reason=(
-            "Guard semantics as compile.recompiles. The causal mask is a (1, 1, block, block) "
-            "buffer sliced [:T, :T]: for T = block_size the slice is the whole buffer, which "
-            "Dynamo's symbolic shapes treat apart (the full slice keeps the buffer's "
-            "contiguity), so a symbolic T is guarded T != block_size, and a dimension marked "
-            "dynamic that the code specializes to a constant violates its constraint."
+            "Guard semantics as compile.recompiles. The causal mask is built for T (NOTE "
+            "[ The mask is built for T ] in torch_impl/compile.py), so no size in the graph "
+            "depends on whether T equals block_size; the token check's shape test adds the "
+            "guard T <= block_size, which a full block passes."
         ),
     ),
 )

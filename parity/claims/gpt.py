@@ -99,7 +99,9 @@ FP_CLAIMS: tuple[Claim, ...] = (
         id="gpt.layer_norm.forward",
         statement=(
             "LayerNorm output: |y_ref - y_torch| <= eps S, S = |w| (C rstd m + (C/2 + 7) "
-            f"|xhat|) + |y|, with {_LN}."
+            f"|xhat|) + |y|, with {_LN}; in float32 for rows with |x| < 2^64 (on CPU at 2^64 "
+            "torch's kernel returns NaN for a constant row, whose output is the bias in the "
+            "reference)."
         ),
         kind="eps",
         bound=1.0,
@@ -109,7 +111,12 @@ FP_CLAIMS: tuple[Claim, ...] = (
             "in NumPy, Welford-style moments in torch) differ by <= C eps m; the variance of the "
             "centred values by <= (C + 3) eps var (the mean's error enters it only to second "
             "order), so rstd by <= ((C + 3)/2 + 2) eps relative; y = xhat w + b adds <= 2 eps "
-            "|w xhat| + eps |y| of roundings."
+            "|w xhat| + eps |y| of roundings. The range: torch's CPU moments form products of "
+            "x-sized values, which overflow float32 from |x| = 2^64 (a constant row comes out "
+            "NaN under torch 2.6, 2.11 and 2.13, a row of random values from about 2^65); "
+            "the reference squares the deviations from the mean, 0 for a constant row. Where "
+            "a row's sum of squared deviations overflows, neither side normalizes (rstd 0 "
+            "in both, the output the bias)."
         ),
     ),
     Claim(

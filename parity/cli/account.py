@@ -49,12 +49,17 @@ def _sizes(text: str) -> tuple[int, ...]:
     return sizes
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    from parity.drivers.accounting import MODELS, OPTIMIZERS, PRECISIONS
+# parity/drivers/accounting.py's MODELS, OPTIMIZERS' names and PRECISIONS, spelled here: the
+# driver imports torch, and building the parser should not (tests/test_cli.py holds them equal)
+MODELS = ("mlp", "gpt")
+OPTIMIZERS = ("sgd", "sgd_momentum", "adam", "adamw")
+PRECISIONS = ("fp32", "bf16", "fp16", "bf16_mixed", "fp16_mixed")
 
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", choices=MODELS, required=True)
     p.add_argument("--precision", choices=PRECISIONS, default="fp32")
-    p.add_argument("--optimizer", choices=tuple(OPTIMIZERS), default="adamw")
+    p.add_argument("--optimizer", choices=OPTIMIZERS, default="adamw")
     p.add_argument("--recompute", default="none", metavar="SPEC",
                    help="mlp: none | sqrt | uniform:K | optimal:S; gpt: none | full | "
                         "full_early_stop (default none)")

@@ -7,8 +7,8 @@
 --model gpt (the compact transformer of `train --model gpt`, on the copy task) takes
 autocast-bf16, recompute:SPEC (SPEC over its blocks, selective, SPEC+selective) and compile;
 any other combination is refused naming what is supported. compile: the model's forward under
-torch.compile (Inductor, fullgraph; the transformer's token check eager in front of the
-graph) in a fresh Inductor cache; its first call, the compile, is timed apart from the
+torch.compile (Inductor, fullgraph; the transformer's token check an assertion inside
+the graph) in a fresh Inductor cache; its first call, the compile, is timed apart from the
 steady-state steps.
 
 Writes DIR/optimize-<what>.md (optimize-gpt-<what>.md for the transformer: the report),

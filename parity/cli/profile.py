@@ -42,11 +42,14 @@ from parity.cli import EXIT_FAILED, EXIT_OK, UsageError, int_at_least, output_fo
 from parity.cli.account import _sizes
 
 HELP = "profile a few training steps: predictions first, phases, memory, every gap named"
+# parity/drivers/profile.py's IMPLS and MODELS, spelled here: the driver imports torch, and
+# building the parser (every command's, on every usage error) should not (tests/test_cli.py
+# holds the two equal)
+IMPLS = ("reference", "torch")
+MODELS = ("mlp", "gpt")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from parity.drivers.profile import IMPLS, MODELS
-
     p.add_argument("--impl", choices=IMPLS, required=True)
     p.add_argument("--model", choices=MODELS, default="mlp")
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")

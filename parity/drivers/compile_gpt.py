@@ -3,8 +3,8 @@ compile.gpt_eager, compile.gpt_reference, compile.gpt_bf16), and its recompiles 
 sizes and sequence lengths (compile.gpt_recompiles).
 
 The bound is parity/drivers/compile_gpt_bounds.py's (NOTE [ Probable bounds by probes ]);
-the compiled model is torch_impl.compile.compile_gpt_forward's (the forward on the
-instance, fullgraph, the token check eager in front of it).
+the compiled model is torch_impl.compile.compile_gpt_forward's (the instance compiled as it
+is, fullgraph, the token check an assertion in the graph).
 """
 
 from __future__ import annotations
@@ -66,8 +66,8 @@ class GptCase:
 
 
 GPT_SMALL = GptCase()  # `train --model gpt`'s shape, one full block of tokens
-# the recompile counts' model: one block, since guards are on the tokens' sizes and the
-# mask slice, which every block shares (4 blocks capture the same guards, 4 times slower)
+# the recompile counts' model: one block, since guards are on the tokens' sizes, which
+# every block shares (4 blocks capture the same guards, 4 times slower)
 GUARDED = GptCase(replace(TRAIN_SHAPE, n_layer=1))
 
 
@@ -221,7 +221,9 @@ def full_block_calls(case: GptCase = GUARDED) -> list[tuple[torch.Tensor, torch.
 
 def count_full_block(mode: str, case: GptCase = GUARDED) -> tc.Recompiles | str:
     """Compilations over full_block_calls with dynamic=True ("dynamic") or mark_dynamic on
-    batch and sequence ("mark_dynamic"); the exception's class name where Dynamo refuses."""
+    batch and sequence ("mark_dynamic"); the exception's class name where Dynamo refuses (a
+    marked dimension specialized to a constant: what a mask sliced from a (block, block)
+    buffer did, NOTE [ The mask is built for T ])."""
     if mode not in ("dynamic", "mark_dynamic"):
         raise ValueError(f"count_full_block: mode must be 'dynamic' or 'mark_dynamic', got "
                          f"{mode!r}")

@@ -21,6 +21,7 @@ from parity.drivers.nn import to_numpy as _to_numpy
 from reference import gpt as rgpt
 from reference import nn as rnn
 from reference.layers import LayerNorm
+from torch_impl import attention as tattn
 from torch_impl import gpt as tgpt
 from torch_impl.module import state_dict_from_torch, state_dict_to_torch
 
@@ -93,7 +94,7 @@ class TorchRun:
 
 
 _CAPTURED = (torch.nn.LayerNorm, torch.nn.Linear, torch.nn.GELU, torch.nn.Embedding,
-             tgpt.AttentionCore)
+             tattn.AttentionCore)
 
 
 def run_torch(model: tgpt.GPT, idx: np.ndarray, targets: np.ndarray,

@@ -90,7 +90,7 @@ def compiled_forward(model: Any) -> Any:
 
     from torch_impl.gpt import GPT
 
-    if isinstance(model, GPT):  # its token check stays eager (torch_impl/compile.py)
+    if isinstance(model, GPT):  # the token check an assertion in the graph (torch_impl/compile.py)
         from torch_impl.compile import compile_gpt_forward
 
         return compile_gpt_forward(model, backend="inductor")

@@ -87,19 +87,22 @@ def _() -> str:
              "(4, 16); graphs compiled (`counters['stats']['unique_graphs']`):", "",
              "| mode | " + " | ".join(f"torch {v}" for v in versions) + " |",
              "|---|" + "---:|" * len(versions)]
+
+    def graphs(r: dict | str) -> str:
+        return f"`{r}`" if isinstance(r, str) else str(r["graphs"])
+
     for m in records[versions[-1]]["recompiles"]:
         lines.append(f"| `{m}` | " + " | ".join(
-            str(records[v]["recompiles"][m]["graphs"]) for v in versions) + " |")
-    lines.append("| `dynamic`, (4, 5) then (4, 16) | " + " | ".join(
-        str(records[v]["full_block"]["graphs"]) for v in versions) + " |")
-    lines.append("| `mark_dynamic`, (4, 5) then (4, 16) | " + " | ".join(
-        f"`{records[v]['full_block']['mark_dynamic']}`" if isinstance(
-            records[v]["full_block"]["mark_dynamic"], str) else "?" for v in versions) + " |")
+            graphs(records[v]["recompiles"][m]) for v in versions) + " |")
+    for m in records[versions[-1]]["full_block"]:
+        lines.append(f"| `{m}`, (4, 5) then (4, 16) | " + " | ".join(
+            graphs(records[v]["full_block"][m]) for v in versions) + " |")
     last = records[versions[-1]]
     lines += ["", f"The failed guards (torch {versions[-1]}):", ""]
-    for m, r in last["recompiles"].items():
-        lines.append(f"- `{m}`: " + ("none" if not r["failed_guards"] else
-                                     "; ".join(f"`{g}`" for g in r["failed_guards"])))
-    full = "; ".join(f"`{g}`" for g in last["full_block"]["failed_guards"])
-    lines.append(f"- `dynamic`, a full block after (4, 5): {full}")
+    rows = [(f"`{m}`", r) for m, r in last["recompiles"].items()]
+    rows += [(f"`{m}`, a full block after (4, 5)", r) for m, r in last["full_block"].items()]
+    for name, r in rows:
+        failed = [] if isinstance(r, str) else r["failed_guards"]
+        lines.append(f"- {name}: " + ("none" if not failed else
+                                      "; ".join(f"`{g}`" for g in failed)))
     return "\n".join(lines)
