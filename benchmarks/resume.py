@@ -6,7 +6,8 @@
 Save: `save_checkpoint` (stream through the hashing writer into a temporary file, fsync,
 rename, fsync the directory) against the library's plain save into a file followed by the
 same fsync: `torch.save(state, f)` for torch_impl, `numpy.save(f, a)` of every array for the
-reference. Load: `load_checkpoint` (map, check lengths, verify the SHA-256, decode) against
+reference. Load: `load_checkpoint` (map, check lengths, decode while one helper thread
+computes the XXH3-128, compare) against
 the plain load of that plain file: `torch.load(path, weights_only=True)`, and `numpy.load`
 of every array (allow_pickle=False). Both files were just written, so both reads come from
 the page cache: the ratio is the cost of the verification and decoding, not of the disk.
@@ -21,11 +22,12 @@ core, so wall time approaches the sum of the work). `--write` stores the result 
 docs/data/resume_io.json (docs/resume.md prints it through `python -m parity docs`).
 Never asserted in tests.
 
-Digests: the throughput of each candidate checksum in the standard library (SHA-256, BLAKE2b,
-zlib's CRC-32) over 1 MiB pieces, per core (the thread's CPU time over 256 MiB) and with
-two threads (wall time): against the baselines' own throughput (their CPU time per byte in
-the rows above) it bounds what a verified load or save can reach on this machine
-(docs/resume.md derives the bound).
+Digests: the throughput of each candidate checksum over 1 MiB pieces, per core (the thread's
+CPU time over 256 MiB) and with two threads (wall time): the standard library's SHA-256,
+BLAKE2b and zlib's CRC-32, and XXH3-128 from the `xxhash` package (not the standard
+library; the container's digest, NOTE [ Container digest ] in ckpt/digest.py). Against the
+baselines' own throughput (their CPU time per byte in the rows above) it bounds what a
+verified load or save can reach on this machine (docs/resume.md derives the bound).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import xxhash
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -139,6 +142,7 @@ DIGESTS: dict[str, Callable[[memoryview], object]] = {
     "sha256": lambda b: hashlib.sha256(b).digest(),
     "blake2b": lambda b: hashlib.blake2b(b).digest(),
     "crc32": zlib.crc32,
+    "xxh3_128": xxhash.xxh3_128_digest,  # the `xxhash` package, not the standard library
 }
 
 

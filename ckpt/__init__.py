@@ -1,13 +1,15 @@
 """Checkpoints without a library: the container both trees write, its atomic write, the
 directory of a run's checkpoints, and what a run does with what it finds there.
 
-Standard library only (no NumPy, no torch), so `reference` and `torch_impl` both import it
-and neither borrows from the other. Each tree's resume.py adds only its payload: how a
+The standard library and `xxhash` only (its XXH3-128 seals the container: NOTE [ Container
+digest ] in ckpt/digest.py); no NumPy, no torch, so `reference` and `torch_impl` both
+import it and neither borrows from the other. Each tree's resume.py adds only its payload: how a
 state becomes bytes and back ("npy-records" in reference/resume.py, "torch-zip" in
 torch_impl/resume.py).
 
     ckpt/errors.py      the one CheckpointError family
     ckpt/container.py   the file layout, verified reading (NOTE [ Checkpoint file layout ])
+    ckpt/digest.py      XXH3-128, the container's digest, and version 2's piecewise SHA-256
     ckpt/atomic.py      the hashing writer, the atomic write (NOTE [ Atomic write ]), the
                         writability probe
     ckpt/match.py       does a state fit: check_matches (shapes and dtypes by duck typing),

@@ -1,15 +1,19 @@
 """The checkpoint file: one container for both trees, which differ only in the payload.
 
     offset      bytes  content
-    0           8      magic  b"\\x89MTCKPT\\n"
+    0           8      magic  b"\\x89MTCKP3\\n"
     8           4      H = header length, uint32 little-endian, H <= MAX_HEADER
     12          H      header, UTF-8 JSON object: {"format": "mirrortrain-checkpoint",
-                       "version": 2, "payload": kind, "writer": tree, "meta": {...}}
+                       "version": 3, "payload": kind, "writer": tree, "meta": {...}}
     12 + H      P      payload: "npy-records" (reference/resume.py) or "torch-zip"
                        (torch_impl/resume.py)
     12 + H + P  8      P, uint64 little-endian (known only once the payload is written)
-    20 + H + P  32     digest of every byte before it: SHA-256 over the SHA-256s of its
-                       1 MiB pieces (NOTE [ Piecewise digest ] in ckpt/digest.py)
+    20 + H + P  16     the digest's name, ASCII, NUL-padded: b"xxh3-128"
+    36 + H + P  16     XXH3-128 of every byte before it (NOTE [ Container digest ] in
+                       ckpt/digest.py)
+
+Version 2 (read, no longer written) differs in the magic (b"\\x89MTCKPT\\n") and in its last
+32 bytes: a piecewise SHA-256 of every byte before them (NOTE [ Piecewise digest ]).
 
 `meta` (optional) is what the directory needs to know without decoding the payload: a
 training checkpoint's {"step": s, "config": {...}} (ckpt/directory.py).
@@ -17,9 +21,9 @@ training checkpoint's {"step": s, "config": {...}} (ckpt/directory.py).
 Reading (`open_checkpoint`): only a regular file is opened, never a FIFO or a device
 (O_NONBLOCK, then fstat); the prefix and the trailer must add up to the file's size
 (12 + H + P + 40) before the body is read; the file is mapped, not read into memory, and
-the digest is verified over the mapping before the header or the payload is parsed. So a
+the digest is verified over the mapping before the header or the payload is trusted. So a
 truncation or a flipped bit anywhere is a CheckpointCorruptError (unnoticed with
-probability 2^-256), and a huge file (garbage, or a checkpoint extended or cut) is refused
+probability 2^-128), and a huge file (garbage, or a checkpoint extended or cut) is refused
 after reading 52 bytes, not read into memory.
 """
 
@@ -31,28 +35,37 @@ import os
 import stat
 import struct
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
+from ckpt import digest
 from ckpt.atomic import HashingWriter, atomic_write
-from ckpt.digest import PiecewiseSHA256, digest_of, wait_for
 from ckpt.errors import CheckpointCorruptError, CheckpointVersionError
 
-MAGIC = b"\x89MTCKPT\n"
+MAGIC = b"\x89MTCKP3\n"  # version 3: the seal names its digest (XXH3-128)
+MAGIC_V2 = b"\x89MTCKPT\n"  # version 2: the seal is a piecewise SHA-256 (read only)
 FORMAT = "mirrortrain-checkpoint"
-VERSION = 2
+VERSION = 3
 PREFIX = len(MAGIC) + 4  # magic and the header length
-DIGEST_BYTES = 32
-TRAILER = 8 + DIGEST_BYTES  # the payload length and the digest
+SEAL = 32  # every version: the last 32 bytes (v3: the digest's name and the digest)
+TRAILER = 8 + SEAL  # the payload length and the seal
 MAX_HEADER = 1 << 20  # a header is a few hundred bytes; more is a crafted length
 MAX_DEPTH = 32  # a training state nests about 6 deep; more is a crafted file
 
 # NOTE [ Checkpoint file layout ]
 # Both trees write this container and differ only in the payload. The digest covers the
-# header too, so a flip that happens to turn "version": 2 into another valid number is
-# "corrupt", not "another version": the frame magic | H | header | ... | P | SHA-256 is the
-# same in every version, so any version's digest can be verified before its version is
-# read. The payload's length follows the payload because a streamed payload's length is
-# known only at its end; the digest covers it too.
+# header too, so a flip that happens to turn "version": 3 into another valid number is
+# "corrupt", not "another version". For that, which digest seals a file must be known
+# BEFORE the header is read: the frame magic | H | header | ... | P | seal is the same in
+# every version, 12 bytes in front and 40 behind, so the lengths are checked before
+# anything else, and the 52 bytes read for that name the digest: the magic names the
+# seal's layout (version 2: 32 bytes of piecewise SHA-256; version 3: a 16-byte digest
+# name, then the digest of every byte before it, the name included) and a version-3
+# seal names its algorithm. A digest name this code does not know cannot be verified, so
+# the file is CheckpointCorruptError naming it (written by a newer mirrortrain, or a
+# flipped byte), never "verified" (the directory never deletes it as its own). A header's
+# version must be its frame's (2 in a version-2 frame, 3 in a version-3 one): a version-2
+# reader never takes a version-3 header's word. The payload's length follows the payload
+# because a streamed payload's length is known only at its end; the digest covers it too.
 # torch.load alone would not notice damage: it does not verify the CRC-32s of its zip
 # members, so a flipped byte inside a tensor loads silently with another value
 # (tests/test_resume_torch.py shows it). The digest is integrity, not authenticity: a
@@ -61,7 +74,8 @@ MAX_DEPTH = 32  # a training state nests about 6 deep; more is a crafted file
 
 # NOTE [ Verify while decoding ]
 # Loading a checkpoint costs a digest of every byte and a decode that copies every byte;
-# both release the GIL, so load_container hashes on helper threads while it decodes. Decoding bytes
+# both release the GIL, so load_container hashes on one helper thread while it decodes
+# (XXH3 at ~22 GiB/s finishes well before the decode's copy, ~8 GiB/s). Decoding bytes
 # whose digest is not yet known adds nothing an attacker lacks (a crafted file carries a
 # valid digest, so every decoder is bounded for ANY bytes: lengths checked against the
 # bytes present, nesting limited); what it must not do is let damage masquerade as
@@ -85,7 +99,7 @@ def encode_container(payload_bytes: bytes, payload: str, writer: str,
     """A whole container in memory (for tests and crafted files; saving streams instead)."""
     body = header_bytes(payload, writer, meta) + payload_bytes + struct.pack(
         "<Q", len(payload_bytes))
-    return body + digest_of(body)
+    return body + digest.digest_of(body)
 
 
 def write_container(out: HashingWriter, payload: str, writer: str,
@@ -95,6 +109,7 @@ def write_container(out: HashingWriter, payload: str, writer: str,
     start = out.write(header_bytes(payload, writer, meta))
     write_payload(out)
     out.write(struct.pack("<Q", out.size - start))
+    out.write(digest.NAME_FIELD)
     out.write(out.hasher.digest())
 
 
@@ -176,9 +191,39 @@ def _map(fd: int, size: int) -> tuple[memoryview, Callable[[], None]]:
     return memoryview(mapped), close
 
 
+class Frame(NamedTuple):
+    """What the first 12 and last 40 bytes say: the format version, the digest's name, how
+    many of the last bytes are the digest and what computes it over every byte before."""
+
+    version: int
+    digest: str
+    digest_bytes: int
+    compute: Callable[[memoryview], bytes]
+
+
+def _printable(raw: bytes) -> str:
+    text = raw.rstrip(b"\0")
+    return repr(text.decode()) if text.isascii() and text.decode().isprintable() else repr(raw)
+
+
+def frame_of(magic: bytes, seal: bytes, where: str) -> Frame:
+    """The frame a magic and a seal name (NOTE [ Checkpoint file layout ]), before any
+    digest is computed; CheckpointCorruptError for a digest this code cannot verify."""
+    if magic == MAGIC_V2:
+        return Frame(2, "piecewise SHA-256", SEAL, lambda v: digest.sha256_piecewise(v))
+    name = seal[:SEAL - digest.DIGEST_BYTES]
+    if name != digest.NAME_FIELD:
+        raise CheckpointCorruptError(
+            f"{where}: sealed with digest {_printable(name)}, which this code cannot verify "
+            f"(it knows {digest.NAME!r}, and version 2's piecewise SHA-256): written by a "
+            "newer mirrortrain, or damaged")
+    return Frame(VERSION, "XXH3-128", digest.DIGEST_BYTES, lambda v: digest.xxh3_128(v))
+
+
 def _mapped(path: str | os.PathLike, where: str, follow_symlinks: bool
-            ) -> tuple[memoryview, Callable[[], None], int]:
-    """(the file's bytes, their closer, H) after the length checks (module docstring)."""
+            ) -> tuple[memoryview, Callable[[], None], int, Frame]:
+    """(the file's bytes, their closer, H, its frame) after the length checks (module
+    docstring)."""
     fd = open_regular(path, where, follow_symlinks=follow_symlinks)
     try:
         size = os.fstat(fd).st_size
@@ -186,14 +231,17 @@ def _mapped(path: str | os.PathLike, where: str, follow_symlinks: bool
             raise CheckpointCorruptError(f"{where}: {size} bytes is shorter than the smallest "
                                          f"checkpoint ({PREFIX + TRAILER}): truncated")
         prefix = os.pread(fd, PREFIX, 0)
-        if prefix[: len(MAGIC)] != MAGIC:
+        magic = prefix[: len(MAGIC)]
+        if magic not in (MAGIC, MAGIC_V2):
             raise CheckpointCorruptError(f"{where}: not a mirrortrain checkpoint (bad magic)")
         (header_len,) = struct.unpack("<I", prefix[len(MAGIC):])
-        (payload_len,) = struct.unpack("<Q", os.pread(fd, 8, size - TRAILER))
+        trailer = os.pread(fd, TRAILER, size - TRAILER)
+        (payload_len,) = struct.unpack("<Q", trailer[:8])
         if header_len > MAX_HEADER or PREFIX + header_len + payload_len + TRAILER != size:
             raise CheckpointCorruptError(
                 f"{where}: its lengths (header {header_len}, payload {payload_len}) do not add "
                 f"up to its {size} bytes: truncated, extended or corrupted")
+        frame = frame_of(magic, trailer[8:], where)
         view, closer = _map(fd, size)
     finally:
         os.close(fd)
@@ -201,27 +249,29 @@ def _mapped(path: str | os.PathLike, where: str, follow_symlinks: bool
         view.release()
         closer()
         raise CheckpointCorruptError(f"{where}: changed size while it was read")
-    return view, closer, header_len
+    return view, closer, header_len, frame
 
 
-def _digest_matches(view: memoryview) -> bool:
-    return digest_of(view[:-DIGEST_BYTES]) == view[-DIGEST_BYTES:]
+def _digest_matches(frame: Frame, view: memoryview, computed: bytes) -> bool:
+    return computed == view[-frame.digest_bytes:]
 
 
-def _digest_error(where: str) -> CheckpointCorruptError:
-    return CheckpointCorruptError(f"{where}: SHA-256 of the content does not match the stored "
-                                  "digest: truncated or corrupted")
+def _digest_error(where: str, frame: Frame) -> CheckpointCorruptError:
+    return CheckpointCorruptError(f"{where}: the {frame.digest} of the content does not match "
+                                  "the stored digest: truncated or corrupted")
 
 
 def open_checkpoint(path: str | os.PathLike, *, follow_symlinks: bool = True) -> Container:
     """Open, bound-check and verify a container (module docstring); CheckpointCorruptError or
     CheckpointVersionError naming the path if it is not one this code reads."""
     where = os.fspath(path)
-    view, closer, header_len = _mapped(path, where, follow_symlinks)
+    view, closer, header_len, frame = _mapped(path, where, follow_symlinks)
     try:
-        if not _digest_matches(view):
-            raise _digest_error(where)
-        header = parse_header(bytes(view[PREFIX:PREFIX + header_len]), where)
+        with view[:-frame.digest_bytes] as covered:
+            computed = frame.compute(covered)
+        if not _digest_matches(frame, view, computed):
+            raise _digest_error(where, frame)
+        header = parse_header(bytes(view[PREFIX:PREFIX + header_len]), where, frame.version)
     except BaseException:
         view.release()
         closer()
@@ -229,8 +279,10 @@ def open_checkpoint(path: str | os.PathLike, *, follow_symlinks: bool = True) ->
     return Container(header, view, view[PREFIX + header_len:-TRAILER], closer)
 
 
-def parse_header(raw: bytes, where: str) -> dict[str, Any]:
-    """The header of a verified container; the version is checked after the digest."""
+def parse_header(raw: bytes, where: str, version: int = VERSION) -> dict[str, Any]:
+    """The header of a verified container of frame `version`; the header's version is
+    checked after the digest, and must be its frame's."""
+    frame_version = version
     try:
         header = json.loads(raw)
     except (ValueError, RecursionError) as e:
@@ -238,12 +290,12 @@ def parse_header(raw: bytes, where: str) -> dict[str, Any]:
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise CheckpointCorruptError(f"{where}: the header is not a {FORMAT} header")
     version = header.get("version")
-    if version != VERSION:
+    if version != frame_version:
         newer = isinstance(version, int) and version > VERSION
         raise CheckpointVersionError(
-            f"{where}: format version {version!r}"
+            f"{where}: format version {version!r} in a version-{frame_version} frame"
             f"{' (written by a newer mirrortrain)' if newer else ''}; this code reads "
-            f"version {VERSION} only")
+            f"version {VERSION}, and version 2 in its own frame")
     if not (isinstance(header.get("payload"), str) and isinstance(header.get("writer"), str)
             and isinstance(header.get("meta", {}), dict)):
         raise CheckpointCorruptError(f"{where}: the header's payload, writer or meta has the "
@@ -329,21 +381,22 @@ def load_container(path: str | os.PathLike, payload: str,
     `hint` (how to convert it).
 
     The digest is computed on the helper thread WHILE the header is parsed and the payload
-    decoded (NOTE [ Verify while decoding ]); if it does not match, the decoded state is
-    dropped and the only error is the digest's.
+    decoded (NOTE [ Verify while decoding ]); whatever happens, its result is waited for
+    and compared; if it does not match, the decoded state is dropped and the only error is
+    the digest's.
     """
     where = os.fspath(path)
-    view, closer, header_len = _mapped(path, where, follow_symlinks=True)
+    view, closer, header_len, frame = _mapped(path, where, follow_symlinks=True)
+    covered = view[:-frame.digest_bytes]
     try:
-        hasher = PiecewiseSHA256()
-        pending = hasher.update(view[:-DIGEST_BYTES])  # whole pieces: on helper threads
+        pending = digest.in_background(frame.compute, covered)
 
         def digest_matches() -> bool:
-            wait_for(pending)
-            return hasher.digest() == view[-DIGEST_BYTES:]
+            return _digest_matches(frame, view, pending.result())  # waits for the helper
 
         try:
-            header = parse_header(bytes(view[PREFIX:PREFIX + header_len]), where)
+            header = parse_header(bytes(view[PREFIX:PREFIX + header_len]), where,
+                                  frame.version)
             if header["payload"] != payload:
                 raise CheckpointVersionError(
                     f"{where}: payload {header['payload']!r} written by {header['writer']!r}; "
@@ -355,11 +408,12 @@ def load_container(path: str | os.PathLike, payload: str,
                 body.release()
         except BaseException as e:
             if not digest_matches():
-                raise _digest_error(where) from e
+                raise _digest_error(where, frame) from e
             raise
         if not digest_matches():
-            raise _digest_error(where)
+            raise _digest_error(where, frame)
     finally:
+        covered.release()
         view.release()
         closer()
     return header, check_state(state, where)

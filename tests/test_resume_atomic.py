@@ -1,18 +1,14 @@
-"""The writing side of both trees' checkpoints: the atomic write (ckpt/atomic.py) and the
-piecewise digest (ckpt/digest.py).
+"""The writing side of both trees' checkpoints: the atomic write (ckpt/atomic.py).
 
 A failing write (disk full halfway, a real full disk, a read-only filesystem) leaves the
 previous file intact, no temporary file, and a CheckpointWriteError naming the user's path.
 The system calls of an atomic write are recorded and their order asserted for any state,
-and a failure is injected at each one of them. The digest is held to the formula of
-NOTE [ Piecewise digest ] for writes of any sizes.
+and a failure is injected at each one of them. The digest: tests/test_resume_digest.py.
 """
 
 from __future__ import annotations
 
 import errno
-import hashlib
-import itertools
 import os
 import subprocess
 from collections.abc import Callable, Iterator
@@ -21,10 +17,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, event, example, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ckpt import atomic, digest
+from ckpt import atomic
 from parity.drivers.resume import flatten, small_reference_state, small_torch_state
 from reference import resume as ref_resume
 from torch_impl import resume as t_resume
@@ -234,44 +230,3 @@ def test_a_failure_at_any_system_call_keeps_the_final_name_safe(
                                                 else [])
         assert "rename may not survive" in str(info.value)
         assert mod.load_checkpoint(path)["config"]["sizes"] == [8, 32, 3]
-
-
-# ---------------------------------------------------------------- the digest
-
-
-def _oracle(data: bytes, piece: int) -> bytes:
-    """NOTE [ Piecewise digest ] written out: SHA-256 over the SHA-256s of the pieces."""
-    pieces = [data[i:i + piece] for i in range(0, len(data), piece)] or [b""]
-    return hashlib.sha256(b"".join(hashlib.sha256(p).digest() for p in pieces)).digest()
-
-
-@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(data=st.binary(max_size=700), cuts=st.lists(st.integers(0, 700), max_size=8),
-       piece=st.sampled_from([1, 7, 64, 256]))
-@example(data=bytes(range(256)) * 2, cuts=[3], piece=64)  # finish a piece, then whole ones
-def test_the_streamed_digest_equals_the_piecewise_formula_for_any_write_sizes(
-        data: bytes, cuts: list[int], piece: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Fed in writes of any sizes (pieces split, spanned, ended exactly), the writer's digest
-    is the NOTE's formula, and so is digest_of the whole (small pieces stand in for 1 MiB)."""
-    monkeypatch.setattr(digest, "PIECE", piece)
-    hasher = digest.PiecewiseSHA256()
-    bounds = sorted({0, len(data), *(c for c in cuts if c <= len(data))})
-    for lo, hi in itertools.pairwise(bounds):
-        digest.wait_for(hasher.update(memoryview(data)[lo:hi]))
-        if lo % piece and hi - lo >= 2 * piece - lo % piece:
-            event("a write finishes an unfinished piece and carries whole pieces")
-    event(f"pieces: {'one' if len(data) <= piece else 'several'}, "
-          f"ends on a boundary: {len(data) % piece == 0}")
-    assert hasher.digest() == digest.digest_of(data) == _oracle(data, piece)
-
-
-def test_the_digest_of_a_real_size_stream_uses_whole_pieces_on_helpers() -> None:
-    """3.5 MiB written as 1 + 2.5 MiB: three whole pieces go to helper threads, and the
-    result is the formula's with 1 MiB pieces."""
-    data = np.random.default_rng(0).integers(0, 256, 7 << 19, dtype=np.uint8).tobytes()
-    hasher = digest.PiecewiseSHA256()
-    first = hasher.update(memoryview(data)[: 1 << 20])
-    second = hasher.update(memoryview(data)[1 << 20:])
-    digest.wait_for(first + second)
-    assert (len(first), len(second)) == (1, 2)
-    assert hasher.digest() == _oracle(data, digest.PIECE)

@@ -175,9 +175,9 @@ def test_a_newer_format_version_is_refused_not_skipped(tree: ModuleType,
     an older one, nor overwritten: the resume is refused naming the version."""
     _train(tree, 4, tmp_path)
     newest = tmp_path / "ckpt-00000004.ckpt"
-    newest.write_bytes(recontainer(newest.read_bytes(), version=3))
+    newest.write_bytes(recontainer(newest.read_bytes(), version=ckpt.VERSION + 1))
     before = _listing(tmp_path)
-    with pytest.raises(ckpt.CheckpointDirectoryError, match=r"version 3.*newer"):
+    with pytest.raises(ckpt.CheckpointDirectoryError, match=fr"version {ckpt.VERSION + 1}.*newer"):
         _train(tree, 6, tmp_path, resume_from_latest=True)
     assert _listing(tmp_path) == before
 

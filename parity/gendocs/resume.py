@@ -104,8 +104,9 @@ def _() -> str:
         return "Not measured yet: run `python benchmarks/resume.py --write`."
     digests = data["digests"]
     names = list(digests)
-    lines = ["Each digest's throughput in the standard library over 1 MiB pieces, median "
-             "[min, max], GiB/s: " + "; ".join(
+    lines = ["Each digest's throughput over 1 MiB pieces (sha256, blake2b, crc32: the "
+             "standard library; xxh3_128: the `xxhash` package, the container's digest), "
+             "median [min, max], GiB/s: " + "; ".join(
                  f"{name} {d['per_core_median']:.2f} [{d['per_core_lo']:.2f}, "
                  f"{d['per_core_hi']:.2f}] per core (CPU time), "
                  f"{d['two_threads_median']:.2f} with two threads (wall)"
