@@ -110,7 +110,7 @@ def _classes(magnitude: np.ndarray, x: np.ndarray, nan_in: np.ndarray,
     def count(where: np.ndarray) -> int:
         return int(np.count_nonzero(where))
 
-    zero = count(np.equal(magnitude, uint(0), out=flag))
+    zero = magnitude.size - count(magnitude)  # (counting nonzero codes needs no comparison)
     below_normal = count(np.less(magnitude, uint(2**fmt.mantissa_bits), out=flag))
     beyond = count(np.greater(magnitude, uint(fmt.max_code), out=flag))
     nan = count(nan_in)
