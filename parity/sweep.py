@@ -23,6 +23,7 @@ import json
 import os
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -225,7 +226,12 @@ def _run(name: str, tasks: list[tuple[Callable[..., Summary], tuple, int]], work
         return total
     with ProcessPoolExecutor(workers, mp_context=_worker_context()) as pool:
         # The workers start at the first submit, before the bar starts its monitor thread.
-        futures = {pool.submit(fn, *args): size for fn, args, size in tasks}
+        # The one other thread then is NumPy's OpenBLAS pool, idle, which shuts itself down
+        # around a fork (its own fork handler): Python >= 3.12's warning does not apply.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "This process .* is multi-threaded",
+                                    DeprecationWarning)
+            futures = {pool.submit(fn, *args): size for fn, args, size in tasks}
         with bar() as b:
             for f in as_completed(futures):
                 total.add(f.result())
