@@ -242,9 +242,9 @@ def _run(name: str, tasks: list[tuple[Callable[..., Summary], tuple, int]], work
 def _worker_context() -> BaseContext:
     """fork where the platform has it: a forked worker starts with this process's modules
     (torch, ml_dtypes) imported, where a spawned one imports them again, about 1.6 s of CPU
-    time each (a tenth of a float8 sweep's wall time on 2 cores). The workers run torch on
-    one thread, and torch's thread pool is not started by importing it: nothing to inherit
-    in a half-done state. spawn where fork is unavailable."""
+    time each (a tenth of a float8 sweep's wall time on 2 cores). Each worker sets torch to
+    one thread before its first chunk, so it never enters a parallel region: a thread pool
+    the parent may have started is not used in the child. spawn where fork is unavailable."""
     return get_context("fork" if "fork" in get_all_start_methods() else "spawn")
 
 
