@@ -18,14 +18,17 @@ running the cast a second time (which would add its whole cost to the sweep's wa
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from multiprocessing import get_context
+from multiprocessing import get_all_start_methods, get_context
+from multiprocessing.context import BaseContext
 from pathlib import Path
 
 import numpy as np
@@ -40,7 +43,6 @@ from parity.oracles import ML_DTYPES, STORAGE_FORMATS
 CHUNK = 1 << 16
 SWEEP_JSON = Path(__file__).resolve().parents[1] / "docs" / "data" / "formats_sweep.json"
 CLASSES = ("normal", "subnormal", "zero", "overflow", "inf", "nan")
-_MAGNITUDE32, _INF32 = np.uint32(0x7FFFFFFF), np.uint32(0x7F800000)
 
 
 @dataclass
@@ -74,84 +76,105 @@ def _nan_codes(codes: np.ndarray, fmt: ref.FloatFormat) -> np.ndarray:
     return magnitude > fmt.inf_code
 
 
-def _mismatches(a: np.ndarray, b: np.ndarray, fmt: ref.FloatFormat) -> np.ndarray:
+def _mismatches(a: np.ndarray, b: np.ndarray, fmt: ref.FloatFormat,
+                differ: np.ndarray) -> np.ndarray:
     """Indices where two code arrays differ, NaN counting as one class (NaN classes are
-    looked at only where the codes differ: few places)."""
-    differ = np.flatnonzero(a != b)
-    if not differ.size:  # the usual case: skip the calls (a chunk's fixed cost is ~1 ns/input)
-        return differ
-    both_nan = _nan_codes(a[differ], fmt) & _nan_codes(b[differ], fmt)
-    return differ[~both_nan]
+    looked at only where the codes differ: few places). `differ`: a bool array of a's size
+    to work in."""
+    np.not_equal(a, b, out=differ)
+    if not differ.any():  # the usual case: skip the calls (a chunk's fixed cost is ~1 ns/input)
+        return np.empty(0, dtype=np.intp)
+    at = np.flatnonzero(differ)
+    both_nan = _nan_codes(a[at], fmt) & _nan_codes(b[at], fmt)
+    return at[~both_nan]
 
 
 def _saturated(codes: np.ndarray, magnitude: np.ndarray, nan_in: np.ndarray,
-               fmt: ref.FloatFormat) -> np.ndarray:
-    """Codes of the non-saturating policy turned into the saturating one: every overflow
-    (not a NaN input) becomes +-max, sign kept (integer arithmetic: a select is slower).
-    `magnitude` is the codes' without the sign."""
-    uint = codes.dtype.type
-    beyond = (magnitude > uint(fmt.max_code)) & ~nan_in
-    return codes - beyond.astype(uint) * (magnitude - uint(fmt.max_code))
+               fmt: ref.FloatFormat, w: _Workspace) -> np.ndarray:
+    """Codes of the non-saturating policy turned into the saturating one, in w.saturated:
+    every overflow (not a NaN input) becomes +-max, sign kept. `magnitude` is the codes'
+    without the sign. Integer arithmetic on the code's width: the excess over max,
+    magnitude - min(magnitude, max), is subtracted, and NaN inputs' codes are put back."""
+    excess = np.minimum(magnitude, w.max_code, out=w.excess)  # (against an array: fast)
+    np.subtract(magnitude, excess, out=excess)
+    out = np.subtract(codes, excess, out=w.saturated)
+    np.copyto(out, codes, where=nan_in)
+    return out
 
 
-def _classes(magnitude: np.ndarray, magnitude32: np.ndarray, nan_in: np.ndarray,
-             fmt: ref.FloatFormat) -> dict[str, int]:
-    """Inputs by class: NaN and inf from the inputs' magnitude bits, the rest from the
-    magnitudes of the reference's (non-saturating) codes."""
+def _classes(magnitude: np.ndarray, x: np.ndarray, nan_in: np.ndarray,
+             fmt: ref.FloatFormat, flag: np.ndarray) -> dict[str, int]:
+    """Inputs by class: NaN and inf from the inputs `x`, the rest from the magnitudes of
+    the reference's (non-saturating) codes. `flag`: a bool array of x's size to work in."""
     uint = magnitude.dtype.type
-    zero = int(np.count_nonzero(magnitude == 0))
-    below_normal = int(np.count_nonzero(magnitude < uint(2**fmt.mantissa_bits)))
-    beyond = int(np.count_nonzero(magnitude > uint(fmt.max_code)))
-    nan = int(np.count_nonzero(nan_in))
-    inf = int(np.count_nonzero(magnitude32 == _INF32))
+
+    def count(where: np.ndarray) -> int:
+        return int(np.count_nonzero(where))
+
+    zero = magnitude.size - count(magnitude)  # (counting nonzero codes needs no comparison)
+    below_normal = count(np.less(magnitude, uint(2**fmt.mantissa_bits), out=flag))
+    beyond = count(np.greater(magnitude, uint(fmt.max_code), out=flag))
+    nan = count(nan_in)
+    inf = count(np.isinf(x, out=flag))
     return {"normal": magnitude.size - below_normal - beyond, "subnormal": below_normal - zero,
             "zero": zero, "overflow": beyond - nan - inf, "inf": inf, "nan": nan}
 
 
-_TORCH_OUT: dict = {}  # per process: one output tensor per (dtype, size), reused by each chunk
+class _Workspace:
+    """One process's arrays for chunks of one size and format, reused by every chunk: the
+    outputs of torch's and the third library's casts (`out.copy_(src)` and np.copyto run the
+    same conversion as `src.to(dtype)` and `astype`), and the bookkeeping's. Allocating
+    them per chunk faults fresh pages in (NOTE [ Encoding in blocks ] in reference/formats.py)."""
 
+    def __init__(self, name: str, size: int) -> None:
+        import torch
 
-def _torch_buffer(dtype: object, size: int) -> object:
-    """An output tensor for torch's cast: `out.copy_(src)` runs the same conversion kernel as
-    `src.to(dtype)` without allocating (fresh pages) for every chunk."""
-    import torch
+        import torch_impl.formats as tim
 
-    if (dtype, size) not in _TORCH_OUT:
-        _TORCH_OUT[(dtype, size)] = torch.empty(size, dtype=dtype)  # type: ignore[arg-type]
-    return _TORCH_OUT[(dtype, size)]
+        fmt = ref.FORMATS[name]
+        uint = fmt.code_dtype
+        self.torch_out = torch.empty(size, dtype=tim.FORMATS[name].dtype)
+        self.torch_codes = self.torch_out.view(tim.FORMATS[name].code_dtype).numpy().view(uint)
+        self.oracle_out = np.empty(size, dtype=ML_DTYPES[name])
+        self.oracle_codes = self.oracle_out.view(uint)
+        self.magnitude, self.excess, self.saturated = (np.empty(size, uint) for _ in range(3))
+        self.max_code = np.full(size, fmt.max_code, dtype=uint)
+        self.nan_in, self.flag = np.empty(size, bool), np.empty(size, bool)
+        self.saturates = tim.DEFAULT_OVERFLOW[name] == "saturate"
+
+    @staticmethod
+    @functools.cache
+    def of(name: str, size: int) -> _Workspace:
+        return _Workspace(name, size)
 
 
 def sweep_bits(name: str, bits: np.ndarray) -> Summary:
     """Compare the three libraries on these float32 bit patterns (uint32)."""
     import torch
 
-    import torch_impl.formats as tim
-
     began = time.thread_time()
     fmt = ref.FORMATS[name]
+    w = _Workspace.of(name, bits.size)
     x = bits.view(np.float32)
     ours = ref.encode(x, name, overflow="nan" if fmt.convention == "fn" else "inf")
-    magnitude = ours & ours.dtype.type(2 ** (fmt.bits - 1) - 1)  # (the codes' sign cleared)
-    magnitude32 = bits & _MAGNITUDE32
-    nan_in = magnitude32 > _INF32
-    native = _torch_buffer(tim.FORMATS[name].dtype, x.size).copy_(torch.from_numpy(x))
-    torch_codes = native.view(tim.FORMATS[name].code_dtype).numpy().view(ours.dtype)
+    magnitude = np.bitwise_and(ours, ours.dtype.type(2 ** (fmt.bits - 1) - 1), out=w.magnitude)
+    nan_in = np.isnan(x, out=w.nan_in)
+    w.torch_out.copy_(torch.from_numpy(x))
     cast_began = time.thread_time()
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is the subject
-        ml_codes = x.astype(ML_DTYPES[name]).view(ours.dtype)
+        np.copyto(w.oracle_out, x, casting="unsafe")
     cast_seconds = time.thread_time() - cast_began
-    saturates = tim.DEFAULT_OVERFLOW[name] == "saturate"
-    ours_torch = _saturated(ours, magnitude, nan_in, fmt) if saturates else ours
-    bad_torch = _mismatches(ours_torch, torch_codes, fmt)
-    bad_ml = _mismatches(ours, ml_codes, fmt)  # ml_dtypes never saturates
+    ours_torch = _saturated(ours, magnitude, nan_in, fmt, w) if w.saturates else ours
+    bad_torch = _mismatches(ours_torch, w.torch_codes, fmt, w.flag)
+    bad_ml = _mismatches(ours, w.oracle_codes, fmt, w.flag)  # ml_dtypes never saturates
 
-    s = Summary(name, total=bits.size, by_class=_classes(magnitude, magnitude32, nan_in, fmt),
+    s = Summary(name, total=bits.size, by_class=_classes(magnitude, x, nan_in, fmt, w.flag),
                 mismatches_torch=bad_torch.size, mismatches_ml_dtypes=bad_ml.size,
                 oracle_cpu_seconds=cast_seconds)
     for i in np.union1d(bad_torch, bad_ml)[:10] if bad_torch.size or bad_ml.size else ():
         s.examples.append(f"input 0x{int(bits[i]):08x}: reference 0x{int(ours_torch[i]):x} "
                           f"(0x{int(ours[i]):x} not saturating), torch "
-                          f"0x{int(torch_codes[i]):x}, ml_dtypes 0x{int(ml_codes[i]):x}")
+                          f"0x{int(w.torch_codes[i]):x}, ml_dtypes 0x{int(w.oracle_codes[i]):x}")
     s.cpu_seconds = time.thread_time() - began
     return s
 
@@ -193,19 +216,36 @@ def _run(name: str, tasks: list[tuple[Callable[..., Summary], tuple, int]], work
     if name not in STORAGE_FORMATS:
         raise ValueError(f"sweep formats: {', '.join(STORAGE_FORMATS)}; got {name!r}")
     total = Summary(name)
-    with tqdm(total=sum(t[2] for t in tasks), desc=name, unit="input",
-              unit_scale=True, file=sys.stderr, disable=not progress) as bar:
-        if workers <= 1:
+    bar = functools.partial(tqdm, total=sum(t[2] for t in tasks), desc=name, unit="input",
+                            unit_scale=True, file=sys.stderr, disable=not progress)
+    if workers <= 1:
+        with bar() as b:
             for fn, args, size in tasks:
                 total.add(fn(*args))
-                bar.update(size)
-        else:
-            with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
-                futures = {pool.submit(fn, *args): size for fn, args, size in tasks}
-                for f in as_completed(futures):
-                    total.add(f.result())
-                    bar.update(futures[f])
+                b.update(size)
+        return total
+    with ProcessPoolExecutor(workers, mp_context=_worker_context()) as pool:
+        # The workers start at the first submit, before the bar starts its monitor thread.
+        # The one other thread then is NumPy's OpenBLAS pool, idle, which shuts itself down
+        # around a fork (its own fork handler): Python >= 3.12's warning does not apply.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "This process .* is multi-threaded",
+                                    DeprecationWarning)
+            futures = {pool.submit(fn, *args): size for fn, args, size in tasks}
+        with bar() as b:
+            for f in as_completed(futures):
+                total.add(f.result())
+                b.update(futures[f])
     return total
+
+
+def _worker_context() -> BaseContext:
+    """fork where the platform has it: a forked worker starts with this process's modules
+    (torch, ml_dtypes) imported, where a spawned one imports them again, about 1.6 s of CPU
+    time each (a tenth of a float8 sweep's wall time on 2 cores). Each worker sets torch to
+    one thread before its first chunk, so it never enters a parallel region: a thread pool
+    the parent may have started is not used in the child. spawn where fork is unavailable."""
+    return get_context("fork" if "fork" in get_all_start_methods() else "spawn")
 
 
 def sweep_range(name: str, start: int, stop: int, workers: int = 2, progress: bool = False

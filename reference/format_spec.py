@@ -14,6 +14,7 @@ Exponent conventions follow numpy.finfo / ml_dtypes.finfo: `min_exponent` is the
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Literal
 
 import numpy as np
@@ -29,6 +30,9 @@ class FloatFormat:
     float8_e4m3fn): no infinities; only S.1...1.1...1 is NaN, so the top binade holds normals.
     Exponent conventions follow numpy.finfo / ml_dtypes.finfo: `min_exponent` = 1 - bias
     (the exponent of `tiny`), `max_exponent` = the smallest power of two that is not finite.
+    The derived properties are computed once per instance (cached_property stores them in
+    the instance's __dict__, which a frozen dataclass leaves writable; equality and hashing
+    read the four fields only).
     """
 
     name: str
@@ -49,82 +53,82 @@ class FloatFormat:
         if self.convention == "fn" and self.exponent_bits < 2:
             raise ValueError(f"{self.name}: an fn format needs at least 2 exponent bits")
 
-    @property
+    @cached_property
     def bits(self) -> int:
         return 1 + self.exponent_bits + self.mantissa_bits
 
-    @property
+    @cached_property
     def bias(self) -> int:
         return 2 ** (self.exponent_bits - 1) - 1
 
-    @property
+    @cached_property
     def emax(self) -> int:
         """The largest unbiased exponent of a finite value."""
         top = 2**self.exponent_bits - 1
         return (top if self.convention == "fn" else top - 1) - self.bias
 
-    @property
+    @cached_property
     def max_exponent(self) -> int:
         return self.emax + 1
 
-    @property
+    @cached_property
     def min_exponent(self) -> int:
         return 1 - self.bias
 
-    @property
+    @cached_property
     def eps(self) -> float:
         """Spacing at 1: 2^-m."""
         return 2.0 ** -self.mantissa_bits
 
-    @property
+    @cached_property
     def unit_roundoff(self) -> float:
         """Largest relative error of round-to-nearest in the normal range: 2^-(m+1)."""
         return 2.0 ** -(self.mantissa_bits + 1)
 
-    @property
+    @cached_property
     def max(self) -> float:
         # ieee: significand 1.11...1; fn: 1.11...10, since 1.11...1 at the top is NaN.
         top_fraction = 2**self.mantissa_bits - (2 if self.convention == "fn" else 1)
         significand = 2**self.mantissa_bits + top_fraction
         return float(significand * 2.0 ** (self.emax - self.mantissa_bits))
 
-    @property
+    @cached_property
     def tiny(self) -> float:
         """The smallest positive normal, 2^(1 - bias)."""
         return 2.0**self.min_exponent
 
-    @property
+    @cached_property
     def smallest_subnormal(self) -> float:
         return 2.0 ** (self.min_exponent - self.mantissa_bits)
 
-    @property
+    @cached_property
     def max_code(self) -> int:
         """The magnitude bits (sign cleared) of `max`."""
         if self.convention == "fn":
             return 2 ** (self.exponent_bits + self.mantissa_bits) - 2
         return ((2**self.exponent_bits - 1) << self.mantissa_bits) - 1
 
-    @property
+    @cached_property
     def inf_code(self) -> int | None:
         if self.convention == "fn":
             return None
         return (2**self.exponent_bits - 1) << self.mantissa_bits
 
-    @property
+    @cached_property
     def nan_code(self) -> int:
         """The canonical quiet NaN's magnitude bits."""
         if self.convention == "fn":
             return 2 ** (self.exponent_bits + self.mantissa_bits) - 1
         return ((2**self.exponent_bits - 1) << self.mantissa_bits) | (1 << (self.mantissa_bits - 1))
 
-    @property
+    @cached_property
     def finite_count(self) -> int:
         """Bit patterns that encode finite values (+0 and -0 counted separately)."""
         if self.convention == "fn":
             return 2**self.bits - 2
         return 2**self.bits - 2 ** (self.mantissa_bits + 1)
 
-    @property
+    @cached_property
     def code_dtype(self) -> type[np.unsignedinteger]:
         """The smallest unsigned integer type that holds one code."""
         for dtype in (np.uint8, np.uint16, np.uint32, np.uint64):

@@ -34,3 +34,43 @@ def test_a_sweep_counts_zeros_subnormals_and_normals_by_their_bfloat16_code() ->
     assert s.by_class["subnormal"] == 0x00800000 - 0x8001 - 0x8000
     assert s.by_class["normal"] == sweep.CHUNK + 0x8000
     assert s.by_class["overflow"] == s.by_class["inf"] == s.by_class["nan"] == 0
+
+
+def test_a_sweep_reaches_the_last_bit_pattern_across_a_task_boundary() -> None:
+    """The top 2^24 + 3 patterns, two tasks (sweep_range cuts at 2^24 inputs) ending at
+    0xFFFFFFFF: -inf (0xFF800000) once, the 2^23 - 1 negative NaNs above it all counted
+    (the last chunk included), and every finite pattern below it overflows float8_e5m2."""
+    start = 2**32 - (1 << 24) - 3
+    s = sweep.sweep_range("float8_e5m2", start, 2**32, workers=1)
+    assert s.total == (1 << 24) + 3
+    assert s.by_class == {"normal": 0, "subnormal": 0, "zero": 0, "overflow": (1 << 23) + 3,
+                          "inf": 1, "nan": (1 << 23) - 1}
+    assert (s.mismatches_torch, s.mismatches_ml_dtypes) == (0, 0)
+
+
+@pytest.mark.parametrize("name", ["float8_e5m2", "float8_e4m3fn"])
+def test_a_sweep_counts_a_nan_class_change_and_only_that(name: str, monkeypatch) -> None:
+    """A reference whose codes are changed on purpose: on the chunk of patterns from 1.0 up
+    every code becomes NaN, a mismatch against both libraries for each input; on the NaN
+    inputs every NaN code becomes another NaN code (e5m2: another payload; e4m3fn has one
+    NaN magnitude: the other sign), no mismatch, NaN being one class."""
+    fmt = sweep.ref.FORMATS[name]
+    encode = sweep.ref.encode
+    sign = 1 << (fmt.bits - 1)
+    other_nan = fmt.nan_code + 1 if fmt.convention == "ieee" else fmt.nan_code | sign
+
+    def changed(x, *args, **kwargs):
+        codes = encode(x, *args, **kwargs)
+        bits = x.view("uint32")
+        codes[(bits >= 0x3F800000) & (bits < 0x40000000)] = fmt.nan_code
+        codes[(bits & 0x7FFFFFFF) > INF32] = other_nan
+        return codes
+
+    monkeypatch.setattr(sweep.ref, "encode", changed)
+    one, nan = 0x3F800000, INF32 + 1
+    s = sweep.sweep_range(name, one, one + sweep.CHUNK, workers=1)
+    assert (s.mismatches_torch, s.mismatches_ml_dtypes) == (sweep.CHUNK, sweep.CHUNK)
+    assert len(s.examples) == 10 and s.examples[0].startswith("input 0x3f800000")
+    s = sweep.sweep_range(name, nan, nan + sweep.CHUNK, workers=1)
+    assert s.by_class["nan"] == sweep.CHUNK
+    assert (s.mismatches_torch, s.mismatches_ml_dtypes) == (0, 0)
