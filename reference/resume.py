@@ -1,9 +1,10 @@
 """Complete checkpoints: the reference's payload, "npy-records", in the shared container.
 
-The container (magic, header, payload, trailing SHA-256), the atomic write, the directory
-of a run's checkpoints and the CheckpointError family are library-free and live once in
-the `ckpt` package (NOTE [ Checkpoint file layout ], NOTE [ Atomic write ], NOTE [ What a
-run may touch in its directory ]); this module adds how a state becomes bytes and back:
+The container (magic, header, payload, trailing XXH3-128 digest), the atomic write, the
+directory of a run's checkpoints and the CheckpointError family know neither NumPy nor
+torch and live once in the `ckpt` package (NOTE [ Checkpoint file layout ], NOTE [ Atomic
+write ], NOTE [ What a run may touch in its directory ]); this module adds how a state
+becomes bytes and back:
 
     8 bytes     J = skeleton length, uint64 little-endian (J <= what the payload holds)
     J bytes     the skeleton: the state as plain JSON, each array replaced by {"__array__": k}

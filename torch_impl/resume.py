@@ -1,7 +1,8 @@
 """Complete checkpoints in PyTorch: the "torch-zip" payload. See reference/resume.py.
 
 The container, the atomic write, the directory and the CheckpointError family are the
-shared, library-free `ckpt` package, the same classes as the reference's. What differs:
+shared `ckpt` package (neither NumPy nor torch), the same classes as the reference's. What
+differs:
 
 - the payload is "torch-zip": the bytes `torch.save(state)` writes, streamed through the
   hashing writer, read back with `torch.load(weights_only=True, map_location="cpu")`
