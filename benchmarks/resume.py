@@ -87,13 +87,15 @@ def _plain_save(tree: str, state: dict, path: Path) -> None:
         os.fsync(f.fileno())
 
 
-def _plain_load(tree: str, path: Path) -> None:
+def _plain_load(tree: str, path: Path) -> object:
+    """The library's own load of the plain file, returning everything it loaded: a loader
+    keeps its arrays, and one that dropped each before reading the next would reuse one
+    freed, already-mapped buffer for all of them and skip the page faults a real load pays
+    (at 64 MiB about a third of numpy.load's time)."""
     if tree == "torch":
-        torch.load(path, weights_only=True, map_location="cpu")
-        return
+        return torch.load(path, weights_only=True, map_location="cpu")
     with open(path, "rb") as f:
-        for _ in range(4):
-            np.load(f, allow_pickle=False)
+        return [np.load(f, allow_pickle=False) for _ in range(4)]
 
 
 def _time(fn: Callable[[], object]) -> tuple[float, float]:
