@@ -29,7 +29,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 import xxhash
 
@@ -69,7 +69,11 @@ def in_background(fn: Callable[..., object], *args: object) -> Future:
         return fn(*args)
 
     future = _pool.submit(run)
-    started.wait()
+    try:
+        started.wait()
+    except BaseException:  # an interrupt: the caller must not free what the helper reads
+        wait([future])
+        raise
     return future
 
 
