@@ -7,10 +7,11 @@ Save: `save_checkpoint` (stream through the hashing writer into a temporary file
 rename, fsync the directory) against the library's plain save into a file followed by the
 same fsync: `torch.save(state, f)` for torch_impl, `numpy.save(f, a)` of every array for the
 reference. Load: `load_checkpoint` (map, check lengths, decode while one helper thread
-computes the XXH3-128, compare) against
+computes the XXH3-128, or below 16 MiB decode and then hash on one thread, compare) against
 the plain load of that plain file: `torch.load(path, weights_only=True)`, and `numpy.load`
-of every array (allow_pickle=False). Both files were just written, so both reads come from
-the page cache: the ratio is the cost of the verification and decoding, not of the disk.
+of every array (allow_pickle=False), each kept until all are loaded, as a loader keeps
+them. Both files were just written, so both reads come from the page cache: the ratio is
+the cost of the verification and decoding, not of the disk.
 
 Method: wall time (time.perf_counter) and CPU time of every thread (time.process_time) of
 each call, one thread for torch; the two sides of a ratio run alternately within each
@@ -18,9 +19,11 @@ repeat (interleaved), and the wall ratio is formed per repeat, so a slow moment 
 shared machine hits both sides. Reported: the median wall ratio and its min-max over the
 repeats, and the ratio of the median CPU times (the work done, which other processes'
 load does not inflate: on a saturated machine the digest's helper threads find no free
-core, so wall time approaches the sum of the work). `--write` stores the result in
-docs/data/resume_io.json (docs/resume.md prints it through `python -m parity docs`).
-Never asserted in tests.
+core, so wall time approaches the sum of the work), and the median count of minor page
+faults (getrusage): whether a load's arrays land in memory malloc recycled or in fresh
+pages (about 2 us a 4 KiB fault on this VM) swings either side by up to half at 64 MiB.
+`--write` stores the result in docs/data/resume_io.json (docs/resume.md prints it through
+`python -m parity docs`). Never asserted in tests.
 
 Digests: the throughput of each candidate checksum over 1 MiB pieces, per core (the thread's
 CPU time over 256 MiB) and with two threads (wall time): the standard library's SHA-256,
@@ -37,6 +40,7 @@ import hashlib
 import json
 import os
 import platform
+import resource
 import statistics
 import sys
 import tempfile
@@ -87,20 +91,24 @@ def _plain_save(tree: str, state: dict, path: Path) -> None:
         os.fsync(f.fileno())
 
 
-def _plain_load(tree: str, path: Path) -> None:
+def _plain_load(tree: str, path: Path) -> object:
+    """The library's own load of the plain file, returning everything it loaded: a loader
+    keeps its arrays, and one that dropped each before reading the next would reuse one
+    freed, already-mapped buffer for all of them and skip the page faults a real load pays
+    (at 64 MiB about a third of numpy.load's time)."""
     if tree == "torch":
-        torch.load(path, weights_only=True, map_location="cpu")
-        return
+        return torch.load(path, weights_only=True, map_location="cpu")
     with open(path, "rb") as f:
-        for _ in range(4):
-            np.load(f, allow_pickle=False)
+        return [np.load(f, allow_pickle=False) for _ in range(4)]
 
 
-def _time(fn: Callable[[], object]) -> tuple[float, float]:
-    """(wall seconds, CPU seconds of every thread of this process)."""
+def _time(fn: Callable[[], object]) -> tuple[float, float, int]:
+    """(wall seconds, CPU seconds of every thread of this process, minor page faults)."""
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     start, cpu = time.perf_counter(), time.process_time()
     fn()
-    return time.perf_counter() - start, time.process_time() - cpu
+    return (time.perf_counter() - start, time.process_time() - cpu,
+            resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults)
 
 
 def measure(tree: str, mib: float, repeats: int, directory: Path) -> dict:
@@ -111,6 +119,7 @@ def measure(tree: str, mib: float, repeats: int, directory: Path) -> dict:
     save_ratios, load_ratios = [], []
     times: dict[str, list[float]] = {"plain_save": [], "save": [], "plain_load": [], "load": []}
     cpus: dict[str, list[float]] = {k: [] for k in times}
+    faults: dict[str, list[int]] = {k: [] for k in times}
     for i in range(repeats + 1):  # the first round warms the page cache and allocator
         order = [("plain_save", lambda: _plain_save(tree, state, plain)),
                  ("save", lambda: mod.save_checkpoint(safe, state))]
@@ -122,10 +131,11 @@ def measure(tree: str, mib: float, repeats: int, directory: Path) -> dict:
         measured = {name: _time(fn) for name, fn in order + loads}
         if i == 0:
             continue
-        got = {name: wall for name, (wall, _) in measured.items()}
-        for name, (wall, cpu) in measured.items():
+        got = {name: wall for name, (wall, _, _) in measured.items()}
+        for name, (wall, cpu, fault) in measured.items():
             times[name].append(wall)
             cpus[name].append(cpu)
+            faults[name].append(fault)
         save_ratios.append(got["save"] / got["plain_save"])
         load_ratios.append(got["plain_load"] / got["load"])  # throughput ratio
     size = safe.stat().st_size / 2**20
@@ -135,7 +145,8 @@ def measure(tree: str, mib: float, repeats: int, directory: Path) -> dict:
             "save_ratio_hi": max(save_ratios), "load_ratio": statistics.median(load_ratios),
             "load_ratio_lo": min(load_ratios), "load_ratio_hi": max(load_ratios),
             "median_ms": {k: round(statistics.median(v) * 1e3, 1) for k, v in times.items()},
-            "median_cpu_ms": {k: round(statistics.median(v) * 1e3, 1) for k, v in cpus.items()}}
+            "median_cpu_ms": {k: round(statistics.median(v) * 1e3, 1) for k, v in cpus.items()},
+            "median_faults": {k: round(statistics.median(v)) for k, v in faults.items()}}
 
 
 DIGESTS: dict[str, Callable[[memoryview], object]] = {
@@ -211,7 +222,7 @@ def main() -> None:
                       f"[{row['save_ratio_lo']:.2f}, {row['save_ratio_hi']:.2f}]  "
                       f"load thr/plain {row['load_ratio']:.2f}x [{row['load_ratio_lo']:.2f}, "
                       f"{row['load_ratio_hi']:.2f}]  wall ms {row['median_ms']}  cpu ms "
-                      f"{row['median_cpu_ms']}", flush=True)
+                      f"{row['median_cpu_ms']}  minor faults {row['median_faults']}", flush=True)
     if args.write:
         data = {"method": f"Median over {args.repeats} interleaved repeats [min, max] of the "
                           "per-repeat ratio of wall times, and the ratio of median CPU times "

@@ -35,6 +35,7 @@ import os
 import stat
 import struct
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any, NamedTuple
 
 from ckpt import digest
@@ -50,6 +51,7 @@ SEAL = 32  # every version: the last 32 bytes (v3: the digest's name and the dig
 TRAILER = 8 + SEAL  # the payload length and the seal
 MAX_HEADER = 1 << 20  # a header is a few hundred bytes; more is a crafted length
 MAX_DEPTH = 32  # a training state nests about 6 deep; more is a crafted file
+INLINE_DIGEST = 16 << 20  # smaller: decode, then hash (NOTE [ Verify while decoding ])
 
 # NOTE [ Checkpoint file layout ]
 # Both trees write this container and differ only in the payload. The digest covers the
@@ -81,7 +83,11 @@ MAX_DEPTH = 32  # a training state nests about 6 deep; more is a crafted file
 # bytes present, nesting limited); what it must not do is let damage masquerade as
 # something else, so when the digest fails, the decoded state is dropped and the error is
 # "corrupt", whatever the decoder said. open_checkpoint, which only reads the header,
-# verifies first.
+# verifies first. Below INLINE_DIGEST bytes load_container hashes on its own thread after
+# the decode (the same order of trust, one thread): the hand-off to the helper (two thread
+# wake-ups and a GIL hand-over, digest.in_background) costs more than overlapping a small
+# file's hash saves; measured, one thread wins up to 16 MiB and the overlap from 32-64 MiB
+# (docs/resume.md).
 
 
 def header_bytes(payload: str, writer: str, meta: Mapping[str, Any] | None = None) -> bytes:
@@ -381,18 +387,21 @@ def load_container(path: str | os.PathLike, payload: str,
     `hint` (how to convert it).
 
     The digest is computed on the helper thread WHILE the header is parsed and the payload
-    decoded (NOTE [ Verify while decoding ]); whatever happens, its result is waited for
-    and compared; if it does not match, the decoded state is dropped and the only error is
-    the digest's.
+    decoded (NOTE [ Verify while decoding ]), or on this thread after them for a file under
+    INLINE_DIGEST bytes; whatever happens, it is computed and compared; if it does not
+    match, the decoded state is dropped and the only error is the digest's.
     """
     where = os.fspath(path)
     view, closer, header_len, frame = _mapped(path, where, follow_symlinks=True)
     covered = view[:-frame.digest_bytes]
     try:
-        pending = digest.in_background(frame.compute, covered)
+        if len(covered) < INLINE_DIGEST:  # hashed on this thread once decoded
+            computed: Callable[[], bytes] = partial(frame.compute, covered)
+        else:
+            computed = digest.in_background(frame.compute, covered).result  # waits for it
 
         def digest_matches() -> bool:
-            return _digest_matches(frame, view, pending.result())  # waits for the helper
+            return _digest_matches(frame, view, computed())
 
         try:
             header = parse_header(bytes(view[PREFIX:PREFIX + header_len]), where,

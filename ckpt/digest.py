@@ -29,7 +29,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 import xxhash
 
@@ -47,12 +47,34 @@ def new() -> xxhash.xxh3_128:
 
 
 def in_background(fn: Callable[..., object], *args: object) -> Future:
-    """Run fn(*args) on the one helper thread (xxhash releases the GIL while it hashes)."""
+    """Run fn(*args) on the one helper thread (xxhash releases the GIL while it hashes);
+    return once the helper has started, not merely been handed, the work.
+
+    A woken helper needs the GIL before it can call into xxhash, and a caller busy in
+    Python code (an unpickler, a record parser) hands the GIL over only when it blocks or
+    after sys.getswitchinterval() (5 ms): without the wait, the digest of a checkpoint that
+    decodes in under 5 ms would start only when the caller asks for its result, and overlap
+    nothing. Waiting on `started` releases the GIL to the helper, which sets it and enters
+    xxhash, releasing the GIL again; the wait costs one thread wake-up (tens of
+    microseconds), which is why small files are hashed inline instead (container.py,
+    INLINE_DIGEST)."""
     global _pool
     with _pool_lock:
         if _pool is None:
             _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckpt-digest")
-    return _pool.submit(fn, *args)
+    started = threading.Event()
+
+    def run() -> object:
+        started.set()
+        return fn(*args)
+
+    future = _pool.submit(run)
+    try:
+        started.wait()
+    except BaseException:  # an interrupt: the caller must not free what the helper reads
+        wait([future])
+        raise
+    return future
 
 
 def xxh3_128(data: bytes | memoryview) -> bytes:
