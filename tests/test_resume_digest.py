@@ -147,10 +147,14 @@ def test_a_digest_this_code_does_not_know_is_refused_naming_it(impl: tuple, tmp_
     assert entry.header is None and not entry.verified and "cannot verify" in entry.problem
 
 
+@pytest.mark.parametrize("helper", [False, True], ids=["inline", "helper-thread"])
 def test_a_digest_that_finishes_after_the_decode_is_still_checked(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The helper's digest is made to finish only after the payload has decoded: a wrong
-    digest is still a CheckpointCorruptError, never the decoded state."""
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, helper: bool) -> None:
+    """The digest is made to finish only after the payload has decoded, on the loading
+    thread (a small file) and on the helper thread (every file, with INLINE_DIGEST at 0): a
+    wrong digest is still a CheckpointCorruptError, never the decoded state."""
+    if helper:
+        monkeypatch.setattr(container, "INLINE_DIGEST", 0)
     path = tmp_path / "a.ckpt"
     ckpt.save_container(path, "raw", "test", lambda out: out.write(b"payload"))
     blob = bytearray(path.read_bytes())

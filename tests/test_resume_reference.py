@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import event, given, settings, target
+from hypothesis import strategies as st
 
 import ckpt
 from reference import resume
@@ -65,3 +67,30 @@ def test_numpy_scalars_and_zero_d_arrays_keep_their_kind(tmp_path: Path) -> None
     assert isinstance(back["zero_d"], np.ndarray) and back["zero_d"].shape == ()
     assert type(back["ints"][0]) is np.int64 and back["big"] == 2**127 + 1
     assert np.isnan(back["nan"])
+
+
+_HEADER_DTYPES = ("?", "i1", "<u2", ">i4", "<u8", "<f2", ">f4", "<f8", "<c16", ">c8")
+
+
+@settings(max_examples=60, deadline=None)
+@given(dtype=st.sampled_from(_HEADER_DTYPES),
+       shape=st.lists(st.integers(0, 12), max_size=4).map(tuple), fortran=st.booleans())
+def test_record_headers_read_as_numpy_reads_them(
+        dtype: str, shape: tuple[int, ...], fortran: bool) -> None:
+    """The reference's record-header reader (NOTE [ Record headers ]) gives numpy's own
+    (shape, fortran_order, dtype) and leaves the reader where numpy's leaves the file, for
+    headers numpy writes: 0-d to 4-d, either order, either byte order."""
+    a = np.zeros(shape, dtype=dtype, order="F" if fortran else "C")
+    buffer = io.BytesIO()
+    np.lib.format.write_array(buffer, a, version=(1, 0))
+    blob = buffer.getvalue()
+    buffer.seek(0)
+    assert np.lib.format.read_magic(buffer) == (1, 0)
+    expected = np.lib.format.read_array_header_1_0(buffer)
+    length = struct.unpack_from("<H", blob, 8)[0]
+    fast = resume._HEADER.fullmatch(blob[10:10 + length]) is not None
+    event(f"read by the reference's own pattern: {fast}")
+    target(float(fast), label="headers on the fast path")
+    reader = ckpt.ViewReader(memoryview(blob))
+    assert resume._record_header(reader) == expected
+    assert reader.tell() == buffer.tell()
