@@ -9,6 +9,7 @@ torch_impl/resume.py).
 
     ckpt/errors.py      the one CheckpointError family
     ckpt/container.py   the file layout, verified reading (NOTE [ Checkpoint file layout ])
+    ckpt/reader.py      ViewReader: the mapped payload read as a file, in place
     ckpt/digest.py      XXH3-128, the container's digest, and version 2's piecewise SHA-256
     ckpt/atomic.py      the hashing writer, the atomic write (NOTE [ Atomic write ]), the
                         writability probe
@@ -26,7 +27,6 @@ from ckpt.container import (
     MAX_DEPTH,
     VERSION,
     Container,
-    ViewReader,
     check_depth,
     check_state,
     encode_container,
@@ -46,6 +46,7 @@ from ckpt.errors import (
 )
 from ckpt.match import check_config, check_matches, config_differences, describe
 from ckpt.policy import POLICY, due, start
+from ckpt.reader import ViewReader
 
 __all__ = [
     "FORMAT", "MAGIC", "MAX_DEPTH", "POLICY", "VERSION", "CheckpointCorruptError",

@@ -1,13 +1,13 @@
-"""The numerics detector is the same in both trees: the format view counts the same values
-(numerics.format_view), a seeded fault is found at the same step, module, op and index with
-the same counts (numerics.first_invalid), and the anomaly replay names the same backward node
-(numerics.replay_node). Drivers: parity/drivers/numerics.py.
+"""The numerics detector is the same in both trees: a seeded fault is found at the same
+step, module, op and index with the same counts (numerics.first_invalid), and the anomaly
+replay names the same backward node (numerics.replay_node). The format view's tests are in
+parity/test_numerics_format_view.py. Drivers: parity/drivers/numerics.py.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -20,60 +20,23 @@ from parity import cli
 from parity.compare import assert_claim
 from parity.drivers.numerics import (
     FAULTED,
-    count_rows,
+    Found,
     faulted_run,
     json_bytes,
     replay,
+    runs_once,
     save_replay,
     seed_directory,
 )
 from parity.drivers.train import one_thread
-from parity.strategies import float32_arrays
 from reference.faults import FAULTS
-from reference.format_spec import get_format
-from reference.numerics import COLUMNS, NonFinite, thresholds
+from reference.numerics import NonFinite
 
 
 @pytest.fixture(autouse=True)
 def _torch_one_thread() -> Iterator[None]:
     with one_thread():
         yield
-
-
-# ---------------------------------------------------------------- the format view
-
-@pytest.mark.parametrize("arithmetic", [False, True], ids=["bucketize", "arithmetic"])
-@pytest.mark.parametrize("fmt", ["float16", "bfloat16"])
-@settings(max_examples=60)
-@given(data=st.data())
-def test_format_view_counts_match_torch_casts_bitwise(fmt: str, arithmetic: bool,
-                                                      data: st.DataObject, device: str) -> None:
-    """Thresholds derived from the format's bits count exactly the values torch's cast sends
-    to inf or zero, around both edges and everywhere else, whichever way torch numbers the
-    values (bucketize, or integer arithmetic on the bits)."""
-    x = data.draw(float32_arrays(fmt))
-    ref, got = count_rows(x, fmt, device, arithmetic)
-    for name, v in zip(COLUMNS, ref, strict=True):
-        if v:
-            event(f"{fmt}: {name} reached")
-    assert_claim("numerics.format_view", got, ref, context=f"{fmt} {x!r}")
-
-
-@pytest.mark.parametrize("arithmetic", [False, True], ids=["bucketize", "arithmetic"])
-@pytest.mark.parametrize("fmt", ["float16", "bfloat16"])
-def test_format_view_thresholds_are_the_casts_ties(fmt: str, arithmetic: bool,
-                                                   device: str) -> None:
-    """At the two ties themselves (the edge the strategy aims at, here for certain) and one
-    float32 ulp inside them, both trees agree, and the ties are counted, the insides not;
-    the specials (+-inf, NaNs of both signs, +-0, the largest finite) too."""
-    overflow, underflow = thresholds(get_format(fmt))
-    inside = [np.nextafter(np.float32(overflow), np.float32(0)),
-              np.nextafter(np.float32(underflow), np.float32(1))]
-    specials = [np.inf, -np.inf, np.nan, -np.nan, 0.0, -0.0, np.finfo(np.float32).max]
-    x = np.array([overflow, -overflow, underflow, -underflow, *inside, *specials], np.float32)
-    ref, got = count_rows(x, fmt, device, arithmetic)
-    assert_claim("numerics.format_view", got, ref, context=fmt)
-    assert ref[COLUMNS.index("over_max")] == 3 and ref[COLUMNS.index("to_zero")] == 2
 
 
 # ---------------------------------------------------------------- seeded faults
@@ -103,24 +66,12 @@ def _found(name: str, fault: str, precision: str, start: Path, work: Path, steps
     return found
 
 
-Found = Callable[[str, str, str], NonFinite]
-
-
 @pytest.fixture(scope="module")
 def found(start: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Found:
     """found(tree, fault, precision): that tree's faulted run from the common start (5
-    steps), run once per module, so the catalogue test and the replay test read the same
-    runs."""
-    runs: dict[tuple[str, str, str], NonFinite] = {}
-
-    def get(name: str, fault: str, precision: str) -> NonFinite:
-        key = (name, fault, precision)
-        if key not in runs:
-            work = tmp_path_factory.mktemp(f"{fault}-{precision}")
-            runs[key] = _found(name, fault, precision, start[precision], work)
-        return runs[key]
-
-    return get
+    steps), so the catalogue test and the replay test read the same runs."""
+    return runs_once(lambda name, fault, precision, work:
+                     _found(name, fault, precision, start[precision], work), tmp_path_factory)
 
 
 @pytest.mark.parametrize(("fault", "precision"), CASES)

@@ -8,7 +8,7 @@ parity/drivers/numerics.py.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -20,9 +20,11 @@ from parity import cli
 from parity.compare import assert_claim
 from parity.drivers.numerics import (
     GPT_FAULTED,
+    Found,
     faulted_run,
     json_bytes,
     replay,
+    runs_once,
     save_replay,
     seed_directory,
 )
@@ -65,23 +67,12 @@ def _found(name: str, fault: str, precision: str, start: Path, work: Path) -> No
     return found
 
 
-Found = Callable[[str, str, str], NonFinite]
-
-
 @pytest.fixture(scope="module")
 def found(start: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Found:
-    """found(tree, fault, precision): that tree's faulted run from the common start, run once
-    per module, so the catalogue test and the replay test read the same runs."""
-    runs: dict[tuple[str, str, str], NonFinite] = {}
-
-    def get(name: str, fault: str, precision: str) -> NonFinite:
-        key = (name, fault, precision)
-        if key not in runs:
-            work = tmp_path_factory.mktemp(f"{fault}-{precision}")
-            runs[key] = _found(name, fault, precision, start[precision], work)
-        return runs[key]
-
-    return get
+    """found(tree, fault, precision): that tree's faulted run from the common start, so the
+    catalogue test and the replay test read the same runs."""
+    return runs_once(lambda name, fault, precision, work:
+                     _found(name, fault, precision, start[precision], work), tmp_path_factory)
 
 
 @pytest.mark.parametrize(("fault", "precision"), CASES)

@@ -219,8 +219,9 @@ def test_a_topic_spans_its_test_files_and_the_longest_topic_name_wins() -> None:
 
 def test_discovery_by_topic_takes_every_file_of_the_topic(device: str) -> None:
     """`--topic numerics` drives (or names, with the reason it cannot) the @given tests of
-    parity/test_numerics.py and of parity/test_numerics_gpt.py, and no other topic's."""
+    parity/test_numerics.py, parity/test_numerics_format_view.py and
+    parity/test_numerics_gpt.py, and no other topic's."""
     found, left_out = fuzz_targets.discover("numerics", device)
     assert {t.topic for t in found} == {"numerics"}
     files = {t.label.split("::")[0] for t in found} | {x.split("::")[0] for x in left_out}
-    assert files == {"test_numerics", "test_numerics_gpt"}
+    assert files == {"test_numerics", "test_numerics_format_view", "test_numerics_gpt"}

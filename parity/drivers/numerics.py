@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -227,3 +228,23 @@ def json_bytes(value: object) -> np.ndarray:
     """A value as the bytes of its canonical JSON: an identifying tuple compared with a bits
     claim (step, module, op, phase as strings)."""
     return np.frombuffer(json.dumps(value, sort_keys=True).encode(), np.uint8)
+
+
+Found = Callable[[str, str, str], ref_numerics.NonFinite]
+
+
+def runs_once(run: Callable[[str, str, str, Path], ref_numerics.NonFinite],
+              tmp_path_factory: Any) -> Found:
+    """found(tree, fault, precision) for a test module's fixture: `run(tree, fault,
+    precision, work)` once per key, in a fresh directory from pytest's tmp_path_factory, so
+    the module's catalogue test and replay test read the same faulted runs."""
+    runs: dict[tuple[str, str, str], ref_numerics.NonFinite] = {}
+
+    def found(name: str, fault: str, precision: str) -> ref_numerics.NonFinite:
+        key = (name, fault, precision)
+        if key not in runs:
+            runs[key] = run(name, fault, precision,
+                            tmp_path_factory.mktemp(f"{fault}-{precision}"))
+        return runs[key]
+
+    return found
