@@ -5,6 +5,9 @@ Profiles:
     dev   default: 100 examples, no deadline (a noisy 2-core machine);
     ci    selected automatically when the CI environment variable is set: derandomized, no deadline;
     fuzz  pytest parity/ --hypothesis-profile=fuzz [--fuzz-seconds T]
+    report  what `python -m parity report` runs: derandomized, at most REPORT_EXAMPLES
+          examples per @given test (explicit @settings capped), so the report is quick and
+          its table the same on every run
 
 The fuzz profile has a bounded, stated duration. hypothesis settings cannot take a time, and
 the tests' costs per example differ by a factor of ~1000 (a float cast vs a training run),
@@ -51,6 +54,16 @@ settings.register_profile(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
+# `python -m parity report`: the parity tests, quickly and reproducibly (parity/lab/report.py);
+# tests with their own larger @settings(max_examples=n) are capped to this count too.
+REPORT_EXAMPLES = 8
+settings.register_profile(
+    "report",
+    max_examples=REPORT_EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 # nodeid -> (examples, seconds, stopped by the time budget), for the fuzz summary
@@ -85,10 +98,11 @@ def _fuzz_seconds(config: pytest.Config) -> float | None:
     return seconds
 
 
-def _raise_explicit_budgets(items: list[pytest.Item]) -> None:
+def _set_explicit_budgets(items: list[pytest.Item], cap: bool = False) -> None:
     """Under the fuzz profile, give every test with its own @settings(max_examples=n) the
     profile's max_examples: the time budget, not the small everyday count, ends it (explicit
-    settings otherwise win over the profile). hypothesis reads this attribute at call time."""
+    settings otherwise win over the profile); under the report profile (cap), at most the
+    profile's count. hypothesis reads this attribute at call time."""
     done: set[int] = set()
     for item in items:
         fn = getattr(item, "obj", None)
@@ -96,8 +110,11 @@ def _raise_explicit_budgets(items: list[pytest.Item]) -> None:
         if own is None or id(fn) in done:
             continue
         done.add(id(fn))
+        examples = settings.default.max_examples
+        if cap:
+            examples = min(own.max_examples, examples)
         fn._hypothesis_internal_use_settings = settings(  # type: ignore[union-attr]
-            own, max_examples=settings.default.max_examples, deadline=None)
+            own, max_examples=examples, deadline=None)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -112,7 +129,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if _fuzz_seconds(config) is not None:
-        _raise_explicit_budgets(items)
+        _set_explicit_budgets(items)
+    elif config.getoption("hypothesis_profile", None) == "report":
+        _set_explicit_budgets(items, cap=True)
     if config.getoption("--device") != "cuda":
         return
     import torch

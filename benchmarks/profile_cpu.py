@@ -3,7 +3,7 @@ machine's CPU, one after the other, with `python -m parity profile`'s own code.
 
     python benchmarks/profile_cpu.py [--model {mlp,gpt}] [--steps 30] [--write]
 
-Each tree runs parity.drivers.profile_run.run_profile on the default ProfileCase of the
+Each tree runs parity.lab.runners.profile_run.run_profile on the default ProfileCase of the
 model (torch on one thread; NumPy's BLAS on one thread, set before NumPy loads) into a
 temporary folder; --write keeps both profile.json objects in docs/data/profile_cpu.json
 (mlp) or profile_cpu_gpt.json (gpt: train --model gpt's transformer, 16 sequences) and
@@ -31,8 +31,8 @@ sys.path.insert(0, str(ROOT))
 
 from parity.drivers import profile as drv  # noqa: E402
 from parity.drivers import profile_run  # noqa: E402
-from parity.pictures import draw_all, have_matplotlib  # noqa: E402
-from parity.pictures.profile import PROFILE_JSONS  # noqa: E402
+from parity.lab.pictures import draw_all, have_matplotlib  # noqa: E402
+from parity.lab.pictures.profile import PROFILE_JSONS  # noqa: E402
 
 
 def main() -> int:

@@ -52,8 +52,8 @@ from parity.drivers.recompute import (  # noqa: E402
     theory_time_ratio,
     tradeoff_rows,
 )
-from parity.pictures import have_matplotlib  # noqa: E402
-from parity.pictures.recompute import BENCH_JSON, draw_tradeoff  # noqa: E402
+from parity.lab.pictures import have_matplotlib  # noqa: E402
+from parity.lab.pictures.recompute import BENCH_JSON, draw_tradeoff  # noqa: E402
 from reference import recompute as rrc  # noqa: E402
 from torch_impl import recompute as trc  # noqa: E402
 

@@ -1,8 +1,8 @@
-"""`python -m parity`: the command line (parity/cli/, one module per command)."""
+"""`python -m parity`: the command line (parity/lab/cli/, one module per command)."""
 
 import sys
 
-from parity.cli import main
+from parity.lab.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

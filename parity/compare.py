@@ -19,10 +19,17 @@ hold only members of the format, or the claim fails naming the first outsider (r
 both sides here would hide a missing final rounding as 0 ulps). `assert_claim` raises an
 AssertionError that names the claim, the observed value, and for `close`/`eps` the raw
 max |a-b| beside it.
+
+Every `assert_claim` also records what it observed (`record`): per claim, the worst case
+over every call, the number of values compared, the raw max |a-b| behind an eps or close
+claim, and whether every call held. `python -m parity report` is a quick run of the parity
+tests that prints this record (parity/lab/report.py), so the report and the tests measure
+the same thing on the same inputs.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -224,18 +231,54 @@ def _first_mismatches(kind: str, actual: Any, expected: Any) -> str:
         f"[{i}] {a[i]!r} (0x{int(ba[i]):x}) vs {b[i]!r} (0x{int(bb[i]):x})" for i in bad)
 
 
+@dataclass
+class Observed:
+    """What the assertions of one claim observed so far: the worst case in the claim's unit
+    (the largest; for a statistical claim, the smallest p-value), the values compared, the
+    largest raw max |a-b| (eps and close claims), and whether every assertion held."""
+
+    worst: float
+    n: int
+    raw: float | None
+    held: bool
+    calls: int = 1
+
+
+RECORD: dict[str, Observed] = {}
+
+
+def record(c: Claim, observed: float, n: int, raw: float | None = None) -> None:
+    """Add one assertion's observation to RECORD (see the module docstring)."""
+    held = holds(c, observed)
+    seen = RECORD.get(c.id)
+    if seen is None:
+        RECORD[c.id] = Observed(observed, n, raw, held)
+        return
+    worse = (min if c.kind == "statistical" else max)(seen.worst, observed)
+    # NaN never holds and is the worst of all: keep it once seen
+    seen.worst = observed if observed != observed else (seen.worst if seen.worst != seen.worst
+                                                        else worse)
+    seen.n += n
+    if raw is not None:
+        seen.raw = raw if seen.raw is None else max(seen.raw, raw)
+    seen.held = seen.held and held
+    seen.calls += 1
+
+
 def assert_claim(claim_id: str | Claim, actual: Any, expected: Any, context: str = "", *,
                  scale: Any = None) -> float:
     """Assert the claim (an id of the registry, or a Claim) for these two arrays; return the
     observed worst case."""
     c = claim_id if isinstance(claim_id, Claim) else claim(claim_id)
     observed = measure(c, actual, expected, scale=scale)
+    raw = max_abs_difference(actual, expected) if c.kind in ("eps", "close") else None
+    record(c, observed, int(as_numpy(actual).size), raw)
     if not holds(c, observed):
         detail = ""
         if c.kind in ("bits", "nan_class"):
             detail = _first_mismatches(c.kind, actual, expected)
         elif c.kind in ("eps", "close"):
-            detail = f"(max |a-b| = {max_abs_difference(actual, expected):g})"
+            detail = f"(max |a-b| = {raw:g})"
         raise AssertionError(
             f"claim {c.id} ({c.tolerance}) broken{' ' + context if context else ''}: "
             f"observed {observed:g}. {c.statement} {detail}"

@@ -1,4 +1,4 @@
-"""What `python -m parity fuzz` runs (parity/fuzz.py schedules it): a fuzz target, found
+"""What `python -m parity fuzz` runs (parity/lab/fuzz.py schedules it): a fuzz target, found
 among the hypothesis parity tests and driven for a time slice.
 
 Finding: every `@given` test in parity/test_*.py is a target of its claim topic (a topic's

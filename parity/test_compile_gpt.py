@@ -19,11 +19,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from parity.claims.compile_gpt_bounds import probe_bounds
 from parity.compare import assert_claim, measure
 from parity.drivers import compile as dc
 from parity.drivers import compile_gpt as cg
 from parity.drivers import gpt as dg
-from parity.drivers.compile_gpt_bounds import probe_bounds
 from parity.tolerances import claim
 from torch_impl import compile as tc
 from torch_impl import gpt as tgpt

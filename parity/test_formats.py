@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 import reference.formats as ref
 import torch_impl.formats as tim
 from parity import oracles, strategies
-from parity.compare import assert_claim, holds
+from parity.compare import assert_claim, holds, record
 from parity.drivers import formats as drive
-from parity.sweep import sweep_range
+from parity.sweep import sweep_range, sweep_sample
 from parity.tolerances import claim
 
 formats = pytest.mark.parametrize("name", oracles.ALL_FORMATS)
@@ -241,6 +241,20 @@ def test_exhaustive_float32_sweep_has_no_mismatch(name: str) -> None:
     summary = sweep_range(name, 0, 2**32, workers=2)
     assert summary.total == 2**32
     observed = summary.mismatches_torch + summary.mismatches_ml_dtypes
+    record(claim("formats.sweep"), observed, summary.total)
+    assert holds(claim("formats.sweep"), observed), summary
+
+
+@pytest.mark.parametrize("name", oracles.STORAGE_FORMATS)
+def test_sampled_float32_sweep_has_no_mismatch(name: str) -> None:
+    """2^16 seeded random float32 bit patterns: reference == torch and == ml_dtypes (the
+    exhaustive sweep's quick sample; every class of input is drawn at this size)."""
+    summary = sweep_sample(name, 1 << 16, seed=3)
+    assert summary.total == 1 << 16
+    assert summary.by_class.get("nan", 0) > 0 and summary.by_class.get("subnormal", 0) > 0, (
+        f"the sample missed a class: {summary.by_class}")
+    observed = summary.mismatches_torch + summary.mismatches_ml_dtypes
+    record(claim("formats.sweep"), observed, summary.total)
     assert holds(claim("formats.sweep"), observed), summary
 
 

@@ -3,7 +3,7 @@ gradient, the libraries' summation orders the bounds count, the logits and gradi
 whole run with the measured differences carried, the sdpa core against the explicit one.
 
 torch's dropout masks are read from what its backward saved and replayed into the reference
-(parity/drivers/gpt.py); the claims' scales are computed by parity/drivers/gpt_bounds.py at
+(parity/drivers/gpt.py); the claims' scales are computed by parity/claims/gpt_bounds.py at
 the values each op saw, the pairs compared by parity/drivers/gpt_pairs.py.
 """
 
@@ -17,9 +17,9 @@ import torch
 from hypothesis import event, given, settings, target
 from hypothesis import strategies as st
 
+from parity.claims import gpt_bounds as gb
 from parity.compare import assert_claim
 from parity.drivers import gpt as dg
-from parity.drivers import gpt_bounds as gb
 from parity.drivers import gpt_pairs as gp
 from parity.strategies import gpt_batches, gpt_configs
 

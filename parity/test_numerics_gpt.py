@@ -16,7 +16,6 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from parity import cli
 from parity.compare import assert_claim
 from parity.drivers.numerics import (
     GPT_FAULTED,
@@ -29,6 +28,7 @@ from parity.drivers.numerics import (
     seed_directory,
 )
 from parity.drivers.train import one_thread
+from parity.lab import cli
 from reference.faults import FAULTS
 from reference.numerics import NonFinite
 

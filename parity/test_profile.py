@@ -21,7 +21,7 @@ from parity.compare import assert_claim
 from parity.drivers import profile as drv
 from parity.drivers import profile_gaps as gaps
 from parity.drivers import profile_measure as meas
-from parity.drivers import profile_run
+from parity.lab.runners import profile_run
 from reference import profile as rprof
 from reference import train as rtrain
 

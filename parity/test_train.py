@@ -45,7 +45,7 @@ from torch_impl import train as t_train
 
 @pytest.fixture(autouse=True)
 def _torch_one_thread() -> Iterator[None]:
-    """Tiny models: one torch thread (parity.checks.train.one_thread says why)."""
+    """Tiny models: one torch thread (parity.drivers.train.one_thread says why)."""
     with one_thread():
         yield
 
@@ -178,7 +178,7 @@ def test_resume_from_the_other_implementation_continues_exactly_where_it_can(
     """The command line continues the other tree's checkpoint, MLP or transformer: at its
     step the same digest; continued, the same step, data position, skipped count and lr as
     a run of its own."""
-    from parity.cli import main
+    from parity.lab.cli import main
 
     base = ["--steps", "5", "--horizon", "9", "--checkpoint-dir", str(tmp_path),
             "--checkpoint-every", "5", "--seed", "3", "--model", model]
@@ -209,7 +209,7 @@ def test_a_checkpoint_of_the_other_model_is_refused_naming_both(
     """--resume with --model other than the checkpoint's: one line, exit 2, both models
     named, nothing changed; the library refuses too, naming the field."""
     from ckpt import CheckpointError
-    from parity.cli import EXIT_USAGE, main
+    from parity.lab.cli import EXIT_USAGE, main
 
     base = ["train", "--impl", impl, "--steps", "2", "--checkpoint-dir", str(tmp_path),
             "--quiet"]

@@ -15,7 +15,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from parity.cli import main
 from parity.compare import assert_claim
 from parity.drivers.train import (
     GPT_KILL_OPTIONS,
@@ -25,13 +24,14 @@ from parity.drivers.train import (
     run_to_end,
     skipped_steps,
 )
+from parity.lab.cli import main
 from reference import resume as ref_resume
 from torch_impl import resume as t_resume
 
 
 def _run_to_end_in_process(name: str, directory: Path, steps: int, options: tuple[str, ...]
                            ) -> tuple[str, list[str]]:
-    """run_to_end's (digest, output lines), from the same command line run by parity.cli.main
+    """run_to_end's (digest, output lines), from the same command line run by parity.lab.cli.main
     in this process (one thread, as the processes run): only the run that is killed needs a
     process of its own; the uninterrupted run and the final --resume (which reads what the
     killed process left) need not pay for starting one (~2 s each)."""

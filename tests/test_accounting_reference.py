@@ -305,7 +305,7 @@ def test_korthikanti_table_covers_every_save_of_the_block_once(dropout: float) -
     """The docs' Korthikanti-vs-ours table groups block 0's saves; its total == the
     formula's bytes of one block (nothing dropped, nothing counted twice), and with dropout
     every Korthikanti term has a tensor of ours."""
-    from parity.gendocs import accounting_gpt as gdoc
+    from parity.lab.gendocs import accounting_gpt as gdoc
     from reference import accounting_gpt as ragpt
 
     groups = gdoc.block_terms(dropout=dropout)

@@ -153,7 +153,7 @@ def test_account_command_reconciles_the_mlp_with_every_gap_named(capsys: pytest.
     predicted row exactly; the reference's gaps all carry their terms; exit 0."""
     import json
 
-    from parity.cli import main
+    from parity.lab.cli import main
 
     argv = ["account", "--model", "mlp", "--measure", "--json", "--precision", "fp16",
             "--recompute", "sqrt", "--dropout", "0.2", "--optimizer", "adam"]
@@ -173,7 +173,7 @@ def test_account_command_measures_the_transformer_with_no_gap(capsys: pytest.Cap
     measures equals its prediction, the reference's rows too, exit 0."""
     import json
 
-    from parity.cli import main
+    from parity.lab.cli import main
 
     argv = ["account", "--model", "gpt", "--measure", "--json", "--n-layer", "2",
             "--d-model", "8", "--n-head", "2", "--seq-len", "5", "--block-size", "6",
@@ -204,7 +204,7 @@ def test_account_command_measures_the_transformer_with_no_gap(capsys: pytest.Cap
 ])
 def test_account_command_bad_input_is_one_line_and_exit_2(argv: list[str], says: str,
                                                           capsys: pytest.CaptureFixture) -> None:
-    from parity.cli import main
+    from parity.lab.cli import main
 
     try:
         status = main(["account", *argv])

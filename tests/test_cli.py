@@ -1,6 +1,6 @@
 """Every command of `python -m parity` refuses bad input with ONE line on stderr naming what
 was wrong and what is accepted, and a non-zero exit status; never a traceback, never a
-vacuous success. Driven through the real entry point (parity.cli.main), and a few through a
+vacuous success. Driven through the real entry point (parity.lab.cli.main), and a few through a
 subprocess as a user runs them. (`train`'s own flags are tested with the training topic.)"""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from parity import cli, gendocs
 from parity.claims import TOPICS
-from parity.cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, main
+from parity.lab import cli, gendocs
+from parity.lab.cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, main
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -84,9 +84,9 @@ def test_report_refuses_an_unusable_out_folder_before_checking(
         make: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A file where the folder should be is refused at once (no claim is checked first)."""
-    import parity.report
+    import parity.lab.report
 
-    monkeypatch.setattr(parity.report, "run", lambda topic: pytest.fail("checks ran"))
+    monkeypatch.setattr(parity.lab.report, "run", lambda topic: pytest.fail("checks ran"))
     target = tmp_path / "a_file"
     target.write_text("x")
     out = target if make == "file" else target / "sub"
@@ -97,9 +97,9 @@ def test_report_refuses_an_unusable_out_folder_before_checking(
 def test_report_that_checks_nothing_fails(capsys: pytest.CaptureFixture[str],
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """Never '0/0 claims hold' with exit status 0."""
-    import parity.report
+    import parity.lab.report
 
-    monkeypatch.setattr(parity.report, "run", lambda topic: [])
+    monkeypatch.setattr(parity.lab.report, "run", lambda topic: [])
     status, out, _ = run_cli(["report", "--out", ""], capsys)
     assert status == EXIT_FAILED
     assert "no claims checked" in out and "0/0" not in out
@@ -128,8 +128,8 @@ def test_report_json_has_one_object_per_claim_and_the_same_verdicts(
 
 def test_report_json_writes_non_finite_values_as_strings() -> None:
     """JSON has no infinity: an infinite or NaN observation is written as "inf"/"nan"."""
-    from parity.cli.report import as_json
-    from parity.report import Observation, Row
+    from parity.lab.cli.report import as_json
+    from parity.lab.report import Observation, Row
     from parity.tolerances import CLAIMS
 
     rows = [Row(CLAIMS[0], Observation(math.inf, 3, raw=math.nan), "FAIL", 0.1),
@@ -156,12 +156,12 @@ def test_docs_outside_a_source_checkout_is_refused_in_one_line(
 
 def test_ctrl_c_is_one_line_and_exit_130(capsys: pytest.CaptureFixture[str],
                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    import parity.cli.tolerances
+    import parity.lab.cli.tolerances
 
     def interrupted(args: object) -> int:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(parity.cli.tolerances, "run", interrupted)
+    monkeypatch.setattr(parity.lab.cli.tolerances, "run", interrupted)
     status, _, err = run_cli(["tolerances"], capsys)
     assert status == EXIT_INTERRUPTED
     assert err.strip() == "python -m parity tolerances: interrupted"
@@ -193,7 +193,7 @@ def test_a_usage_error_does_not_import_torch(tmp_path: Path) -> None:
     """Building the parser (every command's arguments) and refusing a bad flag stays
     torch-free: `python -m parity profile --impl nope` answers in a fraction of torch's
     import time. The subprocess reports which heavy modules it loaded."""
-    code = ("import sys\nfrom parity.cli import main\n"
+    code = ("import sys\nfrom parity.lab.cli import main\n"
             "try:\n    main(['profile', '--impl', 'nope'])\n"
             "except SystemExit as e:\n    print(e.code, 'torch' in sys.modules)\n")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -205,9 +205,9 @@ def test_a_usage_error_does_not_import_torch(tmp_path: Path) -> None:
 
 def test_the_parsers_choices_are_the_drivers() -> None:
     """The choices parity/cli spells out to stay torch-free are the drivers' own."""
-    from parity.cli import account, profile
     from parity.drivers import accounting
     from parity.drivers import profile as profile_driver
+    from parity.lab.cli import account, profile
 
     assert (profile.IMPLS, profile.MODELS) == (profile_driver.IMPLS, profile_driver.MODELS)
     assert (account.MODELS, account.OPTIMIZERS, account.PRECISIONS) == (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from parity import gendocs, pictures
+from parity.lab import gendocs, pictures
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -19,7 +19,7 @@ def test_every_generated_part_of_docs_is_current() -> None:
 def test_every_picture_in_docs_is_drawn_by_the_code() -> None:
     """docs/img holds exactly the pictures parity/pictures registers (none orphaned, none
     missing), so `python -m parity docs` redraws every one of them."""
-    from parity.report import load_checks
+    from parity.lab.report import load_checks
 
     load_checks()  # topics that still register pictures beside their checks
     registered = set(pictures.load())

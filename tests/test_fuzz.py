@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from parity import fuzz, fuzz_targets
-from parity.cli import EXIT_FAILED, EXIT_INCOMPLETE, EXIT_OK
+from parity.lab.cli import EXIT_FAILED, EXIT_INCOMPLETE, EXIT_OK
 
 
 class Clock:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from parity.drivers import miniproject as mp
+from parity.lab.runners import miniproject as mp
 
 ROOT = Path(__file__).resolve().parent.parent
 

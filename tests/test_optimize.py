@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from parity.drivers import optimize as drv
+from parity.lab.runners import optimize as drv
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -32,7 +32,7 @@ def test_unknown_or_malformed_optimizations_are_refused_naming_the_accepted_ones
 
 def _main(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
     """The command line in this process (tests/test_cli.py runs `python -m parity` itself)."""
-    from parity.cli import main
+    from parity.lab.cli import main
 
     status = main(args)
     out, err = capsys.readouterr()

@@ -1,4 +1,4 @@
-"""`python -m parity profile` through the real command line (parity.cli.main, in process):
+"""`python -m parity profile` through the real command line (parity.lab.cli.main, in process):
 the prediction sheet is on disk, hashed as printed, before the model it predicts exists;
 the folder holds the trace and the profile; bad input is one line and exit status 2."""
 
@@ -13,7 +13,7 @@ import torch
 
 import reference.train
 import torch_impl.train
-from parity.cli import EXIT_OK, EXIT_USAGE, main
+from parity.lab.cli import EXIT_OK, EXIT_USAGE, main
 
 FAST = ["--steps", "4", "--wait", "1", "--warmup", "1", "--active", "2"]
 

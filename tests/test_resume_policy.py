@@ -21,8 +21,8 @@ import torch
 
 import ckpt
 from ckpt import atomic
-from parity.cli.train import converters
 from parity.drivers.resume import recontainer
+from parity.drivers.resume_cross import converters
 
 TINY = {"sizes": (4, 8, 3), "batch_size": 4, "num_samples": 8, "horizon": 40}
 

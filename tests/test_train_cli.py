@@ -1,4 +1,4 @@
-"""`python -m parity train` through the real command line (parity.cli.main, in process):
+"""`python -m parity train` through the real command line (parity.lab.cli.main, in process):
 every bad input is ONE line on stderr and exit status 2, never a traceback; a refused
 resume names what differs; --checkpoint-every 0 still writes the final state."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from parity.cli import EXIT_USAGE, main
+from parity.lab.cli import EXIT_USAGE, main
 
 
 def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

@@ -39,7 +39,7 @@ SIMD routines as ATen (its scalar tail with libm). Each of those is an evaluatio
 same operation within the per-operation error bounds the nn claims already derive for two
 implementations of it (any summation order: Higham's gamma_k; elementwise functions within
 their stated ulps). So compiled vs eager, and compiled vs the reference, obey the same
-first-order bounds propagated through the network (parity/drivers/compile_bounds.py: the
+first-order bounds propagated through the network (parity/claims/compile_bounds.py: the
 worst case, and 6 sigma with rounding errors as independent random variables), not a new
 empirical tolerance, with one saving against eager: a matrix product on operands equal on
 both sides runs the same extern kernel and is bit-identical (the first Linear's forward).

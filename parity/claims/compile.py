@@ -1,7 +1,7 @@
 """The compile claims (the kinds and the registry: parity/tolerances.py).
 
 Numeric bounds are `eps` claims with bound 1 and S the first-order bound that
-parity/drivers/compile_bounds.py propagates through the network from the nn claims (its
+parity/claims/compile_bounds.py propagates through the network from the nn claims (its
 module docstring writes out every rule: the worst case for compile.bf16 and
 compile.train_step, the probabilistic one, NOTE [ Probable bounds ], for compile.eager and
 compile.reference); NOTE [ Compiled numerics ] in torch_impl/compile.py says why a compiled
@@ -28,7 +28,7 @@ CLAIMS: tuple[Claim, ...] = (
         ),
         kind="eps",
         bound=1.0,
-        scale="6 sigma, matrix products shared (parity/drivers/compile_bounds.py)",
+        scale="6 sigma, matrix products shared (parity/claims/compile_bounds.py)",
         reason=(
             "What differs: Inductor on CPU (no max_autotune) lowers each matrix product to the "
             "extern kernel eager calls (addmm, mm), so a product of equal operands is equal; "
@@ -56,13 +56,13 @@ CLAIMS: tuple[Claim, ...] = (
         ),
         kind="eps",
         bound=1.0,
-        scale="6 sigma, matrix products in any order (parity/drivers/compile_bounds.py)",
+        scale="6 sigma, matrix products in any order (parity/claims/compile_bounds.py)",
         reason=(
             "NumPy (OpenBLAS) and torch (MKL, oneDNN) sum the dot products in different "
             "orders, so each product contributes its k + 1 roundings per side, each at most "
             "eps/2 |A||B|, independent on the two sides: (k + 1)/2 (eps |A||B|)^2 to the "
             "variance; every other operation and the choice L = 6 as in compile.eager "
-            "(NOTE [ Probable bounds ] in parity/drivers/compile_bounds.py)."
+            "(NOTE [ Probable bounds ] in parity/claims/compile_bounds.py)."
         ),
     ),
     Claim(
@@ -85,7 +85,7 @@ CLAIMS: tuple[Claim, ...] = (
             "(float32 accumulation). Rounding is monotone: two inputs that differ round to "
             "values at most |a - b| + 1 ulp apart, and 1 ulp <= eps_bf16 |v|. Everything else "
             "is compile.eager's per-operation derivation, propagated in the worst case "
-            "(`bounds`, parity/drivers/compile_bounds.py); the loss (float32, the fp32 op "
+            "(`bounds`, parity/claims/compile_bounds.py); the loss (float32, the fp32 op "
             "list) starts from the measured difference of the logits."
         ),
     ),
@@ -158,7 +158,7 @@ CLAIMS: tuple[Claim, ...] = (
         ),
         kind="eps",
         bound=1.0,
-        scale="6 sqrt(2 x probe variance) (parity/drivers/compile_gpt_bounds.py)",
+        scale="6 sqrt(2 x probe variance) (parity/claims/compile_gpt_bounds.py)",
         reason=(
             "What differs: Inductor generates its own loops for LayerNorm (its row mean and "
             "variance in another order), the attention's scale, mask and softmax (fused: "
@@ -187,7 +187,7 @@ CLAIMS: tuple[Claim, ...] = (
         ),
         kind="eps",
         bound=1.0,
-        scale="6 sqrt(2 x probe variance) (parity/drivers/compile_gpt_bounds.py)",
+        scale="6 sqrt(2 x probe variance) (parity/claims/compile_gpt_bounds.py)",
         reason=(
             "The budgets of compile.gpt_eager are already those of two unrelated "
             "implementations of each operation (any summation order in every product and "

@@ -3,7 +3,7 @@ parity/tolerances.py); those under autocast are in parity/claims/gpt_amp.py, joi
 at the end.
 
 eps claims: |a - b| <= c eps S elementwise, eps of the compared dtype, S computed in float64
-by parity/drivers/gpt_pairs.py and parity/drivers/gpt_bounds.py at the values the op saw (so
+by parity/drivers/gpt_pairs.py and parity/claims/gpt_bounds.py at the values the op saw (so
 the bound of an op is a function of what that op saw). Claims stated "on CPU" rest on the
 CPU kernels' operation order (embedding's backward, the unfused dropout); the others hold on
 any device.
@@ -107,7 +107,7 @@ FP_CLAIMS: tuple[Claim, ...] = (
         bound=1.0,
         scale="|w| (C rstd m + (C/2 + 7)|xhat|) + |y|",
         reason=(
-            "NOTE [ LayerNorm error budget ] in parity/drivers/gpt_bounds.py: the means (two-pass "
+            "NOTE [ LayerNorm error budget ] in parity/claims/gpt_bounds.py: the means (two-pass "
             "in NumPy, Welford-style moments in torch) differ by <= C eps m; the variance of the "
             "centred values by <= (C + 3) eps var (the mean's error enters it only to second "
             "order), so rstd by <= ((C + 3)/2 + 2) eps relative; y = xhat w + b adds <= 2 eps "
@@ -129,7 +129,7 @@ FP_CLAIMS: tuple[Claim, ...] = (
         ),
         kind="eps",
         bound=1.0,
-        scale="the LayerNorm backward budget of parity/drivers/gpt_bounds.py",
+        scale="the LayerNorm backward budget of parity/claims/gpt_bounds.py",
         reason=(
             "dx = rstd (gw - <gw> - xhat <gw xhat>) (NOTE [ LayerNorm backward ]): xhat differs "
             "by rstd |d mean| + |xhat| |d rstd| / rstd (measured; the statistics are held by "
@@ -168,7 +168,7 @@ FP_CLAIMS: tuple[Claim, ...] = (
         ),
         kind="eps",
         bound=1.0,
-        scale="the attention forward budget of parity/drivers/gpt_bounds.py",
+        scale="the attention forward budget of parity/claims/gpt_bounds.py",
         reason=(
             "q k^T is a d-term dot product in another BLAS order (Higham 3.5: (d + 1) eps |q||k| "
             "between two orders) scaled once; softmax propagates a score error e as p (e + "
@@ -186,7 +186,7 @@ FP_CLAIMS: tuple[Claim, ...] = (
         ),
         kind="eps",
         bound=1.0,
-        scale="the attention backward budget of parity/drivers/gpt_bounds.py",
+        scale="the attention backward budget of parity/claims/gpt_bounds.py",
         reason=(
             "g v^T and p^T g are d- and T-term products; ds = p (dp - <p, dp>) carries p's "
             "forward difference and dp's; dq = ds k / sqrt(d) and dk = ds^T q / sqrt(d) are "
@@ -278,7 +278,7 @@ FP_CLAIMS: tuple[Claim, ...] = (
         ),
         kind="eps",
         bound=1.0,
-        scale="the attention forward budget of parity/drivers/gpt_bounds.py",
+        scale="the attention forward budget of parity/claims/gpt_bounds.py",
         reason=(
             "The fused kernel computes the same softmax(q k^T / sqrt d) v in another order "
             "(blocks of keys, an online softmax with a running max and rescaling, the scale "

@@ -2,7 +2,7 @@
 compile claims compare (parity/claims/compile.py), and the recompile counts.
 
 The error bounds themselves (the worst-case and the probabilistic propagation of the nn
-claims through the network) are parity/drivers/compile_bounds.py.
+claims through the network) are parity/claims/compile_bounds.py.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from parity.claims.compile_bounds import EPS32, Results, bounds, probable_bounds
 from parity.compare import as_numpy, eps_of, measure
-from parity.drivers.compile_bounds import EPS32, Results, bounds, probable_bounds
 from parity.tolerances import claim
 from reference import losses as rloss
 from reference import nn as ref

@@ -5,7 +5,7 @@ the first written the way people write it, the second the way Dynamo captures in
 In eager mode the two are bit-identical (the repair changes where a value lives, a Python
 number or a tensor, never the arithmetic); claim compile.breaks holds them to it, and to
 the capture counts torch._dynamo.explain reports. docs/compile.md shows the code of each
-pair (parity/gendocs/compile.py reads it with inspect) and the committed counts.
+pair (parity/lab/gendocs/compile.py reads it with inspect) and the committed counts.
 
 Every broken forward does torch work after its break, so the break leaves two graphs (a
 break with no torch op after it is listed among explain's reasons but counted in no graph).

@@ -2,7 +2,7 @@
 compile.gpt_eager, compile.gpt_reference, compile.gpt_bf16), and its recompiles over batch
 sizes and sequence lengths (compile.gpt_recompiles).
 
-The bound is parity/drivers/compile_gpt_bounds.py's (NOTE [ Probable bounds by probes ]);
+The bound is parity/claims/compile_gpt_bounds.py's (NOTE [ Probable bounds by probes ]);
 the compiled model is torch_impl.compile.compile_gpt_forward's (the instance compiled as it
 is, fullgraph, the token check an assertion in the graph).
 """
@@ -18,9 +18,9 @@ import numpy as np
 import torch
 from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
 
+from parity.claims.compile_gpt_bounds import EPS32, Results, probe_bounds
 from parity.compare import measure
 from parity.drivers import gpt as dg
-from parity.drivers.compile_gpt_bounds import EPS32, Results, probe_bounds
 from parity.drivers.nn import to_numpy
 from parity.tolerances import claim
 from reference.gpt_config import TRAIN_SHAPE, GPTConfig

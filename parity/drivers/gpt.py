@@ -1,5 +1,5 @@
 """Running the compact transformer in both trees (the scales of its claims:
-parity/drivers/gpt_bounds.py).
+parity/claims/gpt_bounds.py).
 
 The torch side runs on `device`; results come back as NumPy arrays. Dropout: torch draws
 its masks (NOTE [ Dropout mask ]); `run_torch` reads each nn.Dropout's keep-mask from what

@@ -14,8 +14,8 @@ from dataclasses import replace
 import numpy as np
 import torch
 
+from parity.claims import gpt_bounds as gb
 from parity.drivers import gpt as dg
-from parity.drivers import gpt_bounds as gb
 from parity.drivers.amp import (
     SUFFIX,
     TORCH_DTYPES,

@@ -2,7 +2,7 @@
 along one whole run with the measured differences carried (parity/claims/gpt.py: gpt.logits,
 gpt.grads); each returns (claim, where, reference, torch, S) pairs that tests assert and
 report checks measure. Running the trees: parity/drivers/gpt.py; the scales:
-parity/drivers/gpt_bounds.py.
+parity/claims/gpt_bounds.py.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from parity.drivers import gpt_bounds as gb
+from parity.claims import gpt_bounds as gb
 from parity.drivers.gpt import (
     GPTConfig,
     TorchRun,

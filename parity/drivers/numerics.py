@@ -56,7 +56,7 @@ def faulted_run(name: str, config: dict[str, Any], fault: str | Fault | None, fa
     """`name` resumes a copy of `start` (seed_directory) in `work` and trains to `steps` with
     the detector on and `fault` seeded before `fault_step`. Returns (the run or None,
     the NonFinite it raised or None)."""
-    from parity.cli.train import converters
+    from parity.drivers.resume_cross import converters
 
     shutil.copytree(start, work)
     m = impl(name)
@@ -83,7 +83,7 @@ def save_replay(name: str, path: Path, replay: dict[str, Any]) -> None:
 def load_replay(name: str, path: Path) -> dict[str, Any]:
     """A replay file as `name`'s state, whichever tree wrote it (arrays/tensors converted;
     a converted file's random state is dropped: the other tree's generator differs)."""
-    from parity.cli.train import converters
+    from parity.drivers.resume_cross import converters
 
     with ckpt.open_checkpoint(path) as c:
         header = dict(c.header)

@@ -127,7 +127,7 @@ def cross_impl_resume(writer: str, reader: str, directory: Path, device: str = "
     (what, actual, expected) byte arrays: the digest at step 5 against the writer's, then
     step, skipped count, data position and lr against an uninterrupted `reader` run of 9
     steps."""
-    from parity.cli.train import converters
+    from parity.drivers.resume_cross import converters
 
     config = {"seed": 3, "horizon": 9, "model": model}
     w, r = impl(writer), impl(reader)

@@ -1,0 +1,136 @@
+"""`python -m parity COMMAND`: the command line, one module per command.
+
+Each module of this package named in COMMANDS defines
+
+    HELP = "one line for the command list"
+    def add_arguments(p: argparse.ArgumentParser) -> None: ...
+    def run(args: argparse.Namespace) -> int: ...      # the exit status
+
+and is imported only when its command runs (so `--impl reference` never imports torch).
+
+Exit statuses, the same for every command:
+    0  done, every claim held / nothing found
+    1  a claim failed, a comparison mismatched, a test failed
+    2  bad input: a one-line error on stderr naming what was wrong and what is accepted
+       (argparse's own errors included; never a traceback)
+    3  the command found what it looks for (a first invalid value, a fault): a result, not
+       an error
+    4  incomplete: the time budget ran out before all the work was reached (fuzz: some
+       target never ran); nothing failed among what ran, but the result is partial
+  130  interrupted (Ctrl-C), with one line saying so
+A user error is raised as `UsageError("...")` anywhere below `run`; `main` prints it as one
+line. Long work shows a progress bar (tqdm, on stderr) and ends with a line scripts can parse.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import math
+import os
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_FOUND, EXIT_INCOMPLETE = 0, 1, 2, 3, 4
+EXIT_INTERRUPTED = 130
+
+# The commands, in the order `python -m parity --help` lists them; each is parity/lab/cli/<name>.py.
+COMMANDS: tuple[str, ...] = ("report", "ranges", "sweep", "fuzz", "tolerances", "docs", "train",
+                             "replay", "account", "profile", "optimize", "miniproject")
+
+
+class UsageError(Exception):
+    """Bad input from the user: printed as one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but an error is ONE line (no usage block) and exits with EXIT_USAGE."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+# -- argument types: each raises argparse.ArgumentTypeError, which argparse prints as one line
+
+def int_at_least(low: int) -> type:
+    """An argparse type: an integer >= low."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{value} is below the minimum {low}")
+        return value
+
+    parse.__name__ = f"integer >= {low}"
+    return parse  # type: ignore[return-value]
+
+
+def finite_float(*, low: float = -math.inf, high: float = math.inf, low_open: bool = False,
+                 high_open: bool = False) -> type:
+    """An argparse type: a finite float in the interval given (open or closed ends)."""
+    lo = "(" if low_open or low == -math.inf else "["
+    hi = ")" if high_open or high == math.inf else "]"
+    interval = f"{lo}{low:g}, {high:g}{hi}"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        inside = (low < value if low_open else low <= value) and (
+            value < high if high_open else value <= high)
+        if not math.isfinite(value) or not inside:
+            raise argparse.ArgumentTypeError(f"{text} is not a finite number in {interval}")
+        return value
+
+    parse.__name__ = f"number in {interval}"
+    return parse  # type: ignore[return-value]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m parity",
+                     description="mirrortrain: every claim checked, sweeps, fuzzing, training.",
+                     epilog="exit status: 0 done, every claim held; 1 a claim or test failed; "
+                            "2 bad input (one line on stderr); 3 found what was looked for; "
+                            "4 incomplete (the time budget ran out); 130 interrupted")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                parser_class=_Parser)
+    for name in COMMANDS:
+        module = importlib.import_module(f"parity.lab.cli.{name}")
+        p = sub.add_parser(name, help=module.HELP, description=module.__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        module.add_arguments(p)
+        p.set_defaults(run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse, run the command, and turn a UsageError into one line and exit status 2 (and
+    Ctrl-C into one line and 130)."""
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except UsageError as e:
+        print(f"python -m parity {args.command}: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print(f"python -m parity {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def output_folder(text: str, option: str = "--out") -> Path:
+    """A folder the command may write into, created if missing; UsageError naming why not."""
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{option} {text}: exists and is not a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"{option} {text}: cannot create the folder ({e.strerror})") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise UsageError(f"{option} {text}: the folder is not writable")
+    return path

@@ -1,0 +1,93 @@
+"""Every claim as the parity tests observe it, as one table: claim, tolerance, observed
+worst case, verdict (a quick run of the tests themselves: parity/lab/report.py).
+
+    python -m parity report [--topic T] [--out DIR] [--json]
+
+`observed` is in the claim's own unit (a count, ulps, eps units, or the ratio to a close
+bound; docs/tolerances.md explains each) and `max |a-b|` is the raw difference behind an eps
+or close claim's ratio. The exit status is 1 when any claim fails, errors or is asserted by no
+test (the table never claims more than the tests check), when a test fails without
+asserting a claim, and when no claim was checked at all.
+Pictures go to --out (default report/; '' for none).
+
+--json prints, instead of the table, one JSON array with an object per claim:
+{"id", "kind", "tolerance", "bound", "observed", "raw", "n", "verdict", "note", "seconds"};
+`bound` is a number or [rtol, atol]; observed/raw are numbers, null where the check gives
+none, or the strings "inf"/"nan" (JSON has no infinity). With --json pictures are drawn only
+when --out is given, and every other line (pictures, the summary) goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from typing import Any
+
+from parity.claims import TOPICS
+
+HELP = "run the parity tests quickly and print every claim's observed worst case"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--topic", choices=TOPICS, help="only this topic's claims")
+    p.add_argument("--out", default=None,
+                   help="folder for pictures ('' for none; default report/, none with --json)")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON array, an object per claim, instead of the table")
+
+
+def _number(x: float | None) -> float | str | None:
+    if x is None or math.isfinite(x):
+        return x
+    return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
+
+
+def as_json(rows: list[Any]) -> list[dict[str, Any]]:
+    """The rows of report.run as plain JSON-able objects, in the table's order."""
+    out = []
+    for r in rows:
+        c, obs = r.claim, r.observation
+        out.append({
+            "id": c.id, "kind": c.kind, "tolerance": c.tolerance,
+            "bound": list(c.bound) if isinstance(c.bound, tuple) else c.bound,
+            "observed": None if obs is None else _number(obs.observed),
+            "raw": None if obs is None else _number(obs.raw),
+            "n": None if obs is None else obs.n,
+            "verdict": r.verdict,
+            "note": "" if obs is None else obs.note,
+            "seconds": round(r.seconds, 3),
+        })
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    from parity.lab import report
+    from parity.lab.cli import output_folder
+
+    out = args.out if args.out is not None else ("" if args.json else "report")
+    folder = output_folder(out) if out else None  # refuse a bad --out before any work
+    result = report.run(args.topic)
+    rows = result.rows
+    say = (lambda text: print(text, file=sys.stderr)) if args.json else print
+    if args.json:
+        objects = [json.dumps(o, allow_nan=False) for o in as_json(rows)]
+        print("[\n" + ",\n".join(objects) + "\n]")  # valid JSON, one claim per line
+    else:
+        print(report.render(result))
+    pictures = report.write_pictures(folder) if folder is not None else []
+    if pictures:
+        say(f"\npictures: {', '.join(str(p) for p in pictures)}")
+    elif out:
+        say("\npictures: none written (install the 'plot' extra for matplotlib)")
+    failed = [r for r in rows if r.verdict != "ok"]
+    if not rows:
+        say(f"\nno claims checked{f' for topic {args.topic}' if args.topic else ''}: "
+            "nothing holds")
+        return 1
+    if args.json and result.unclaimed_failures:
+        say("failed tests that asserted no claim:\n" + "\n".join(result.unclaimed_failures))
+    say(f"\n{len(rows) - len(failed)}/{len(rows)} claims hold "
+        f"({result.seconds:.0f} s of parity tests)")
+    return 1 if failed or result.unclaimed_failures else 0

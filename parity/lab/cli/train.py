@@ -1,0 +1,288 @@
+"""`python -m parity train`: the compact model trained with checkpoints; killable, resumable.
+
+    python -m parity train --impl {reference,torch} --steps N --checkpoint-dir DIR
+        [--model {mlp,gpt}] [--checkpoint-every K] [--keep K] [--resume | --overwrite]
+        [--precision {fp32,bf16,fp16}] [--recompute SPEC] [--seed S] [--dropout P]
+        [--schedule S] [--horizon H] [--init-scale S] [--growth-interval G]
+        [--device D] [--quiet] [--check-numerics] [--fault NAME|list] [--fault-step K]
+
+Prints one line per step (step, loss, loss scale, skipped steps) and, as its LAST line,
+`state-sha256: <64 hex digits>`: train.state_digest of the final state (NOTE [ Canonical
+state digest ] in reference/train.py). A run killed at any moment and restarted with
+--resume prints the same digest as an uninterrupted run. What the run does with what the
+checkpoint directory already holds is the table in docs/resume.md (ckpt/policy.py); a
+refusal is one line on stderr and exit status 2, with nothing in the directory changed.
+--model picks what trains (reference/train_models.py): the MLP (the default) or the
+compact transformer on the copy task; --recompute takes a schedule over the MLP's layers or
+over the transformer's blocks, and for the transformer also "selective" (the attention core
+recomputed) or "SPEC+selective". A checkpoint of the other model is refused, naming both.
+
+With --resume, a checkpoint the OTHER implementation wrote is continued through the
+cross-implementation state mapping (torch_impl/resume.py), and the run says so. What
+continues exactly: the parameters, optimizer buffers, step counts, lr schedule, loss scale
+and data position (the digest at the checkpoint's step is the writer's). What does not: the
+random streams restart from the seed (numpy's and torch's generators cannot be mapped), and
+from there the two trees' arithmetic differs within the declared tolerances, so the
+trajectory is not bit-equal to either tree's uninterrupted run.
+
+--check-numerics watches every step (reference/numerics.py): each step's line gains the
+non-finite, zero and format-view counts of activations and gradients (nan/+inf/-inf/zero/
+over_max/to_zero), and the run ends with a table of them per module and parameter. At the
+first non-finite value it stops before that step's update, prints the report (step, module,
+op, the op's input ranges against the format's limits), writes the step's batch and state
+to DIR/first-invalid-step<N>.replay for `python -m parity replay`, and ends with the line
+`first-invalid: {json}` (keys step, phase, module, op, index, value) and exit status 3.
+--fault NAME seeds a fault of the catalogue (--fault list: each fault with the model it is
+written for; the other model's is refused) before step --fault-step.
+The implementation is imported only when chosen: `--impl reference` never imports torch
+(unless it converts a torch checkpoint).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+from ckpt import CheckpointError
+from parity.drivers.resume_cross import converters
+from parity.lab.cli import UsageError, finite_float, int_at_least
+
+HELP = "train the MLP or the transformer with checkpoints; kill it, --resume, same digest"
+MODELS = ("mlp", "gpt")  # reference/train_models.py (not imported: it imports the model)
+F32_MAX = float.fromhex("0x1.fffffep+127")  # the largest finite float32
+
+
+def _directory(text: str) -> str:
+    """An argparse type: a checkpoint directory path (non-empty, not an existing file)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("the checkpoint directory is an empty path")
+    if os.path.lexists(text) and not os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text!r} exists and is not a directory")
+    return text
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--impl", choices=("reference", "torch"), required=True,
+                   help="which implementation trains (--resume continues either's checkpoint)")
+    p.add_argument("--model", choices=MODELS, default="mlp",
+                   help="what trains: the MLP (default) or the compact transformer (gpt) on "
+                        "the copy task; a checkpoint of the other model is refused")
+    p.add_argument("--steps", type=int_at_least(1), required=True,
+                   help="train until this many steps in all (a resumed run counts its past)")
+    p.add_argument("--checkpoint-dir", type=_directory, required=True,
+                   help="where checkpoints go (created if missing)")
+    p.add_argument("--checkpoint-every", type=int_at_least(0), default=10, metavar="K",
+                   help="write a checkpoint every K steps and after the last step "
+                        "(0: only after the last; default 10)")
+    p.add_argument("--keep", type=int_at_least(1), default=3, metavar="K",
+                   help="checkpoints of this run kept (default 3)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue from the newest checkpoint in the directory (says so when "
+                        "there is none); one the other --impl wrote continues through the "
+                        "state mapping: the state exactly, the random streams from the seed, "
+                        "and the trajectory within the trees' tolerances, not bit-equal")
+    p.add_argument("--overwrite", action="store_true",
+                   help="start afresh in a directory that holds checkpoints, deleting the "
+                        "ones it can read first")
+    p.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32",
+                   help="autocast precision (default fp32; fp16 scales the loss)")
+    p.add_argument("--recompute", default="none",
+                   help="none | sqrt | uniform:K | optimal:S over the MLP's layers or the "
+                        "transformer's blocks; for gpt also selective or SPEC+selective "
+                        "(default none)")
+    p.add_argument("--seed", type=int_at_least(0), default=0, help="in [0, 2^32)")
+    p.add_argument("--dropout", type=finite_float(low=0.0, high=1.0, high_open=True),
+                   default=0.0, help="in [0, 1) (default 0)")
+    p.add_argument("--schedule", choices=("constant", "cosine", "step"), default="cosine",
+                   help="LR schedule over the horizon (default cosine)")
+    p.add_argument("--horizon", type=int_at_least(1), default=None, metavar="H",
+                   help="the LR schedule's length in steps (default: --steps, or on --resume "
+                        "the horizon the run started with); part of the configuration")
+    p.add_argument("--init-scale", type=finite_float(low=0.0, high=F32_MAX, low_open=True),
+                   default=2.0**16,
+                   help="initial loss scale for fp16, a finite float32 > 0 (a huge one forces "
+                        "skipped steps; default 65536)")
+    p.add_argument("--growth-interval", type=int_at_least(1), default=2000,
+                   help="steps without overflow before the fp16 scale doubles (default 2000)")
+    p.add_argument("--device", default=None,
+                   help="torch device: cpu, cuda or cuda:N (--impl torch only; default cpu)")
+    p.add_argument("--quiet", action="store_true",
+                   help="print only the last line (the digest, or first-invalid)")
+    p.add_argument("--check-numerics", action="store_true",
+                   help="count non-finite values per step; stop at the first one (exit 3)")
+    p.add_argument("--fault", action=_FaultAction, default=None, metavar="NAME",
+                   help="seed a fault of the catalogue into the run ('list' lists them)")
+    p.add_argument("--fault-step", type=int_at_least(0), default=3, metavar="K",
+                   help="the step before which --fault is seeded (default 3)")
+
+
+class _FaultAction(argparse.Action):
+    """--fault NAME, checked against the catalogue; --fault list prints it and exits 0."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        from reference.faults import FAULTS
+
+        if values == "list":
+            print("".join(f"{f.name} (--model {f.model}): {f.what}\n  fix: {f.fix}\n"
+                          for f in FAULTS.values()), end="")
+            parser.exit(0)
+        if values not in FAULTS:
+            parser.error(f"argument --fault: {values!r} is not a fault; the catalogue: "
+                         f"{', '.join(FAULTS)} (--fault list describes them)")
+        setattr(namespace, self.dest, FAULTS[values])
+
+
+def torch_device(text: str) -> Any:
+    """The torch.device named by --device, or a UsageError saying what is accepted."""
+    import torch
+
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise UsageError(f"--device {text!r} is not a device; accepted: cpu, cuda, cuda:N"
+                         ) from None
+    if device.type not in ("cpu", "cuda"):
+        raise UsageError(f"--device {text!r}: this command runs on cpu or cuda")
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise UsageError(f"--device {text!r}: torch.cuda.is_available() is False here")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise UsageError(f"--device {text!r}: there are {torch.cuda.device_count()} CUDA "
+                             "devices")
+    return device
+
+
+def resumed_config(directory: str) -> dict[str, Any] | None:
+    """The configuration in the header of the newest verified checkpoint in `directory`
+    (whichever tree wrote it), or None when there is none to read."""
+    from ckpt.directory import NAME, read_entry
+
+    path = Path(directory)
+    if not directory or not path.is_dir():
+        return None
+    found = sorted((int(m.group(1)), path / name) for name in os.listdir(path)
+                   if (m := NAME.match(name)))
+    for step, p in reversed(found):
+        entry = read_entry(p, step)
+        if entry.header is not None and isinstance(entry.config, dict):
+            return entry.config
+    return None
+
+
+def resumed_horizon(directory: str) -> int | None:
+    """The horizon of the newest verified checkpoint in `directory`, or None."""
+    horizon = (resumed_config(directory) or {}).get("horizon")
+    return horizon if isinstance(horizon, int) else None
+
+
+def check_model(directory: str, model: str) -> None:
+    """UsageError when the newest checkpoint in `directory` is of another model (a checkpoint
+    written before --model existed is the MLP's)."""
+    saved = resumed_config(directory)
+    if saved is not None and saved.get("model", "mlp") != model:
+        other = saved.get("model", "mlp")
+        raise UsageError(f"{directory}: its checkpoints are of the model {other!r}, this run "
+                         f"trains {model!r} (--model {other} resumes them; another directory "
+                         "or --overwrite starts afresh)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the training command; return the exit status.
+
+    The horizon (the LR schedule's length, part of the configuration) is --horizon if given;
+    otherwise, when resuming, the horizon the run started with (so `--resume` with a
+    different --steps continues the same run instead of refusing a changed configuration);
+    otherwise --steps.
+    """
+    if args.fault is not None:
+        from reference.fault_catalogue import check_model as fault_fits
+
+        try:
+            fault_fits(args.fault, args.model)
+        except ValueError as e:
+            raise UsageError(f"--fault {args.fault.name}: {e}") from None
+    if args.resume:
+        check_model(args.checkpoint_dir, args.model)
+    horizon = args.horizon
+    if horizon is None and args.resume:
+        horizon = resumed_horizon(args.checkpoint_dir)
+    if horizon is None:
+        horizon = args.steps
+    if horizon < args.steps:
+        given = ("--horizon" if args.horizon is not None
+                 else "the horizon the run started with")
+        raise UsageError(f"--steps {args.steps} is past {given} {horizon}: the LR schedule "
+                         "ends there and would restart; a run cannot be extended past its "
+                         "schedule (start a new one with a longer --horizon)")
+    extra: dict[str, Any] = {}
+    if args.impl == "reference":
+        if args.device is not None:
+            raise UsageError("--device applies to --impl torch; the reference runs on NumPy")
+        from reference import train as impl
+    else:
+        extra["device"] = torch_device(args.device or "cpu")
+        from torch_impl import train as impl
+    try:
+        config = impl.TrainConfig(seed=args.seed, model=args.model, precision=args.precision,
+                                  recompute=args.recompute, dropout=args.dropout,
+                                  schedule=args.schedule, horizon=horizon,
+                                  init_scale=args.init_scale,
+                                  growth_interval=args.growth_interval)
+        impl.Run(config, **extra)  # refuses a recompute spec this model cannot take
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+    def log(line: str) -> None:
+        if not args.quiet:
+            print(line, flush=True)
+
+    from reference.numerics import NonFinite
+
+    try:
+        result = impl.train(config, args.steps, args.checkpoint_dir, args.checkpoint_every,
+                            resume_from_latest=args.resume, overwrite=args.overwrite,
+                            keep=args.keep, log=log, foreign=converters(args.impl),
+                            check_numerics=args.check_numerics, fault=args.fault,
+                            fault_step=args.fault_step, **extra)
+    except CheckpointError as e:
+        raise UsageError(str(e)) from None
+    except ValueError as e:  # a fault this model has no place for
+        raise UsageError(str(e)) from None
+    except NonFinite as e:
+        return _found(args, e)
+    if result.numerics is not None and not args.quiet:
+        print(_table(result.numerics.history))
+    print(f"state-sha256: {impl.state_digest(result.state_dict())}", flush=True)
+    return 0
+
+
+def _table(history: list[dict[str, list[int]]]) -> str:
+    """The counts summed over the steps, one line per activation and gradient."""
+    from reference.numerics import COLUMNS
+
+    names = list(dict.fromkeys(name for counts in history for name in counts))
+    lines = [f"{'counts over ' + str(len(history)) + ' steps':<24}"
+             + "".join(f"{c:>10}" for c in COLUMNS)]
+    for name in names:
+        total = [sum(column) for column in
+                 zip(*(c[name] for c in history if name in c), strict=True)]
+        lines.append(f"{name:<24}" + "".join(f"{v:>10}" for v in total))
+    return "\n".join(lines)
+
+
+def _found(args: argparse.Namespace, e: Any) -> int:
+    """The first invalid value: the report, the replay file, the `first-invalid:` line."""
+    from parity.drivers.numerics import save_replay
+    from parity.lab.cli import EXIT_FOUND
+
+    path = Path(args.checkpoint_dir) / f"first-invalid-step{e.report.step}.replay"
+    save_replay(args.impl, path, e.replay)
+    if not args.quiet:
+        print(e.report.describe())
+        print(_table([e.report.counts]))
+        print(f"replay: python -m parity replay {path} --impl {args.impl}")
+    print(e.report.line(), flush=True)
+    return EXIT_FOUND

@@ -1,0 +1,21 @@
+"""docs/miniproject.md: the committed run's self-grading."""
+
+from __future__ import annotations
+
+from parity.lab.gendocs import DOCS, section
+
+RUN = DOCS / "data" / "miniproject"
+DELIVERABLES = ("profile/predictions.md", "profile/profile.md", "postmortem.md",
+                "optimize-autocast-bf16.md", "resume.md", "rubric.md")
+
+
+@section("miniproject.md", "rubric")
+def _() -> str:
+    rubric = RUN / "rubric.md"
+    if not rubric.exists():
+        return ("No committed run yet (`python -m parity miniproject --out "
+                "docs/data/miniproject`).\n")
+    table = rubric.read_text().split("\n", 2)[2]  # drop the title line and the blank after
+    files = [name for name in DELIVERABLES if (RUN / name).exists()]
+    return table.replace("](", "](data/miniproject/") + "\nDeliverables: " + ", ".join(
+        f"[{name}](data/miniproject/{name})" for name in files) + ".\n"

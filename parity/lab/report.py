@@ -1,0 +1,187 @@
+"""`python -m parity report`: every claim, as the parity tests observe it, in one table.
+
+The report is a quick run of the parity tests themselves (parity/test_*.py, or one topic's
+files with --topic), not checks of its own: the tests and the report measure the same thing
+on the same inputs. Every `compare.assert_claim` records what it observed; the run uses the
+hypothesis profile `report` (conftest.py: derandomized, a few examples per test, so the
+table is the same on every run) and the plugin parity/lab/report_plugin.py, which writes the
+record and each test's outcome to a JSON file this module reads back:
+
+    verdict      when
+    ok           every assertion of the claim held and every test asserting it passed
+    FAIL         an assertion of the claim broke its bound
+    ERROR        a test asserting the claim failed for another reason
+    NOT CHECKED  no test asserted the claim in this run: the report fails, since the table
+                 must never claim more than the tests check
+
+A test that fails without having asserted any claim is listed under the table and fails the
+report too. The tests run in a fresh process, in the setting the claims state (conftest.py:
+one intra-op thread for torch, one for NumPy's BLAS), whatever the caller's environment.
+Pictures are registered in parity/lab/pictures/ and drawn into --out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from parity.lab import pictures
+from parity.tolerances import CLAIMS, TOPICS, Claim
+
+ROOT = Path(__file__).resolve().parents[2]
+PARITY = ROOT / "parity"
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the tests observed of one claim: the worst case in the claim's unit, over n
+    compared values."""
+
+    observed: float
+    n: int
+    note: str = ""
+    # close and eps claims: the raw max |a - b| behind `observed` (compare.max_abs_difference),
+    # printed next to the bound so a ratio is never read as an absolute difference
+    raw: float | None = None
+
+
+@dataclass(frozen=True)
+class Row:
+    claim: Claim
+    observation: Observation | None
+    verdict: str  # "ok", "FAIL", "ERROR", "NOT CHECKED"
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Result:
+    """The rows, one per claim in the registry's order, and the failed tests that asserted
+    no claim (each a line: nodeid and the last line of its failure)."""
+
+    rows: list[Row]
+    unclaimed_failures: list[str]
+    seconds: float
+
+
+def test_files(topic: str | None = None) -> list[Path]:
+    """The parity test files of one topic (parity/test_TOPIC.py and test_TOPIC_*.py), or all;
+    a file belongs to the longest topic its name starts with (test_gpt_amp.py is gpt's, there
+    being no topic gpt_amp)."""
+    files = sorted(PARITY.glob("test_*.py"))
+    if topic is None:
+        return files
+
+    def owner(path: Path) -> str | None:
+        stem = path.stem.removeprefix("test_")
+        matches = [t for t in TOPICS if stem == t or stem.startswith(t + "_")]
+        return max(matches, key=len) if matches else None
+
+    return [p for p in files if owner(p) == topic]
+
+
+def _number(x: float | str) -> float:
+    """A number the plugin wrote: JSON has no infinity or NaN, so those come as strings."""
+    return float(x)
+
+
+def run_tests(files: list[Path], extra: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Run the parity tests in `files` in a fresh pytest process under the report profile;
+    return what the plugin wrote ({"claims": ..., "tests": ...}, module docstring)."""
+    with tempfile.TemporaryDirectory(prefix="mirrortrain-report-") as tmp:
+        out = Path(tmp) / "report.json"
+        env = {**os.environ, "MIRRORTRAIN_REPORT_JSON": str(out)}
+        command = [sys.executable, "-m", "pytest", *map(str, files), "-q", "-p",
+                   "parity.lab.report_plugin", "--hypothesis-profile=report", "-p",
+                   "no:cacheprovider", "-o", "addopts=", "-m", "not slow", "--strict-markers",
+                   "--no-header", "-rN", "--tb=line", *extra]
+        done = subprocess.run(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                              stderr=None, text=True, check=False)
+        if not out.exists():  # pytest itself failed (collection error, bad option)
+            tail = "\n".join(done.stdout.strip().splitlines()[-15:])
+            raise RuntimeError(f"the parity tests did not run (pytest exit {done.returncode}):"
+                               f"\n{tail}")
+        return json.loads(out.read_text(encoding="utf-8"))
+
+
+def rows_of(claims: tuple[Claim, ...], ran: dict[str, Any]) -> Result:
+    """The table's rows from one run's record (see the module docstring for the verdicts)."""
+    seconds: dict[str, float] = {}
+    errors: dict[str, str] = {}
+    unclaimed = []
+    for t in ran["tests"]:
+        for cid in t["claims"]:
+            seconds[cid] = seconds.get(cid, 0.0) + t["seconds"] / len(t["claims"])
+        if t["outcome"] == "failed":
+            if not t["claims"]:
+                unclaimed.append(f"{t['nodeid']}: {t['message']}")
+            for cid in t["claims"]:
+                errors.setdefault(cid, f"{t['nodeid']}: {t['message']}")
+    rows = []
+    for c in claims:
+        seen = ran["claims"].get(c.id)
+        if seen is None:
+            rows.append(Row(c, None, "NOT CHECKED", 0.0))
+            continue
+        raw = None if seen["raw"] is None else _number(seen["raw"])
+        verdict = "ok" if seen["held"] else "FAIL"
+        if verdict == "ok" and c.id in errors:
+            verdict = "ERROR"
+        note = errors.get(c.id, "")
+        rows.append(Row(c, Observation(_number(seen["worst"]), int(seen["n"]), note, raw),
+                        verdict, seconds.get(c.id, 0.0)))
+    return Result(rows, unclaimed, sum(t["seconds"] for t in ran["tests"]))
+
+
+def run(topic: str | None = None, only: tuple[str, ...] | None = None) -> Result:
+    """Run the parity tests (of one topic, if given) and tabulate every claim (of that topic;
+    `only`: just these claim ids, whose topics' files are what runs)."""
+    if only is not None:
+        topics = sorted({cid.split(".", 1)[0] for cid in only})
+        files = sorted({p for t in topics for p in test_files(t)})
+        claims = tuple(c for c in CLAIMS if c.id in only)
+    else:
+        files = test_files(topic)
+        claims = tuple(c for c in CLAIMS if topic is None or c.topic == topic)
+    start = time.perf_counter()
+    result = rows_of(claims, run_tests(files))
+    return Result(result.rows, result.unclaimed_failures, time.perf_counter() - start)
+
+
+def render(result: Result) -> str:
+    """A plain-text table: claim / tolerance / observed worst case in the claim's unit (a
+    count, ulps, eps units, or the ratio to a close bound) / the raw max |a-b| where the
+    claim has one / n / verdict / seconds of the tests that asserted it."""
+    head = ("claim", "kind", "tolerance", "observed", "max |a-b|", "n", "verdict", "s")
+    body = []
+    for r in result.rows:
+        obs = r.observation
+        observed = "-" if obs is None else f"{obs.observed:.3g}"
+        raw = "-" if obs is None or obs.raw is None else f"{obs.raw:.3g}"
+        n = "-" if obs is None else f"{obs.n:,}"
+        body.append((r.claim.id, r.claim.kind, r.claim.tolerance, observed, raw, n, r.verdict,
+                     f"{r.seconds:.1f}"))
+    widths = [max(len(row[i]) for row in [head, *body]) for i in range(len(head))]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True))]
+    lines.append("  ".join("-" * w for w in widths))
+    for row in body:
+        lines.append("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)))
+    notes = [f"{r.claim.id}: {r.observation.note}" for r in result.rows
+             if r.observation is not None and r.observation.note and r.verdict != "ok"]
+    if notes:
+        lines += ["", *notes]
+    if result.unclaimed_failures:
+        lines += ["", "failed tests that asserted no claim:",
+                  *(f"  {line}" for line in result.unclaimed_failures)]
+    return "\n".join(lines)
+
+
+def write_pictures(out: Path) -> list[Path]:
+    """Draw every registered picture into `out`; [] when matplotlib is not installed."""
+    return pictures.draw_all(out)

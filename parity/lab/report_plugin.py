@@ -1,0 +1,78 @@
+"""The pytest plugin behind `python -m parity report` (parity/lab/report.py starts pytest
+with `-p parity.lab.report_plugin`).
+
+While the parity tests run, parity.compare records what every claim assertion observed
+(compare.RECORD). This plugin notes which claims each test asserted (the record's calls
+before and after the test), the test's outcome and time, and at the end writes one JSON
+file, the path in $MIRRORTRAIN_REPORT_JSON:
+
+    {"claims": {id: {"worst", "n", "raw", "held", "calls"}},
+     "tests":  [{"nodeid", "outcome", "seconds", "claims": [id, ...], "message"}]}
+
+A progress bar goes to stderr (one tick per test).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from parity import compare
+
+_TESTS: list[dict[str, Any]] = []
+_BEFORE: dict[str, int] = {}
+_BAR: Any = None
+
+
+def _number(x: float | None) -> float | str | None:
+    if x is None or math.isfinite(x):
+        return x
+    return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    global _BAR
+    from tqdm import tqdm
+
+    _BAR = tqdm(total=len(session.items), unit="test", file=sys.stderr, leave=False,
+                desc="report")
+
+
+def pytest_runtest_logstart(nodeid: str, location: tuple[str, int | None, str]) -> None:
+    _BEFORE.clear()
+    _BEFORE.update({cid: o.calls for cid, o in compare.RECORD.items()})
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    failed_setup = report.when == "setup" and report.outcome != "passed"
+    if report.when != "call" and not failed_setup:
+        return
+    asserted = sorted(cid for cid, o in compare.RECORD.items()
+                      if o.calls != _BEFORE.get(cid, 0))
+    message = ""
+    if report.failed:
+        message = str(report.longrepr).strip().splitlines()[-1][:300]
+    _TESTS.append({"nodeid": report.nodeid, "outcome": report.outcome,
+                   "seconds": round(report.duration, 3), "claims": asserted,
+                   "message": message})
+    if _BAR is not None:
+        _BAR.update(1)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _BAR is not None:
+        _BAR.close()
+    path = os.environ.get("MIRRORTRAIN_REPORT_JSON")
+    if not path:
+        return
+    claims = {cid: {"worst": _number(o.worst), "n": o.n, "raw": _number(o.raw),
+                    "held": o.held, "calls": o.calls}
+              for cid, o in compare.RECORD.items()}
+    Path(path).write_text(json.dumps({"claims": claims, "tests": _TESTS}, allow_nan=False),
+                          encoding="utf-8")
