@@ -29,6 +29,8 @@ the same thing on the same inputs.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -245,10 +247,32 @@ class Observed:
 
 
 RECORD: dict[str, Observed] = {}
+_SEEDED: list[str] = []  # claims inside expect_broken: their assertions are not recorded
+
+
+@contextmanager
+def expect_broken(claim_id: str) -> Iterator[None]:
+    """The block must break the claim (a seeded fault proving a test can see): it raises the
+    claim's AssertionError, which is swallowed, and what it observed is not recorded, since
+    a fault put in on purpose says nothing about the code under test. AssertionError when the
+    block holds the claim."""
+    _SEEDED.append(claim_id)
+    try:
+        yield
+    except AssertionError as e:
+        if f"claim {claim_id} " not in str(e):
+            raise
+    else:
+        raise AssertionError(f"claim {claim_id} held where a seeded fault must break it")
+    finally:
+        _SEEDED.pop()
 
 
 def record(c: Claim, observed: float, n: int, raw: float | None = None) -> None:
-    """Add one assertion's observation to RECORD (see the module docstring)."""
+    """Add one assertion's observation to RECORD (see the module docstring); nothing inside
+    expect_broken(c.id) is recorded."""
+    if c.id in _SEEDED:
+        return
     held = holds(c, observed)
     seen = RECORD.get(c.id)
     if seen is None:
@@ -263,6 +287,19 @@ def record(c: Claim, observed: float, n: int, raw: float | None = None) -> None:
         seen.raw = raw if seen.raw is None else max(seen.raw, raw)
     seen.held = seen.held and held
     seen.calls += 1
+
+
+def assert_observed(claim_id: str | Claim, observed: float, n: int, context: str = "") -> float:
+    """Assert a claim whose test counts its own observation (mismatching runs, refusals of
+    another class, p-values): record it like assert_claim does and raise the same
+    AssertionError when it does not hold; return `observed`."""
+    c = claim_id if isinstance(claim_id, Claim) else claim(claim_id)
+    record(c, observed, n)
+    if not holds(c, observed):
+        raise AssertionError(f"claim {c.id} ({c.tolerance}) broken"
+                             f"{' ' + context if context else ''}: observed {observed:g} over "
+                             f"{n} compared. {c.statement}")
+    return observed
 
 
 def assert_claim(claim_id: str | Claim, actual: Any, expected: Any, context: str = "", *,

@@ -14,7 +14,7 @@ import torch
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from parity.compare import assert_claim
+from parity.compare import assert_claim, expect_broken
 from parity.drivers.data import (
     SIDES,
     assert_streams,
@@ -140,5 +140,5 @@ def test_resume_claim_can_fail_when_the_state_is_not_restored() -> None:
     head = stream(pipeline("reference", task, run), run["epochs"], stop_after=run["interrupt"])
     tail = stream(pipeline("reference", task, run), run["epochs"],  # state NOT loaded
                   stop_after=len(whole) - len(head))
-    with pytest.raises(AssertionError, match=r"data\.resume_reference"):
+    with expect_broken("data.resume_reference"):
         assert_streams("data.resume_reference", head + tail, whole)

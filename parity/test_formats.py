@@ -17,10 +17,9 @@ from hypothesis import strategies as st
 import reference.formats as ref
 import torch_impl.formats as tim
 from parity import oracles, strategies
-from parity.compare import assert_claim, holds, record
+from parity.compare import assert_claim, assert_observed
 from parity.drivers import formats as drive
 from parity.sweep import sweep_range, sweep_sample
-from parity.tolerances import claim
 
 formats = pytest.mark.parametrize("name", oracles.ALL_FORMATS)
 storage_formats = pytest.mark.parametrize("name", oracles.STORAGE_FORMATS)
@@ -241,8 +240,7 @@ def test_exhaustive_float32_sweep_has_no_mismatch(name: str) -> None:
     summary = sweep_range(name, 0, 2**32, workers=2)
     assert summary.total == 2**32
     observed = summary.mismatches_torch + summary.mismatches_ml_dtypes
-    record(claim("formats.sweep"), observed, summary.total)
-    assert holds(claim("formats.sweep"), observed), summary
+    assert_observed("formats.sweep", observed, summary.total, str(summary))
 
 
 @pytest.mark.parametrize("name", oracles.STORAGE_FORMATS)
@@ -254,8 +252,7 @@ def test_sampled_float32_sweep_has_no_mismatch(name: str) -> None:
     assert summary.by_class.get("nan", 0) > 0 and summary.by_class.get("subnormal", 0) > 0, (
         f"the sample missed a class: {summary.by_class}")
     observed = summary.mismatches_torch + summary.mismatches_ml_dtypes
-    record(claim("formats.sweep"), observed, summary.total)
-    assert holds(claim("formats.sweep"), observed), summary
+    assert_observed("formats.sweep", observed, summary.total, str(summary))
 
 
 def test_float8_e4m3fn_native_overflow_is_the_declared_policy_of_this_torch(device: str) -> None:

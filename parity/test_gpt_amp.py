@@ -11,7 +11,7 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from parity.compare import assert_claim
+from parity.compare import assert_claim, assert_observed
 from parity.drivers import gpt as dg
 from parity.drivers import gpt_amp as ga
 from parity.drivers.amp import toward
@@ -87,10 +87,13 @@ def test_free_running_autocast_differences_are_born_in_a_float32_op(
         assert_claim(claim_id, a, b, where, scale=s)
     assert len(run.residual) == 2 * config.n_layer + 1
     if run.first:
-        assert run.first_fed_equal and run.first_is_float32, (
-            f"difference born at {run.first} (fed equal inputs: {run.first_fed_equal})")
+        born_elsewhere = not (run.first_fed_equal and run.first_is_float32)
+        assert_observed("gpt.autocast_free", float(born_elsewhere), 1,
+                        f"difference born at {run.first} (fed equal inputs: "
+                        f"{run.first_fed_equal})")
     else:  # the forward agrees to the logits; the loss and the backward's float32 ops remain
-        assert np.array_equal(run.ends[1][1], run.ends[1][2]), "logits differ"
+        logits_differ = not np.array_equal(run.ends[1][1], run.ends[1][2])
+        assert_observed("gpt.autocast_free", float(logits_differ), 1, "logits differ")
 
 
 _CORE_OPS = {"bmm", "scale", "masked_fill", "softmax", "softmax_backward"}

@@ -86,7 +86,7 @@ def test_report_refuses_an_unusable_out_folder_before_checking(
     """A file where the folder should be is refused at once (no claim is checked first)."""
     import parity.lab.report
 
-    monkeypatch.setattr(parity.lab.report, "run", lambda topic: pytest.fail("checks ran"))
+    monkeypatch.setattr(parity.lab.report, "run", lambda topic: pytest.fail("tests ran"))
     target = tmp_path / "a_file"
     target.write_text("x")
     out = target if make == "file" else target / "sub"
@@ -99,7 +99,8 @@ def test_report_that_checks_nothing_fails(capsys: pytest.CaptureFixture[str],
     """Never '0/0 claims hold' with exit status 0."""
     import parity.lab.report
 
-    monkeypatch.setattr(parity.lab.report, "run", lambda topic: [])
+    monkeypatch.setattr(parity.lab.report, "run",
+                        lambda topic: parity.lab.report.Result([], [], 0.0))
     status, out, _ = run_cli(["report", "--out", ""], capsys)
     assert status == EXIT_FAILED
     assert "no claims checked" in out and "0/0" not in out

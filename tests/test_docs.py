@@ -19,9 +19,6 @@ def test_every_generated_part_of_docs_is_current() -> None:
 def test_every_picture_in_docs_is_drawn_by_the_code() -> None:
     """docs/img holds exactly the pictures parity/pictures registers (none orphaned, none
     missing), so `python -m parity docs` redraws every one of them."""
-    from parity.lab.report import load_checks
-
-    load_checks()  # topics that still register pictures beside their checks
     registered = set(pictures.load())
     present = {p.name for p in pictures.IMG.glob("*.png")}
     assert registered == present, (f"drawn but not in docs/img: {sorted(registered - present)}; "

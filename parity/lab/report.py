@@ -70,7 +70,7 @@ class Result:
     seconds: float
 
 
-def test_files(topic: str | None = None) -> list[Path]:
+def parity_test_files(topic: str | None = None) -> list[Path]:
     """The parity test files of one topic (parity/test_TOPIC.py and test_TOPIC_*.py), or all;
     a file belongs to the longest topic its name starts with (test_gpt_amp.py is gpt's, there
     being no topic gpt_amp)."""
@@ -144,10 +144,10 @@ def run(topic: str | None = None, only: tuple[str, ...] | None = None) -> Result
     `only`: just these claim ids, whose topics' files are what runs)."""
     if only is not None:
         topics = sorted({cid.split(".", 1)[0] for cid in only})
-        files = sorted({p for t in topics for p in test_files(t)})
+        files = sorted({p for t in topics for p in parity_test_files(t)})
         claims = tuple(c for c in CLAIMS if c.id in only)
     else:
-        files = test_files(topic)
+        files = parity_test_files(topic)
         claims = tuple(c for c in CLAIMS if topic is None or c.topic == topic)
     start = time.perf_counter()
     result = rows_of(claims, run_tests(files))

@@ -1,0 +1,93 @@
+"""The report's bookkeeping: what compare records per claim, and the verdict each record
+gets (parity/lab/report.py). The end-to-end run is tests/test_cli.py's --topic resume."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from parity import compare
+from parity.lab.report import rows_of, parity_test_files
+from parity.tolerances import CLAIMS, TOPICS, claim
+
+
+@pytest.fixture
+def fresh_record() -> Iterator[dict[str, compare.Observed]]:
+    """An empty RECORD for the test, the suite's own restored after it."""
+    saved = dict(compare.RECORD)
+    compare.RECORD.clear()
+    yield compare.RECORD
+    compare.RECORD.clear()
+    compare.RECORD.update(saved)
+
+
+def test_the_record_keeps_the_worst_case_the_count_and_whether_every_call_held(
+        fresh_record: dict[str, compare.Observed]) -> None:
+    c = claim("formats.decode")  # bits: 0 allowed
+    compare.assert_claim(c, np.zeros(3, np.float32), np.zeros(3, np.float32))
+    with pytest.raises(AssertionError):
+        compare.assert_claim(c, np.ones(4, np.float32), np.zeros(4, np.float32))
+    compare.assert_claim(c, np.ones(2, np.float32), np.ones(2, np.float32))
+    seen = fresh_record["formats.decode"]
+    assert (seen.worst, seen.n, seen.held, seen.calls) == (4.0, 9, False, 3)
+
+
+def test_a_nan_observation_is_kept_as_the_worst(fresh_record: dict[str, compare.Observed]
+                                                ) -> None:
+    c = claim("formats.decode")
+    compare.record(c, math.nan, 1)
+    compare.record(c, 5.0, 1)
+    assert math.isnan(fresh_record[c.id].worst) and not fresh_record[c.id].held
+
+
+def test_an_eps_claim_records_the_raw_difference_beside_its_ratio(
+        fresh_record: dict[str, compare.Observed]) -> None:
+    c = next(x for x in CLAIMS if x.kind == "eps")
+    a = np.array([1.0, 2.0], np.float32)
+    compare.assert_claim(c, a, a + np.float32(2**-23), scale=np.ones(2))  # within 1 eps
+    assert fresh_record[c.id].raw == 2**-23  # 1 + 2^-23 is float32; 2 + 2^-23 ties to 2
+
+
+def test_a_seeded_fault_must_break_its_claim_and_is_not_recorded(
+        fresh_record: dict[str, compare.Observed]) -> None:
+    c = claim("formats.decode")
+    with compare.expect_broken(c.id):
+        compare.assert_claim(c, np.ones(2, np.float32), np.zeros(2, np.float32))
+    assert c.id not in fresh_record
+    with pytest.raises(AssertionError, match="held where a seeded fault must break it"), \
+            compare.expect_broken(c.id):
+        compare.assert_claim(c, np.ones(2, np.float32), np.ones(2, np.float32))
+    with pytest.raises(AssertionError, match="another"), compare.expect_broken(c.id):
+        raise AssertionError("another assertion, not the claim's")
+
+
+def _ran(claims: dict, tests: list) -> dict:
+    return {"claims": claims, "tests": tests}
+
+
+def test_each_verdict_follows_from_the_record_and_the_tests_outcomes() -> None:
+    ids = [c.id for c in CLAIMS[:4]]
+    held = {"worst": 0.0, "n": 5, "raw": None, "held": True, "calls": 1}
+    broken = {**held, "worst": 2.0, "held": False}
+    ran = _ran({ids[0]: held, ids[1]: broken, ids[2]: held},
+               [{"nodeid": "t1", "outcome": "passed", "seconds": 2.0, "claims": [ids[0], ids[1]],
+                 "message": ""},
+                {"nodeid": "t2", "outcome": "failed", "seconds": 1.0, "claims": [ids[2]],
+                 "message": "TypeError: boom"},
+                {"nodeid": "t3", "outcome": "failed", "seconds": 1.0, "claims": [],
+                 "message": "ValueError: nothing claimed"}])
+    result = rows_of(CLAIMS[:4], ran)
+    assert [r.verdict for r in result.rows] == ["ok", "FAIL", "ERROR", "NOT CHECKED"]
+    assert [r.seconds for r in result.rows] == [1.0, 1.0, 1.0, 0.0]
+    assert "t2: TypeError: boom" in result.rows[2].observation.note  # type: ignore[union-attr]
+    assert result.unclaimed_failures == ["t3: ValueError: nothing claimed"]
+
+
+def test_every_topic_has_test_files_and_every_file_one_topic() -> None:
+    every = parity_test_files()
+    owned = [p for t in TOPICS for p in parity_test_files(t)]
+    assert sorted(owned) == sorted(every), "a parity test file no topic owns (or two do)"
+    assert all(parity_test_files(t) for t in TOPICS)
