@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from parity import compare
-from parity.lab.report import rows_of, parity_test_files
+from parity.lab.report import parity_test_files, rows_of
 from parity.tolerances import CLAIMS, TOPICS, claim
 
 
