@@ -9,20 +9,18 @@ own unit, so the tests and `python -m parity report` judge with one function,
     nan_class    the same, every NaN one class                    observed <= 0
     ulps         max ulps of `fmt` between the two sides          observed <= k
     eps          max |a-b| / (eps S), S the claim's `scale`       observed <= c
-    close        max |a-b| / (atol + rtol |b|)                    observed <= 1
-    statistical  the smallest p-value of the test's statistics    observed >= bound
 
-Where the two sides disagree on which elements are NaN, `ulps`, `eps` and `close` observe
-inf; elements NaN on both sides, and equal infinities, differ by 0. An `ulps` claim compares
+Where the two sides disagree on which elements are NaN, `ulps` and `eps` observe inf;
+elements NaN on both sides, and equal infinities, differ by 0. An `ulps` claim compares
 values already rounded into its format: both sides must have the same shape and dtype and
-hold only members of the format, or the claim fails naming the first outsider (rounding
-both sides here would hide a missing final rounding as 0 ulps). `assert_claim` raises an
-AssertionError that names the claim, the observed value, and for `close`/`eps` the raw
-max |a-b| beside it.
+hold only members of the format, or the claim fails naming the first outsider (rounding both
+sides here would hide a missing final rounding as 0 ulps). `assert_claim` raises an
+AssertionError that names the claim, the observed value, and for `eps` the raw max |a-b|
+beside it.
 
 Every `assert_claim` also records what it observed (`record`): per claim, the worst case
-over every call, the number of values compared, the raw max |a-b| behind an eps or close
-claim, and whether every call held. `python -m parity report` is a quick run of the parity
+over every call, the number of values compared, the raw max |a-b| behind an eps claim,
+ and whether every call held. `python -m parity report` is a quick run of the parity
 tests that prints this record (parity/lab/report.py), so the report and the tests measure
 the same thing on the same inputs.
 """
@@ -141,7 +139,7 @@ def in_eps_units(actual: Any, expected: Any, scale: Any) -> np.ndarray:
 
 def max_abs_difference(actual: Any, expected: Any) -> float:
     """max |a - b| in float64 over elements that are not NaN on both sides (inf if the NaN
-    sets differ): the raw number a report prints beside a close or eps claim's ratio."""
+    sets differ): the raw number a report prints beside an eps claim's ratio."""
     diff, nan_sets_differ = _abs_difference(actual, expected)
     return float("inf") if nan_sets_differ else float(np.max(diff, initial=0.0))
 
@@ -202,26 +200,13 @@ def measure(c: Claim, actual: Any, expected: Any, *, scale: Any = None) -> float
         if nan_sets_differ:
             return float("inf")
         return float(np.max(in_eps_units(actual, expected, scale), initial=0.0))
-    if c.kind == "close":
-        rtol, atol = c.bound  # type: ignore[misc]
-        diff, nan_sets_differ = _abs_difference(actual, expected)
-        if nan_sets_differ:
-            return float("inf")
-        b = np.abs(_float64(expected))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = np.where(diff == 0, 0.0, diff / (atol + rtol * b))
-        return float(np.max(ratio, initial=0.0))
-    raise ValueError(f"claim {c.id}: statistical claims are measured by their own test")
+    raise ValueError(f"claim {c.id}: unknown kind {c.kind!r}")
 
 
 def holds(c: Claim, observed: float) -> bool:
     """Whether an observed worst case is within the claim's bound (see the module's table);
     a NaN observation never holds."""
-    if c.kind == "close":
-        return observed <= 1.0
-    if c.kind == "statistical":
-        return observed >= float(c.bound)  # type: ignore[arg-type]
-    return observed <= float(c.bound)  # type: ignore[arg-type]
+    return observed <= float(c.bound)
 
 
 def _first_mismatches(kind: str, actual: Any, expected: Any) -> str:
@@ -236,8 +221,8 @@ def _first_mismatches(kind: str, actual: Any, expected: Any) -> str:
 @dataclass
 class Observed:
     """What the assertions of one claim observed so far: the worst case in the claim's unit
-    (the largest; for a statistical claim, the smallest p-value), the values compared, the
-    largest raw max |a-b| (eps and close claims), and whether every assertion held."""
+    (the largest), the values compared, the largest raw max |a-b| (eps claims), and whether
+    every assertion held."""
 
     worst: float
     n: int
@@ -278,7 +263,7 @@ def record(c: Claim, observed: float, n: int, raw: float | None = None) -> None:
     if seen is None:
         RECORD[c.id] = Observed(observed, n, raw, held)
         return
-    worse = (min if c.kind == "statistical" else max)(seen.worst, observed)
+    worse = max(seen.worst, observed)
     # NaN never holds and is the worst of all: keep it once seen
     seen.worst = observed if observed != observed else (seen.worst if seen.worst != seen.worst
                                                         else worse)
@@ -291,7 +276,7 @@ def record(c: Claim, observed: float, n: int, raw: float | None = None) -> None:
 
 def assert_observed(claim_id: str | Claim, observed: float, n: int, context: str = "") -> float:
     """Assert a claim whose test counts its own observation (mismatching runs, refusals of
-    another class, p-values): record it like assert_claim does and raise the same
+    another class): record it like assert_claim does and raise the same
     AssertionError when it does not hold; return `observed`."""
     c = claim_id if isinstance(claim_id, Claim) else claim(claim_id)
     record(c, observed, n)
@@ -308,13 +293,13 @@ def assert_claim(claim_id: str | Claim, actual: Any, expected: Any, context: str
     observed worst case."""
     c = claim_id if isinstance(claim_id, Claim) else claim(claim_id)
     observed = measure(c, actual, expected, scale=scale)
-    raw = max_abs_difference(actual, expected) if c.kind in ("eps", "close") else None
+    raw = max_abs_difference(actual, expected) if c.kind == "eps" else None
     record(c, observed, int(as_numpy(actual).size), raw)
     if not holds(c, observed):
         detail = ""
         if c.kind in ("bits", "nan_class"):
             detail = _first_mismatches(c.kind, actual, expected)
-        elif c.kind in ("eps", "close"):
+        elif c.kind == "eps":
             detail = f"(max |a-b| = {raw:g})"
         raise AssertionError(
             f"claim {c.id} ({c.tolerance}) broken{' ' + context if context else ''}: "

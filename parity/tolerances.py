@@ -15,14 +15,10 @@ ulps         k: |a - b| <= k units in the last place of     exact integer distan
 eps          c: |a - b| <= c * eps * S elementwise; eps     float64 arithmetic on |a - b| /
              of the compared dtype, S an array the claim    (eps * S); the caller passes S
              describes in `scale` (|y|, (k+1)|A||B|, ...)
-close        (rtol, atol): |a - b| <= atol + rtol * |b|     float64 arithmetic
-statistical  false-failure probability of the test          the test's own statistic; the
-                                                            observation is its p-value, and
-                                                            the claim fails below the bound
 
-Tolerances are declared once, each with the derivation in `reason`; a test or a report check
-looks its claim up by id and never writes a bare number. `docs/tolerances.md` is generated
-from this table (`python -m parity docs`).
+Tolerances are declared once, each with the derivation in `reason`; a test looks its claim up
+by id and never writes a bare number. `docs/tolerances.md` and `docs/claims/<topic>.md` are
+generated from this table (`python -m parity docs`).
 """
 
 from __future__ import annotations

@@ -31,10 +31,6 @@ ULPS_E4M3 = Claim(id="formats.t_ulps8", statement="s", kind="ulps", bound=1, rea
                   fmt="float8_e4m3fn")
 EPS = Claim(id="formats.t_eps", statement="s", kind="eps", bound=2, reason=REASON,
             scale="|b|")
-CLOSE = Claim(id="formats.t_close", statement="s", kind="close", bound=(2.0**-3, 2.0**-2),
-              reason=REASON)
-STAT = Claim(id="formats.t_stat", statement="s", kind="statistical", bound=1e-6,
-             reason=REASON)
 
 F32_EPS = 2.0**-23
 
@@ -54,7 +50,6 @@ def f32_bits(*codes: int) -> np.ndarray:
     (NAN_CLASS, 0.0, 1.0),
     (ULPS_BF16, 1.0, 2.0),
     (EPS, 2.0, math.nextafter(2.0, 3.0)),
-    (CLOSE, 1.0, math.nextafter(1.0, 2.0)),
 ])
 def test_holds_at_the_bound_and_fails_just_beyond_it(c: Claim, at_bound: float,
                                                      beyond: float) -> None:
@@ -65,17 +60,11 @@ def test_holds_at_the_bound_and_fails_just_beyond_it(c: Claim, at_bound: float,
     assert not holds(c, math.nan), "a NaN observation must never hold"
 
 
-def test_statistical_holds_while_the_p_value_is_at_least_the_bound() -> None:
-    """A statistical claim fails below its false-failure probability, holds at it."""
-    assert holds(STAT, 1e-6)
-    assert holds(STAT, 0.5)
-    assert not holds(STAT, math.nextafter(1e-6, 0.0))
-    assert not holds(STAT, math.nan)
-
-
-def test_statistical_claims_are_not_measured_here() -> None:
-    with pytest.raises(ValueError, match="statistical"):
-        measure(STAT, f32(1.0), f32(1.0))
+def test_the_dropped_kinds_are_refused() -> None:
+    """close and statistical left with the last claims that used them (parity/claims)."""
+    for kind in ("close", "statistical"):
+        with pytest.raises(ValueError, match="is not one of"):
+            Claim(id="formats.t_gone", statement="s", kind=kind, bound=1, reason=REASON)
 
 
 # -- bits ----------------------------------------------------------------------------------
@@ -217,32 +206,6 @@ def test_eps_needs_its_scale_and_sees_nan_sets_that_differ() -> None:
         measure(EPS, f32(1.0), np.array([1.0]), scale=1.0)
 
 
-# -- close -----------------------------------------------------------------------------------
-
-def test_close_ratio_is_one_at_atol_plus_rtol_b_and_above_one_beyond() -> None:
-    """(rtol, atol) = (1/8, 1/4); b = 2 allows |a-b| <= 1/2 exactly."""
-    assert measure(CLOSE, np.array([2.5]), np.array([2.0])) == 1.0
-    assert measure(CLOSE, np.array([2.25, -2.0]), np.array([2.0, -2.0])) == 0.5
-    beyond = np.array([math.nextafter(2.5, 3.0)])
-    assert measure(CLOSE, beyond, np.array([2.0])) > 1.0
-    with pytest.raises(AssertionError, match=r"claim formats\.t_close .*max \|a-b\| = 0\.5"):
-        assert_claim(CLOSE, beyond, np.array([2.0]))
-
-
-def test_close_scales_with_the_expected_side_not_the_actual() -> None:
-    """|b| in the bound is the expected side's: swapping sides changes the ratio."""
-    assert measure(CLOSE, np.array([6.0]), np.array([4.0])) == 2.0 / (0.25 + 0.5)
-    assert measure(CLOSE, np.array([4.0]), np.array([6.0])) == 2.0 / (0.25 + 0.75)
-
-
-def test_close_sees_nan_and_infinity_mismatches() -> None:
-    assert measure(CLOSE, np.array([np.nan, np.inf]), np.array([np.nan, np.inf])) == 0
-    assert measure(CLOSE, np.array([np.nan]), np.array([0.0])) == math.inf
-    assert measure(CLOSE, np.array([np.inf]), np.array([1e308])) == math.inf
-    with pytest.raises(AssertionError, match="shapes differ"):
-        measure(CLOSE, np.zeros(2), np.zeros(3))
-
-
 def test_max_abs_difference_is_the_raw_worst_case() -> None:
     """The report's raw column: max |a-b| over non-NaN pairs, inf when NaN sets differ."""
     assert max_abs_difference(np.array([1.0, 5.0, np.nan]), np.array([1.5, 3.0, np.nan])) == 2
@@ -254,8 +217,6 @@ def test_max_abs_difference_is_the_raw_worst_case() -> None:
 def test_tolerance_texts_read_as_what_the_bound_means() -> None:
     """The report's and docs/tolerances.md's tolerance column states the inequality."""
     assert EPS.tolerance == "|a-b| <= 2 eps · |b|"
-    assert CLOSE.tolerance == "|a-b| <= 0.25 + 0.125 |b|"
     assert ULPS_BF16.tolerance == "<= 1 ulp of bfloat16"
     assert BITS.tolerance == "bit-identical"
     assert NAN_CLASS.tolerance == "bit-identical, NaN as a class"
-    assert STAT.tolerance == "P(false failure) <= 1.0e-06"

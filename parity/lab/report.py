@@ -47,7 +47,7 @@ class Observation:
     observed: float
     n: int
     note: str = ""
-    # close and eps claims: the raw max |a - b| behind `observed` (compare.max_abs_difference),
+    # eps claims: the raw max |a - b| behind `observed` (compare.max_abs_difference),
     # printed next to the bound so a ratio is never read as an absolute difference
     raw: float | None = None
 
@@ -156,7 +156,7 @@ def run(topic: str | None = None, only: tuple[str, ...] | None = None) -> Result
 
 def render(result: Result) -> str:
     """A plain-text table: claim / tolerance / observed worst case in the claim's unit (a
-    count, ulps, eps units, or the ratio to a close bound) / the raw max |a-b| where the
+    count, ulps, or eps units) / the raw max |a-b| where the
     claim has one / n / verdict / seconds of the tests that asserted it."""
     head = ("claim", "kind", "tolerance", "observed", "max |a-b|", "n", "verdict", "s")
     body = []

@@ -8,16 +8,8 @@ Each module of this package named in COMMANDS defines
 
 and is imported only when its command runs (so `--impl reference` never imports torch).
 
-Exit statuses, the same for every command:
-    0  done, every claim held / nothing found
-    1  a claim failed, a comparison mismatched, a test failed
-    2  bad input: a one-line error on stderr naming what was wrong and what is accepted
-       (argparse's own errors included; never a traceback)
-    3  the command found what it looks for (a first invalid value, a fault): a result, not
-       an error
-    4  incomplete: the time budget ran out before all the work was reached (fuzz: some
-       target never ran); nothing failed among what ran, but the result is partial
-  130  interrupted (Ctrl-C), with one line saying so
+Exit statuses, the same for every command: EXIT_STATUSES below (the --help epilog and the
+README's table are rendered from it).
 A user error is raised as `UsageError("...")` anywhere below `run`; `main` prints it as one
 line. Long work shows a progress bar (tqdm, on stderr) and ends with a line scripts can parse.
 """
@@ -34,6 +26,18 @@ from typing import NoReturn
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_FOUND, EXIT_INCOMPLETE = 0, 1, 2, 3, 4
 EXIT_INTERRUPTED = 130
+EXIT_STATUSES: tuple[tuple[int, str], ...] = (
+    (EXIT_OK, "done: every claim held, nothing found"),
+    (EXIT_FAILED, "a claim failed, a comparison mismatched, a test failed (a sweep or a fuzz "
+                  "run that found a counterexample included)"),
+    (EXIT_USAGE, "bad input: one line on stderr naming what was wrong and what is accepted "
+                 "(argparse's own errors included; never a traceback); nothing changed on disk"),
+    (EXIT_FOUND, "the command found what it looks for, a result and not an error: train "
+                 "--check-numerics stopped at the first invalid value"),
+    (EXIT_INCOMPLETE, "incomplete: the time budget ran out before all the work was reached "
+                      "(fuzz: some target never ran); nothing that ran failed"),
+    (EXIT_INTERRUPTED, "interrupted (Ctrl-C), with one line saying so"),
+)
 
 # The commands, in the order `python -m parity --help` lists them; each is parity/lab/cli/<name>.py.
 COMMANDS: tuple[str, ...] = ("report", "ranges", "sweep", "fuzz", "tolerances", "docs", "train",
@@ -94,9 +98,9 @@ def finite_float(*, low: float = -math.inf, high: float = math.inf, low_open: bo
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m parity",
                      description="mirrortrain: every claim checked, sweeps, fuzzing, training.",
-                     epilog="exit status: 0 done, every claim held; 1 a claim or test failed; "
-                            "2 bad input (one line on stderr); 3 found what was looked for; "
-                            "4 incomplete (the time budget ran out); 130 interrupted")
+                     epilog="exit status: " + "; ".join(
+                         f"{code} {meaning.split(':')[0].split(',')[0]}"
+                         for code, meaning in EXIT_STATUSES))
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                 parser_class=_Parser)
     for name in COMMANDS:

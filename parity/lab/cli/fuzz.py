@@ -25,8 +25,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--seconds", type=finite_float(low=0, low_open=True), default=60.0,
                    help="time budget (default 60)")
-    p.add_argument("--topic", choices=TOPICS,
-                   help="only the topic's tests: parity/test_TOPIC.py and test_TOPIC_*.py")
+    p.add_argument("--topic", choices=TOPICS, metavar="TOPIC",
+                   help="only the topic's tests: parity/test_TOPIC.py and test_TOPIC_*.py "
+                        f"({', '.join(TOPICS)})")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--seed", type=int_at_least(0), default=None,
                    help="order of the targets (default: random, printed in the summary)")

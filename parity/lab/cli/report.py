@@ -1,13 +1,15 @@
 """Every claim as the parity tests observe it, as one table: claim, tolerance, observed
 worst case, verdict (a quick run of the tests themselves: parity/lab/report.py).
 
-    python -m parity report [--topic T] [--out DIR] [--json]
+    python -m parity report [--topic T] [--out DIR] [--json] [--record]
 
-`observed` is in the claim's own unit (a count, ulps, eps units, or the ratio to a close
-bound; docs/tolerances.md explains each) and `max |a-b|` is the raw difference behind an eps
-or close claim's ratio. The exit status is 1 when any claim fails, errors or is asserted by no
+`observed` is in the claim's own unit (a count, ulps or eps units;
+docs/tolerances.md explains each) and `max |a-b|` is the raw difference behind an eps
+claim's ratio. The exit status is 1 when any claim fails, errors or is asserted by no
 test (the table never claims more than the tests check), when a test fails without
-asserting a claim, and when no claim was checked at all.
+asserting a claim, and when no claim was checked at all. --record writes what was observed
+to docs/data/report.json (every claim, so not with --topic), which docs/claims/<topic>.md
+prints beside each bound.
 Pictures go to --out (default report/; '' for none).
 
 --json prints, instead of the table, one JSON array with an object per claim:
@@ -31,11 +33,14 @@ HELP = "run the parity tests quickly and print every claim's observed worst case
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--topic", choices=TOPICS, help="only this topic's claims")
+    p.add_argument("--topic", choices=TOPICS, metavar="TOPIC",
+                   help="only this topic's claims: " + ", ".join(TOPICS))
     p.add_argument("--out", default=None,
                    help="folder for pictures ('' for none; default report/, none with --json)")
     p.add_argument("--json", action="store_true",
                    help="print one JSON array, an object per claim, instead of the table")
+    p.add_argument("--record", action="store_true",
+                   help="write the observations to docs/data/report.json (for docs/claims/)")
 
 
 def _number(x: float | None) -> float | str | None:
@@ -64,8 +69,10 @@ def as_json(rows: list[Any]) -> list[dict[str, Any]]:
 
 def run(args: argparse.Namespace) -> int:
     from parity.lab import report
-    from parity.lab.cli import output_folder
+    from parity.lab.cli import UsageError, output_folder
 
+    if args.record and args.topic:
+        raise UsageError("--record writes every claim's observation: drop --topic")
     out = args.out if args.out is not None else ("" if args.json else "report")
     folder = output_folder(out) if out else None  # refuse a bad --out before any work
     result = report.run(args.topic)
@@ -81,6 +88,13 @@ def run(args: argparse.Namespace) -> int:
         say(f"\npictures: {', '.join(str(p) for p in pictures)}")
     elif out:
         say("\npictures: none written (install the 'plot' extra for matplotlib)")
+    if args.record:
+        from parity.lab.gendocs.claims import OBSERVED_JSON
+
+        OBSERVED_JSON.write_text(json.dumps({o["id"]: {k: o[k] for k in (
+            "observed", "raw", "n", "verdict")} for o in as_json(rows)}, indent=1,
+            allow_nan=False) + "\n", encoding="utf-8")
+        say(f"recorded: {OBSERVED_JSON}")
     failed = [r for r in rows if r.verdict != "ok"]
     if not rows:
         say(f"\nno claims checked{f' for topic {args.topic}' if args.topic else ''}: "

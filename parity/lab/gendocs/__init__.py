@@ -15,6 +15,9 @@ Each topic registers its parts in `parity/lab/gendocs/<topic>.py`:
     @page("tolerances.md")
     def _() -> str: ...            # the whole page
 
+A page name is relative to docs/: "../README.md" is the README (its command reference and
+exit statuses: parity/lab/gendocs/readme.py).
+
 Renderers are deterministic: they read the code, the claim table and committed measurement
 files (docs/data/*.json, written by benchmarks/), never a clock or a fresh timing. So
 `python -m parity docs` rewrites every part, and tests/test_docs.py fails when any committed
@@ -25,6 +28,7 @@ docs/ (parity/lab/pictures/).
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -129,7 +133,7 @@ def rendered(docs: Path = DOCS) -> dict[Path, str]:
 
 def stale(docs: Path = DOCS) -> list[str]:
     """docs/ pages whose committed text differs from what the code renders now."""
-    return [str(path.relative_to(docs)) for path, text in rendered(docs).items()
+    return [os.path.relpath(path, docs) for path, text in rendered(docs).items()
             if not path.exists() or path.read_text(encoding="utf-8") != text]
 
 
@@ -138,6 +142,7 @@ def update(docs: Path = DOCS) -> list[Path]:
     changed = []
     for path, text in rendered(docs).items():
         if not path.exists() or path.read_text(encoding="utf-8") != text:
+            path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text, encoding="utf-8")
             changed.append(path)
     return changed
