@@ -27,15 +27,17 @@ from __future__ import annotations
 import os
 import time
 
-# One thread for NumPy's BLAS (OpenBLAS reads this once, when NumPy is first imported, which
-# is after this line: pytest and hypothesis do not import NumPy). On a shared 2-core machine
-# BLAS's second thread spins waiting for a core: the docs test took ~1.7x the wall time with
-# it. Training subprocesses get the same through OMP_NUM_THREADS=1 (parity/drivers/train.py);
-# as for torch's threads below, no claim depends on it. An explicit setting is kept.
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-
 import pytest
 from hypothesis import HealthCheck, settings
+
+from parity import setting
+
+# The claims' setting (parity/setting.py). One thread for NumPy's BLAS: OpenBLAS reads this
+# once, when NumPy is first imported, which is after this line (pytest, hypothesis and
+# parity/__init__ do not import NumPy). On a shared 2-core machine BLAS's second thread also
+# spins waiting for a core. Training subprocesses get the same through OMP_NUM_THREADS=1
+# (parity/drivers/train.py). An explicit setting is kept.
+setting.pin_blas()
 
 FUZZ_SECONDS = 5.0  # default time budget per @given test under the fuzz profile
 
@@ -122,9 +124,7 @@ def pytest_configure(config: pytest.Config) -> None:
     shared 2-core machine two threads per op cost far more in contention than they save
     (small ops measured ~1000x slower under load). No claim depends on the thread count:
     bit-exact claims compare runs made with the same setting, bounds hold for any order."""
-    import torch
-
-    torch.set_num_threads(1)
+    setting.pin_torch()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -15,7 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parity import fuzz, fuzz_targets
+from parity import fuzz_targets
+from parity.lab import fuzz
 from parity.lab.cli import EXIT_FAILED, EXIT_INCOMPLETE, EXIT_OK
 
 

@@ -174,8 +174,10 @@ def run_targets(found: list[Target], left_out: list[str], seconds: float, seed: 
 def fuzz(seconds: float, topic: str | None = None, device: str = "cpu",
          seed: int | None = None) -> int:
     """Fuzz for `seconds`; print the summary; return the exit status (parity/lab/cli/fuzz.py)."""
+    from parity import setting
     from parity.lab.cli import EXIT_FAILED
 
+    print(setting.pin_torch(), flush=True)
     seed = random.randrange(2**32) if seed is None else seed
     found, left_out = discover(topic, device)
     if not found:
