@@ -41,15 +41,20 @@ bits are `rest`, the bits above are |code| before rounding. Rounding W is roundi
 carry out of the significand (kept = 2^(m+1)) lands on the next binade by itself. That is
 why rounding up is an integer +1 and why overflow is a comparison of codes. Nearest-even in
 one carry: W + half - 1 + (kept & 1) carries past the dropped bits exactly when rest > half,
-or rest == half and kept is odd. (encode's nearest-even gets the same codes with that carry
-at one shift for every element, and below the target's smallest normal, where the shift
-varies, with one float addition that rounds at the subnormal spacing: NOTE [ Nearest-even
-in two ranges ] in encode_kernels.py. toward_zero and stochastic run W and shift as written.)
+or rest == half and kept is odd.
 
-Double rounding: torch and ml_dtypes cast float64 to a low-precision format through float32.
-Rounding twice can differ from rounding once: 1 + 2^-8 + 2^-40 rounds to float32 1 + 2^-8, a
-tie that bfloat16 breaks to 1.0, while the correctly rounded bfloat16 is 1 + 2^-7 = 1.0078125.
-`quantize` rounds float64 once by default; `via="float32"` reproduces the libraries.
+`encode_stepwise` is these steps as written, over the whole array: `_decompose` (sign, W,
+shift, NaN), `_round` (the three lines above), `_pack` (overflow policy, NaN, sign).
+`encode` gives the same codes block by block (reference/encode_kernels.py): nearest-even
+with the carry at one shift for every element, and below the target's smallest normal,
+where the shift varies, one float addition that rounds at the subnormal spacing (NOTE
+[ Nearest-even in two ranges ]); toward_zero and stochastic run W and shift as written.
+
+Double rounding: rounding float64 to float32 first, then to the target, can differ from
+rounding once: 1 + 2^-8 + 2^-40 rounds to float32 1 + 2^-8, a tie that bfloat16 breaks to
+1.0, while the correctly rounded bfloat16 is 1 + 2^-7 = 1.0078125. torch, and ml_dtypes up
+to 0.6, round twice (NOTE [ Double rounding in the libraries ]). `quantize` rounds float64
+once by default; `via="float32"` reproduces the libraries that round twice.
 
 The torch twin (torch_impl/formats.py) has the same public names in the same order; it
 builds `encode` on `quantize` (a torch cast yields values, whose bits are the codes), where
@@ -84,6 +89,15 @@ OVERFLOW_POLICIES = ("inf", "saturate", "nan")
 # follows current torch by default; overflow="nan" reproduces older torch and ml_dtypes.
 # The torch twin picks its default from the installed torch's version.
 DEFAULT_OVERFLOW: dict[str, str] = {"float8_e4m3fn": "saturate"}
+
+# NOTE [ Double rounding in the libraries ]
+# torch's float64 -> low-precision cast rounds through float32 (claim formats.encode_f64_via_f32
+# holds it to via="float32"). So does ml_dtypes' up to 0.6.0: its NumPy cast (NPyCast in
+# ml_dtypes/_src/custom_float.h) is static_cast<To>(static_cast<float>(from)) in every
+# release through 0.6.0, and 0.5.4 and 0.6.0 measure so. ml_dtypes 0.7.0 rounds float64 once,
+# to every one of its formats (measured). parity/test_formats.py holds the installed
+# ml_dtypes to this statement for its version.
+
 
 def encode(
     x: object,
@@ -318,8 +332,9 @@ def quantize(
                  IEEE formats, saturate for float8_e4m3fn; NOTE [ float8_e4m3fn overflow ];
                  saturate for other fn formats), and "saturate" for toward_zero (IEEE 754).
     subnormals   False flushes results that would be subnormal to signed zero.
-    via          "float32": round float64 input to float32 first, as torch and ml_dtypes do
-                 (double rounding). Default: one correct rounding.
+    via          "float32": round float64 input to float32 first, as torch and ml_dtypes
+                 <= 0.6 do (double rounding; NOTE [ Double rounding in the libraries ]).
+                 Default: one correct rounding.
     Returns an array of x's dtype and shape; `fmt` must fit in that dtype.
     """
     fmt = get_format(fmt)
