@@ -58,8 +58,8 @@ once by default; `via="float32"` reproduces the libraries that round twice.
 
 The torch twin (torch_impl/formats.py) has the same public names in the same order; it
 builds `encode` on `quantize` (a torch cast yields values, whose bits are the codes), where
-this module builds `quantize` on `encode` (the rounding works on codes). `is_member` and
-`ulp_distance` measure in a format and exist here only.
+this module builds `quantize` on `encode` (the rounding works on codes). `encode_stepwise`
+(the statement of the rounding), `is_member` and `ulp_distance` exist here only.
 """
 
 from __future__ import annotations
@@ -180,8 +180,9 @@ def _round(w: np.ndarray, shift: np.ndarray, rounding: str,
         kept = kept + ((twice > spacing) | ((twice == spacing) & odd))
     elif rounding == "stochastic":
         # NOTE [ Stochastic rounding with 32-bit words ] (encode_kernels.py): the top 32 of
-        # the `shift` dropped bits, floor(rest * 2^32 / 2^shift); rest < 2^54 wherever shift
-        # > 63, so shifting right by min(shift, 95) - 32 <= 63 gives that floor too.
+        # the `shift` dropped bits, floor(rest * 2^32 / 2^shift). Where shift > m_src - m,
+        # W is M < 2^53, so past 63 the floor is rest >> (shift - 32), and 0 from shift 85 on:
+        # min(shift, 95) keeps NumPy's shift below the word's width and the floor as it is.
         top32 = np.where(shift <= 32, rest << (np.uint64(32) - np.minimum(s, np.uint64(32))),
                          rest >> (np.minimum(shift, 95).astype(np.uint64) - np.uint64(32)))
         kept = kept + (u < top32)

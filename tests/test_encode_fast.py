@@ -170,3 +170,16 @@ def test_fast_encode_equals_the_stepwise_statement_on_drawn_edges(
     event(f"{x.dtype} input, {rounding}, overflow={overflow}, via={via}")
     words = ref.draw_random_words(x.shape, np.random.default_rng(seed))
     _assert_bit_equal(x, fmt, rounding, overflow, subnormals, via, words)
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (3, 5), (2, 3, 4)], ids=str)
+def test_fast_encode_equals_the_stepwise_statement_for_any_shape(shape: tuple[int, ...]) -> None:
+    """0-d, 1-d and n-d inputs, stochastic words of the same shape: the same codes, in x's
+    shape, from both."""
+    x = strategies.float32_batch("float16", seed=7, size=int(np.prod(shape))).reshape(shape)
+    words = ref.draw_random_words(shape, np.random.default_rng(7))
+    for rounding in ref.ROUNDING_MODES:
+        kw = {"random_bits": words} if rounding == "stochastic" else {}
+        fast = ref.encode(x, "float16", rounding=rounding, **kw)
+        stepwise = ref.encode_stepwise(x, "float16", rounding=rounding, **kw)
+        assert fast.shape == stepwise.shape == shape and np.array_equal(fast, stepwise)
