@@ -18,7 +18,7 @@ than the best size. Writes docs/data/formats_encode.json (the picture and the ta
 docs/formats.md are drawn from it: python -m parity docs).
 
 torch is imported before timing, as everywhere in this project (NOTE [ Encoding in blocks ]
-in reference/formats.py says why the allocator's state matters).
+in reference/encode_kernels.py says why the allocator's state matters).
 """
 
 from __future__ import annotations

@@ -124,7 +124,8 @@ class _Workspace:
     """One process's arrays for chunks of one size and format, reused by every chunk: the
     outputs of torch's and the third library's casts (`out.copy_(src)` and np.copyto run the
     same conversion as `src.to(dtype)` and `astype`), and the bookkeeping's. Allocating
-    them per chunk faults fresh pages in (NOTE [ Encoding in blocks ] in reference/formats.py)."""
+    them per chunk faults fresh pages in (NOTE [ Encoding in blocks ] in
+    reference/encode_kernels.py)."""
 
     def __init__(self, name: str, size: int) -> None:
         import torch

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+import ml_dtypes
 import numpy as np
 import pytest
 import torch
@@ -130,6 +131,38 @@ def test_double_rounding_example_bfloat16() -> None:
     assert_claim("formats.encode_f64_via_f32", twice, torch_cast)
     # The guard that makes the pair meaningful: the two answers really differ.
     assert once[0] == 1.0078125 and torch_cast[0] == 1.0
+
+
+# NOTE [ Double rounding in the libraries ] (reference/formats.py): ml_dtypes casts float64
+# through float32 up to 0.6 and rounds it once from 0.7.
+ML_DTYPES_VERSION = tuple(int(p) for p in ml_dtypes.__version__.split(".")[:2])
+ML_DTYPES_ROUNDS_FLOAT64_ONCE = ML_DTYPES_VERSION >= (0, 7)
+
+
+@pytest.mark.parametrize("name", [n for n in oracles.STORAGE_FORMATS if n != "float16"])
+@settings(max_examples=EXAMPLES)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_ml_dtypes_float64_cast_rounds_as_the_docs_say_for_its_version(name: str,
+                                                                        seed: int) -> None:
+    """The installed ml_dtypes' float64 cast is the reference's single rounding (0.7 on) or
+    its rounding through float32 (up to 0.6), and not the other, on float64 edges that
+    include the ties a first rounding to float32 lands on (float16 is NumPy's own cast)."""
+    tie = 1 + 2.0 ** -(ref.FORMATS[name].mantissa_bits + 1)  # 1 + half an ulp: a tie
+    x = np.concatenate([[tie + 2.0**-40, -tie - 2.0**-40], strategies.float64_batch(name, seed)])
+    overflow = "nan" if name == "float8_e4m3fn" else None  # ml_dtypes' policy (NOTE [ float8..)
+    once = ref.quantize(x, name, overflow=overflow)
+    twice = ref.quantize(x, name, overflow=overflow, via="float32")
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow to inf/NaN is the subject
+        got = x.astype(oracles.ML_DTYPES[name]).astype(np.float64)
+    documented, other = (once, twice) if ML_DTYPES_ROUNDS_FLOAT64_ONCE else (twice, once)
+
+    def same(a: np.ndarray, b: np.ndarray) -> np.ndarray:  # bits, NaN as a class
+        return (a.view(np.uint64) == b.view(np.uint64)) | (np.isnan(a) & np.isnan(b))
+
+    assert same(got, documented).all(), f"ml_dtypes {ml_dtypes.__version__}, {name}"
+    # The guard: the two roundings differ on the first two inputs (and on others in the
+    # batch), so the installed ml_dtypes is the one and not the other.
+    assert not same(once, twice)[:2].any() and not same(got, other).all()
 
 
 @storage_formats

@@ -41,36 +41,32 @@ bits are `rest`, the bits above are |code| before rounding. Rounding W is roundi
 carry out of the significand (kept = 2^(m+1)) lands on the next binade by itself. That is
 why rounding up is an integer +1 and why overflow is a comparison of codes. Nearest-even in
 one carry: W + half - 1 + (kept & 1) carries past the dropped bits exactly when rest > half,
-or rest == half and kept is odd. (encode's nearest-even gets the same codes with that carry
-at one shift for every element, and below the target's smallest normal, where the shift
-varies, with one float addition that rounds at the subnormal spacing: NOTE [ Nearest-even
-in two ranges ] in encode_kernels.py. toward_zero and stochastic run W and shift as written.)
+or rest == half and kept is odd.
 
-Double rounding: torch and ml_dtypes cast float64 to a low-precision format through float32.
-Rounding twice can differ from rounding once: 1 + 2^-8 + 2^-40 rounds to float32 1 + 2^-8, a
-tie that bfloat16 breaks to 1.0, while the correctly rounded bfloat16 is 1 + 2^-7 = 1.0078125.
-`quantize` rounds float64 once by default; `via="float32"` reproduces the libraries.
+`encode_stepwise` is these steps as written, over the whole array: `_decompose` (sign, W,
+shift, NaN), `_round` (the three lines above), `_pack` (overflow policy, NaN, sign).
+`encode` gives the same codes block by block (reference/encode_kernels.py): nearest-even
+with the carry at one shift for every element, and below the target's smallest normal,
+where the shift varies, one float addition that rounds at the subnormal spacing (NOTE
+[ Nearest-even in two ranges ]); toward_zero and stochastic run W and shift as written.
+
+Double rounding: rounding float64 to float32 first, then to the target, can differ from
+rounding once: 1 + 2^-8 + 2^-40 rounds to float32 1 + 2^-8, a tie that bfloat16 breaks to
+1.0, while the correctly rounded bfloat16 is 1 + 2^-7 = 1.0078125. torch, and ml_dtypes up
+to 0.6, round twice (NOTE [ Double rounding in the libraries ]). `quantize` rounds float64
+once by default; `via="float32"` reproduces the libraries that round twice.
 
 The torch twin (torch_impl/formats.py) has the same public names in the same order; it
 builds `encode` on `quantize` (a torch cast yields values, whose bits are the codes), where
-this module builds `quantize` on `encode` (the rounding works on codes). `is_member` and
-`ulp_distance` measure in a format and exist here only.
+this module builds `quantize` on `encode` (the rounding works on codes). `encode_stepwise`
+(the statement of the rounding), `is_member` and `ulp_distance` exist here only.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from reference.encode_kernels import (
-    Plan,
-    Scratch,
-    decompose,
-    magnitude,
-    pack,
-    round_dropped_bits,
-    round_nearest_even,
-    round_signed_word,
-)
+from reference.encode_kernels import encode_blocks
 from reference.format_spec import (  # noqa: F401  (the formats, re-exported)
     FLOAT64,
     FORMATS,
@@ -94,22 +90,13 @@ OVERFLOW_POLICIES = ("inf", "saturate", "nan")
 # The torch twin picks its default from the installed torch's version.
 DEFAULT_OVERFLOW: dict[str, str] = {"float8_e4m3fn": "saturate"}
 
-# NOTE [ Encoding in blocks ]
-# encode makes 8 (bfloat16) to 16 (float16, float8) elementwise passes when rounding to
-# nearest (reference/encode_kernels.py). Over a large array each pass would stream the whole array
-# through memory, and a NumPy expression allocates a fresh temporary per operation.
-# Allocation is the trap: freeing large temporaries returns memory to the kernel (glibc
-# trims the heap top, and unmaps what it mapped for arrays above its mmap threshold), and
-# the next allocation faults fresh pages in one by one. So encode runs the rounding block
-# by block, every operation writing into working arrays (`out=`, in-place operators) that
-# each thread allocates once and keeps from call to call (Scratch.for_thread: 2 MiB per
-# thread for float32 input, 4 for float64): no page is faulted in twice, within a call or
-# across calls. A block's arrays (2^16 uint32 elements are 256 KiB each) stay in the
-# last-level cache, and NumPy's fixed cost per operation (about a microsecond, more with a
-# scalar operand) is spread over 2^16 elements (at 2^14 it was about 40% of the time; 2^17
-# and 2^18 measured no faster). The rounding does not know about blocks: any BLOCK gives the
-# same codes. Stochastic rounding's uint64 words are the one branch that still allocates.
-BLOCK = 1 << 16
+# NOTE [ Double rounding in the libraries ]
+# torch's float64 -> low-precision cast rounds through float32 (claim formats.encode_f64_via_f32
+# holds it to via="float32"). So does ml_dtypes' up to 0.6.0: its NumPy cast (NPyCast in
+# ml_dtypes/_src/custom_float.h) is static_cast<To>(static_cast<float>(from)) in every
+# release through 0.6.0, and 0.5.4 and 0.6.0 measure so. ml_dtypes 0.7.0 rounds float64 once,
+# to every one of its formats (measured). parity/test_formats.py holds the installed
+# ml_dtypes to this statement for its version.
 
 
 def encode(
@@ -125,35 +112,105 @@ def encode(
 ) -> np.ndarray:
     """Round float32/float64 `x` into `fmt` and return the codes (uint8/16/32/64, x's shape).
 
-    See `quantize` for the arguments; this is the same rounding, stopping at the bits.
+    See `quantize` for the arguments; this is the same rounding, stopping at the bits. The
+    codes are `encode_stepwise`'s (below: the rounding as this docstring states it), computed
+    block by block in reference/encode_kernels.py (NOTE [ Encoding in blocks ]), several
+    times faster; tests/test_encode_fast.py holds the two bit-equal.
     """
+    fmt, x, overflow, words = _prepare(x, fmt, rounding, rng, random_bits, overflow, via)
+    return encode_blocks(x, fmt, rounding, words, overflow, subnormals)
+
+
+def encode_stepwise(
+    x: object,
+    fmt: str | FloatFormat,
+    *,
+    rounding: str = "nearest_even",
+    rng: np.random.Generator | None = None,
+    random_bits: np.ndarray | None = None,
+    overflow: str | None = None,
+    subnormals: bool = True,
+    via: str | None = None,
+) -> np.ndarray:
+    """`encode`, written as the module docstring states it: decompose, round, pack, each a
+    plain NumPy expression over the whole array. The same arguments and the same codes."""
+    fmt, x, overflow, words = _prepare(x, fmt, rounding, rng, random_bits, overflow, via)
+    sign, w, shift, nan = _decompose(x, fmt)
+    kept = _round(w, shift, rounding, words)
+    return _pack(kept, sign, nan, fmt, overflow, subnormals)
+
+
+def _decompose(x: np.ndarray, fmt: FloatFormat) -> tuple[np.ndarray, ...]:
+    """(sign, W, shift, nan) of each element of float32/float64 x, for the target fmt:
+    |x| = M * 2^q, t = max(floor(log2|x|), 1 - b), shift = t - m - q, and
+    W = ((t - (1 - b)) << (m + shift)) + M (uint64; sign uint64, shift int64, nan bool)."""
+    src = FORMATS["float32"] if x.dtype == np.float32 else FLOAT64
+    word = x.view(np.uint32 if src.bits == 32 else np.uint64).astype(np.uint64)
+    sign = word >> np.uint64(src.bits - 1)
+    field = ((word >> np.uint64(src.mantissa_bits)) & np.uint64(2**src.exponent_bits - 1))
+    field = field.astype(np.int64)  # E, the source's biased exponent
+    frac = (word & np.uint64(2**src.mantissa_bits - 1)).astype(np.int64)  # F
+    nan = (field == 2**src.exponent_bits - 1) & (frac != 0)
+    big_m = np.where(field > 0, frac + 2**src.mantissa_bits, frac)  # M: the hidden bit
+    q = np.maximum(field, 1) - src.bias - src.mantissa_bits
+    # floor(log2|x|) = E - bias for a normal; a source subnormal lies below 2^(1 - bias),
+    # which is at or below the target's 2^(1 - b) (_source makes sure): t is 1 - b either
+    # way. (+-inf and NaN, E = top, land a binade above the source's max: past any target.)
+    t = np.maximum(np.maximum(field, 1) - src.bias, fmt.min_exponent)
+    shift = t - fmt.mantissa_bits - q  # >= m_src - m >= 0
+    # t - (1 - b) is 0 wherever shift is more than m_src - m (NumPy shifts 0 by any amount to 0)
+    w = ((t - fmt.min_exponent) << (fmt.mantissa_bits + shift)) + big_m
+    return sign, w.astype(np.uint64), shift, nan
+
+
+def _round(w: np.ndarray, shift: np.ndarray, rounding: str,
+           u: np.ndarray | None) -> np.ndarray:
+    """kept: W with its low `shift` bits dropped by the rounding rule (the module docstring's
+    three lines; `u` the uint64 words of stochastic rounding)."""
+    # W < 2^63, so dropping 63 bits drops all of it, as dropping more would: the shift is
+    # capped where NumPy's shifts need it (below the word's width).
+    s = np.minimum(shift, 63).astype(np.uint64)
+    kept = w >> s
+    rest = w - (kept << s)
+    if rounding == "nearest_even":
+        # rest > half or (rest == half and kept odd), half = 2^(shift - 1); compared doubled
+        # (2 rest against 2^shift), so that shift = 0 (nothing dropped) is no tie
+        twice, spacing = rest << np.uint64(1), np.uint64(1) << s
+        odd = (kept & np.uint64(1)) == 1
+        kept = kept + ((twice > spacing) | ((twice == spacing) & odd))
+    elif rounding == "stochastic":
+        # NOTE [ Stochastic rounding with 32-bit words ] (encode_kernels.py): the top 32 of
+        # the `shift` dropped bits, floor(rest * 2^32 / 2^shift). Where shift > m_src - m,
+        # W is M < 2^53, so past 63 the floor is rest >> (shift - 32), and 0 from shift 85 on:
+        # min(shift, 95) keeps NumPy's shift below the word's width and the floor as it is.
+        top32 = np.where(shift <= 32, rest << (np.uint64(32) - np.minimum(s, np.uint64(32))),
+                         rest >> (np.minimum(shift, 95).astype(np.uint64) - np.uint64(32)))
+        kept = kept + (u < top32)
+    return kept  # toward_zero: kept as it is
+
+
+def _pack(kept: np.ndarray, sign: np.ndarray, nan: np.ndarray, fmt: FloatFormat,
+          overflow: str, subnormals: bool) -> np.ndarray:
+    """The code: |code| = kept, then the overflow policy, NaN, and the sign."""
+    code = kept
+    if not subnormals:  # a subnormal result (|code| below the smallest normal's) becomes +-0
+        code = np.where(code < 2**fmt.mantissa_bits, 0, code)
+    beyond = {"inf": fmt.inf_code, "saturate": fmt.max_code, "nan": fmt.nan_code}[overflow]
+    code = np.where(code > fmt.max_code, beyond, code)  # +-inf lands here too
+    code = np.where(nan, fmt.nan_code, code)  # the quiet NaN, with the input's sign
+    return ((sign << np.uint64(fmt.bits - 1)) | code.astype(np.uint64)).astype(fmt.code_dtype)
+
+
+def _prepare(x: object, fmt: str | FloatFormat, rounding: str, rng: object,
+             random_bits: object, overflow: str | None,
+             via: str | None) -> tuple[FloatFormat, np.ndarray, str, np.ndarray | None]:
+    """encode's checks: (the format, x as the rounding reads it, the overflow policy that
+    applies, the uint64 words of stochastic rounding or None)."""
     fmt = get_format(fmt)
     x = _check_input(x)
     overflow = _check_policies(fmt, rounding, overflow, rng, random_bits)
     words = _random_words(x.shape, rng, random_bits) if rounding == "stochastic" else None
-    x = _source(x, fmt, via)
-    plan = Plan.of(FORMATS["float32"] if x.dtype == np.float32 else FLOAT64, fmt, overflow)
-
-    codes = np.empty(x.shape, dtype=plan.code)
-    flat_x, flat_codes = x.reshape(-1), codes.reshape(-1)  # views (x is contiguous)
-    scratch = Scratch.for_thread(BLOCK, plan)
-    with np.errstate(invalid="ignore"):  # a signalling NaN's float addition: the NaN is kept
-        for start in range(0, x.size, BLOCK):
-            block = slice(start, start + BLOCK)
-            s = scratch.first(min(BLOCK, x.size - start))  # the last block may be shorter
-            word = flat_x[block].view(plan.word)
-            if rounding == "nearest_even" and plan.signed and subnormals:
-                flat_codes[block] = round_signed_word(word, plan, s)
-                continue
-            mag = magnitude(word, plan, s)
-            if rounding == "nearest_even":
-                kept = round_nearest_even(mag, plan, s)
-            else:
-                w, shift = decompose(mag, plan, s)
-                u = None if words is None else words.reshape(-1)[block]
-                kept = round_dropped_bits(w, shift, rounding, u, s)
-            flat_codes[block] = pack(kept, plan, subnormals, s)
-    return codes
+    return fmt, _source(x, fmt, via), overflow, words
 
 
 def _check_input(x: object) -> np.ndarray:
@@ -276,8 +333,9 @@ def quantize(
                  IEEE formats, saturate for float8_e4m3fn; NOTE [ float8_e4m3fn overflow ];
                  saturate for other fn formats), and "saturate" for toward_zero (IEEE 754).
     subnormals   False flushes results that would be subnormal to signed zero.
-    via          "float32": round float64 input to float32 first, as torch and ml_dtypes do
-                 (double rounding). Default: one correct rounding.
+    via          "float32": round float64 input to float32 first, as torch and ml_dtypes
+                 <= 0.6 do (double rounding; NOTE [ Double rounding in the libraries ]).
+                 Default: one correct rounding.
     Returns an array of x's dtype and shape; `fmt` must fit in that dtype.
     """
     fmt = get_format(fmt)

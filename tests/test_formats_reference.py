@@ -9,6 +9,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+import reference.encode_kernels as kernels
 import reference.formats as ref
 from parity import oracles, strategies
 
@@ -143,14 +144,14 @@ def test_encode_in_blocks_gives_the_codes_of_the_whole_array(
     words = ref.draw_random_words(x.shape, np.random.default_rng(seed))
     kw = {"random_bits": words} if rounding == "stochastic" else {}
     whole = ref.encode(x, name, rounding=rounding, **kw)
-    saved, ref.BLOCK = ref.BLOCK, block
+    saved, kernels.BLOCK = kernels.BLOCK, block
     try:
         blocked = ref.encode(x, name, rounding=rounding, **kw)
         blocked_2d = ref.encode(x[: x.size // 2 * 2].reshape(2, -1), name, rounding=rounding,
                                 **({"random_bits": words[: x.size // 2 * 2].reshape(2, -1)}
                                    if kw else {}))
     finally:
-        ref.BLOCK = saved
+        kernels.BLOCK = saved
     assert np.array_equal(blocked, whole)
     assert np.array_equal(blocked_2d.reshape(-1), whole[: x.size // 2 * 2])
 
