@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from reference.format_spec import FloatFormat
+from common.format_spec import FloatFormat
 
 __all__ = ["Plan", "Scratch", "decompose", "magnitude", "pack", "round_dropped_bits",
            "round_nearest_even", "round_signed_word"]

@@ -61,6 +61,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from common.format_spec import (  # noqa: F401  (the formats, re-exported)
+    FLOAT64,
+    FORMATS,
+    Convention,
+    FloatFormat,
+    get_format,
+)
 from reference.encode_kernels import (
     Plan,
     Scratch,
@@ -70,13 +77,6 @@ from reference.encode_kernels import (
     round_dropped_bits,
     round_nearest_even,
     round_signed_word,
-)
-from reference.format_spec import (  # noqa: F401  (the formats, re-exported)
-    FLOAT64,
-    FORMATS,
-    Convention,
-    FloatFormat,
-    get_format,
 )
 
 ROUNDING_MODES = ("nearest_even", "toward_zero", "stochastic")

@@ -34,8 +34,8 @@ from dataclasses import replace
 
 import numpy as np
 
+from common.gpt_config import ATTENTION, GPTConfig  # noqa: F401  (re-exported)
 from reference.attention import CausalSelfAttention, init_normal, linear
-from reference.gpt_config import ATTENTION, GPTConfig  # noqa: F401  (re-exported)
 from reference.layers import Embedding, LayerNorm
 from reference.losses import CrossEntropyLoss
 from reference.module import FLOAT_DTYPES, Module, Node, Parameter, SavedTensor

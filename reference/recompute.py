@@ -37,21 +37,17 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from common.recompute_plans import SPECS, Schedule, Segment, check_plan, uniform_plan
 from reference import amp
 from reference.nn import Module, SavedTensor, Sequential
 from reference.recompute_plans import (
-    SPECS,
-    Schedule,
-    Segment,
     binomial_cost,
     check_budget,
-    check_plan,
     checkpoints_held,
     parse_schedule,
     revolve_cost,
     revolve_plan,
     revolve_split,
-    uniform_plan,
 )
 
 __all__ = ["SPECS", "Checkpoint", "Counter", "Region", "Schedule", "ScheduledRun", "Segment",

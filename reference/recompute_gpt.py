@@ -28,10 +28,11 @@ import copy
 
 import numpy as np
 
+from common.recompute_plans import split_recompute
 from reference import amp
 from reference.attention import AttentionCore
 from reference.gpt import GPT
-from reference.recompute_plans import parse_schedule, split_recompute
+from reference.recompute_plans import parse_schedule
 
 
 class RecomputedCore(AttentionCore):

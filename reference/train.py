@@ -25,7 +25,7 @@ only if the checkpoint holds everything the next step reads (the inventory, docs
     config      the fingerprint of what must not change across a resume
 
 The state digest (printed as `state-sha256`) is reference/state_digest.py (NOTE [ Canonical
-state digest ]); the configuration is reference/train_config.py.
+state digest ]); the configuration is common/train_config.py.
 """
 
 from __future__ import annotations
@@ -40,18 +40,18 @@ from typing import Any
 import numpy as np
 
 import ckpt
+from common.train_config import (  # noqa: F401  (re-exported: the configuration)
+    F32_MAX,
+    OPTIMIZERS,
+    SCHEDULES,
+    TrainConfig,
+)
 from reference import amp, faults, loss_scaling, numerics, optim, resume
 from reference.gpt import GPT
 from reference.losses import Loss
 from reference.nn import Module
 from reference.recompute import Schedule
 from reference.state_digest import state_digest  # noqa: F401  (re-exported)
-from reference.train_config import (  # noqa: F401  (re-exported: the configuration)
-    F32_MAX,
-    OPTIMIZERS,
-    SCHEDULES,
-    TrainConfig,
-)
 from reference.train_models import batch_of, build
 
 

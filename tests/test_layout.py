@@ -1,12 +1,15 @@
-"""The import direction docs/layout.md draws: parity -> torch_impl -> reference -> ckpt.
+"""The import direction docs/layout.md draws:
+lab -> parity (proof) -> torch_impl -> reference -> common, ckpt (and torch_impl -> common, ckpt).
 
-Read from the source with `ast` (no import runs), plus one subprocess proving that importing
-every reference module leaves torch unimported.
+Read from the source with `ast` (no import runs), plus subprocesses proving the transitive
+rules: importing every reference module leaves torch unimported, every torch_impl module
+loads no reference module, every common module loads neither torch nor reference.
 """
 
 from __future__ import annotations
 
 import ast
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -14,10 +17,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-# What torch_impl may take from reference: plain data both sides must share literally.
-TORCH_IMPL_MAY_IMPORT = {"reference.fault_catalogue", "reference.format_spec",
-                         "reference.gpt_config", "reference.numerics_report",
-                         "reference.recompute_plans", "reference.train_config"}
 STDLIB = sys.stdlib_module_names
 
 
@@ -51,27 +50,51 @@ def test_ckpt_imports_only_the_standard_library_xxhash_and_itself(path: Path) ->
 
 @pytest.mark.parametrize("path", sources("reference"), ids=lambda p: p.name)
 def test_reference_imports_no_torch_and_nothing_above_it(path: Path) -> None:
-    allowed = {"reference", "ckpt", "numpy", "ml_dtypes"}
+    allowed = {"reference", "common", "ckpt", "numpy", "ml_dtypes"}
     foreign = {m for m in imported_modules(path)
                if top(m) not in STDLIB and top(m) not in allowed}
     assert not foreign, f"reference/{path.name} imports {sorted(foreign)}"
 
 
 @pytest.mark.parametrize("path", sources("torch_impl"), ids=lambda p: p.name)
-def test_torch_impl_takes_only_plain_data_from_reference(path: Path) -> None:
-    modules = imported_modules(path)
-    above = {m for m in modules if top(m) == "parity"}
-    from_reference = {m for m in modules if top(m) == "reference"} - TORCH_IMPL_MAY_IMPORT
-    assert not above, f"torch_impl/{path.name} imports {sorted(above)}"
-    assert not from_reference, (f"torch_impl/{path.name} imports {sorted(from_reference)}: "
-                                "a computation from the reference would make parity circular")
+def test_torch_impl_imports_no_reference_and_nothing_above_it(path: Path) -> None:
+    """What both trees share is in common/ (and ckpt/): a module from the reference would
+    make parity circular, so torch_impl names none at all."""
+    foreign = {m for m in imported_modules(path) if top(m) in ("reference", "parity")}
+    assert not foreign, f"torch_impl/{path.name} imports {sorted(foreign)}"
+
+
+@pytest.mark.parametrize("path", sources("common"), ids=lambda p: p.name)
+def test_common_imports_only_the_standard_library_numpy_ckpt_and_itself(path: Path) -> None:
+    foreign = {m for m in imported_modules(path)
+               if top(m) not in STDLIB and top(m) not in ("common", "ckpt", "numpy")}
+    assert not foreign, f"common/{path.name} imports {sorted(foreign)}"
+
+
+def loaded_after_importing(package: str, prefixes: tuple[str, ...]) -> list[str]:
+    """The modules under `prefixes` in sys.modules after a fresh interpreter imports every
+    module of `package` (one interpreter for all: what any one loads, the union holds)."""
+    names = [f"{package}.{p.stem}" for p in sources(package) if p.stem != "__init__"]
+    code = ("import importlib, json, sys\n"
+            f"for name in {names!r}: importlib.import_module(name)\n"
+            f"loaded = [m for m in sys.modules if m.split('.')[0] in {prefixes!r}]\n"
+            "print(json.dumps(sorted(loaded)))\n")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.splitlines()[-1])
 
 
 def test_importing_every_reference_module_leaves_torch_unimported() -> None:
-    names = [f"reference.{p.stem}" for p in sources("reference") if p.stem != "__init__"]
-    code = ("import importlib, sys\n"
-            f"for name in {names!r}: importlib.import_module(name)\n"
-            "sys.exit('torch' in sys.modules)\n")
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                            text=True, timeout=120)
-    assert result.returncode == 0, result.stderr or "a reference module imported torch"
+    assert loaded_after_importing("reference", ("torch",)) == []
+
+
+def test_importing_every_torch_impl_module_loads_no_reference_module() -> None:
+    """Transitively: no torch_impl module reaches the reference through common/ or ckpt/."""
+    loaded = loaded_after_importing("torch_impl", ("torch_impl", "reference", "parity"))
+    assert "torch_impl.train" in loaded  # the probe sees what it imports
+    assert [m for m in loaded if not m.startswith("torch_impl")] == []
+
+
+def test_importing_every_common_module_loads_neither_torch_nor_reference() -> None:
+    assert loaded_after_importing("common", ("torch", "reference", "torch_impl", "parity")) == []

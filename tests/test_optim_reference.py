@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from common.format_spec import FLOAT64, FORMATS
 from parity.oracles import round_exact
 from reference import optim as ref
-from reference.format_spec import FLOAT64, FORMATS
 from reference.nn import Parameter
 
 

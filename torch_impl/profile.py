@@ -45,13 +45,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from reference.gpt_config import TRAIN_COPY_PREFIX, TRAIN_SHAPE  # plain data
+from common.gpt_config import TRAIN_COPY_PREFIX, TRAIN_SHAPE  # plain data
 from torch_impl import data as tdata
 from torch_impl.accounting import cuda_allocated
 from torch_impl.train_models import batch_of
 
 if TYPE_CHECKING:
-    from reference.train_config import TrainConfig
+    from common.train_config import TrainConfig
     from torch_impl.profile_meters import BoundaryMemory
 
 

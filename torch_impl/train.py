@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 import ckpt
-from reference.train_config import OPTIMIZERS, TrainConfig  # plain data (module docstring)
+from common.train_config import OPTIMIZERS, TrainConfig  # plain data (module docstring)
 from torch_impl import amp, faults, loss_scaling, numerics, resume
 from torch_impl.data import hash_words
 from torch_impl.gpt import GPT

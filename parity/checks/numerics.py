@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from common.format_spec import get_format
 from parity.compare import measure
 from parity.drivers.numerics import (
     FAULTED,
@@ -24,7 +25,6 @@ from parity.drivers.train import one_thread
 from parity.report import Observation, check
 from parity.tolerances import claim
 from reference.faults import FAULTS
-from reference.format_spec import get_format
 from reference.numerics import thresholds
 
 CASES = (("weight_overflow", "fp16"), ("inf_weight", "fp32"), ("poisoned_batch", "bf16"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from common.gpt_config import GPTConfig
 from parity.compare import measure
 from parity.drivers.recompute import (
     CASES,
@@ -21,7 +22,6 @@ from parity.drivers.recompute_gpt import ref_run, torch_run
 from parity.report import Observation, check
 from parity.tolerances import claim
 from reference import recompute as rrc
-from reference.gpt_config import GPTConfig
 from torch_impl import recompute as trc
 
 

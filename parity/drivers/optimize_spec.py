@@ -97,8 +97,9 @@ def parse(what: str, model: str = "mlp") -> Optimization:
 
 
 def _check_recompute(spec: str, model: str) -> None:
-    from reference.gpt_config import TRAIN_SHAPE
-    from reference.recompute_plans import parse_schedule, split_recompute
+    from common.gpt_config import TRAIN_SHAPE
+    from common.recompute_plans import split_recompute
+    from reference.recompute_plans import parse_schedule
 
     if model == "gpt":
         blocks, _ = split_recompute(spec)
