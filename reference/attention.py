@@ -39,7 +39,7 @@ from reference.module import Module, Parameter, check_grad
 from reference.nn import Dropout, Linear
 
 if TYPE_CHECKING:
-    from reference.gpt import GPTConfig
+    from common.gpt_config import GPTConfig
 
 
 def init_normal(p: Parameter, rng: np.random.Generator, std: float) -> None:

@@ -46,7 +46,7 @@ from common.train_config import (  # noqa: F401  (re-exported: the configuration
     SCHEDULES,
     TrainConfig,
 )
-from reference import amp, faults, loss_scaling, numerics, optim, resume
+from reference import amp, faults, loss_scaling, lr_scheduler, numerics, optim, resume
 from reference.gpt import GPT
 from reference.losses import Loss
 from reference.nn import Module
@@ -164,12 +164,12 @@ def restored(config: TrainConfig, state: Mapping[str, Any], omit: tuple[str, ...
     return run
 
 
-def _make_scheduler(optimizer: optim.Optimizer, c: TrainConfig) -> optim.LRScheduler:
+def _make_scheduler(optimizer: optim.Optimizer, c: TrainConfig) -> lr_scheduler.LRScheduler:
     if c.schedule == "cosine":
-        return optim.CosineAnnealingLR(optimizer, T_max=c.horizon)
+        return lr_scheduler.CosineAnnealingLR(optimizer, T_max=c.horizon)
     if c.schedule == "step":
-        return optim.StepLR(optimizer, step_size=max(1, c.horizon // 4), gamma=0.5)
-    return optim.StepLR(optimizer, step_size=c.horizon + 1, gamma=1.0)
+        return lr_scheduler.StepLR(optimizer, step_size=max(1, c.horizon // 4), gamma=0.5)
+    return lr_scheduler.StepLR(optimizer, step_size=c.horizon + 1, gamma=1.0)
 
 
 @dataclass(frozen=True)

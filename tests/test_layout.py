@@ -98,3 +98,94 @@ def test_importing_every_torch_impl_module_loads_no_reference_module() -> None:
 
 def test_importing_every_common_module_loads_neither_torch_nor_reference() -> None:
     assert loaded_after_importing("common", ("torch", "reference", "torch_impl", "parity")) == []
+
+
+PROJECT = ("reference", "torch_impl", "common", "ckpt")
+
+
+def module_name(path: Path) -> str:
+    package = path.parent.name
+    return package if path.stem == "__init__" else f"{package}.{path.stem}"
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the project modules it imports, at module level or inside a function (under
+    TYPE_CHECKING too: an annotation's import still says which way the modules lean).
+
+    `from P import name` is an edge to the submodule P.name when there is one, else to P's
+    `__init__`. So a package `__init__` re-exporting its submodules is no cycle while they
+    import their siblings by module path (`from ckpt.errors import ...`); a submodule that
+    imports its own package's `__init__` (`from ckpt import X`, X not a submodule) is one.
+    """
+    paths = [p for package in PROJECT for p in sources(package)]
+    modules = {module_name(p) for p in paths}
+    graph: dict[str, set[str]] = {}
+    for path in paths:
+        edges: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                edges.update(a.name for a in node.names if a.name in modules)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                for alias in node.names:
+                    sub = f"{node.module}.{alias.name}"
+                    edges.add(sub if sub in modules else node.module)
+        graph[module_name(path)] = {m for m in edges if m in modules}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle (a -> ... -> a) through each strongly connected component that has one
+    (Tarjan's algorithm, then the shortest path from the component's first module back)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    components: list[set[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = set()
+            while True:
+                w = stack.pop()
+                component.add(w)
+                if w == v:
+                    break
+            if len(component) > 1 or v in graph[v]:
+                components.append(component)
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    found = []
+    for component in components:  # the shortest way from the first module back to itself
+        start = min(component)
+        paths = {w: [start, w] for w in sorted(graph[start] & component)}
+        while start not in paths:
+            paths = {w: [*p, w] for v, p in paths.items()
+                     for w in sorted(graph[v] & component) if w not in p[1:]} | paths
+        found.append(paths[start])
+    return found
+
+
+def test_cycles_finds_a_circle_it_is_given_and_none_in_a_chain() -> None:
+    """The detector itself: a three-module circle is named, a chain and a fan are not."""
+    circle = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(circle) == [["a", "b", "c", "a"]]
+    assert cycles({"a": {"b", "c"}, "b": {"c"}, "c": set()}) == []
+    assert cycles({"a": {"a"}}) == [["a", "a"]]
+
+
+def test_no_import_cycle_among_the_project_modules() -> None:
+    """No module of reference, torch_impl, common or ckpt imports itself back through others
+    (see import_graph for what counts as an edge)."""
+    graph = import_graph()
+    assert "reference.train" in graph and "common.train_config" in graph
+    found = cycles(graph)
+    assert not found, "import cycles: " + "; ".join(" -> ".join(c) for c in found)
