@@ -89,7 +89,7 @@ class Region(Module):
                  on_step: Callable[[], None]) -> None:
         super().__init__()
         for name, module, _ in items:
-            self._children[name] = module
+            self.add_module(name, module)
         self.layer_indices = [index for _, _, index in items]
         self.counter, self.on_step = counter, on_step
 
