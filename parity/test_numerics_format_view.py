@@ -12,11 +12,11 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
+from common.format_spec import get_format
 from parity.compare import assert_claim
 from parity.drivers.numerics import count_rows
 from parity.drivers.train import one_thread
 from parity.strategies import float32_arrays
-from reference.format_spec import get_format
 from reference.numerics import COLUMNS, thresholds
 
 

@@ -195,11 +195,11 @@ def test_a_watched_attention_core_names_only_a_value_made_from_finite_inputs(
     nothing (masked_fill's -inf are values the op was told to write, not invalid ones);
     with q and k 2^12 times larger under fp16 both trees name the scores' BmmBackward0 at
     the same index."""
+    from common.format_spec import get_format
     from reference import amp as r_amp
     from reference import numerics as r_numerics
     from reference import numerics_locate as r_locate
     from reference.attention import AttentionCore as RefCore
-    from reference.format_spec import get_format
     from torch_impl import numerics as t_numerics
     from torch_impl import numerics_locate as t_locate
     from torch_impl.attention import AttentionCore as TorchCore

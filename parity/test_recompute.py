@@ -13,6 +13,7 @@ import torch
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
+from common.recompute_plans import split_recompute
 from parity.compare import assert_claim
 from parity.drivers.nn import linear_scales, torch_layerwise
 from parity.drivers.recompute import (
@@ -35,7 +36,6 @@ from reference import nn as ref
 from reference import recompute as rrc
 from reference.recompute_gpt import RecomputedCore as RefCore
 from reference.recompute_gpt import set_recompute as ref_set
-from reference.recompute_plans import split_recompute
 from torch_impl import gpt as tgpt
 from torch_impl import recompute as trc
 from torch_impl.recompute_gpt import RecomputedCore as TorchCore

@@ -39,7 +39,7 @@ from reference.module import Module, Parameter, check_grad
 from reference.nn import Dropout, Linear
 
 if TYPE_CHECKING:
-    from reference.gpt import GPTConfig
+    from common.gpt_config import GPTConfig
 
 
 def init_normal(p: Parameter, rng: np.random.Generator, std: float) -> None:
@@ -62,7 +62,7 @@ class AttentionCore(Module):
     def __init__(self, block_size: int, dropout: float, *, rng: np.random.Generator) -> None:
         super().__init__()
         self.block_size = block_size
-        self.attn_dropout = self._children["attn_dropout"] = Dropout(dropout, rng=rng)
+        self.attn_dropout = Dropout(dropout, rng=rng)
         self._shape: tuple[int, ...] = ()
         self._scale = 1.0
         self._dtypes: tuple[np.dtype, ...] = ()
@@ -124,12 +124,12 @@ class CausalSelfAttention(Module):
         super().__init__()
         C, std = config.n_embd, 0.02
         self.n_head = config.n_head
-        self.c_attn = self._children["c_attn"] = linear(C, 3 * C, config.bias, std, rng, dtype)
-        self.core = self._children["core"] = AttentionCore(config.block_size, config.dropout,
+        self.c_attn = linear(C, 3 * C, config.bias, std, rng, dtype)
+        self.core = AttentionCore(config.block_size, config.dropout,
                                                            rng=rng)
-        self.c_proj = self._children["c_proj"] = linear(
+        self.c_proj = linear(
             C, C, config.bias, std / math.sqrt(2 * config.n_layer), rng, dtype)
-        self.resid_dropout = self._children["resid_dropout"] = Dropout(config.dropout, rng=rng)
+        self.resid_dropout = Dropout(config.dropout, rng=rng)
 
     def __repr__(self) -> str:
         return "CausalSelfAttention()"

@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from reference.format_spec import FLOAT64, FORMATS, FloatFormat
+from common.format_spec import FLOAT64, FORMATS, FloatFormat
 
 __all__ = ["BLOCK", "Plan", "Scratch", "decompose", "encode_blocks", "magnitude", "pack",
            "round_dropped_bits", "round_nearest_even", "round_signed_word"]

@@ -1,6 +1,6 @@
 """The catalogue of seeded faults: deterministic ways to make a run go non-finite, for the
 numerics detector (reference/numerics.py) to find. The catalogue itself is plain data in
-reference/fault_catalogue.py (the torch tree reads it too); this module writes a fault.
+common/fault_catalogue.py (the torch tree reads it too); this module writes a fault.
 
 A fault is written for one model (the MLP or the transformer) and names its writes: where
 each strikes (a parameter of the model by its path, a module's attribute such as a
@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from common.fault_catalogue import FAULTS, Fault, Write, check_model, fault_named  # noqa: F401
 from reference import amp
-from reference.fault_catalogue import FAULTS, Fault, Write, check_model, fault_named  # noqa: F401
 from reference.layers import softmax, softmax_backward
 from reference.losses import Loss
 from reference.module import Module, check_float

@@ -1,6 +1,6 @@
 """FLOPs of one training step, counted exactly in Python integers: the GPT-2 style decoder and
 the compact MLP. The published approximations beside the exact count (Kaplan, PaLM,
-Chinchilla) are reference/flops_published.py's, re-exported here.
+Chinchilla) are reference/flops_published.py's, which imports this module.
 
 # NOTE [ FLOP conventions ]
     matmul FLOPs only      a GEMM (m x k) @ (k x n) costs 2 m n k (a multiply and an add per
@@ -64,14 +64,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-from reference.flops_published import (  # noqa: F401  re-exported: flops.kaplan_flops etc.
-    Approximation,
-    chinchilla_flops,
-    flop_approximations,
-    kaplan_flops,
-    palm_flops,
-)
 
 RECOMPUTE = ("none", "full", "full_early_stop")
 BLOCK_GEMMS = ("attn.c_attn", "attn.scores", "attn.values", "attn.c_proj", "mlp.c_fc",

@@ -1,14 +1,15 @@
 """The published approximations of a decoder's training FLOPs, each beside the exact count
 of the same configuration (reference/flops.py, NOTE [ FLOP conventions ]): Kaplan et al.'s
-6 N D, PaLM's 6 N + 12 L H Q T per token, Chinchilla's appendix-F count. reference/flops.py
-re-exports every name here; the exact count is imported where it is used, inside
-flop_approximations, so that importing either module first works.
+6 N D, PaLM's 6 N + 12 L H Q T per token, Chinchilla's appendix-F count. The exact count is
+reference/flops.py's, imported here (it does not import this module).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
+
+from reference.flops import gpt_param_count, transformer_flops
 
 
 def kaplan_flops(*, n_layer: int, d_model: int, seq_len: int, batch: int,
@@ -66,8 +67,6 @@ def flop_approximations(*, n_layer: int, d_model: int, n_head: int, seq_len: int
                         ) -> list[Approximation]:
     """Kaplan's 6ND, PaLM's 6N + 12LHQT and Chinchilla's count against transformer_flops
     ("none"). PaLM's N: every parameter but wpe (bias on, untied head, block_size = s)."""
-    from reference.flops import gpt_param_count, transformer_flops  # flops re-exports us
-
     cfg = {"n_layer": n_layer, "d_model": d_model, "seq_len": seq_len, "batch": batch}
     exact = transformer_flops(**cfg, n_head=n_head, vocab=vocab, d_ff=d_ff)
     block = seq_len if block_size is None else block_size

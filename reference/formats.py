@@ -66,14 +66,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from reference.encode_kernels import encode_blocks
-from reference.format_spec import (  # noqa: F401  (the formats, re-exported)
+from common.format_spec import (  # noqa: F401  (the formats, re-exported)
     FLOAT64,
     FORMATS,
     Convention,
     FloatFormat,
     get_format,
 )
+from reference.encode_kernels import encode_blocks
 
 ROUNDING_MODES = ("nearest_even", "toward_zero", "stochastic")
 OVERFLOW_POLICIES = ("inf", "saturate", "nan")

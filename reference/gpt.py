@@ -34,8 +34,8 @@ from dataclasses import replace
 
 import numpy as np
 
+from common.gpt_config import ATTENTION, GPTConfig  # noqa: F401  (re-exported)
 from reference.attention import CausalSelfAttention, init_normal, linear
-from reference.gpt_config import ATTENTION, GPTConfig  # noqa: F401  (re-exported)
 from reference.layers import Embedding, LayerNorm
 from reference.losses import CrossEntropyLoss
 from reference.module import FLOAT_DTYPES, Module, Node, Parameter, SavedTensor
@@ -49,11 +49,11 @@ class MLP(Module):
     def __init__(self, config: GPTConfig, *, rng: np.random.Generator, dtype: type) -> None:
         super().__init__()
         C, std = config.n_embd, 0.02
-        self.c_fc = self._children["c_fc"] = linear(C, 4 * C, config.bias, std, rng, dtype)
-        self.gelu = self._children["gelu"] = GELU(approximate="tanh")
-        self.c_proj = self._children["c_proj"] = linear(
+        self.c_fc = linear(C, 4 * C, config.bias, std, rng, dtype)
+        self.gelu = GELU(approximate="tanh")
+        self.c_proj = linear(
             4 * C, C, config.bias, std / math.sqrt(2 * config.n_layer), rng, dtype)
-        self.dropout = self._children["dropout"] = Dropout(config.dropout, rng=rng)
+        self.dropout = Dropout(config.dropout, rng=rng)
 
     def __repr__(self) -> str:
         return "MLP()"
@@ -75,10 +75,10 @@ class Block(Module):
     def __init__(self, config: GPTConfig, *, rng: np.random.Generator, dtype: type) -> None:
         super().__init__()
         C = config.n_embd
-        self.ln_1 = self._children["ln_1"] = LayerNorm(C, dtype=dtype)
-        self.attn = self._children["attn"] = CausalSelfAttention(config, rng=rng, dtype=dtype)
-        self.ln_2 = self._children["ln_2"] = LayerNorm(C, dtype=dtype)
-        self.mlp = self._children["mlp"] = MLP(config, rng=rng, dtype=dtype)
+        self.ln_1 = LayerNorm(C, dtype=dtype)
+        self.attn = CausalSelfAttention(config, rng=rng, dtype=dtype)
+        self.ln_2 = LayerNorm(C, dtype=dtype)
+        self.mlp = MLP(config, rng=rng, dtype=dtype)
 
     def __repr__(self) -> str:
         return "Block()"
@@ -136,13 +136,13 @@ class Transformer(Module):
     def __init__(self, config: GPTConfig, *, rng: np.random.Generator, dtype: type) -> None:
         super().__init__()
         C = config.n_embd
-        self.wte = self._children["wte"] = Embedding(config.vocab_size, C, rng=rng, dtype=dtype)
-        self.wpe = self._children["wpe"] = Embedding(config.block_size, C, rng=rng, dtype=dtype)
-        self.drop = self._children["drop"] = Dropout(config.dropout, rng=rng)
-        self.h = self._children["h"] = Module()
+        self.wte = Embedding(config.vocab_size, C, rng=rng, dtype=dtype)
+        self.wpe = Embedding(config.block_size, C, rng=rng, dtype=dtype)
+        self.drop = Dropout(config.dropout, rng=rng)
+        self.h = Module()
         for i in range(config.n_layer):
-            self.h._children[str(i)] = Block(config, rng=rng, dtype=dtype)
-        self.ln_f = self._children["ln_f"] = LayerNorm(C, dtype=dtype)
+            self.h.add_module(str(i), Block(config, rng=rng, dtype=dtype))
+        self.ln_f = LayerNorm(C, dtype=dtype)
 
     def _needs_tape(self) -> bool:
         return False
@@ -160,12 +160,12 @@ class GPT(Module):
         if np.dtype(dtype) not in FLOAT_DTYPES:
             raise TypeError(f"GPT: dtype must be float32 or float64, got {np.dtype(dtype)}")
         self.config = config
-        self.transformer = self._children["transformer"] = Transformer(config, rng=rng,
+        self.transformer = Transformer(config, rng=rng,
                                                                        dtype=dtype)
-        self.lm_head = self._children["lm_head"] = Linear(
+        self.lm_head = Linear(
             config.n_embd, config.vocab_size, bias=False, rng=rng, dtype=dtype)
         if config.tie_weights:  # one Parameter under two names, as torch ties them
-            self.lm_head.weight = self.lm_head._params["weight"] = self.transformer.wte.weight
+            self.lm_head.weight = self.transformer.wte.weight
         else:
             init_normal(self.lm_head.weight, rng, 0.02)
         self.loss_fn = NextTokenLoss()
@@ -230,10 +230,10 @@ class GPT(Module):
         x = tr.drop.forward(tr.wte.forward(idx) + tr.wpe.forward(pos))  # (B, T, C)
         self.trunk = None
         if self.schedule is None:
-            for block in tr.h._children.values():
+            for block in tr.h.children():
                 x = block.forward(x)
         else:  # the blocks as the layers of a plan
-            blocks = Sequential(*tr.h._children.values())
+            blocks = Sequential(*tr.h.children())
             self.trunk = forward_with_schedule(blocks, x, self.schedule)
             x = self.trunk.output
         logits = self.lm_head.forward(tr.ln_f.forward(x))  # (B, T, V)
@@ -254,7 +254,7 @@ class GPT(Module):
         g = self.loss_fn.backward(grad_output).reshape(B, T, -1)
         g = tr.ln_f.backward(self.lm_head.backward(g))
         if self.trunk is None:
-            for block in reversed(tr.h._children.values()):
+            for block in reversed(list(tr.h.children())):
                 g = block.backward(g)
         else:
             g = self.trunk.backward(g)

@@ -141,7 +141,7 @@ class Embedding(Module):
                              f"({num_embeddings}, {embedding_dim})")
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
         w = rng.normal(0.0, std, size=(num_embeddings, embedding_dim)).astype(dtype)
-        self.weight = self._params["weight"] = Parameter(w)
+        self.weight = Parameter(w)
 
     def __repr__(self) -> str:
         return f"Embedding({self.num_embeddings}, {self.embedding_dim})"
@@ -172,8 +172,8 @@ class LayerNorm(Module):
             raise ValueError(f"LayerNorm: normalized_shape must be positive, got "
                              f"{normalized_shape}")
         self.normalized_shape, self.eps = normalized_shape, eps
-        self.weight = self._params["weight"] = Parameter(np.ones(normalized_shape, dtype))
-        self.bias = self._params["bias"] = Parameter(np.zeros(normalized_shape, dtype))
+        self.weight = Parameter(np.ones(normalized_shape, dtype))
+        self.bias = Parameter(np.zeros(normalized_shape, dtype))
         self._in_dtype = np.dtype(dtype)  # forward's input dtype, for backward's cast
 
     def __repr__(self) -> str:

@@ -187,14 +187,35 @@ class Node:
 
 
 class Module(Node):
-    """Base class of the layers: parameters, children, the tapes of all of them, train/eval."""
+    """Base class of the layers: parameters, children, the tapes of all of them, train/eval.
+
+    Registration is torch.nn.Module's: assigning a Parameter or a Module to an attribute
+    (`self.c_fc = Linear(...)`) registers it under that name, in assignment order (the
+    order of state_dict and of the tape); `add_module(name, module)` registers a child whose
+    name is no identifier (a Sequential's "0", "1", ...). Re-assigning a registered name
+    keeps its place (a tied weight replaces the one it ties)."""
 
     def __init__(self) -> None:
         super().__init__()
+        object.__setattr__(self, "_params", {})
+        object.__setattr__(self, "_children", {})
         self.training = True
         self.rng: np.random.Generator | None = None  # the generator forward draws from, if any
-        self._params: dict[str, Parameter] = {}
-        self._children: dict[str, Module] = {}
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(value, Parameter):
+            self._params[name] = value
+        elif isinstance(value, Module):
+            self._children[name] = value
+        object.__setattr__(self, name, value)
+
+    def add_module(self, name: str, module: Module) -> None:
+        """Register `module` as the child `name` (torch.nn.Module.add_module)."""
+        self._children[name] = module
+
+    def children(self) -> Iterator[Module]:
+        """The immediate children, in registration order (torch.nn.Module.children)."""
+        yield from self._children.values()
 
     # -- the tape
     def free_saved(self) -> None:

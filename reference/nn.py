@@ -73,10 +73,10 @@ class Linear(Module):
         self._in_dtype = self._out_dtype = np.dtype(dtype)  # forward's, for backward's casts
         bound = 1.0 / math.sqrt(in_features)
         w = rng.uniform(-bound, bound, size=(out_features, in_features))
-        self.weight = self._params["weight"] = Parameter(w.astype(dtype))
+        self.weight = Parameter(w.astype(dtype))
         self.bias: Parameter | None = None
         if bias:
-            self.bias = self._params["bias"] = Parameter(
+            self.bias = Parameter(
                 rng.uniform(-bound, bound, size=out_features).astype(dtype))
 
     def __repr__(self) -> str:
@@ -282,7 +282,7 @@ class Sequential(Module):
     def __init__(self, *layers: Module) -> None:
         super().__init__()
         for i, layer in enumerate(layers):
-            self._children[str(i)] = layer
+            self.add_module(str(i), layer)
 
     def __repr__(self) -> str:
         return "Sequential(" + ", ".join(map(repr, self._children.values())) + ")"

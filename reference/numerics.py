@@ -54,16 +54,8 @@ from typing import Any
 
 import numpy as np
 
-from reference import amp, numerics_locate
-from reference.format_spec import FloatFormat, get_format
-from reference.module import (
-    Module,
-    Node,
-    register_module_forward_hook,
-    register_module_full_backward_hook,
-)
-from reference.nn import CrossEntropyLoss
-from reference.numerics_report import (  # noqa: F401  (re-exported)
+from common.format_spec import FloatFormat, get_format
+from common.numerics_report import (  # noqa: F401  (re-exported)
     COLUMNS,
     FirstInvalid,
     InputRange,
@@ -73,6 +65,14 @@ from reference.numerics_report import (  # noqa: F401  (re-exported)
     thresholds,
     totals,
 )
+from reference import amp, numerics_locate
+from reference.module import (
+    Module,
+    Node,
+    register_module_forward_hook,
+    register_module_full_backward_hook,
+)
+from reference.nn import CrossEntropyLoss
 
 # torch's autograd node for each reference node's forward (grad_fn.name() of its output)
 OP_NAMES = {"ReLU": "ReluBackward0", "Tanh": "TanhBackward0", "GELU": "GeluBackward0",

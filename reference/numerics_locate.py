@@ -41,8 +41,9 @@ from typing import Any
 
 import numpy as np
 
+from common.format_spec import FloatFormat
+from common.numerics_report import InputRange
 from reference import amp
-from reference.format_spec import FloatFormat
 from reference.module import (
     INPUT_DTYPES,
     Module,
@@ -50,7 +51,6 @@ from reference.module import (
     register_module_forward_hook,
     register_module_forward_pre_hook,
 )
-from reference.numerics_report import InputRange
 
 # reference/layers.py's op functions: torch's autograd node and the aten op's argument names
 OPS = {"bmm": ("BmmBackward0", ("self", "mat2")),

@@ -28,8 +28,8 @@ fma above then rounds twice, like NumPy's `a * b + c` (NOTE [ FMA in torch's CPU
 in reference/fma.py). `sqrt` is IEEE's (np.sqrt) unless Adam is given another; torch's MKL
 builds round it differently (NOTE [ torch's CPU sqrt is MKL's ]).
 
-The learning-rate schedules are in reference/lr_scheduler.py (re-exported here, so
-`optim.CosineAnnealingLR` still works). torch's twins are torch.optim's classes themselves;
+The learning-rate schedules are in reference/lr_scheduler.py (built on this module's
+Optimizer; this module does not import it). torch's twins are torch.optim's classes themselves;
 torch_impl/optim.py only converts state between the two.
 """
 
@@ -286,16 +286,3 @@ class AdamW(Adam):
                  fma: bool = True, sqrt: Callable[[np.ndarray], np.ndarray] = np.sqrt) -> None:
         super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize,
                          decoupled_weight_decay=True, fma=fma, sqrt=sqrt)
-
-
-_SCHEDULES = ("LRScheduler", "StepLR", "LinearLR", "CosineAnnealingLR")
-
-
-def __getattr__(name: str) -> Any:
-    """`optim.StepLR` etc. still work: the schedules moved to reference/lr_scheduler.py
-    (imported lazily, since lr_scheduler.py builds on this module's Optimizer)."""
-    if name in _SCHEDULES:
-        from reference import lr_scheduler
-
-        return getattr(lr_scheduler, name)
-    raise AttributeError(f"module 'reference.optim' has no attribute {name!r}")

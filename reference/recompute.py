@@ -37,21 +37,17 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from common.recompute_plans import SPECS, Schedule, Segment, check_plan, uniform_plan
 from reference import amp
 from reference.nn import Module, SavedTensor, Sequential
 from reference.recompute_plans import (
-    SPECS,
-    Schedule,
-    Segment,
     binomial_cost,
     check_budget,
-    check_plan,
     checkpoints_held,
     parse_schedule,
     revolve_cost,
     revolve_plan,
     revolve_split,
-    uniform_plan,
 )
 
 __all__ = ["SPECS", "Checkpoint", "Counter", "Region", "Schedule", "ScheduledRun", "Segment",
@@ -93,7 +89,7 @@ class Region(Module):
                  on_step: Callable[[], None]) -> None:
         super().__init__()
         for name, module, _ in items:
-            self._children[name] = module
+            self.add_module(name, module)
         self.layer_indices = [index for _, _, index in items]
         self.counter, self.on_step = counter, on_step
 

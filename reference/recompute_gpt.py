@@ -28,10 +28,11 @@ import copy
 
 import numpy as np
 
+from common.recompute_plans import split_recompute
 from reference import amp
 from reference.attention import AttentionCore
 from reference.gpt import GPT
-from reference.recompute_plans import parse_schedule, split_recompute
+from reference.recompute_plans import parse_schedule
 
 
 class RecomputedCore(AttentionCore):
@@ -86,14 +87,14 @@ class RecomputedCore(AttentionCore):
 def recompute_attention_cores(model: GPT, on: bool = True) -> None:
     """Swap every block's attention core for a RecomputedCore (or back, `on=False`); the
     module keeps its name, so parameter and tape paths do not change."""
-    for block in model.transformer.h._children.values():
+    for block in model.transformer.h.children():
         attn, old = block.attn, block.attn.core
         kind = RecomputedCore if on else AttentionCore
         if type(old) is kind:
             continue
         new = kind(old.block_size, old.attn_dropout.p, rng=old.attn_dropout.rng)
         new.train(old.training)
-        attn.core = attn._children["core"] = new
+        attn.core = new
 
 
 def set_recompute(model: GPT, spec: str) -> GPT:

@@ -1,51 +1,22 @@
-"""The canonical digest of a training state: what `python -m parity train` prints as its last
-line, `state-sha256: <64 hex digits>`. A run killed at any moment and resumed prints the same
-digest as an uninterrupted one; torch_impl/state_digest.py computes the same bytes from
-tensors.
-
-# NOTE [ Canonical state digest ]
-`state_digest` (printed as `state-sha256`) is SHA-256 over length-prefixed records, in
-this order: every model entry in state_dict order; every optimizer buffer, parameter index
-ascending, buffer name sorted ("optimizer/<i>/<name>"); every scaler entry, key sorted
-("scaler/<key>"); then "data/epoch" and "data/position". An array record is
-name NUL dtype.str NUL shape NUL raw-bytes (little-endian, C order); a plain value's is
-name NUL "py" NUL repr(value). torch_impl/state_digest.py computes the same bytes from tensors,
-so a state and its cross-implementation mapping have the same digest. Random streams and
-the lr are not in it: they are checked by the resume tests through the parameters they
-change.
+"""The canonical digest of a reference training state. See common/state_digest.py for
+NOTE [ Canonical state digest ]; this tree says only which values are arrays: NumPy's own.
 """
 
 from __future__ import annotations
 
-import hashlib
-import struct
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from common import state_digest as common_digest
 
-def _record(name: str, value: Any) -> bytes:
-    if isinstance(value, np.ndarray | np.generic):
-        a = np.ascontiguousarray(np.asarray(value))
-        body = (f"{name}\0{a.dtype.newbyteorder('<').str}\0{','.join(map(str, a.shape))}\0"
-                .encode() + a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes())
-    else:
-        body = f"{name}\0py\0{value!r}".encode()
-    return struct.pack("<Q", len(body)) + body
+
+def as_array(value: Any) -> np.ndarray | None:
+    """A NumPy array or scalar as an array; None for a plain value."""
+    return np.asarray(value) if isinstance(value, np.ndarray | np.generic) else None
 
 
 def state_digest(state: Mapping[str, Any]) -> str:
-    """SHA-256 of params, optimizer buffers, scaler and data position (NOTE [ Canonical ...])."""
-    h = hashlib.sha256()
-    for key, value in state["model"].items():
-        h.update(_record(f"model/{key}", value))
-    opt_state = state["optimizer"]["state"]
-    for i in sorted(opt_state):
-        for name in sorted(opt_state[i]):
-            h.update(_record(f"optimizer/{i}/{name}", opt_state[i][name]))
-    for key in sorted(state["scaler"]):
-        h.update(_record(f"scaler/{key}", state["scaler"][key]))
-    h.update(_record("data/epoch", int(state["data"]["epoch"])))
-    h.update(_record("data/position", int(state["data"]["position"])))
-    return h.hexdigest()
+    """common.state_digest.state_digest of a state holding NumPy arrays."""
+    return common_digest.state_digest(state, as_array)

@@ -21,17 +21,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from common.gpt_config import TRAIN_COPY_PREFIX, TRAIN_SHAPE, GPTConfig
 from reference.data import ResumableSampler, make_copy_task, make_loader, make_task
 from reference.gpt import GPT
-from reference.gpt_config import TRAIN_COPY_PREFIX, TRAIN_SHAPE, GPTConfig
 from reference.nn import CrossEntropyLoss, MSELoss, make_mlp
 from reference.recompute import Schedule, parse_schedule
 from reference.recompute_gpt import set_recompute
 
 if TYPE_CHECKING:
-    from reference.train import TrainConfig
-
-MODELS = ("mlp", "gpt")
+    from common.train_config import TrainConfig
 
 
 @dataclass

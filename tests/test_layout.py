@@ -1,12 +1,15 @@
-"""The import direction docs/layout.md draws: parity -> torch_impl -> reference -> ckpt.
+"""The import direction docs/layout.md draws:
+lab -> parity (proof) -> torch_impl -> reference -> common, ckpt (and torch_impl -> common, ckpt).
 
-Read from the source with `ast` (no import runs), plus one subprocess proving that importing
-every reference module leaves torch unimported.
+Read from the source with `ast` (no import runs), plus subprocesses proving the transitive
+rules: importing every reference module leaves torch unimported, every torch_impl module
+loads no reference module, every common module loads neither torch nor reference.
 """
 
 from __future__ import annotations
 
 import ast
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -14,10 +17,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-# What torch_impl may take from reference: plain data both sides must share literally.
-TORCH_IMPL_MAY_IMPORT = {"reference.fault_catalogue", "reference.format_spec",
-                         "reference.gpt_config", "reference.numerics_report",
-                         "reference.recompute_plans", "reference.train_config"}
 STDLIB = sys.stdlib_module_names
 
 
@@ -51,27 +50,142 @@ def test_ckpt_imports_only_the_standard_library_xxhash_and_itself(path: Path) ->
 
 @pytest.mark.parametrize("path", sources("reference"), ids=lambda p: p.name)
 def test_reference_imports_no_torch_and_nothing_above_it(path: Path) -> None:
-    allowed = {"reference", "ckpt", "numpy", "ml_dtypes"}
+    allowed = {"reference", "common", "ckpt", "numpy", "ml_dtypes"}
     foreign = {m for m in imported_modules(path)
                if top(m) not in STDLIB and top(m) not in allowed}
     assert not foreign, f"reference/{path.name} imports {sorted(foreign)}"
 
 
 @pytest.mark.parametrize("path", sources("torch_impl"), ids=lambda p: p.name)
-def test_torch_impl_takes_only_plain_data_from_reference(path: Path) -> None:
-    modules = imported_modules(path)
-    above = {m for m in modules if top(m) == "parity"}
-    from_reference = {m for m in modules if top(m) == "reference"} - TORCH_IMPL_MAY_IMPORT
-    assert not above, f"torch_impl/{path.name} imports {sorted(above)}"
-    assert not from_reference, (f"torch_impl/{path.name} imports {sorted(from_reference)}: "
-                                "a computation from the reference would make parity circular")
+def test_torch_impl_imports_no_reference_and_nothing_above_it(path: Path) -> None:
+    """What both trees share is in common/ (and ckpt/): a module from the reference would
+    make parity circular, so torch_impl names none at all."""
+    foreign = {m for m in imported_modules(path) if top(m) in ("reference", "parity")}
+    assert not foreign, f"torch_impl/{path.name} imports {sorted(foreign)}"
+
+
+@pytest.mark.parametrize("path", sources("common"), ids=lambda p: p.name)
+def test_common_imports_only_the_standard_library_numpy_ckpt_and_itself(path: Path) -> None:
+    foreign = {m for m in imported_modules(path)
+               if top(m) not in STDLIB and top(m) not in ("common", "ckpt", "numpy")}
+    assert not foreign, f"common/{path.name} imports {sorted(foreign)}"
+
+
+def loaded_after_importing(package: str, prefixes: tuple[str, ...]) -> list[str]:
+    """The modules under `prefixes` in sys.modules after a fresh interpreter imports every
+    module of `package` (one interpreter for all: what any one loads, the union holds)."""
+    names = [f"{package}.{p.stem}" for p in sources(package) if p.stem != "__init__"]
+    code = ("import importlib, json, sys\n"
+            f"for name in {names!r}: importlib.import_module(name)\n"
+            f"loaded = [m for m in sys.modules if m.split('.')[0] in {prefixes!r}]\n"
+            "print(json.dumps(sorted(loaded)))\n")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.splitlines()[-1])
 
 
 def test_importing_every_reference_module_leaves_torch_unimported() -> None:
-    names = [f"reference.{p.stem}" for p in sources("reference") if p.stem != "__init__"]
-    code = ("import importlib, sys\n"
-            f"for name in {names!r}: importlib.import_module(name)\n"
-            "sys.exit('torch' in sys.modules)\n")
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                            text=True, timeout=120)
-    assert result.returncode == 0, result.stderr or "a reference module imported torch"
+    assert loaded_after_importing("reference", ("torch",)) == []
+
+
+def test_importing_every_torch_impl_module_loads_no_reference_module() -> None:
+    """Transitively: no torch_impl module reaches the reference through common/ or ckpt/."""
+    loaded = loaded_after_importing("torch_impl", ("torch_impl", "reference", "parity"))
+    assert "torch_impl.train" in loaded  # the probe sees what it imports
+    assert [m for m in loaded if not m.startswith("torch_impl")] == []
+
+
+def test_importing_every_common_module_loads_neither_torch_nor_reference() -> None:
+    assert loaded_after_importing("common", ("torch", "reference", "torch_impl", "parity")) == []
+
+
+PROJECT = ("reference", "torch_impl", "common", "ckpt")
+
+
+def module_name(path: Path) -> str:
+    package = path.parent.name
+    return package if path.stem == "__init__" else f"{package}.{path.stem}"
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the project modules it imports, at module level or inside a function (under
+    TYPE_CHECKING too: an annotation's import still says which way the modules lean).
+
+    `from P import name` is an edge to the submodule P.name when there is one, else to P's
+    `__init__`. So a package `__init__` re-exporting its submodules is no cycle while they
+    import their siblings by module path (`from ckpt.errors import ...`); a submodule that
+    imports its own package's `__init__` (`from ckpt import X`, X not a submodule) is one.
+    """
+    paths = [p for package in PROJECT for p in sources(package)]
+    modules = {module_name(p) for p in paths}
+    graph: dict[str, set[str]] = {}
+    for path in paths:
+        edges: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                edges.update(a.name for a in node.names if a.name in modules)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                for alias in node.names:
+                    sub = f"{node.module}.{alias.name}"
+                    edges.add(sub if sub in modules else node.module)
+        graph[module_name(path)] = {m for m in edges if m in modules}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle (a -> ... -> a) through each strongly connected component that has one
+    (Tarjan's algorithm, then the shortest path from the component's first module back)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    components: list[set[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = set()
+            while True:
+                w = stack.pop()
+                component.add(w)
+                if w == v:
+                    break
+            if len(component) > 1 or v in graph[v]:
+                components.append(component)
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    found = []
+    for component in components:  # the shortest way from the first module back to itself
+        start = min(component)
+        paths = {w: [start, w] for w in sorted(graph[start] & component)}
+        while start not in paths:
+            paths = {w: [*p, w] for v, p in paths.items()
+                     for w in sorted(graph[v] & component) if w not in p[1:]} | paths
+        found.append(paths[start])
+    return found
+
+
+def test_cycles_finds_a_circle_it_is_given_and_none_in_a_chain() -> None:
+    """The detector itself: a three-module circle is named, a chain and a fan are not."""
+    circle = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(circle) == [["a", "b", "c", "a"]]
+    assert cycles({"a": {"b", "c"}, "b": {"c"}, "c": set()}) == []
+    assert cycles({"a": {"a"}}) == [["a", "a"]]
+
+
+def test_no_import_cycle_among_the_project_modules() -> None:
+    """No module of reference, torch_impl, common or ckpt imports itself back through others
+    (see import_graph for what counts as an edge)."""
+    graph = import_graph()
+    assert "reference.train" in graph and "common.train_config" in graph
+    found = cycles(graph)
+    assert not found, "import cycles: " + "; ".join(" -> ".join(c) for c in found)

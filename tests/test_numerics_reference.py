@@ -48,7 +48,7 @@ def test_a_hook_sees_the_output_the_caller_gets() -> None:
 
 def test_thresholds_are_the_format_ties() -> None:
     """float16: max 65504 + ulp/2 = 65520 and 2^-24 / 2 = 2^-25 (the docstring's numbers)."""
-    from reference.format_spec import get_format
+    from common.format_spec import get_format
 
     assert r_numerics.thresholds(get_format("float16")) == (65520.0, float.fromhex("0x1p-25"))
 

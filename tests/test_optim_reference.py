@@ -12,9 +12,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from common.format_spec import FLOAT64, FORMATS
 from parity.oracles import round_exact
+from reference import lr_scheduler as ref_lr
 from reference import optim as ref
-from reference.format_spec import FLOAT64, FORMATS
 from reference.nn import Parameter
 
 
@@ -185,7 +186,7 @@ def test_load_state_dict_checks_group_structure() -> None:
 def test_steplr_equals_its_closed_form_for_dyadic_gamma() -> None:
     """With gamma = 1/2 every product is exact, so recursion and closed form agree bitwise."""
     opt = ref.SGD([Parameter(np.zeros(1))], lr=0.3)
-    sched = ref.StepLR(opt, step_size=3, gamma=0.5)
+    sched = ref_lr.StepLR(opt, step_size=3, gamma=0.5)
     for t in range(1, 40):
         sched.step()
         assert sched.get_last_lr() == [0.3 * 0.5 ** (t // 3)]
@@ -196,7 +197,7 @@ def test_recursive_schedules_track_their_closed_forms(kind: str) -> None:
     """The chained lrs stay within the accumulated rounding of the closed form, yet differ."""
     opt = ref.SGD([Parameter(np.zeros(1))], lr=0.1)
     kw = {"T_max": 10} if kind == "CosineAnnealingLR" else {"total_iters": 25}
-    sched = getattr(ref, kind)(opt, **kw)
+    sched = getattr(ref_lr, kind)(opt, **kw)
     base, differ = 0.1, 0
     for t in range(1, 31):
         sched.step()
@@ -216,13 +217,13 @@ def test_linearlr_rejects_bad_factors_and_scheduler_needs_initial_lr() -> None:
     """LinearLR's factor checks and the resume guard speak torch's words."""
     opt = ref.SGD([Parameter(np.zeros(1))], lr=0.1)
     with pytest.raises(ValueError, match="Starting multiplicative factor"):
-        ref.LinearLR(opt, start_factor=0)
+        ref_lr.LinearLR(opt, start_factor=0)
     with pytest.raises(ValueError, match="Ending multiplicative factor"):
-        ref.LinearLR(opt, end_factor=1.5)
+        ref_lr.LinearLR(opt, end_factor=1.5)
     with pytest.raises(KeyError, match="initial_lr"):
-        ref.StepLR(opt, step_size=2, last_epoch=4)
+        ref_lr.StepLR(opt, step_size=2, last_epoch=4)
     with pytest.raises(TypeError, match="is not an Optimizer"):
-        ref.StepLR(object(), step_size=2)  # type: ignore[arg-type]
+        ref_lr.StepLR(object(), step_size=2)  # type: ignore[arg-type]
 
 
 def test_torch_cpu_optimizers_take_the_for_loop_path() -> None:

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 if TYPE_CHECKING:
-    from reference.gpt_config import GPTConfig
+    from common.gpt_config import GPTConfig
 
 
 class AttentionCore(nn.Module):

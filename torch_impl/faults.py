@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from reference.fault_catalogue import (  # noqa: F401  (plain data)
+from common.fault_catalogue import (  # noqa: F401  (plain data)
     FAULTS,
     Fault,
     Write,

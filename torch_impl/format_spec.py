@@ -1,4 +1,4 @@
-"""Format ranges as torch sees them: torch.finfo (see reference/format_spec.py for the math).
+"""Format ranges as torch sees them: torch.finfo (see common/format_spec.py for the math).
 
 torch.finfo has no `smallest_subnormal` (it is tiny * eps) and no exponent limits (read off
 max and tiny with math.frexp). tf32 has no torch dtype at all: its range is float32's with a
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from reference.format_spec import FORMATS as _SPECS  # bit widths only: a plain data spec
+from common.format_spec import FORMATS as _SPECS  # bit widths only: a plain data spec
 
 
 @dataclass(frozen=True)

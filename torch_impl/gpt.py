@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from reference.gpt_config import GPTConfig  # plain data: the shared config
+from common.gpt_config import GPTConfig  # plain data: the shared config
 from torch_impl.attention import CausalSelfAttention
 from torch_impl.module import SavedTensor, saved_during
 from torch_impl.recompute import Schedule, forward_with_schedule

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from reference.numerics_report import (  # plain data: the report
+from common.numerics_report import (  # plain data: the report
     COLUMNS,
     FirstInvalid,
     InputRange,

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import torch
 
-from reference.numerics_report import COLUMNS
+from common.numerics_report import COLUMNS
 
 # NOTE [ One pass of counting ]
 # Six masks summed per tensor cost a dozen passes over every value and, worse, a bool ->

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from reference.numerics_report import InputRange
+from common.numerics_report import InputRange
 
 Found = tuple[str, tuple[int, ...], str, tuple[InputRange, ...]]  # op, index, value, inputs
 Autocast = tuple[str, bool, torch.dtype]  # device type, enabled, dtype

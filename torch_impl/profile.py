@@ -45,13 +45,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from reference.gpt_config import TRAIN_COPY_PREFIX, TRAIN_SHAPE  # plain data
+from common.gpt_config import TRAIN_COPY_PREFIX, TRAIN_SHAPE  # plain data
+from common.train_loop import Batches
 from torch_impl import data as tdata
 from torch_impl.accounting import cuda_allocated
 from torch_impl.train_models import batch_of
 
 if TYPE_CHECKING:
-    from reference.train_config import TrainConfig
+    from common.train_config import TrainConfig
     from torch_impl.profile_meters import BoundaryMemory
 
 
@@ -264,18 +265,10 @@ class HostBatches:
         self.loader = tdata.make_loader(task, tdata.ResumableSampler(c.num_samples, c.seed),
                                         c.batch_size, drop_last=True,
                                         generator=torch.Generator().manual_seed(c.seed))
-        self._batches: Iterator | None = None
+        self._batches = Batches(self.loader)
 
     def __call__(self) -> tuple[torch.Tensor, torch.Tensor]:
-        while True:
-            if self._batches is None:
-                self._batches = iter(self.loader)
-            try:
-                item = next(self._batches)
-            except StopIteration:
-                self._batches = None
-                continue
-            return batch_of(self.config, item)
+        return batch_of(self.config, self._batches.next())
 
 
 def profiled_steps(steps: int, one_step: Callable[[int], None], *, wait: int, warmup: int,

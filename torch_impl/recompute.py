@@ -52,16 +52,9 @@ from torch.utils.checkpoint import checkpoint as torch_checkpoint
 from torch.utils.checkpoint import checkpoint_sequential as torch_checkpoint_sequential
 from torch.utils.checkpoint import set_checkpoint_early_stop
 
+from common.recompute_plans import SPECS, Schedule, Segment, uniform_plan
 from torch_impl import amp
-from torch_impl.recompute_plans import (
-    SPECS,
-    Schedule,
-    Segment,
-    parse_schedule,
-    revolve_plan,
-    revolve_split,
-    uniform_plan,
-)
+from torch_impl.recompute_plans import parse_schedule, revolve_plan, revolve_split
 
 __all__ = ["CHECKPOINT_PACKS_DUMMY", "SPECS", "Measurement", "Schedule", "Segment", "checkpoint",
            "checkpoint_sequential", "dropout_saves_bool_mask", "forward_with_schedule",

@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 from torch.utils.checkpoint import checkpoint as torch_checkpoint
 
-from reference.recompute_plans import split_recompute  # plain data: the spec's words
+from common.recompute_plans import split_recompute  # plain data: the spec's words
 from torch_impl.attention import AttentionCore
 from torch_impl.gpt import GPT
 from torch_impl.recompute_plans import parse_schedule

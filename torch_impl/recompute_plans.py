@@ -1,10 +1,11 @@
-"""Checkpointing plans for torch.utils.checkpoint. See reference/recompute_plans.py for the specs
-and NOTE [ Revolve counting ].
+"""The torch tree's revolve planner for torch.utils.checkpoint. See
+common/recompute_plans.py for the plan types and the specs, reference/recompute_plans.py for
+NOTE [ Revolve counting ].
 
 PyTorch has no planner beyond checkpoint_sequential's uniform rule, so this tree writes its
 own, and writes it differently on purpose: revolve's first split comes from Griewank and
 Walther's binomial formula, where the reference searches every split. Claim recompute.plans
-then compares two computations of the same plan. Plans are the reference's plain data
+then compares two computations of the same plan. Plans are plain data both trees share
 (`Schedule`, `Segment`: frozen dataclasses, validated on construction), so both trees' plans
 compare with ==. No budget check after the revolve plan: the formula's split is optimal
 within the budget by construction, the reference checks its search (`check_budget`).
@@ -14,52 +15,15 @@ from __future__ import annotations
 
 import math
 
-from reference.recompute_plans import Schedule, Segment  # plain data: the plan's shape
+from common.recompute_plans import Schedule, Segment
+from common.recompute_plans import parse_schedule as _parse_schedule
 
-SPECS = ("none", "sqrt", "uniform:K", "optimal:S")
-
-__all__ = ["SPECS", "Schedule", "Segment", "parse_schedule", "revolve_plan", "revolve_split",
-           "uniform_plan"]
-
-
-def _parse_int(spec: str, what: str) -> int:
-    head, _, value = spec.partition(":")
-    try:
-        return int(value)
-    except ValueError:
-        raise ValueError(f"parse_schedule: {head}:{what} needs an integer {what}, "
-                         f"got {spec!r}") from None
+__all__ = ["parse_schedule", "revolve_plan", "revolve_split"]
 
 
 def parse_schedule(spec: str, n_layers: int) -> Schedule:
-    """The plan for "none", "sqrt", "uniform:K" (1 <= K <= n) or "optimal:S" (S >= 1)."""
-    if isinstance(n_layers, bool) or not isinstance(n_layers, int) or n_layers < 1:
-        raise ValueError(f"parse_schedule: n_layers must be a positive int, got {n_layers!r}")
-    if spec == "none":
-        return Schedule(spec, n_layers, tuple(range(n_layers)))
-    if spec == "sqrt":
-        return Schedule(spec, n_layers, uniform_plan(n_layers, max(1, round(math.sqrt(n_layers)))))
-    if spec.startswith("uniform:"):
-        k = _parse_int(spec, "K")
-        if not 1 <= k <= n_layers:
-            raise ValueError(f"parse_schedule: uniform:K needs 1 <= K <= {n_layers} (the number "
-                             f"of layers), got K = {k}")
-        return Schedule(spec, n_layers, uniform_plan(n_layers, k))
-    if spec.startswith("optimal:"):
-        s = _parse_int(spec, "S")
-        if s < 1:
-            raise ValueError(f"parse_schedule: optimal:S needs S >= 1 checkpoint slot (the "
-                             f"input's), got S = {s}")
-        return Schedule(spec, n_layers, revolve_plan(0, n_layers, s), s)
-    raise ValueError(f"parse_schedule: unknown schedule {spec!r}; accepted: {', '.join(SPECS)}")
-
-
-def uniform_plan(n: int, k: int) -> tuple[int | Segment, ...]:
-    """checkpoint_sequential(functions, k)'s segments: k - 1 checkpoints of n // k layers."""
-    size = n // k
-    plan: list[int | Segment] = [Segment(s, s + size, tuple(range(s, s + size)))
-                                 for s in range(0, size * (k - 1), size)]
-    return (*plan, *range(size * (k - 1), n))
+    """common.recompute_plans.parse_schedule with this tree's revolve_plan."""
+    return _parse_schedule(spec, n_layers, revolve_plan)
 
 
 def _beta(c: int, r: int) -> int:

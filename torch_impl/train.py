@@ -1,5 +1,7 @@
-"""The training loop in PyTorch. See reference/train.py for the step, the inventory of a
-complete checkpoint; torch_impl/state_digest.py for NOTE [ Canonical state digest ].
+"""One training step over the compact model, in PyTorch. See reference/train.py for the
+step and common/train_loop.py for the loop around it and the checkpoint's inventory; this
+tree supplies the same two things, its `train_step` and a Run that says where its random
+state is.
 
 What PyTorch does differently or hides:
 - nn.Dropout draws from the DEFAULT generator (no `generator=` argument), and
@@ -11,42 +13,35 @@ What PyTorch does differently or hides:
   iter(), so the draw is a function of the epoch, not of the moment a (resumed) run began;
   with num_workers=0 nothing consumes it, and it needs no place in the checkpoint.
 - Autocast and recomputation compose natively (torch.autocast around
-  torch.utils.checkpoint); the reference composes them only in fp32.
+  torch.utils.checkpoint, which re-enters the forward's autocast state); the reference
+  composes them in every precision too, by recording the autocast state at a segment's
+  forward and recomputing under it (reference/recompute.py).
 - The scaler is torch.amp.GradScaler; on CUDA the dropout stream is a CUDA generator.
-
-TrainConfig (and the optimizers' fixed hyperparameters) are the reference's, imported as
-plain data: one configuration, validated once, with one fingerprint, so a checkpoint's
-configuration compares across the implementations field by field.
+- torch's state_dicts hand out live tensors, so a checkpoint's state is a cloned snapshot.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-import ckpt
-from reference.train_config import OPTIMIZERS, TrainConfig  # plain data (module docstring)
+from common import train_loop
+from common.train_config import OPTIMIZERS, TrainConfig
+from common.train_loop import FAULTS, INVENTORY, Phase, StepResult, no_phase
 from torch_impl import amp, faults, loss_scaling, numerics, resume
 from torch_impl.data import hash_words
 from torch_impl.gpt import GPT
 from torch_impl.recompute import Schedule
-from torch_impl.state_digest import state_digest  # noqa: F401  (re-exported)
+from torch_impl.state_digest import state_digest
 from torch_impl.train_models import batch_of, build
 
+__all__ = ["FAULTS", "INVENTORY", "Run", "StepResult", "TrainConfig", "restored", "state_digest",
+           "train", "train_step"]
 
-def no_phase(name: str) -> AbstractContextManager[None]:
-    """The default `phase` of train_step: nothing around each phase."""
-    return nullcontext()
-
-
-FAULTS = (None, "fp16_without_scaler", "clip_before_unscale")
-INVENTORY = ("model", "optimizer", "scheduler", "scaler", "rng", "data", "step")
 LOADER_SEED = 5  # a purpose of reference/data.py's hash, beside ORDER, INPUTS, ...
 
 
@@ -59,11 +54,14 @@ LOADER_SEED = 5  # a purpose of reference/data.py's hash, beside ORDER, INPUTS, 
 # checkpoint saves; the global RNG is neither read as the run's state nor left changed.
 
 
-class Run:
-    """A training run's objects and counters; `state_dict()` is its complete checkpoint."""
+class Run(train_loop.BaseRun):
+    """A training run's objects; the counters, the loop and the checkpoint are BaseRun's."""
+
+    tree = train_loop.Tree(resume=resume, faults=faults, numerics=numerics)
 
     def __init__(self, config: TrainConfig, device: str | torch.device = "cpu") -> None:
-        c = self.config = config
+        super().__init__(config)
+        c = config
         self.device = torch.device(device)
         self.generator = torch.Generator().manual_seed(c.seed)  # initialization, then dropout
         self.loader_generator = torch.Generator()
@@ -80,36 +78,16 @@ class Run:
                                                growth_interval=c.growth_interval)
         self.task, self.sampler, self.loader = parts.task, parts.sampler, parts.loader
         self.schedule = parts.schedule
-        self.step = 0
-        self.skipped = 0
-        self._batches: Iterator | None = None
-        self.last_batch: tuple[torch.Tensor, torch.Tensor] | None = None  # the replay saves it
-        self.numerics: numerics.Detector | None = None  # train(check_numerics=True) sets it
-        self.step_fault: str | None = None  # train_step's `fault` (a seeded fault sets it)
 
-    # -- one step
-    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(inputs, targets) of the next batch; a new epoch starts when one is used up."""
-        while True:
-            if self._batches is None:
-                # the base seed of this epoch's iter() is a function of (seed, epoch)
-                seed = int(hash_words(self.config.seed, LOADER_SEED, self.sampler.epoch, 1)[0])
-                self.loader_generator.manual_seed(seed)
-                self._batches = iter(self.loader)
-            try:
-                item = next(self._batches)
-            except StopIteration:
-                self._batches = None
-                continue
-            return batch_of(self.config, item)
+    def _batch(self, item: tuple) -> tuple[torch.Tensor, torch.Tensor]:
+        return batch_of(self.config, item)
 
-    def train_step(self, batch: tuple[torch.Tensor, torch.Tensor] | None = None,
-                   phase: Callable[[str], AbstractContextManager[Any]] = no_phase
-                   ) -> StepResult:
-        """One step on the next batch (or on `batch`: the anomaly replay's saved one);
-        `phase` is train_step's (the numerics detector's, a profiler's)."""
-        x, y = self.next_batch() if batch is None else batch
-        self.last_batch = (x, y)
+    def _new_epoch(self) -> None:
+        # the base seed of this epoch's iter() is a function of (seed, epoch)
+        seed = int(hash_words(self.config.seed, LOADER_SEED, self.sampler.epoch, 1)[0])
+        self.loader_generator.manual_seed(seed)
+
+    def _step(self, x: torch.Tensor, y: torch.Tensor, phase: Phase) -> StepResult:
         devices = [self.device] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices, device_type=self.device.type):
             torch.default_generator.set_state(self.generator.get_state())
@@ -122,50 +100,24 @@ class Run:
             self.generator.set_state(torch.default_generator.get_state())
             if self.cuda_generator is not None:
                 self.cuda_generator.set_state(torch.cuda.get_rng_state(self.device))
-        if not result.skipped:  # the schedule counts applied updates
-            self.scheduler.step()
-        self.step += 1
-        self.skipped += int(result.skipped)
         return result
 
-    # -- the complete state
-    def state_dict(self) -> dict[str, Any]:
+    def _rng_state(self) -> dict[str, Any]:
         rng = {"model": self.generator.get_state()}
         if self.cuda_generator is not None:
             rng["cuda"] = self.cuda_generator.get_state()
-        return _snapshot({
-            "config": self.config.to_dict(), "fingerprint": self.config.fingerprint(),
-            "step": self.step, "epoch": self.sampler.epoch, "skipped": self.skipped,
-            "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict(),
-            "data": self.sampler.state_dict(), "rng": rng})
+        return rng
 
-    def template(self) -> dict[str, Any]:
-        """What a checkpoint must match to be loaded here (resume.check_matches)."""
-        return {"fingerprint": self.config.fingerprint(), "model": self.model.state_dict()}
+    def _load_rng(self, rng: Mapping[str, Any]) -> None:
+        self.generator.set_state(rng["model"])
+        if self.cuda_generator is not None and "cuda" in rng:
+            self.cuda_generator.set_state(rng["cuda"])
 
-    def load_state_dict(self, state: Mapping[str, Any], omit: tuple[str, ...] = ()) -> None:
-        """Restore every inventory item but those in `omit` (omit is for measuring damage);
-        a state of another configuration is refused naming the fields that differ."""
-        ckpt.check_config(state.get("config"), self.config.to_dict())
-        resume.check_matches(state, self.template())
-        if "model" not in omit:
-            self.model.load_state_dict(state["model"])
-        if "optimizer" not in omit:
-            self.optimizer.load_state_dict(state["optimizer"])
-        if "scheduler" not in omit:
-            self.scheduler.load_state_dict(state["scheduler"])
-        if "scaler" not in omit and self.scaler.is_enabled():
-            self.scaler.load_state_dict(state["scaler"])
-        if "rng" not in omit and state.get("rng") is not None:
-            self.generator.set_state(state["rng"]["model"])
-            if self.cuda_generator is not None and "cuda" in state["rng"]:
-                self.cuda_generator.set_state(state["rng"]["cuda"])
-        if "data" not in omit:
-            self.sampler.load_state_dict(state["data"])
-        if "step" not in omit:
-            self.step, self.skipped = int(state["step"]), int(state["skipped"])
-        self._batches = None
+    def _snapshot(self, value: Any) -> Any:
+        return _snapshot(value)
+
+    def _disabled_scaler(self) -> torch.amp.GradScaler:
+        return loss_scaling.make_scaler("fp32", self.device)
 
 
 def _snapshot(value: Any) -> Any:
@@ -182,9 +134,14 @@ def _snapshot(value: Any) -> Any:
 def restored(config: TrainConfig, state: Mapping[str, Any], omit: tuple[str, ...] = (),
              device: str | torch.device = "cpu") -> Run:
     """A new Run with `state` loaded: all or nothing (a failure leaves no half-restored run)."""
-    run = Run(config, device)
-    run.load_state_dict(state, omit)
-    return run
+    return Run.restored(config, state, omit, device=device)  # type: ignore[return-value]
+
+
+def train(config: TrainConfig, steps: int, checkpoint_dir: str | Path | None = None,
+          checkpoint_every: int = 0, **options: Any) -> Run:
+    """common.train_loop.train with this tree's Run (`options`: that function's keywords,
+    and `device`)."""
+    return train_loop.train(Run, config, steps, checkpoint_dir, checkpoint_every, **options)
 
 
 def _make_scheduler(optimizer: torch.optim.Optimizer, c: TrainConfig
@@ -197,22 +154,11 @@ def _make_scheduler(optimizer: torch.optim.Optimizer, c: TrainConfig
     return lr_scheduler.StepLR(optimizer, step_size=c.horizon + 1, gamma=1.0)
 
 
-@dataclass(frozen=True)
-class StepResult:
-    """What one training step did: the unscaled loss, the scale it used, whether it skipped."""
-
-    loss: float
-    scale: float
-    skipped: bool
-    grad_norm: float | None = None  # what clip_grad_norm_ returned (None: no clipping)
-
-
-
 def train_step(model: nn.Module, loss_fn: nn.Module, optimizer: torch.optim.Optimizer,
                scaler: torch.amp.GradScaler, x: torch.Tensor, y: torch.Tensor, *,
                precision: str, max_grad_norm: float | None = None,
                schedule: Schedule | None = None, fault: str | None = None,
-               phase: Callable[[str], AbstractContextManager[Any]] = no_phase) -> StepResult:
+               phase: Phase = no_phase) -> StepResult:
     """One mixed-precision step; reference.train.train_step line for line.
 
     precision "fp32" | "bf16" | "fp16" picks the autocast dtype (amp.autocast_dtype);
@@ -273,107 +219,3 @@ def _scheduled(model: nn.Module, x: torch.Tensor, schedule: Schedule) -> torch.T
     from torch_impl import recompute
 
     return recompute.forward_with_schedule(model, x, schedule)
-
-
-# ---------------------------------------------------------------- the loop
-
-Loader = Callable[[Path], dict[str, Any]]
-
-
-def train(config: TrainConfig, steps: int, checkpoint_dir: str | Path | None = None,
-          checkpoint_every: int = 0, *, resume_from_latest: bool = False,
-          overwrite: bool = False, keep: int = 3, log: Callable[[str], None] | None = None,
-          foreign: Mapping[str, Loader] | None = None, check_numerics: bool = False,
-          fault: faults.Fault | None = None, fault_step: int = 0,
-          device: str | torch.device = "cpu") -> Run:
-    """reference.train.train, on a device."""
-    if not 0 <= steps <= config.horizon or checkpoint_every < 0:
-        raise ValueError(f"train: steps must be in [0, horizon = {config.horizon}] (a schedule "
-                         f"run past its horizon restarts) and checkpoint_every >= 0, got "
-                         f"steps {steps}, checkpoint_every {checkpoint_every}")
-    if fault is not None:
-        faults.check_model(fault, config.model)  # before the directory is touched
-    run = Run(config, device)
-    directory = (None if checkpoint_dir is None
-                 else resume.CheckpointManager(checkpoint_dir, keep=keep, log=log))
-    with directory.opened() if directory is not None else nullcontext():
-        if directory is not None:
-            found = ckpt.start(directory, config=config.to_dict(), steps=steps,
-                               resume=resume_from_latest, overwrite=overwrite,
-                               readable={resume.PAYLOAD, *(foreign or {})})
-            if found is not None:
-                run = restored(config, _read(found, foreign), device=device)
-                _say(log, f"resumed from {found.name} at step {run.step}" + (
-                    "" if found.payload == resume.PAYLOAD else f" (written by {found.writer}, "
-                    "converted; random streams restart from the seed)"))
-        if fault is not None and not run.step <= fault_step < steps:
-            raise ValueError(f"train: fault {fault.name} is seeded before step {fault_step}, "
-                             f"but this run takes steps {run.step} to {steps - 1}: it would "
-                             "never strike")
-        if fault is not None and fault.loss is not None:  # code, not state: the whole run
-            run.loss_fn = faults.LOSSES[fault.loss]()
-        detector = None
-        if check_numerics:
-            detector = numerics.Detector(run.model, run.loss_fn,
-                                         numerics.view_format(config.precision),
-                                         scaler_enabled=run.scaler.is_enabled())
-        run.numerics = detector
-        while run.step < steps:
-            batch = None
-            if fault is not None and run.step == fault_step:
-                batch = faults.apply_fault(run.model, fault, run.next_batch(), run.optimizer)
-                if not fault.scaler:
-                    _drop_scaler(run)
-            r = _checked_step(run, detector, batch)
-            _say(log, f"step {run.step} loss {r.loss:.6g} scale {r.scale:g} "
-                      f"skipped {int(r.skipped)} (total {run.skipped})" + (
-                          "" if detector is None
-                          else "  " + numerics.format_counts(detector.history[-1])))
-            if directory is not None and ckpt.due(run.step, steps, checkpoint_every):
-                directory.save(run.step, run.state_dict(), config.to_dict())
-    return run
-
-
-def _drop_scaler(run: Run) -> None:
-    """A fault's "fp16 without a GradScaler": the run trains on unscaled from here (the
-    detector then stops at a non-finite gradient: no scaler skips the step)."""
-    run.scaler = loss_scaling.make_scaler("fp32", run.device)  # disabled
-    run.step_fault = "fp16_without_scaler"
-    if run.numerics is not None:
-        run.numerics.scaler_enabled = False
-
-
-def _checked_step(run: Run, detector: numerics.Detector | None,
-                  batch: tuple[Any, Any] | None) -> StepResult:
-    """run.train_step, watched by `detector`; a NonFinite leaves with the replay state
-    (the run's generator is still the one before the step: the exception skipped its
-    copy-back)."""
-    if detector is None:
-        return run.train_step(batch)
-    detector.step = run.step
-    try:
-        return run.train_step(batch, detector.phase)
-    except numerics.NonFinite as e:
-        x, y = run.last_batch  # type: ignore[misc]
-        e.replay = {**run.state_dict(), "batch": {"x": x.clone(), "y": y.clone()},
-                    "first_invalid": e.report.line(),
-                    **faults.loss_of(run.loss_fn)}
-        e.history = detector.history
-        raise
-
-
-def _read(found: ckpt.Entry, foreign: Mapping[str, Loader] | None) -> dict[str, Any]:
-    """The state of the checkpoint the policy chose, converted if another tree wrote it."""
-    if found.payload == resume.PAYLOAD:
-        state = resume.load_checkpoint(found.path)
-    else:
-        state = (foreign or {})[found.payload](found.path)
-    if state.get("step") != found.step:
-        raise resume.CheckpointCorruptError(f"{found.path}: holds step {state.get('step')!r}, "
-                                            f"its name and header say {found.step}")
-    return state
-
-
-def _say(log: Callable[[str], None] | None, line: str) -> None:
-    if log is not None:
-        log(line)

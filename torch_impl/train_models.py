@@ -6,7 +6,7 @@ the MLP's (the reference's GPT computes its loss itself); the weights are drawn
 from the run's torch.Generator (the transformer from the meta device, torch_impl/gpt.py),
 the task lives on the run's device, and the loader is a DataLoader whose base-seed generator
 the run re-seeds per epoch (torch_impl/train.py). TRAIN_SHAPE and TRAIN_COPY_PREFIX are
-reference/gpt_config.py's (plain data).
+common/gpt_config.py's (plain data).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from reference.gpt_config import TRAIN_COPY_PREFIX, TRAIN_SHAPE, GPTConfig  # plain data
+from common.gpt_config import TRAIN_COPY_PREFIX, TRAIN_SHAPE, GPTConfig  # plain data
 from torch_impl.data import ResumableSampler, make_copy_task, make_loader, make_task
 from torch_impl.gpt import GPT
 from torch_impl.nn import make_mlp
@@ -26,7 +26,7 @@ from torch_impl.recompute import Schedule, parse_schedule
 from torch_impl.recompute_gpt import set_recompute
 
 if TYPE_CHECKING:
-    from reference.train_config import TrainConfig
+    from common.train_config import TrainConfig
 
 __all__ = ["NextTokenLoss", "Parts", "batch_of", "build", "gpt_config"]
 

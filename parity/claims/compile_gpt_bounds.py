@@ -80,6 +80,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from common.gpt_config import GPTConfig
 from parity.claims.compile_bounds import EPS32, LAMBDA
 from parity.claims.compile_gpt_ops import (
     EPS_BF16,
@@ -95,7 +96,6 @@ from parity.claims.compile_gpt_ops import (
     scale,
     softmax,
 )
-from reference.gpt_config import GPTConfig
 
 PROBES = 64  # K: NOTE [ Probable bounds by probes ]
 INFLATE = 2.0  # the variance estimate's allowance (chi-square, 64 degrees of freedom)

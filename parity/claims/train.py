@@ -19,7 +19,7 @@ CLAIMS: tuple[Claim, ...] = (
         bound=0,
         reason=(
             "The resumed run executes the same operations on the same bits: the checkpoint holds "
-            "every value the next step reads (the inventory in reference/train.py) and restores "
+            "every value the next step reads (the inventory in common/train_loop.py) and restores "
             "it by copy; the data order is a hash of (seed, epoch); nothing reads the global RNG "
             "(NOTE [ Dropout's stream is the default generator ]). Same process kind, same "
             "kernels, so no rounding can differ."

@@ -18,12 +18,12 @@ import numpy as np
 import torch
 from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
 
+from common.gpt_config import TRAIN_SHAPE, GPTConfig
 from parity.claims.compile_gpt_bounds import EPS32, Results, probe_bounds
 from parity.compare import measure
 from parity.drivers import gpt as dg
 from parity.drivers.nn import to_numpy
 from parity.tolerances import claim
-from reference.gpt_config import TRAIN_SHAPE, GPTConfig
 from torch_impl import compile as tc
 from torch_impl import gpt as tgpt
 

@@ -130,7 +130,7 @@ def count_rows(x: np.ndarray, fmt: str, device: str = "cpu", arithmetic: bool | 
     (`arithmetic`: which way torch numbers the values, NOTE [ One pass of counting ])."""
     import torch
 
-    from reference.format_spec import get_format
+    from common.format_spec import get_format
     from torch_impl import numerics as t_numerics
     from torch_impl.format_spec import get_format as t_get_format
 

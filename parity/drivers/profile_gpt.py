@@ -20,11 +20,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from common.gpt_config import TRAIN_SHAPE
 from parity.drivers import accounting as acc
 from reference import accounting as racc
 from reference import accounting_gpt as ragpt
 from reference import flops as rflops
-from reference.gpt_config import TRAIN_SHAPE
 from reference.recompute import Segment, parse_schedule
 
 LISTED_BLOCK = "transformer.h.0"  # the block whose saved tensors the sheet lists

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from common.recompute_plans import split_recompute
 from parity.drivers.gpt import make_pair, to_torch_tokens, tokens
 from parity.drivers.recompute import tanh_chain_recomputes
 from reference import amp as ramp
 from reference import gpt as rgpt
 from reference.recompute_gpt import set_recompute as ref_set_recompute
-from reference.recompute_plans import split_recompute
 from torch_impl.recompute_gpt import set_recompute as torch_set_recompute
 
 TORCH_LP = {None: None, "float16": torch.float16, "bfloat16": torch.bfloat16}

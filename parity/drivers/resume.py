@@ -18,6 +18,7 @@ import ckpt
 from ckpt.digest import digest_of
 from parity.compare import as_numpy, measure
 from parity.tolerances import claim
+from reference import lr_scheduler as ref_lr
 from reference import nn as ref_nn
 from reference import optim as ref_optim
 from reference import resume as ref_resume
@@ -71,7 +72,7 @@ def small_reference_state(hidden: int = 16) -> dict[str, Any]:
     rng = np.random.default_rng(0)
     model = ref_nn.make_mlp((8, hidden, 3), dropout=0.1, rng=rng)
     opt = ref_optim.Adam(model.parameters(), lr=1e-3)
-    sched = ref_optim.StepLR(opt, step_size=2)
+    sched = ref_lr.StepLR(opt, step_size=2)
     for _ in range(2):
         for p in model.parameters():
             p.grad = rng.standard_normal(p.data.shape).astype(np.float32)
@@ -108,7 +109,7 @@ def reference_state(optimizer: str, schedule: str, steps: int, seed: int,
     rng = np.random.default_rng(seed)
     model = ref_nn.make_mlp(sizes, rng=rng)
     opt = getattr(ref_optim, optimizer)(model.parameters(), **OPTIMIZERS[optimizer])
-    sched = getattr(ref_optim, schedule)(opt, **SCHEDULES[schedule])
+    sched = getattr(ref_lr, schedule)(opt, **SCHEDULES[schedule])
     for _ in range(steps):
         for p in model.parameters():
             p.grad = rng.standard_normal(p.data.shape).astype(np.float32)
@@ -139,7 +140,7 @@ def reference_objects(state: dict[str, Any]) -> tuple[ref_nn.Module, Any, Any]:
     cfg = state["config"]
     model = ref_nn.make_mlp(cfg["sizes"], rng=np.random.default_rng(0))
     opt = getattr(ref_optim, cfg["optimizer"])(model.parameters(), **OPTIMIZERS[cfg["optimizer"]])
-    sched = getattr(ref_optim, cfg["schedule"])(opt, **SCHEDULES[cfg["schedule"]])
+    sched = getattr(ref_lr, cfg["schedule"])(opt, **SCHEDULES[cfg["schedule"]])
     return model, opt, sched
 
 

@@ -93,7 +93,7 @@ def _case(args: argparse.Namespace) -> object:
         given = [f"--{k}" for k in ("sizes", "activation") if getattr(args, k) is not None]
         if given:
             raise UsageError(f"{', '.join(given)}: the MLP's shape; --model gpt profiles "
-                             "train --model gpt's transformer (reference/gpt_config.py "
+                             "train --model gpt's transformer (common/gpt_config.py "
                              "TRAIN_SHAPE): accepted with it: --batch, --precision, "
                              "--recompute, --optimizer")
     sizes = (8, 32, 32, 3) if args.sizes is None else args.sizes

@@ -198,7 +198,7 @@ def run(args: argparse.Namespace) -> int:
     otherwise --steps.
     """
     if args.fault is not None:
-        from reference.fault_catalogue import check_model as fault_fits
+        from common.fault_catalogue import check_model as fault_fits
 
         try:
             fault_fits(args.fault, args.model)

@@ -11,6 +11,7 @@ from parity.drivers import accounting as drv
 from parity.lab.gendocs import section
 from reference import accounting as racc
 from reference import flops as rflops
+from reference.flops_published import flop_approximations
 
 RECONCILED = (drv.MLPCase(),
               drv.MLPCase(activation="gelu", dropout=0.1, precision="bf16", optimizer="adam",
@@ -99,7 +100,7 @@ def _() -> str:
     for label, n_layer, width, heads, s in (("GPT-2 small", 12, 768, 12, 1024),
                                             ("GPT-2 small", 12, 768, 12, 8192),
                                             ("GPT-3 175B", 96, 12288, 96, 2048)):
-        for a in rflops.flop_approximations(n_layer=n_layer, d_model=width, n_head=heads,
+        for a in flop_approximations(n_layer=n_layer, d_model=width, n_head=heads,
                                             seq_len=s, vocab=50257, batch=1):
             lines.append(f"| {label} | {s} | {a.exact:.4e} | {a.name}: {a.formula} | "
                          f"{a.flops:.4e} | {float(a.relative):+.2%} |")

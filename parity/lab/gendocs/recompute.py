@@ -94,8 +94,8 @@ GPT_TABLES = (  # (what, config keywords, batch, seq_len)
 
 @section("recompute.md", "gpt-recompute")
 def _() -> str:
+    from common.gpt_config import GPTConfig
     from parity.drivers.recompute_gpt import recompute_rows
-    from reference.gpt_config import GPTConfig
 
     out = []
     for what, keywords, batch, seq_len in GPT_TABLES:

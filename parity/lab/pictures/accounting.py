@@ -7,6 +7,7 @@ from pathlib import Path
 
 from parity.lab.pictures import picture
 from reference import flops as rflops
+from reference.flops_published import flop_approximations
 
 # (label, n_layer, d_model, n_head): GPT-2 small's and GPT-3 175B's shapes, V = 50257
 SHAPES = (("GPT-2 small", 12, 768, 12), ("GPT-3 175B", 96, 12288, 96))
@@ -21,7 +22,7 @@ def approximation_curves(n_layer: int, d_model: int, n_head: int
     for s in SEQ_LENS:
         shape = {"n_layer": n_layer, "d_model": d_model, "n_head": n_head, "seq_len": s,
                  "vocab": VOCAB, "batch": 1}
-        for a in rflops.flop_approximations(**shape):
+        for a in flop_approximations(**shape):
             curves.setdefault(a.name, []).append(float(a.flops / a.exact))
         parts = rflops.transformer_forward_flops(**shape)
         curves["attention share"].append(parts["attention"] / parts["total"])

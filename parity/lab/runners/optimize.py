@@ -144,7 +144,7 @@ def learn(opt: Optimization | None, steps: int | None = None, model: str = "mlp"
     run.model.eval()
     with torch.no_grad():
         if run.config.model == "gpt":
-            from reference.gpt_config import TRAIN_COPY_PREFIX as copied  # plain data
+            from common.gpt_config import TRAIN_COPY_PREFIX as copied  # plain data
 
             logits = run.model(run.task.inputs)[0]  # (n, T, V)
             hits = logits[:, copied:].argmax(-1) == run.task.labels[:, copied:]

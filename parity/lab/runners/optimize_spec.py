@@ -10,7 +10,7 @@ from typing import Any
 MODELS = ("mlp", "gpt")
 # The baselines: a step is milliseconds of matmul, and the whole gauntlet runs in about a
 # minute on 2 cores. The MLP learns the teacher task to ~0.89; the transformer is
-# `train --model gpt`'s (reference/gpt_config.py TRAIN_SHAPE: 4 blocks, width 32, vocab 12,
+# `train --model gpt`'s (common/gpt_config.py TRAIN_SHAPE: 4 blocks, width 32, vocab 12,
 # block 16) on the copy task of 8 digits, which it learns to copy exactly in 400 steps.
 BASELINES: dict[str, dict[str, Any]] = {
     "mlp": {"sizes": (32, 256, 256, 10), "activation": "gelu", "batch_size": 64,
@@ -97,8 +97,9 @@ def parse(what: str, model: str = "mlp") -> Optimization:
 
 
 def _check_recompute(spec: str, model: str) -> None:
-    from reference.gpt_config import TRAIN_SHAPE
-    from reference.recompute_plans import parse_schedule, split_recompute
+    from common.gpt_config import TRAIN_SHAPE
+    from common.recompute_plans import split_recompute
+    from reference.recompute_plans import parse_schedule
 
     if model == "gpt":
         blocks, _ = split_recompute(spec)

@@ -1,7 +1,7 @@
 """What defines a training run: TrainConfig, validated field by field, and its fingerprint
-(what must not change across a resume). reference/train.py's Run trains one; torch_impl
-uses this very class (plain data), so a checkpoint's configuration compares across the two
-implementations field by field.
+(what must not change across a resume). Both trees' Run (reference/train.py,
+torch_impl/train.py) train one of this very class (plain data), so a checkpoint's
+configuration compares across the two implementations field by field.
 """
 
 from __future__ import annotations
@@ -12,9 +12,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from reference import amp
-from reference.train_models import MODELS
-
+MODELS = ("mlp", "gpt")  # what each tree's train_models.py builds
+PRECISIONS = ("fp32", "bf16", "fp16")  # the autocast dtypes of each tree's amp.PRECISIONS
 OPTIMIZERS = {"SGD": {"momentum": 0.9}, "Adam": {}, "AdamW": {"weight_decay": 0.01}}
 SCHEDULES = ("constant", "cosine", "step")
 F32_MAX = float.fromhex("0x1.fffffep+127")  # 3.4028235e38, the largest finite float32
@@ -23,12 +22,12 @@ F32_MAX = float.fromhex("0x1.fffffep+127")  # 3.4028235e38, the largest finite f
 @dataclass(frozen=True)
 class TrainConfig:
     """Everything that defines a run (and must not change across a resume: the fingerprint);
-    torch_impl.train uses this very class. A value out of range is a ValueError naming the
+    both trees' train.py use this very class. A value out of range is a ValueError naming the
     field and what is accepted (fewer samples than a batch would make epochs of 0 batches;
     init_scale must be a finite float32). Run checks the recompute spec against the model."""
 
     seed: int = 0
-    model: str = "mlp"  # or "gpt": reference/train_models.py
+    model: str = "mlp"  # or "gpt": each tree's train_models.py
     sizes: tuple[int, ...] = (8, 32, 32, 3)
     activation: str = "tanh"
     dropout: float = 0.0
@@ -53,7 +52,7 @@ class TrainConfig:
         for size in self.sizes:
             _whole("sizes", size, 1)
         _real("dropout", self.dropout, 0.0, 1.0, high_open=True)
-        amp.autocast_dtype(self.precision)
+        _choice("precision", self.precision, PRECISIONS)
         _choice("optimizer", self.optimizer, tuple(OPTIMIZERS))
         _real("lr", self.lr, 0.0, math.inf, low_open=True)
         _choice("schedule", self.schedule, SCHEDULES)

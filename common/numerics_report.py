@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from reference.format_spec import FloatFormat, get_format
+from common.format_spec import FloatFormat, get_format
 
 COLUMNS = ("nan", "posinf", "neginf", "zero", "over_max", "to_zero")
 

@@ -1,6 +1,6 @@
 """The compact transformer's shape: plain data that both trees read (no computation here).
 
-torch_impl/gpt.py imports this module, as it imports reference/format_spec.py: a shared
+torch_impl/gpt.py imports this module, as it imports common/format_spec.py: a shared
 description, not a shared computation, so parity between the trees stays two computations.
 """
 

@@ -1,0 +1,55 @@
+"""The canonical digest of a training state: what `python -m parity train` prints as its last
+line, `state-sha256: <64 hex digits>`. A run killed at any moment and resumed prints the same
+digest as an uninterrupted one.
+
+# NOTE [ Canonical state digest ]
+`state_digest` (printed as `state-sha256`) is SHA-256 over length-prefixed records, in
+this order: every model entry in state_dict order; every optimizer buffer, parameter index
+ascending, buffer name sorted ("optimizer/<i>/<name>"); every scaler entry, key sorted
+("scaler/<key>"); then "data/epoch" and "data/position". An array record is
+name NUL dtype.str NUL shape NUL raw-bytes (little-endian, C order); a plain value's is
+name NUL "py" NUL repr(value). Each tree says only which of its values are arrays and how
+they become NumPy (reference/state_digest.py, torch_impl/state_digest.py), so a state and
+its cross-implementation mapping have the same digest. Random streams and
+the lr are not in it: they are checked by the resume tests through the parameters they
+change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+AsArray = Callable[[Any], "np.ndarray | None"]
+
+
+def _record(name: str, value: Any, as_array: AsArray) -> bytes:
+    a = as_array(value)
+    if a is not None:
+        a = np.ascontiguousarray(a)
+        body = (f"{name}\0{a.dtype.newbyteorder('<').str}\0{','.join(map(str, a.shape))}\0"
+                .encode() + a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes())
+    else:
+        body = f"{name}\0py\0{value!r}".encode()
+    return struct.pack("<Q", len(body)) + body
+
+
+def state_digest(state: Mapping[str, Any], as_array: AsArray) -> str:
+    """SHA-256 of params, optimizer buffers, scaler and data position (NOTE [ Canonical state
+    digest ]); `as_array(value)` is the value's NumPy array, or None for a plain value."""
+    h = hashlib.sha256()
+    for key, value in state["model"].items():
+        h.update(_record(f"model/{key}", value, as_array))
+    opt_state = state["optimizer"]["state"]
+    for i in sorted(opt_state):
+        for name in sorted(opt_state[i]):
+            h.update(_record(f"optimizer/{i}/{name}", opt_state[i][name], as_array))
+    for key in sorted(state["scaler"]):
+        h.update(_record(f"scaler/{key}", state["scaler"][key], as_array))
+    h.update(_record("data/epoch", int(state["data"]["epoch"]), as_array))
+    h.update(_record("data/position", int(state["data"]["position"]), as_array))
+    return h.hexdigest()
