@@ -169,7 +169,7 @@ def test_an_inline_residual_add_is_named_add_backward_in_both_trees(device: str)
     class Residual(Module):
         def __init__(self, lin: Module) -> None:
             super().__init__()
-            self.lin = self._children["lin"] = lin
+            self.lin = lin
 
         def _needs_tape(self) -> bool:
             return False

@@ -329,14 +329,14 @@ def test_set_recompute_swaps_cores_in_place_and_back_keeping_every_name() -> Non
              sorted(twin.state_dict()))
     ref_set(ref, "optimal:1+selective")
     torch_set(twin, "optimal:1+selective")
-    assert all(isinstance(b.attn.core, RefCore) for b in ref.transformer.h._children.values())
+    assert all(isinstance(b.attn.core, RefCore) for b in ref.transformer.h.children())
     assert all(isinstance(b.attn.core, TorchCore) for b in twin.transformer.h)
     assert ref.schedule is not None and twin.schedule == ref.schedule
     assert names == ([n for n, _ in ref.named_modules()], [n for n, _ in twin.named_modules()],
                      sorted(twin.state_dict()))
     ref_set(ref, "none")
     torch_set(twin, "none")
-    assert not any(isinstance(b.attn.core, RefCore) for b in ref.transformer.h._children.values())
+    assert not any(isinstance(b.attn.core, RefCore) for b in ref.transformer.h.children())
     assert not any(isinstance(b.attn.core, TorchCore) for b in twin.transformer.h)
     assert ref.schedule is None and twin.schedule is None
 

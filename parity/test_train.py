@@ -252,7 +252,7 @@ def _forwards_in_a_step(name: str, run: object) -> tuple[int, int]:
     if name == "reference":
         from reference import module as rmodule
 
-        blocks = list(run.model.transformer.h._children.values())
+        blocks = list(run.model.transformer.h.children())
         drops = [b.attn.core.attn_dropout for b in blocks]
 
         def pre(node: object, args: tuple) -> None:
