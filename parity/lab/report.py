@@ -58,6 +58,7 @@ class Row:
     observation: Observation | None
     verdict: str  # "ok", "FAIL", "ERROR", "NOT CHECKED"
     seconds: float
+    tests: tuple[str, ...] = ()  # the node ids of the tests that asserted the claim
 
 
 @dataclass(frozen=True)
@@ -86,17 +87,26 @@ def parity_test_files(topic: str | None = None) -> list[Path]:
     return [p for p in files if owner(p) == topic]
 
 
+REPORTING = "MIRRORTRAIN_REPORT_JSON"  # set in the report's pytest process (report_plugin.py)
+
+
 def _number(x: float | str) -> float:
     """A number the plugin wrote: JSON has no infinity or NaN, so those come as strings."""
     return float(x)
 
 
-def run_tests(files: list[Path], extra: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Run the parity tests in `files` in a fresh pytest process under the report profile;
+def run_tests(files: list[Path] | list[str], extra: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Run the parity tests in `files` (paths or node ids) in a fresh pytest process under the
+    report profile;
     return what the plugin wrote ({"claims": ..., "tests": ...}, module docstring)."""
+    if not files:
+        raise ValueError("run_tests: no test files given (pytest would run every test path)")
+    if REPORTING in os.environ:  # a test inside the report's run asked for a report
+        raise RuntimeError("the report cannot run inside its own pytest run: a test that "
+                           "calls report.run must not be among the parity tests it runs")
     with tempfile.TemporaryDirectory(prefix="mirrortrain-report-") as tmp:
         out = Path(tmp) / "report.json"
-        env = {**os.environ, "MIRRORTRAIN_REPORT_JSON": str(out)}
+        env = {**os.environ, REPORTING: str(out)}
         command = [sys.executable, "-m", "pytest", *map(str, files), "-q", "-p",
                    "parity.lab.report_plugin", "--hypothesis-profile=report", "-p",
                    "no:cacheprovider", "-o", "addopts=", "-m", "not slow", "--strict-markers",
@@ -114,10 +124,12 @@ def rows_of(claims: tuple[Claim, ...], ran: dict[str, Any]) -> Result:
     """The table's rows from one run's record (see the module docstring for the verdicts)."""
     seconds: dict[str, float] = {}
     errors: dict[str, str] = {}
+    asserted_by: dict[str, list[str]] = {}
     unclaimed = []
     for t in ran["tests"]:
         for cid in t["claims"]:
             seconds[cid] = seconds.get(cid, 0.0) + t["seconds"] / len(t["claims"])
+            asserted_by.setdefault(cid, []).append(t["nodeid"])
         if t["outcome"] == "failed":
             if not t["claims"]:
                 unclaimed.append(f"{t['nodeid']}: {t['message']}")
@@ -135,16 +147,35 @@ def rows_of(claims: tuple[Claim, ...], ran: dict[str, Any]) -> Result:
             verdict = "ERROR"
         note = errors.get(c.id, "")
         rows.append(Row(c, Observation(_number(seen["worst"]), int(seen["n"]), note, raw),
-                        verdict, seconds.get(c.id, 0.0)))
+                        verdict, seconds.get(c.id, 0.0), tuple(asserted_by.get(c.id, ()))))
     return Result(rows, unclaimed, sum(t["seconds"] for t in ran["tests"]))
+
+
+def recorded_tests(claim_ids: tuple[str, ...]) -> list[str] | None:
+    """The node ids of the tests that asserted these claims in the last recorded report
+    (docs/data/report.json, `report --record`), or None when a claim has none recorded."""
+    from parity.lab.gendocs.claims import OBSERVED_JSON
+
+    if not OBSERVED_JSON.exists():
+        return None
+    recorded = json.loads(OBSERVED_JSON.read_text(encoding="utf-8"))
+    nodes = [recorded.get(cid, {}).get("tests") for cid in claim_ids]
+    if not all(nodes):
+        return None
+    return sorted({n for ns in nodes for n in ns})  # type: ignore[union-attr]
 
 
 def run(topic: str | None = None, only: tuple[str, ...] | None = None) -> Result:
     """Run the parity tests (of one topic, if given) and tabulate every claim (of that topic;
-    `only`: just these claim ids, whose topics' files are what runs)."""
+    `only`: just these claim ids, checked by the tests the last recorded report saw assert
+    them, or else by their topics' files)."""
+    if only is not None and not only:
+        return Result([], [], 0.0)
     if only is not None:
         topics = sorted({cid.split(".", 1)[0] for cid in only})
-        files = sorted({p for t in topics for p in parity_test_files(t)})
+        nodes = recorded_tests(only)
+        files = (nodes if nodes is not None  # type: ignore[assignment]
+                 else sorted({p for t in topics for p in parity_test_files(t)}))
         claims = tuple(c for c in CLAIMS if c.id in only)
     else:
         files = parity_test_files(topic)

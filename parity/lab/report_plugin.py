@@ -68,7 +68,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if _BAR is not None:
         _BAR.close()
-    path = os.environ.get("MIRRORTRAIN_REPORT_JSON")
+    path = os.environ.get("MIRRORTRAIN_REPORT_JSON")  # report.REPORTING
     if not path:
         return
     claims = {cid: {"worst": _number(o.worst), "n": o.n, "raw": _number(o.raw),

@@ -91,9 +91,10 @@ def run(args: argparse.Namespace) -> int:
     if args.record:
         from parity.lab.gendocs.claims import OBSERVED_JSON
 
-        OBSERVED_JSON.write_text(json.dumps({o["id"]: {k: o[k] for k in (
-            "observed", "raw", "n", "verdict")} for o in as_json(rows)}, indent=1,
-            allow_nan=False) + "\n", encoding="utf-8")
+        tests = {r.claim.id: list(r.tests) for r in rows}
+        OBSERVED_JSON.write_text(json.dumps({o["id"]: {**{k: o[k] for k in (
+            "observed", "raw", "n", "verdict")}, "tests": tests[o["id"]]}
+            for o in as_json(rows)}, indent=1, allow_nan=False) + "\n", encoding="utf-8")
         say(f"recorded: {OBSERVED_JSON}")
     failed = [r for r in rows if r.verdict != "ok"]
     if not rows:
