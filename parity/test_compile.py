@@ -4,8 +4,9 @@ catalogue counted by torch._dynamo.explain, and recompiles counted by torch's co
 
 Inductor compiles with the system C++ compiler into TORCHINDUCTOR_CACHE_DIR, set here to a
 fresh temporary directory per session (a cold compile, the honest cost: about 10-25 s for
-the one compiled case of the default run on 2 cores). The catalogue, the recompile counts
-and the other compiled cases are marked slow.
+the one compiled case of the default run on 2 cores). The recompile counts (backend
+"eager", about a second each) run by default; the catalogue and the other compiled cases
+are marked slow.
 """
 
 from __future__ import annotations
@@ -222,7 +223,6 @@ def test_each_seeded_break_is_counted_and_its_repair_captures_one_graph(
             strict(model, x)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("mode", dc.MODES)
 def test_recompiles_over_batch_and_sequence_follow_the_guards(mode: str) -> None:
     """Graphs compiled over SHAPES: 4 static, 3 automatic dynamic, 1 marked or dynamic=True;

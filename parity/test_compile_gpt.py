@@ -79,7 +79,7 @@ def test_compiled_gpt_matches_eager_and_reference_within_the_probe_bound(device:
     if device != "cpu":
         pytest.skip(CPU_ONLY)
     torch._dynamo.reset()
-    n = cg.numerics(cg.GPT_SMALL)
+    n = cg.numerics(cg.GPT_COMPILED)
     assert n.reference is not None
     _assert_within(n, "compile.gpt_eager", n.eager, "eager")
     _assert_within(n, "compile.gpt_reference", n.reference, "reference")
@@ -95,7 +95,7 @@ def test_compiled_gpt_under_bf16_autocast_matches_eager_within_its_probe_bound(
     if device != "cpu":
         pytest.skip(CPU_ONLY)
     torch._dynamo.reset()
-    n = cg.numerics(cg.GPT_SMALL, "bf16")
+    n = cg.numerics(cg.GPT_COMPILED, "bf16")
     assert n.compiled["output"].dtype.itemsize == 2, "the logits are not bfloat16: no autocast"
     _assert_within(n, "compile.gpt_bf16", n.eager, "bf16")
 

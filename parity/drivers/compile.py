@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from torch._inductor import config as inductor_config
 
 from parity.claims.compile_bounds import EPS32, Results, bounds, probable_bounds
 from parity.compare import as_numpy, eps_of, measure
@@ -27,13 +28,21 @@ from torch_impl import compile as tc
 from torch_impl import nn as tnn
 
 _CACHE_ROOT: list[tempfile.TemporaryDirectory] = []
+# Kernels compiled in this process, one after another, not by a pool of worker processes:
+# compile_threads is read only by torch/_inductor/async_compile.py, to choose between
+# submitting each kernel's C++ build to a pool and building it at once; the generated
+# source and the compiler's command line are the same either way, so the numbers are. On
+# 2 shared cores the pool's start (each worker imports torch) cost more than it saved:
+# one compiled transformer took about half the wall time with 1.
+_COMPILE_THREADS = 1
 
 
 @contextlib.contextmanager
 def fresh_inductor_cache() -> Iterator[str]:
     """Inductor's on-disk caches in a fresh, empty directory for the duration, Dynamo's
-    in-memory ones reset around it, the environment restored after (Inductor writes the
-    directory it settled on back into TORCHINDUCTOR_CACHE_DIR).
+    in-memory ones reset around it, kernels built in this process (_COMPILE_THREADS), the
+    environment restored after (Inductor writes the directory it settled on back into
+    TORCHINDUCTOR_CACHE_DIR).
 
     The directory is a new subdirectory of one temporary directory per process, removed at
     exit, not at the end of the block: Inductor memoizes paths into its cache for the life
@@ -46,7 +55,8 @@ def fresh_inductor_cache() -> Iterator[str]:
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(dir=_CACHE_ROOT[0].name)
     torch._dynamo.reset()
     try:
-        yield os.environ["TORCHINDUCTOR_CACHE_DIR"]
+        with inductor_config.patch(compile_threads=_COMPILE_THREADS):
+            yield os.environ["TORCHINDUCTOR_CACHE_DIR"]
     finally:
         torch._dynamo.reset()
         if before is None:
