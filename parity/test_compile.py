@@ -76,6 +76,7 @@ def test_compiled_mlp_matches_eager_and_reference_within_six_sigma_of_the_propag
 
 
 @pytest.mark.slow
+@pytest.mark.report
 def test_compiled_bf16_autocast_matches_eager_within_its_rounding_bound(device: str) -> None:
     """Under bfloat16 autocast, logits, loss and gradients of the compiled MLP lie within
     compile.eager's bound plus one bf16 ulp per autocast rounding of a differing value."""
@@ -92,6 +93,7 @@ def test_compiled_bf16_autocast_matches_eager_within_its_rounding_bound(device: 
 
 @pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf")
 @pytest.mark.slow
+@pytest.mark.report
 def test_compiled_train_step_updates_parameters_within_the_propagated_bound(
         device: str) -> None:
     """One SGD step of the compiled train_step lands every parameter within lr E_g +

@@ -73,6 +73,7 @@ def test_the_probe_bound_models_the_transformer_eager_runs(device: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.report
 def test_compiled_gpt_matches_eager_and_reference_within_the_probe_bound(device: str) -> None:
     """Logits, loss and every gradient of the Inductor-compiled transformer within 6 sigma
     of the probe-propagated roundings, against eager and against the reference."""
@@ -88,6 +89,7 @@ def test_compiled_gpt_matches_eager_and_reference_within_the_probe_bound(device:
 
 
 @pytest.mark.slow
+@pytest.mark.report
 def test_compiled_gpt_under_bf16_autocast_matches_eager_within_its_probe_bound(
         device: str) -> None:
     """Under bfloat16 autocast: bfloat16 logits, float32 loss and gradients within the probe
@@ -207,7 +209,6 @@ def test_the_inductor_compiled_gpt_rejects_a_token_out_of_range(device: str) -> 
         model(bad, targets)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("mode", cg.MODES)
 def test_gpt_recompiles_over_batch_and_sequence_follow_the_guards(mode: str) -> None:
     """Graphs over GPT_SHAPES: 4 static, 3 automatic dynamic, 1 marked or dynamic=True; every
@@ -220,7 +221,6 @@ def test_gpt_recompiles_over_batch_and_sequence_follow_the_guards(mode: str) -> 
     assert (len(r.failed_guards) > 0) == (r.graphs > 1), r.failed_guards
 
 
-@pytest.mark.slow
 def test_a_full_block_after_a_short_one_compiles_once_when_dynamic() -> None:
     """NOTE [ The mask is built for T ]: with dynamic=True, or mark_dynamic on batch and
     sequence, (4, 5) then a full block (4, block_size) compile one graph, no guard failed."""

@@ -125,15 +125,6 @@ def test_bad_tokens_raise_the_same_error_class_in_both_trees(device: str, case: 
                     f"{case}: {ref_cls} vs {torch_cls}; {ref_msg!r} / {torch_msg!r}")
 
 
-def test_the_reference_refuses_sdpa_and_torch_runs_it(device: str) -> None:
-    """attention='sdpa' is torch's fused kernel: the reference says so instead of pretending."""
-    config = dg.GPTConfig(attention="sdpa")
-    with pytest.raises(ValueError, match="sdpa"):
-        rgpt.GPT(config, rng=np.random.default_rng(0))
-    with pytest.raises(ValueError, match="attention"):
-        dg.GPTConfig(attention="flash")
-
-
 @given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 64), prefix=st.integers(1, 8),
        vocab=st.integers(3, 40), batch=st.integers(1, 9), stop=st.integers(0, 20))
 @settings(max_examples=30)

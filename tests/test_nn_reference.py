@@ -203,3 +203,24 @@ def test_bad_arguments_are_refused() -> None:
     model = nn.make_mlp((2, 3, 2), rng=rng)
     with pytest.raises(KeyError, match="missing keys"):
         model.load_state_dict({})
+
+
+def test_matmul_warns_of_an_invalid_operation_by_the_products_values_not_the_fpu_flags(
+) -> None:
+    """NOTE [ Spurious BLAS flags ]: a NaN the operands explain is no new invalid operation
+    (no warning); inf - inf inside the sums is one (warned); finite products never warn."""
+    import warnings
+
+    from reference.nn import matmul
+
+    big = np.float32(3e38)
+    a = np.array([[big, big]], np.float32)
+    b = np.array([[1.0], [-1.0]], np.float32)  # big - big = 0: finite
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert matmul(a, b)[0, 0] == 0
+        nan_in = np.array([[np.nan, 1.0]], np.float32)
+        assert np.isnan(matmul(nan_in, b)[0, 0])  # explained by the operand: silent
+    inf_minus_inf = np.array([[np.inf, np.inf]], np.float32)
+    with pytest.warns(RuntimeWarning, match="invalid value encountered in matmul"):
+        assert np.isnan(matmul(inf_minus_inf, b)[0, 0])

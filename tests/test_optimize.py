@@ -121,25 +121,35 @@ def test_the_cli_refuses_an_unsupported_model_combination_in_one_line(
 
 
 class _Clocked:
-    """A stand-in Run whose first step takes `first` seconds and every later one `later`."""
+    """A stand-in Run whose first step takes `first` seconds and every later one `later`;
+    each step appends the run's name to the shared `log`."""
 
-    def __init__(self, first: float, later: float) -> None:
+    def __init__(self, first: float, later: float, name: str = "", log: list | None = None
+                 ) -> None:
         self.first, self.later, self.calls = first, later, 0
+        self.name, self.log = name, [] if log is None else log
 
     def train_step(self) -> None:
         import time
 
         time.sleep(self.first if self.calls == 0 else self.later)
         self.calls += 1
+        self.log.append(self.name)
 
 
-def test_the_first_call_is_timed_apart_and_enters_no_sample() -> None:
-    runs = {"baseline": _Clocked(0.0, 0.001), "optimized": _Clocked(0.3, 0.001)}
+def test_the_first_call_is_timed_apart_and_the_repeats_run_abba() -> None:
+    """Each side's first call and warm-up block come first, outside every sample; then the
+    repeats alternate AB, BA, AB, ... (blocks of `steps` steps), as the docstring says."""
+    log: list[str] = []
+    runs = {"baseline": _Clocked(0.0, 0.001, "B", log),
+            "optimized": _Clocked(0.3, 0.001, "O", log)}
     t = drv.time_interleaved(runs, repeats=3, steps=2)
     assert t.first_call_wall["optimized"] >= 0.3 > t.first_call_wall["baseline"]
     assert max(t.optimized_wall) < 0.1, "the slow first call leaked into a sample"
     assert len(t.optimized_wall) == len(t.baseline_wall) == 3
-    assert runs["optimized"].calls == 1 + 2 + 3 * 2  # first call, warm-up block, repeats
+    warm = "BBB" + "OOO"  # each side: its first call, then an unrecorded block of 2 steps
+    repeats = "BBOO" + "OOBB" + "BBOO"  # ABBA: repeat r's order flips with r's parity
+    assert "".join(log) == warm + repeats
 
 
 @pytest.mark.parametrize("what", ["autocast-bf16", "recompute:sqrt+selective"])

@@ -91,3 +91,19 @@ def test_every_topic_has_test_files_and_every_file_one_topic() -> None:
     owned = [p for t in TOPICS for p in parity_test_files(t)]
     assert sorted(owned) == sorted(every), "a parity test file no topic owns (or two do)"
     assert all(parity_test_files(t) for t in TOPICS)
+
+
+def test_two_processes_records_merge_to_the_worse_case_and_the_sum() -> None:
+    from parity.lab.report import merge
+
+    a = {"claims": {"x": {"worst": 1.0, "n": 3, "raw": 0.5, "held": True, "calls": 1},
+                    "y": {"worst": 0.0, "n": 1, "raw": None, "held": True, "calls": 1}},
+         "tests": [{"nodeid": "a"}]}
+    b = {"claims": {"x": {"worst": "nan", "n": 2, "raw": 0.25, "held": False, "calls": 2}},
+         "tests": [{"nodeid": "b"}]}
+    m = merge([a, b])
+    assert math.isnan(m["claims"]["x"]["worst"])
+    assert (m["claims"]["x"]["n"], m["claims"]["x"]["raw"], m["claims"]["x"]["held"],
+            m["claims"]["x"]["calls"]) == (5, 0.5, False, 3)
+    assert m["claims"]["y"] == a["claims"]["y"]
+    assert [t["nodeid"] for t in m["tests"]] == ["a", "b"]

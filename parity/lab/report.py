@@ -95,29 +95,68 @@ def _number(x: float | str) -> float:
     return float(x)
 
 
+SELECTION = "not slow or report"  # the default suite, and the slow tests marked `report`
+# Inductor's C++ builds are most of the compile tests' time and run on one core each
+# (parity/drivers/compile.py: compile_threads=1): those files run in a process of their own,
+# beside the rest, so on two cores the two halves overlap.
+APART = ("test_compile",)
+
+
+def _command(files: list[Path] | list[str], extra: tuple[str, ...]) -> list[str]:
+    return [sys.executable, "-m", "pytest", *map(str, files), "-q", "-p",
+            "parity.lab.report_plugin", "--hypothesis-profile=report", "-p", "no:cacheprovider",
+            "-o", "addopts=", "-m", SELECTION, "--strict-markers", "--no-header", "-rN",
+            "--tb=line", *extra]
+
+
+def merge(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """One record from several processes' (a claim asserted in two: the worse case, the
+    counts added, held only if it held in both)."""
+    claims: dict[str, Any] = {}
+    for r in records:
+        for cid, o in r["claims"].items():
+            if cid not in claims:
+                claims[cid] = dict(o)
+                continue
+            c = claims[cid]
+            c["worst"] = max(_number(c["worst"]), _number(o["worst"]), key=lambda x: (
+                x != x, x))  # NaN is the worst of all
+            c["n"] += o["n"]
+            if o["raw"] is not None:
+                c["raw"] = o["raw"] if c["raw"] is None else max(_number(c["raw"]),
+                                                                  _number(o["raw"]))
+            c["held"] = c["held"] and o["held"]
+            c["calls"] += o["calls"]
+    return {"claims": claims, "tests": [t for r in records for t in r["tests"]]}
+
+
 def run_tests(files: list[Path] | list[str], extra: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Run the parity tests in `files` (paths or node ids) in a fresh pytest process under the
-    report profile;
-    return what the plugin wrote ({"claims": ..., "tests": ...}, module docstring)."""
+    """Run the parity tests in `files` (paths or node ids) under the report profile, the
+    compile tests in a process of their own beside the others (APART); return the merged
+    record the plugin wrote ({"claims": ..., "tests": ...}, module docstring)."""
     if not files:
         raise ValueError("run_tests: no test files given (pytest would run every test path)")
     if REPORTING in os.environ:  # a test inside the report's run asked for a report
         raise RuntimeError("the report cannot run inside its own pytest run: a test that "
                            "calls report.run must not be among the parity tests it runs")
+    apart = [f for f in files if Path(str(f).split("::")[0]).name.startswith(APART)]
+    groups = [g for g in ([f for f in files if f not in apart], apart) if g]
     with tempfile.TemporaryDirectory(prefix="mirrortrain-report-") as tmp:
-        out = Path(tmp) / "report.json"
-        env = {**os.environ, REPORTING: str(out)}
-        command = [sys.executable, "-m", "pytest", *map(str, files), "-q", "-p",
-                   "parity.lab.report_plugin", "--hypothesis-profile=report", "-p",
-                   "no:cacheprovider", "-o", "addopts=", "-m", "not slow", "--strict-markers",
-                   "--no-header", "-rN", "--tb=line", *extra]
-        done = subprocess.run(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                              stderr=None, text=True, check=False)
-        if not out.exists():  # pytest itself failed (collection error, bad option)
-            tail = "\n".join(done.stdout.strip().splitlines()[-15:])
-            raise RuntimeError(f"the parity tests did not run (pytest exit {done.returncode}):"
-                               f"\n{tail}")
-        return json.loads(out.read_text(encoding="utf-8"))
+        started = []
+        for k, group in enumerate(groups):
+            out = Path(tmp) / f"report-{k}.json"
+            env = {**os.environ, REPORTING: str(out), "MIRRORTRAIN_REPORT_BAR": str(k)}
+            started.append((out, subprocess.Popen(_command(group, extra), cwd=ROOT, env=env,
+                                                  stdout=subprocess.PIPE, text=True)))
+        records = []
+        for out, process in started:
+            stdout, _ = process.communicate()
+            if not out.exists():  # pytest itself failed (collection error, bad option)
+                tail = "\n".join(stdout.strip().splitlines()[-15:])
+                raise RuntimeError("the parity tests did not run (pytest exit "
+                                   f"{process.returncode}):\n{tail}")
+            records.append(json.loads(out.read_text(encoding="utf-8")))
+    return merge(records)
 
 
 def rows_of(claims: tuple[Claim, ...], ran: dict[str, Any]) -> Result:

@@ -40,8 +40,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     global _BAR
     from tqdm import tqdm
 
+    position = int(os.environ.get("MIRRORTRAIN_REPORT_BAR", "0"))  # one bar per process
     _BAR = tqdm(total=len(session.items), unit="test", file=sys.stderr, leave=False,
-                desc="report")
+                desc="report" if position == 0 else "compile", position=position)
 
 
 def pytest_runtest_logstart(nodeid: str, location: tuple[str, int | None, str]) -> None:
