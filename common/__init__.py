@@ -11,6 +11,7 @@ schedule's plan and a numerics report compare across the implementations with ==
     common/recompute_plans.py   checkpointing plans (Schedule, Segment) and their specs
     common/fault_catalogue.py   the seeded faults a run can be given (plain data)
     common/numerics_report.py   the numerics detector's report types
+    common/numerics_detect.py   the numerics detector's control flow (a tree supplies its calls)
     common/state_digest.py      NOTE [ Canonical state digest ], given a tree's tensor bytes
     common/train_loop.py        the loop around the step: checkpoints, resume, faults, numerics
 

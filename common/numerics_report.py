@@ -34,6 +34,10 @@ class InputRange:
         return self.nonfinite > 0 or self.beyond > 0
 
 
+# a watched re-run's find (numerics_locate.watch_ops)
+Found = tuple[str, tuple[int, ...], str, tuple[InputRange, ...]]  # op, index, value, inputs
+
+
 @dataclass(frozen=True)
 class FirstInvalid:
     """Where the first non-finite value appeared (module docstring). Plain data: the torch

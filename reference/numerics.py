@@ -42,7 +42,8 @@ by the anomaly replay: the saved batch, model, scaler and random state re-run fo
 backward, and the first backward node returning NaN is named as torch's
 detect_anomaly(check_nan=True) names it (NOTE [ Backward names ]).
 
-The torch twin is torch_impl/numerics.py.
+The detector's control flow (the phases, the order of the search) is common/numerics_detect.py;
+this module supplies the reference's calls. The torch twin is torch_impl/numerics.py.
 """
 
 from __future__ import annotations
@@ -54,10 +55,12 @@ from typing import Any
 
 import numpy as np
 
+from common import numerics_detect
 from common.format_spec import FloatFormat, get_format
 from common.numerics_report import (  # noqa: F401  (re-exported)
     COLUMNS,
     FirstInvalid,
+    Found,
     InputRange,
     NonFinite,
     ReplayResult,
@@ -150,104 +153,43 @@ def all_paths(model: Module, loss_fn: Node | None) -> dict[int, str]:
     return {**paths, **leaf_paths(model, loss_fn)}
 
 
-class Detector:
-    """Counts and the first invalid value of each step; `phase` is train_step's `phase`.
+class Detector(numerics_detect.Detector):
+    """common/numerics_detect.py's Detector (its docstring: the phases) on the tape's global
+    forward hook: the reference's calls only."""
 
-    phase("forward")   begins the step and records every leaf's output (hooks)
-    phase("backward")  stops recording (a recomputed forward is not counted twice)
-    phase("optimizer") counts the gradients, appends the step's rows to `history`, and
-                       raises NonFinite at the first invalid value (before the update)
-    """
+    locate = numerics_locate
 
     def __init__(self, model: Module, loss_fn: Node, fmt: str, *, scaler_enabled: bool
                  ) -> None:
-        self.model, self.fmt, self.scaler_enabled = model, get_format(fmt), scaler_enabled
-        self.paths, self.leaves = all_paths(model, loss_fn), set(leaf_paths(model, loss_fn))
-        self.step = 0  # set by the run loop before each step
-        self.history: list[dict[str, list[int]]] = []
-        self._seen: list[tuple[str, Node, tuple, np.ndarray]] = []  # leaves, in op order
-        self._calls: dict[str, tuple[Node, tuple]] = {}  # every module: its first call's
-        self._ended: list[tuple[int, str, Any]] = []  # containers: (leaves before, path, output)
-        self._autocast = amp.autocast_state()  # the forward's, for numerics_locate's re-run
+        super().__init__(model, get_format(fmt), all_paths(model, loss_fn),
+                         set(leaf_paths(model, loss_fn)), scaler_enabled=scaler_enabled,
+                         autocast=amp.autocast_state())
 
-    @contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        if name == "forward":
-            self._seen, self._calls, self._ended = [], {}, []
-            handle = register_module_forward_hook(self._forward_hook)
-            try:
-                yield
-            finally:
-                handle.remove()
-            return
-        if name == "optimizer":
-            self._end_step()
-        yield
+    def _register_forward_hook(self, hook: Callable[[Node, tuple, Any], None]) -> Any:
+        return register_module_forward_hook(hook)
 
-    def ops(self) -> list[tuple[str, str]]:
-        """(module path, op) of every leaf output recorded this step, in op order."""
-        return [(path, op_name(node)) for path, node, _, output in self._seen]
+    def _autocast_state(self, output: Any) -> amp.AutocastState:
+        return amp.autocast_state()  # one stack for every array: no device to ask
 
-    def _forward_hook(self, node: Node, args: tuple, output: Any) -> None:
-        path = self.paths.get(id(node))
-        if path is None:
-            return
-        if not self._calls:
-            self._autocast = amp.autocast_state()
-        self._calls.setdefault(path, (node, args))
-        if id(node) in self.leaves:
-            self._seen.append((path, node, args, output))
-        else:  # a container: where an inline op's value ends (numerics_locate.ended_maker)
-            self._ended.append((len(self._seen), path, output))
+    def _grads(self) -> list[tuple[str, np.ndarray]]:
+        return [(name, p.grad) for name, p in self.model.named_parameters()
+                if p.grad is not None]
 
-    def _end_step(self) -> None:
-        grads = [(name, p.grad) for name, p in self.model.named_parameters()
-                 if p.grad is not None]
-        tensors = [output for *_, output in self._seen] + [g for _, g in grads]
-        table = count_rows(tensors, self.fmt).tolist()  # (modules + parameters, COLUMNS)
-        names = [f"act:{path}" for path, *_ in self._seen] + [f"grad:{n}" for n, _ in grads]
-        counts = dict(zip(names, table, strict=True))
-        self.history.append(counts)
-        report = self._first_invalid(table, grads, counts)
-        if report is not None:
-            raise NonFinite(report)
+    def _count(self, tensors: list[np.ndarray]) -> list[list[int]]:
+        return count_rows(tensors, self.fmt).tolist()
 
-    def _first_invalid(self, table: list[list[int]], grads: list[tuple[str, Any]],
-                       counts: dict[str, list[int]]) -> FirstInvalid | None:
-        for i, ((path, node, args, output), row) in enumerate(zip(self._seen, table,
-                                                                    strict=False)):
-            if sum(row[:3]):
-                return self._made(i, path, node, args, output, counts)
-        if self.scaler_enabled:  # the scaler skips this step
-            return None
-        for (name, grad), row in reversed(list(zip(grads, table[len(self._seen):],
-                                                   strict=True))):
-            if sum(row[:3]):
-                index, value = first_nonfinite(grad)
-                return FirstInvalid(self.step, "backward", name, "", index, value,
-                                    self.fmt.name, (), counts)
-        return None
+    def _op_name(self, node: Node, output: Any) -> str:
+        return op_name(node)
 
+    def _first_nonfinite(self, x: np.ndarray) -> tuple[tuple[int, ...], str]:
+        return first_nonfinite(x)
 
-    def _made(self, i: int, path: str, node: Node, args: tuple, output: np.ndarray,
-              counts: dict[str, list[int]]) -> FirstInvalid:
-        """The report of the first invalid value, first shown by leaf `path`: where it was
-        made (reference/numerics_locate.py)."""
-        made = (numerics_locate.ended_maker(i, self._ended, self._calls)
-                or numerics_locate.maker(path, self._calls))
-        found = None
-        if made != path or getattr(node, "composite", False):  # a hand-written loss
-            node, args = self._calls[made]
-            found = numerics_locate.watch_ops(node, args, self._autocast, self.fmt,
-                                              input_range, first_nonfinite)
-        if found is None:
-            index, value = first_nonfinite(output)
-            op, inputs = op_name(node) if made == path else "", input_ranges(node, args,
-                                                                             self.fmt)
-        else:
-            op, index, value, inputs = found
-        return FirstInvalid(self.step, "forward", made, op, index, value, self.fmt.name,
-                            inputs, counts)
+    def _input_ranges(self, node: Node, args: tuple) -> tuple[InputRange, ...]:
+        return input_ranges(node, args, self.fmt)
+
+    def _watch_ops(self, node: Node, args: tuple) -> Found | None:
+        return numerics_locate.watch_ops(node, args, self._autocast, self.fmt, input_range,
+                                         first_nonfinite)
 
 
 # NOTE [ Backward names ]

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from common.format_spec import FloatFormat
-from common.numerics_report import InputRange
+from common.numerics_report import Found, InputRange
 from reference import amp
 from reference.module import (
     INPUT_DTYPES,
@@ -99,8 +99,6 @@ def maker(path: str, calls: dict[str, tuple[Node, tuple]]) -> str:
             return parent
     return path
 
-
-Found = tuple[str, tuple[int, ...], str, tuple[InputRange, ...]]  # op, index, value, inputs
 
 # the ufuncs an inline op calls: torch's autograd node and the aten op's argument names
 UFUNCS = {np.add: ("AddBackward0", ("self", "other")),

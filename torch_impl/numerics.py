@@ -1,5 +1,6 @@
 """Finding the first invalid value with PyTorch. See reference/numerics.py for the counts, the
-report and the replay.
+report and the replay, common/numerics_detect.py for the detector's control flow (this
+Detector supplies torch's calls).
 
 What PyTorch does differently or hides:
 - The hooks are torch's own global module hooks
@@ -10,9 +11,9 @@ What PyTorch does differently or hides:
 - One pass and one host synchronization per step: the hooks only keep references; at the
   step's end every output and gradient is concatenated, each value gets one bucket number,
   one bincount counts every tensor's buckets, and the histogram is copied to the host once
-  (`.tolist()` in `_end_step`; torch_impl/numerics_counts.py, NOTE [ One pass of counting ]);
-  only a step that found something syncs again, to read the failing element and the input
-  ranges.
+  (`.tolist()` in `Detector._count`; NOTE [ One pass of counting ] in
+  torch_impl/numerics_counts.py); a clean step is done then, and only a step that found
+  something syncs again, to read the failing element and the input ranges.
 - The backward check is torch.autograd.detect_anomaly(check_nan=True) itself: it raises
   "Function 'XBackward0' returned nan values in its 0th output." and warns with the forward
   call's traceback; `anomaly_replay` reads the name and the traceback from those.
@@ -29,9 +30,11 @@ from typing import Any
 import torch
 from torch import nn
 
+from common import numerics_detect
 from common.numerics_report import (  # plain data: the report
     COLUMNS,
     FirstInvalid,
+    Found,
     InputRange,
     NonFinite,
     ReplayResult,
@@ -100,101 +103,46 @@ def all_paths(model: nn.Module, loss_fn: nn.Module | None) -> dict[int, str]:
     return {**paths, **leaf_paths(model, loss_fn)}
 
 
-class Detector:
-    """reference.numerics.Detector with torch's global forward hook and one sync per step."""
+class Detector(numerics_detect.Detector):
+    """common/numerics_detect.py's Detector on torch's global forward hook: torch's calls
+    only, the counts read with one sync per step (`_count`)."""
+
+    locate = numerics_locate
 
     def __init__(self, model: nn.Module, loss_fn: nn.Module, fmt: str, *,
                  scaler_enabled: bool) -> None:
-        self.model, self.fmt, self.scaler_enabled = model, get_format(fmt), scaler_enabled
+        super().__init__(model, get_format(fmt), all_paths(model, loss_fn),
+                         set(leaf_paths(model, loss_fn)), scaler_enabled=scaler_enabled,
+                         autocast=numerics_locate.autocast_state("cpu"))
         self.dtype = self.fmt.dtype
-        self.paths, self.leaves = all_paths(model, loss_fn), set(leaf_paths(model, loss_fn))
         self._params = list(model.named_parameters())
-        self.step = 0  # set by the run loop before each step
-        self.history: list[dict[str, list[int]]] = []
-        self._seen: list[tuple[str, nn.Module, tuple, torch.Tensor]] = []  # leaves, op order
-        self._calls: dict[str, tuple[nn.Module, tuple]] = {}  # every module: its first call's
-        self._ended: list[tuple[int, str, Any]] = []  # containers: (leaves before, path, output)
-        self._autocast: numerics_locate.Autocast = numerics_locate.autocast_state("cpu")
 
-    @contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        if name == "forward":
-            self._seen, self._calls, self._ended = [], {}, []
-            handle = nn.modules.module.register_module_forward_hook(self._forward_hook)
-            try:
-                yield
-            finally:
-                handle.remove()
-            return
-        if name == "optimizer":
-            self._end_step()
-        yield
+    def _register_forward_hook(self, hook: Callable[[nn.Module, tuple, Any], None]) -> Any:
+        return nn.modules.module.register_module_forward_hook(hook)
 
-    def ops(self) -> list[tuple[str, str]]:
-        """(module path, op) of every leaf output recorded this step, in op order."""
-        return [(path, op_name(node, output)) for path, node, _, output in self._seen]
+    def _autocast_state(self, output: Any) -> numerics_locate.Autocast | None:
+        if not isinstance(output, torch.Tensor):
+            return None  # no device to ask
+        return numerics_locate.autocast_state(output.device.type)
 
-    def _forward_hook(self, module: nn.Module, args: tuple, output: Any) -> None:
-        path = self.paths.get(id(module))
-        if path is None:
-            return
-        if not self._calls and isinstance(output, torch.Tensor):
-            self._autocast = numerics_locate.autocast_state(output.device.type)
-        self._calls.setdefault(path, (module, args))
-        if id(module) in self.leaves:
-            self._seen.append((path, module, args, output))
-        else:  # a container: where an inline op's value ends (numerics_locate.ended_maker)
-            self._ended.append((len(self._seen), path, output))
+    def _grads(self) -> list[tuple[str, torch.Tensor]]:
+        return [(name, p.grad) for name, p in self._params if p.grad is not None]
 
-    def _end_step(self) -> None:
-        grads = [(name, p.grad) for name, p in self._params if p.grad is not None]
-        tensors = [output for *_, output in self._seen] + [g for _, g in grads]
-        counts, slots = bucket_counts(tensors, self.dtype)
-        table = rows(counts, slots)  # (modules + parameters, COLUMNS): the one sync
-        names = [f"act:{path}" for path, *_ in self._seen] + [f"grad:{n}" for n, _ in grads]
-        counts = dict(zip(names, table, strict=True))
-        self.history.append(counts)
-        report = self._first_invalid(table, grads, counts)
-        if report is not None:
-            raise NonFinite(report)
+    def _count(self, tensors: list[torch.Tensor]) -> list[list[int]]:
+        return rows(*bucket_counts(tensors, self.dtype))  # the one sync
 
-    def _first_invalid(self, table: list[list[int]], grads: list[tuple[str, Any]],
-                       counts: dict[str, list[int]]) -> FirstInvalid | None:
-        if not any(row[0] or row[1] or row[2] for row in table):  # a clean step: at once
-            return None
-        for i, ((path, module, args, output), row) in enumerate(zip(self._seen, table,
-                                                                    strict=False)):
-            if sum(row[:3]):
-                return self._made(i, path, module, args, output, counts)
-        if self.scaler_enabled:  # the scaler skips this step
-            return None
-        for (name, grad), row in reversed(list(zip(grads, table[len(self._seen):],
-                                                   strict=True))):
-            if sum(row[:3]):
-                index, value = first_nonfinite(grad)
-                return FirstInvalid(self.step, "backward", name, "", index, value,
-                                    self.fmt.name, (), counts)
-        return None
+    def _op_name(self, module: nn.Module, output: Any) -> str:
+        return op_name(module, output)
 
+    def _first_nonfinite(self, x: torch.Tensor) -> tuple[tuple[int, ...], str]:
+        return first_nonfinite(x)
 
-    def _made(self, i: int, path: str, module: nn.Module, args: tuple, output: torch.Tensor,
-              counts: dict[str, list[int]]) -> FirstInvalid:
-        """reference.numerics.Detector._made."""
-        made = (numerics_locate.ended_maker(i, self._ended, self._calls)
-                or numerics_locate.maker(path, self._calls))
-        found = None
-        if made != path or getattr(module, "composite", False):  # a hand-written loss
-            module, args = self._calls[made]
-            found = numerics_locate.watch_ops(module, args, self._autocast, self.dtype,
-                                              input_range, first_nonfinite)
-        if found is None:
-            index, value = first_nonfinite(output)
-            op = op_name(module, output) if made == path else ""
-            inputs = input_ranges(module, args, self.dtype)
-        else:
-            op, index, value, inputs = found
-        return FirstInvalid(self.step, "forward", made, op, index, value, self.fmt.name,
-                            inputs, counts)
+    def _input_ranges(self, module: nn.Module, args: tuple) -> tuple[InputRange, ...]:
+        return input_ranges(module, args, self.dtype)
+
+    def _watch_ops(self, module: nn.Module, args: tuple) -> Found | None:
+        return numerics_locate.watch_ops(module, args, self._autocast, self.dtype,
+                                         input_range, first_nonfinite)
 
 
 # NOTE [ Backward names ] in reference/numerics.py: what detect_anomaly checks and names.

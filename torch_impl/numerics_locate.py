@@ -19,9 +19,8 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from common.numerics_report import InputRange
+from common.numerics_report import Found, InputRange
 
-Found = tuple[str, tuple[int, ...], str, tuple[InputRange, ...]]  # op, index, value, inputs
 Autocast = tuple[str, bool, torch.dtype]  # device type, enabled, dtype
 
 
