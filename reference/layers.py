@@ -34,9 +34,10 @@ each of the N columns alone:
     1. a zeroed buffer of P rows, P = torch's intra-op thread count (at::get_num_threads()),
        in x's dtype (float32 or float64 here; a 2-byte x would round each partial sum to it:
        not mirrored, CPU autocast feeds LayerNorm float32); at::parallel_for(0, M, grain 1)
-       cuts the rows into n = min(P, M) chunks of c = ceil(M / n) consecutive rows
-       (invoke_parallel, ATen/ParallelOpenMP.h; one chunk when P = 1 or M = 1), and thread t
-       adds its chunk, in row order, into buffer row t:
+       cuts the rows into chunks of c = ceil(M / min(P, M)) consecutive rows, thread t taking
+       rows [t c, (t + 1) c) (invoke_parallel, ATen/ParallelOpenMP.h; one chunk when P = 1 or
+       M = 1; a thread may get none: M = 5 on P = 4 gives 2, 2, 1), and adds them, in row
+       order, into buffer row t:
            part_t = ((0 + t_{t c}) + t_{t c + 1}) + ... + t_{min(M, (t + 1) c) - 1}
        (elementwise across the columns: the vectorized map2 / map3 reorder nothing);
     2. sum = ((0 + part_0) + part_1) + ... + part_{P - 1}   (unused rows are 0: adding 0 to
@@ -114,11 +115,11 @@ def torch_cpu_row_sum(t: np.ndarray, threads: int = 1) -> np.ndarray:
     one column (C = 1) the rows are contiguous and it turns pairwise (8 partial sums)."""
     rows = t.reshape(-1, t.shape[-1])  # (M, N)
     m = rows.shape[0]
-    chunk = max(1, -(-m // max(1, min(threads, m))))  # ceil(M / n), n = min(P, M) chunks
+    chunk = max(1, -(-m // max(1, min(threads, m))))  # c = ceil(M / min(P, M)) rows a thread
     zero = np.zeros((1, rows.shape[1]), rows.dtype)
     parts = np.array([_running_sum_from_zero(rows[start:start + chunk], zero)
                       for start in range(0, m, chunk)], rows.dtype).reshape(-1, rows.shape[1])
-    return _running_sum_from_zero(parts, zero)  # parts: (n, N), one per thread that had rows
+    return _running_sum_from_zero(parts, zero)  # parts: one row per thread that had rows
 
 
 def _running_sum_from_zero(rows: np.ndarray, zero: np.ndarray) -> np.ndarray:
