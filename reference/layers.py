@@ -23,7 +23,30 @@ With gw = g w (elementwise) and the row means <.> over the C features:
     dw = sum over rows of g xhat,   db = sum over rows of g
 The first term is the direct path, <gw> the path through the mean, xhat <gw xhat> the path
 through rstd (d rstd / d x_j = -rstd^2 xhat_j / C). torch's CPU kernel evaluates the same
-formula from the saved mean and rstd (layer_norm_backward_kernel), in another operation order.
+formula from the saved mean and rstd (layer_norm_backward_kernel), in another operation order;
+its sums over the rows, dw and db, in the order of NOTE [ LayerNorm row sums on torch's CPU ].
+
+# NOTE [ LayerNorm row sums on torch's CPU ]
+torch's CPU kernel (aten/src/ATen/native/cpu/layer_norm_kernel.cpp,
+LayerNormBackwardKernelImplInternal; the same order in every stored version, torch 1.x to
+2.6 and later) sums dw's terms g xhat and db's terms g over the M rows in two passes, for
+each of the N columns alone:
+    1. a zeroed buffer of P rows, P = torch's intra-op thread count (at::get_num_threads()),
+       in x's dtype (float32 or float64 here; a 2-byte x would round each partial sum to it:
+       not mirrored, CPU autocast feeds LayerNorm float32); at::parallel_for(0, M, grain 1)
+       cuts the rows into chunks of c = ceil(M / min(P, M)) consecutive rows, thread t taking
+       rows [t c, (t + 1) c) (invoke_parallel, ATen/ParallelOpenMP.h; one chunk when P = 1 or
+       M = 1; a thread may get none: M = 5 on P = 4 gives 2, 2, 1), and adds them, in row
+       order, into buffer row t:
+           part_t = ((0 + t_{t c}) + t_{t c + 1}) + ... + t_{min(M, (t + 1) c) - 1}
+       (elementwise across the columns: the vectorized map2 / map3 reorder nothing);
+    2. sum = ((0 + part_0) + part_1) + ... + part_{P - 1}   (unused rows are 0: adding 0 to
+       a sum begun at +0 changes no bit).
+On one thread (the claims' setting) that is 0 + (0 + t_0 + t_1 + ... + t_{M-1}): the rows in
+order from +0, so a column of -0 sums to +0 (a running sum begun at the first row gives -0).
+On P > 1 threads the chunks' partial sums are another order, an ulp apart from it. db's terms
+are g itself, so its sum is torch's bit for bit; dw's terms are g xhat, whose xhat torch forms
+as rstd x - rstd mean (gpt.layer_norm.backward bounds the difference), added in this order.
 
 # NOTE [ Softmax backward ]
 p = softmax(s) over the last axis: p_i = exp(s_i - max s) / sum_j exp(s_j - max s).
@@ -78,21 +101,30 @@ def layer_norm_backward(g: np.ndarray, x: np.ndarray, mean: np.ndarray, rstd: np
     xhat = (amp.wide(x) - mean) * rstd
     g = amp.wide(g)
     gw = g * w
-    rows = tuple(range(g.ndim - 1))
     dx = rstd * (gw - gw.mean(axis=-1, keepdims=True, dtype=g.dtype)
                  - xhat * (gw * xhat).mean(axis=-1, keepdims=True, dtype=g.dtype))
-    return amp.cast(dx, x.dtype), (g * xhat).sum(axis=rows, dtype=g.dtype), row_order_sum(g)
+    return amp.cast(dx, x.dtype), torch_cpu_row_sum(g * xhat), torch_cpu_row_sum(g)
 
 
-def row_order_sum(g: np.ndarray) -> np.ndarray:
-    """The sum of g's rows (every axis but the last), added one row after another.
+def torch_cpu_row_sum(t: np.ndarray, threads: int = 1) -> np.ndarray:
+    """The sum of t's rows (every axis but the last) in the order torch's CPU LayerNorm
+    backward adds them on `threads` intra-op threads: NOTE [ LayerNorm row sums on torch's
+    CPU ]. A running sum from +0 per chunk of rows, then one over the chunks' sums from +0.
 
-    torch's CPU LayerNorm backward adds dbeta row by row. NumPy's `sum` over the rows does
-    the same when a row has several columns, but with one column (C = 1) the rows are
-    contiguous and NumPy switches to its pairwise sum (8 partial sums): another order, an
-    ulp apart. A running sum (cumsum) keeps row order for every C."""
-    rows = g.reshape(-1, g.shape[-1])
-    return np.cumsum(rows, axis=0, dtype=g.dtype)[-1]
+    NumPy's `sum` over the rows is neither: it starts from the first row, not from 0, and with
+    one column (C = 1) the rows are contiguous and it turns pairwise (8 partial sums)."""
+    rows = t.reshape(-1, t.shape[-1])  # (M, N)
+    m = rows.shape[0]
+    chunk = max(1, -(-m // max(1, min(threads, m))))  # c = ceil(M / min(P, M)) rows a thread
+    zero = np.zeros((1, rows.shape[1]), rows.dtype)
+    parts = np.array([_running_sum_from_zero(rows[start:start + chunk], zero)
+                      for start in range(0, m, chunk)], rows.dtype).reshape(-1, rows.shape[1])
+    return _running_sum_from_zero(parts, zero)  # parts: one row per thread that had rows
+
+
+def _running_sum_from_zero(rows: np.ndarray, zero: np.ndarray) -> np.ndarray:
+    """((0 + r_0) + r_1) + ...: the last of cumsum over [0, r_0, r_1, ...] (one row a step)."""
+    return np.cumsum(np.concatenate([zero, rows]), axis=0, dtype=rows.dtype)[-1]
 
 
 def softmax(s: np.ndarray) -> np.ndarray:

@@ -92,7 +92,11 @@ FP_CLAIMS: tuple[Claim, ...] = (
         reason=(
             "The gather is exact. torch's CPU embedding_dense_backward adds the rows of g into "
             "each weight row in index order, as np.add.at does: the same additions in the same "
-            "order. (CUDA sorts the indices and sums in another order: not claimed.)"
+            "order, from the same zeros. On any thread count: it splits the WEIGHT rows among "
+            "threads (at::parallel_for(0, V, 1000)) and every thread walks all indices in order, "
+            "adding only into the rows it owns, so no weight row's sum is ever split (checked on "
+            "1 to 3 threads with torch 2.13). (CUDA sorts the indices and sums in another order: "
+            "not claimed.)"
         ),
     ),
     Claim(
@@ -137,25 +141,37 @@ FP_CLAIMS: tuple[Claim, ...] = (
             "reference, u (|xhat| + rstd |x| + rstd |mean|) in torch, which may compute x rstd - "
             "mean rstd); each mean over C adds C eps of its absolute terms, each of the three "
             "differences and products 2 eps of its magnitude (torch may reassociate them). dw = "
-            "sum g xhat and db = sum g: torch's CPU kernel adds the rows in order on one thread, "
-            "as NumPy does, so each sum's rounding is eps sum_k |s_k| over its running sums (NOTE"
-            " [ Row-order sums ]: first-order running error, about sqrt(N) sum|t| for mixed "
-            "signs); other devices or more threads: (N + 1) eps of the absolute sum (any order)."
+            "sum g xhat and db = sum g: the reference adds the rows in the order of torch's CPU "
+            "kernel (NOTE [ LayerNorm row sums on torch's CPU ] in reference/layers.py), on one "
+            "thread the rows in order from 0, so each sum's rounding is eps sum_k |s_k| over its "
+            "running sums (NOTE [ Row-order sums ]: first-order running error, about sqrt(N) "
+            "sum|t| for mixed signs); other devices or more threads (torch's per-thread chunks): "
+            "(N + 1) eps of the absolute sum, which holds for any order."
         ),
     ),
     Claim(
         id="gpt.layer_norm.bias_grad",
         statement=(
             "LayerNorm's bias gradient (the sum of g over all rows) is bit-identical to torch on "
-            "CPU with torch on one thread (the suite's setting)."
+            "CPU with torch on one intra-op thread (the suite's setting, parity/setting.py), for "
+            "every shape: the reference mirrors the kernel's summation order exactly. On more "
+            "threads torch sums per-thread chunks of rows: not claimed (the reference's "
+            "torch_cpu_row_sum(g, P) reproduces it, held by a test, but the model uses P = 1)."
         ),
         kind="bits",
         bound=0,
         reason=(
-            "Both add the N rows of g into the C column sums in row order: NumPy reduces the "
-            "outer axis of a C-contiguous (N, C) array row by row, and torch's CPU LayerNorm "
-            "backward accumulates dbeta row by row on one thread. With more threads torch adds "
-            "per-thread partial sums (another order): not claimed."
+            "Same terms, same order (NOTE [ LayerNorm row sums on torch's CPU ] in "
+            "reference/layers.py): torch's CPU LayerNorm backward adds the M rows of g into a "
+            "zeroed buffer row per thread, thread t taking rows [t c, (t + 1) c), c = ceil(M / "
+            "min(P, M)), then adds the P buffer rows from 0; elementwise across the C columns, "
+            "so neither C nor the vector width changes the order. On P = 1 thread that is one "
+            "running sum of the rows from 0, which the reference computes for every M and C "
+            "(NumPy's own sum would not: it starts at the first row, so a column of -0 gives -0 "
+            "where torch gives +0, and turns pairwise when C = 1). The same two-pass code in the "
+            "stored sources from torch 1.x to 2.6 and later; checked bit for bit on torch 2.13 "
+            "(1, 2 and 3 threads). On 2 threads the one-thread order is an ulp off for 6 rows of "
+            "2 (found by a fuzz run on 2 threads), hence the setting."
         ),
     ),
     Claim(
@@ -191,7 +207,11 @@ FP_CLAIMS: tuple[Claim, ...] = (
             "g v^T and p^T g are d- and T-term products; ds = p (dp - <p, dp>) carries p's "
             "forward difference and dp's; dq = ds k / sqrt(d) and dk = ds^T q / sqrt(d) are "
             "T-term products of the carried ds. Each product of a carried error is first order; "
-            "each rounding is counted on both sides."
+            "each rounding is counted on both sides, and every sum (<p, dp> included) in any "
+            "order, (T + 1) eps of its absolute terms: torch's CPU softmax backward forms <p, dp> "
+            "within one row (its threads split the rows only, so its result is the same on any "
+            "thread count; checked on 1 to 3 threads with torch 2.13), and the bound does not "
+            "rest on its order."
         ),
     ),
     Claim(
@@ -241,9 +261,10 @@ FP_CLAIMS: tuple[Claim, ...] = (
             "(NOTE [ LayerNorm error budget ], the statistics' difference measured at torch's "
             "input, plus the input's, through rstd (e + <e>) + |xhat| rstd <|xhat| e>); a sum of "
             "N terms in any order adds (N + 1) eps of the absolute sum, LayerNorm's dw and db in "
-            "row order (CPU, one thread) eps times their running sums (NOTE [ Row-order "
-            "sums ]). The incoming gradients' differences are measured at each module, so "
-            "each check is as tight as its own product."
+            "row order (CPU, one thread: torch's order, mirrored) eps times their running sums "
+            "(NOTE [ Row-order sums ]), on more threads the any-order bound. The incoming "
+            "gradients' differences are measured at each module, so each check is as tight as "
+            "its own product."
         ),
     ),
     Claim(
@@ -266,7 +287,9 @@ FP_CLAIMS: tuple[Claim, ...] = (
             "cascade of 16-term partial sums; both orders are reproduced bit for bit "
             "(parity/test_gpt_bounds.py) and each term's additions d_i counted, so the sums "
             "differ by u sum (d_numpy + d_torch) nll_i (NOTE [ Row-order sums ]), about "
-            "(N/8 + 16) u per term rather than the any-order (N - 1) eps."
+            "(N/8 + 16) u per term rather than the any-order (N - 1) eps. torch's cascade is one "
+            "serial loop over the rows (no parallel_for), so it is the same on any thread count "
+            "(checked on 1 to 3 threads with torch 2.13)."
         ),
     ),
     Claim(

@@ -37,8 +37,11 @@ u sum_i d_i t_i. Two sides that add the same terms in ANY orders are therefore a
 (u sum |s_k| of one order) + (that of the other), where the worst case over orders is (N - 1) u
 sum |t| each: the (N + 1) eps sum |t| allowed when the orders are unknown. When the orders are
 KNOWN the actual partial sums are used instead:
-    rows in order (dw, db of LayerNorm on CPU, one thread): eps sum_{k>=2} |s_k|, s_k the running
-        sums (row_order_rounding), about sqrt(N) sum |t| for terms of mixed sign, not N;
+    rows in order (dw, db of LayerNorm on CPU, one thread: torch's order, which the reference
+        mirrors, NOTE [ LayerNorm row sums on torch's CPU ] in reference/layers.py; on more
+        threads torch adds per-thread chunks and the any-order bound is used): eps sum_{k>=2}
+        |s_k|, s_k the running sums (row_order_rounding; 0 + t_1 is exact), about sqrt(N) sum |t|
+        for terms of mixed sign, not N;
     the loss's mean over N rows: NumPy's add.reduce is 0 plus a pairwise sum (eight running sums
         per block of <= 128 terms, halves above), torch's CPU nll_loss a cascade of 8 levels of
         2^4 terms (numpy_sum_order, torch_nll_sum_order count each term's additions d_i; both

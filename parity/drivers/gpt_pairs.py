@@ -110,7 +110,8 @@ def ln_stat_diffs(x: np.ndarray, eps: float, device: str = "cpu"
 
 
 def row_order(device: str) -> bool:
-    """Whether torch's LayerNorm backward adds dw's and db's rows in order (CPU, one thread)."""
+    """Whether torch's LayerNorm backward adds dw's and db's rows in order (CPU, one thread; on
+    more it adds per-thread chunks: NOTE [ LayerNorm row sums on torch's CPU ])."""
     return device == "cpu" and torch.get_num_threads() == 1
 
 
