@@ -60,15 +60,19 @@ from reference.module import (  # noqa: F401  (FLOAT_DTYPES, Node, SavedTensor r
 # finite). A reference that turned such a flag into a failure would fail on the BLAS, not on
 # its math. So the flag is not read: the product itself is checked, and the warning raised
 # only when it holds a NaN that no NaN in the operands explains (an inf - inf in the sums,
-# which is a real invalid operation). Overflow warnings are left as NumPy gives them.
+# or an inf times 0: real invalid operations), as NumPy's np.errstate says (ignore, warn or
+# raise). Overflow warnings are left as NumPy gives them.
 
 
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """a @ b, warning of an invalid operation by the product's values, not by the FPU flags
     the BLAS leaves behind (NOTE [ Spurious BLAS flags ])."""
+    mode = np.geterr()["invalid"]  # the caller's np.errstate, honoured as NumPy would
     with np.errstate(invalid="ignore"):
         y = a @ b
-    if np.isnan(y).any() and not (np.isnan(a).any() or np.isnan(b).any()):
+    if mode != "ignore" and np.isnan(y).any() and not (np.isnan(a).any() or np.isnan(b).any()):
+        if mode == "raise":
+            raise FloatingPointError("invalid value encountered in matmul")
         warnings.warn("invalid value encountered in matmul", RuntimeWarning, stacklevel=2)
     return y
 

@@ -224,3 +224,8 @@ def test_matmul_warns_of_an_invalid_operation_by_the_products_values_not_the_fpu
     inf_minus_inf = np.array([[np.inf, np.inf]], np.float32)
     with pytest.warns(RuntimeWarning, match="invalid value encountered in matmul"):
         assert np.isnan(matmul(inf_minus_inf, b)[0, 0])
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():  # the caller's choice
+        warnings.simplefilter("error")
+        assert np.isnan(matmul(inf_minus_inf, b)[0, 0])
+    with np.errstate(invalid="raise"), pytest.raises(FloatingPointError, match="matmul"):
+        matmul(inf_minus_inf, b)
