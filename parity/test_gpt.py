@@ -1,6 +1,6 @@
 """reference.gpt against torch_impl.gpt, the model itself: the tape's bytes and names, the
-state_dict, the boundary, the sdpa path's refusal, the copy task's batches and learning, the
-FLOP count. Every op and gradient within its bound: parity/test_gpt_bounds.py; under
+state_dict, the boundary, the sdpa path's refusal, the sdpa model's logits against the
+reference's, the copy task's batches and learning, the FLOP count. Every op and gradient within its bound: parity/test_gpt_bounds.py; under
 autocast: parity/test_gpt_amp.py.
 
 Both models hold the same weights (the reference's, copied): parity/drivers/gpt.py.
@@ -16,12 +16,13 @@ import torch
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from parity.compare import assert_claim, assert_observed
+from parity.compare import assert_claim, assert_observed, expect_broken
 from parity.drivers import gpt as dg
 from parity.drivers import gpt_learn as gl
 from parity.strategies import gpt_batches, gpt_configs
 from reference import data as rdata
 from reference import gpt as rgpt
+from torch_impl import attention as tattn
 from torch_impl import data as tdata
 from torch_impl import module as tmodule
 
@@ -172,3 +173,41 @@ def test_matmul_list_accounts_for_every_flop_torch_counts(config: dg.GPTConfig,
                                                                             seq_len))
     assert_claim("gpt.flops", np.array([listed]),
                  np.array([dg.torch_flops(config, batch, seq_len, seed)]), "total FLOPs")
+
+
+SDPA_CPU = "the budget is the CPU flash kernel's (one block of keys, exp_u20)"
+
+
+@given(config=gpt_configs(dropout=False), dtype=st.sampled_from(DTYPES), data=st.data())
+@settings(max_examples=15)
+def test_sdpa_models_logits_match_the_reference_within_carried_bounds(
+        device: str, config: dg.GPTConfig, dtype: type, data: st.DataObject) -> None:
+    """The attention='sdpa' model's every op up to the logits is within gpt.logits' carried
+    budget of the reference's explicit model, its cores within the fused kernel's."""
+    if device != "cpu":
+        pytest.skip(f"CPU-specific: {SDPA_CPU}")
+    batch, seq_len, seed = data.draw(gpt_batches(config))
+    event("T >= 2: the causal mask decides" if seq_len >= 2 else "T = 1")
+    for claim_id, where, actual, expected, scale in dg.sdpa_carried_pairs(
+            config, dtype, batch, seq_len, seed, device):
+        assert_claim(claim_id, actual, expected, where, scale=scale)
+
+
+def test_sdpa_logits_claim_breaks_when_is_causal_is_dropped(
+        device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A seeded fault: sdpa called without is_causal lets every position attend to the
+    future, and gpt.sdpa_logits sees it."""
+    if device != "cpu":
+        pytest.skip(f"CPU-specific: {SDPA_CPU}")
+    fused = tattn.F.scaled_dot_product_attention
+
+    def acausal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float = 0.0,
+                is_causal: bool = False) -> torch.Tensor:
+        return fused(q, k, v, dropout_p=dropout_p)
+
+    monkeypatch.setattr(tattn.F, "scaled_dot_product_attention", acausal)
+    config = dg.GPTConfig(dropout=0.0)
+    with expect_broken("gpt.sdpa_logits"):
+        for claim_id, where, actual, expected, scale in dg.sdpa_carried_pairs(
+                config, np.float64, 2, config.block_size, 3, device):
+            assert_claim(claim_id, actual, expected, where, scale=scale)

@@ -286,6 +286,34 @@ FP_CLAIMS: tuple[Claim, ...] = (
             "budget that already allows any summation order and a eps per exp on each side."
         ),
     ),
+    Claim(
+        id="gpt.sdpa_logits",
+        statement=(
+            "The attention='sdpa' model (torch's fused CPU flash kernel, is_causal=True, "
+            "dropout off, T <= 512) against the reference's explicit model on the same weights, "
+            "along one end-to-end forward up to the logits: every op within gpt.logits' carried "
+            "budget, each attention core within gpt.attention.forward's carried budget plus "
+            "2 (a_sdpa - a) p|v| + |y|, and the residual stream as gpt.logits holds it."
+        ),
+        kind="eps",
+        bound=1.0,
+        scale="gpt.logits' S; at the cores + 2 (a_sdpa - a) p|v| + |y| (in eps)",
+        reason=(
+            "NOTE [ The fused CPU kernel's error budget ]: for T <= 512 keys the CPU flash "
+            "kernel is one block: s = (q k^T) c by a d-term gemm and one multiply, as the "
+            "explicit path; the running max is the row max, exp(s - max) summed into l "
+            "(T terms, any order) and e v accumulated by a T-term gemm, both as the explicit "
+            "path's sum and p v; the first block's rescale multiplies by exp(-inf) = 0, exactly. "
+            "Two differences: the exp is exp_u20, documented within 20 ulp in float32 (a "
+            "Sleef u10 exp in float64), against the a per side the explicit budget allows; an "
+            "exp error d_j moves y = sum e_j v_j / l by sum p_j d_j (v_j - y), at most 2 a p|v|: "
+            "hence 2 (a_sdpa - a) p|v| more; and y = acc (1/l) rounds twice where p = e / l "
+            "rounds once: |y| more. Without is_causal every earlier position attends to the "
+            "future and the core differs by O(|v|), far outside the bound. Gradients are not "
+            "claimed: the flash backward recomputes p from the saved log-sum-exp, whose "
+            "rounding this budget does not carry."
+        ),
+    ),
 )
 
 CLAIMS: tuple[Claim, ...] = (*FP_CLAIMS, *AUTOCAST_CLAIMS)

@@ -9,6 +9,7 @@ its backward saved, and `run_ref` replays them into the reference's Dropout modu
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -188,6 +189,71 @@ def dropout_noise(model: rgpt.GPT) -> dict[str, np.ndarray | None]:
     """Each reference Dropout's saved scaled noise (after a forward), None where none."""
     return {path: m.saved_tensors().get("mask") for path, m in model.named_modules()
             if isinstance(m, rnn.Dropout)}
+
+
+# -- the sdpa model against the reference: NOTE [ The fused CPU kernel's error budget ]
+# in parity/claims/gpt.py (gpt.sdpa_logits)
+SDPA_KV_BLOCK = 512  # keys per block of torch's CPU flash kernel: one block, no rescaling
+SDPA_EXP_ULPS = {np.dtype(np.float32): 20.0, np.dtype(np.float64): 1.0}  # exp_u20, Sleef u10
+
+
+def sdpa_core_scale(q: np.ndarray, k: np.ndarray, v: np.ndarray, y: np.ndarray,
+                    e_q: np.ndarray, e_k: np.ndarray, e_v: np.ndarray) -> np.ndarray:
+    """S of gpt.sdpa_logits at one attention core, at torch's q, k, v (and output y) with the
+    measured input differences e (in eps): gpt.attention.forward's carried budget, plus
+    2 (a_sdpa - a) p|v| for the kernel's coarser exp and |y| for its reciprocal-then-multiply
+    normalization."""
+    from parity.claims import gpt_bounds as gb
+
+    T = q.shape[-2]
+    if T > SDPA_KV_BLOCK:
+        raise ValueError(f"sdpa_core_scale: T={T} > {SDPA_KV_BLOCK} keys is more than one "
+                         "block of the CPU kernel (its rescaling is not budgeted)")
+    base = gb.attention_forward_scale(q, k, v, None, e_q, e_k, e_v)[0]
+    s = (q.astype(np.float64) @ np.swapaxes(k.astype(np.float64), -1, -2)) / np.sqrt(q.shape[-1])
+    visible = np.tril(np.ones((T, T), dtype=bool))
+    s = np.where(visible, s, -np.inf)
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    a_extra = max(SDPA_EXP_ULPS[q.dtype] - gb._exp_ulps(q.dtype), 0.0)  # a per side there
+    return base + 2 * a_extra * (p @ np.abs(v.astype(np.float64))) + np.abs(y.astype(np.float64))
+
+
+def sdpa_carried_pairs(config: GPTConfig, dtype: type, batch: int, seq_len: int, seed: int,
+                       device: str = "cpu") -> list:
+    """gpt.sdpa_logits along one end-to-end forward, dropout off: the reference (explicit
+    attention, the only one it has) against torch's attention='sdpa' model on the same
+    weights, every op up to the logits checked at torch's inputs as gpt.logits checks it
+    (its own budget plus its inputs' measured differences carried), the cores with
+    sdpa_core_scale, and the residual stream between them. Pairs (claim, where, ref, torch, S)."""
+    from parity.drivers import gpt_pairs as gp  # gpt_pairs builds on this module
+    from parity.tolerances import claim
+
+    if config.dropout:
+        raise ValueError("sdpa_carried_pairs: sdpa draws its own dropout; compare with none")
+    ref, _ = make_pair(dataclasses.replace(config, attention="explicit"), dtype, seed % 1000,
+                       device, affine=True)
+    twin = tgpt.GPT(dataclasses.replace(config, attention="sdpa"),
+                    generator=torch.Generator().manual_seed(seed % 1000),
+                    dtype=TORCH_DTYPE[np.dtype(dtype)], device=device)
+    twin.load_state_dict(state_dict_to_torch(ref.state_dict(), device))
+    idx, targets = tokens(config, batch, seq_len, seed)
+    run = run_torch(twin, idx, targets, device=device, layerwise=True)
+    seen, _ = gp.record_ref(ref, idx, targets, run.keeps)
+    modules = dict(ref.named_modules())
+    gelu = float(claim("nn.gelu_tanh.forward").bound)
+    eps = float(np.finfo(dtype).eps)
+    pairs = []
+    for path, (ins, out) in seen.items():
+        t_ins, t_out = run.layers[path][0], run.layers[path][1]
+        if path.endswith(".core"):
+            e = [np.abs(a.astype(np.float64) - b.astype(np.float64)) / eps
+                 for a, b in zip(ins, t_ins, strict=True)]
+            scale = sdpa_core_scale(*t_ins, t_out, *e)
+        else:
+            scale = gp.carried_scale(modules[path], ins, t_ins, None, gelu)
+        pairs.append(("gpt.sdpa_logits", path, out, t_out, scale))
+    return pairs + gp.residual_pairs(config, dtype, seen, run, claim_id="gpt.sdpa_logits")
 
 
 # -- the saved tensors
