@@ -1,7 +1,7 @@
 """reference.gpt against torch_impl.gpt, the model itself: the tape's bytes and names, the
 state_dict, the boundary, the sdpa path's refusal, the sdpa model's logits against the
-reference's, the copy task's batches and learning, the FLOP count. Every op and gradient within its bound: parity/test_gpt_bounds.py; under
-autocast: parity/test_gpt_amp.py.
+reference's, the copy task's batches and learning, the FLOP count. Every op and gradient
+within its bound: parity/test_gpt_bounds.py; under autocast: parity/test_gpt_amp.py.
 
 Both models hold the same weights (the reference's, copied): parity/drivers/gpt.py.
 """
