@@ -229,8 +229,8 @@ def _first_mismatches(kind: str, actual: Any, expected: Any) -> str:
 @dataclass
 class Observed:
     """What the assertions of one claim observed so far: the worst case in the claim's unit
-    (the largest; for a statistical claim the smallest p-value), the values compared, the largest raw max |a-b| (eps claims), and whether
-    every assertion held."""
+    (the largest; for a statistical claim the smallest p-value), the values compared, the
+    largest raw max |a-b| (eps claims), and whether every assertion held."""
 
     worst: float
     n: int

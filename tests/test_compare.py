@@ -98,7 +98,7 @@ def test_statistical_record_keeps_the_smallest_p_and_assert_observed_raises_belo
         assert_observed(STATISTICAL, 0.01, 10)
         assert_observed(STATISTICAL, 0.2, 10)
         assert RECORD[STATISTICAL.id].worst == 0.01 and RECORD[STATISTICAL.id].held
-        with pytest.raises(AssertionError, match="claim formats.t_stat .*observed 1e-07"):
+        with pytest.raises(AssertionError, match=r"claim formats.t_stat .*observed 1e-07"):
             assert_observed(STATISTICAL, 1e-7, 10)
         assert RECORD[STATISTICAL.id].worst == 1e-7 and not RECORD[STATISTICAL.id].held
         with pytest.raises(ValueError, match="assert_observed"):
