@@ -9,6 +9,7 @@ Both models hold the same weights (the reference's, copied): parity/drivers/gpt.
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -211,3 +212,30 @@ def test_sdpa_logits_claim_breaks_when_is_causal_is_dropped(
         for claim_id, where, actual, expected, scale in dg.sdpa_carried_pairs(
                 config, np.float64, 2, config.block_size, 3, device):
             assert_claim(claim_id, actual, expected, where, scale=scale)
+
+
+INIT_ALPHA = 1e-6  # gpt.init's bound, its false-failure probability per run
+
+
+@pytest.mark.parametrize("tie", [False, True])
+def test_torch_init_draws_the_reference_init_distribution_per_parameter(
+        device: str, tie: bool) -> None:
+    """Each normally drawn torch parameter passes a mean and a variance test against the
+    (mean, std) the reference's own init drew it with, with power against a 2x std error;
+    every constant parameter is bit-identical to the reference's."""
+    config = dg.GPTConfig(tie_weights=tie)  # n_layer 2: residual std 0.02 / 2
+    tests, constants = dg.torch_init_tests(config, 0, device)
+    m = 2 * len(tests)
+    for t in tests:  # the reference's rule is nanoGPT's
+        residual = t.name.endswith(("attn.c_proj.weight", "mlp.c_proj.weight"))
+        assert t.std == (0.02 / math.sqrt(2 * config.n_layer) if residual else 0.02), t
+        for ratio in (2.0, 0.5):  # the test could see a 2x std error in this parameter
+            assert dg.variance_test_power(t.n, INIT_ALPHA / m, ratio) > 1 - 1e-9, (t, ratio)
+    assert {t.name for t in tests} == ({"lm_head.weight"} if not tie else set()) | {
+        "transformer.wte.weight", "transformer.wpe.weight"} | {
+        f"transformer.h.{i}.{w}.weight" for i in range(config.n_layer)
+        for w in ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")}
+    p = min(1.0, m * min(min(t.p_mean, t.p_var) for t in tests))
+    assert_observed("gpt.init", p, sum(t.n for t in tests), f"(tied={tie})")
+    for name, (x, expected) in constants.items():
+        assert_claim("gpt.init_constants", x, expected, name)

@@ -314,6 +314,41 @@ FP_CLAIMS: tuple[Claim, ...] = (
             "rounding this budget does not carry."
         ),
     ),
+    Claim(
+        id="gpt.init",
+        statement=(
+            "Every normally drawn parameter of the torch GPT (embeddings, Linear weights, "
+            "lm_head when untied) has the mean and std the reference's init drew it with "
+            "(0, and 0.02, or 0.02/sqrt(2 n_layer) for the residual projections attn.c_proj "
+            "and mlp.c_proj): per parameter a two-sided z test of the sample mean and a "
+            "two-sided chi-square test of the sum of squares, Bonferroni over the 2 m tests."
+        ),
+        kind="statistical",
+        bound=1e-6,
+        reason=(
+            "NumPy's and torch's generators cannot draw alike, so the distributions are "
+            "compared. Under the reference's N(0, s^2), z = mean sqrt(n) / s ~ N(0, 1) and "
+            "Q = sum x^2 / s^2 ~ chi2_n (the float32 rounding of the draws moves Q by 2^-24 "
+            "relative); the observation is min(1, 2 m min p), so a correct init fails with "
+            "probability <= 1e-6 per run (each run a fixed seed: a pass stays a pass). Power, "
+            "computed by parity/drivers/gpt.py's variance_test_power and asserted by the test "
+            "for every parameter: at the smallest one (wte, n = 384 at the default config, "
+            "22 tests), a std 2x off (a variance ratio of 4, as the residual scaling dropped "
+            "at n_layer = 2) is missed with probability < 1e-16 (0 in float64), a std 1.5x "
+            "off with 7e-9 and 1/1.5x with 5e-9. The mean test sees a bias of 0.4 s at n = 384 "
+            "with probability 0.99 (z = 7.8 against the 5.5 threshold), 0.3 s with 0.66."
+        ),
+    ),
+    Claim(
+        id="gpt.init_constants",
+        statement=(
+            "Every parameter the reference's init sets to a constant (LayerNorm weights 1, "
+            "LayerNorm and Linear biases 0) is bit-identical in the torch GPT."
+        ),
+        kind="bits",
+        bound=0,
+        reason="Constants need no generator: ones and zeros are exact in both trees.",
+    ),
 )
 
 CLAIMS: tuple[Claim, ...] = (*FP_CLAIMS, *AUTOCAST_CLAIMS)

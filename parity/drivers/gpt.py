@@ -10,6 +10,7 @@ its backward saved, and `run_ref` replays them into the reference's Dropout modu
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -333,3 +334,100 @@ def torch_flops(config: GPTConfig, batch: int, seq_len: int, seed: int) -> int:
     with FlopCounterMode(display=False) as counter:
         twin(to_torch_tokens(idx), to_torch_tokens(targets))[1].backward()
     return int(counter.get_total_flops())
+
+
+# -- the initialization: gpt.init (statistical) and gpt.init_constants (bits)
+class RecordingDraws(np.random.Generator):
+    """np.random.default_rng(seed)'s generator (PCG64, the same draws) that keeps each normal
+    draw as (mean, std, values), so the reference's own init rule says which std drew which
+    parameter."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__(np.random.PCG64(seed))
+        self.normals: list[tuple[float, float, np.ndarray]] = []
+
+    def normal(self, loc: float = 0.0, scale: float = 1.0,  # type: ignore[override]
+               size: tuple[int, ...] | None = None) -> np.ndarray:
+        out = super().normal(loc, scale, size)
+        self.normals.append((float(loc), float(scale), np.asarray(out)))
+        return out
+
+
+def reference_init(config: GPTConfig, seed: int = 0
+                   ) -> dict[str, tuple[float, float] | np.ndarray]:
+    """Per parameter name of the reference GPT: (mean, std) of the normal draw it holds, or,
+    for a parameter no normal draw made (LayerNorm weights and biases, Linear biases), its
+    constant value."""
+    draws = RecordingDraws(seed)
+    ref = rgpt.GPT(config, rng=draws, dtype=np.float32)
+    out: dict[str, tuple[float, float] | np.ndarray] = {}
+    for name, value in ref.state_dict().items():
+        drawn = [(m, s) for m, s, v in draws.normals
+                 if v.shape == value.shape and np.array_equal(v.astype(value.dtype), value)]
+        out[name] = drawn[-1] if drawn else value
+    return out
+
+
+def chi2_cdf(q: float, n: int) -> tuple[float, float]:
+    """(P(chi2_n <= q), P(chi2_n > q)), regularized incomplete gamma in float64."""
+    a, x = torch.tensor(n / 2, dtype=torch.float64), torch.tensor(q / 2, dtype=torch.float64)
+    return float(torch.special.gammainc(a, x)), float(torch.special.gammaincc(a, x))
+
+
+def chi2_quantiles(n: int, tail: float) -> tuple[float, float]:
+    """(q_lo, q_hi) with P(chi2_n <= q_lo) = P(chi2_n > q_hi) = tail, by bisection."""
+    def solve(lower: bool) -> float:
+        lo, hi = 0.0, n + 100 * math.sqrt(2 * n) + 100
+        for _ in range(200):
+            mid = (lo + hi) / 2
+            below, above = chi2_cdf(mid, n)
+            if (below < tail) if lower else (above > tail):
+                lo = mid
+            else:
+                hi = mid
+        return (lo + hi) / 2
+    return solve(True), solve(False)
+
+
+def variance_test_power(n: int, alpha: float, ratio: float) -> float:
+    """Power of the two-sided chi-square variance test at level alpha against a std `ratio`
+    times the stated one: P(ratio^2 chi2_n outside [q_lo, q_hi])."""
+    q_lo, q_hi = chi2_quantiles(n, alpha / 2)
+    r2 = ratio * ratio
+    return chi2_cdf(q_lo / r2, n)[0] + chi2_cdf(q_hi / r2, n)[1]
+
+
+@dataclass
+class InitTest:
+    """One parameter's statistics against the reference's (mean, std): the two-sided p-values
+    of its sample mean (z) and of its sum of squares (chi-square, n degrees of freedom)."""
+
+    name: str
+    n: int
+    std: float
+    p_mean: float
+    p_var: float
+
+
+def torch_init_tests(config: GPTConfig, seed: int, device: str = "cpu"
+                     ) -> tuple[list[InitTest], dict[str, tuple[np.ndarray, np.ndarray]]]:
+    """The torch GPT drawn from torch.Generator(seed) against the reference's init rule:
+    (a test per normally drawn parameter, {name: (torch value, reference constant)} for the
+    rest). Tied weights are one parameter, tested once."""
+    expected = reference_init(config, seed)
+    model = tgpt.GPT(config, generator=torch.Generator().manual_seed(seed), device=device)
+    tests, constants = [], {}
+    for name, t in model.named_parameters():
+        x = t.detach().cpu().numpy()
+        rule = expected[name]
+        if isinstance(rule, np.ndarray):
+            constants[name] = (x, rule)
+            continue
+        mean, std = rule
+        d = x.astype(np.float64).reshape(-1) - mean
+        n = d.size
+        z = float(d.mean()) * math.sqrt(n) / std
+        below, above = chi2_cdf(float(d @ d) / (std * std), n)
+        tests.append(InitTest(name, n, std, math.erfc(abs(z) / math.sqrt(2)),
+                              min(1.0, 2 * min(below, above))))
+    return tests, constants
