@@ -9,6 +9,8 @@ own unit, so the tests and `python -m parity report` judge with one function,
     nan_class    the same, every NaN one class                    observed <= 0
     ulps         max ulps of `fmt` between the two sides          observed <= k
     eps          max |a-b| / (eps S), S the claim's `scale`       observed <= c
+    statistical  the smallest p-value of the test's statistics    observed >= alpha
+                 (the test's own: assert_observed)
 
 Where the two sides disagree on which elements are NaN, `ulps` and `eps` observe inf;
 elements NaN on both sides, and equal infinities, differ by 0. An `ulps` claim compares
@@ -200,12 +202,18 @@ def measure(c: Claim, actual: Any, expected: Any, *, scale: Any = None) -> float
         if nan_sets_differ:
             return float("inf")
         return float(np.max(in_eps_units(actual, expected, scale), initial=0.0))
+    if c.kind == "statistical":
+        raise ValueError(f"claim {c.id}: a statistical claim's test computes its own p-value "
+                         "and asserts it with assert_observed")
     raise ValueError(f"claim {c.id}: unknown kind {c.kind!r}")
 
 
 def holds(c: Claim, observed: float) -> bool:
-    """Whether an observed worst case is within the claim's bound (see the module's table);
-    a NaN observation never holds."""
+    """Whether an observed worst case is within the claim's bound (see the module's table):
+    at most the bound, or for a statistical claim a p-value at least the bound; a NaN
+    observation never holds."""
+    if c.kind == "statistical":
+        return observed >= float(c.bound)
     return observed <= float(c.bound)
 
 
@@ -221,8 +229,8 @@ def _first_mismatches(kind: str, actual: Any, expected: Any) -> str:
 @dataclass
 class Observed:
     """What the assertions of one claim observed so far: the worst case in the claim's unit
-    (the largest), the values compared, the largest raw max |a-b| (eps claims), and whether
-    every assertion held."""
+    (the largest; for a statistical claim the smallest p-value), the values compared, the
+    largest raw max |a-b| (eps claims), and whether every assertion held."""
 
     worst: float
     n: int
@@ -263,7 +271,7 @@ def record(c: Claim, observed: float, n: int, raw: float | None = None) -> None:
     if seen is None:
         RECORD[c.id] = Observed(observed, n, raw, held)
         return
-    worse = max(seen.worst, observed)
+    worse = (min if c.kind == "statistical" else max)(seen.worst, observed)
     # NaN never holds and is the worst of all: keep it once seen
     seen.worst = observed if observed != observed else (seen.worst if seen.worst != seen.worst
                                                         else worse)

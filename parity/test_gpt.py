@@ -1,7 +1,7 @@
 """reference.gpt against torch_impl.gpt, the model itself: the tape's bytes and names, the
-state_dict, the boundary, the sdpa path's refusal, the copy task's batches and learning, the
-FLOP count. Every op and gradient within its bound: parity/test_gpt_bounds.py; under
-autocast: parity/test_gpt_amp.py.
+state_dict, the boundary, the sdpa path's refusal, the sdpa model's logits against the
+reference's, the copy task's batches and learning, the FLOP count. Every op and gradient
+within its bound: parity/test_gpt_bounds.py; under autocast: parity/test_gpt_amp.py.
 
 Both models hold the same weights (the reference's, copied): parity/drivers/gpt.py.
 """
@@ -9,6 +9,7 @@ Both models hold the same weights (the reference's, copied): parity/drivers/gpt.
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -16,12 +17,13 @@ import torch
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from parity.compare import assert_claim, assert_observed
+from parity.compare import assert_claim, assert_observed, expect_broken
 from parity.drivers import gpt as dg
 from parity.drivers import gpt_learn as gl
 from parity.strategies import gpt_batches, gpt_configs
 from reference import data as rdata
 from reference import gpt as rgpt
+from torch_impl import attention as tattn
 from torch_impl import data as tdata
 from torch_impl import module as tmodule
 
@@ -172,3 +174,68 @@ def test_matmul_list_accounts_for_every_flop_torch_counts(config: dg.GPTConfig,
                                                                             seq_len))
     assert_claim("gpt.flops", np.array([listed]),
                  np.array([dg.torch_flops(config, batch, seq_len, seed)]), "total FLOPs")
+
+
+SDPA_CPU = "the budget is the CPU flash kernel's (one block of keys, exp_u20)"
+
+
+@given(config=gpt_configs(dropout=False), dtype=st.sampled_from(DTYPES), data=st.data())
+@settings(max_examples=15)
+def test_sdpa_models_logits_match_the_reference_within_carried_bounds(
+        device: str, config: dg.GPTConfig, dtype: type, data: st.DataObject) -> None:
+    """The attention='sdpa' model's every op up to the logits is within gpt.logits' carried
+    budget of the reference's explicit model, its cores within the fused kernel's."""
+    if device != "cpu":
+        pytest.skip(f"CPU-specific: {SDPA_CPU}")
+    batch, seq_len, seed = data.draw(gpt_batches(config))
+    event("T >= 2: the causal mask decides" if seq_len >= 2 else "T = 1")
+    for claim_id, where, actual, expected, scale in dg.sdpa_carried_pairs(
+            config, dtype, batch, seq_len, seed, device):
+        assert_claim(claim_id, actual, expected, where, scale=scale)
+
+
+def test_sdpa_logits_claim_breaks_when_is_causal_is_dropped(
+        device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A seeded fault: sdpa called without is_causal lets every position attend to the
+    future, and gpt.sdpa_logits sees it."""
+    if device != "cpu":
+        pytest.skip(f"CPU-specific: {SDPA_CPU}")
+    fused = tattn.F.scaled_dot_product_attention
+
+    def acausal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float = 0.0,
+                is_causal: bool = False) -> torch.Tensor:
+        return fused(q, k, v, dropout_p=dropout_p)
+
+    monkeypatch.setattr(tattn.F, "scaled_dot_product_attention", acausal)
+    config = dg.GPTConfig(dropout=0.0)
+    with expect_broken("gpt.sdpa_logits"):
+        for claim_id, where, actual, expected, scale in dg.sdpa_carried_pairs(
+                config, np.float64, 2, config.block_size, 3, device):
+            assert_claim(claim_id, actual, expected, where, scale=scale)
+
+
+INIT_ALPHA = 1e-6  # gpt.init's bound, its false-failure probability per run
+
+
+@pytest.mark.parametrize("tie", [False, True])
+def test_torch_init_draws_the_reference_init_distribution_per_parameter(
+        device: str, tie: bool) -> None:
+    """Each normally drawn torch parameter passes a mean and a variance test against the
+    (mean, std) the reference's own init drew it with, with power against a 2x std error;
+    every constant parameter is bit-identical to the reference's."""
+    config = dg.GPTConfig(tie_weights=tie)  # n_layer 2: residual std 0.02 / 2
+    tests, constants = dg.torch_init_tests(config, 0, device)
+    m = 2 * len(tests)
+    for t in tests:  # the reference's rule is nanoGPT's
+        residual = t.name.endswith(("attn.c_proj.weight", "mlp.c_proj.weight"))
+        assert t.std == (0.02 / math.sqrt(2 * config.n_layer) if residual else 0.02), t
+        for ratio in (2.0, 0.5):  # the test could see a 2x std error in this parameter
+            assert dg.variance_test_power(t.n, INIT_ALPHA / m, ratio) > 1 - 1e-9, (t, ratio)
+    assert {t.name for t in tests} == ({"lm_head.weight"} if not tie else set()) | {
+        "transformer.wte.weight", "transformer.wpe.weight"} | {
+        f"transformer.h.{i}.{w}.weight" for i in range(config.n_layer)
+        for w in ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")}
+    p = min(1.0, m * min(min(t.p_mean, t.p_var) for t in tests))
+    assert_observed("gpt.init", p, sum(t.n for t in tests), f"(tied={tie})")
+    for name, (x, expected) in constants.items():
+        assert_claim("gpt.init_constants", x, expected, name)

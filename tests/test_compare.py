@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 
 from parity.compare import (
+    RECORD,
     as_numpy,
     assert_claim,
+    assert_observed,
     holds,
     in_eps_units,
     max_abs_difference,
@@ -31,6 +33,8 @@ ULPS_E4M3 = Claim(id="formats.t_ulps8", statement="s", kind="ulps", bound=1, rea
                   fmt="float8_e4m3fn")
 EPS = Claim(id="formats.t_eps", statement="s", kind="eps", bound=2, reason=REASON,
             scale="|b|")
+STATISTICAL = Claim(id="formats.t_stat", statement="s", kind="statistical", bound=1e-6,
+                    reason=REASON)
 
 F32_EPS = 2.0**-23
 
@@ -60,11 +64,47 @@ def test_holds_at_the_bound_and_fails_just_beyond_it(c: Claim, at_bound: float,
     assert not holds(c, math.nan), "a NaN observation must never hold"
 
 
-def test_the_dropped_kinds_are_refused() -> None:
-    """close and statistical left with the last claims that used them (parity/claims)."""
-    for kind in ("close", "statistical"):
-        with pytest.raises(ValueError, match="is not one of"):
-            Claim(id="formats.t_gone", statement="s", kind=kind, bound=1, reason=REASON)
+def test_the_dropped_kind_is_refused() -> None:
+    """close left with the last claim that used it (parity/claims)."""
+    with pytest.raises(ValueError, match="is not one of"):
+        Claim(id="formats.t_gone", statement="s", kind="close", bound=1, reason=REASON)
+
+
+# -- statistical ---------------------------------------------------------------------------
+
+def test_statistical_holds_for_p_at_or_above_alpha_and_never_for_nan() -> None:
+    """A p-value holds when >= the false-failure probability: the next float below fails."""
+    assert holds(STATISTICAL, 1e-6) and holds(STATISTICAL, 1.0)
+    assert not holds(STATISTICAL, math.nextafter(1e-6, 0.0))
+    assert not holds(STATISTICAL, 0.0)
+    assert not holds(STATISTICAL, math.nan)
+
+
+def test_statistical_bound_must_be_a_probability() -> None:
+    """alpha in (0, 1): 0 would never fail, 1 always."""
+    for alpha in (0.0, 1.0, 2.0):
+        with pytest.raises(ValueError, match="false-failure probability"):
+            Claim(id="formats.t_p", statement="s", kind="statistical", bound=alpha,
+                  reason=REASON)
+    assert STATISTICAL.tolerance == "p >= 1e-06 (false-failure probability)"
+
+
+def test_statistical_record_keeps_the_smallest_p_and_assert_observed_raises_below_alpha(
+        ) -> None:
+    """The worst case of a statistical claim is its smallest p-value over every call."""
+    RECORD.pop(STATISTICAL.id, None)
+    try:
+        assert_observed(STATISTICAL, 0.5, 10)
+        assert_observed(STATISTICAL, 0.01, 10)
+        assert_observed(STATISTICAL, 0.2, 10)
+        assert RECORD[STATISTICAL.id].worst == 0.01 and RECORD[STATISTICAL.id].held
+        with pytest.raises(AssertionError, match=r"claim formats.t_stat .*observed 1e-07"):
+            assert_observed(STATISTICAL, 1e-7, 10)
+        assert RECORD[STATISTICAL.id].worst == 1e-7 and not RECORD[STATISTICAL.id].held
+        with pytest.raises(ValueError, match="assert_observed"):
+            measure(STATISTICAL, np.zeros(1), np.zeros(1))
+    finally:
+        RECORD.pop(STATISTICAL.id, None)
 
 
 # -- bits ----------------------------------------------------------------------------------

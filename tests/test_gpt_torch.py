@@ -1,4 +1,5 @@
-"""torch_impl's transformer on its own: what only the torch tree runs (attention="sdpa")."""
+"""torch_impl's transformer on its own: what only the torch tree runs (attention="sdpa"), and
+causality on both attention paths."""
 
 from __future__ import annotations
 
@@ -11,16 +12,21 @@ from reference import gpt as rgpt
 from torch_impl import gpt as tgpt
 
 
-def test_the_reference_refuses_sdpa_and_torchs_sdpa_model_is_causal(device: str) -> None:
+def test_the_reference_refuses_sdpa() -> None:
     """attention='sdpa' is torch's fused kernel: the reference refuses it instead of
-    pretending, and torch's model runs it causally: changing the last token leaves every
-    earlier position's logits bit-identical (a call without is_causal=True lets each
-    position see the future, and changes them), while the last position's logits move."""
-    config = GPTConfig(attention="sdpa", dropout=0.0)
+    pretending, and the config refuses a path neither tree has."""
     with pytest.raises(ValueError, match="sdpa"):
-        rgpt.GPT(config, rng=np.random.default_rng(0))
+        rgpt.GPT(GPTConfig(attention="sdpa", dropout=0.0), rng=np.random.default_rng(0))
     with pytest.raises(ValueError, match="attention"):
         GPTConfig(attention="flash")
+
+
+@pytest.mark.parametrize("attention", ["explicit", "sdpa"])
+def test_torchs_model_is_causal_on_both_attention_paths(device: str, attention: str) -> None:
+    """Changing the last token leaves every earlier position's logits bit-identical, while
+    the last position's logits move: the explicit path's masked_fill, or sdpa's
+    is_causal=True, keeps each position from seeing the future (without it, they change)."""
+    config = GPTConfig(attention=attention, dropout=0.0)
     model = tgpt.GPT(config, generator=torch.Generator().manual_seed(0), device=device).eval()
     g = torch.Generator().manual_seed(1)
     B, T = 2, config.block_size  # batch, time

@@ -8,13 +8,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-# Four kinds, each used by claims. A relative/absolute `close` kind and a `statistical` kind
-# (a p-value against a stated false-failure probability) were dropped when no claim used
-# them: every tolerance here is an eps bound with its scale S derived, and the one
-# probabilistic mechanism (stochastic rounding) is checked exactly, by counting. A claim that
-# needs either kind brings it back, with its comparison in parity/compare.py.
-Kind = Literal["bits", "nan_class", "ulps", "eps"]
-KINDS: tuple[str, ...] = ("bits", "nan_class", "ulps", "eps")
+# Five kinds, each used by claims. `statistical`: the bound is a false-failure probability
+# alpha, the observation the smallest (multiple-test adjusted) p-value of the test's
+# statistics, and the claim holds when observed >= alpha; its reason states the test's power
+# against the error it must see (the init of two generators that cannot draw alike). A
+# relative/absolute `close` kind was dropped when no claim used it: every other tolerance here
+# is an eps bound with its scale S derived. A claim that needs it brings it back, with its
+# comparison in parity/compare.py.
+Kind = Literal["bits", "nan_class", "ulps", "eps", "statistical"]
+KINDS: tuple[str, ...] = ("bits", "nan_class", "ulps", "eps", "statistical")
 
 # The topics, in the order the report and docs/tolerances.md list them.
 TOPICS: tuple[str, ...] = (
@@ -50,6 +52,9 @@ class Claim:
             raise ValueError(f"{where}: {self.kind} claims allow 0 mismatches")
         if self.kind == "ulps" and self.fmt is None:
             raise ValueError(f"{where}: an ulps claim must name its format")
+        if self.kind == "statistical" and not 0 < self.bound < 1:
+            raise ValueError(f"{where}: a statistical claim's bound is a false-failure "
+                             "probability in (0, 1)")
         if (self.kind == "eps") != (self.scale is not None):
             raise ValueError(f"{where}: an eps claim, and only an eps claim, names its scale S")
 
@@ -66,4 +71,6 @@ class Claim:
             return "bit-identical, NaN as a class"
         if self.kind == "ulps":
             return f"<= {self.bound:g} ulp of {self.fmt}"
+        if self.kind == "statistical":
+            return f"p >= {self.bound:g} (false-failure probability)"
         return f"|a-b| <= {self.bound:g} eps · {self.scale}"

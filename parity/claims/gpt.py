@@ -309,6 +309,69 @@ FP_CLAIMS: tuple[Claim, ...] = (
             "budget that already allows any summation order and a eps per exp on each side."
         ),
     ),
+    Claim(
+        id="gpt.sdpa_logits",
+        statement=(
+            "The attention='sdpa' model (torch's fused CPU flash kernel, is_causal=True, "
+            "dropout off, T <= 512) against the reference's explicit model on the same weights, "
+            "along one end-to-end forward up to the logits: every op within gpt.logits' carried "
+            "budget, each attention core within gpt.attention.forward's carried budget plus "
+            "2 (a_sdpa - a) p|v| + |y|, and the residual stream as gpt.logits holds it."
+        ),
+        kind="eps",
+        bound=1.0,
+        scale="gpt.logits' S; at the cores + 2 (a_sdpa - a) p|v| + |y| (in eps)",
+        reason=(
+            "NOTE [ The fused CPU kernel's error budget ]: for T <= 512 keys the CPU flash "
+            "kernel is one block: s = (q k^T) c by a d-term gemm and one multiply, as the "
+            "explicit path; the running max is the row max, exp(s - max) summed into l "
+            "(T terms, any order) and e v accumulated by a T-term gemm, both as the explicit "
+            "path's sum and p v; the first block's rescale multiplies by exp(-inf) = 0, exactly. "
+            "Two differences: the exp is exp_u20, documented within 20 ulp in float32 (a "
+            "Sleef u10 exp in float64), against the a per side the explicit budget allows; an "
+            "exp error d_j moves y = sum e_j v_j / l by sum p_j d_j (v_j - y), at most 2 a p|v|: "
+            "hence 2 (a_sdpa - a) p|v| more; and y = acc (1/l) rounds twice where p = e / l "
+            "rounds once: |y| more. Without is_causal every earlier position attends to the "
+            "future and the core differs by O(|v|), far outside the bound. Gradients are not "
+            "claimed: the flash backward recomputes p from the saved log-sum-exp, whose "
+            "rounding this budget does not carry."
+        ),
+    ),
+    Claim(
+        id="gpt.init",
+        statement=(
+            "Every normally drawn parameter of the torch GPT (embeddings, Linear weights, "
+            "lm_head when untied) has the mean and std the reference's init drew it with "
+            "(0, and 0.02, or 0.02/sqrt(2 n_layer) for the residual projections attn.c_proj "
+            "and mlp.c_proj): per parameter a two-sided z test of the sample mean and a "
+            "two-sided chi-square test of the sum of squares, Bonferroni over the 2 m tests."
+        ),
+        kind="statistical",
+        bound=1e-6,
+        reason=(
+            "NumPy's and torch's generators cannot draw alike, so the distributions are "
+            "compared. Under the reference's N(0, s^2), z = mean sqrt(n) / s ~ N(0, 1) and "
+            "Q = sum x^2 / s^2 ~ chi2_n (the float32 rounding of the draws moves Q by 2^-24 "
+            "relative); the observation is min(1, 2 m min p), so a correct init fails with "
+            "probability <= 1e-6 per run (each run a fixed seed: a pass stays a pass). Power, "
+            "computed by parity/drivers/gpt.py's variance_test_power and asserted by the test "
+            "for every parameter: at the smallest one (wte, n = 384 at the default config, "
+            "22 tests), a std 2x off (a variance ratio of 4, as the residual scaling dropped "
+            "at n_layer = 2) is missed with probability < 1e-16 (0 in float64), a std 1.5x "
+            "off with 7e-9 and 1/1.5x with 5e-9. The mean test sees a bias of 0.4 s at n = 384 "
+            "with probability 0.99 (z = 7.8 against the 5.5 threshold), 0.3 s with 0.66."
+        ),
+    ),
+    Claim(
+        id="gpt.init_constants",
+        statement=(
+            "Every parameter the reference's init sets to a constant (LayerNorm weights 1, "
+            "LayerNorm and Linear biases 0) is bit-identical in the torch GPT."
+        ),
+        kind="bits",
+        bound=0,
+        reason="Constants need no generator: ones and zeros are exact in both trees.",
+    ),
 )
 
 CLAIMS: tuple[Claim, ...] = (*FP_CLAIMS, *AUTOCAST_CLAIMS)

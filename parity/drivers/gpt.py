@@ -9,6 +9,8 @@ its backward saved, and `run_ref` replays them into the reference's Dropout modu
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -190,6 +192,71 @@ def dropout_noise(model: rgpt.GPT) -> dict[str, np.ndarray | None]:
             if isinstance(m, rnn.Dropout)}
 
 
+# -- the sdpa model against the reference: NOTE [ The fused CPU kernel's error budget ]
+# in parity/claims/gpt.py (gpt.sdpa_logits)
+SDPA_KV_BLOCK = 512  # keys per block of torch's CPU flash kernel: one block, no rescaling
+SDPA_EXP_ULPS = {np.dtype(np.float32): 20.0, np.dtype(np.float64): 1.0}  # exp_u20, Sleef u10
+
+
+def sdpa_core_scale(q: np.ndarray, k: np.ndarray, v: np.ndarray, y: np.ndarray,
+                    e_q: np.ndarray, e_k: np.ndarray, e_v: np.ndarray) -> np.ndarray:
+    """S of gpt.sdpa_logits at one attention core, at torch's q, k, v (and output y) with the
+    measured input differences e (in eps): gpt.attention.forward's carried budget, plus
+    2 (a_sdpa - a) p|v| for the kernel's coarser exp and |y| for its reciprocal-then-multiply
+    normalization."""
+    from parity.claims import gpt_bounds as gb
+
+    T = q.shape[-2]
+    if T > SDPA_KV_BLOCK:
+        raise ValueError(f"sdpa_core_scale: T={T} > {SDPA_KV_BLOCK} keys is more than one "
+                         "block of the CPU kernel (its rescaling is not budgeted)")
+    base = gb.attention_forward_scale(q, k, v, None, e_q, e_k, e_v)[0]
+    s = (q.astype(np.float64) @ np.swapaxes(k.astype(np.float64), -1, -2)) / np.sqrt(q.shape[-1])
+    visible = np.tril(np.ones((T, T), dtype=bool))
+    s = np.where(visible, s, -np.inf)
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    a_extra = max(SDPA_EXP_ULPS[q.dtype] - gb._exp_ulps(q.dtype), 0.0)  # a per side there
+    return base + 2 * a_extra * (p @ np.abs(v.astype(np.float64))) + np.abs(y.astype(np.float64))
+
+
+def sdpa_carried_pairs(config: GPTConfig, dtype: type, batch: int, seq_len: int, seed: int,
+                       device: str = "cpu") -> list:
+    """gpt.sdpa_logits along one end-to-end forward, dropout off: the reference (explicit
+    attention, the only one it has) against torch's attention='sdpa' model on the same
+    weights, every op up to the logits checked at torch's inputs as gpt.logits checks it
+    (its own budget plus its inputs' measured differences carried), the cores with
+    sdpa_core_scale, and the residual stream between them. Pairs (claim, where, ref, torch, S)."""
+    from parity.drivers import gpt_pairs as gp  # gpt_pairs builds on this module
+    from parity.tolerances import claim
+
+    if config.dropout:
+        raise ValueError("sdpa_carried_pairs: sdpa draws its own dropout; compare with none")
+    ref, _ = make_pair(dataclasses.replace(config, attention="explicit"), dtype, seed % 1000,
+                       device, affine=True)
+    twin = tgpt.GPT(dataclasses.replace(config, attention="sdpa"),
+                    generator=torch.Generator().manual_seed(seed % 1000),
+                    dtype=TORCH_DTYPE[np.dtype(dtype)], device=device)
+    twin.load_state_dict(state_dict_to_torch(ref.state_dict(), device))
+    idx, targets = tokens(config, batch, seq_len, seed)
+    run = run_torch(twin, idx, targets, device=device, layerwise=True)
+    seen, _ = gp.record_ref(ref, idx, targets, run.keeps)
+    modules = dict(ref.named_modules())
+    gelu = float(claim("nn.gelu_tanh.forward").bound)
+    eps = float(np.finfo(dtype).eps)
+    pairs = []
+    for path, (ins, out) in seen.items():
+        t_ins, t_out = run.layers[path][0], run.layers[path][1]
+        if path.endswith(".core"):
+            e = [np.abs(a.astype(np.float64) - b.astype(np.float64)) / eps
+                 for a, b in zip(ins, t_ins, strict=True)]
+            scale = sdpa_core_scale(*t_ins, t_out, *e)
+        else:
+            scale = gp.carried_scale(modules[path], ins, t_ins, None, gelu)
+        pairs.append(("gpt.sdpa_logits", path, out, t_out, scale))
+    return pairs + gp.residual_pairs(config, dtype, seen, run, claim_id="gpt.sdpa_logits")
+
+
 # -- the saved tensors
 def saved_counts(entries: list) -> Counter:
     """(module, torch node.attr, shape, dtype, bytes) -> count; the reference's op-local
@@ -267,3 +334,100 @@ def torch_flops(config: GPTConfig, batch: int, seq_len: int, seed: int) -> int:
     with FlopCounterMode(display=False) as counter:
         twin(to_torch_tokens(idx), to_torch_tokens(targets))[1].backward()
     return int(counter.get_total_flops())
+
+
+# -- the initialization: gpt.init (statistical) and gpt.init_constants (bits)
+class RecordingDraws(np.random.Generator):
+    """np.random.default_rng(seed)'s generator (PCG64, the same draws) that keeps each normal
+    draw as (mean, std, values), so the reference's own init rule says which std drew which
+    parameter."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__(np.random.PCG64(seed))
+        self.normals: list[tuple[float, float, np.ndarray]] = []
+
+    def normal(self, loc: float = 0.0, scale: float = 1.0,  # type: ignore[override]
+               size: tuple[int, ...] | None = None) -> np.ndarray:
+        out = super().normal(loc, scale, size)
+        self.normals.append((float(loc), float(scale), np.asarray(out)))
+        return out
+
+
+def reference_init(config: GPTConfig, seed: int = 0
+                   ) -> dict[str, tuple[float, float] | np.ndarray]:
+    """Per parameter name of the reference GPT: (mean, std) of the normal draw it holds, or,
+    for a parameter no normal draw made (LayerNorm weights and biases, Linear biases), its
+    constant value."""
+    draws = RecordingDraws(seed)
+    ref = rgpt.GPT(config, rng=draws, dtype=np.float32)
+    out: dict[str, tuple[float, float] | np.ndarray] = {}
+    for name, value in ref.state_dict().items():
+        drawn = [(m, s) for m, s, v in draws.normals
+                 if v.shape == value.shape and np.array_equal(v.astype(value.dtype), value)]
+        out[name] = drawn[-1] if drawn else value
+    return out
+
+
+def chi2_cdf(q: float, n: int) -> tuple[float, float]:
+    """(P(chi2_n <= q), P(chi2_n > q)), regularized incomplete gamma in float64."""
+    a, x = torch.tensor(n / 2, dtype=torch.float64), torch.tensor(q / 2, dtype=torch.float64)
+    return float(torch.special.gammainc(a, x)), float(torch.special.gammaincc(a, x))
+
+
+def chi2_quantiles(n: int, tail: float) -> tuple[float, float]:
+    """(q_lo, q_hi) with P(chi2_n <= q_lo) = P(chi2_n > q_hi) = tail, by bisection."""
+    def solve(lower: bool) -> float:
+        lo, hi = 0.0, n + 100 * math.sqrt(2 * n) + 100
+        for _ in range(200):
+            mid = (lo + hi) / 2
+            below, above = chi2_cdf(mid, n)
+            if (below < tail) if lower else (above > tail):
+                lo = mid
+            else:
+                hi = mid
+        return (lo + hi) / 2
+    return solve(True), solve(False)
+
+
+def variance_test_power(n: int, alpha: float, ratio: float) -> float:
+    """Power of the two-sided chi-square variance test at level alpha against a std `ratio`
+    times the stated one: P(ratio^2 chi2_n outside [q_lo, q_hi])."""
+    q_lo, q_hi = chi2_quantiles(n, alpha / 2)
+    r2 = ratio * ratio
+    return chi2_cdf(q_lo / r2, n)[0] + chi2_cdf(q_hi / r2, n)[1]
+
+
+@dataclass
+class InitTest:
+    """One parameter's statistics against the reference's (mean, std): the two-sided p-values
+    of its sample mean (z) and of its sum of squares (chi-square, n degrees of freedom)."""
+
+    name: str
+    n: int
+    std: float
+    p_mean: float
+    p_var: float
+
+
+def torch_init_tests(config: GPTConfig, seed: int, device: str = "cpu"
+                     ) -> tuple[list[InitTest], dict[str, tuple[np.ndarray, np.ndarray]]]:
+    """The torch GPT drawn from torch.Generator(seed) against the reference's init rule:
+    (a test per normally drawn parameter, {name: (torch value, reference constant)} for the
+    rest). Tied weights are one parameter, tested once."""
+    expected = reference_init(config, seed)
+    model = tgpt.GPT(config, generator=torch.Generator().manual_seed(seed), device=device)
+    tests, constants = [], {}
+    for name, t in model.named_parameters():
+        x = t.detach().cpu().numpy()
+        rule = expected[name]
+        if isinstance(rule, np.ndarray):
+            constants[name] = (x, rule)
+            continue
+        mean, std = rule
+        d = x.astype(np.float64).reshape(-1) - mean
+        n = d.size
+        z = float(d.mean()) * math.sqrt(n) / std
+        below, above = chi2_cdf(float(d @ d) / (std * std), n)
+        tests.append(InitTest(name, n, std, math.erfc(abs(z) / math.sqrt(2)),
+                              min(1.0, 2 * min(below, above))))
+    return tests, constants
