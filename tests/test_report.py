@@ -107,3 +107,13 @@ def test_two_processes_records_merge_to_the_worse_case_and_the_sum() -> None:
             m["claims"]["x"]["calls"]) == (5, 0.5, False, 3)
     assert m["claims"]["y"] == a["claims"]["y"]
     assert [t["nodeid"] for t in m["tests"]] == ["a", "b"]
+
+
+def test_a_statistical_claims_merged_worst_case_is_the_smaller_p_value() -> None:
+    from parity.lab.report import merge
+
+    cid = next(c.id for c in CLAIMS if c.kind == "statistical")
+    seen = {"n": 1, "raw": None, "held": True, "calls": 1}
+    m = merge([{"claims": {cid: {**seen, "worst": 0.5}}, "tests": []},
+               {"claims": {cid: {**seen, "worst": 0.01}}, "tests": []}])
+    assert m["claims"][cid]["worst"] == 0.01

@@ -109,6 +109,9 @@ def _command(files: list[Path] | list[str], extra: tuple[str, ...]) -> list[str]
             "--tb=line", *extra]
 
 
+CLAIM_KIND = {c.id: c.kind for c in CLAIMS}
+
+
 def merge(records: list[dict[str, Any]]) -> dict[str, Any]:
     """One record from several processes' (a claim asserted in two: the worse case, the
     counts added, held only if it held in both)."""
@@ -119,8 +122,10 @@ def merge(records: list[dict[str, Any]]) -> dict[str, Any]:
                 claims[cid] = dict(o)
                 continue
             c = claims[cid]
+            # the worse case: the larger, a statistical claim's smaller p-value; NaN worst
+            low = CLAIM_KIND.get(cid) == "statistical"
             c["worst"] = max(_number(c["worst"]), _number(o["worst"]), key=lambda x: (
-                x != x, x))  # NaN is the worst of all
+                x != x, -x if low else x))
             c["n"] += o["n"]
             if o["raw"] is not None:
                 c["raw"] = o["raw"] if c["raw"] is None else max(_number(c["raw"]),
