@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from parity.compare import assert_claim, assert_observed, expect_broken
 from parity.drivers import gpt as dg
 from parity.drivers import gpt_learn as gl
+from parity.drivers import gpt_pairs as gp
 from parity.strategies import gpt_batches, gpt_configs
 from reference import data as rdata
 from reference import gpt as rgpt
@@ -189,7 +190,7 @@ def test_sdpa_models_logits_match_the_reference_within_carried_bounds(
         pytest.skip(f"CPU-specific: {SDPA_CPU}")
     batch, seq_len, seed = data.draw(gpt_batches(config))
     event("T >= 2: the causal mask decides" if seq_len >= 2 else "T = 1")
-    for claim_id, where, actual, expected, scale in dg.sdpa_carried_pairs(
+    for claim_id, where, actual, expected, scale in gp.sdpa_carried_pairs(
             config, dtype, batch, seq_len, seed, device):
         assert_claim(claim_id, actual, expected, where, scale=scale)
 
@@ -209,7 +210,7 @@ def test_sdpa_logits_claim_breaks_when_is_causal_is_dropped(
     monkeypatch.setattr(tattn.F, "scaled_dot_product_attention", acausal)
     config = dg.GPTConfig(dropout=0.0)
     with expect_broken("gpt.sdpa_logits"):
-        for claim_id, where, actual, expected, scale in dg.sdpa_carried_pairs(
+        for claim_id, where, actual, expected, scale in gp.sdpa_carried_pairs(
                 config, np.float64, 2, config.block_size, 3, device):
             assert_claim(claim_id, actual, expected, where, scale=scale)
 

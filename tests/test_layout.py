@@ -21,13 +21,15 @@ STDLIB = sys.stdlib_module_names
 
 
 def imported_modules(path: Path) -> set[str]:
-    """Every absolute module name `path` imports, at any depth (function-level imports too)."""
+    """Every absolute module name `path` imports, at any depth (function-level imports too),
+    `from m import n` counted as m and m.n (so `from parity import lab` is seen)."""
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
     return names
 
 
@@ -100,12 +102,12 @@ def test_importing_every_common_module_loads_neither_torch_nor_reference() -> No
     assert loaded_after_importing("common", ("torch", "reference", "torch_impl", "parity")) == []
 
 
-PROJECT = ("reference", "torch_impl", "common", "ckpt")
+PROJECT = ("reference", "torch_impl", "common", "ckpt", "parity")
 
 
 def module_name(path: Path) -> str:
-    package = path.parent.name
-    return package if path.stem == "__init__" else f"{package}.{path.stem}"
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -117,7 +119,7 @@ def import_graph() -> dict[str, set[str]]:
     import their siblings by module path (`from ckpt.errors import ...`); a submodule that
     imports its own package's `__init__` (`from ckpt import X`, X not a submodule) is one.
     """
-    paths = [p for package in PROJECT for p in sources(package)]
+    paths = [p for package in PROJECT for p in sorted((ROOT / package).rglob("*.py"))]
     modules = {module_name(p) for p in paths}
     graph: dict[str, set[str]] = {}
     for path in paths:
@@ -183,9 +185,49 @@ def test_cycles_finds_a_circle_it_is_given_and_none_in_a_chain() -> None:
 
 
 def test_no_import_cycle_among_the_project_modules() -> None:
-    """No module of reference, torch_impl, common or ckpt imports itself back through others
-    (see import_graph for what counts as an edge)."""
+    """No module of reference, torch_impl, common, ckpt or parity (the lab included) imports
+    itself back through others (see import_graph for what counts as an edge)."""
     graph = import_graph()
-    assert "reference.train" in graph and "common.train_config" in graph
+    assert "reference.train" in graph and "parity.lab.cli.train" in graph
     found = cycles(graph)
     assert not found, "import cycles: " + "; ".join(" -> ".join(c) for c in found)
+
+
+# -- the proof and the lab: parity/ has two floors, and arrows run down only
+#    (lab -> proof -> torch_impl -> reference). The parity tests (parity/test_*.py) sit above
+#    both: a claim about a whole command (kill a training process, resume, compare digests)
+#    runs the command, so a test may import the lab; nothing the tests import from the proof
+#    may.
+PARITY = ROOT / "parity"
+LAB = PARITY / "lab"
+
+
+def proof_sources() -> list[Path]:
+    """Every module of the proof: parity/ less the lab, the tests and the entry point."""
+    return sorted(p for p in PARITY.rglob("*.py")
+                  if LAB not in p.parents and not p.name.startswith("test_")
+                  and p.name != "__main__.py")
+
+
+def is_lab(name: str) -> bool:
+    return name == "parity.lab" or name.startswith("parity.lab.")
+
+
+@pytest.mark.parametrize("path", proof_sources(), ids=lambda p: str(p.relative_to(PARITY)))
+def test_the_proof_never_imports_the_lab(path: Path) -> None:
+    up = sorted(m for m in imported_modules(path) if is_lab(m))
+    assert not up, f"{path.relative_to(ROOT)} imports the lab: {up}"
+
+
+def test_every_driver_runs_a_tree_and_nothing_else_is_in_drivers() -> None:
+    """A driver runs the trees on an input: it imports reference, torch_impl or torch. A
+    module importing none of them is not a driver (a bound belongs in parity/claims/, a
+    page or a picture in the lab)."""
+    trees = ("reference", "torch_impl", "torch")
+    not_drivers = []
+    for path in sorted((PARITY / "drivers").glob("*.py")):
+        if path.name == "__init__.py":
+            continue
+        if not any(m.split(".")[0] in trees for m in imported_modules(path)):
+            not_drivers.append(path.name)
+    assert not not_drivers, f"parity/drivers/ holds modules that run no tree: {not_drivers}"

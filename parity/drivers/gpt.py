@@ -9,7 +9,6 @@ its backward saved, and `run_ref` replays them into the reference's Dropout modu
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections import Counter
 from collections.abc import Callable
@@ -220,44 +219,6 @@ def sdpa_core_scale(q: np.ndarray, k: np.ndarray, v: np.ndarray, y: np.ndarray,
     return base + 2 * a_extra * (p @ np.abs(v.astype(np.float64))) + np.abs(y.astype(np.float64))
 
 
-def sdpa_carried_pairs(config: GPTConfig, dtype: type, batch: int, seq_len: int, seed: int,
-                       device: str = "cpu") -> list:
-    """gpt.sdpa_logits along one end-to-end forward, dropout off: the reference (explicit
-    attention, the only one it has) against torch's attention='sdpa' model on the same
-    weights, every op up to the logits checked at torch's inputs as gpt.logits checks it
-    (its own budget plus its inputs' measured differences carried), the cores with
-    sdpa_core_scale, and the residual stream between them. Pairs (claim, where, ref, torch, S)."""
-    from parity.drivers import gpt_pairs as gp  # gpt_pairs builds on this module
-    from parity.tolerances import claim
-
-    if config.dropout:
-        raise ValueError("sdpa_carried_pairs: sdpa draws its own dropout; compare with none")
-    ref, _ = make_pair(dataclasses.replace(config, attention="explicit"), dtype, seed % 1000,
-                       device, affine=True)
-    twin = tgpt.GPT(dataclasses.replace(config, attention="sdpa"),
-                    generator=torch.Generator().manual_seed(seed % 1000),
-                    dtype=TORCH_DTYPE[np.dtype(dtype)], device=device)
-    twin.load_state_dict(state_dict_to_torch(ref.state_dict(), device))
-    idx, targets = tokens(config, batch, seq_len, seed)
-    run = run_torch(twin, idx, targets, device=device, layerwise=True)
-    seen, _ = gp.record_ref(ref, idx, targets, run.keeps)
-    modules = dict(ref.named_modules())
-    gelu = float(claim("nn.gelu_tanh.forward").bound)
-    eps = float(np.finfo(dtype).eps)
-    pairs = []
-    for path, (ins, out) in seen.items():
-        t_ins, t_out = run.layers[path][0], run.layers[path][1]
-        if path.endswith(".core"):
-            e = [np.abs(a.astype(np.float64) - b.astype(np.float64)) / eps
-                 for a, b in zip(ins, t_ins, strict=True)]
-            scale = sdpa_core_scale(*t_ins, t_out, *e)
-        else:
-            scale = gp.carried_scale(modules[path], ins, t_ins, None, gelu)
-        pairs.append(("gpt.sdpa_logits", path, out, t_out, scale))
-    return pairs + gp.residual_pairs(config, dtype, seen, run, claim_id="gpt.sdpa_logits")
-
-
-# -- the saved tensors
 def saved_counts(entries: list) -> Counter:
     """(module, torch node.attr, shape, dtype, bytes) -> count; the reference's op-local
     prefix ("qk:") dropped."""

@@ -7,6 +7,7 @@ parity/claims/gpt_bounds.py.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Callable
 
@@ -21,9 +22,10 @@ from parity.drivers.gpt import (
     replay_masks,
     run_ref,
     run_torch,
+    sdpa_core_scale,
     tokens,
 )
-from parity.drivers.nn import linear_scales
+from parity.drivers.nn import TORCH_DTYPE, linear_scales
 from parity.drivers.nn import run_ref as run_ref_layer
 from parity.tolerances import claim
 from reference import amp as ramp
@@ -31,6 +33,8 @@ from reference import attention as rattn
 from reference import gpt as rgpt
 from reference import nn as rnn
 from reference.layers import Embedding, LayerNorm, layer_norm
+from torch_impl import gpt as tgpt
+from torch_impl.module import state_dict_to_torch
 
 _RECORDED = (rnn.Linear, rnn.GELU, LayerNorm, rattn.AttentionCore)
 
@@ -308,3 +312,40 @@ def grad_pairs(config: GPTConfig, dtype: type, batch: int, seq_len: int, seed: i
             pairs.append(("gpt.grads", name, m._params[key].grad, run.grads[name], scale))
             compared.add(name)
     return pairs, compared, {name for name, _ in ref.named_parameters()}
+
+
+def sdpa_carried_pairs(config: GPTConfig, dtype: type, batch: int, seq_len: int, seed: int,
+                       device: str = "cpu") -> list:
+    """gpt.sdpa_logits along one end-to-end forward, dropout off: the reference (explicit
+    attention, the only one it has) against torch's attention='sdpa' model on the same
+    weights, every op up to the logits checked at torch's inputs as gpt.logits checks it
+    (its own budget plus its inputs' measured differences carried), the cores with
+    sdpa_core_scale, and the residual stream between them. Pairs (claim, where, ref, torch, S)."""
+    if config.dropout:
+        raise ValueError("sdpa_carried_pairs: sdpa draws its own dropout; compare with none")
+    ref, _ = make_pair(dataclasses.replace(config, attention="explicit"), dtype, seed % 1000,
+                       device, affine=True)
+    twin = tgpt.GPT(dataclasses.replace(config, attention="sdpa"),
+                    generator=torch.Generator().manual_seed(seed % 1000),
+                    dtype=TORCH_DTYPE[np.dtype(dtype)], device=device)
+    twin.load_state_dict(state_dict_to_torch(ref.state_dict(), device))
+    idx, targets = tokens(config, batch, seq_len, seed)
+    run = run_torch(twin, idx, targets, device=device, layerwise=True)
+    seen, _ = record_ref(ref, idx, targets, run.keeps)
+    modules = dict(ref.named_modules())
+    gelu = float(claim("nn.gelu_tanh.forward").bound)
+    eps = float(np.finfo(dtype).eps)
+    pairs = []
+    for path, (ins, out) in seen.items():
+        t_ins, t_out = run.layers[path][0], run.layers[path][1]
+        if path.endswith(".core"):
+            e = [np.abs(a.astype(np.float64) - b.astype(np.float64)) / eps
+                 for a, b in zip(ins, t_ins, strict=True)]
+            scale = sdpa_core_scale(*t_ins, t_out, *e)
+        else:
+            scale = carried_scale(modules[path], ins, t_ins, None, gelu)
+        pairs.append(("gpt.sdpa_logits", path, out, t_out, scale))
+    return pairs + residual_pairs(config, dtype, seen, run, claim_id="gpt.sdpa_logits")
+
+
+# -- the saved tensors

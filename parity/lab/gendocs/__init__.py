@@ -97,9 +97,7 @@ def markers(name: str) -> tuple[str, str]:
 
 def load() -> dict[str, Part]:
     """Import every module of parity.lab.gendocs so that their registrations run."""
-    import parity.lab.gendocs
-
-    for info in pkgutil.iter_modules(parity.lab.gendocs.__path__):
+    for info in pkgutil.iter_modules(__path__):
         importlib.import_module(f"parity.lab.gendocs.{info.name}")
     return PARTS
 

@@ -36,9 +36,7 @@ def picture(name: str) -> Callable[[Callable[[Path], None]], Callable[[Path], No
 
 def load() -> dict[str, Callable[[Path], None]]:
     """Import every module of parity.lab.pictures so that their registrations run."""
-    import parity.lab.pictures
-
-    for info in pkgutil.iter_modules(parity.lab.pictures.__path__):
+    for info in pkgutil.iter_modules(__path__):
         importlib.import_module(f"parity.lab.pictures.{info.name}")
     return PICTURES
 
