@@ -332,6 +332,33 @@ def test_the_printed_interval_is_the_95_percent_bootstrap_interval() -> None:
         cli.markdown(g, None).split())
 
 
+def test_the_reports_level_is_the_constant_the_interval_is_computed_at(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With CONFIDENCE at 90%, speedup's bounds are the 90% ones, BORDERLINE reads faster, and
+    the report's text says 90%: the level is one constant, not a number typed twice."""
+    from parity.lab.cli import optimize as cli
+    from parity.lab.runners import optimize_timing
+
+    monkeypatch.setattr(optimize_timing, "CONFIDENCE", 0.90)
+    g = _gauntlet()
+    assert g.speedup[1:] == _bootstrap_interval(*BORDERLINE, 90) and not g.null
+    assert cli.verdict(g).endswith("(faster)")
+    assert "90% bootstrap interval" in " ".join(cli.markdown(g, None).split())
+
+
+def test_identical_samples_are_a_null_result_even_at_the_intervals_edge() -> None:
+    """Two sides of one constant step time give the interval [1, 1]: 1 is in it, so null,
+    not slower."""
+    from parity.lab.cli import optimize as cli
+
+    g = _gauntlet((np.full(7, 1e-3), np.full(7, 1e-3)))
+    assert g.speedup == (1.0, 1.0, 1.0) and g.null and cli.verdict(g).endswith("(null)")
+
+
+def test_spread_is_the_median_and_the_quartiles() -> None:
+    assert drv.spread(np.arange(1.0, 10.0)) == (5.0, 3.0, 7.0)  # 1..9: quartiles 3 and 7
+
+
 @pytest.mark.parametrize("shift, word", [(0.5, "faster"), (2.0, "slower")])
 def test_an_interval_clear_of_1_is_printed_faster_or_slower(shift: float, word: str) -> None:
     from parity.lab.cli import optimize as cli
@@ -341,16 +368,17 @@ def test_an_interval_clear_of_1_is_printed_faster_or_slower(shift: float, word: 
     assert not g.null and cli.verdict(g).endswith(f"({word})")
 
 
-def _stand_in_report(monkeypatch: pytest.MonkeyPatch, compiled_holds: bool) -> list[str]:
-    """report.run answers one holding claim; compiled_equivalence answers `compiled_holds`
-    and logs its calls."""
+def _stand_in_report(monkeypatch: pytest.MonkeyPatch, compiled_holds: bool,
+                     verdict: str = "ok") -> list[str]:
+    """report.run answers one claim with `verdict`; compiled_equivalence answers
+    `compiled_holds` and logs its calls."""
     from types import SimpleNamespace
 
     from parity.lab import report
 
     calls: list[str] = []
     row = SimpleNamespace(claim=SimpleNamespace(id="compile.eager", tolerance="<= 1"),
-                          observation=SimpleNamespace(observed=0.5), verdict="ok")
+                          observation=SimpleNamespace(observed=0.5), verdict=verdict)
     monkeypatch.setattr(report, "run", lambda only=None: SimpleNamespace(rows=[row]))
 
     def own(opt: drv.Optimization) -> tuple[str, float, str, bool]:
@@ -374,10 +402,23 @@ def test_a_compiled_model_failing_only_its_own_equivalence_fails_the_gauntlet(
     assert drv.equivalence(drv.parse("autocast-bf16"))[-1][3] and calls == ["compile"]
 
 
+@pytest.mark.parametrize("verdict", ["FAIL", "ERROR", "NOT CHECKED"])
+def test_a_claim_the_report_did_not_find_ok_does_not_hold(
+        monkeypatch: pytest.MonkeyPatch, verdict: str) -> None:
+    """Only the report's "ok" holds: a claim that errored or that no test checked fails the
+    gauntlet as surely as one that failed."""
+    _stand_in_report(monkeypatch, compiled_holds=True, verdict=verdict)
+    claims = drv.equivalence(drv.parse("autocast-bf16"))
+    assert [c[3] for c in claims] == [False] and not _gauntlet(claims=claims).passed
+
+
 def test_run_gauntlet_records_what_each_part_returned(monkeypatch: pytest.MonkeyPatch) -> None:
     """run_gauntlet on stand-in parts: each part's answer lands in its field, the speedup is
-    speedup() of the timer's samples, and a resume whose digest differs fails it."""
-    made = _gauntlet(resume=(0.0, 100, False))
+    speedup() of the optimization's own clock (CPU here; the wall samples are set apart),
+    and a resume whose digest differs fails it."""
+    base, fast = BORDERLINE
+    timing = drv.Timing(list(base), list(fast), list(fast), list(base), 1)  # wall: reversed
+    made = _gauntlet(timing=timing, resume=(0.0, 100, False))
     monkeypatch.setattr(drv, "make_run", lambda *a, **k: None)
     monkeypatch.setattr(drv, "time_interleaved", lambda runs, r, s: made.timing)
     monkeypatch.setattr(drv, "equivalence", lambda opt, progress: made.claims)
@@ -387,5 +428,6 @@ def test_run_gauntlet_records_what_each_part_returned(monkeypatch: pytest.Monkey
     g = drv.run_gauntlet(made.opt, repeats=7, steps=1)
     assert (g.claims, g.distance, g.timing, g.resume) == (made.claims, made.distance,
                                                           made.timing, made.resume)
-    assert g.speedup == made.speedup and set(g.learning) == {"baseline", "optimized"}
+    assert made.opt.timer == "cpu" and g.speedup == drv.speedup(base, fast)
+    assert set(g.learning) == {"baseline", "optimized"}
     assert not g.passed

@@ -120,7 +120,8 @@ def _baseline_words(model: str) -> str:
 
 
 def markdown(g: object, picture: Path | None) -> str:
-    from parity.lab.runners.optimize import CONFIDENCE, CONTROLS, RESUME_AT, RESUME_TOTAL, spread
+    from parity.lab.runners import optimize_timing
+    from parity.lab.runners.optimize import CONTROLS, RESUME_AT, RESUME_TOTAL, spread
 
     opt, t = g.opt, g.timing  # type: ignore[attr-defined]
     base, optimized = t.samples(opt.timer)
@@ -141,9 +142,8 @@ def markdown(g: object, picture: Path | None) -> str:
               "", "## Timing", "",
               f"Seconds per step, {clock}, {len(base)} repeats of {t.steps} steps per side, "
               "interleaved ABBA after a warm-up block; speedup = median baseline / median "
-              f"optimized, {CONFIDENCE:.0%} bootstrap interval. Each side's first call is "
-              "timed apart on "
-              "the wall clock and is in no sample.", "",
+              f"optimized, {optimize_timing.CONFIDENCE:.0%} bootstrap interval. Each side's "
+              "first call is timed apart on the wall clock and is in no sample.", "",
               "| | median | IQR | first call (wall) |", "|---|---|---|---|"]
     first = t.first_call_wall
     for name, x in (("baseline", base), ("optimized", optimized)):
