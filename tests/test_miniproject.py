@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from parity.lab.runners import miniproject as mp
@@ -86,3 +88,122 @@ def test_the_command_writes_every_deliverable_and_grades_them(tmp_path: Path) ->
     assert "| resume | Strong |" in rubric and "| fault repair | Strong |" in rubric
     assert "| prediction before measurement | Pass |" in rubric
     assert done.stdout.strip().splitlines()[-1].startswith("miniproject: ")
+
+
+# ---------------------------------------------------------------- the rubric, on stand-in evidence
+
+def _postmortem(**spoil: object) -> mp.Postmortem:
+    """A postmortem earning Strong (the guard fails, then passes; the forward well below
+    float16's max), with `spoil` replaced."""
+    from dataclasses import replace
+
+    whole = mp.Postmortem({}, {}, forward_max=12.0, forward_nonfinite=0, guard_before=False,
+                          guard_after=True)
+    return replace(whole, **spoil)  # type: ignore[arg-type]
+
+
+def _evidence(**spoil: object) -> mp.ResumeEvidence:
+    """A kill and resume earning Strong, with `spoil` replaced."""
+    from dataclasses import replace
+
+    names = [f"ckpt-{s:08d}.ckpt" for s in (5, 10, 15)]
+    whole = mp.ResumeEvidence(True, [".ckpt-00000020.ckpt.0a1b2c3d.tmp"], names, names,
+                              "resumed from ckpt-00000015.ckpt at step 15", "ab" * 32,
+                              "ab" * 32)
+    return replace(whole, **spoil)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("spoil, grade", [
+    ({}, "Strong"),
+    ({"forward_nonfinite": 3}, "Pass"),  # H2 no longer rejected
+    ({"forward_max": mp.FP16_MAX}, "Pass"),
+    ({"guard_before": True}, "FAIL"),  # the guard does not see the fault
+    ({"guard_after": False}, "FAIL"),  # the repair does not repair
+])
+def test_the_fault_repair_row_falls_a_grade_with_each_piece_of_evidence_spoiled(
+        spoil: dict, grade: str) -> None:
+    assert mp.fault_repair_row(_postmortem(**spoil))[1] == grade
+
+
+@pytest.mark.parametrize("spoil, grade", [
+    ({}, "Strong"),
+    ({"leftover_temp": []}, "Pass"),  # the kill did not land inside the commit
+    ({"killed": False}, "Pass"),
+    ({"survivors": ["ckpt-00000005.ckpt", "ckpt-00000015.ckpt"]}, "Pass"),  # one lost
+    ({"resumed_from": "resumed from ckpt-00000010.ckpt at step 10"}, "Pass"),  # not the newest
+    ({"digest_resumed": "cd" * 32}, "FAIL"),
+    ({"resumed_from": "no resume line"}, "FAIL"),  # equal digests, but nothing was resumed
+])
+def test_the_resume_row_falls_a_grade_with_each_piece_of_evidence_spoiled(
+        spoil: dict, grade: str) -> None:
+    assert mp.resume_row(_evidence(**spoil))[1] == grade
+
+
+def _gauntlet(**spoil: object) -> object:
+    """A passing gauntlet of 5 repeats a side, its expectation stated, with `spoil` replaced
+    (timing: "base"/"fast" lists of seconds per step; "expectation" the optimization's)."""
+    from dataclasses import replace
+
+    from parity.lab.runners import optimize as drv
+
+    base = spoil.pop("base", [2.0, 2.1, 2.2, 2.05, 2.15])
+    fast = spoil.pop("fast", [1.0, 1.1, 1.05, 1.2, 1.15])
+    opt = drv.parse("autocast-bf16")
+    opt = replace(opt, expectation=spoil.pop("expectation", opt.expectation))
+    learned = drv.Learning(2.0, 0.1, 1.0)
+    whole = {"opt": opt, "claims": [("amp.stand_in", 0.0, "<= 0", True)],
+             "distance": {"loss": 0.0, "gradients": 0.0, "bitwise": 1.0},
+             "timing": drv.Timing(base, fast, base, fast, 1),
+             "speedup": drv.speedup(np.array(base), np.array(fast)),
+             "learning": {"baseline": learned, "optimized": learned},
+             "resume": (0.0, 100, True)}
+    return drv.Gauntlet(**{**whole, **spoil})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("criterion, spoil, grade", [
+    ("optimization validity", {}, "Strong"),
+    ("optimization validity", {"expectation": ""}, "Pass"),  # no expectation beside it
+    ("optimization validity", {"speedup": (1.9, float("nan"), float("nan"))}, "Pass"),
+    ("optimization validity", {"resume": (0.0, 100, False)}, "FAIL"),  # digest differs
+    ("honest timing (optimization)", {}, "Pass"),
+    ("honest timing (optimization)", {"base": [2.0, 2.1], "fast": [1.0, 1.1]}, "FAIL"),
+    ("honest timing (optimization)", {"fast": [1.0, 1.1, 1.05, 1.2]}, "FAIL"),  # unequal
+    ("honest timing (optimization)", {"speedup": (1.9, 2.0, 2.1)}, "FAIL"),  # not around it
+    ("honest timing (optimization)", {"fast": [1.0, 1.1, -1.0, 1.2, 1.15]}, "FAIL"),  # time < 0
+])
+def test_the_optimization_rows_fall_a_grade_with_each_piece_of_evidence_spoiled(
+        criterion: str, spoil: dict, grade: str) -> None:
+    rows = {r[0]: r for r in mp.optimization_rows(_gauntlet(**spoil), "optimize-x", "1.9")}
+    assert rows[criterion][1] == grade, rows[criterion]
+
+
+_SYNCHRONIZED = {"data wait": 1e-4, "forward": 2e-4, "backward": 3e-4, "optimizer": 1e-4,
+                 "step": 7e-4}
+
+
+@pytest.mark.parametrize("criterion, spoil, grade", [
+    ("prediction before measurement", {}, "Pass"),
+    ("prediction before measurement", {"returncode": 1}, "FAIL"),
+    ("prediction before measurement", {"order": ["predictions.json", "profile.json",
+                                                 "predictions.md"]}, "FAIL"),  # sheet late
+    ("honest timing (profile)", {}, "Pass"),
+    ("honest timing (profile)", {"returncode": 1}, "FAIL"),
+    ("honest timing (profile)", {"steps": []}, "FAIL"),  # nothing timed
+    ("honest timing (profile)", {"steps": [{k: v for k, v in _SYNCHRONIZED.items()
+                                            if k != "data wait"}]}, "FAIL"),
+    ("honest timing (profile)", {"order": ["predictions.json", "predictions.md"]}, "FAIL"),
+])
+def test_the_profile_rows_fall_a_grade_with_each_piece_of_evidence_spoiled(
+        tmp_path: Path, criterion: str, spoil: dict, grade: str) -> None:
+    """A profile folder written in `order` (profile.json holding `steps` synchronized steps
+    when it is written), graded as the profile command exiting `returncode` left it."""
+    folder = tmp_path / "profile"
+    _files(folder, spoil.get("order", ["predictions.json", "predictions.md", "profile.json"]))
+    if (folder / "profile.json").exists():
+        stamp = (folder / "profile.json").stat().st_mtime_ns
+        steps = spoil.get("steps", [_SYNCHRONIZED] * 3)
+        record = {"measured": {"honest": {"synchronized": steps}}}
+        (folder / "profile.json").write_text(json.dumps(record))
+        os.utime(folder / "profile.json", ns=(stamp, stamp))
+    rows = {r[0]: r for r in mp.profile_rows(folder, spoil.get("returncode", 0))}
+    assert rows[criterion][1] == grade, rows[criterion]

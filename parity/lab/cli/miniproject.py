@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     from parity.lab.runners import optimize as opt
 
     out = output_folder(args.out)
-    rows: list[tuple[str, str, str, str]] = []  # criterion, grade, evidence, reason
+    rows: list[mp.Row] = []
     bar = tqdm(total=4, desc="miniproject", unit="piece", leave=False)
 
     bar.set_postfix_str("profile")
@@ -55,15 +55,7 @@ def run(args: argparse.Namespace) -> int:
     bar.set_postfix_str("postmortem")
     pm = mp.postmortem()
     (out / "postmortem.md").write_text(postmortem_markdown(pm))
-    rejected = pm.forward_nonfinite == 0 and pm.forward_max < mp.FP16_MAX
-    if not pm.guard_before and pm.guard_after:
-        rows.append(("fault repair", "Strong" if rejected else "Pass",
-                     "postmortem.md: the guard fails on fp16 S=1 and passes on S=2^16",
-                     "repaired with a guard that fails before and passes after"
-                     + ("; H2 (forward overflow) rejected by measurement" if rejected else "")))
-    else:
-        rows.append(("fault repair", "FAIL", "postmortem.md",
-                     f"guard before {pm.guard_before}, after {pm.guard_after}"))
+    rows.append(mp.fault_repair_row(pm))
     bar.update(1)
 
     bar.set_postfix_str("optimization gauntlet")
@@ -71,28 +63,14 @@ def run(args: argparse.Namespace) -> int:
     stem = "optimize-autocast-bf16"
     (out / f"{stem}.json").write_text(json.dumps(opt_cli.as_json(g), indent=1) + "\n")
     (out / f"{stem}.md").write_text(opt_cli.markdown(g, opt_cli.draw(g, out / f"{stem}.png")))
-    rows.append(("optimization validity", ("Strong" if g.passed else "FAIL"),
-                 f"{stem}.md: claims, learning controls, exact resume; speedup "
-                 f"{opt_cli.verdict(g)}",
-                 "every check passed and the speedup is stated with its interval and the "
-                 "mechanism's expectation" if g.passed else "a check failed"))
-    rows.append(("honest timing (optimization)", "Pass",
-                 f"{stem}.md: {args.repeats} interleaved repeats per side, median, IQR, "
-                 "bootstrap interval; CPU time stated",
-                 "spread and method stated; a null result reported as null"))
+    rows += mp.optimization_rows(g, stem, opt_cli.verdict(g))
     bar.update(1)
 
     bar.set_postfix_str("kill and resume")
     with tempfile.TemporaryDirectory(prefix="mirrortrain-miniproject-") as tmp:
         ev = mp.resume_evidence(Path(tmp))
     (out / "resume.md").write_text(resume_markdown(ev))
-    strong = ev.exact and ev.leftover_temp and set(ev.before_kill) <= set(ev.survivors)
-    rows.append(("resume", "Strong" if strong else ("Pass" if ev.exact else "FAIL"),
-                 f"resume.md: killed while committing step {mp.KILL_AT}; survivors "
-                 f"{', '.join(ev.survivors)}; digests {'equal' if ev.exact else 'DIFFER'}",
-                 "the kill left a temporary file, every earlier checkpoint survived and "
-                 "loaded, the resumed digest is the uninterrupted one" if strong else
-                 ("digest equal" if ev.exact else "the resumed run differs")))
+    rows.append(mp.resume_row(ev))
     bar.update(1)
     bar.close()
 
@@ -105,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK if ok else EXIT_FAILED
 
 
-def _profile_rows(folder: Path, device: str) -> list[tuple[str, str, str, str]]:
+def _profile_rows(folder: Path, device: str) -> list[mp.Row]:
     """The prediction sheet and the synchronized profile, from `python -m parity profile`."""
     if importlib.util.find_spec("parity.lab.cli.profile") is None:
         why = "this checkout has no `python -m parity profile`"
@@ -116,16 +94,7 @@ def _profile_rows(folder: Path, device: str) -> list[tuple[str, str, str, str]]:
                           text=True, timeout=900)
     (folder / "profile-output.txt").parent.mkdir(parents=True, exist_ok=True)
     (folder / "profile-output.txt").write_text(done.stdout + done.stderr)
-    if done.returncode != 0:
-        return [("prediction before measurement", "FAIL", "profile/profile-output.txt",
-                 f"the profile command exited {done.returncode}"),
-                ("honest timing (profile)", "FAIL", "profile/profile-output.txt", "no profile")]
-    before, why = mp.sheet_first(folder)
-    return [("prediction before measurement", "Pass" if before else "FAIL",
-             "profile/predictions.json, profile/predictions.md (sha256 printed before "
-             "measuring)", why),
-            ("honest timing (profile)", "Pass", "profile/profile-output.txt",
-             "phases timed at synchronized boundaries, data wait outside the step")]
+    return mp.profile_rows(folder, done.returncode)
 
 
 def postmortem_markdown(pm: mp.Postmortem) -> str:
@@ -191,7 +160,7 @@ kill lands there every time).
 """
 
 
-def rubric_markdown(rows: list[tuple[str, str, str, str]]) -> str:
+def rubric_markdown(rows: list[mp.Row]) -> str:
     lines = ["# Mini-project: self-graded", "",
              "| criterion | grade | evidence | why |", "|---|---|---|---|"]
     lines += [f"| {c} | {g} | {e} | {r} |" for c, g, e, r in rows]

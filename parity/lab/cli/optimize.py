@@ -120,6 +120,7 @@ def _baseline_words(model: str) -> str:
 
 
 def markdown(g: object, picture: Path | None) -> str:
+    from parity.lab.runners import optimize_timing
     from parity.lab.runners.optimize import CONTROLS, RESUME_AT, RESUME_TOTAL, spread
 
     opt, t = g.opt, g.timing  # type: ignore[attr-defined]
@@ -141,8 +142,8 @@ def markdown(g: object, picture: Path | None) -> str:
               "", "## Timing", "",
               f"Seconds per step, {clock}, {len(base)} repeats of {t.steps} steps per side, "
               "interleaved ABBA after a warm-up block; speedup = median baseline / median "
-              "optimized, 95% bootstrap interval. Each side's first call is timed apart on "
-              "the wall clock and is in no sample.", "",
+              f"optimized, {optimize_timing.CONFIDENCE:.0%} bootstrap interval. Each side's "
+              "first call is timed apart on the wall clock and is in no sample.", "",
               "| | median | IQR | first call (wall) |", "|---|---|---|---|"]
     first = t.first_call_wall
     for name, x in (("baseline", base), ("optimized", optimized)):

@@ -7,10 +7,14 @@
                                                      commits a checkpoint (below)
 
 A piece whose command is not part of this checkout is reported as missing, never faked.
+The rubric's grades are the functions at the end, each a function of its piece's evidence
+only, so a test can hand each one evidence with a part removed and see it fall a grade.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import signal
 import subprocess
@@ -211,3 +215,99 @@ def postmortem() -> Postmortem:
     return Postmortem(zeros, error, max(peaks), bad,
                       guard_before=guard_no_underflow(zeros["fp16, S=1"], zeros["fp32"]),
                       guard_after=guard_no_underflow(zeros["fp16, S=2^16"], zeros["fp32"]))
+
+
+# ---------------------------------------------------------------- the rubric
+
+Row = tuple[str, str, str, str]  # criterion, grade (Strong | Pass | FAIL | missing), evidence, why
+PHASES = ("data wait", "forward", "backward", "optimizer")  # a synchronized step's, in profile.json
+
+
+def profile_rows(folder: Path, returncode: int) -> list[Row]:
+    """prediction before measurement (sheet_first) and honest timing (profile): Pass when the
+    profile command exited 0 and profile.json holds synchronized steps, each timing every
+    one of PHASES (the data wait beside the step's phases, not inside them); else FAIL."""
+    if returncode != 0:
+        return [("prediction before measurement", "FAIL", "profile/profile-output.txt",
+                 f"the profile command exited {returncode}"),
+                ("honest timing (profile)", "FAIL", "profile/profile-output.txt", "no profile")]
+    before, why = sheet_first(folder)
+    try:
+        steps = json.loads((folder / "profile.json").read_text())["measured"]["honest"][
+            "synchronized"]
+    except (OSError, ValueError, KeyError, TypeError):
+        steps = []
+    timed = bool(steps) and all(all(phase in step for phase in PHASES) for step in steps)
+    return [("prediction before measurement", "Pass" if before else "FAIL",
+             "profile/predictions.json, profile/predictions.md (sha256 printed before "
+             "measuring)", why),
+            ("honest timing (profile)", "Pass" if timed else "FAIL", "profile/profile.json",
+             f"{len(steps)} steps timed at synchronized boundaries, the data wait outside the "
+             "step's phases" if timed else
+             "profile.json has no synchronized step timing " + ", ".join(PHASES))]
+
+
+def fault_repair_row(pm: Postmortem) -> Row:
+    """Pass: the guard fails before the repair and passes after; Strong: and H2 (forward
+    overflow) was rejected by measurement (no non-finite value, the peak below FP16_MAX)."""
+    if pm.guard_before or not pm.guard_after:
+        return ("fault repair", "FAIL", "postmortem.md",
+                f"guard before {pm.guard_before}, after {pm.guard_after}")
+    rejected = pm.forward_nonfinite == 0 and pm.forward_max < FP16_MAX
+    return ("fault repair", "Strong" if rejected else "Pass",
+            "postmortem.md: the guard fails on fp16 S=1 and passes on S=2^16",
+            "repaired with a guard that fails before and passes after"
+            + ("; H2 (forward overflow) rejected by measurement" if rejected else
+               "; no hypothesis rejected by measurement"))
+
+
+def _interval_stated(g: Any) -> bool:
+    ratio, low, high = g.speedup
+    return all(math.isfinite(v) for v in g.speedup) and low <= ratio <= high
+
+
+def optimization_rows(g: Any, stem: str, said: str) -> list[Row]:
+    """optimization validity and honest timing (optimization), from the gauntlet `g` whose
+    report is `stem`.md and whose speedup reads `said`.
+
+    validity: FAIL when a check failed (g.passed); Pass when all passed; Strong when the
+    speedup is also stated with its interval and the mechanism's expectation.
+    timing: Pass when both sides have the same number (>= 3) of positive finite repeats and
+    the interval is finite and brackets the ratio; else FAIL."""
+    stated = _interval_stated(g) and bool(g.opt.expectation)
+    validity = "FAIL" if not g.passed else ("Strong" if stated else "Pass")
+    base, optimized = g.timing.samples(g.opt.timer)
+    repeats = (len(base) == len(optimized) >= 3
+               and all(math.isfinite(v) and v > 0 for v in (*base, *optimized)))
+    honest = repeats and _interval_stated(g)
+    return [("optimization validity", validity,
+             f"{stem}.md: claims, learning controls, exact resume; speedup {said}",
+             {"FAIL": "a check failed",
+              "Pass": "every check passed; the speedup's interval or expectation is missing",
+              "Strong": "every check passed and the speedup is stated with its interval and "
+                        "the mechanism's expectation"}[validity]),
+            ("honest timing (optimization)", "Pass" if honest else "FAIL",
+             f"{stem}.md: {len(base)} interleaved repeats per side, median, IQR, bootstrap "
+             f"interval; {'CPU' if g.opt.timer == 'cpu' else 'wall'} time stated",
+             "spread and method stated; a null result reported as null" if honest else
+             "too few or unequal repeats, or no interval around the ratio")]
+
+
+def resume_row(ev: ResumeEvidence) -> Row:
+    """Pass: the run resumed from a checkpoint (its resume line) to the uninterrupted digest;
+    Strong: and the kill landed mid-commit (a temporary file left), every checkpoint there
+    before the kill survived, and the resume took the newest of them."""
+    resumed = ev.resumed_from.startswith("resumed from ")
+    newest = max(ev.survivors, default="")
+    strong = (resumed and ev.exact and ev.killed and bool(ev.leftover_temp)
+              and set(ev.before_kill) <= set(ev.survivors)
+              and ev.resumed_from.startswith(f"resumed from {newest} "))
+    grade = "Strong" if strong else ("Pass" if resumed and ev.exact else "FAIL")
+    return ("resume", grade,
+            f"resume.md: killed while committing step {KILL_AT}; survivors "
+            f"{', '.join(ev.survivors)}; digests {'equal' if ev.exact else 'DIFFER'}",
+            {"Strong": "the kill left a temporary file, every earlier checkpoint survived and "
+                       "loaded, the run resumed from the newest, the resumed digest is the "
+                       "uninterrupted one",
+             "Pass": "digest equal after a resume",
+             "FAIL": "the resumed run differs" if resumed else "the run did not resume"}[grade])

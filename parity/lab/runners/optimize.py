@@ -47,13 +47,20 @@ from parity.lab.runners.optimize_spec import (
     Optimization,
     parse,
 )
-from parity.lab.runners.optimize_timing import BOOTSTRAP, Timing, speedup, spread, time_interleaved
+from parity.lab.runners.optimize_timing import (
+    BOOTSTRAP,
+    CONFIDENCE,
+    Timing,
+    speedup,
+    spread,
+    time_interleaved,
+)
 
-__all__ = ["ACCURACY", "BASELINE", "BASELINES", "BOOTSTRAP", "CONTROLS", "LEARN_STEPS",
-           "LOSS_BAND", "MODELS", "RESUME_AT", "RESUME_TOTAL", "SUPPORTED", "Controls",
-           "Gauntlet", "Learning", "Optimization", "Timing", "compiled_forward",
-           "distance_from_fp32", "learn", "make_run", "parse", "resume_check", "run_gauntlet",
-           "speedup", "spread", "time_interleaved"]
+__all__ = ["ACCURACY", "BASELINE", "BASELINES", "BOOTSTRAP", "CONFIDENCE", "CONTROLS",
+           "LEARN_STEPS", "LOSS_BAND", "MODELS", "RESUME_AT", "RESUME_TOTAL", "SUPPORTED",
+           "Controls", "Gauntlet", "Learning", "Optimization", "Timing", "compiled_forward",
+           "distance_from_fp32", "equivalence", "learn", "make_run", "parse", "resume_check",
+           "run_gauntlet", "speedup", "spread", "time_interleaved"]
 
 # ---------------------------------------------------------------- runs
 
@@ -200,6 +207,22 @@ def compiled_equivalence(opt: Optimization) -> tuple[str, float, str, bool]:
             worst, c.tolerance, holds(c, worst))
 
 
+def equivalence(opt: Optimization, progress: Callable[[str], None] = lambda _: None
+                ) -> list[tuple[str, float, str, bool]]:
+    """The optimization's claims as the report checks them, then, for a compiled model,
+    compiled_equivalence on the gauntlet's own model: (id, observed, bound text, holds)."""
+    from parity.lab import report
+
+    progress(f"claims {', '.join(opt.claims)}: their topics' parity tests")
+    claims = [(r.claim.id, float("nan") if r.observation is None else r.observation.observed,
+               r.claim.tolerance, r.verdict == "ok")
+              for r in report.run(only=opt.claims).rows]
+    if opt.compiled:
+        progress("compile.eager on this model")
+        claims.append(compiled_equivalence(opt))
+    return claims
+
+
 def frozen_optimizer(run: Any) -> Any:
     """An optimizer whose step changes nothing (lr 0 SGD), so the gradients stay to be read."""
     import torch
@@ -259,8 +282,6 @@ class Gauntlet:
 def run_gauntlet(opt: Optimization, repeats: int, steps: int,
                  progress: Callable[[str], None] = lambda _: None,
                  learn_steps: int | None = None) -> Gauntlet:
-    from parity.lab import report
-
     start = time.perf_counter()
     cache = contextlib.nullcontext()
     if opt.compiled:
@@ -278,13 +299,7 @@ def run_gauntlet(opt: Optimization, repeats: int, steps: int,
         del runs
         ratio = speedup(*timing.samples(opt.timer))
         # after the timing: a claim's tests may compile (warm caches)
-        progress(f"claims {', '.join(opt.claims)}: their topics' parity tests")
-        claims = [(r.claim.id, float("nan") if r.observation is None else r.observation.observed,
-                   r.claim.tolerance, r.verdict == "ok")
-                  for r in report.run(only=opt.claims).rows]
-        if opt.compiled:
-            progress("compile.eager on this model")
-            claims.append(compiled_equivalence(opt))
+        claims = equivalence(opt, progress)
         progress("distance from float32")
         distance = distance_from_fp32(opt)
         progress("learning controls")
