@@ -171,16 +171,14 @@ def configuration(args: argparse.Namespace, impl: Any
     """
 
     def configure(saved: Mapping[str, Any] | None) -> Any:
-        other = (saved or {}).get("model", "mlp")
-        if saved is not None and other != args.model:
+        other = None if saved is None else saved.get("model", "mlp")
+        if other is not None and other != args.model:
             raise UsageError(f"{args.checkpoint_dir}: its checkpoints are of the model "
                              f"{other!r}, this run trains {args.model!r} (--model {other} "
                              "resumes them; another directory or --overwrite starts afresh)")
-        horizon = args.horizon
-        if horizon is None and isinstance((saved or {}).get("horizon"), int):
-            horizon = saved["horizon"]  # type: ignore[index]
-        if horizon is None:
-            horizon = args.steps
+        inherited = None if saved is None else saved.get("horizon")
+        horizon = (args.horizon if args.horizon is not None
+                   else inherited if isinstance(inherited, int) else args.steps)
         if horizon < args.steps:
             given = ("--horizon" if args.horizon is not None
                      else "the horizon the run started with")
