@@ -8,7 +8,8 @@ state becomes bytes and back ("npy-records" in reference/resume.py, "torch-zip" 
 torch_impl/resume.py).
 
     ckpt/errors.py      the one CheckpointError family
-    ckpt/container.py   the file layout, verified reading (NOTE [ Checkpoint file layout ])
+    ckpt/container.py   the file layout, verified reading (NOTE [ Checkpoint file layout ]),
+                        and the unverified header a directory chooses by
     ckpt/reader.py      ViewReader: the mapped payload read as a file, in place
     ckpt/digest.py      XXH3-128, the container's digest, and version 2's piecewise SHA-256
     ckpt/atomic.py      the hashing writer, the atomic write (NOTE [ Atomic write ]), the
@@ -18,6 +19,7 @@ torch_impl/resume.py).
     ckpt/directory.py   a directory of ckpt-<step>.ckpt (NOTE [ What a run may touch in its
                         directory ])
     ckpt/policy.py      fresh, resume, overwrite, refuse: the training loop's directory policy
+                        (NOTE [ Choosing before verifying ])
 """
 
 from ckpt.atomic import HashingWriter, atomic_write, probe
@@ -32,6 +34,7 @@ from ckpt.container import (
     encode_container,
     load_container,
     open_checkpoint,
+    read_header,
     save_container,
 )
 from ckpt.directory import CheckpointDirectory, Entry
@@ -45,15 +48,15 @@ from ckpt.errors import (
     CheckpointWriteError,
 )
 from ckpt.match import check_config, check_matches, config_differences, describe
-from ckpt.policy import POLICY, due, start
+from ckpt.policy import POLICY, Resumed, due, start
 from ckpt.reader import ViewReader
 
 __all__ = [
     "FORMAT", "MAGIC", "MAX_DEPTH", "POLICY", "VERSION", "CheckpointCorruptError",
     "CheckpointDirectory", "CheckpointDirectoryError", "CheckpointError",
     "CheckpointMismatchError", "CheckpointUnsafeError", "CheckpointVersionError",
-    "CheckpointWriteError", "Container", "Entry", "HashingWriter", "ViewReader",
+    "CheckpointWriteError", "Container", "Entry", "HashingWriter", "Resumed", "ViewReader",
     "atomic_write", "check_config", "check_depth", "check_matches", "check_state",
     "config_differences", "describe", "due", "encode_container", "load_container",
-    "open_checkpoint", "probe", "save_container", "start",
+    "open_checkpoint", "probe", "read_header", "save_container", "start",
 ]

@@ -24,7 +24,8 @@ Reading (`open_checkpoint`): only a regular file is opened, never a FIFO or a de
 the digest is verified over the mapping before the header or the payload is trusted. So a
 truncation or a flipped bit anywhere is a CheckpointCorruptError (unnoticed with
 probability 2^-128), and a huge file (garbage, or a checkpoint extended or cut) is refused
-after reading 52 bytes, not read into memory.
+after reading 52 bytes, not read into memory. `read_header` reads only the frame and the
+header (no digest): what a directory chooses by, never what it trusts.
 """
 
 from __future__ import annotations
@@ -226,28 +227,34 @@ def frame_of(magic: bytes, seal: bytes, where: str) -> Frame:
     return Frame(VERSION, "XXH3-128", digest.DIGEST_BYTES, lambda v: digest.xxh3_128(v))
 
 
+def _frame(fd: int, where: str) -> tuple[int, int, Frame]:
+    """(size, H, frame) of an open file after the length checks (module docstring): 52 bytes
+    read, whatever the file's size."""
+    size = os.fstat(fd).st_size
+    if size < PREFIX + TRAILER:
+        raise CheckpointCorruptError(f"{where}: {size} bytes is shorter than the smallest "
+                                     f"checkpoint ({PREFIX + TRAILER}): truncated")
+    prefix = os.pread(fd, PREFIX, 0)
+    magic = prefix[: len(MAGIC)]
+    if magic not in (MAGIC, MAGIC_V2):
+        raise CheckpointCorruptError(f"{where}: not a mirrortrain checkpoint (bad magic)")
+    (header_len,) = struct.unpack("<I", prefix[len(MAGIC):])
+    trailer = os.pread(fd, TRAILER, size - TRAILER)
+    (payload_len,) = struct.unpack("<Q", trailer[:8])
+    if header_len > MAX_HEADER or PREFIX + header_len + payload_len + TRAILER != size:
+        raise CheckpointCorruptError(
+            f"{where}: its lengths (header {header_len}, payload {payload_len}) do not add "
+            f"up to its {size} bytes: truncated, extended or corrupted")
+    return size, header_len, frame_of(magic, trailer[8:], where)
+
+
 def _mapped(path: str | os.PathLike, where: str, follow_symlinks: bool
             ) -> tuple[memoryview, Callable[[], None], int, Frame]:
     """(the file's bytes, their closer, H, its frame) after the length checks (module
     docstring)."""
     fd = open_regular(path, where, follow_symlinks=follow_symlinks)
     try:
-        size = os.fstat(fd).st_size
-        if size < PREFIX + TRAILER:
-            raise CheckpointCorruptError(f"{where}: {size} bytes is shorter than the smallest "
-                                         f"checkpoint ({PREFIX + TRAILER}): truncated")
-        prefix = os.pread(fd, PREFIX, 0)
-        magic = prefix[: len(MAGIC)]
-        if magic not in (MAGIC, MAGIC_V2):
-            raise CheckpointCorruptError(f"{where}: not a mirrortrain checkpoint (bad magic)")
-        (header_len,) = struct.unpack("<I", prefix[len(MAGIC):])
-        trailer = os.pread(fd, TRAILER, size - TRAILER)
-        (payload_len,) = struct.unpack("<Q", trailer[:8])
-        if header_len > MAX_HEADER or PREFIX + header_len + payload_len + TRAILER != size:
-            raise CheckpointCorruptError(
-                f"{where}: its lengths (header {header_len}, payload {payload_len}) do not add "
-                f"up to its {size} bytes: truncated, extended or corrupted")
-        frame = frame_of(magic, trailer[8:], where)
+        size, header_len, frame = _frame(fd, where)
         view, closer = _map(fd, size)
     finally:
         os.close(fd)
@@ -256,6 +263,24 @@ def _mapped(path: str | os.PathLike, where: str, follow_symlinks: bool
         closer()
         raise CheckpointCorruptError(f"{where}: changed size while it was read")
     return view, closer, header_len, frame
+
+
+def read_header(path: str | os.PathLike, *, follow_symlinks: bool = True) -> dict[str, Any]:
+    """The header of a container, NOT verified: the length checks and the header's parse,
+    the header's bytes and 52 more read, no digest computed. What it says is a claim until
+    the file verifies (open_checkpoint, load_container): a flipped bit in the header may
+    read as another configuration or version. The directory policy chooses by it and
+    verifies what it acts on (NOTE [ Choosing before verifying ] in ckpt/policy.py)."""
+    where = os.fspath(path)
+    fd = open_regular(path, where, follow_symlinks=follow_symlinks)
+    try:
+        _, header_len, frame = _frame(fd, where)
+        raw = os.pread(fd, header_len, PREFIX)
+    finally:
+        os.close(fd)
+    if len(raw) != header_len:
+        raise CheckpointCorruptError(f"{where}: changed size while it was read")
+    return parse_header(raw, where, frame.version)
 
 
 def _digest_matches(frame: Frame, view: memoryview, computed: bytes) -> bool:
@@ -286,8 +311,8 @@ def open_checkpoint(path: str | os.PathLike, *, follow_symlinks: bool = True) ->
 
 
 def parse_header(raw: bytes, where: str, version: int = VERSION) -> dict[str, Any]:
-    """The header of a verified container of frame `version`; the header's version is
-    checked after the digest, and must be its frame's."""
+    """The header of a container of frame `version` (verified, but for read_header); the
+    header's version is checked after the digest, and must be its frame's."""
     frame_version = version
     try:
         header = json.loads(raw)

@@ -8,8 +8,12 @@ A checkpoint directory is the user's data. An entry under a checkpoint name is o
     opened), a file that does not verify, one of another format version, ... (`problem`
     says which).
 A run DELETES only checkpoints it OWNS: the ones it wrote, and, when it resumes, the ones
-of its own payload kind and configuration it verified at the start; and only if the file
-is still the one it verified (same device, inode, size and mtime). `keep` counts owned
+of its own payload kind and configuration that it found at the start; and only if it
+verified the file and the file is still the one it verified (same device, inode, size and
+mtime). A resume reads the headers of what it finds without their digests (NOTE [
+Choosing before verifying ] in ckpt/policy.py), so an owned checkpoint found there is
+verified when it first matters: before `keep` counts it or it is deleted; one that does
+not verify is kept, reported, and owned no longer. `keep` counts verified owned
 checkpoints only, so an entry it cannot read never holds a slot and is never deleted. An
 unreadable entry that sits at a name the run is about to write is renamed aside
 (`<name>.unreadable`), not overwritten. The directory is locked (flock) while a run uses it,
@@ -30,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from ckpt.atomic import TEMP_SUFFIX, probe
-from ckpt.container import _kind, open_checkpoint
+from ckpt.container import _kind, open_checkpoint, read_header
 from ckpt.errors import (
     CheckpointDirectoryError,
     CheckpointError,
@@ -58,7 +62,8 @@ class Entry:
     header: dict[str, Any] | None
     problem: str | None
     identity: Identity | None
-    verified: bool = False  # its digest verified (a checkpoint, maybe of another version)
+    verified: bool = False  # its digest verified (a checkpoint, maybe of another version);
+    # False with a header: read_entry(verify=False) read the header, not the digest
 
     @property
     def name(self) -> str:
@@ -77,14 +82,26 @@ class Entry:
         return self.header["meta"]["config"] if self.header else {}
 
 
-def read_entry(path: Path, step: int) -> Entry:
-    """lstat (no symlink followed), then verify a regular file's container and metadata."""
+def read_entry(path: Path, step: int, *, verify: bool = True) -> Entry:
+    """lstat (no symlink followed), then verify a regular file's container and metadata.
+
+    verify=False reads the frame and the header only (container.read_header, no digest):
+    an entry with a header and `verified` False. Whatever that cheap read cannot accept is
+    read verified after all, so an unreadable entry's `problem` is what a verified read
+    says (a flipped bit is "corrupt", not the garbled header's complaint)."""
     try:
         st = os.lstat(path)
     except OSError as e:
         return Entry(path, step, None, f"cannot stat: {e.strerror}", None)
     if not stat.S_ISREG(st.st_mode):
         return Entry(path, step, None, f"{_kind(st.st_mode)}, not a regular file", None)
+    if not verify:
+        try:
+            header = read_header(path, follow_symlinks=False)
+        except (CheckpointError, OSError):
+            header = None
+        if header is not None and _meta_problem(header, step) is None:
+            return Entry(path, step, header, None, _identity(st))
     try:
         with open_checkpoint(path, follow_symlinks=False) as container:
             header = container.header
@@ -92,13 +109,20 @@ def read_entry(path: Path, step: int) -> Entry:
         return Entry(path, step, None, _short(e, path), _identity(st), verified=True)
     except (CheckpointError, OSError) as e:
         return Entry(path, step, None, _short(e, path), _identity(st))
-    meta = header.get("meta")
-    if not (isinstance(meta, dict) and isinstance(meta.get("config"), dict)
-            and meta.get("step") == step):
-        what = ("no training metadata in its header" if not isinstance(meta, dict)
-                or "step" not in meta else f"its header says step {meta.get('step')!r}")
+    what = _meta_problem(header, step)
+    if what is not None:
         return Entry(path, step, None, what, _identity(st))
     return Entry(path, step, header, None, _identity(st), verified=True)
+
+
+def _meta_problem(header: dict[str, Any], step: int) -> str | None:
+    """Why a header is not a training checkpoint's of `step`, or None."""
+    meta = header.get("meta")
+    if (isinstance(meta, dict) and isinstance(meta.get("config"), dict)
+            and meta.get("step") == step):
+        return None
+    return ("no training metadata in its header" if not isinstance(meta, dict)
+            or "step" not in meta else f"its header says step {meta.get('step')!r}")
 
 
 def _short(error: BaseException, path: Path) -> str:
@@ -148,9 +172,10 @@ class CheckpointDirectory:
         return [(s, p) for s, p in self.names()
                 if stat.S_ISREG(os.lstat(p).st_mode)]
 
-    def scan(self) -> list[Entry]:
-        """Every entry under a checkpoint name, read (read_entry), oldest step first."""
-        return [read_entry(p, s) for s, p in self.names()]
+    def scan(self, *, verify: bool = True) -> list[Entry]:
+        """Every entry under a checkpoint name, read (read_entry), oldest step first;
+        verify=False reads headers, not digests (NOTE [ Choosing before verifying ])."""
+        return [read_entry(p, s, verify=verify) for s, p in self.names()]
 
     # -- opening
     @contextmanager
@@ -202,7 +227,8 @@ class CheckpointDirectory:
 
     # -- ownership, saving, pruning
     def own(self, entry: Entry) -> None:
-        """Make a verified checkpoint prunable by this run."""
+        """Make a checkpoint of this run prunable (one not yet verified is verified before
+        `keep` counts it or it is deleted)."""
         self.owned[entry.path] = entry
 
     def remove(self, entry: Entry) -> bool:
@@ -220,14 +246,46 @@ class CheckpointDirectory:
     def save(self, step: int, state: Mapping[str, Any], config: Mapping[str, Any]) -> Path:
         """Write ckpt-<step>.ckpt (header meta: step and config), own it, then prune."""
         path = self.path(step)
+        if path in self.owned and not self.owned[path].verified:
+            self._verified(self.owned[path])  # overwritten only if verified as this run's
         if path not in self.owned and os.path.lexists(path):
             self._set_aside(path)
         self._save(path, state, {"step": step, "config": dict(config)})
         self.own(Entry(path, step, None, None, _identity(os.lstat(path)), verified=True))
-        for old in sorted(self.owned.values(), key=lambda e: e.step)[: -self.keep]:
-            if not self.remove(old) and os.path.lexists(old.path):
-                self.say(f"kept {old.name}: it changed since this run read it")
+        self.prune()
         return path
+
+    def prune(self) -> None:
+        """Delete the owned checkpoints beyond the newest `keep`, counting and deleting only
+        verified ones: each owned one not yet verified is verified first, and kept, and
+        owned no longer, when it does not verify."""
+        kept = 0
+        for old in sorted(self.owned.values(), key=lambda e: e.step, reverse=True):
+            checked = old if old.verified else self._verified(old)
+            if checked is None:
+                continue
+            if kept < self.keep:
+                kept += 1
+            elif not self.remove(checked) and os.path.lexists(checked.path):
+                self.say(f"kept {checked.name}: it changed since this run read it")
+
+    def _verified(self, entry: Entry) -> Entry | None:
+        """The owned `entry` verified (read_entry) and still owned, or None (no longer
+        owned, saying why) when it does not verify or is no longer the file that was read."""
+        checked = read_entry(entry.path, entry.step)
+        if checked.identity != entry.identity or (
+                checked.header is not None and checked.header != entry.header):
+            if os.path.lexists(entry.path):
+                self.say(f"kept {entry.name}: it changed since this run read it")
+            checked = None
+        elif checked.header is None:
+            self.say(f"kept {entry.name}: cannot read it ({checked.problem})")
+            checked = None
+        if checked is None:
+            del self.owned[entry.path]
+        else:
+            self.owned[entry.path] = checked
+        return checked
 
     def _set_aside(self, path: Path) -> None:
         aside, n = path.with_name(path.name + ASIDE), 1

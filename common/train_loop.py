@@ -47,6 +47,7 @@ FAULTS = (None, "fp16_without_scaler", "clip_before_unscale")
 INVENTORY = ("model", "optimizer", "scheduler", "scaler", "rng", "data", "step")
 Phase = Callable[[str], AbstractContextManager[Any]]
 Loader = Callable[[Path], dict[str, Any]]
+Configure = Callable[[Mapping[str, Any] | None], TrainConfig]
 
 
 def no_phase(name: str) -> AbstractContextManager[None]:
@@ -203,7 +204,7 @@ class BaseRun:
 
 # ---------------------------------------------------------------- the loop
 
-def train(run_class: type[BaseRun], config: TrainConfig, steps: int,
+def train(run_class: type[BaseRun], config: TrainConfig | Configure, steps: int,
           checkpoint_dir: str | Path | None = None, checkpoint_every: int = 0, *,
           resume_from_latest: bool = False, overwrite: bool = False, keep: int = 3,
           log: Callable[[str], None] | None = None, foreign: Mapping[str, Loader] | None = None,
@@ -224,27 +225,53 @@ def train(run_class: type[BaseRun], config: TrainConfig, steps: int,
     docs/resume.md has the table). `foreign` maps another tree's payload kind to a loader
     returning THIS tree's state (python -m parity train passes the cross-implementation
     mapping); a converted state's random streams restart from the seed.
+
+    `config` is the run's TrainConfig, or how it follows from the configuration saved in the
+    checkpoint a resume continues (None: there is none; python -m parity train inherits the
+    horizon and refuses another model that way). The configuration is settled, checked and
+    its one Run built before the directory is touched, unless it waits for a resume's one
+    reading of an existing directory (ckpt.policy.start); a resumed state is loaded into
+    that Run.
     """
     tree = run_class.tree
-    if not 0 <= steps <= config.horizon or checkpoint_every < 0:
-        raise ValueError(f"train: steps must be in [0, horizon = {config.horizon}] (a schedule "
-                         f"run past its horizon restarts) and checkpoint_every >= 0, got "
-                         f"steps {steps}, checkpoint_every {checkpoint_every}")
-    if fault is not None:
-        tree.faults.check_model(fault, config.model)  # before the directory is touched
-    run = run_class(config, **options)
+    configure: Configure = ((lambda saved: config) if isinstance(config, TrainConfig)
+                            else config)
+    settled: TrainConfig | None = None  # settle() sets it
+
+    def settle(saved: Mapping[str, Any] | None) -> dict[str, Any]:
+        nonlocal settled
+        settled = configure(saved)
+        if not 0 <= steps <= settled.horizon or checkpoint_every < 0:
+            raise ValueError(f"train: steps must be in [0, horizon = {settled.horizon}] (a "
+                             "schedule run past its horizon restarts) and checkpoint_every "
+                             f">= 0, got steps {steps}, checkpoint_every {checkpoint_every}")
+        if fault is not None:
+            tree.faults.check_model(fault, settled.model)
+        return settled.to_dict()
+
     directory = (None if checkpoint_dir is None
                  else tree.resume.CheckpointManager(checkpoint_dir, keep=keep, log=log))
+    waits = (not isinstance(config, TrainConfig) and resume_from_latest
+             and directory is not None and directory.directory.is_dir())
+    run = None
+    if not waits:  # all of it before the directory is touched
+        settle(None)
+        run = run_class(settled, **options)
     with directory.opened() if directory is not None else nullcontext():
+        found = None
         if directory is not None:
-            found = ckpt.start(directory, config=config.to_dict(), steps=steps,
-                               resume=resume_from_latest, overwrite=overwrite,
-                               readable={tree.resume.PAYLOAD, *(foreign or {})})
-            if found is not None:
-                run = run_class.restored(config, _read(tree, found, foreign), **options)
-                _say(log, f"resumed from {found.name} at step {run.step}" + (
-                    "" if found.payload == tree.resume.PAYLOAD else f" (written by "
-                    f"{found.writer}, converted; random streams restart from the seed)"))
+            found = ckpt.start(directory, config=settle if waits else settled.to_dict(),
+                               steps=steps, resume=resume_from_latest, overwrite=overwrite,
+                               readable={tree.resume.PAYLOAD, *(foreign or {})},
+                               load=lambda entry: _read(tree, entry, foreign))
+        config = settled
+        if run is None:
+            run = run_class(config, **options)
+        if found is not None:
+            run.load_state_dict(found.state)
+            _say(log, f"resumed from {found.entry.name} at step {run.step}" + (
+                "" if found.entry.payload == tree.resume.PAYLOAD else f" (written by "
+                f"{found.entry.writer}, converted; random streams restart from the seed)"))
         if fault is not None and not run.step <= fault_step < steps:
             raise ValueError(f"train: fault {fault.name} is seeded before step {fault_step}, "
                              f"but this run takes steps {run.step} to {steps - 1}: it would "

@@ -8,6 +8,9 @@ driven by one loop (parity/drivers/data.py); each claim is in parity/claims/data
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -30,6 +33,8 @@ from reference import data as ref
 from torch_impl import data as tdata
 
 DTYPES = ((np.float32, torch.float32), (np.float64, torch.float64))
+PURPOSE_NAMES = ("ORDER", "INPUTS", "TEACHER", "CALIBRATION", "SEQUENCES", "LOADER")
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 300), features=st.integers(1, 16),
@@ -142,3 +147,25 @@ def test_resume_claim_can_fail_when_the_state_is_not_restored() -> None:
                   stop_after=len(whole) - len(head))
     with expect_broken("data.resume_reference"):
         assert_streams("data.resume_reference", head + tail, whole)
+
+
+def test_every_hash_purpose_has_its_own_number_in_both_trees() -> None:
+    """The purposes of the one hash are distinct numbers, the same in both trees, and every
+    hash_words call in either tree passes one of them by name (or `purpose`, the parameter
+    of _inputs, whose callers pass INPUTS or CALIBRATION): no two streams share a key."""
+    for mod in (ref, tdata):
+        assert tuple(getattr(mod, name) for name in PURPOSE_NAMES) == mod.PURPOSES
+    assert ref.PURPOSES == tdata.PURPOSES
+    assert len(set(ref.PURPOSES)) == len(PURPOSE_NAMES)
+    passed: dict[str, set[str]] = {"hash_words": set(), "_inputs": set()}
+    for path in [*(ROOT / "reference").glob("*.py"), *(ROOT / "torch_impl").glob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name | ast.Attribute):
+                name = node.func.id if isinstance(node.func, ast.Name) else node.func.attr
+                if name in passed:
+                    purpose = node.args[1]
+                    assert isinstance(purpose, ast.Name), f"{path.name}:{node.lineno}"
+                    passed[name].add(purpose.id)
+    assert "LOADER" in passed["hash_words"]  # the torch tree's DataLoader seed is reached
+    assert passed["hash_words"] <= {*PURPOSE_NAMES, "purpose"}
+    assert passed["_inputs"] == {"INPUTS", "CALIBRATION"}

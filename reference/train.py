@@ -77,7 +77,8 @@ def restored(config: TrainConfig, state: Mapping[str, Any], omit: tuple[str, ...
     return Run.restored(config, state, omit)  # type: ignore[return-value]
 
 
-def train(config: TrainConfig, steps: int, checkpoint_dir: str | Path | None = None,
+def train(config: TrainConfig | train_loop.Configure, steps: int,
+          checkpoint_dir: str | Path | None = None,
           checkpoint_every: int = 0, **options: Any) -> Run:
     """common.train_loop.train with this tree's Run (`options`: that function's keywords)."""
     return train_loop.train(Run, config, steps, checkpoint_dir, checkpoint_every, **options)

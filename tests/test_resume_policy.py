@@ -146,6 +146,63 @@ def test_odd_entries_are_reported_and_skipped_and_valid_checkpoints_resume(
     assert tree.state_digest(run.state_dict()) == tree.state_digest(expected.state_dict())
 
 
+def _flip(path: Path, where: str) -> None:
+    """Damage a checkpoint so that its frame and header still read (no digest checked):
+    a payload byte flipped, or the header's precision "fp32" made "bf16" (same length)."""
+    blob = bytearray(path.read_bytes())
+    if where == "payload":
+        blob[len(blob) // 2] ^= 0x01
+    else:
+        i = blob.index(b'"precision": "fp32"')
+        blob[i:i + 19] = b'"precision": "bf16"'
+    path.write_bytes(bytes(blob))
+    assert ckpt.directory.read_entry(path, int(path.stem[5:]), verify=False).header is not None
+    assert ckpt.directory.read_entry(path, int(path.stem[5:])).header is None
+
+
+@pytest.mark.parametrize("where", ["payload", "header"])
+def test_a_newest_checkpoint_that_does_not_verify_is_skipped_for_the_older_one(
+        tree: ModuleType, tmp_path: Path, where: str) -> None:
+    """The newest file reads as a checkpoint of this run (or, its header damaged, of
+    another precision) but its digest does not match: skipped with what a verified read
+    says of it, the run continues from the one before (no refusal on a damaged header's
+    word), keeps the damaged file aside and ends with the uninterrupted run's digest."""
+    _train(tree, 4, tmp_path, every=2)
+    newest = tmp_path / "ckpt-00000004.ckpt"
+    _flip(newest, where)
+    damaged = newest.read_bytes()
+    problem = ckpt.directory.read_entry(newest, 4).problem
+    assert problem is not None and "does not match the stored digest" in problem
+    run, lines = _train(tree, 6, tmp_path, every=2, resume_from_latest=True)
+    assert lines[:2] == [f"skipped ckpt-00000004.ckpt: {problem}",
+                         "resumed from ckpt-00000002.ckpt at step 2"]
+    assert (tmp_path / "ckpt-00000004.ckpt.unreadable").read_bytes() == damaged
+    expected = tree.train(tree.TrainConfig(**TINY), 6)
+    assert tree.state_digest(run.state_dict()) == tree.state_digest(expected.state_dict())
+
+
+def test_an_owned_checkpoint_that_does_not_verify_is_kept_not_pruned(
+        tree: ModuleType, tmp_path: Path) -> None:
+    """The oldest of three checkpoints is damaged where only its digest sees it: the resume
+    does not read it at the start; when pruning reaches it, it does not verify, so it is kept
+    (byte for byte) and reported, and holds no slot: the three newest verified ones stay."""
+    _train(tree, 6, tmp_path, every=2, keep=3)
+    oldest = tmp_path / "ckpt-00000002.ckpt"
+    _flip(oldest, "payload")
+    damaged = oldest.read_bytes()
+    _, lines = _train(tree, 8, tmp_path, every=2, keep=3, resume_from_latest=True)
+    assert not any(line.startswith("skipped") for line in lines)
+    assert lines[0] == "resumed from ckpt-00000006.ckpt at step 6"
+    kept = [line for line in lines if line.startswith("kept ")]
+    assert kept == [f"kept ckpt-00000002.ckpt: cannot read it "
+                    f"({ckpt.directory.read_entry(oldest, 2).problem})"]
+    assert oldest.read_bytes() == damaged
+    assert sorted(os.listdir(tmp_path)) == [f"ckpt-0000000{s}.ckpt" for s in (2, 4, 6, 8)]
+    _train(tree, 10, tmp_path, every=2, keep=3, resume_from_latest=True)
+    assert sorted(os.listdir(tmp_path)) == [f"ckpt-000000{s:02d}.ckpt" for s in (2, 6, 8, 10)]
+    assert oldest.read_bytes() == damaged
+
+
 def test_resume_with_only_unreadable_entries_is_refused(tree: ModuleType,
                                                         tmp_path: Path) -> None:
     """Entries under checkpoint names and none readable: refused (no silent step 1)."""

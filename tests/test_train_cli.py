@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from ckpt import container, digest
+from common.train_loop import BaseRun
 from parity.lab.cli import EXIT_USAGE, main
 
 
@@ -186,3 +188,46 @@ def test_a_horizon_shorter_than_steps_is_refused(
     base = ["--impl", "reference", "--checkpoint-dir", str(tmp_path), "--quiet"]
     status, _, err = _cli(capsys, *base, "--steps", "4", "--horizon", "2")
     assert status == EXIT_USAGE and "--steps 4 is past --horizon 2" in err
+
+
+@pytest.mark.parametrize("impl", ["reference", "torch"])
+def test_resume_reads_the_directory_once_verifies_the_chosen_file_once_and_builds_one_run(
+        impl: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`train --resume` over three checkpoints: the model check, the inherited horizon and
+    the policy share one reading of the headers; the newest file alone is mapped and hashed,
+    once (its load's own digest check), and one Run is built. Pruning after the next step
+    then verifies each older one once, right before it counts or is deleted."""
+    base = ["--impl", impl, "--checkpoint-dir", str(tmp_path), "--quiet"]
+    assert _cli(capsys, *base, "--steps", "6", "--checkpoint-every", "2", "--horizon", "8"
+                )[0] == 0
+    mapped: list[str] = []  # every whole-file open: open_checkpoint and load_container
+    hashed = [0]
+    runs = [0]
+    real_mapped, real_hash, real_init = container._mapped, digest.xxh3_128, BaseRun.__init__
+
+    def counting_mapped(path: object, *args: object, **kw: object) -> object:
+        mapped.append(Path(path).name)  # type: ignore[arg-type]
+        return real_mapped(path, *args, **kw)  # type: ignore[arg-type]
+
+    def counting_hash(data: bytes | memoryview) -> bytes:
+        hashed[0] += 1
+        return real_hash(data)
+
+    def counting_init(self: BaseRun, *args: object, **kw: object) -> None:
+        runs[0] += 1
+        real_init(self, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(container, "_mapped", counting_mapped)
+    monkeypatch.setattr(digest, "xxh3_128", counting_hash)
+    monkeypatch.setattr(BaseRun, "__init__", counting_init)
+    status, out, _ = _cli(capsys, *base, "--steps", "6", "--resume")
+    assert status == 0 and out.startswith("state-sha256: ")
+    assert (mapped, hashed[0], runs[0]) == (["ckpt-00000006.ckpt"], 1, 1)
+    mapped.clear()
+    hashed[0] = runs[0] = 0
+    assert _cli(capsys, *base, "--steps", "7", "--resume")[0] == 0  # horizon 8, inherited
+    assert sorted(mapped) == ["ckpt-00000002.ckpt", "ckpt-00000004.ckpt",
+                              "ckpt-00000006.ckpt"] and hashed[0] == 3 and runs[0] == 1
+    assert sorted(os.listdir(tmp_path)) == ["ckpt-00000004.ckpt", "ckpt-00000006.ckpt",
+                                            "ckpt-00000007.ckpt"]

@@ -39,7 +39,11 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset, Sampler
 MASK32 = 0xFFFF_FFFF
 MIX_MUL1 = 0x7FEB_352D
 MIX_MUL2 = 0x846C_A68B
+# Purposes: independent streams from one seed, each its own number (reference/data.py).
 ORDER, INPUTS, TEACHER, CALIBRATION, SEQUENCES = 1, 2, 3, 4, 5
+LOADER = 6  # torch_impl/train.py's DataLoader base seed of each epoch (NOTE [ DataLoader
+#   base seed ] above)
+PURPOSES = (ORDER, INPUTS, TEACHER, CALIBRATION, SEQUENCES, LOADER)
 CALIBRATION_SIZE = 1024
 INPUT_STEP = float.fromhex("0x1p-23")  # 1.1920928955078125e-07: the input grid
 VALUE_SCALE = float.fromhex("0x1p-4")  # 0.0625

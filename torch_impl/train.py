@@ -33,7 +33,7 @@ from common import train_loop
 from common.train_config import OPTIMIZERS, TrainConfig
 from common.train_loop import FAULTS, INVENTORY, Phase, StepResult, no_phase
 from torch_impl import amp, faults, loss_scaling, numerics, resume
-from torch_impl.data import hash_words
+from torch_impl.data import LOADER, hash_words
 from torch_impl.gpt import GPT
 from torch_impl.recompute import Schedule
 from torch_impl.state_digest import state_digest
@@ -41,8 +41,6 @@ from torch_impl.train_models import batch_of, build
 
 __all__ = ["FAULTS", "INVENTORY", "Run", "StepResult", "TrainConfig", "restored", "state_digest",
            "train", "train_step"]
-
-LOADER_SEED = 5  # a purpose of reference/data.py's hash, beside ORDER, INPUTS, ...
 
 
 # NOTE [ Dropout's stream is the default generator ]
@@ -84,7 +82,7 @@ class Run(train_loop.BaseRun):
 
     def _new_epoch(self) -> None:
         # the base seed of this epoch's iter() is a function of (seed, epoch)
-        seed = int(hash_words(self.config.seed, LOADER_SEED, self.sampler.epoch, 1)[0])
+        seed = int(hash_words(self.config.seed, LOADER, self.sampler.epoch, 1)[0])
         self.loader_generator.manual_seed(seed)
 
     def _step(self, x: torch.Tensor, y: torch.Tensor, phase: Phase) -> StepResult:
@@ -137,7 +135,8 @@ def restored(config: TrainConfig, state: Mapping[str, Any], omit: tuple[str, ...
     return Run.restored(config, state, omit, device=device)  # type: ignore[return-value]
 
 
-def train(config: TrainConfig, steps: int, checkpoint_dir: str | Path | None = None,
+def train(config: TrainConfig | train_loop.Configure, steps: int,
+          checkpoint_dir: str | Path | None = None,
           checkpoint_every: int = 0, **options: Any) -> Run:
     """common.train_loop.train with this tree's Run (`options`: that function's keywords,
     and `device`)."""

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -155,48 +156,48 @@ def torch_device(text: str) -> Any:
     return device
 
 
-def resumed_config(directory: str) -> dict[str, Any] | None:
-    """The configuration in the header of the newest verified checkpoint in `directory`
-    (whichever tree wrote it), or None when there is none to read."""
-    from ckpt.directory import NAME, read_entry
-
-    path = Path(directory)
-    if not directory or not path.is_dir():
-        return None
-    found = sorted((int(m.group(1)), path / name) for name in os.listdir(path)
-                   if (m := NAME.match(name)))
-    for step, p in reversed(found):
-        entry = read_entry(p, step)
-        if entry.header is not None and isinstance(entry.config, dict):
-            return entry.config
-    return None
-
-
-def resumed_horizon(directory: str) -> int | None:
-    """The horizon of the newest verified checkpoint in `directory`, or None."""
-    horizon = (resumed_config(directory) or {}).get("horizon")
-    return horizon if isinstance(horizon, int) else None
-
-
-def check_model(directory: str, model: str) -> None:
-    """UsageError when the newest checkpoint in `directory` is of another model (a checkpoint
-    written before --model existed is the MLP's)."""
-    saved = resumed_config(directory)
-    if saved is not None and saved.get("model", "mlp") != model:
-        other = saved.get("model", "mlp")
-        raise UsageError(f"{directory}: its checkpoints are of the model {other!r}, this run "
-                         f"trains {model!r} (--model {other} resumes them; another directory "
-                         "or --overwrite starts afresh)")
-
-
-def run(args: argparse.Namespace) -> int:
-    """Run the training command; return the exit status.
+def configuration(args: argparse.Namespace, impl: Any
+                  ) -> Callable[[Mapping[str, Any] | None], Any]:
+    """How the run's TrainConfig follows from the configuration saved in the checkpoint it
+    resumes (None: a new run, or nothing to resume). train() calls it with the chosen
+    checkpoint's, from its one reading of the directory (NOTE [ Choosing before verifying ]
+    in ckpt/policy.py), so the model check and the inherited horizon read no file.
 
     The horizon (the LR schedule's length, part of the configuration) is --horizon if given;
     otherwise, when resuming, the horizon the run started with (so `--resume` with a
     different --steps continues the same run instead of refusing a changed configuration);
-    otherwise --steps.
+    otherwise --steps. A checkpoint of another model is a UsageError (one written before
+    --model existed is the MLP's).
     """
+
+    def configure(saved: Mapping[str, Any] | None) -> Any:
+        other = None if saved is None else saved.get("model", "mlp")
+        if other is not None and other != args.model:
+            raise UsageError(f"{args.checkpoint_dir}: its checkpoints are of the model "
+                             f"{other!r}, this run trains {args.model!r} (--model {other} "
+                             "resumes them; another directory or --overwrite starts afresh)")
+        inherited = None if saved is None else saved.get("horizon")
+        horizon = (args.horizon if args.horizon is not None
+                   else inherited if isinstance(inherited, int) else args.steps)
+        if horizon < args.steps:
+            given = ("--horizon" if args.horizon is not None
+                     else "the horizon the run started with")
+            raise UsageError(f"--steps {args.steps} is past {given} {horizon}: the LR schedule "
+                             "ends there and would restart; a run cannot be extended past its "
+                             "schedule (start a new one with a longer --horizon)")
+        return impl.TrainConfig(seed=args.seed, model=args.model, precision=args.precision,
+                                recompute=args.recompute, dropout=args.dropout,
+                                schedule=args.schedule, horizon=horizon,
+                                init_scale=args.init_scale,
+                                growth_interval=args.growth_interval)
+
+    return configure
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the training command; return the exit status. The configuration is settled by
+    `configuration` inside train(), which builds the one Run (refusing a recompute spec the
+    model cannot take) and, on --resume, loads the chosen checkpoint into it."""
     if args.fault is not None:
         from common.fault_catalogue import check_model as fault_fits
 
@@ -204,19 +205,6 @@ def run(args: argparse.Namespace) -> int:
             fault_fits(args.fault, args.model)
         except ValueError as e:
             raise UsageError(f"--fault {args.fault.name}: {e}") from None
-    if args.resume:
-        check_model(args.checkpoint_dir, args.model)
-    horizon = args.horizon
-    if horizon is None and args.resume:
-        horizon = resumed_horizon(args.checkpoint_dir)
-    if horizon is None:
-        horizon = args.steps
-    if horizon < args.steps:
-        given = ("--horizon" if args.horizon is not None
-                 else "the horizon the run started with")
-        raise UsageError(f"--steps {args.steps} is past {given} {horizon}: the LR schedule "
-                         "ends there and would restart; a run cannot be extended past its "
-                         "schedule (start a new one with a longer --horizon)")
     extra: dict[str, Any] = {}
     if args.impl == "reference":
         if args.device is not None:
@@ -225,15 +213,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         extra["device"] = torch_device(args.device or "cpu")
         from torch_impl import train as impl
-    try:
-        config = impl.TrainConfig(seed=args.seed, model=args.model, precision=args.precision,
-                                  recompute=args.recompute, dropout=args.dropout,
-                                  schedule=args.schedule, horizon=horizon,
-                                  init_scale=args.init_scale,
-                                  growth_interval=args.growth_interval)
-        impl.Run(config, **extra)  # refuses a recompute spec this model cannot take
-    except ValueError as e:
-        raise UsageError(str(e)) from None
 
     def log(line: str) -> None:
         if not args.quiet:
@@ -242,14 +221,15 @@ def run(args: argparse.Namespace) -> int:
     from reference.numerics import NonFinite
 
     try:
-        result = impl.train(config, args.steps, args.checkpoint_dir, args.checkpoint_every,
-                            resume_from_latest=args.resume, overwrite=args.overwrite,
-                            keep=args.keep, log=log, foreign=converters(args.impl),
+        result = impl.train(configuration(args, impl), args.steps, args.checkpoint_dir,
+                            args.checkpoint_every, resume_from_latest=args.resume,
+                            overwrite=args.overwrite, keep=args.keep, log=log,
+                            foreign=converters(args.impl),
                             check_numerics=args.check_numerics, fault=args.fault,
                             fault_step=args.fault_step, **extra)
     except CheckpointError as e:
         raise UsageError(str(e)) from None
-    except ValueError as e:  # a fault this model has no place for
+    except ValueError as e:  # a configuration or recompute spec refused, a misplaced fault
         raise UsageError(str(e)) from None
     except NonFinite as e:
         return _found(args, e)
