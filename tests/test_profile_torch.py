@@ -100,7 +100,7 @@ def test_without_the_sync_queued_work_lands_where_the_host_first_waits(
     booked under the optimizer, whose .item() is the first wait."""
     step = queued_step(PhaseTimer(sync=None, annotate=False), queue, "forward")
     assert landed(step, queue.finished[0]) == "optimizer"
-    assert step.seconds()["forward"] < WORK <= step.seconds()["optimizer"]
+    assert step.seconds()["forward"] < WORK  # the launch alone
 
 
 @pytest.mark.parametrize(("before", "where"), [("step", "outside the step"),
