@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import torch
 
-from torch_impl.profile import PhaseTimer, Step, device_sync, drive_step
+from torch_impl.profile import PhaseTimer, Step, _median_ns, device_sync, drive_step
 
 WORK = 0.05  # seconds of queued device work, of a batch source's wait
 READING = 0.01  # seconds of one memory meter reading
@@ -113,6 +113,24 @@ def test_work_queued_before_a_phase_opens_is_never_booked_to_it(
     assert landed(step, queue.finished[0]) == where
 
 
+def test_the_probes_time_the_queued_work_not_its_launch(queue: QueueDevice) -> None:
+    """The machine's rates (matmul_rate, copy_bandwidth) come from _median_ns, which waits
+    for the device after each call: a call that only queues READING seconds takes them."""
+    assert _median_ns(lambda: queue.launch(READING), 3, queue.sync) >= READING * 1e9
+
+
+def test_the_profiles_sync_on_cuda_is_torch_cuda_synchronize_of_that_device(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read without a GPU: the function device_sync gives calls synchronize(device)."""
+    calls: list[torch.device] = []
+    monkeypatch.setattr(torch.cuda, "synchronize", calls.append)
+    assert device_sync("cpu") is None
+    sync = device_sync("cuda:1")
+    assert sync is not None
+    sync()
+    assert calls == [torch.device("cuda:1")]
+
+
 def test_a_cuda_kernel_lands_in_the_phase_that_launched_it(cuda_device: str) -> None:
     """The same claim on a real stream: torch.cuda._sleep queues a kernel that spins for a
     number of cycles; device_sync is what the profile gives the timer."""
@@ -153,6 +171,28 @@ def test_a_slow_batch_source_is_booked_in_data_wait_outside_the_steps_phases() -
     step, seconds = timer.steps[-1], timer.steps[-1].seconds()
     assert {landed(step, t) for t in waits[0]} == {"data wait"}
     assert seconds["data wait"] >= WORK > max(seconds["forward"], seconds["outside the phases"])
+
+
+class SlowCopy:
+    """A host batch whose copy to the device takes READING seconds; copies holds their spans."""
+
+    def __init__(self, copies: list[tuple[int, int]]) -> None:
+        self.copies = copies
+
+    def to(self, device: str) -> torch.Tensor:
+        start = time.perf_counter_ns()
+        time.sleep(READING)
+        self.copies.append((start, time.perf_counter_ns()))
+        return torch.zeros(2, 3, device=device)
+
+
+def test_the_copy_to_the_device_is_booked_in_host_to_device() -> None:
+    copies: list[tuple[int, int]] = []
+    timer = PhaseTimer(annotate=False)
+    drive_step(timer, lambda: (SlowCopy(copies), SlowCopy(copies)), stand_in_step, "cpu")
+    step = timer.steps[-1]
+    assert len(copies) == 2
+    assert {landed(step, t) for span in copies for t in span} == {"host-to-device"}
 
 
 class SlowMeter:
