@@ -4,7 +4,7 @@ import sys
 
 from parity import setting
 
-if sys.argv[1:2] == ["fuzz"]:  # checks claims in this process: their setting, before NumPy
+if sys.argv[1:2] in (["fuzz"], ["sweep"]):  # claims checked here: their setting, before NumPy
     setting.pin_blas()
 
 from parity.lab.cli import main

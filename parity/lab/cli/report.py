@@ -103,6 +103,9 @@ def run(args: argparse.Namespace) -> int:
         return 1
     if args.json and result.unclaimed_failures:
         say("failed tests that asserted no claim:\n" + "\n".join(result.unclaimed_failures))
-    say(f"\n{len(rows) - len(failed)}/{len(rows)} claims hold "
+    from parity import setting
+
+    say(f"\n{setting.DESCRIPTION} (conftest.py pins it in the tests' processes)")
+    say(f"{len(rows) - len(failed)}/{len(rows)} claims hold "
         f"({result.seconds:.0f} s of parity tests)")
     return 1 if failed or result.unclaimed_failures else 0
