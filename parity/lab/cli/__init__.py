@@ -18,14 +18,18 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import io
 import math
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, TextIO
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_FOUND, EXIT_INCOMPLETE = 0, 1, 2, 3, 4
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143  # 128 + SIGTERM, as a shell reports a process SIGTERM ended
 EXIT_STATUSES: tuple[tuple[int, str], ...] = (
     (EXIT_OK, "done: every claim held, nothing found"),
     (EXIT_FAILED, "a claim failed, a comparison mismatched, a test failed (a sweep or a fuzz "
@@ -37,6 +41,8 @@ EXIT_STATUSES: tuple[tuple[int, str], ...] = (
     (EXIT_INCOMPLETE, "incomplete: the time budget ran out before all the work was reached "
                       "(fuzz: some target never ran); nothing that ran failed"),
     (EXIT_INTERRUPTED, "interrupted (Ctrl-C), with one line saying so"),
+    (EXIT_TERMINATED, "terminated (SIGTERM), handled like Ctrl-C: one line, and a checkpoint "
+                      "being written is either whole or not there"),
 )
 
 # The commands, in the order `python -m parity --help` lists them; each is parity/lab/cli/<name>.py.
@@ -112,18 +118,81 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the process is, as Ctrl-C's KeyboardInterrupt is: whatever was
+    being written is cleaned up by the same paths (ckpt.atomic removes its temporary file)."""
+
+
+class _PipeSafe(io.TextIOBase):
+    """stdout that, once its reader has gone (`... | head`), discards what is written instead
+    of raising BrokenPipeError, so a training run piped into `head` trains on and checkpoints
+    to the end, and nothing prints a traceback when the interpreter flushes at exit."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream, self.closed_pipe = stream, False
+
+    def write(self, text: str) -> int:
+        if not self.closed_pipe:
+            try:
+                self.stream.write(text)
+            except BrokenPipeError:
+                self._gone()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.closed_pipe:
+            try:
+                self.stream.flush()
+            except BrokenPipeError:
+                self._gone()
+
+    def _gone(self) -> None:
+        self.closed_pipe = True
+        devnull = os.open(os.devnull, os.O_WRONLY)  # the stream's own fd: nothing left to
+        os.dup2(devnull, self.stream.fileno())  # flush into a closed pipe at exit
+        os.close(devnull)
+
+    def isatty(self) -> bool:
+        return self.stream.isatty()
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+
+def _terminate(signum: int, frame: object) -> NoReturn:
+    raise Terminated
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Parse, run the command, and turn a UsageError into one line and exit status 2 (and
-    Ctrl-C into one line and 130)."""
+    """Parse, run the command, and turn a UsageError into one line and exit status 2, Ctrl-C
+    into one line and 130, SIGTERM into one line and 143; a closed stdout pipe is not an
+    error (_PipeSafe)."""
     args = build_parser().parse_args(argv)
+    stdout = sys.stdout
+    try:
+        stdout.fileno()
+        sys.stdout = _PipeSafe(stdout)  # type: ignore[assignment]
+    except (AttributeError, OSError, ValueError):  # a captured stdout (tests): no descriptor
+        pass
+    previous = signal.getsignal(signal.SIGTERM)
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    if in_main_thread:
+        signal.signal(signal.SIGTERM, _terminate)
     try:
         return args.run(args)
     except UsageError as e:
         print(f"python -m parity {args.command}: error: {e}", file=sys.stderr)
         return EXIT_USAGE
+    except Terminated:
+        print(f"python -m parity {args.command}: terminated (SIGTERM)", file=sys.stderr)
+        return EXIT_TERMINATED
     except KeyboardInterrupt:
         print(f"python -m parity {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    finally:
+        sys.stdout = stdout
+        if in_main_thread:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def output_folder(text: str, option: str = "--out") -> Path:
