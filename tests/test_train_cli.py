@@ -51,6 +51,7 @@ BAD = [
     (["--checkpoint-every", "-1"], "--checkpoint-every"),
     (["--horizon", "2"], "--steps 4 is past --horizon 2"),
     (["--resume", "--overwrite"], "choose one"),
+    (["--fault-step", "2"], "--fault-step 2 places a seeded fault: it needs --fault NAME"),
 ]
 BAD_STEPS = [(["--steps", "-1"], "--steps"), (["--steps", "0"], "--steps")]
 BAD_MODEL = [

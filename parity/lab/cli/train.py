@@ -55,6 +55,9 @@ MODELS = ("mlp", "gpt")  # reference/train_models.py (not imported: it imports t
 F32_MAX = float.fromhex("0x1.fffffep+127")  # the largest finite float32
 
 
+FAULT_STEP = 3  # --fault-step's default
+
+
 def _directory(text: str) -> str:
     """An argparse type: a checkpoint directory path (non-empty, not an existing file)."""
     if not text.strip():
@@ -115,8 +118,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="count non-finite values per step; stop at the first one (exit 3)")
     p.add_argument("--fault", action=_FaultAction, default=None, metavar="NAME",
                    help="seed a fault of the catalogue into the run ('list' lists them)")
-    p.add_argument("--fault-step", type=int_at_least(0), default=3, metavar="K",
-                   help="the step before which --fault is seeded (default 3)")
+    p.add_argument("--fault-step", type=int_at_least(0), default=None, metavar="K",
+                   help=f"the step before which --fault is seeded (default {FAULT_STEP}); "
+                        "only with --fault")
 
 
 class _FaultAction(argparse.Action):
@@ -198,6 +202,10 @@ def run(args: argparse.Namespace) -> int:
     """Run the training command; return the exit status. The configuration is settled by
     `configuration` inside train(), which builds the one Run (refusing a recompute spec the
     model cannot take) and, on --resume, loads the chosen checkpoint into it."""
+    if args.fault is None and args.fault_step is not None:
+        raise UsageError(f"--fault-step {args.fault_step} places a seeded fault: it needs "
+                         "--fault NAME (--fault list shows them)")
+    fault_step = FAULT_STEP if args.fault_step is None else args.fault_step
     if args.fault is not None:
         from common.fault_catalogue import check_model as fault_fits
 
@@ -226,7 +234,7 @@ def run(args: argparse.Namespace) -> int:
                             overwrite=args.overwrite, keep=args.keep, log=log,
                             foreign=converters(args.impl),
                             check_numerics=args.check_numerics, fault=args.fault,
-                            fault_step=args.fault_step, **extra)
+                            fault_step=fault_step, **extra)
     except CheckpointError as e:
         raise UsageError(str(e)) from None
     except ValueError as e:  # a configuration or recompute spec refused, a misplaced fault
