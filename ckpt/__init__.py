@@ -10,6 +10,7 @@ torch_impl/resume.py).
     ckpt/errors.py      the one CheckpointError family
     ckpt/container.py   the file layout, verified reading (NOTE [ Checkpoint file layout ]),
                         and the unverified header a directory chooses by
+    ckpt/writer.py      writing the container: streamed into an atomic write, or whole
     ckpt/reader.py      ViewReader: the mapped payload read as a file, in place
     ckpt/digest.py      XXH3-128, the container's digest, and version 2's piecewise SHA-256
     ckpt/atomic.py      the hashing writer, the atomic write (NOTE [ Atomic write ]), the
@@ -31,11 +32,9 @@ from ckpt.container import (
     Container,
     check_depth,
     check_state,
-    encode_container,
     load_container,
     open_checkpoint,
     read_header,
-    save_container,
 )
 from ckpt.directory import CheckpointDirectory, Entry
 from ckpt.errors import (
@@ -50,6 +49,7 @@ from ckpt.errors import (
 from ckpt.match import check_config, check_matches, config_differences, describe
 from ckpt.policy import POLICY, Resumed, due, start
 from ckpt.reader import ViewReader
+from ckpt.writer import encode_container, save_container
 
 __all__ = [
     "FORMAT", "MAGIC", "MAX_DEPTH", "POLICY", "VERSION", "CheckpointCorruptError",

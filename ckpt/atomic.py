@@ -36,7 +36,7 @@ class HashingWriter:
 
     The payload is streamed through it (no copy of it is assembled in memory; torch.save
     hands over each tensor's own memory) and the digest it has accumulated is written last
-    (container.write_container). Each write is hashed on this thread, then written: XXH3
+    (writer.write_container). Each write is hashed on this thread, then written: XXH3
     costs about a twentieth of writing the same bytes into the page cache (NOTE [ Container
     digest ]), too little to be worth a helper thread. Every byte is hashed once and copied
     never.

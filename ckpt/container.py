@@ -26,6 +26,8 @@ truncation or a flipped bit anywhere is a CheckpointCorruptError (unnoticed with
 probability 2^-128), and a huge file (garbage, or a checkpoint extended or cut) is refused
 after reading 52 bytes, not read into memory. `read_header` reads only the frame and the
 header (no digest): what a directory chooses by, never what it trusts.
+
+Writing the container is ckpt/writer.py.
 """
 
 from __future__ import annotations
@@ -40,7 +42,6 @@ from functools import partial
 from typing import Any, NamedTuple
 
 from ckpt import digest
-from ckpt.atomic import HashingWriter, atomic_write
 from ckpt.errors import CheckpointCorruptError, CheckpointVersionError
 
 MAGIC = b"\x89MTCKP3\n"  # version 3: the seal names its digest (XXH3-128)
@@ -89,35 +90,6 @@ INLINE_DIGEST = 16 << 20  # smaller: decode, then hash (NOTE [ Verify while deco
 # wake-ups and a GIL hand-over, digest.in_background) costs more than overlapping a small
 # file's hash saves; measured, one thread wins up to 16 MiB and the overlap from 32-64 MiB
 # (docs/resume.md).
-
-
-def header_bytes(payload: str, writer: str, meta: Mapping[str, Any] | None = None) -> bytes:
-    """magic | H | header JSON: the first bytes of a container."""
-    fields: dict[str, Any] = {"format": FORMAT, "version": VERSION, "payload": payload,
-                              "writer": writer}
-    if meta is not None:
-        fields["meta"] = dict(meta)
-    header = json.dumps(fields, sort_keys=True, allow_nan=False).encode()
-    return MAGIC + struct.pack("<I", len(header)) + header
-
-
-def encode_container(payload_bytes: bytes, payload: str, writer: str,
-                     meta: Mapping[str, Any] | None = None) -> bytes:
-    """A whole container in memory (for tests and crafted files; saving streams instead)."""
-    body = header_bytes(payload, writer, meta) + payload_bytes + struct.pack(
-        "<Q", len(payload_bytes))
-    return body + digest.digest_of(body)
-
-
-def write_container(out: HashingWriter, payload: str, writer: str,
-                    meta: Mapping[str, Any] | None,
-                    write_payload: Callable[[HashingWriter], None]) -> None:
-    """Stream a container into `out`: prefix and header, the payload, its length, the digest."""
-    start = out.write(header_bytes(payload, writer, meta))
-    write_payload(out)
-    out.write(struct.pack("<Q", out.size - start))
-    out.write(digest.NAME_FIELD)
-    out.write(out.hasher.digest())
 
 
 # ---------------------------------------------------------------- reading
@@ -359,14 +331,6 @@ def check_state(state: Any, where: str) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------- what each tree calls
-
-
-def save_container(path: str | os.PathLike, payload: str, writer: str,
-                   write_payload: Callable[[HashingWriter], None],
-                   meta: Mapping[str, Any] | None = None) -> int:
-    """Stream a container to `path` atomically (NOTE [ Atomic write ]); return its size."""
-    return atomic_write(path, lambda out: write_container(out, payload, writer, meta,
-                                                          write_payload))
 
 
 def load_container(path: str | os.PathLike, payload: str,

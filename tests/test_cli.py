@@ -44,6 +44,7 @@ def assert_one_line_error(status: int, err: str, *words: str) -> None:
     (["bogus"], ["bogus", "report", "fuzz", "docs"]),
     (["report", "--topic", "bogus"], ["--topic", "bogus", *TOPICS]),
     (["report", "--topic"], ["--topic", "expected one argument"]),
+    (["report", "--record", "--topic", "formats"], ["--record", "drop --topic"]),
     (["sweep", "float16", "--sample", "0"], ["--sample", "0", "minimum 1"]),
     (["sweep", "float16", "--sample", "-5"], ["--sample", "-5", "minimum 1"]),
     (["sweep", "float16", "--sample", "1e3"], ["--sample", "'1e3' is not an integer"]),

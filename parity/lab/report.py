@@ -154,13 +154,19 @@ def run_tests(files: list[Path] | list[str], extra: tuple[str, ...] = ()) -> dic
             started.append((out, subprocess.Popen(_command(group, extra), cwd=ROOT, env=env,
                                                   stdout=subprocess.PIPE, text=True)))
         records = []
-        for out, process in started:
-            stdout, _ = process.communicate()
-            if not out.exists():  # pytest itself failed (collection error, bad option)
-                tail = "\n".join(stdout.strip().splitlines()[-15:])
-                raise RuntimeError("the parity tests did not run (pytest exit "
-                                   f"{process.returncode}):\n{tail}")
-            records.append(json.loads(out.read_text(encoding="utf-8")))
+        try:
+            for out, process in started:
+                stdout, _ = process.communicate()
+                if not out.exists():  # pytest itself failed (collection error, bad option)
+                    tail = "\n".join(stdout.strip().splitlines()[-15:])
+                    raise RuntimeError("the parity tests did not run (pytest exit "
+                                       f"{process.returncode}):\n{tail}")
+                records.append(json.loads(out.read_text(encoding="utf-8")))
+        finally:  # an error or Ctrl-C here ends the other half too
+            for _, process in started:
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
     return merge(records)
 
 
