@@ -219,3 +219,26 @@ def test_the_memory_meters_own_cost_is_outside_every_phase() -> None:
     for start, end in meter.readings:
         assert all(end < s or e < start for s, e in step.phases.values()), (start, end)
     assert step.seconds()["outside the phases"] >= 11 * READING
+
+
+def test_the_worker_loader_hands_over_the_batch_taken_ahead_and_ends_its_worker() -> None:
+    """NOTE [ A sync on the CPU ]: take_ahead() fetches the next batch early, the next call
+    returns exactly it (the order is the same with or without taking ahead), and leaving the
+    context ends the worker process."""
+    import multiprocessing
+
+    from common.train_config import TrainConfig
+    from torch_impl.profile import WorkerBatches
+
+    config = TrainConfig(batch_size=4, num_samples=12)
+    with WorkerBatches(config, 0.0) as plain:
+        expected = [plain()[0] for _ in range(5)]  # wraps around: 3 batches a cycle
+    with WorkerBatches(config, 0.0) as ahead:
+        got = [ahead()[0]]
+        for _ in range(4):
+            ahead.take_ahead()
+            got.append(ahead()[0])
+        assert multiprocessing.active_children(), "the batches came from a worker process"
+    assert all(torch.equal(a, b) for a, b in zip(expected, got, strict=True))
+    assert torch.equal(expected[0], expected[3]) and not torch.equal(expected[0], expected[1])
+    assert not multiprocessing.active_children()

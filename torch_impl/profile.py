@@ -32,6 +32,24 @@ back into the forward. Synchronizing at every boundary puts each phase's work in
 phase, at the price of the overlap the queue would have bought. On the CPU none of this can
 appear: every op has finished when its call returns, and the same three timings differ only
 by noise.
+
+# NOTE [ A sync on the CPU ]
+The CPU's asynchronous boundary is the DataLoader's worker process. With num_workers >= 1 a
+worker fetches batches in another process while the step runs, and the training process sees
+that work only as the time it WAITS for a batch: the wait lands wherever the loop first
+blocks on the loader, as the device's time lands at the first sync. `WorkerBatches` is such
+a loader: one worker, and storage that takes `latency_s` per batch (the worker sleeps, as a
+read from a slow disk would, and takes no core from the step). Made the bottleneck (latency
+above the step), each batch is waited for latency less the time since the last request, and
+two loops with the same train_step book that wait in different phases:
+    taken in the data wait    the loop asks for the batch at the top of the step (drive_step)
+    taken in the optimizer    an optimizer step post-hook asks for the NEXT batch (a
+                              "helpful" prefetch a trainer's callback might do), inside the
+                              optimizer phase; the next data wait hands over the held batch
+The optimizer does the same work in both and the worker does the same work in both; the
+second loop's optimizer phase is longer by the wait, and its data wait is nearly nothing. The
+step's total stays the worker's period. Timing a phase tells what the thread waited for in
+it, not what that phase cost: the lesson the .item() teaches on CUDA.
 """
 
 from __future__ import annotations
@@ -269,6 +287,68 @@ class HostBatches:
 
     def __call__(self) -> tuple[torch.Tensor, torch.Tensor]:
         return batch_of(self.config, self._batches.next())
+
+
+class SlowStorage(torch.utils.data.Dataset):
+    """`task`'s samples read from storage that takes `latency_s` per batch: the worker sleeps
+    (a slow disk's read costs no core), then reads them (NOTE [ A sync on the CPU ])."""
+
+    def __init__(self, task: torch.utils.data.Dataset, latency_s: float) -> None:
+        self.task, self.latency_s = task, latency_s
+
+    def __len__(self) -> int:
+        return len(self.task)  # type: ignore[arg-type]
+
+    def __getitem__(self, i: int) -> Any:
+        return self.task[i]
+
+    def __getitems__(self, indices: list[int]) -> list[Any]:  # torch's fetcher: one per batch
+        time.sleep(self.latency_s)
+        return [self.task[i] for i in indices]
+
+
+class _Cycle:
+    """The batches' indices, in order, again and again (the timing needs no shuffle)."""
+
+    def __init__(self, n: int, batch: int) -> None:
+        self.n, self.batch = n, batch
+
+    def __iter__(self) -> Iterator[list[int]]:
+        starts = range(0, self.n - self.batch + 1, self.batch)
+        while True:
+            for s in starts:
+                yield list(range(s, s + self.batch))
+
+
+class WorkerBatches:
+    """`config`'s batches fetched by ONE worker process from SlowStorage, prefetch_factor 2
+    (NOTE [ A sync on the CPU ]): call it for the next batch; `take_ahead()` fetches the one
+    after now and the next call hands it over. A context manager: leaving it ends the worker."""
+
+    def __init__(self, config: TrainConfig, latency_s: float) -> None:
+        self.config = config
+        task = HostBatches(config).loader.dataset
+        self.loader = torch.utils.data.DataLoader(
+            SlowStorage(task, latency_s), batch_sampler=_Cycle(len(task), config.batch_size),
+            num_workers=1, prefetch_factor=2)
+        self._it: Any = None
+        self._held: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def __enter__(self) -> WorkerBatches:
+        self._it = iter(self.loader)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        it, self._it = self._it, None
+        if it is not None:
+            it._shutdown_workers()  # at once, not when the garbage collector gets to it
+
+    def take_ahead(self) -> None:
+        self._held = batch_of(self.config, next(self._it))
+
+    def __call__(self) -> tuple[torch.Tensor, torch.Tensor]:
+        held, self._held = self._held, None
+        return held if held is not None else batch_of(self.config, next(self._it))
 
 
 def profiled_steps(steps: int, one_step: Callable[[int], None], *, wait: int, warmup: int,

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from parity.drivers import profile as drv
+from parity.drivers import profile_async as pasync
 from parity.drivers import profile_measure as meas
 from reference import profile as rprof
 
@@ -277,6 +278,29 @@ def honest_timing(case: drv.ProfileCase, measured: dict[str, Any]) -> dict[str, 
              "the seeded .item() in the forward)")}
 
 
+def separated(a: dict[str, float], b: dict[str, float]) -> bool:
+    """a's timings above b's by more than their spread: a's first quartile above b's third."""
+    return a["q1"] > b["q3"]
+
+
+def worker_timing(measured: dict[str, Any]) -> dict[str, Any] | None:
+    """Each loop's medians per phase, whether the wait moved (the data wait lower and the
+    optimizer higher with the batch taken in the optimizer, each beyond the spread), and
+    by how much."""
+    worker = measured.get("worker")
+    if worker is None:
+        return None
+    med = {v: meas.phase_summary(steps, range(len(steps))) for v, steps in
+           worker["steps"].items()}
+    a, b = med[pasync.IN_DATA_WAIT], med[pasync.IN_OPTIMIZER]
+    moved = (separated(a["data wait"], b["data wait"])
+             and separated(b["optimizer"], a["optimizer"]))
+    return {"latency_s": worker["latency_s"], "medians": med, "moved": moved,
+            "data_wait_drop_s": a["data wait"]["median"] - b["data wait"]["median"],
+            "optimizer_rise_s": b["optimizer"]["median"] - a["optimizer"]["median"],
+            "step_ratio": b["step"]["median"] / a["step"]["median"]}
+
+
 def unexplained(comparison: dict[str, Any]) -> dict[str, int]:
     """How many time rows and memory rows no term explains."""
     return {"time": sum(r["verdict"].startswith(UNEXPLAINED) for r in comparison["time"]),
@@ -292,7 +316,7 @@ def compare(case: drv.ProfileCase, sheet: dict[str, Any], measured: dict[str, An
            "memory": memory_rows(case, sheet, measured),
            "cuda": cuda_rows(case, sheet, measured),
            "tape": tape_rows(case, sheet, measured),
-           "honest": honest_timing(case, measured)}
+           "honest": honest_timing(case, measured), "worker": worker_timing(measured)}
     out["unexplained"] = unexplained(out)
     return out
 

@@ -14,6 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from parity.drivers import profile_async as pasync
 from parity.drivers.profile import ProfileCase, listed_layer
 from reference import profile as rprof
 from reference import profile_meters as rmeters
@@ -39,7 +40,8 @@ def per_index_seconds(indices: Any, fetch: Callable[[int], object] | None = None
 def progress_total(case: ProfileCase) -> int:
     """How many times `measure` calls its progress callback: each step, and for torch each
     honest-timing variant's round (repeats + 1 rounds of 3)."""
-    return case.steps + (3 * (case.repeats + 1) if case.impl == "torch" else 0)
+    return case.steps + (3 * (case.repeats + 1) + pasync.progress_total(case)
+                         if case.impl == "torch" else 0)
 
 
 def summary(values: list[float]) -> dict[str, float]:
@@ -145,6 +147,8 @@ def measure_torch(case: ProfileCase, out: Path | None,
                     for v, s in (("synchronized", sync), ("unsynchronized", None),
                                  ("unsynchronized, .item() in forward", None))}
         honest = _interleaved(case, variants, progress)
+        step_s = statistics.median(s["step"] for s in honest["synchronized"])
+        worker = pasync.worker_timings(case, run, step, step_s, progress)
         saves = layer_saves(case, listing)
         task = data.loader.dataset
         per_index = per_index_seconds(tdata.ResumableSampler(len(task), 1), task.__getitem__)
@@ -153,6 +157,7 @@ def measure_torch(case: ProfileCase, out: Path | None,
             "one_row": _step_seconds(one.steps[1:]), "one_row_off_cpu": _off_cpu(one.steps[1:]),
             "memory": meter.boundaries,
             "cuda": meter.cuda or None, "census": ops, "honest": honest,
+            "worker": worker,
             "fault_calls": len(fault_calls),
             "layer": saves,
             "trace": None if out is None else "trace.json"}

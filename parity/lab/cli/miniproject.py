@@ -26,6 +26,7 @@ from pathlib import Path
 
 from parity.lab.cli import EXIT_FAILED, EXIT_OK, int_at_least, output_folder
 from parity.lab.runners import miniproject as mp
+from parity.lab.runners import profile_grades as grades
 
 HELP = "the mini-project end to end: profile, postmortem, optimization, resume; self-graded"
 
@@ -94,7 +95,7 @@ def _profile_rows(folder: Path, device: str) -> list[mp.Row]:
                           text=True, timeout=900)
     (folder / "profile-output.txt").parent.mkdir(parents=True, exist_ok=True)
     (folder / "profile-output.txt").write_text(done.stdout + done.stderr)
-    return mp.profile_rows(folder, done.returncode)
+    return grades.profile_rows(folder, done.returncode)
 
 
 def postmortem_markdown(pm: mp.Postmortem) -> str:

@@ -106,6 +106,15 @@ def _honest(record: dict[str, Any]) -> str:
     return "\n".join(sheets.honest_lines(record["torch"]["comparison"]["honest"]))
 
 
+@_both("worker")
+def _worker(record: dict[str, Any]) -> str:
+    worker = record["torch"]["comparison"].get("worker")
+    if worker is None:
+        return ("Not in this record: it predates the loader-worker timing (run python "
+                "benchmarks/profile_cpu.py --write).")
+    return "\n".join(sheets.worker_lines(worker))
+
+
 @_both("layer")
 def _layer(record: dict[str, Any]) -> str:
     out = []

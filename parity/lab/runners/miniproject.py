@@ -13,7 +13,6 @@ only, so a test can hand each one evidence with a part removed and see it fall a
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import signal
@@ -25,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from parity.lab.runners.profile_grades import Row
 
 ROOT = Path(__file__).resolve().parents[3]
 _ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -129,31 +130,6 @@ def resume_evidence(work: Path) -> ResumeEvidence:
                           expected)
 
 
-# ---------------------------------------------------------------- prediction before measurement
-
-SHEET = ("predictions.json", "predictions.md")
-
-
-def sheet_first(folder: Path) -> tuple[bool, str]:
-    """(whether both files of the prediction sheet were written no later than every other
-    file in `folder`, the reason in words). A missing sheet file fails; so does any
-    measurement file (profile.json, profile.md, trace.json, the pictures) older than either
-    sheet file. Modification times in nanoseconds, as the profile run left them."""
-    missing = [name for name in SHEET if not (folder / name).is_file()]
-    if missing:
-        return False, f"no {' and no '.join(missing)} in {folder.name}/"
-    sheet = max((folder / name).stat().st_mtime_ns for name in SHEET)
-    measured = sorted((p.stat().st_mtime_ns, p.name) for p in folder.iterdir()
-                      if p.is_file() and p.name not in SHEET)
-    if not measured:
-        return False, f"no measurement file in {folder.name}/ after the sheet"
-    first, name = measured[0]
-    if first < sheet:
-        return False, f"{name} is older than the prediction sheet"
-    return True, (f"predictions.json and predictions.md were written before every one of "
-                  f"the {len(measured)} measurement files (first: {name})")
-
-
 # ---------------------------------------------------------------- fault postmortem
 
 @dataclass
@@ -218,34 +194,6 @@ def postmortem() -> Postmortem:
 
 
 # ---------------------------------------------------------------- the rubric
-
-Row = tuple[str, str, str, str]  # criterion, grade (Strong | Pass | FAIL | missing), evidence, why
-PHASES = ("data wait", "forward", "backward", "optimizer")  # a synchronized step's, in profile.json
-
-
-def profile_rows(folder: Path, returncode: int) -> list[Row]:
-    """prediction before measurement (sheet_first) and honest timing (profile): Pass when the
-    profile command exited 0 and profile.json holds synchronized steps, each timing every
-    one of PHASES (the data wait beside the step's phases, not inside them); else FAIL."""
-    if returncode != 0:
-        return [("prediction before measurement", "FAIL", "profile/profile-output.txt",
-                 f"the profile command exited {returncode}"),
-                ("honest timing (profile)", "FAIL", "profile/profile-output.txt", "no profile")]
-    before, why = sheet_first(folder)
-    try:
-        steps = json.loads((folder / "profile.json").read_text())["measured"]["honest"][
-            "synchronized"]
-    except (OSError, ValueError, KeyError, TypeError):
-        steps = []
-    timed = bool(steps) and all(all(phase in step for phase in PHASES) for step in steps)
-    return [("prediction before measurement", "Pass" if before else "FAIL",
-             "profile/predictions.json, profile/predictions.md (sha256 printed before "
-             "measuring)", why),
-            ("honest timing (profile)", "Pass" if timed else "FAIL", "profile/profile.json",
-             f"{len(steps)} steps timed at synchronized boundaries, the data wait outside the "
-             "step's phases" if timed else
-             "profile.json has no synchronized step timing " + ", ".join(PHASES))]
-
 
 def fault_repair_row(pm: Postmortem) -> Row:
     """Pass: the guard fails before the repair and passes after; Strong: and H2 (forward

@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from parity.drivers import profile_async as pasync
 from reference import profile as rprof
 
 MEMORY_ROWS = ("weights", "grads", "master", "optimizer_state", "optimizer_step",
@@ -79,12 +80,13 @@ def predictions_markdown(sheet: dict[str, Any]) -> str:
                      if n in mem], {1})
     lines += ["", f"{sheet['n_params']:,} parameters.", "", "## Time per phase (roofline)", ""]
     rows = []
+    shares = predicted_shares(sheet)
     for phase, t in sheet["seconds"].items():
         work = sheet["work"][phase]
         what = (f"{work['flops']:,} FLOPs / R" if "flops" in work else
                 f"{work['moved']:,} bytes moved / W" if work.get("moved") else "nothing to do")
-        rows.append([phase, what, seconds(t)])
-    lines += table(["phase", "work", "predicted"], rows, {2})
+        rows.append([phase, what, seconds(t), f"{shares[phase]:.1%}"])
+    lines += table(["phase", "work", "predicted", "share of the step"], rows, {2, 3})
     lines += ["", f"Predicted slowest phase: **{sheet['slowest']}**.", "",
               "## Bytes at each phase boundary (steady step)", ""]
     lines += table(["boundary", *rprof.CATEGORIES, "total"],
@@ -96,6 +98,26 @@ def predictions_markdown(sheet: dict[str, Any]) -> str:
                     [[str(s.get("module", layer["index"])), s["name"], s["tensor"],
                       str(tuple(s["shape"])), f"{s['bytes']:,}"] for s in layer["saves"]], {4})
     return "\n".join(lines) + "\n"
+
+
+def predicted_shares(sheet: dict[str, Any]) -> dict[str, float]:
+    """Each phase's share of the step's predicted time (the roofline's)."""
+    total = sum(sheet["seconds"].values())
+    return {p: t / total if total else 0.0 for p, t in sheet["seconds"].items()}
+
+
+def measured_shares(time_rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Each phase's median over the step's, "outside the phases" included (the medians need
+    not add up to one)."""
+    step = next(r["measured"]["median"] for r in time_rows if r["phase"] == "step")
+    return {r["phase"]: r["measured"]["median"] / step for r in time_rows if r["phase"] != "step"}
+
+
+def shares_line(sheet: dict[str, Any], time_rows: list[dict[str, Any]]) -> str:
+    pred, meas = predicted_shares(sheet), measured_shares(time_rows)
+    return ("Share of the step, predicted (roofline) / measured (median): " + ", ".join(
+        f"{p} {pred[p]:.0%} / {meas[p]:.0%}" for p in pred) +
+        f", outside the phases - / {meas.get('outside the phases', 0.0):.0%}.")
 
 
 # ---------------------------------------------------------------- the profile
@@ -140,6 +162,31 @@ def honest_lines(honest: dict[str, Any]) -> list[str]:
             f"{honest['fault_calls']} times (once per forward of its variant)."]
 
 
+def worker_lines(worker: dict[str, Any]) -> list[str]:
+    """NOTE [ A sync on the CPU ]: the two loops' medians per phase, and what moved."""
+    variants = list(worker["medians"])
+    phases = [p for p in worker["medians"][variants[0]] if p != "outside the phases"]
+    def cell(m: dict[str, float]) -> str:
+        return f"{seconds(m['median'])} ({seconds(m['q1'])} .. {seconds(m['q3'])})"
+
+    rows = [[p, *(cell(worker["medians"][v][p]) for v in variants)] for p in phases]
+    moved = ("the wait moved: beyond the spread (first quartile above the other loop's "
+             "third), the data wait fell by " f"{seconds(worker['data_wait_drop_s'])} and the "
+             f"optimizer rose by {seconds(worker['optimizer_rise_s'])}; the step's total "
+             f"changed by x{worker['step_ratio']:.2f}" if worker["moved"] else
+             "the wait did NOT move beyond the spread: the worker was not the bottleneck")
+    return [f"One loader worker, storage latency {seconds(worker['latency_s'])} per batch "
+            f"({pasync.LATENCY_X}x the synchronized step, at least "
+            f"{seconds(pasync.MIN_LATENCY_S)}: the worker is the bottleneck). The same "
+            "train_step; the "
+            "batch taken at the top of the step, then by an optimizer step post-hook (median, "
+            "q1 .. q3):", "", *table(["phase", *variants], rows, set(range(1, len(variants) + 1))),
+            "", f"Measured: {moved}. The optimizer did the same work in both loops, and so did "
+            "the worker: a phase's time is what the thread waited for in it. On CUDA the "
+            "device's queue is that worker, and `.item()` the hook (NOTE [ A sync on the CPU ], "
+            "torch_impl/profile.py)."]
+
+
 def saved_lines(layer: list[dict[str, Any]]) -> list[str]:
     return table(["module", "name", "shape", "dtype", "bytes", "a view of a parameter"],
                   [[s["module"], s["name"], str(tuple(s["shape"])), s["dtype"],
@@ -171,7 +218,8 @@ def profile_markdown(result: dict[str, Any]) -> str:
     n_un = comp["unexplained"]
     lines += ["", f"Predicted slowest: **{sheet['slowest']}**; measured slowest: **"
               f"{measured_slowest(comp['time'])}**. Unexplained: {n_un['time']} time rows, "
-              f"{n_un['memory']} memory rows.", "", "![phases](phases.png)", "",
+              f"{n_un['memory']} memory rows.", "", shares_line(sheet, comp["time"]), "",
+              "![phases](phases.png)", "",
               "## Bytes at each phase boundary", "", *memory_lines(comp["memory"]), "",
               "![memory](memory.png)", ""]
     if comp.get("tape"):
@@ -187,6 +235,9 @@ def profile_markdown(result: dict[str, Any]) -> str:
     if comp["honest"]:
         lines += ["## Honest timing: the same step, the sync moved", "",
                   *honest_lines(comp["honest"]), ""]
+    if comp.get("worker"):
+        lines += ["## Honest timing on an asynchronous boundary: a loader worker", "",
+                  *worker_lines(comp["worker"]), ""]
     lines += [f"## {layer_title(sheet['layer']['index'])}'s saved tensors (measured: one forward "
               "under the precision's autocast, without checkpoints)", "",
               *saved_lines(measured["layer"]), ""]
