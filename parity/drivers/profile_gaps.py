@@ -15,7 +15,9 @@ What it leaves out is sized from measurements taken after the sheet was written:
     the loader's per-sample    the data wait's cost that grows with the batch: the sampler
       loop                     yields indices one by one (and torch's default fetcher reads
                                each sample on its own, then collates): (B - 1) x the cost per
-                               index of that loop, probed apart from the step
+                               index of that loop, probed apart from the step (the aten ops
+                               that fetch adds are its own: the data wait's overhead term
+                               counts only the one-row cost, or they would count twice)
     the profiler's cost per op  CPU time of the active steps (recorded) less that of the
                                steps after the window, run without the profiler (its
                                callbacks cost every op while it is on)
@@ -66,6 +68,8 @@ def _overhead_terms(case: drv.ProfileCase, phase: str, fixed: float,
         ops, more = _ops(census["batch"], phase), _ops(census["batch"], phase) - _ops(
             census["one row"], phase)
         again = census["batch"].get("recompute", 0) if phase == "backward" else 0
+    if phase == "data wait":  # the ops that grow with the batch are the per-sample loop's
+        more = 0  # own (each sample's fetch): sized by that term, not counted twice
     size = fixed + max(0, more) * op_s
     detail = "the same phase with one row" + (
         f"; {ops} aten ops, {more} more than with one row (at the op probe's "
