@@ -30,9 +30,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from parity.drivers import profile as drv  # noqa: E402
-from parity.drivers import profile_run  # noqa: E402
 from parity.lab.pictures import draw_all, have_matplotlib  # noqa: E402
 from parity.lab.pictures.profile import PROFILE_JSONS  # noqa: E402
+from parity.lab.runners import profile_run  # noqa: E402
 
 
 def main() -> int:
