@@ -116,11 +116,16 @@ def _gauntlet(**spoil: object) -> object:
     learned = drv.Learning(2.0, 0.1, 1.0)
     whole = {"opt": opt, "claims": [("amp.stand_in", 0.0, "<= 0", True)],
              "distance": {"loss": 0.0, "gradients": 0.0, "bitwise": 1.0},
-             "timing": drv.Timing(base, fast, base, fast, 1),
+             "timing": drv.Timing(base, fast, base, spoil.pop("wall_fast", fast), 1,
+                                  spoil.pop("first", {})),
              "speedup": drv.speedup(np.array(base), np.array(fast)),
              "learning": {"baseline": learned, "optimized": learned},
              "resume": (0.0, 100, True)}
     return drv.Gauntlet(**{**whole, **spoil})  # type: ignore[arg-type]
+
+
+_TEN = {"base": [2.0 + 0.01 * i for i in range(10)], "fast": [1.0 + 0.01 * i for i in range(10)]}
+_FIRST = {"baseline": 0.01, "optimized": 0.02}
 
 
 @pytest.mark.parametrize("criterion, spoil, grade", [
@@ -128,7 +133,12 @@ def _gauntlet(**spoil: object) -> object:
     ("optimization validity", {"expectation": ""}, "Pass"),  # no expectation beside it
     ("optimization validity", {"speedup": (1.9, float("nan"), float("nan"))}, "Pass"),
     ("optimization validity", {"resume": (0.0, 100, False)}, "FAIL"),  # digest differs
-    ("honest timing (optimization)", {}, "Pass"),
+    ("honest timing (optimization)", {}, "Pass"),  # 5 repeats, first calls not timed apart
+    ("honest timing (optimization)", {**_TEN, "first": _FIRST}, "Strong"),
+    ("honest timing (optimization)", _TEN, "Pass"),  # the first calls not timed apart
+    ("honest timing (optimization)", {**_TEN, "first": {"baseline": 0.01}}, "Pass"),
+    ("honest timing (optimization)", {**_TEN, "first": _FIRST,  # the wall clock disagrees
+                                      "wall_fast": [2 * v for v in _TEN["fast"]]}, "Pass"),
     ("honest timing (optimization)", {"base": [2.0, 2.1], "fast": [1.0, 1.1]}, "FAIL"),
     ("honest timing (optimization)", {"fast": [1.0, 1.1, 1.05, 1.2]}, "FAIL"),  # unequal
     ("honest timing (optimization)", {"speedup": (1.9, 2.0, 2.1)}, "FAIL"),  # not around it
