@@ -190,9 +190,10 @@ def sweep_bits(name: str, bits: np.ndarray) -> Summary:
                 mismatches_torch=bad_torch.size, mismatches_ml_dtypes=bad_ml.size,
                 oracle_cpu_seconds=cast_seconds)
     for i in np.union1d(bad_torch, bad_ml)[:10] if bad_torch.size or bad_ml.size else ():
+        got_torch = hex(int(w.torch_codes[i])) if w.torch_out is not None else "-"
         s.examples.append(f"input 0x{int(bits[i]):08x}: reference 0x{int(ours_torch[i]):x} "
-                          f"(0x{int(ours[i]):x} not saturating), torch "
-                          f"{hex(int(w.torch_codes[i])) if w.torch_out is not None else '-'}, ml_dtypes 0x{int(w.oracle_codes[i]):x}")
+                          f"(0x{int(ours[i]):x} not saturating), torch {got_torch}, "
+                          f"ml_dtypes 0x{int(w.oracle_codes[i]):x}")
     s.cpu_seconds = time.thread_time() - began
     return s
 

@@ -44,7 +44,9 @@ one carry: W + half - 1 + (kept & 1) carries past the dropped bits exactly when 
 or rest == half and kept is odd.
 
 `encode_stepwise` is these steps as written, over the whole array: `_decompose` (sign, W,
-shift, NaN), `_round` (the three lines above), `pack` (overflow policy, NaN, sign; reference/small_formats.py).
+shift, NaN), `_round` (the three lines above), `pack` (overflow policy, NaN, sign;
+reference/small_formats.py, which also rounds the exponent-only E8M0). The fnuz, finite and
+unsigned formats are encoded this way by `encode` too.
 `encode` gives the same codes block by block (reference/encode_kernels.py): nearest-even
 with the carry at one shift for every element, and below the target's smallest normal,
 where the shift varies, one float addition that rounds at the subnormal spacing (NOTE
