@@ -34,11 +34,20 @@ ALL_FORMATS: tuple[str, ...] = (
 STORAGE_FORMATS: tuple[str, ...] = ("float16", "bfloat16", "float8_e5m2", "float8_e4m3fn")
 # float32's own ties need 25 bits: only the narrower formats have float32-representable ties.
 NARROW: tuple[str, ...] = tuple(n for n in ALL_FORMATS if n != "float32")
+# The small formats beyond the classic five (common/format_spec.py EXTENDED): ml_dtypes >= 0.5
+# has every one; torch 2.13 casts to three (TORCH_CASTS; its float4_e2m1fn_x2 is two packed
+# codes with no cast: copy_kernel is not implemented for it). Swept three- or two-way.
+SMALL_FORMATS: tuple[str, ...] = (
+    "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e4m3b11fnuz", "float8_e8m0fnu",
+    "float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn", "float8_e4m3", "float8_e3m4")
+TORCH_CASTS: tuple[str, ...] = ("float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu")
+SWEEP_FORMATS: tuple[str, ...] = (*STORAGE_FORMATS, *SMALL_FORMATS)
 ML_DTYPES: dict[str, np.dtype] = {
     "float16": np.dtype(np.float16),
     "bfloat16": np.dtype(ml_dtypes.bfloat16),
     "float8_e5m2": np.dtype(ml_dtypes.float8_e5m2),
     "float8_e4m3fn": np.dtype(ml_dtypes.float8_e4m3fn),
+    **{name: np.dtype(getattr(ml_dtypes, name)) for name in SMALL_FORMATS},
 }
 
 # Every range property, by the reference's and torch_impl's names. ml_dtypes.finfo names them

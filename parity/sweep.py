@@ -35,7 +35,8 @@ import numpy as np
 from tqdm import tqdm
 
 import reference.formats as ref
-from parity.oracles import ML_DTYPES, STORAGE_FORMATS
+from parity.oracles import ML_DTYPES, SWEEP_FORMATS, TORCH_CASTS
+from parity.sweep_small import small_classes, small_nan_codes, torch_e8m0_codes
 
 # 2^16 inputs: a chunk's ~40 NumPy and torch calls cost about 70 us fixed, about 1 ns per
 # input; 2^18 would spread that, but measured interleaved with 2^16 in one process it took
@@ -70,6 +71,8 @@ class Summary:
 
 
 def _nan_codes(codes: np.ndarray, fmt: ref.FloatFormat) -> np.ndarray:
+    if fmt.convention not in ("ieee", "fn"):
+        return small_nan_codes(codes, fmt)
     magnitude = codes & codes.dtype.type(2 ** (fmt.bits - 1) - 1)
     if fmt.convention == "fn":
         return magnitude == fmt.nan_code
@@ -134,14 +137,19 @@ class _Workspace:
 
         fmt = ref.FORMATS[name]
         uint = fmt.code_dtype
-        self.torch_out = torch.empty(size, dtype=tim.FORMATS[name].dtype)
-        self.torch_codes = self.torch_out.view(tim.FORMATS[name].code_dtype).numpy().view(uint)
+        self.classic = name in tim.FORMATS  # the small formats: parity/sweep_small.py
+        self.torch_out = None
+        if self.classic or name in TORCH_CASTS:  # (the small ones are all 8-bit at most)
+            dtype = tim.FORMATS[name].dtype if self.classic else getattr(torch, name)
+            self.torch_out = torch.empty(size, dtype=dtype)
+            self.torch_codes = self.torch_out.view(torch.uint8 if not self.classic else
+                                                   tim.FORMATS[name].code_dtype).numpy().view(uint)
         self.oracle_out = np.empty(size, dtype=ML_DTYPES[name])
         self.oracle_codes = self.oracle_out.view(uint)
         self.magnitude, self.excess, self.saturated = (np.empty(size, uint) for _ in range(3))
         self.max_code = np.full(size, fmt.max_code, dtype=uint)
         self.nan_in, self.flag = np.empty(size, bool), np.empty(size, bool)
-        self.saturates = tim.DEFAULT_OVERFLOW[name] == "saturate"
+        self.saturates = self.classic and tim.DEFAULT_OVERFLOW[name] == "saturate"
 
     @staticmethod
     @functools.cache
@@ -157,25 +165,35 @@ def sweep_bits(name: str, bits: np.ndarray) -> Summary:
     fmt = ref.FORMATS[name]
     w = _Workspace.of(name, bits.size)
     x = bits.view(np.float32)
-    ours = ref.encode(x, name, overflow="nan" if fmt.convention == "fn" else "inf")
+    # classic: the policy that keeps overflow visible; the small formats: their default, the
+    # libraries' (NOTE [ NaN to a finite format ], reference/small_formats.py)
+    policy = ("nan" if fmt.convention == "fn" else "inf") if w.classic else None
+    ours = ref.encode(x, name, overflow=policy)
     magnitude = np.bitwise_and(ours, ours.dtype.type(2 ** (fmt.bits - 1) - 1), out=w.magnitude)
     nan_in = np.isnan(x, out=w.nan_in)
-    w.torch_out.copy_(torch.from_numpy(x))
+    if w.torch_out is not None:
+        w.torch_out.copy_(torch.from_numpy(x))
     cast_began = time.thread_time()
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is the subject
         np.copyto(w.oracle_out, x, casting="unsafe")
     cast_seconds = time.thread_time() - cast_began
     ours_torch = _saturated(ours, magnitude, nan_in, fmt, w) if w.saturates else ours
-    bad_torch = _mismatches(ours_torch, w.torch_codes, fmt, w.flag)
+    if name == "float8_e8m0fnu":  # torch's declared difference (claim formats.e8m0_torch)
+        ours_torch = torch_e8m0_codes(x, fmt)
+    bad_torch = _mismatches(ours_torch, w.torch_codes, fmt, w.flag) if w.torch_out is not None \
+        else np.empty(0, dtype=np.intp)
     bad_ml = _mismatches(ours, w.oracle_codes, fmt, w.flag)  # ml_dtypes never saturates
+    classes = _classes(magnitude, x, nan_in, fmt, w.flag) if w.classic else \
+        small_classes(x, nan_in, fmt)
 
-    s = Summary(name, total=bits.size, by_class=_classes(magnitude, x, nan_in, fmt, w.flag),
+    s = Summary(name, total=bits.size, by_class=classes,
                 mismatches_torch=bad_torch.size, mismatches_ml_dtypes=bad_ml.size,
                 oracle_cpu_seconds=cast_seconds)
     for i in np.union1d(bad_torch, bad_ml)[:10] if bad_torch.size or bad_ml.size else ():
+        got_torch = hex(int(w.torch_codes[i])) if w.torch_out is not None else "-"
         s.examples.append(f"input 0x{int(bits[i]):08x}: reference 0x{int(ours_torch[i]):x} "
-                          f"(0x{int(ours[i]):x} not saturating), torch "
-                          f"0x{int(w.torch_codes[i]):x}, ml_dtypes 0x{int(w.oracle_codes[i]):x}")
+                          f"(0x{int(ours[i]):x} not saturating), torch {got_torch}, "
+                          f"ml_dtypes 0x{int(w.oracle_codes[i]):x}")
     s.cpu_seconds = time.thread_time() - began
     return s
 
@@ -214,8 +232,8 @@ def _sample_span(name: str, seed: int, n: int) -> Summary:
 
 def _run(name: str, tasks: list[tuple[Callable[..., Summary], tuple, int]], workers: int,
          progress: bool) -> Summary:
-    if name not in STORAGE_FORMATS:
-        raise ValueError(f"sweep formats: {', '.join(STORAGE_FORMATS)}; got {name!r}")
+    if name not in SWEEP_FORMATS:
+        raise ValueError(f"sweep formats: {', '.join(SWEEP_FORMATS)}; got {name!r}")
     total = Summary(name)
     bar = functools.partial(tqdm, total=sum(t[2] for t in tasks), desc=name, unit="input",
                             unit_scale=True, file=sys.stderr, disable=not progress)

@@ -22,7 +22,8 @@ from parity import oracles, strategies
 
 GENERIC = (ref.FloatFormat("e3m2", 3, 2), ref.FloatFormat("e6m9", 6, 9),
            ref.FloatFormat("e3m4fn", 3, 4, "fn"), ref.FloatFormat("e8m1", 8, 1))
-TARGETS = (*ref.FORMATS.values(), *GENERIC)
+# the formats the block kernels encode (the others are encoded stepwise: nothing to compare)
+TARGETS = (*(f for f in ref.FORMATS.values() if f.convention in ("ieee", "fn")), *GENERIC)
 # float32 input to a format as wide as float32 is widened to float64 first (_source): its
 # edges are float64 edges
 FLOAT32_TARGETS = tuple(f for f in TARGETS if f.mantissa_bits < 23)

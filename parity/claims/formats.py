@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from parity.claims import Claim
+from parity.claims.formats_small import SMALL_CLAIMS
 
 # One tuple per topic, concatenated below; a topic edits only its own tuple.
 CLAIMS: tuple[Claim, ...] = (
@@ -150,4 +151,5 @@ CLAIMS: tuple[Claim, ...] = (
         bound=0,
         reason="Exhaustive form of formats.encode_f32.",
     ),
+    *SMALL_CLAIMS,
 )

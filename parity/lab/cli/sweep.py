@@ -14,13 +14,13 @@ import argparse
 import time
 
 from parity.lab.cli import UsageError, int_at_least
-from parity.oracles import STORAGE_FORMATS
+from parity.oracles import SWEEP_FORMATS
 
 HELP = "reference vs torch vs ml_dtypes over float32 inputs"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("format", choices=STORAGE_FORMATS)
+    p.add_argument("format", choices=SWEEP_FORMATS)
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--exhaustive", action="store_true", help="all 2^32 float32 inputs")
     mode.add_argument("--sample", type=int_at_least(1), default=1 << 24,

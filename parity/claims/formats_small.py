@@ -1,0 +1,118 @@
+"""The formats claims of the small formats (the fnuz float8s, E8M0, float6/float4, the
+IEEE-like float8_e4m3/e3m4); parity/claims/formats.py adds them to its CLAIMS. Every
+difference between libraries is a claim of its own, pinned to the versions measured:
+torch 2.13.0 and ml_dtypes 0.7.0."""
+
+from __future__ import annotations
+
+from parity.claims import Claim
+
+SMALL_CLAIMS: tuple[Claim, ...] = (
+    Claim(
+        id="formats.small_ranges",
+        statement=(
+            "Every range property of float8_e4m3fnuz, float8_e5m2fnuz, float8_e4m3b11fnuz, "
+            "float8_e8m0fnu, float6_e2m3fn, float6_e3m2fn, float4_e2m1fn, float8_e4m3 and "
+            "float8_e3m4 derived from the bits (bits, eps, max, tiny, smallest subnormal, "
+            "max/min exponent) equals ml_dtypes 0.7's finfo, and torch 2.13's finfo for "
+            "float8_e4m3fnuz and float8_e8m0fnu; so do the code counts (finite, NaN) counted "
+            "over ml_dtypes' decoding of every code."
+        ),
+        kind="bits",
+        bound=0,
+        reason="Exact dyadic numbers and integers derived from the layout; no rounding.",
+    ),
+    Claim(
+        id="formats.torch_finfo_e5m2fnuz",
+        statement=(
+            "torch 2.13's finfo(float8_e5m2fnuz).eps is 0.125 (2^-3, float8_e4m3fnuz's), where "
+            "the format's 2 mantissa bits give 2^-2 = 0.25, as ml_dtypes 0.7's finfo and the "
+            "spacing of torch's own decoded values at 1 (1.25 - 1) say; every other torch.finfo "
+            "field of it is right."
+        ),
+        kind="bits",
+        bound=0,
+        reason="A declared library difference, checked exactly so that a fix in torch shows.",
+    ),
+    Claim(
+        id="formats.small_decode",
+        statement=(
+            "Every bit pattern of the nine small formats decodes to the same value in the "
+            "reference and in ml_dtypes 0.7 (and, for float8_e4m3fnuz, e5m2fnuz, e8m0fnu, in "
+            "torch 2.13 by .view): fnuz formats' one NaN is 0x80, E8M0's 0xFF, float6/float4 "
+            "have no NaN and no infinity."
+        ),
+        kind="nan_class",
+        bound=0,
+        reason="Decoding is exact; NaN payloads are not compared.",
+    ),
+    Claim(
+        id="formats.small_encode",
+        statement=(
+            "Encoding float32 with round to nearest is bit-identical in the reference, ml_dtypes "
+            "0.7 and (where it casts) torch 2.13, every NaN input giving a NaN where the format "
+            "has one. Both libraries, measured: fnuz overflow and +-inf give the NaN 0x80 and "
+            "-0 gives +0; E8M0 overflow (from 1.5 * 2^127) and inf give 0xFF, and ties round "
+            "up (1.5 -> 2, 3 -> 4: NOTE [ E8M0 ties ]); float6/float4 and ml_dtypes: overflow "
+            "and +-inf saturate to +-max; float8_e4m3/e3m4 overflow to +-inf."
+        ),
+        kind="nan_class",
+        bound=0,
+        reason="One correctly rounded operation has one right answer; NaNs compare as a class.",
+    ),
+    Claim(
+        id="formats.small_nan",
+        statement=(
+            "ml_dtypes 0.7 casts a NaN to float6_e2m3fn, float6_e3m2fn and float4_e2m1fn as a "
+            "zero whose sign bit is the NaN's inverted (NumPy's nan, 0x7FC00000, gives -0.0; "
+            "0xFFC00000 gives +0.0); the reference does the same (NOTE [ NaN to a finite "
+            "format ]); torch 2.13 has no cast to these formats."
+        ),
+        kind="bits",
+        bound=0,
+        reason="Compared as codes: a sign is a bit, and a zero's sign is the whole difference.",
+    ),
+    Claim(
+        id="formats.e8m0_torch",
+        statement=(
+            "torch 2.13's float8_e8m0fnu cast differs from ml_dtypes 0.7's (and the "
+            "reference's) in three places, measured on every float32 pattern below 2^24 of each "
+            "sign and on sampled sweeps: a negative x "
+            "gives the code of |x| (-4 -> 4) where ml_dtypes gives NaN; +-0 gives 2^-127 "
+            "(code 0) where ml_dtypes gives NaN; and |x| strictly between 2^-127 and 1.5 * "
+            "2^-127 (float32 subnormals nearer 2^-127) gives 2^-126 where ml_dtypes gives "
+            "2^-127. Everywhere else the two agree bit for bit."
+        ),
+        kind="nan_class",
+        bound=0,
+        reason=(
+            "The difference is stated as a function of the reference's codes "
+            "(parity/sweep_small.py torch_e8m0_codes) and checked exactly on every input."
+        ),
+    ),
+    Claim(
+        id="formats.small_rounding",
+        statement=(
+            "Rounding toward zero and stochastic rounding (given the words) to the nine small "
+            "formats, float32 and float64 input, equal an oracle built from ml_dtypes' decoded "
+            "code table and exact rationals: toward zero is the largest member at or below |x| "
+            "(max beyond it; E8M0's smallest value below it), and stochastic rounds up exactly "
+            "when the word is below floor(2^32 p), p the exact fraction of the gap x lies above "
+            "that member."
+        ),
+        kind="nan_class",
+        bound=0,
+        reason="Both sides are exact; the oracle shares no code with the reference's rounding.",
+    ),
+    Claim(
+        id="formats.small_sweep",
+        statement=(
+            "Over all 2^32 float32 inputs (slow) or a sample, the reference equals ml_dtypes "
+            "0.7 on the nine small formats and torch 2.13 on float8_e4m3fnuz and e5m2fnuz, and "
+            "on float8_e8m0fnu once formats.e8m0_torch's declared difference is applied."
+        ),
+        kind="nan_class",
+        bound=0,
+        reason="Exhaustive form of formats.small_encode.",
+    ),
+)

@@ -1,0 +1,65 @@
+"""The sweep's bookkeeping for the small formats (fnuz, finite, unsigned conventions and the
+IEEE-like float8_e4m3/e3m4): which codes are NaN, what class each input is, and torch's
+declared E8M0 behaviour. parity/sweep.py does the rest.
+
+The classic formats are classed by the reference's non-saturating codes; these are classed
+by the input itself, against bounds from the bit layout: `overflow` is every finite input
+that rounds to nearest beyond max (at or past max + ulp/2 when max's code is odd, as it is
+in every small format but float8_e8m0fnu, whose ties round up: NOTE [ E8M0 ties ]), and
+`subnormal` every nonzero input below tiny (for E8M0, which has no subnormals, the inputs
+that become 2^-127 from below).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import reference.formats as ref
+
+
+def small_nan_codes(codes: np.ndarray, fmt: ref.FloatFormat) -> np.ndarray:
+    """Where codes of a small format are NaN."""
+    if fmt.convention == "fnuz":
+        return codes == codes.dtype.type(2 ** (fmt.bits - 1))
+    if fmt.convention == "unsigned":
+        return codes == codes.dtype.type(fmt.nan_code)
+    if fmt.convention == "finite":
+        return np.zeros(codes.shape, bool)
+    magnitude = codes & codes.dtype.type(2 ** (fmt.bits - 1) - 1)
+    return magnitude > fmt.inf_code
+
+
+def overflow_bound(fmt: ref.FloatFormat) -> float:
+    """The smallest magnitude that rounds to nearest beyond max (the rounding's tie)."""
+    if fmt.convention == "unsigned":
+        return 1.5 * fmt.max
+    return fmt.max + 2.0 ** (fmt.emax - fmt.mantissa_bits) / 2
+
+
+def small_classes(x: np.ndarray, nan_in: np.ndarray, fmt: ref.FloatFormat) -> dict[str, int]:
+    """Inputs by class, from the float32 inputs themselves."""
+    with np.errstate(invalid="ignore"):
+        a = np.abs(x.astype(np.float64))
+        inf = np.isinf(a)
+        zero = a == 0
+        beyond = (a >= overflow_bound(fmt)) & ~inf
+        below = (a < fmt.tiny) & ~zero
+    counts = {k: int(np.count_nonzero(v)) for k, v in (
+        ("subnormal", below), ("zero", zero), ("overflow", beyond), ("inf", inf),
+        ("nan", nan_in))}
+    counts["normal"] = x.size - sum(counts.values())
+    return {"normal": counts["normal"], **{k: counts[k] for k in (
+        "subnormal", "zero", "overflow", "inf", "nan")}}
+
+
+def torch_e8m0_codes(x: np.ndarray, fmt: ref.FloatFormat) -> np.ndarray:
+    """What torch 2.13's float8_e8m0fnu cast gives, stated through the reference (claim
+    formats.e8m0_torch): the code of |x|, where ml_dtypes 0.7 and the reference give the NaN
+    for every negative; 2^-127's (code 0) for +-0, where they give the NaN; and 2^-126's
+    (code 1) for |x| strictly between 2^-127 and 1.5 * 2^-127, float32 subnormals that are
+    nearer 2^-127 (torch rounds a subnormal's fraction bits as if its hidden bit were 0, so
+    anything above the guard bit's half rounds up)."""
+    magnitude = np.abs(x)
+    codes = ref.encode(np.where(x == 0, np.float32(2.0**-127), magnitude), fmt)
+    low = (magnitude > np.float32(2.0**-127)) & (magnitude < np.float32(1.5 * 2.0**-127))
+    return np.where(low, codes.dtype.type(1), codes)
