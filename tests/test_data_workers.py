@@ -155,3 +155,30 @@ def test_bad_worker_loader_arguments_are_one_clear_error(kwargs: dict, error: ty
     args = {"batch_size": B, "generator": torch.Generator(), **kwargs}
     with pytest.raises(error, match=phrase):
         WorkerLoader(data.make_task(SEED, N), data.ResumableSampler(N, SEED), **args)
+
+
+def test_a_run_with_loader_workers_resumes_to_the_digest_of_zero_workers() -> None:
+    """torch_impl.train.Run with 2 loader workers, checkpointed at step 21 (epoch 1, batch
+    5, while the workers had fetched batches ahead) and restored into a fresh 2-worker Run:
+    at step 30 the state digest of an uninterrupted run with 0 workers."""
+    from torch_impl import train as t
+
+    config = t.TrainConfig(horizon=30, dropout=0.1)  # 16 batches an epoch
+    zero = t.Run(config)
+    for _ in range(30):
+        zero.train_step()
+    first = t.Run(config, loader_workers=2)
+    try:
+        for _ in range(21):
+            first.train_step()
+        state = first.state_dict()
+        assert (state["data"]["epoch"], state["data"]["position"]) == (1, 5 * config.batch_size)
+    finally:
+        first.close()
+    second = t.Run.restored(config, state, loader_workers=2)
+    try:
+        for _ in range(9):
+            second.train_step()
+    finally:
+        second.close()
+    assert t.state_digest(second.state_dict()) == t.state_digest(zero.state_dict())
