@@ -190,7 +190,16 @@ class BaseRun:
             self.sampler.load_state_dict(state["data"])
         if "step" not in omit:
             self.step, self.skipped = int(state["step"]), int(state["skipped"])
+        self.close()
+
+    def close(self) -> None:
+        """Drop the live batch iterator and end the loader's worker processes, if it has
+        any (`loader.close()`); the next batch is fetched afresh from the sampler's state,
+        which is the consumed position (NOTE [ Consumed position ] in reference/data.py)."""
         self._batches = None
+        close = getattr(self.loader, "close", None)
+        if close is not None:
+            close()
 
     @classmethod
     def restored(cls, config: TrainConfig, state: Mapping[str, Any],
@@ -282,21 +291,31 @@ def train(run_class: type[BaseRun], config: TrainConfig | Configure, steps: int,
             run.numerics = tree.numerics.Detector(
                 run.model, run.loss_fn, tree.numerics.view_format(config.precision),
                 scaler_enabled=run.scaler.is_enabled())
-        while run.step < steps:
-            batch = None
-            if fault is not None and run.step == fault_step:
-                batch = tree.faults.apply_fault(run.model, fault, run.next_batch(),
-                                                run.optimizer)
-                if not fault.scaler:
-                    _drop_scaler(run)
-            r = _checked_step(run, batch)
-            _say(log, f"step {run.step} loss {r.loss:.6g} scale {r.scale:g} "
-                      f"skipped {int(r.skipped)} (total {run.skipped})" + (
-                          "" if run.numerics is None
-                          else "  " + tree.numerics.format_counts(run.numerics.history[-1])))
-            if directory is not None and ckpt.due(run.step, steps, checkpoint_every):
-                directory.save(run.step, run.state_dict(), config.to_dict())
+        try:
+            _steps(run, tree, steps, directory, checkpoint_every, fault, fault_step, log)
+        finally:
+            run.close()  # a loader's worker processes end with the loop
     return run
+
+
+def _steps(run: BaseRun, tree: Tree, steps: int, directory: Any, checkpoint_every: int,
+           fault: Any, fault_step: int, log: Callable[[str], None] | None) -> None:
+    """train()'s loop: steps until `steps`, checkpoints when due."""
+    config = run.config
+    while run.step < steps:
+        batch = None
+        if fault is not None and run.step == fault_step:
+            batch = tree.faults.apply_fault(run.model, fault, run.next_batch(),
+                                            run.optimizer)
+            if not fault.scaler:
+                _drop_scaler(run)
+        r = _checked_step(run, batch)
+        _say(log, f"step {run.step} loss {r.loss:.6g} scale {r.scale:g} "
+                  f"skipped {int(r.skipped)} (total {run.skipped})" + (
+                      "" if run.numerics is None
+                      else "  " + tree.numerics.format_counts(run.numerics.history[-1])))
+        if directory is not None and ckpt.due(run.step, steps, checkpoint_every):
+            directory.save(run.step, run.state_dict(), config.to_dict())
 
 
 def _drop_scaler(run: BaseRun) -> None:

@@ -9,6 +9,7 @@ driven by one loop (parity/drivers/data.py); each claim is in parity/claims/data
 from __future__ import annotations
 
 import ast
+import json
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +27,7 @@ from parity.drivers.data import (
     pipeline,
     resumed,
     stream,
+    worker_pipeline,
 )
 from parity.strategies import data_sampler_runs
 from parity.strategies.data import data_length_cases
@@ -33,7 +35,7 @@ from reference import data as ref
 from torch_impl import data as tdata
 
 DTYPES = ((np.float32, torch.float32), (np.float64, torch.float64))
-PURPOSE_NAMES = ("ORDER", "INPUTS", "TEACHER", "CALIBRATION", "SEQUENCES", "LOADER")
+PURPOSE_NAMES = ("ORDER", "INPUTS", "TEACHER", "CALIBRATION", "SEQUENCES", "LOADER", "BATCH")
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -149,6 +151,46 @@ def test_resume_claim_can_fail_when_the_state_is_not_restored() -> None:
         assert_streams("data.resume_reference", head + tail, whole)
 
 
+@given(seed=st.integers(0, 2**32 - 1), epoch=st.integers(0, 2**32 - 1),
+       batch=st.integers(0, 4096))
+@settings(max_examples=50)
+def test_batch_seed_is_the_same_word_across_implementations(seed: int, epoch: int,
+                                                            batch: int) -> None:
+    """batch_seed(seed, epoch, batch), the seed of a batch's randomness: the same 32 bits."""
+    assert_claim("data.loader", np.array([tdata.batch_seed(seed, epoch, batch)], np.uint64),
+                 np.array([ref.batch_seed(seed, epoch, batch)], np.uint64))
+
+
+@pytest.mark.parametrize(("drop_last", "saved_by"), [(True, "workers"), (False, "reference"),
+                                                     (False, "workers")])
+def test_the_reference_order_is_the_consumed_order_of_a_worker_loader(
+        drop_last: bool, saved_by: str) -> None:
+    """torch with 2 loader workers gives the reference's batches, and a state saved by one
+    (the workers' counts consumed batches, not prefetched ones) resumes in the other.
+    CPU: worker processes index a CPU task."""
+    run = {"seed": 11, "num_samples": 23, "batch_size": 3, "drop_last": drop_last,
+           "epochs": 3, "interrupt": 9}
+    ref_task, torch_task = make_task("reference", 11, 23), make_task("torch", 11, 23)
+    ref_whole = stream(pipeline("reference", ref_task, run), run["epochs"])
+    first = worker_pipeline(torch_task, run, 2)
+    second = worker_pipeline(torch_task, run, 2)
+    try:
+        assert_streams("data.loader", stream(first, run["epochs"]), ref_whole)
+        writer = second if saved_by == "workers" else pipeline("reference", ref_task, run)
+        head = stream(writer, run["epochs"], stop_after=run["interrupt"])
+        reader = (pipeline("reference", ref_task, run) if saved_by == "workers"
+                  else worker_pipeline(torch_task, run, 2))
+        reader.sampler.load_state_dict(json.loads(json.dumps(writer.sampler.state_dict())))
+        try:
+            tail = stream(reader, run["epochs"])
+        finally:
+            getattr(reader.loader, "close", lambda: None)()
+        assert_streams("data.loader", head + tail, ref_whole)
+    finally:
+        first.loader.close()
+        second.loader.close()
+
+
 def test_every_hash_purpose_has_its_own_number_in_both_trees() -> None:
     """The purposes of the one hash are distinct numbers, the same in both trees, and every
     hash_words call in either tree passes one of them by name (or `purpose`, the parameter
@@ -166,6 +208,6 @@ def test_every_hash_purpose_has_its_own_number_in_both_trees() -> None:
                     purpose = node.args[1]
                     assert isinstance(purpose, ast.Name), f"{path.name}:{node.lineno}"
                     passed[name].add(purpose.id)
-    assert "LOADER" in passed["hash_words"]  # the torch tree's DataLoader seed is reached
+    assert {"LOADER", "BATCH"} <= passed["hash_words"]  # the loader's and a batch's seeds
     assert passed["hash_words"] <= {*PURPOSE_NAMES, "purpose"}
     assert passed["_inputs"] == {"INPUTS", "CALIBRATION"}

@@ -59,7 +59,8 @@ ORDER, INPUTS, TEACHER, CALIBRATION, SEQUENCES = 1, 2, 3, 4, 5
 LOADER = 6  # torch_impl/train.py's DataLoader base seed of each epoch (NOTE [ DataLoader
 #   base seed ] in torch_impl/data.py); the reference has no DataLoader, but the purposes
 #   are one list in both trees so that no two streams share a number
-PURPOSES = (ORDER, INPUTS, TEACHER, CALIBRATION, SEQUENCES, LOADER)
+BATCH = 7  # the seed of one batch's randomness (batch_seed; NOTE [ Consumed position ])
+PURPOSES = (ORDER, INPUTS, TEACHER, CALIBRATION, SEQUENCES, LOADER, BATCH)
 CALIBRATION_SIZE = 1024
 INPUT_STEP = float.fromhex("0x1p-23")  # 1.1920928955078125e-07: the input grid
 VALUE_SCALE = float.fromhex("0x1p-4")  # 0.0625: brings the teacher logits to std ~ 1
@@ -103,6 +104,28 @@ def epoch_order(seed: int, epoch: int, num_samples: int) -> np.ndarray:
     """The order of epoch `epoch`: a permutation of 0..num_samples-1 (int64), unique sort."""
     words = hash_words(seed, ORDER, epoch, num_samples)
     return np.argsort(words, kind="stable").astype(np.int64)
+
+
+def batch_seed(seed: int, epoch: int, batch: int) -> int:
+    """The seed of batch `batch` of epoch `epoch`: word_batch(seed, BATCH, epoch), 32 bits.
+
+    # NOTE [ Consumed position ]
+    A checkpoint records the CONSUMED position: the (epoch, position) after the last batch
+    the training loop received, never what a loader has fetched ahead of it. Anything random
+    about one batch (an augmentation) draws from a generator seeded with
+    batch_seed(seed, epoch, batch index), the batch index being position // batch_size at
+    the batch's first sample: a pure function of where the batch sits in the order, so the
+    draws are the same whichever process fetched the batch, how far ahead it ran, and
+    whether the run was resumed. A loader that draws even one extra value from a stream the
+    checkpoint saves (a prefetched batch's augmentation, a base seed at a resumed iter())
+    makes bit-exact resume impossible: the resumed run starts one draw off and stays off.
+    This loader fetches one batch per batch consumed, so its state is the consumed position
+    as it stands; torch_impl/data_workers.py keeps the same rule with worker processes.
+    """
+    seed = _check_int("batch_seed", "seed", seed, 0, 2**32)
+    epoch = _check_int("batch_seed", "epoch", epoch, 0, 2**32)
+    batch = _check_int("batch_seed", "batch", batch, 0, 2**32)
+    return int(hash_words(seed, BATCH, epoch, batch + 1)[batch])
 
 
 # ---------------------------------------------------------------- the task

@@ -53,7 +53,8 @@ BAD = [
     (["--resume", "--overwrite"], "choose one"),
     (["--fault-step", "2"], "--fault-step 2 places a seeded fault: it needs --fault NAME"),
 ]
-BAD_STEPS = [(["--steps", "-1"], "--steps"), (["--steps", "0"], "--steps")]
+BAD_STEPS = [(["--steps", "-1"], "--steps"), (["--steps", "0"], "--steps"),
+             (["--loader-workers", "-1"], "--loader-workers")]
 BAD_MODEL = [
     (["--model", "rnn"], "argument --model: invalid choice: 'rnn'"),
     (["--recompute", "selective"], "unknown schedule 'selective'"),  # the MLP has no core
@@ -93,6 +94,15 @@ def test_a_device_that_cannot_be_used_is_one_line_and_exit_2(
     status, _, err = _cli(capsys, "--impl", impl, "--steps", "2", "--checkpoint-dir",
                           str(tmp_path), "--device", device)
     assert status == EXIT_USAGE and len(err.strip().splitlines()) == 1 and phrase in err, err
+
+
+def test_loader_workers_for_the_reference_is_one_line_and_exit_2(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The reference has no worker processes: --loader-workers N > 0 is refused for it."""
+    status, out, err = _cli(capsys, "--impl", "reference", "--steps", "2", "--checkpoint-dir",
+                            str(tmp_path / "d"), "--loader-workers", "2")
+    assert status == EXIT_USAGE and len(err.strip().splitlines()) == 1, err
+    assert "--loader-workers applies to --impl torch" in err and "step 1 " not in out, err
 
 
 @pytest.mark.parametrize("what", ["empty", "a file"])

@@ -21,10 +21,15 @@ Giving the loader its own generator confines the draw to a stream that the check
 save; the sampler itself draws nothing.
 
 # NOTE [ Workers run ahead of the sampler state ]
-With num_workers > 0 the DataLoader pulls up to prefetch_factor * num_workers batches of
-indices ahead of the batches the loop has consumed, so sampler.state_dict() then counts
-indices handed to workers, not batches trained on. make_loader uses num_workers=0, where
-every next(loader) pulls exactly one batch, and state_dict() is what was consumed.
+With num_workers > 0 a DataLoader pulls up to prefetch_factor * num_workers batches of
+indices ahead of the batches the loop has consumed, so the state of the sampler it iterates
+counts indices handed to workers, not batches trained on: a checkpoint of it skips the
+prefetched batches on resume. make_loader therefore uses num_workers=0, where every
+next(loader) pulls exactly one batch and state_dict() is what was consumed; with workers,
+torch_impl/data_workers.py (WorkerLoader) lets the DataLoader iterate a copy of the
+sampler and moves the run's sampler only when a batch reaches the loop, and seeds each
+batch's randomness from (seed, epoch, batch index) (NOTE [ Consumed position ] in
+reference/data.py).
 """
 
 from __future__ import annotations
@@ -43,14 +48,15 @@ MIX_MUL2 = 0x846C_A68B
 ORDER, INPUTS, TEACHER, CALIBRATION, SEQUENCES = 1, 2, 3, 4, 5
 LOADER = 6  # torch_impl/train.py's DataLoader base seed of each epoch (NOTE [ DataLoader
 #   base seed ] above)
-PURPOSES = (ORDER, INPUTS, TEACHER, CALIBRATION, SEQUENCES, LOADER)
+BATCH = 7  # the seed of one batch's randomness (batch_seed; NOTE [ Consumed position ])
+PURPOSES = (ORDER, INPUTS, TEACHER, CALIBRATION, SEQUENCES, LOADER, BATCH)
 CALIBRATION_SIZE = 1024
 INPUT_STEP = float.fromhex("0x1p-23")  # 1.1920928955078125e-07: the input grid
 VALUE_SCALE = float.fromhex("0x1p-4")  # 0.0625
 STATE_KEYS = ("seed", "num_samples", "epoch", "position")
 
-__all__ = ["BatchSampler", "ResumableSampler", "Task", "epoch_order", "hash_words",
-           "make_loader", "make_task", "mix32", "teacher_logits", "teacher_weights"]
+__all__ = ["BatchSampler", "ResumableSampler", "Task", "batch_seed", "epoch_order",
+           "hash_words", "make_loader", "make_task", "mix32", "teacher_logits", "teacher_weights"]
 
 
 def _check_int(where: str, name: str, value: object, lo: int, hi: int) -> int:
@@ -102,6 +108,15 @@ def epoch_order(
     """The order of epoch `epoch`: a permutation of 0..num_samples-1 (int64), unique sort."""
     words = hash_words(seed, ORDER, epoch, num_samples, device)
     return torch.argsort(words, stable=True)
+
+
+def batch_seed(seed: int, epoch: int, batch: int) -> int:
+    """The seed of batch `batch` of epoch `epoch` (NOTE [ Consumed position ] in
+    reference/data.py): word_batch(seed, BATCH, epoch), 32 bits, as a Python int."""
+    seed = _check_int("batch_seed", "seed", seed, 0, 2**32)
+    epoch = _check_int("batch_seed", "epoch", epoch, 0, 2**32)
+    batch = _check_int("batch_seed", "batch", batch, 0, 2**32)
+    return int(hash_words(seed, BATCH, epoch, batch + 1)[batch])
 
 
 # ---------------------------------------------------------------- the task

@@ -12,6 +12,9 @@ What PyTorch does differently or hides:
   torch_impl/data.py). The loader's generator is re-seeded from (seed, epoch) before each
   iter(), so the draw is a function of the epoch, not of the moment a (resumed) run began;
   with num_workers=0 nothing consumes it, and it needs no place in the checkpoint.
+  With `loader_workers` the workers prefetch, and the checkpoint still holds the consumed
+  position (torch_impl/data_workers.py); the worker seeds derived from that base seed are
+  never used (a batch's randomness is seeded from (seed, epoch, batch index)).
 - Autocast and recomputation compose natively (torch.autocast around
   torch.utils.checkpoint, which re-enters the forward's autocast state); the reference
   composes them in every precision too, by recording the autocast state at a segment's
@@ -34,6 +37,7 @@ from common.train_config import OPTIMIZERS, TrainConfig
 from common.train_loop import FAULTS, INVENTORY, Phase, StepResult, no_phase
 from torch_impl import amp, faults, loss_scaling, numerics, resume
 from torch_impl.data import LOADER, hash_words
+from torch_impl.data_workers import WorkerLoader
 from torch_impl.gpt import GPT
 from torch_impl.recompute import Schedule
 from torch_impl.state_digest import state_digest
@@ -57,7 +61,10 @@ class Run(train_loop.BaseRun):
 
     tree = train_loop.Tree(resume=resume, faults=faults, numerics=numerics)
 
-    def __init__(self, config: TrainConfig, device: str | torch.device = "cpu") -> None:
+    def __init__(self, config: TrainConfig, device: str | torch.device = "cpu",
+                 loader_workers: int = 0) -> None:
+        """`loader_workers` > 0: batches fetched by that many processes (WorkerLoader; not
+        state: the batches, the checkpoint and the digest are those of 0 workers)."""
         super().__init__(config)
         c = config
         self.device = torch.device(device)
@@ -75,6 +82,10 @@ class Run(train_loop.BaseRun):
                                                init_scale=c.init_scale,
                                                growth_interval=c.growth_interval)
         self.task, self.sampler, self.loader = parts.task, parts.sampler, parts.loader
+        if loader_workers:  # NOTE [ Workers run ahead of the sampler state ] (data.py)
+            self.loader = WorkerLoader(self.task, self.sampler, c.batch_size, drop_last=True,
+                                       generator=self.loader_generator,
+                                       num_workers=loader_workers)
         self.schedule = parts.schedule
 
     def _batch(self, item: tuple) -> tuple[torch.Tensor, torch.Tensor]:

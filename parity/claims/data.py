@@ -83,15 +83,19 @@ CLAIMS: tuple[Claim, ...] = (
     Claim(
         id="data.loader",
         statement=(
-            "The batch stream of make_loader is bit-identical across implementations, and a "
-            "sampler state saved by one implementation resumes the same stream in the other."
+            "The batch stream of make_loader, and of torch's WorkerLoader with worker "
+            "processes, is bit-identical across implementations; a sampler state saved by one "
+            "resumes the same stream in the other; batch_seed is the same word in both."
         ),
         kind="bits",
         bound=0,
         reason=(
             "Same dataset bits (data.task), same order (data.order), the same batching rule "
             "(reference BatchSampler mirrors torch.utils.data.BatchSampler) and one state format "
-            "of plain ints; batching copies rows without arithmetic."
+            "of plain ints; batching copies rows without arithmetic. Worker processes change "
+            "when indices are drawn, not which: WorkerLoader's state is the consumed position "
+            "(NOTE [ Consumed position ]), the reference's order. batch_seed is one word of the "
+            "integer hash, exact on both sides."
         ),
     ),
 )

@@ -56,6 +56,18 @@ def pipeline(side: str, task: Any, run: dict) -> Pipeline:
     return Pipeline(side, sampler, loader)
 
 
+def worker_pipeline(task: Any, run: dict, workers: int) -> Pipeline:
+    """The torch side with its batches fetched by `workers` processes (WorkerLoader); the
+    caller ends them with `.loader.close()`."""
+    from torch_impl.data_workers import WorkerLoader
+
+    sampler = tdata.ResumableSampler(run["num_samples"], run["seed"])
+    loader = WorkerLoader(task, sampler, run["batch_size"], drop_last=run["drop_last"],
+                          generator=torch.Generator().manual_seed(0), num_workers=workers,
+                          timeout_s=60.0)
+    return Pipeline("torch", sampler, loader)
+
+
 def _np(x: Any) -> np.ndarray:
     return x.cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
 

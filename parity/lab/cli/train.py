@@ -4,7 +4,8 @@
         [--model {mlp,gpt}] [--checkpoint-every K] [--keep K] [--resume | --overwrite]
         [--precision {fp32,bf16,fp16}] [--recompute SPEC] [--seed S] [--dropout P]
         [--schedule S] [--horizon H] [--init-scale S] [--growth-interval G]
-        [--device D] [--quiet] [--check-numerics] [--fault NAME|list] [--fault-step K]
+        [--device D] [--loader-workers N] [--quiet] [--check-numerics]
+        [--fault NAME|list] [--fault-step K]
 
 Prints one line per step (step, loss, loss scale, skipped steps) and, as its LAST line,
 `state-sha256: <64 hex digits>`: train.state_digest of the final state (NOTE [ Canonical
@@ -34,6 +35,10 @@ to DIR/first-invalid-step<N>.replay for `python -m parity replay`, and ends with
 `first-invalid: {json}` (keys step, phase, module, op, index, value) and exit status 3.
 --fault NAME seeds a fault of the catalogue (--fault list: each fault with the model it is
 written for; the other model's is refused) before step --fault-step.
+--loader-workers N fetches the batches in N DataLoader worker processes (the torch tree
+on cpu): a checkpoint still records the consumed position (NOTE [ Consumed position ] in
+reference/data.py), so a killed run resumes to the digest of 0 workers, with any N. The
+reference has no worker processes; its batch order is that consumed order.
 The implementation is imported only when chosen: `--impl reference` never imports torch
 (unless it converts a torch checkpoint).
 """
@@ -112,6 +117,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="steps without overflow before the fp16 scale doubles (default 2000)")
     p.add_argument("--device", default=None,
                    help="torch device: cpu, cuda or cuda:N (--impl torch only; default cpu)")
+    p.add_argument("--loader-workers", type=int_at_least(0), default=0, metavar="N",
+                   help="DataLoader worker processes fetching the batches (--impl torch only, "
+                        "cpu; default 0); the batches, checkpoints and digest are those of 0")
     p.add_argument("--quiet", action="store_true",
                    help="print only the last line (the digest, or first-invalid)")
     p.add_argument("--check-numerics", action="store_true",
@@ -217,9 +225,16 @@ def run(args: argparse.Namespace) -> int:
     if args.impl == "reference":
         if args.device is not None:
             raise UsageError("--device applies to --impl torch; the reference runs on NumPy")
+        if args.loader_workers:
+            raise UsageError("--loader-workers applies to --impl torch; the reference has no "
+                             "worker processes (its batch order is the consumed order of any N)")
         from reference import train as impl
     else:
         extra["device"] = torch_device(args.device or "cpu")
+        if args.loader_workers and extra["device"].type != "cpu":
+            raise UsageError(f"--loader-workers {args.loader_workers}: worker processes index "
+                             "the task on the cpu; with --device cuda use 0")
+        extra["loader_workers"] = args.loader_workers
         from torch_impl import train as impl
 
     def log(line: str) -> None:

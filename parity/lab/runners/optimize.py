@@ -72,9 +72,8 @@ def make_run(opt: Optimization | None, model: str = "mlp", **overrides: Any) -> 
 
     model = opt.model if opt is not None else model
     config = {**BASELINES[model], **(opt.changes if opt else {}), **overrides}
-    run = torch_train.Run(torch_train.TrainConfig(**config))
-    if opt is not None and opt.workers:
-        with_workers(run, opt.workers)
+    workers = opt.workers if opt is not None else 0
+    run = torch_train.Run(torch_train.TrainConfig(**config), loader_workers=workers)
     if opt is not None and opt.compiled:
         compiled_forward(run.model)
     return run
@@ -103,21 +102,6 @@ def compiled_forward(model: Any) -> Any:
         return compile_gpt_forward(model, backend="inductor")
     model.forward = torch.compile(model.forward, backend="inductor", fullgraph=True)
     return model
-
-
-def with_workers(run: Any, workers: int) -> None:
-    """Give a Run a DataLoader with worker processes over the same sampler and task.
-
-    NOTE [ Workers run ahead of the sampler state ] (torch_impl/data.py): the sampler's
-    state then counts what the workers took, not what was trained on; the resume check of
-    the gauntlet is what shows whether that matters.
-    """
-    from torch.utils.data import BatchSampler, DataLoader
-
-    batches = BatchSampler(run.sampler, run.config.batch_size, drop_last=True)
-    run.loader = DataLoader(run.task, batch_sampler=batches, num_workers=workers,
-                            generator=run.loader_generator, persistent_workers=False)
-    run._batches = None
 
 
 @dataclass
