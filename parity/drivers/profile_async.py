@@ -49,4 +49,5 @@ def worker_timings(case: ProfileCase, run: Any, step: Callable[..., Any], step_s
                 if hook is not None:
                     hook.remove()
         out[name] = [s.seconds() for s in timer.steps[WARMUP:]]
-    return {"latency_s": latency, "steps": out}
+    return {"latency_s": latency, "latency_x": LATENCY_X, "min_latency_s": MIN_LATENCY_S,
+            "steps": out}

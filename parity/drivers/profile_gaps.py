@@ -299,7 +299,8 @@ def worker_timing(measured: dict[str, Any]) -> dict[str, Any] | None:
     a, b = med[pasync.IN_DATA_WAIT], med[pasync.IN_OPTIMIZER]
     moved = (separated(a["data wait"], b["data wait"])
              and separated(b["optimizer"], a["optimizer"]))
-    return {"latency_s": worker["latency_s"], "medians": med, "moved": moved,
+    return {"latency_s": worker["latency_s"], "latency_x": worker.get("latency_x"),
+            "min_latency_s": worker.get("min_latency_s"), "medians": med, "moved": moved,
             "data_wait_drop_s": a["data wait"]["median"] - b["data wait"]["median"],
             "optimizer_rise_s": b["optimizer"]["median"] - a["optimizer"]["median"],
             "step_ratio": b["step"]["median"] / a["step"]["median"]}

@@ -13,8 +13,6 @@ import math
 from pathlib import Path
 from typing import Any
 
-from parity.drivers import profile_async as pasync
-from parity.drivers import profile_gaps as gaps
 from parity.lab.runners import profile_sheet as sheets
 
 Row = tuple[str, str, str, str]  # criterion, grade (Strong | Pass | FAIL | missing), evidence, why
@@ -71,6 +69,8 @@ def prediction_row(folder: Path) -> Row:
     """NOTE [ Naming a gap ]: Strong when the sheet came first, predicts every phase's time
     (so its share) and the slowest, is the sheet the profile compared with, and every gap of
     time and bytes has a named term of measured size; Pass when some gap is UNEXPLAINED."""
+    from parity.drivers import profile_gaps as gaps  # here: the parser must not load torch
+
     name, evidence = "prediction before measurement", "profile/predictions.md, profile/profile.md"
     before, why = sheet_first(folder)
     if not before:
@@ -103,6 +103,9 @@ def honest_row(folder: Path) -> Row:
     phases); Strong: and the loader-worker demonstration (NOTE [ A sync on the CPU ]) moved
     its wait from the data wait into the optimizer beyond the spread, recomputed here from
     the raw step timings."""
+    from parity.drivers import profile_async as pasync  # here: the parser must not load torch
+    from parity.drivers import profile_gaps as gaps
+
     name, evidence = "honest timing (profile)", "profile/profile.md, profile/profile.json"
     measured = _profile(folder).get("measured", {})
     steps = (measured.get("honest") or {}).get("synchronized") or []

@@ -12,7 +12,6 @@ import math
 from pathlib import Path
 from typing import Any
 
-from parity.drivers import profile_async as pasync
 from reference import profile as rprof
 
 MEMORY_ROWS = ("weights", "grads", "master", "optimizer_state", "optimizer_step",
@@ -176,9 +175,9 @@ def worker_lines(worker: dict[str, Any]) -> list[str]:
              f"changed by x{worker['step_ratio']:.2f}" if worker["moved"] else
              "the wait did NOT move beyond the spread: the worker was not the bottleneck")
     return [f"One loader worker, storage latency {seconds(worker['latency_s'])} per batch "
-            f"({pasync.LATENCY_X}x the synchronized step, at least "
-            f"{seconds(pasync.MIN_LATENCY_S)}: the worker is the bottleneck). The same "
-            "train_step; the "
+            + (f"({worker['latency_x']}x the synchronized step, at least "
+               f"{seconds(worker['min_latency_s'])}: " if worker.get("latency_x") else "(")
+            + "the worker is the bottleneck). The same train_step; the "
             "batch taken at the top of the step, then by an optimizer step post-hook (median, "
             "q1 .. q3):", "", *table(["phase", *variants], rows, set(range(1, len(variants) + 1))),
             "", f"Measured: {moved}. The optimizer did the same work in both loops, and so did "
