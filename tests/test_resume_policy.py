@@ -85,7 +85,7 @@ def test_resume_with_nothing_to_resume_says_so_and_starts_at_step_0(
 def test_strict_resume_with_nothing_to_resume_is_refused_leaving_no_directory(
         tree: ModuleType, tmp_path: Path) -> None:
     """strict: a missing directory (and its missing parent) is refused, and not left behind."""
-    with pytest.raises(ckpt.CheckpointDirectoryError, match="nothing to resume in .*strict"):
+    with pytest.raises(ckpt.CheckpointDirectoryError, match=r"nothing to resume in .*strict"):
         _train(tree, 2, tmp_path / "a" / "new", resume_from_latest=True, strict=True)
     assert list(tmp_path.iterdir()) == []
 

@@ -82,7 +82,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int_at_least(1), required=True,
                    help="train until this many steps in all (a resumed run counts its past)")
     p.add_argument("--checkpoint-dir", type=_directory, required=True,
-                   help="where checkpoints go (created if missing)")
+                   help="where checkpoints go (created if missing, and removed again if "
+                        "the run ends before anything is written there)")
     p.add_argument("--checkpoint-every", type=int_at_least(0), default=10, metavar="K",
                    help="write a checkpoint every K steps and after the last step "
                         "(0: only after the last; default 10)")
