@@ -85,12 +85,28 @@ def test_the_console_script_trains_and_resumes_beside_folders_named_like_its_pac
     assert len(first) == 64 and resumed == first
 
 
+def test_a_script_like_pips_calling_the_entry_trains_and_resumes_beside_those_folders(
+        tmp_path: Path) -> None:
+    """What pip writes for [project.scripts] (a file in a bin folder importing the entry and
+    exiting with its status), run from the shadowed cwd: its sys.path[0] is the bin folder."""
+    module, _, name = _scripts()["mirrortrain"].partition(":")
+    script = tmp_path / "bin" / "mirrortrain"
+    script.parent.mkdir()
+    script.write_text(f"import sys\nfrom {module} import {name}\nsys.exit({name}())\n")
+    first, resumed = _train_then_resume([sys.executable, str(script)],
+                                        _shadowed(tmp_path / "cwd"), _env(tmp_path / "site"))
+    assert len(first) == 64 and resumed == first
+
+
+def _scripts() -> dict[str, str]:
+    tomllib = pytest.importorskip("tomllib", reason="tomllib is Python >= 3.11's")
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+
+
 def test_the_console_script_is_the_entry_python_m_parity_runs() -> None:
     """pyproject.toml's `mirrortrain` names parity.__main__.entry, the function `python -m
     parity` calls, so the two are one command line."""
-    tomllib = pytest.importorskip("tomllib", reason="tomllib is Python >= 3.11's")
     from parity import __main__ as entry_point
 
-    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    module, _, name = scripts["mirrortrain"].partition(":")
+    module, _, name = _scripts()["mirrortrain"].partition(":")
     assert module == entry_point.__name__ and callable(getattr(entry_point, name))
