@@ -183,19 +183,33 @@ class CheckpointDirectory:
         """For the block: the directory exists (created if needed), is locked against a
         second run (flock on its descriptor, no lock file), is proven writable
         (ckpt.atomic.probe), and holds no temporary file an interrupted save left.
-        CheckpointWriteError or CheckpointDirectoryError name the directory otherwise."""
+        CheckpointWriteError or CheckpointDirectoryError name the directory otherwise.
+        The folders it created are removed again at the end of the block if they are still
+        empty (a run refused, or interrupted, before its first checkpoint leaves none)."""
         if self.directory.exists() and not self.directory.is_dir():
             raise CheckpointDirectoryError(f"{self.directory} exists and is not a directory")
+        created = []  # the missing folders, the directory first, then its missing parents
+        for folder in (self.directory, *self.directory.parents):
+            if os.path.lexists(folder):
+                break
+            created.append(folder)
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise CheckpointWriteError(e.errno or errno.EIO, "cannot create the checkpoint "
                                        f"directory {self.directory}: {e.strerror}") from None
-        with self._locked():
-            probe(self.directory)
-            for p in self.cleanup():
-                self.say(f"removed {p.name}, a temporary file an interrupted save left")
-            yield self
+        try:
+            with self._locked():
+                probe(self.directory)
+                for p in self.cleanup():
+                    self.say(f"removed {p.name}, a temporary file an interrupted save left")
+                yield self
+        finally:
+            for folder in created:
+                try:
+                    os.rmdir(folder)  # only ever an empty folder: never the user's data
+                except OSError:
+                    break
 
     def cleanup(self) -> list[Path]:
         """Remove the temporary files (regular files only) an interrupted save left."""

@@ -46,6 +46,9 @@ POLICY: tuple[tuple[str, str, str], ...] = (
     ("no entry under a checkpoint name (with or without `--resume`)",
      "starts at step 0; with `--resume` it says there was nothing to resume",
      "test_resume_with_nothing_to_resume_says_so_and_starts_at_step_0"),
+    ("no entry under a checkpoint name, and `--resume-strict`",
+     "refuses (exit 2): nothing to resume; a directory it created is removed again",
+     "test_strict_resume_with_nothing_to_resume_is_refused_leaving_no_directory"),
     ("entries, and neither `--resume` nor `--overwrite`",
      "refuses (exit 2) naming what is there; nothing is changed",
      "test_a_fresh_run_into_a_directory_with_checkpoints_is_refused"),
@@ -126,7 +129,7 @@ class Resumed(NamedTuple):
 
 def start(directory: CheckpointDirectory, *, config: Mapping[str, Any] | Configure,
           steps: int, resume: bool, overwrite: bool, readable: Collection[str],
-          load: Callable[[Entry], Any]) -> Resumed | None:
+          load: Callable[[Entry], Any], strict: bool = False) -> Resumed | None:
     """The checkpoint to continue from, loaded, or None for step 0 (POLICY, module
     docstring).
 
@@ -134,7 +137,8 @@ def start(directory: CheckpointDirectory, *, config: Mapping[str, Any] | Configu
     the checkpoint it would continue (None: there is none); a resume calls it with the
     chosen checkpoint's, and it may refuse by raising. `readable`: the payload kinds `load`
     reads (its own, and those it converts); `load(entry)` returns the state, verifying the
-    file (a CheckpointCorruptError when it does not). Checkpoints of this payload and
+    file (a CheckpointCorruptError when it does not). `strict`: with `resume`, a
+    directory without entries is a refusal, not a start at step 0. Checkpoints of this payload and
     configuration become owned (prunable, once verified: NOTE [ Choosing before verifying ]).
     """
     where = directory.directory
@@ -144,6 +148,10 @@ def start(directory: CheckpointDirectory, *, config: Mapping[str, Any] | Configu
     settle: Configure = config if callable(config) else lambda saved: config
     entries = directory.scan(verify=not resume)
     if not entries:
+        if resume and strict:
+            raise CheckpointDirectoryError(
+                f"nothing to resume in {where}: it holds no checkpoint (--resume-strict; "
+                "--resume starts at step 0 there)")
         if resume:
             settle(None)
             directory.say(f"nothing to resume in {where}: starting at step 0")

@@ -218,6 +218,7 @@ def train(run_class: type[BaseRun], config: TrainConfig | Configure, steps: int,
           resume_from_latest: bool = False, overwrite: bool = False, keep: int = 3,
           log: Callable[[str], None] | None = None, foreign: Mapping[str, Loader] | None = None,
           check_numerics: bool = False, fault: Any = None, fault_step: int = 0,
+          notify: Callable[[str], None] | None = None, strict: bool = False,
           **options: Any) -> Any:
     """Train a `run_class` run (built with `options`: torch's device) to `steps` steps in all;
     with `checkpoint_dir`, write a checkpoint every `checkpoint_every` steps (0: none
@@ -233,7 +234,10 @@ def train(run_class: type[BaseRun], config: TrainConfig | Configure, steps: int,
     `resume_from_latest`, `overwrite`, or a CheckpointError refusing, with nothing changed;
     docs/resume.md has the table). `foreign` maps another tree's payload kind to a loader
     returning THIS tree's state (python -m parity train passes the cross-implementation
-    mapping); a converted state's random streams restart from the seed.
+    mapping); a converted state's random streams restart from the seed. `strict` (with
+    `resume_from_latest`): nothing to resume is a refusal. `log` receives each step's line;
+    `notify` (default: `log`) what the directory policy says and the line naming the
+    checkpoint resumed from (python -m parity train sends these to stderr).
 
     `config` is the run's TrainConfig, or how it follows from the configuration saved in the
     checkpoint a resume continues (None: there is none; python -m parity train inherits the
@@ -258,8 +262,9 @@ def train(run_class: type[BaseRun], config: TrainConfig | Configure, steps: int,
             tree.faults.check_model(fault, settled.model)
         return settled.to_dict()
 
+    notify = log if notify is None else notify
     directory = (None if checkpoint_dir is None
-                 else tree.resume.CheckpointManager(checkpoint_dir, keep=keep, log=log))
+                 else tree.resume.CheckpointManager(checkpoint_dir, keep=keep, log=notify))
     waits = (not isinstance(config, TrainConfig) and resume_from_latest
              and directory is not None and directory.directory.is_dir())
     run = None
@@ -272,13 +277,14 @@ def train(run_class: type[BaseRun], config: TrainConfig | Configure, steps: int,
             found = ckpt.start(directory, config=settle if waits else settled.to_dict(),
                                steps=steps, resume=resume_from_latest, overwrite=overwrite,
                                readable={tree.resume.PAYLOAD, *(foreign or {})},
-                               load=lambda entry: _read(tree, entry, foreign))
+                               load=lambda entry: _read(tree, entry, foreign),
+                               strict=strict)
         config = settled
         if run is None:
             run = run_class(config, **options)
         if found is not None:
             run.load_state_dict(found.state)
-            _say(log, f"resumed from {found.entry.name} at step {run.step}" + (
+            _say(notify, f"resumed from {found.entry.name} at step {run.step}" + (
                 "" if found.entry.payload == tree.resume.PAYLOAD else f" (written by "
                 f"{found.entry.writer}, converted; random streams restart from the seed)"))
         if fault is not None and not run.step <= fault_step < steps:

@@ -190,8 +190,9 @@ def test_resume_from_the_other_implementation_continues_exactly_where_it_can(
     assert main([*argv(writer), "--quiet"]) == 0
     written = capsys.readouterr().out.split()[-1]
     assert main([*argv(reader), "--resume"]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("resumed from ckpt-00000005.ckpt at step 5 (written by ")
+    out, err = capsys.readouterr()  # the resume line is a notice: stderr
+    lines = out.splitlines()
+    assert err.startswith("resumed from ckpt-00000005.ckpt at step 5 (written by ")
     assert_claim("resume.cross_impl_resume", np.frombuffer(bytes.fromhex(lines[-1].split()[1]),
                                                            np.uint8),
                  np.frombuffer(bytes.fromhex(written), np.uint8))

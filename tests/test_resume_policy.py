@@ -82,6 +82,14 @@ def test_resume_with_nothing_to_resume_says_so_and_starts_at_step_0(
     assert _steps(lines) == [1, 2] and run.step == 2
 
 
+def test_strict_resume_with_nothing_to_resume_is_refused_leaving_no_directory(
+        tree: ModuleType, tmp_path: Path) -> None:
+    """strict: a missing directory (and its missing parent) is refused, and not left behind."""
+    with pytest.raises(ckpt.CheckpointDirectoryError, match=r"nothing to resume in .*strict"):
+        _train(tree, 2, tmp_path / "a" / "new", resume_from_latest=True, strict=True)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_fresh_run_into_a_directory_with_checkpoints_is_refused(
         tree: ModuleType, tmp_path: Path) -> None:
     """A longer run's checkpoints are not mixed with, pruned for, or overwritten by a fresh

@@ -1,7 +1,8 @@
 """`python -m parity train`: the compact model trained with checkpoints; killable, resumable.
 
     python -m parity train --impl {reference,torch} --steps N --checkpoint-dir DIR
-        [--model {mlp,gpt}] [--checkpoint-every K] [--keep K] [--resume | --overwrite]
+        [--model {mlp,gpt}] [--checkpoint-every K] [--keep K]
+        [--resume | --resume-strict | --overwrite]
         [--precision {fp32,bf16,fp16}] [--recompute SPEC] [--seed S] [--dropout P]
         [--schedule S] [--horizon H] [--init-scale S] [--growth-interval G]
         [--device D] [--loader-workers N] [--quiet] [--check-numerics]
@@ -12,7 +13,11 @@ Prints one line per step (step, loss, loss scale, skipped steps) and, as its LAS
 state digest ] in reference/train.py). A run killed at any moment and restarted with
 --resume prints the same digest as an uninterrupted run. What the run does with what the
 checkpoint directory already holds is the table in docs/resume.md (ckpt/policy.py); a
-refusal is one line on stderr and exit status 2, with nothing in the directory changed.
+refusal is one line on stderr and exit status 2, with nothing in the directory changed (a
+directory the run created for it is removed again). What the policy says (nothing to
+resume, a checkpoint skipped, kept, removed or renamed aside) and the line naming the
+checkpoint a run resumed from go to stderr, --quiet or not; stdout holds the step lines and
+the digest. --resume-strict is --resume for scripts: nothing to resume is a refusal.
 --model picks what trains (reference/train_models.py): the MLP (the default) or the
 compact transformer on the copy task; --recompute takes a schedule over the MLP's layers or
 over the transformer's blocks, and for the transformer also "selective" (the attention core
@@ -47,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -81,17 +87,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int_at_least(1), required=True,
                    help="train until this many steps in all (a resumed run counts its past)")
     p.add_argument("--checkpoint-dir", type=_directory, required=True,
-                   help="where checkpoints go (created if missing)")
+                   help="where checkpoints go (created if missing, and removed again if "
+                        "the run ends before anything is written there)")
     p.add_argument("--checkpoint-every", type=int_at_least(0), default=10, metavar="K",
                    help="write a checkpoint every K steps and after the last step "
                         "(0: only after the last; default 10)")
     p.add_argument("--keep", type=int_at_least(1), default=3, metavar="K",
                    help="checkpoints of this run kept (default 3)")
     p.add_argument("--resume", action="store_true",
-                   help="continue from the newest checkpoint in the directory (says so when "
-                        "there is none); one the other --impl wrote continues through the "
-                        "state mapping: the state exactly, the random streams from the seed, "
-                        "and the trajectory within the trees' tolerances, not bit-equal")
+                   help="continue from the newest checkpoint in the directory (says so, on "
+                        "stderr, when there is none); one the other --impl wrote continues "
+                        "through the state mapping: the state exactly, the random streams "
+                        "from the seed, and the trajectory within the trees' tolerances, not "
+                        "bit-equal")
+    p.add_argument("--resume-strict", action="store_true",
+                   help="--resume, but a directory holding no checkpoint (empty, missing, a "
+                        "mistyped path) is refused (exit 2, one line on stderr) instead of "
+                        "starting at step 0")
     p.add_argument("--overwrite", action="store_true",
                    help="start afresh in a directory that holds checkpoints, deleting the "
                         "ones it can read first")
@@ -121,7 +133,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="DataLoader worker processes fetching the batches (--impl torch only, "
                         "cpu; default 0); the batches, checkpoints and digest are those of 0")
     p.add_argument("--quiet", action="store_true",
-                   help="print only the last line (the digest, or first-invalid)")
+                   help="print only the last line to stdout (the digest, or "
+                        "first-invalid); the directory's notices still go to stderr")
     p.add_argument("--check-numerics", action="store_true",
                    help="count non-finite values per step; stop at the first one (exit 3)")
     p.add_argument("--fault", action=_FaultAction, default=None, metavar="NAME",
@@ -241,11 +254,16 @@ def run(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(line, flush=True)
 
+    def notify(line: str) -> None:  # what scripts must not mistake for the digest's company
+        print(line, file=sys.stderr, flush=True)
+
     from reference.numerics import NonFinite
 
     try:
         result = impl.train(configuration(args, impl), args.steps, args.checkpoint_dir,
-                            args.checkpoint_every, resume_from_latest=args.resume,
+                            args.checkpoint_every,
+                            resume_from_latest=args.resume or args.resume_strict,
+                            strict=args.resume_strict, notify=notify,
                             overwrite=args.overwrite, keep=args.keep, log=log,
                             foreign=converters(args.impl),
                             check_numerics=args.check_numerics, fault=args.fault,
@@ -282,6 +300,7 @@ def _found(args: argparse.Namespace, e: Any) -> int:
     from parity.lab.cli import EXIT_FOUND
 
     path = Path(args.checkpoint_dir) / f"first-invalid-step{e.report.step}.replay"
+    path.parent.mkdir(parents=True, exist_ok=True)  # gone again if no checkpoint was written
     save_replay(args.impl, path, e.replay)
     if not args.quiet:
         print(e.report.describe())

@@ -124,7 +124,7 @@ def resume_evidence(work: Path) -> ResumeEvidence:
         resume.load_checkpoint(path)  # raises if the kill damaged it
         survivors.append(path.name)
     done = _train(directory, RESUME_STEPS, "--resume")
-    resumed_from = next((ln for ln in done.stdout.splitlines() if ln.startswith("resumed")),
+    resumed_from = next((ln for ln in done.stderr.splitlines() if ln.startswith("resumed")),
                         "no resume line")
     return ResumeEvidence(killed, leftover, before, survivors, resumed_from, _digest(done),
                           expected)
