@@ -85,6 +85,7 @@ def test_the_console_script_trains_and_resumes_beside_folders_named_like_its_pac
     assert len(first) == 64 and resumed == first
 
 
+@pytest.mark.slow  # the installed console script (above) is the same check where pip ran
 def test_a_script_like_pips_calling_the_entry_trains_and_resumes_beside_those_folders(
         tmp_path: Path) -> None:
     """What pip writes for [project.scripts] (a file in a bin folder importing the entry and

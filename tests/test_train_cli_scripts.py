@@ -57,6 +57,7 @@ def test_resume_strict_with_nothing_to_resume_is_refused_in_one_line(
     assert list(tmp_path.iterdir()) == ([directory] if where == "empty" else [])
 
 
+@pytest.mark.slow
 def test_resume_strict_resumes_where_there_is_a_checkpoint(tmp_path: Path) -> None:
     """--resume-strict is --resume where there is something to resume: 2 steps, then 4,
     ends on the digest of 4 steps in one run."""
@@ -80,6 +81,7 @@ def test_a_quiet_resume_past_a_corrupt_newest_checkpoint_says_so_on_stderr(
     assert "resumed from ckpt-00000002.ckpt at step 2" in done.stderr
 
 
+@pytest.mark.slow
 def test_a_quiet_resume_of_the_other_implementations_checkpoint_says_so_on_stderr(
         tmp_path: Path) -> None:
     """A reference checkpoint continued by --impl torch: converted, and stderr says so."""
