@@ -28,7 +28,10 @@ TEMP_SUFFIX = ".tmp"  # temporary names: "." + final name + "." + 8 hex digits +
 # final name is untouched, and CheckpointWriteError names the FINAL path (the temporary
 # name means nothing to the user). A failure at 5 leaves the new file in place and says
 # that its rename may not be durable. A SIGKILL between 1 and 4 leaves only a temporary
-# file, which the next run's directory cleanup removes.
+# file, which the next run's directory cleanup removes. SIGTERM and Ctrl-C are exceptions
+# raised wherever the interpreter next checks for signals, which may be the instant the
+# open returns, before its descriptor is even stored: the cleanup region therefore starts
+# AT the open, and removes the temporary name whether or not a descriptor was kept.
 
 
 class HashingWriter:
@@ -86,12 +89,11 @@ def atomic_write(path: str | os.PathLike, write: Callable[[HashingWriter], None]
     tmp = temp_name(path)
     flags = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
              | getattr(os, "O_NOFOLLOW", 0))
-    try:
+    fd: int | None = None
+    writer: HashingWriter | None = None
+    try:  # one region from the open on: a signal handled as the open returns is inside it
         fd = os.open(tmp, flags, 0o644)
-    except OSError as e:
-        raise _write_error(path, e, "cannot write checkpoint") from None
-    writer = HashingWriter(fd)
-    try:
+        writer = HashingWriter(fd)
         try:
             write(writer)
             os.fsync(fd)
@@ -99,12 +101,14 @@ def atomic_write(path: str | os.PathLike, write: Callable[[HashingWriter], None]
             os.close(fd)
         os.replace(tmp, path)
     except BaseException as e:
-        try:
+        if fd is None and isinstance(e, OSError):  # the open failed: no file of ours exists
+            raise _write_error(path, e, "cannot write checkpoint") from None
+        try:  # an interrupt just after the open returned leaves fd unset and the file there
             os.unlink(tmp)
         except FileNotFoundError:
             pass
         # torch.save reports a failed write as RuntimeError: the writer kept the OSError
-        cause = e if isinstance(e, OSError) else writer.error
+        cause = e if isinstance(e, OSError) else writer.error if writer else None
         if cause is not None:
             raise _write_error(path, cause, "cannot write checkpoint", "; the previous file at "
                                "that path, if any, is untouched") from e

@@ -131,12 +131,16 @@ def test_a_read_only_filesystem_is_a_write_error_naming_the_path(
 
 class _Recorder:
     """Stands in for `os` inside ckpt.atomic: records the calls NOTE [ Atomic write ] orders,
-    labelled by what they touch (temp, dir, final), and makes the `fail_at`-th one fail."""
+    labelled by what they touch (temp, dir, final), and makes the `fail_at`-th one fail, or
+    lets the `interrupt_after`-th one succeed and then raises KeyboardInterrupt as it returns
+    (where a SIGTERM or Ctrl-C handler may run: before the caller has stored the result)."""
 
     CALLS = ("open", "write", "fsync", "close", "replace", "unlink")
 
-    def __init__(self, directory: Path, fail_at: int | None = None) -> None:
+    def __init__(self, directory: Path, fail_at: int | None = None,
+                 interrupt_after: int | None = None) -> None:
         self.directory, self.fail_at = directory, fail_at
+        self.interrupt_after = interrupt_after
         self.calls: list[str] = []
         self.fds: dict[int, str] = {}
 
@@ -163,6 +167,9 @@ class _Recorder:
             result = real(*args, **kwargs)
             if name == "open":
                 self.fds[result] = label.split()[1]
+            if len(self.calls) - 1 == self.interrupt_after:
+                self.interrupt_after = None  # one signal
+                raise KeyboardInterrupt
             return result
         return call
 
@@ -230,3 +237,26 @@ def test_a_failure_at_any_system_call_keeps_the_final_name_safe(
                                                 else [])
         assert "rename may not survive" in str(info.value)
         assert mod.load_checkpoint(path)["config"]["sizes"] == [8, 32, 3]
+
+
+@pytest.mark.parametrize("name", sorted(IMPLS))
+@pytest.mark.parametrize("after", range(ORDER.index("replace") + 1))
+def test_an_interrupt_as_any_call_returns_leaves_no_temporary_file(
+        name: str, after: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGTERM and Ctrl-C are exceptions raised where the interpreter next looks, which can be
+    the instant a call returns, before its result is stored: after the open, no descriptor is
+    kept and the file exists. The interrupt propagates as itself, no temporary file is left,
+    and the final name holds the old file (before the rename) or the new one (after it)."""
+    mod, make = IMPLS[name]
+    path = tmp_path / "a.ckpt"
+    mod.save_checkpoint(path, make(hidden=16))
+    before = path.read_bytes()
+    recorder = _Recorder(tmp_path, interrupt_after=after)
+    monkeypatch.setattr(atomic, "os", recorder)
+    with pytest.raises(KeyboardInterrupt):
+        mod.save_checkpoint(path, make(hidden=32))
+    monkeypatch.undo()
+    assert recorder.calls[after] == ORDER[after], "guard: the interrupt came after its call"
+    assert sorted(os.listdir(tmp_path)) == ["a.ckpt"]  # no temporary file left
+    hidden = mod.load_checkpoint(path)["config"]["sizes"][1]
+    assert (path.read_bytes() == before) if ORDER[after] != "replace" else hidden == 32
