@@ -61,6 +61,8 @@ def _assert_numerics(n: dc.Numerics, context: str) -> None:
                      f"{context} {key}", scale=n.bound_reference[key])
 
 
+@pytest.mark.slow  # 24-32 s of C++ compilation in a fresh cache: the report runs it
+@pytest.mark.report
 def test_compiled_mlp_matches_eager_and_reference_within_six_sigma_of_the_propagated_roundings(
         device: str) -> None:
     """Logits, loss and every gradient of the Inductor-compiled MLP lie within 6 sigma of the

@@ -195,15 +195,43 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, previous)
 
 
-def output_folder(text: str, option: str = "--out") -> Path:
-    """A folder the command may write into, created if missing; UsageError naming why not."""
+OUTPUT_MARK = ".mirrortrain-output"  # names the command whose output a folder holds
+
+# NOTE [ An output folder is the command's own ]
+# A command writes its deliverables into --out under fixed names (postmortem.md, rubric.md,
+# *.png, ...). Into a folder the user already keeps files in, that would replace a file of
+# the same name without a word. So a command writes only into a folder that is missing, empty,
+# or marked as a command's earlier output (OUTPUT_MARK, written when the folder is taken);
+# a rerun into its own folder replaces what it wrote there, and anything else the folder
+# holds is left alone. A non-empty folder without the mark is refused with a one-line error
+# naming what is in it, before any work is done: nothing of the user's is ever overwritten.
+
+
+def output_folder(text: str, option: str = "--out", command: str = "") -> Path:
+    """A folder the command may write into: created if missing, refused (UsageError naming why)
+    if it is not a folder, not writable, or holds files no command of this project wrote there
+    (NOTE [ An output folder is the command's own ])."""
     path = Path(text)
     if path.exists() and not path.is_dir():
         raise UsageError(f"{option} {text}: exists and is not a folder")
+    if path.is_dir() and not (path / OUTPUT_MARK).is_file():
+        try:
+            held = sorted(p.name for p in path.iterdir())
+        except OSError as e:
+            raise UsageError(f"{option} {text}: cannot read the folder ({e.strerror})") from None
+        if held:
+            shown = ", ".join(held[:3]) + (f" and {len(held) - 3} more" if len(held) > 3 else "")
+            raise UsageError(f"{option} {text}: the folder holds files this project did not "
+                             f"write ({shown}); name a new or empty folder, so none of them "
+                             "is overwritten")
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise UsageError(f"{option} {text}: cannot create the folder ({e.strerror})") from None
     if not os.access(path, os.W_OK | os.X_OK):
         raise UsageError(f"{option} {text}: the folder is not writable")
+    mark = path / OUTPUT_MARK
+    if not mark.is_file():
+        mark.write_text(f"written by python -m parity {command}".rstrip() + "\n",
+                        encoding="utf-8")
     return path

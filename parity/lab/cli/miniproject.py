@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     from parity.lab.cli import optimize as opt_cli
     from parity.lab.runners import optimize as opt
 
-    out = output_folder(args.out)
+    out = output_folder(args.out, command=args.command)
     rows: list[mp.Row] = []
     bar = tqdm(total=4, desc="miniproject", unit="piece", leave=False)
 

@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         opt = drv.parse(args.what, args.model)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    out = output_folder(args.out)
+    out = output_folder(args.out, command=args.command)
     stages = tqdm(total=len(opt.claims) + 4, desc=f"optimize {opt.what}", unit="stage",
                   leave=False)
 

@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
     from parity.lab.runners import profile_run, profile_sheet
 
     case = _case(args)
-    out = output_folder(args.out)
+    out = output_folder(args.out, command=args.command)
     say = (lambda text: print(text, file=sys.stderr)) if args.json else print
 
     def announce(written: dict) -> None:

@@ -74,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
     if args.record and args.topic:
         raise UsageError("--record writes every claim's observation: drop --topic")
     out = args.out if args.out is not None else ("" if args.json else "report")
-    folder = output_folder(out) if out else None  # refuse a bad --out before any work
+    # refuse a bad --out before any work
+    folder = output_folder(out, command="report") if out else None
     result = report.run(args.topic)
     rows = result.rows
     say = (lambda text: print(text, file=sys.stderr)) if args.json else print
