@@ -317,8 +317,7 @@ def render(s: Summary, seconds: float) -> str:
     lines.append(f"  mismatches vs ml_dtypes {s.mismatches_ml_dtypes:,}")
     lines += [f"  {e}" for e in s.examples]
     if s.oracle_cpu_seconds:
-        lines.append(f"  CPU time in the workers: sweep {s.cpu_seconds:.1f} s, of which the "
-                     f"{ML_DTYPES[s.name].name} cast {s.oracle_cpu_seconds:.1f} s; "
-                     "sweep / cast = "
-                     f"{s.cpu_seconds / s.oracle_cpu_seconds:.2f}")
+        lines.append(f"  CPU time in the workers: sweep {s.cpu_seconds:.3g} s, of which the "
+                     f"{ML_DTYPES[s.name].name} cast {s.oracle_cpu_seconds:.3g} s; "
+                     f"sweep / cast = {s.cpu_seconds / s.oracle_cpu_seconds:.3g}")
     return "\n".join(lines)

@@ -130,6 +130,15 @@ def gpt_param_shapes(n_layer: int, d_model: int, vocab: int, block_size: int,
     return shapes
 
 
+def gpt_param_tensors(n_layer: int, bias: bool = True, tie_weights: bool = False) -> int:
+    """len(gpt_param_shapes(...)) without listing them (its cost grows with depth): the two
+    embeddings, per layer two LayerNorms and four Linears of one or two tensors each, ln_f,
+    and lm_head.weight unless it is tied."""
+    _positive("n_layer", n_layer)
+    per = 2 if bias else 1
+    return 2 + n_layer * 6 * per + per + (0 if tie_weights else 1)
+
+
 def gpt_param_count(n_layer: int, d_model: int, vocab: int, block_size: int,
                     d_ff: int | None = None, bias: bool = True, tie_weights: bool = False) -> int:
     """(V + block_size) h + L (4h^2 + 2hf + 2h + [7h + f]) + (h + [h]) + (V h unless tied).

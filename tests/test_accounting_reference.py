@@ -318,3 +318,31 @@ def test_korthikanti_table_covers_every_save_of_the_block_once(dropout: float) -
                                             "attention: dropout output (att @ v input)",
                                             "attention: residual dropout mask",
                                             "mlp: dropout mask"})
+
+
+@pytest.mark.parametrize("kw", [
+    {"precision": "fp32", "recompute": "none", "dropout": 0.0, "bias": True},
+    {"precision": "bf16", "recompute": "full", "dropout": 0.1, "bias": False},
+    {"precision": "fp16", "recompute": "full_early_stop", "dropout": 0.0, "bias": True},
+    {"precision": "fp32", "recompute": "none", "dropout": 0.2, "bias": True,
+     "device": "cuda"},
+])
+def test_the_depth_extension_equals_enumerating_every_block(
+        kw: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    """NOTE [ Depth is affine ]: the held bytes extended from two and three blocks equal the
+    enumeration of every block's saves at each depth up to 12."""
+    from reference import accounting_gpt as ragpt
+
+    shape = {"d_model": 12, "n_head": 3, "seq_len": 5, "vocab": 11, "batch": 2}
+    extended = [ragpt.gpt_activation_bytes(n_layer=n, **shape, **kw) for n in range(1, 13)]
+    monkeypatch.setattr(ragpt, "AFFINE_FROM", 100)  # every depth enumerated
+    assert [ragpt.gpt_activation_bytes(n_layer=n, **shape, **kw)
+            for n in range(1, 13)] == extended
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("tie", [True, False])
+def test_the_parameter_tensor_count_is_the_listed_tensors(bias: bool, tie: bool) -> None:
+    for n_layer in (1, 2, 7):
+        listed = rflops.gpt_param_shapes(n_layer, 8, 10, 6, bias=bias, tie_weights=tie)
+        assert rflops.gpt_param_tensors(n_layer, bias, tie) == len(listed)

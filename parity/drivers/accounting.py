@@ -134,10 +134,8 @@ def predict_mlp(case: MLPCase, device: str = "cpu") -> list[Row]:
 def predict_gpt(case: GPTCase) -> list[Row]:
     """The decoder's formula sheet: training state, Korthikanti's activations, FLOPs."""
     rflops.check_gpt(**case.shape(), recompute=case.recompute, dropout=case.dropout)  # type: ignore[arg-type]
-    shapes = rflops.gpt_param_shapes(case.n_layer, case.d_model, case.vocab,
-                                     case.block_size or case.seq_len, case.d_ff, case.bias,
-                                     case.tie_weights)
-    rows = _memory_rows(case.n_params, len(shapes), case.optimizer, case.precision,
+    tensors = rflops.gpt_param_tensors(case.n_layer, case.bias, case.tie_weights)
+    rows = _memory_rows(case.n_params, tensors, case.optimizer, case.precision,
                         master=case.precision.endswith("_mixed"))
     korthikanti = {"none": "none", "full": "full", "full_early_stop": "full"}[case.recompute]
     rows += [

@@ -185,7 +185,8 @@ def activation_rows(case: GPTCase, device: str = "cpu") -> list[Row]:
     kw = {**shape, "d_model": case.d_model, "dropout": case.dropout, "bias": case.bias,
           "precision": case.precision, "device": device.split(":")[0]}
     held = ragpt.gpt_activation_bytes(**kw, recompute=case.recompute)  # type: ignore[arg-type]
-    saved, _ = ragpt.gpt_saved(**kw)  # type: ignore[arg-type]
+    saved, _ = ragpt.gpt_saved(**{**kw, "n_layer": 1})  # type: ignore[arg-type]  # the loss's
+    # saves do not depend on depth: one block, not every block (NOTE [ Depth is affine ])
     loss = racc.held_bytes(s for s in saved if s.layer == "")
     return [Row("memory", "activations: model", held["total"] - loss,
                 f"gpt_activation_bytes(recompute={case.recompute!r}) - the loss"),

@@ -11,6 +11,7 @@ next to the sweep's.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 from parity.lab.cli import UsageError, int_at_least
@@ -28,7 +29,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--record", action="store_true",
                    help="with --exhaustive: store the result in docs/data/formats_sweep.json")
     p.add_argument("--seed", type=int_at_least(0), default=0)
-    p.add_argument("--workers", type=int_at_least(1), default=2, help="processes (default 2)")
+    p.add_argument("--workers", type=int_at_least(1), default=None,
+                   help="processes (default 2, or the CPUs if fewer; at most the CPUs)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -36,6 +38,16 @@ def run(args: argparse.Namespace) -> int:
 
     if args.record and not args.exhaustive:
         raise UsageError("--record stores exhaustive sweeps only; add --exhaustive")
+    if args.sample > 2**32:
+        raise UsageError(f"--sample {args.sample}: there are 2^32 = 4,294,967,296 float32 "
+                         "inputs; for all of them use --exhaustive")
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+        os.cpu_count() or 1)
+    if args.workers is None:
+        args.workers = min(2, cpus)
+    if args.workers > cpus:
+        raise UsageError(f"--workers {args.workers}: this machine gives the process {cpus} "
+                         f"CPUs, and more processes than CPUs only wait; accepted: 1 to {cpus}")
     print(setting.pin_torch(), flush=True)  # casts do not depend on it; the claims say it
     start = time.perf_counter()
     if args.exhaustive:

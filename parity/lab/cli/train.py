@@ -53,6 +53,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -250,12 +251,15 @@ def run(args: argparse.Namespace) -> int:
         extra["loader_workers"] = args.loader_workers
         from torch_impl import train as impl
 
-    def log(line: str) -> None:
-        if not args.quiet:
-            print(line, flush=True)
-
     def notify(line: str) -> None:  # what scripts must not mistake for the digest's company
         print(line, file=sys.stderr, flush=True)
+
+    eta = RunLength(args.steps, notify)
+
+    def log(line: str) -> None:
+        eta.step(line)
+        if not args.quiet:
+            print(line, flush=True)
 
     from reference.numerics import NonFinite
 
@@ -278,6 +282,44 @@ def run(args: argparse.Namespace) -> int:
         print(_table(result.numerics.history))
     print(f"state-sha256: {impl.state_digest(result.state_dict())}", flush=True)
     return 0
+
+
+class RunLength:
+    """Says once, on stderr, how long a run will take when that is longer than WARN_S: after
+    AFTER_S of steps, their rate times the steps to go (`--steps 10**12` is accepted, as
+    any count within the horizon is, but not silently: about 6 years at 0.2 ms a step)."""
+
+    AFTER_S, WARN_S = 2.0, 3600.0
+
+    def __init__(self, steps: int, notify: Callable[[str], None]) -> None:
+        self.steps, self.notify = steps, notify
+        self.first: tuple[int, float] | None = None
+        self.said = False
+
+    def step(self, line: str) -> None:
+        if self.said or not line.startswith("step "):
+            return
+        now, at = time.perf_counter(), int(line.split()[1])
+        if self.first is None:
+            self.first = (at, now)
+            return
+        began, done = self.first[1], at - self.first[0]
+        if now - began < self.AFTER_S or done <= 0:
+            return
+        self.said = True
+        each = (now - began) / done
+        left = (self.steps - at) * each
+        if left > self.WARN_S:
+            self.notify(f"train: {self.steps - at:,} steps to go at {each * 1e3:.3g} ms a step: "
+                        f"about {_duration(left)}; Ctrl-C stops it in one line, keeping the "
+                        "checkpoints written so far")
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("years", 365.25 * 86400), ("days", 86400), ("hours", 3600)):
+        if seconds >= size:
+            return f"{seconds / size:,.1f} {unit}"
+    return f"{seconds / 60:.0f} minutes"
 
 
 def _table(history: list[dict[str, list[int]]]) -> str:
