@@ -21,11 +21,12 @@ import importlib
 import io
 import math
 import os
+import re
 import signal
 import sys
 import threading
 from pathlib import Path
-from typing import NoReturn, TextIO
+from typing import Any, NoReturn, TextIO
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_FOUND, EXIT_INCOMPLETE = 0, 1, 2, 3, 4
 EXIT_INTERRUPTED = 130
@@ -57,8 +58,30 @@ class UsageError(Exception):
 class _Parser(argparse.ArgumentParser):
     """argparse, but an error is ONE line (no usage block) and exits with EXIT_USAGE."""
 
+    _argv: tuple[str, ...] = ()
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        self._argv = tuple(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {self._dash(message)} "
+                              f"(see {self.prog} --help)\n")
+
+    def _dash(self, message: str) -> str:
+        """argparse reads `--sizes -3,4,5` as an option with no value ('expected one
+        argument'); say what happened: the value starts with '-'."""
+        found = re.fullmatch(r"argument (\S+): expected one argument", message)
+        if found is None:
+            return message
+        names = found.group(1).split("/")
+        at = next((i for i, a in enumerate(self._argv) if a in names), None)
+        if at is None or at + 1 >= len(self._argv) or not re.match(r"-[\d.]",
+                                                                   self._argv[at + 1]):
+            return message  # a value forgotten before the next option: argparse says it
+        value, option = self._argv[at + 1], self._argv[at]
+        return (f"argument {option}: {value!r} starts with '-', so it reads as another option, "
+                f"not as {option}'s value; write {option}={value} to pass it as the value")
 
 
 # -- argument types: each raises argparse.ArgumentTypeError, which argparse prints as one line

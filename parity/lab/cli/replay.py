@@ -40,8 +40,10 @@ def run(args: argparse.Namespace) -> int:
 
     path = Path(args.file)
     if not path.is_file():
-        raise UsageError(f"{args.file}: no such file (a replay file from train "
-                         "--check-numerics is expected)")
+        what = ("is a folder" if path.is_dir() else "is not a regular file (a pipe, a device "
+                "or a socket)" if path.exists() else "no such file")
+        raise UsageError(f"{args.file}: {what}; a replay file written by train "
+                         "--check-numerics is expected")
     if args.impl == "reference" and args.device is not None:
         raise UsageError("--device applies to --impl torch; the reference runs on NumPy")
     device = "cpu" if args.impl == "reference" else str(torch_device(args.device or "cpu"))

@@ -279,7 +279,8 @@ def run(args: argparse.Namespace) -> int:
     except NonFinite as e:
         return _found(args, e)
     if result.numerics is not None and not args.quiet:
-        print(_table(result.numerics.history))
+        history = result.numerics.history
+        print(_table(history, _steps_title(history, result.step)))
     print(f"state-sha256: {impl.state_digest(result.state_dict())}", flush=True)
     return 0
 
@@ -322,18 +323,27 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 60:.0f} minutes"
 
 
-def _table(history: list[dict[str, list[int]]]) -> str:
-    """The counts summed over the steps, one line per activation and gradient."""
+def _table(history: list[dict[str, list[int]]], title: str) -> str:
+    """The counts summed over `history`'s steps, one line per activation and gradient, the
+    name column as wide as the longest name."""
     from reference.numerics import COLUMNS
 
     names = list(dict.fromkeys(name for counts in history for name in counts))
-    lines = [f"{'counts over ' + str(len(history)) + ' steps':<24}"
-             + "".join(f"{c:>10}" for c in COLUMNS)]
+    width = max([len(title), *map(len, names)]) + 2
+    lines = [f"{title:<{width}}" + "".join(f"{c:>10}" for c in COLUMNS)]
     for name in names:
         total = [sum(column) for column in
                  zip(*(c[name] for c in history if name in c), strict=True)]
-        lines.append(f"{name:<24}" + "".join(f"{v:>10}" for v in total))
+        lines.append(f"{name:<{width}}" + "".join(f"{v:>10}" for v in total))
     return "\n".join(lines)
+
+
+def _steps_title(history: list[Any], last: int) -> str:
+    """'counts over 3 steps (4 to 6)': the steps this process ran, which a resume shortens."""
+    n = len(history)
+    if n == 1:
+        return f"counts of step {last}"
+    return f"counts over {n} steps ({last - n + 1} to {last})"
 
 
 def _found(args: argparse.Namespace, e: Any) -> int:
@@ -346,7 +356,7 @@ def _found(args: argparse.Namespace, e: Any) -> int:
     save_replay(args.impl, path, e.replay)
     if not args.quiet:
         print(e.report.describe())
-        print(_table([e.report.counts]))
+        print(_table([e.report.counts], f"counts of step {e.report.step}"))
         print(f"replay: python -m parity replay {path} --impl {args.impl}")
     print(e.report.line(), flush=True)
     return EXIT_FOUND
