@@ -57,3 +57,56 @@ def test_a_negative_looking_value_is_named_not_called_missing(
     assert_one_line_error(status, err, "'-3,4,5' starts with '-'", "--sizes=-3,4,5")
     status, _, err = run_cli([*command, "--sizes=-3,4,5"], capsys)  # then its own check
     assert_one_line_error(status, err, "positive")
+
+
+@pytest.mark.parametrize("width", [80, 120, 200])
+def test_the_report_table_fits_the_terminal_and_folds_without_losing_a_word(width: int
+                                                                             ) -> None:
+    from parity.lab import report
+    from parity.tolerances import CLAIMS
+
+    rows = [report.Row(c, report.Observation(0.5, 10, "", None), "ok", 0.1) for c in CLAIMS]
+    lines = report.render(report.Result(rows, [], 1.0), width=width).splitlines()
+    start, end = lines[0].index("tolerance"), lines[0].index("observed") - 2
+    narrowest = max(report.MIN_TOLERANCE_WIDTH, *(len(w) for c in CLAIMS
+                                                  for w in c.tolerance.split()))
+    floor = len(lines[1]) - (end - start) + narrowest  # the narrowest table
+    assert max(map(len, lines)) <= max(width, floor)
+    folded: dict[str, list[str]] = {}
+    for line in lines[2:]:
+        if not line.startswith(" "):
+            claim = line.split()[0]
+        folded.setdefault(claim, []).append(line[start:end].strip())
+    assert {c.id: " ".join(c.tolerance.split()) for c in CLAIMS} == {
+        k: " ".join(" ".join(v).split()) for k, v in folded.items()}
+    if width == 80:
+        assert any(len(v) > 1 for v in folded.values()), "nothing was folded at 80 columns"
+
+
+def _stub(fn: object, drawn: list[str], name: str) -> object:
+    def draw(path: Path) -> None:
+        drawn.append(name)
+        path.write_text("x")
+    draw.__module__ = fn.__module__  # type: ignore[attr-defined]
+    return draw
+
+
+def test_report_topic_draws_only_its_own_pictures_one_path_a_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("matplotlib", reason="pictures need the 'plot' extra")
+    from parity.lab import pictures, report
+
+    registry = dict(pictures.load())
+    drawn: list[str] = []
+    monkeypatch.setattr(pictures, "PICTURES",
+                        {n: _stub(fn, drawn, n) for n, fn in registry.items()})
+    monkeypatch.setattr(report, "run", lambda topic: report.Result(
+        [report.Row(c, report.Observation(0.0, 1, "", None), "ok", 0.0)
+         for c in report.CLAIMS if c.topic == topic], [], 0.0))
+    status, out, _ = run_cli(["report", "--topic", "formats", "--out", str(tmp_path)], capsys)
+    assert status == 0
+    mine = sorted(n for n, fn in registry.items() if fn.__module__.endswith(".formats"))
+    assert mine and sorted(drawn) == mine and len(mine) < len(registry)
+    listed = [line.strip() for line in out.splitlines() if line.endswith(".png")]
+    assert listed == [str(tmp_path / n) for n in mine]

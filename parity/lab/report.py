@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,6 +97,7 @@ def _number(x: float | str) -> float:
     return float(x)
 
 
+TOLERANCE_COLUMN, MIN_TOLERANCE_WIDTH = 2, 24  # the column folded to fit the terminal
 SELECTION = "not slow or report"  # the default suite, and the slow tests marked `report`
 # Inductor's C++ builds are most of the compile tests' time and run on one core each
 # (parity/drivers/compile.py: compile_threads=1): those files run in a process of their own,
@@ -235,10 +238,11 @@ def run(topic: str | None = None, only: tuple[str, ...] | None = None) -> Result
     return Result(result.rows, result.unclaimed_failures, time.perf_counter() - start)
 
 
-def render(result: Result) -> str:
+def render(result: Result, width: int | None = None) -> str:
     """A plain-text table: claim / tolerance / observed worst case in the claim's unit (a
-    count, ulps, or eps units) / the raw max |a-b| where the
-    claim has one / n / verdict / seconds of the tests that asserted it."""
+    count, ulps, or eps units) / the raw max |a-b| where the claim has one / n / verdict /
+    seconds of the tests that asserted it. The tolerance text is folded onto more lines so
+    that the table fits `width` columns (default: the terminal's, or $COLUMNS, or 120)."""
     head = ("claim", "kind", "tolerance", "observed", "max |a-b|", "n", "verdict", "s")
     body = []
     for r in result.rows:
@@ -249,10 +253,20 @@ def render(result: Result) -> str:
         body.append((r.claim.id, r.claim.kind, r.claim.tolerance, observed, raw, n, r.verdict,
                      f"{r.seconds:.1f}"))
     widths = [max(len(row[i]) for row in [head, *body]) for i in range(len(head))]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True))]
+    width = shutil.get_terminal_size((120, 24)).columns if width is None else width
+    fold = TOLERANCE_COLUMN
+    rest = sum(widths) - widths[fold] + 2 * (len(head) - 1)
+    longest_word = max((len(w) for row in body for w in row[fold].split()), default=0)
+    narrowest = max(MIN_TOLERANCE_WIDTH, longest_word)  # a word is never cut
+    widths[fold] = max(narrowest, min(widths[fold], width - rest))
+    lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)).rstrip()]
     lines.append("  ".join("-" * w for w in widths))
     for row in body:
-        lines.append("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)))
+        parts = textwrap.wrap(row[fold], widths[fold], break_on_hyphens=False) or [""]
+        for k, part in enumerate(parts):
+            cells = [part if i == fold else (v if k == 0 else "") for i, v in enumerate(row)]
+            lines.append("  ".join(v.ljust(w) for v, w in zip(cells, widths, strict=True))
+                         .rstrip())
     notes = [f"{r.claim.id}: {r.observation.note}" for r in result.rows
              if r.observation is not None and r.observation.note and r.verdict != "ok"]
     if notes:
@@ -263,6 +277,9 @@ def render(result: Result) -> str:
     return "\n".join(lines)
 
 
-def write_pictures(out: Path) -> list[Path]:
-    """Draw every registered picture into `out`; [] when matplotlib is not installed."""
-    return pictures.draw_all(out)
+def write_pictures(out: Path, topic: str | None = None) -> list[Path]:
+    """Draw every registered picture (of `topic`'s module, parity/lab/pictures/<topic>.py,
+    if given) into `out`; [] when matplotlib is not installed or the topic has none."""
+    registry = pictures.load()
+    return pictures.draw_all(out, lambda name: topic is None or (
+        registry[name].__module__.rsplit(".", 1)[-1] == topic))

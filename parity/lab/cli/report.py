@@ -84,11 +84,14 @@ def run(args: argparse.Namespace) -> int:
         print("[\n" + ",\n".join(objects) + "\n]")  # valid JSON, one claim per line
     else:
         print(report.render(result))
-    pictures = report.write_pictures(folder) if folder is not None else []
+    pictures = report.write_pictures(folder, args.topic) if folder is not None else []
     if pictures:
-        say(f"\npictures: {', '.join(str(p) for p in pictures)}")
+        say("\npictures:\n" + "\n".join(f"  {p}" for p in pictures))
     elif out:
-        say("\npictures: none written (install the 'plot' extra for matplotlib)")
+        from parity.lab.pictures import have_matplotlib
+
+        say("\npictures: none written (" + (f"topic {args.topic} draws none" if
+            have_matplotlib() else "install the 'plot' extra for matplotlib") + ")")
     if args.record:
         from parity.lab.gendocs.claims import OBSERVED_JSON
 
