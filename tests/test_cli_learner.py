@@ -110,3 +110,22 @@ def test_report_topic_draws_only_its_own_pictures_one_path_a_line(
     assert mine and sorted(drawn) == mine and len(mine) < len(registry)
     listed = [line.strip() for line in out.splitlines() if line.endswith(".png")]
     assert listed == [str(tmp_path / n) for n in mine]
+
+
+def test_replay_keeps_the_models_frames_and_counts_the_rest() -> None:
+    from parity.lab.cli.replay import model_frames
+
+    def frame(path: str, code: str) -> str:
+        return f'  File "{path}", line 1, in f\n    {code}'
+
+    ours = ["<frozen runpy>", "/x/parity/__main__.py", "/x/parity/lab/cli/replay.py",
+            "/x/parity/drivers/numerics.py", "/x/common/train_loop.py",
+            "/x/torch_impl/numerics.py", "/s/torch/nn/modules/module.py"]
+    model = ["/x/torch_impl/train.py", "/home/me/my_model.py", "/s/torch/nn/functional.py"]
+    text = "\n".join(frame(p, f"call_{i}()") for i, p in enumerate([*ours[:4], model[0],
+                                                                   ours[4], model[1],
+                                                                   *ours[5:], model[2]]))
+    kept, left_out = model_frames(text)
+    assert left_out == len(ours)
+    assert [line.split('"')[1] for line in kept.splitlines() if "File" in line] == model
+    assert "call_4()" in kept and "call_6()" in kept  # each kept frame keeps its code line

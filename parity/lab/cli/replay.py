@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
 from ckpt import CheckpointError
@@ -32,6 +33,31 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="which implementation replays it (default torch)")
     p.add_argument("--device", default=None,
                    help="torch device: cpu, cuda or cuda:N (--impl torch only; default cpu)")
+
+
+WHY_ANOTHER_NODE = (
+    "  (train --check-numerics names the FORWARD op whose output first held an invalid value; "
+    "anomaly\n  detection names the first BACKWARD function that returned NaN. An inf made in "
+    "the forward\n  flows on to the loss, and the first backward to turn it into NaN is often "
+    "downstream:\n  both are right, about different passes.)")
+
+# frames of the command line, the drivers, the loop and torch's module call machinery
+_MACHINERY = re.compile(r'File "(<frozen runpy>|[^"]*/parity/(__main__|lab/|drivers/)[^"]*|'
+                        r'[^"]*/common/train_loop\.py|[^"]*/(torch_impl|reference)/numerics\.py|'
+                        r'[^"]*/torch/nn/modules/module\.py)"')
+
+
+def model_frames(traceback: str) -> tuple[str, int]:
+    """The traceback's frames that are the model's or the step's, and how many were left out
+    (anomaly mode records the whole stack: mostly this tool's own frames)."""
+    frames: list[list[str]] = []
+    for line in traceback.rstrip().splitlines():
+        if line.lstrip().startswith("File ") or not frames:
+            frames.append([line])
+        else:
+            frames[-1].append(line)
+    kept = [f for f in frames if not _MACHINERY.search(f[0])]
+    return "\n".join(line for f in kept for line in f), len(frames) - len(kept)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -56,8 +82,12 @@ def run(args: argparse.Namespace) -> int:
               "only, or inf without NaN)")
     else:
         print(f"first NaN in backward: {result.node} (module {result.module!r})")
+        print(WHY_ANOTHER_NODE)
         if result.traceback:
-            print("forward call that made its input:\n" + result.traceback.rstrip())
+            kept, left_out = model_frames(result.traceback)
+            print("forward call that made its input (the model's and the step's frames; "
+                  f"{left_out} of the command's and torch's module machinery left out):\n"
+                  + kept)
     print("replay-node: " + json.dumps({"node": result.node, "module": result.module},
                                        sort_keys=True), flush=True)
     return EXIT_OK if result.node is None else EXIT_FOUND
