@@ -59,7 +59,7 @@ def _epoch_zero(state: dict[str, Any]) -> dict[str, Any]:
 VARIANTS: dict[str, tuple[tuple[str, ...], Change | None, str]] = {
     "none": ((), None, "nothing left out: the control, exact"),
     "model": (("model",), None, "training restarts from the initial weights"),
-    "optimizer": (("optimizer",), None, "Adam's moments restart at zero, its bias correction "
+    "optimizer": (("optimizer",), None, "AdamW's moments restart at zero, its bias correction "
                   "at step 1, the groups' lr at the initial value"),
     "optimizer step counts": ((), _reset_steps, "bias correction restarts as at step 1 "
                               "(torch's Adam raises KeyError without a 'step')"),

@@ -43,7 +43,8 @@ ITEMS = ("model", "optimizer", "optimizer step counts", "scheduler", "scaler", "
 PRESENT, MISSING, INCOMPLETE, UNSAFE, DISABLED, NOT_NEEDED = (
     "present", "missing", "incomplete", "present, not loadable safely", "disabled",
     "not needed")
-OK_STATUSES = (PRESENT, UNSAFE, DISABLED, NOT_NEEDED)
+# what an exact resume can use: UNSAFE is not among them (its state loads only with pickle)
+OK_STATUSES = (PRESENT, DISABLED, NOT_NEEDED)
 REQUIRED = "required"
 TORCH_CPU_RNG_BYTES = 5056  # 624 words of the Mersenne state, its position, the seed, ...
 DATA_KEYS = ("data", "sampler", "data_position", "dataloader", "data_state", "dl_state_dict",
@@ -89,11 +90,14 @@ class Audit:
     refused: str | None = None  # the whole file cannot be loaded safely: why
     needs: tuple[str, ...] = ()  # the globals its pickle needs
 
+    def gaps(self) -> list[Row]:
+        """The required rows an exact resume cannot use."""
+        return [r for r in self.rows if r.need == REQUIRED and r.status not in OK_STATUSES]
+
     @property
     def exact(self) -> bool:
         """Exact resume is possible: the file was read and every required item is there."""
-        return self.refused is None and all(
-            r.status in OK_STATUSES for r in self.rows if r.need == REQUIRED)
+        return self.refused is None and not self.gaps()
 
     def row(self, item: str) -> Row:
         return next(r for r in self.rows if r.item == item)

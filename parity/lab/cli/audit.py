@@ -17,8 +17,9 @@ order repeats, committed in docs/data/audit_consequences.json
 are needed only where the run draws from them, and the scaler only in fp16.
 Last line: `audit: exact resume possible` or `audit: exact resume impossible: ...` (with
 --json, one JSON object: kind, exact, rows, flags).
-Exit status: 0 exact resume possible; 1 impossible (an entry missing or incomplete, or the
-file needs pickle); 2 bad input (no such path, not a checkpoint, truncated or damaged).
+Exit status: 0 exact resume possible; 1 impossible (a required entry missing, incomplete or
+loadable only with pickle, or the whole file needs pickle); 2 bad input (no such path, not
+a checkpoint, truncated or damaged, a DCP folder).
 """
 
 from __future__ import annotations
@@ -42,9 +43,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def consequence(item: str, status: str, measured: dict[str, Any]) -> dict[str, Any] | None:
     """What resuming without `item` did on the project's model (None: nothing to say)."""
     from parity.lab.audit_consequences import MEASURED_FOR, NOT_MEASURED, VARIANTS
-    from parity.lab.audit_recognize import INCOMPLETE, MISSING
+    from parity.lab.audit_recognize import INCOMPLETE, MISSING, UNSAFE
 
-    if status not in (MISSING, INCOMPLETE):
+    if status not in (MISSING, INCOMPLETE, UNSAFE):
         return None
     entry = MEASURED_FOR[item]
     if item == "scaler" and status == INCOMPLETE:
@@ -77,12 +78,9 @@ def run(args: argparse.Namespace) -> int:
     rows = [{"item": r.item, "status": r.status, "where": r.where, "detail": r.detail,
              "need": r.need, "consequence": consequence(r.item, r.status, measured)}
             for r in audit.rows]
-    gaps = [r["item"] for r in rows if r["need"] == "required"
-            and r["status"] in ("missing", "incomplete")]
     verdict = ("exact resume possible" if audit.exact else "exact resume impossible: " + (
         audit.refused + (f" ({', '.join(audit.needs)})" if audit.needs else "")
-        if audit.refused else
-        f"{', '.join(gaps)} {'is' if len(gaps) == 1 else 'are'} missing or incomplete"))
+        if audit.refused else _gaps(audit.gaps())))
     if args.json:
         print(json.dumps({"file": args.file, "kind": audit.kind, "exact": audit.exact,
                           "refused": audit.refused, "needs": list(audit.needs),
@@ -92,6 +90,19 @@ def run(args: argparse.Namespace) -> int:
         _table(args.file, audit.kind, rows, audit.flags, measured["case"])
     print(f"audit: {verdict}")
     return EXIT_OK if audit.exact else EXIT_FAILED
+
+
+def _gaps(gaps: list[Any]) -> str:
+    """'a, b missing; c incomplete; d needs pickle' of the required rows not usable."""
+    from parity.lab.audit_recognize import UNSAFE
+
+    parts = []
+    for status, says in (("missing", "missing"), ("incomplete", "incomplete"),
+                         (UNSAFE, "loadable only with pickle")):
+        items = [r.item for r in gaps if r.status == status]
+        if items:
+            parts.append(f"{', '.join(items)} {says}")
+    return "; ".join(parts)
 
 
 def _table(file: str, kind: str, rows: list[dict[str, Any]], flags: list[str],
