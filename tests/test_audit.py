@@ -99,7 +99,7 @@ def accelerate(folder: Path, t: dict[str, Any]) -> Path:
     torch.save(t["scheduler"], folder / "scheduler.bin")
     torch.save(t["scaler"], folder / "scaler.pt")
     torch.save({"step": 2, "random_state": random.getstate(),
-                "numpy_random_seed": np.random.get_state(),
+                "numpy_random_seed": np.random.get_state(),  # noqa: NPY002 (the subject)
                 "torch_manual_seed": torch.get_rng_state(), "torch_cuda_manual_seed": []},
                folder / "random_states_0.pkl")
     torch.save({"epoch": 1, "consumed_samples": 64}, folder / "custom_checkpoint_0.pkl")
@@ -139,6 +139,17 @@ def test_a_complete_checkpoint_is_exact_and_every_row_is_listed(
     assert r["torch CPU RNG"]["where"] == "rng/torch"
     assert r["numpy RNG"]["detail"] == "Generator (PCG64)"
     assert r["optimizer step counts"]["detail"] == "4 of 4 parameters have 'step' (= 2)"
+    assert r["optimizer step counts"]["where"] == "optimizer/state"
+
+
+def test_a_bare_state_dict_holds_the_model_and_nothing_else(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    torch.save(trained()["model"], tmp_path / "weights.pt")
+    status, report, _ = audit(tmp_path / "weights.pt", capsys)
+    r = rows(report)
+    assert status == EXIT_FAILED
+    assert (r["model"]["status"], r["model"]["where"]) == (PRESENT, "(the whole file)")
+    assert [i for i, row in r.items() if row["status"] == PRESENT] == ["model"]
 
 
 def test_the_table_names_each_row_and_ends_with_the_verdict(
@@ -191,7 +202,8 @@ def test_accelerate_folder_lists_its_files_and_its_pickles_unloaded(
 def test_legacy_numpy_rng_is_refused_naming_the_global_and_never_retried(
         tmp_path: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
-    torch.save({**trained(), "np_rng": np.random.get_state()}, tmp_path / "legacy.pt")
+    legacy = np.random.get_state()  # noqa: NPY002 (the legacy state is the subject)
+    torch.save({**trained(), "np_rng": legacy}, tmp_path / "legacy.pt")
     calls = []
     real = torch.load
     monkeypatch.setattr(torch, "load", lambda *a, **k: calls.append(k) or real(*a, **k))

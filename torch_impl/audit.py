@@ -69,7 +69,9 @@ def load_safely(path: str | os.PathLike) -> Loaded:
         return Loaded(refused="a plain pickle, not torch.save's format: it cannot be read "
                               "without running pickle")
     try:
-        return Loaded(torch.load(path, weights_only=True, map_location="cpu"))
+        # a zip's storages are mapped, not read: a 10 GB checkpoint is audited in place
+        return Loaded(torch.load(path, weights_only=True, map_location="cpu",
+                                 mmap=kind == "zip"))
     except pickle.UnpicklingError as e:
         needs = tuple(dict.fromkeys(_GLOBAL.findall(str(e))))
         if needs:

@@ -265,8 +265,10 @@ def _value(v: Any) -> Any:
 
 def _rows(audit: Audit, found: dict[str, list[tuple[str, Any]]], fp16: bool | None,
           generator: str) -> None:
-    def add(item: str, status: str, detail: str = "", need: str = REQUIRED) -> None:
-        audit.rows.append(Row(item, status, _where(found[item]), detail, need))
+    def add(item: str, status: str, detail: str = "", need: str = REQUIRED,
+            where: str | None = None) -> None:
+        audit.rows.append(Row(item, status, _where(found[item]) if where is None else where,
+                              detail, need))
 
     models = found["model"]
     add("model", PRESENT if models else MISSING,
@@ -288,7 +290,7 @@ def _rows(audit: Audit, found: dict[str, list[tuple[str, Any]]], fp16: bool | No
             detail = (f"{len(with_step)} of {len(per)} parameters have 'step'"
                       + (f" (= {', '.join(f'{s:g}' for s in steps)})" if steps else ""))
         add("optimizer step counts", PRESENT if len(with_step) == len(per) else INCOMPLETE,
-            detail)
+            detail, where=", ".join(f"{p}/state" if p else "state" for p, _ in opts))
     add("scheduler", PRESENT if found["scheduler"] else MISSING,
         "; ".join(f"last_epoch {v['last_epoch']}" for _, v in found["scheduler"]))
     scalers = found["scaler"]
