@@ -137,8 +137,11 @@ def audit_path(text: str) -> Audit:
         return _folder(path)
     if not stat.S_ISREG(mode):
         raise AuditInputError(f"{text}: not a regular file or a folder")
-    with open(path, "rb") as f:
-        head = f.read(len(ckpt.MAGIC))
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(ckpt.MAGIC))
+    except OSError as e:
+        raise AuditInputError(f"{text}: cannot be read ({e.strerror})") from None
     if head in (ckpt.MAGIC, MAGIC_V2):
         return _mirrortrain(path)
     value = _torch_file(path)
