@@ -63,7 +63,10 @@ def nanogpt(t: dict[str, Any]) -> dict[str, Any]:
 def complete(t: dict[str, Any]) -> dict[str, Any]:
     return {**t, "rng": {"torch": torch.get_rng_state(),
                          "numpy": np.random.default_rng(0).bit_generator.state,
-                         "python": random.getstate()},
+                         "python": random.getstate(),
+                         # torch.cuda.get_rng_state_all()'s shape: one 16-byte Philox state
+                         # (seed, offset) a device, written here without a GPU
+                         "cuda": [torch.zeros(16, dtype=torch.uint8)] * 2},
             "sampler": {"epoch": 1, "position": 16}, "epoch": 1, "global_step": 2}
 
 
@@ -135,8 +138,9 @@ def test_a_complete_checkpoint_is_exact_and_every_row_is_listed(
     assert (status, report["exact"]) == (EXIT_OK, True)
     r = rows(report)
     assert list(r) == list(ITEMS)
-    assert {i for i, row in r.items() if row["status"] == PRESENT} == set(ITEMS) - {"CUDA RNG"}
+    assert {i for i, row in r.items() if row["status"] == PRESENT} == set(ITEMS)
     assert r["torch CPU RNG"]["where"] == "rng/torch"
+    assert (r["CUDA RNG"]["where"], r["CUDA RNG"]["detail"]) == ("rng/cuda", "2 device(s)")
     assert r["numpy RNG"]["detail"] == "Generator (PCG64)"
     assert r["optimizer step counts"]["detail"] == "4 of 4 parameters have 'step' (= 2)"
     assert r["optimizer step counts"]["where"] == "optimizer/state"
