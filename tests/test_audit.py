@@ -17,7 +17,15 @@ import pytest
 import torch
 
 from parity.lab import audit_consequences as consequences
-from parity.lab.audit_recognize import INCOMPLETE, ITEMS, MISSING, NOT_NEEDED, PRESENT, UNSAFE
+from parity.lab.audit_recognize import (
+    INCOMPLETE,
+    ITEMS,
+    MISSING,
+    NOT_NEEDED,
+    PRESENT,
+    UNSAFE,
+    recognize,
+)
 from parity.lab.audit_sources import pickle_names, safetensors_header
 from parity.lab.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, main
 
@@ -302,6 +310,14 @@ def test_what_cannot_be_read_is_one_line_and_exit_2(make: Any, words: list[str],
 
 
 # ---------------------------------------------------------------- the readers
+
+
+def test_tensor_scalars_are_read_as_the_numbers_they_hold() -> None:
+    """A scale of 0.5 and a step saved as tensors (as a trainer's own dict may hold them)."""
+    a = recognize({"scaler": {"scale": torch.tensor(0.5), "growth_factor": 2.0,
+                              "_growth_tracker": torch.tensor(3)}, "step": torch.tensor(4)})
+    assert a.row("scaler").detail == "scale 0.5, growth tracker 3"
+    assert a.row("global step").detail == "step = 4"
 
 
 def test_safetensors_header_lists_names_dtypes_shapes(tmp_path: Path) -> None:

@@ -260,7 +260,8 @@ def _where(hits: list[tuple[str, Any]]) -> str:
 
 
 def _value(v: Any) -> Any:
-    return int(v.item()) if is_tensor(v) else v
+    """A one-element tensor or NumPy scalar as a Python number (a scale may be 0.5)."""
+    return v.item() if is_tensor(v) else v
 
 
 def _rows(audit: Audit, found: dict[str, list[tuple[str, Any]]], fp16: bool | None,
