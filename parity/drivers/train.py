@@ -14,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
@@ -86,15 +86,23 @@ def interrupted(name: str, config: dict[str, Any], k: int, total: int, directory
 
 
 def resumed_without(name: str, config: dict[str, Any], k: int, total: int, directory: Path,
-                    omit: tuple[str, ...], device: str = "cpu") -> dict[str, Any]:
-    """Like `interrupted`, but the items in `omit` are NOT restored (they stay fresh)."""
+                    omit: tuple[str, ...], device: str = "cpu",
+                    change: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+                    batches: list[Any] | None = None) -> dict[str, Any]:
+    """Like `interrupted`, but the items in `omit` are NOT restored (they stay fresh), and
+    the loaded state is first passed through `change` (an entry reset, for the audit's
+    measurements); `batches` collects the batch of every step after the resume."""
     m = impl(name)
     cfg = m.TrainConfig(**config)
     m.train(cfg, k, directory, k, **on(name, device))
     path = m.resume.CheckpointManager(directory).checkpoints()[-1][1]
-    run = m.restored(cfg, m.resume.load_checkpoint(path), omit, **on(name, device))
+    state = m.resume.load_checkpoint(path)
+    run = m.restored(cfg, state if change is None else change(state), omit,
+                     **on(name, device))
     while run.step < total:
         run.train_step()
+        if batches is not None:
+            batches.append(run.last_batch)
     return run.state_dict()
 
 

@@ -48,7 +48,7 @@ EXIT_STATUSES: tuple[tuple[int, str], ...] = (
 
 # The commands, in the order `python -m parity --help` lists them; each is parity/lab/cli/<name>.py.
 COMMANDS: tuple[str, ...] = ("report", "ranges", "sweep", "fuzz", "tolerances", "docs", "train",
-                             "replay", "account", "profile", "optimize", "miniproject")
+                             "replay", "account", "profile", "optimize", "miniproject", "audit")
 
 
 class UsageError(Exception):

@@ -1,0 +1,126 @@
+"""Audit a checkpoint someone else wrote: what it holds for an exact resume, what is missing,
+and what resuming without each missing entry does, measured on this project's own model.
+
+    python -m parity audit FILE [--json]
+
+FILE: a torch.save file (a dict; a Lightning .ckpt), an Accelerate save_state folder, or
+this project's own checkpoint (a ckpt-<step>.ckpt, or its run folder: the newest). A DCP
+folder is not supported. Loading is weights_only=True only: a file that needs pickle is
+refused, naming the globals it needs, and never retried; Accelerate's .pkl files are not
+loaded (their pickle is read for the names it holds, nothing is run); a .safetensors file
+is read from its header.
+Rows: model, optimizer (per-parameter step counts), LR scheduler, GradScaler, RNG states
+(torch CPU, CUDA, numpy, Python's random), data position, epoch, global step. A missing
+entry's consequence is max |Δparam| after the steps to the comparison and whether the data
+order repeats, committed in docs/data/audit_consequences.json
+(`python -m parity.lab.audit_consequences` measures it again); CUDA, numpy and Python RNG
+are needed only where the run draws from them, and the scaler only in fp16.
+Last line: `audit: exact resume possible` or `audit: exact resume impossible: ...` (with
+--json, one JSON object: kind, exact, rows, flags).
+Exit status: 0 exact resume possible; 1 impossible (a required entry missing, incomplete or
+loadable only with pickle, or the whole file needs pickle); 2 bad input (no such path, not
+a checkpoint, truncated or damaged, a DCP folder).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from parity.lab.cli import EXIT_FAILED, EXIT_OK, UsageError
+
+HELP = "what a checkpoint holds for an exact resume, and what each missing entry costs"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", metavar="FILE",
+                   help="a torch.save / Lightning file, an Accelerate folder, or a "
+                        "mirrortrain checkpoint")
+    p.add_argument("--json", action="store_true", help="one JSON object instead of the table")
+
+
+def consequence(item: str, status: str, measured: dict[str, Any]) -> dict[str, Any] | None:
+    """What resuming without `item` did on the project's model (None: nothing to say)."""
+    from parity.lab.audit_consequences import MEASURED_FOR, NOT_MEASURED, VARIANTS
+    from parity.lab.audit_recognize import INCOMPLETE, MISSING, UNSAFE
+
+    if status not in (MISSING, INCOMPLETE, UNSAFE):
+        return None
+    entry = MEASURED_FOR[item]
+    if item == "scaler" and status == INCOMPLETE:
+        entry = "scaler growth tracker"
+    if entry is None:
+        return {"entry": None, "what": NOT_MEASURED}
+    m = measured["entries"][entry]
+    return {"entry": entry, "what": VARIANTS[entry][2], "max_dparam": m["max_dparam"],
+            "data_order": m["data_order"], "steps": measured["total"] - measured["k"]}
+
+
+def _text(c: dict[str, Any] | None) -> str:
+    if c is None:
+        return ""
+    if c["entry"] is None:
+        return c["what"]
+    return (f"max |Δparam| {c['max_dparam']:.3g} after {c['steps']} steps, data order "
+            f"{c['data_order']}: {c['what']}")
+
+
+def run(args: argparse.Namespace) -> int:
+    from parity.lab.audit_consequences import load
+    from parity.lab.audit_sources import AuditInputError, audit_path
+
+    try:
+        audit = audit_path(args.file)
+    except AuditInputError as e:
+        raise UsageError(str(e)) from None
+    measured = load()
+    rows = [{"item": r.item, "status": r.status, "where": r.where, "detail": r.detail,
+             "need": r.need, "consequence": consequence(r.item, r.status, measured)}
+            for r in audit.rows]
+    verdict = ("exact resume possible" if audit.exact else "exact resume impossible: " + (
+        audit.refused + (f" ({', '.join(audit.needs)})" if audit.needs else "")
+        if audit.refused else _gaps(audit.gaps())))
+    if args.json:
+        print(json.dumps({"file": args.file, "kind": audit.kind, "exact": audit.exact,
+                          "refused": audit.refused, "needs": list(audit.needs),
+                          "rows": rows, "flags": audit.flags,
+                          "measured_on": measured["case"]}, indent=1))
+    else:
+        _table(args.file, audit.kind, rows, audit.flags, measured["case"])
+    print(f"audit: {verdict}")
+    return EXIT_OK if audit.exact else EXIT_FAILED
+
+
+def _gaps(gaps: list[Any]) -> str:
+    """'a, b missing; c incomplete; d needs pickle' of the required rows not usable."""
+    from parity.lab.audit_recognize import UNSAFE
+
+    parts = []
+    for status, says in (("missing", "missing"), ("incomplete", "incomplete"),
+                         (UNSAFE, "loadable only with pickle")):
+        items = [r.item for r in gaps if r.status == status]
+        if items:
+            parts.append(f"{', '.join(items)} {says}")
+    return "; ".join(parts)
+
+
+def _table(file: str, kind: str, rows: list[dict[str, Any]], flags: list[str],
+           case: str) -> None:
+    print(f"{file}: {kind}")
+    if rows:
+        cells = [("item", "status", "needed", "where", "detail")] + [
+            (r["item"], r["status"], r["need"], r["where"] or "-", r["detail"] or "-")
+            for r in rows]
+        widths = [max(len(c[i]) for c in cells) for i in range(4)]
+        for c in cells:
+            print("  ".join(c[i].ljust(widths[i]) for i in range(4)) + "  " + c[4])
+        costs = [(r["item"], _text(r["consequence"])) for r in rows if r["consequence"]]
+        if costs:
+            print(f"\nwithout it, measured on {case}:")
+            for item, text in costs:
+                print(f"  {item}: {text}")
+    if flags:
+        print("\nflags:")
+        for flag in flags:
+            print(f"  - {flag}")
