@@ -156,7 +156,8 @@ class ScalerGuard:
 
     # -- recording
     def _found(self, kind: str, where: str, message: str, fix: str | None = None,
-               severity: str | None = None, may_raise: bool = True) -> None:
+               severity: str | None = None, may_raise: bool = True, step: int | None = None
+               ) -> None:
         key = (kind, where)
         if key in self._findings:
             old = self._findings[key]
@@ -164,7 +165,7 @@ class ScalerGuard:
         else:
             default_severity, default_fix = KINDS[kind]
             finding = Finding(kind, message, fix or default_fix, where,
-                              severity or default_severity, self.step)
+                              severity or default_severity, self.step if step is None else step)
             self._findings[key] = finding
         self._recent.append(finding)
         if may_raise and (kind in self._raise_on
@@ -293,7 +294,7 @@ class ScalerGuard:
         if self._last_call == "update" and new_scale is None:
             self._found("update_twice", where, "scaler.update() called again with no "
                         "scaler.step(optimizer) since the last update" + self._latent_note(),
-                        severity=self._latent())
+                        severity=self._latent(), step=max(self.step - 1, 0))
         self._last_call = "update"
         self._stage = "ready"
         result = _annotated(original, self._recent, new_scale)
@@ -304,7 +305,7 @@ class ScalerGuard:
                 self._found("scale_collapse", where,
                             f"the scale fell to {scale:g} after {self._skips_in_a_row} skipped "
                             f"steps in a row: below {SCALE_FLOOR:g} no inf/NaN comes from the "
-                            f"scale, and torch's backoff has no floor")
+                            f"scale, and torch's backoff has no floor", step=self.step - 1)
         return result
 
     def _count_underflow(self) -> None:
@@ -319,20 +320,21 @@ class ScalerGuard:
         stats = probes.underflow_stats([g for _, g in named]) if named else None
         if stats is None:
             return  # nothing to count, or inf/NaN: the step is skipped
-        shares = [sub / g.numel() for (sub, _, _), (_, g) in zip(stats, named, strict=True)]
-        worst = max(range(len(named)), key=shares.__getitem__)
-        if shares[worst] <= probes.UNDERFLOW_SHARE:
+        total = sum(g.numel() for _, g in named)
+        subnormal, zeros = sum(s[0] for s in stats), sum(s[1] for s in stats)
+        if subnormal / total <= probes.UNDERFLOW_SHARE:
             return
-        (sub, zeros, _), (name, g) = stats[worst], named[worst]
+        worst = sorted(range(len(named)), key=lambda i: -stats[i][0])[:3]
+        each = ", ".join(f"{named[i][0]} {stats[i][0]} of {named[i][1].numel()} ({stats[i][1]} "
+                         f"zeros)" for i in worst)
         headroom = probes.FP16_MAX / max(max(s[2] for s in stats), probes.FP16_MIN_NORMAL)
-        over = sum(share > probes.UNDERFLOW_SHARE for share in shares)
         fix = None if headroom >= 2 else ("use bf16 autocast: the gradients span more "
                                           "binades than float16 holds at any one scale")
         self._found("gradient_underflow", self._scaled_at or user_line(),
-                    f"at scale {self.scaler.get_scale():g}, {sub} of {g.numel()} elements of "
-                    f"{name}'s gradient are float16 subnormals (below 2^-14) and {zeros} are "
-                    f"0; {over} parameter(s) over {probes.UNDERFLOW_SHARE:.1%}; the largest "
-                    f"scaled gradient is {headroom:.3g}x below float16's max", fix)
+                    f"at scale {self.scaler.get_scale():g}, {subnormal} of {total} gradient "
+                    f"elements ({subnormal / total:.1%}) are float16 subnormals (below 2^-14) "
+                    f"and {zeros} are 0; most: {each}; the largest scaled gradient is "
+                    f"{headroom:.3g}x below float16's max", fix)
 
 
 def _annotated(call: Callable[..., Any], recent: list[Finding], *args: Any,
