@@ -305,3 +305,21 @@ def test_the_projects_fp16_without_scaler_fault_is_caught_at_its_forward(device:
                           precision="fp16", fault="fp16_without_scaler")
     assert only(guard) == ("fp16_without_scaler",
                            line_of(ttrain.__file__, "output = model(x) if schedule is None"))
+
+
+def test_the_underflow_threshold_separates_a_healthy_scale_from_a_small_one(device: str) -> None:
+    """NOTE [ What the underflow count measures ]'s choice, held: on the first step of the
+    MLP the model-wide subnormal share is over 8x below UNDERFLOW_SHARE at S = 2^16 and over
+    4x above it at S = 2^10 and S = 1."""
+    shares = {}
+    for scale in (2.0**16, 2.0**10, 1.0):
+        model, _, batches = make(device)
+        with torch.autocast(batches[0][0].device.type, dtype=FP16):
+            loss = F.mse_loss(model(batches[0][0]), batches[0][1])
+        (loss * scale).backward()
+        grads = [p.grad for p in model.parameters()]
+        stats = probes.underflow_stats(grads)
+        assert stats is not None
+        shares[scale] = sum(s[0] for s in stats) / sum(g.numel() for g in grads)
+    assert shares[2.0**16] < probes.UNDERFLOW_SHARE / 8, shares
+    assert min(shares[2.0**10], shares[1.0]) > 4 * probes.UNDERFLOW_SHARE, shares
