@@ -50,9 +50,9 @@ def where_of(finding: probes.Finding) -> str:
     return normal(finding.where)
 
 
-def make(device: str) -> tuple[nn.Module, torch.optim.Optimizer, list]:
-    """The compact MLP with a small-init output layer (docs/loss_scaling.md), AdamW, and
-    eight batches of a regression task."""
+def make(device: str, fused: bool = False) -> tuple[nn.Module, torch.optim.Optimizer, list]:
+    """The compact MLP with a small-init output layer (docs/loss_scaling.md), AdamW (`fused`:
+    the kernel that unscales and skips by itself), and eight batches of a regression task."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 64), nn.GELU(), nn.Linear(64, 64), nn.GELU(),
                           nn.Linear(64, 4)).to(device)
@@ -61,7 +61,7 @@ def make(device: str) -> tuple[nn.Module, torch.optim.Optimizer, list]:
     g = torch.Generator().manual_seed(0)
     batches = [(torch.randn(32, 16, generator=g).to(device),
                 (0.1 * torch.randn(32, 4, generator=g)).to(device)) for _ in range(8)]
-    return model, torch.optim.AdamW(model.parameters(), lr=1e-3), batches
+    return model, torch.optim.AdamW(model.parameters(), lr=1e-3, fused=fused or None), batches
 
 
 def loop(model: nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler | None,
@@ -97,10 +97,10 @@ def loop(model: nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.G
 
 
 def guarded(device: str, scaler: torch.amp.GradScaler | None, dtype: torch.dtype | None,
-            seed: str | None = None, *, corrupt: slice | None = None, **options: object
-            ) -> ScalerGuard:
+            seed: str | None = None, *, corrupt: slice | None = None, fused: bool = False,
+            **options: object) -> ScalerGuard:
     """loop() under a guard; `corrupt`: those batches carry a NaN sample (a data bug)."""
-    model, optimizer, batches = make(device)
+    model, optimizer, batches = make(device, fused)
     if corrupt is not None:
         batches = batches * 3
         for i in range(len(batches))[corrupt]:
@@ -183,10 +183,13 @@ def test_bf16_with_an_enabled_scaler_is_advice_not_an_error(device: str) -> None
     assert guard.report()[0].severity == "advice"
 
 
-def test_a_skipped_step_is_exposed_at_the_step_line(device: str) -> None:
-    """One NaN sample in batch 2 of 24: that step alone is skipped (the optimizer never ran),
-    reported as info; guard.skipped_steps says which."""
-    guard = guarded(device, torch.amp.GradScaler(device), FP16, corrupt=slice(2, 3))
+@pytest.mark.parametrize("fused", [False, True])
+def test_a_skipped_step_is_exposed_at_the_step_line(device: str, fused: bool) -> None:
+    """One NaN sample in batch 2 of 24: that step alone is skipped, reported as info, and
+    guard.skipped_steps says which; also for a fused AdamW, which GradScaler always calls
+    (it skips by itself: NOTE [ The skipped-step signal ])."""
+    guard = guarded(device, torch.amp.GradScaler(device), FP16, corrupt=slice(2, 3),
+                    fused=fused)
     assert only(guard) == ("step_skipped", at("step"))
     assert guard.skipped_steps == [2] and guard.report()[0].severity == "info"
 
@@ -223,6 +226,11 @@ def test_underflow_at_a_scale_of_one_is_counted_per_parameter(device: str) -> No
     for name in sorted(counts, key=lambda n: -counts[n][0])[:3]:
         sub, numel, zeros = counts[name]
         assert f"{name} {sub} of {numel} ({zeros} zeros)" in finding.message
+    every_third = torch.amp.GradScaler(device, init_scale=1.0, growth_interval=10**6)
+    assert only(guarded(device, every_third, FP16, underflow_every=3))[0] == "gradient_underflow"
+    assert guarded(device, every_third, FP16, underflow_every=3).report()[0].count == 3
+    never = torch.amp.GradScaler(device, init_scale=1.0, growth_interval=10**6)
+    assert guarded(device, never, FP16, underflow_every=0).report() == []
 
 
 @pytest.mark.parametrize("dtype, scaler", [
@@ -237,6 +245,27 @@ def test_a_correct_loop_reports_nothing(device: str, dtype: torch.dtype | None,
     assert guard.report() == [] and guard.step == 8 and guard.skipped_steps == []
 
 
+def test_accumulation_and_a_scheduler_built_under_the_guard_report_nothing(device: str) -> None:
+    """Two backward passes per step (scale() twice, one unscale_/step/update), and an
+    LRScheduler built on the guarded optimizer (the guard hands back the optimizer itself)."""
+    model, optimizer, batches = make(device)
+    scaler = torch.amp.GradScaler(device)
+    with ScalerGuard(scaler, optimizer, model=model) as guard:
+        schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=4)
+        for i in range(0, len(batches), 2):
+            for x, y in batches[i:i + 2]:
+                with torch.autocast(x.device.type, dtype=FP16):
+                    loss = F.mse_loss(model(x), y) / 2
+                scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            clip_grad_norm_(model.parameters(), 1.0)
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad()
+            schedule.step()
+    assert guard.report() == [] and guard.step == 4
+
+
 def test_strict_raises_at_the_misuse_and_raise_on_picks_kinds(device: str) -> None:
     with pytest.raises(ScalerMisuse, match="clip_before_unscale") as err:
         guarded(device, torch.amp.GradScaler(device), FP16, "clip_norm_before_unscale",
@@ -245,8 +274,33 @@ def test_strict_raises_at_the_misuse_and_raise_on_picks_kinds(device: str) -> No
     with pytest.raises(ScalerMisuse, match="step_skipped"):
         guarded(device, torch.amp.GradScaler(device), FP16, corrupt=slice(2, 3),
                 raise_on=("step_skipped",))
+    model, optimizer, _ = make(device)
     with pytest.raises(ValueError, match="unknown kinds"):
-        ScalerGuard(None, make(device)[1], raise_on=("clip",))
+        ScalerGuard(None, optimizer, raise_on=("clip",))
+    with pytest.raises(ValueError, match="underflow_every must be >= 0"):
+        ScalerGuard(None, optimizer, underflow_every=-1)
+    with pytest.raises(TypeError, match=r"must be a torch\.optim\.Optimizer"):
+        ScalerGuard(None, model)  # type: ignore[arg-type]
+    scaler = torch.amp.GradScaler(device)
+    with ScalerGuard(scaler, optimizer), pytest.raises(RuntimeError, match="already guarded"):
+        ScalerGuard(scaler, make(device)[1]).start()
+
+
+def test_a_disabled_scaler_updated_after_a_direct_optimizer_step_is_no_misuse(
+        device: str) -> None:
+    """bf16 code that steps the optimizer itself and still calls the (disabled) scaler's
+    update each iteration: not update_twice."""
+    model, optimizer, batches = make(device)
+    scaler = torch.amp.GradScaler(device, enabled=False)
+    with ScalerGuard(scaler, optimizer) as guard:
+        for x, y in batches:
+            with torch.autocast(x.device.type, dtype=BF16):
+                loss = F.mse_loss(model(x), y)
+            loss.backward()
+            optimizer.step()
+            scaler.update()
+            optimizer.zero_grad()
+    assert guard.report() == [] and guard.step == 8
 
 
 def test_closing_leaves_torch_and_the_scaler_as_they_were(device: str) -> None:

@@ -215,6 +215,7 @@ class ScalerGuard:
                         "optimizer.step() called directly after scaler.scale(loss).backward(): "
                         "no inf/NaN check, and no unscale unless unscale_ ran")
         self._step_checks(where)
+        self._last_call = "optimizer.step"  # then an update() is not a second one
         self.step += 1
 
     def _step_checks(self, where: str) -> None:
