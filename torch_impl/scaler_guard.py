@@ -224,8 +224,8 @@ class ScalerGuard:
         if fp16 is not None and not self._enabled():
             what = "no GradScaler" if self.scaler is None else "a disabled GradScaler"
             self._found("fp16_without_scaler", fp16,
-                        f"the forward ran under float16 autocast with {what}: gradients "
-                        f"below 2^-24 underflow to 0")
+                        f"the forward ran under float16 autocast with {what}: gradient "
+                        f"elements of 2^-25 or less become 0, below 2^-14 they lose bits")
         if bf16 is not None and fp16 is None and self._enabled():
             self._found("bf16_needs_no_scaler", self._scaled_at or where,
                         "the forward ran under bfloat16 autocast with an enabled GradScaler, "

@@ -18,7 +18,7 @@ The wrappers and the global hook exist while at least one guard is active.
 NOTE [ What the underflow count measures ]: before unscale_, a gradient that passed through
 float16 holds S g rounded to float16. Elements in float16's subnormal range, 0 < |S g| <
 2^-14, kept fewer than 11 significant bits, and they are the visible edge of the elements
-below 2^-25 that became exactly 0. Zeros alone prove nothing (a dead ReLU, an unused
+of 2^-25 or less that became exactly 0. Zeros alone prove nothing (a dead ReLU, an unused
 embedding row are exact zeros in float32 too), and neither does one small tensor: a key
 bias's gradient is mathematically 0 (softmax ignores a shift) and comes out as rounding
 noise, subnormal by nature (13 of 96 elements of one c_attn.bias of the project's GPT at
