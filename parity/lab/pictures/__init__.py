@@ -17,6 +17,7 @@ import importlib
 import pkgutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 PICTURES: dict[str, Callable[[Path], None]] = {}
 IMG = Path(__file__).resolve().parents[3] / "docs" / "img"
@@ -66,3 +67,27 @@ def draw_all(out: Path = IMG, only: Callable[[str], bool] = lambda name: True) -
             plt.close("all")
             written.append(out / name)
     return written
+
+
+def place_labels(fig: Any, ax: Any, items: list[tuple[float, float, str]],
+                 fontsize: float = 6) -> int:
+    """Annotate each (x, y, text) at the first of four offsets (right, left, above, below)
+    where it overlaps no label placed before; a label with no free place is left out (the
+    count is returned), so no two labels ever print over each other."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    placed: list[Any] = []
+    left_out = 0
+    for x, y, text in dict.fromkeys(items):  # one label for the same text at the same point
+        for dx, dy, ha, va in ((4, 0, "left", "center"), (-4, 0, "right", "center"),
+                               (0, 5, "center", "bottom"), (0, -5, "center", "top")):
+            label = ax.annotate(text, (x, y), xytext=(dx, dy), textcoords="offset points",
+                                fontsize=fontsize, ha=ha, va=va)
+            box = label.get_window_extent(renderer)
+            if not any(box.overlaps(other) for other in placed):
+                placed.append(box)
+                break
+            label.remove()
+        else:
+            left_out += 1
+    return left_out

@@ -4,13 +4,13 @@ their bytes), drawn from the reference's tape on the default config."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from parity.lab.gendocs.gpt_tape import TAPE_BATCH, tape_rows
 from parity.lab.pictures import picture
 
 
-@picture("gpt_tape.png")
-def draw_tape(path: Path) -> None:
+def tape_figure() -> Any:
     """One bar per saved tensor of block 0 and of the model's ends, float32, dropout 0.1,
     bytes on the x axis; tensors that share one storage are hatched after the first."""
     import matplotlib.pyplot as plt
@@ -32,7 +32,15 @@ def draw_tape(path: Path) -> None:
                  "block 0 (block 1 alike); hatched: a view of a storage already counted",
                  fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    return fig
+
+
+@picture("gpt_tape.png")
+def draw_tape(path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    fig = tape_figure()  # the box measured at the saving dpi: tight_layout's, made at the
+    fig.savefig(path, dpi=110, bbox_inches="tight", pad_inches=0.15)  # figure's, clipped
     plt.close(fig)
 
 

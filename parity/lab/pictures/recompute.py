@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from parity.drivers.recompute import chain, inputs, make_ref, theory_time_ratio, tradeoff_rows
-from parity.lab.pictures import picture
+from parity.lab.pictures import picture, place_labels
 from reference import recompute as rrc
 
 BENCH_JSON = Path(__file__).resolve().parents[3] / "docs" / "data" / "recompute_benchmark.json"
@@ -62,8 +63,7 @@ def draw_tape(path: Path, n_units: int = 12) -> None:
     plt.close(fig)
 
 
-@picture("recompute_tradeoff.png")
-def draw_tradeoff(path: Path) -> None:
+def tradeoff_figure() -> Any:
     """Held bytes vs forward+backward time relative to no checkpointing: medians over the
     benchmark's repeats with interquartile bars, next to the theory 1 + R / (3n). Without
     committed measurements, theory only."""
@@ -72,6 +72,7 @@ def draw_tradeoff(path: Path) -> None:
     bench = load_benchmark()
     rows = bench["rows"] if bench else tradeoff_rows((8, 16), 32)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.4), sharey=True)
+    labels: dict[str, list[tuple[float, float, str]]] = {"reference": [], "torch": []}
     for ax, side in zip(axes, ("reference", "torch"), strict=True):
         for n, marker in zip(sorted({r["n"] for r in rows}), "osD^", strict=False):
             sub = [r for r in rows if r["n"] == n]
@@ -87,9 +88,8 @@ def draw_tradeoff(path: Path) -> None:
                    [r[key]["q3"] - r[key]["median"] for r in sub]]
             ax.errorbar(held, med, yerr=err, fmt=marker, capsize=3, ms=5,
                         label=f"measured median, IQR bars, n = {n}")
-            for r, m in zip(sub, med, strict=True):
-                ax.annotate(r["spec"], (r["held_ratio"], m), fontsize=6,
-                            xytext=(4, -2), textcoords="offset points")
+            labels[side] += [(r["held_ratio"], m, r["spec"]) for r, m in zip(sub, med,
+                                                                               strict=True)]
         ax.set_title(side)
         ax.set_xlabel("held bytes / held bytes without checkpointing")
         ax.set_xscale("log")
@@ -99,5 +99,15 @@ def draw_tradeoff(path: Path) -> None:
     if bench:
         fig.suptitle(f"{bench['repeats']} interleaved repeats; {bench['method']}", fontsize=7)
     fig.tight_layout()
+    for ax, side in zip(axes, ("reference", "torch"), strict=True):
+        place_labels(fig, ax, labels[side])
+    return fig
+
+
+@picture("recompute_tradeoff.png")
+def draw_tradeoff(path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    fig = tradeoff_figure()
     fig.savefig(path, dpi=110)
     plt.close(fig)
