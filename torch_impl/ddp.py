@@ -6,7 +6,7 @@ What the engine does that the reference states: the ring's order is inside gloo'
 (gloo/allreduce.cc), the pre-division and the buckets inside DDP's C++ Reducer. The
 reference cannot see them; it mirrors them, and parity/test_ddp.py compares the bits.
 
-`launch(jobs, world_size)` starts world_size processes (spawn) that rendezvous through a
+`launch(jobs, world_size)` starts world_size processes (forkserver) that rendezvous through a
 FileStore in a fresh temporary directory (no port to race for; gloo's own sockets bind to
 the loopback, GLOO_SOCKET_IFNAME=lo) and run each job in turn, then returns what every rank
 recorded, loaded with torch.load(weights_only=True). A job with a smaller world size runs on
@@ -74,7 +74,8 @@ def fault_job(rank: int, how: str, world_size: int) -> dict[str, Any]:
 
 
 def launch(jobs: list[dict[str, Any]], world_size: int, timeout: float = 60.0,
-           collective_timeout: float = 30.0) -> list[list[dict[str, Any]]]:
+           collective_timeout: float = 30.0, backend: str = "gloo"
+           ) -> list[list[dict[str, Any]]]:
     """results[rank][job] of running `jobs` on world_size gloo processes.
 
     The launch ends when every rank has exited 0, or at the first rank that fails: a rank
@@ -82,13 +83,17 @@ def launch(jobs: list[dict[str, Any]], world_size: int, timeout: float = 60.0,
     after `timeout` seconds; then every rank still running is killed and DDPError says
     which rank failed and how. Collectives time out after `collective_timeout` seconds
     (init_process_group's timeout), so a hung peer ends its partners' waits too.
+    `backend` "nccl": rank r on cuda:r (one GPU per rank), for allreduce jobs.
     """
+    if backend not in ("gloo", "nccl"):
+        raise ValueError(f"launch: backend must be 'gloo' or 'nccl', got {backend!r}")
     if world_size < 1 or any(j["world_size"] > world_size for j in jobs):
         raise ValueError(f"launch: world_size {world_size} must be >= 1 and >= every job's")
     ctx = _context()
     with tempfile.TemporaryDirectory(prefix="mirrortrain-ddp-") as tmp:
-        procs = [ctx.Process(target=_worker, args=(r, world_size, tmp, jobs, collective_timeout),
-                             daemon=True) for r in range(world_size)]
+        args = (world_size, tmp, jobs, collective_timeout, backend)
+        procs = [ctx.Process(target=_worker, args=(r, *args), daemon=True)
+                 for r in range(world_size)]
         try:
             for p in procs:
                 p.start()
@@ -148,14 +153,16 @@ def _failure(failed: list[int], codes: list, tmp: Path, running: list[int]) -> s
 
 
 def _worker(rank: int, world_size: int, tmp: str, jobs: list[dict[str, Any]],
-            collective_timeout: float) -> None:
+            collective_timeout: float, backend: str) -> None:
     """One rank: rendezvous, run the jobs, save the results; on an error write its time and
     last line to rank<r>.err and exit 1."""
     try:
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # gloo's sockets on the loopback
         torch.set_num_threads(1)  # the claims' setting (parity/setting.py)
         store = dist.FileStore(os.path.join(tmp, "store"), world_size)
-        dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size,
+        if backend == "nccl":
+            torch.cuda.set_device(rank)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
                                 timeout=timedelta(seconds=collective_timeout))
         results = []
         for job in jobs:
@@ -180,8 +187,10 @@ def _allreduce(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
     values = values * torch.exp2(torch.randint(-8, 9, (n,), generator=g).double())
     t = values.to(DTYPES[job["dtype"]])
     before = t.clone()
+    if dist.get_backend() == "nccl":
+        t = t.cuda()
     dist.all_reduce(t, group=group)
-    return {"input": before, "output": t}
+    return {"input": before, "output": t.cpu()}
 
 
 def _train(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:

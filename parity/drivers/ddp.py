@@ -32,7 +32,8 @@ STEPS = 3  # step 1: one bucket in parameter order; steps 2 and 3: the rebuilt b
 NP_DTYPES = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "float32": np.float32,
              "float64": np.float64}
 # The ring probes of the default launch: sizes below, at and far above 2 ws segments
-QUICK_RING = (("float32", 1), ("float32", 1000), ("float16", 7), ("float64", 2**18 + 3))
+QUICK_RING = (("float32", 1), ("float32", 1000), ("float16", 7), ("bfloat16", 1000),
+              ("float64", 2**18 + 3))
 # The full sweep (tests/test_ddp_ring.py, slow): 3,000,017 float32 elements are 12 MB, where
 # the 1 MiB segment cap sets the chunk boundaries (NOTE [ gloo's ring segments ])
 RING_SIZES = (1, 7, 1000, 2**18 + 3, 3_000_017)
@@ -58,10 +59,19 @@ def ring_jobs(cases: tuple[tuple[str, int], ...], world_sizes: tuple[int, ...]) 
             for seed, (dtype, n) in enumerate(cases)]
 
 
-def launch(jobs: list[dict], world_size: int, timeout: float = 120.0) -> list[list[dict]]:
+def launch(jobs: list[dict], world_size: int, timeout: float = 120.0, backend: str = "gloo"
+           ) -> list[list[dict]]:
     from torch_impl import ddp as tddp
 
-    return tddp.launch(jobs, world_size, timeout=timeout)
+    return tddp.launch(jobs, world_size, timeout=timeout, backend=backend)
+
+
+def order_scale(inputs: list[np.ndarray]) -> np.ndarray:
+    """S of claim ddp.order_bound: (ws - 1) sum_r |x_r| / (1 - (ws - 1) u), in float64."""
+    ws = len(inputs)
+    u = float(np.finfo(inputs[0].dtype).eps) / 2
+    total = np.sum([np.abs(x.astype(np.float64)) for x in inputs], axis=0)
+    return (ws - 1) * total / (1 - (ws - 1) * u)
 
 
 def _np(t: Any, dtype: str | None = None) -> np.ndarray:
@@ -86,6 +96,7 @@ class Replay:
     reference's; the final parameters per rank; the buckets each tree used per step."""
 
     job: dict
+    torch_initial: list[np.ndarray]  # [param]
     torch_reduced: list[list[list[np.ndarray]]]  # [step][rank][param]
     reference_reduced: list[list[np.ndarray]]  # [step][param], the same on every rank
     torch_final: list[list[np.ndarray]]  # [rank][param]
@@ -129,6 +140,7 @@ def replay(job: dict, results: list[list[dict]], index: int) -> Replay:
         buckets.append(record.buckets)
     return Replay(
         job=job,
+        torch_initial=[_np(p) for p in runs[0]["initial"]],
         torch_reduced=[[[_np(g) for g in runs[r]["steps"][s]["reduced"]] for r in range(ws)]
                        for s in range(steps)],
         reference_reduced=reduced,

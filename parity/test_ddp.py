@@ -1,0 +1,165 @@
+"""Data parallel: gloo's ring all-reduce against its NumPy mirror (ddp.ring_order), DDP's
+buckets (ddp.buckets), its reduced gradients (ddp.reduced_grads) and the parameters after
+3 steps (ddp.params) against the reference's simulated ranks, and how far a different
+summation order (NCCL's) can move a sum (ddp.order_bound).
+
+The default run makes ONE launch of 3 gloo processes (a 2-rank subgroup runs the ws = 2
+jobs): ring probes, and DDP runs at ws 2 (fp32) and 3 (fp32, fp16 with the GradScaler).
+The full matrix (ws 2, 3, 4 x fp32, bf16, fp16) is slow. The ring's sweep over sizes and
+dtypes is tests/test_ddp_ring.py; the launcher's failure handling tests/test_ddp_launch.py.
+Driver: parity/drivers/ddp.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from parity.compare import assert_claim, bit_view
+from parity.drivers import ddp as drv
+
+DEFAULT_RUNS = ((2, "fp32"), (3, "fp32"), (3, "fp16"))
+
+
+def _jobs(runs: tuple[tuple[int, str], ...], ring_world_sizes: tuple[int, ...]) -> list[dict]:
+    jobs = drv.ring_jobs(drv.QUICK_RING, ring_world_sizes)
+    for w, p in runs:
+        jobs += drv.train_jobs((w,), (p,))
+    return jobs
+
+
+@pytest.fixture(scope="module")
+def launched() -> tuple[list[dict], list[list[dict]]]:
+    """The default launch: (jobs, results[rank][job])."""
+    jobs = _jobs(DEFAULT_RUNS, (2, 3))
+    return jobs, drv.launch(jobs, 3)
+
+
+def _runs(jobs: list[dict], results: list[list[dict]]) -> Iterator[drv.Replay]:
+    for i, job in enumerate(jobs):
+        if job["kind"] == "train":
+            yield drv.replay(job, results, i)
+
+
+@pytest.fixture(scope="module")
+def replays(launched: tuple[list[dict], list[list[dict]]]) -> list[drv.Replay]:
+    return list(_runs(*launched))
+
+
+def test_ring_mirror_gives_every_rank_gloos_bits(launched: tuple) -> None:
+    """Every rank's dist.all_reduce result equals reference.ddp.ring_allreduce's, bit for
+    bit, and from three ranks on a left-to-right sum differs (the order is what is mirrored)."""
+    jobs, results = launched
+    naive_differs = {}
+    for i, job in enumerate(jobs):
+        if job["kind"] != "allreduce":
+            continue
+        inputs, outputs, mirror = drv.ring_case(job, results, i)
+        context = f"ws {job['world_size']} {job['dtype']} n={job['n']}"
+        for r in range(job["world_size"]):
+            assert_claim("ddp.ring_order", outputs[r], mirror[r], f"{context} rank {r}")
+        naive = drv.rddp.naive_sum(inputs)
+        differs = not np.array_equal(bit_view(naive), bit_view(outputs[0]))
+        naive_differs[job["world_size"]] = naive_differs.get(job["world_size"], False) or differs
+    assert naive_differs == {2: False, 3: True}, naive_differs  # two ranks commute
+
+
+def _check_buckets(rp: drv.Replay) -> None:
+    context = f"ws {rp.job['world_size']} {rp.job['config']['precision']}"
+    assert len(rp.torch_buckets[-1]) == 2, "guard: the rebuilt buckets must be two"
+    for s, (a, b) in enumerate(zip(rp.reference_buckets, rp.torch_buckets, strict=True)):
+        assert [len(x) for x in a] == [len(x) for x in b], f"{context} step {s + 1}: {a} vs {b}"
+        assert_claim("ddp.buckets", np.concatenate(a), np.concatenate(b),
+                     f"{context} step {s + 1}")
+
+
+def _check_reduced(rp: drv.Replay) -> None:
+    ws, precision = rp.job["world_size"], rp.job["config"]["precision"]
+    for s, step in enumerate(rp.torch_reduced):
+        for r in range(ws):
+            for k, (a, b) in enumerate(zip(rp.reference_reduced[s], step[r], strict=True)):
+                assert_claim("ddp.reduced_grads", a, b,
+                             f"ws {ws} {precision} step {s + 1} rank {r} param {k}")
+
+
+def _check_params(rp: drv.Replay) -> None:
+    ws, precision = rp.job["world_size"], rp.job["config"]["precision"]
+    for r in range(ws):
+        for k, (a, b) in enumerate(zip(rp.reference_final[r], rp.torch_final[r], strict=True)):
+            assert_claim("ddp.params", a, b, f"ws {ws} {precision} rank {r} param {k}")
+    assert any(not np.array_equal(a, b) for a, b in
+               zip(rp.torch_final[0], rp.torch_initial, strict=True)), "guard: steps were taken"
+
+
+def test_reference_bucket_plan_is_ddps_at_every_step(replays: list[drv.Replay]) -> None:
+    """Step 1: one bucket in parameter order; then the rebuilt ones, in ready order."""
+    for rp in replays:
+        _check_buckets(rp)
+
+
+def test_reduced_gradients_match_ddp_bitwise_on_every_rank(replays: list[drv.Replay]) -> None:
+    """The reference reducer on the torch ranks' local gradients gives DDP's .grad bits."""
+    for rp in replays:
+        _check_reduced(rp)
+    # guard: at ws 3 a true division for f32(1/3)'s product, and a left-to-right sum for the
+    # ring, would each change bits of these very gradients
+    rp = next(r for r in replays if r.job["world_size"] == 3)
+    flat = [np.concatenate([g.reshape(-1) for g in rank]) for rank in rp.torch_local[1]]
+    assert np.any(flat[0] / np.float32(3) != flat[0] * np.float32(1 / 3))
+    divided = [f * np.float32(1 / 3) for f in flat]
+    assert np.any(drv.rddp.naive_sum(divided) != drv.rddp.ring_allreduce(divided)[0])
+
+
+def test_parameters_after_ddp_steps_match_the_simulated_ranks_bitwise(
+        replays: list[drv.Replay]) -> None:
+    """After 3 steps every torch rank's parameters are the reference ranks' bits."""
+    for rp in replays:
+        _check_params(rp)
+    fp16 = next(r for r in replays if r.job["config"]["precision"] == "fp16")
+    assert float(np.abs(fp16.torch_local[0][0][0]).max()) > 1.0, "guard: fp16 grads are scaled"
+
+
+def test_a_different_summation_order_stays_within_the_order_bound(launched: tuple) -> None:
+    """gloo's ring and a left-to-right sum (two orders, as NCCL's is another) differ by at
+    most eps (ws - 1) sum|x_r| / (1 - (ws - 1) u)."""
+    jobs, results = launched
+    seen = 0
+    for i, job in enumerate(jobs):
+        if job["kind"] != "allreduce" or job["world_size"] < 3:
+            continue
+        inputs, outputs, _ = drv.ring_case(job, results, i)
+        naive = drv.rddp.naive_sum(inputs)
+        assert_claim("ddp.order_bound", naive, outputs[0], f"{job['dtype']} n={job['n']}",
+                     scale=drv.order_scale(inputs))
+        seen += int(np.count_nonzero(bit_view(naive) != bit_view(outputs[0])))
+    assert seen > 0, "guard: the two orders must differ somewhere"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+def test_full_matrix_of_world_sizes_and_precisions_is_bit_exact(world_size: int) -> None:
+    """ws 2, 3, 4 x fp32, bf16, fp16: buckets, reduced gradients and parameters."""
+    jobs = drv.train_jobs((world_size,), ("fp32", "bf16", "fp16"))
+    for rp in _runs(jobs, drv.launch(jobs, world_size)):
+        _check_buckets(rp)
+        _check_reduced(rp)
+        _check_params(rp)
+
+
+@pytest.mark.cuda
+def test_nccl_all_reduce_stays_within_the_order_bound_of_the_gloo_mirror(device: str) -> None:
+    """On CUDA (one GPU per rank): NCCL's sums against the mirror, within ddp.order_bound."""
+    import torch
+
+    if device != "cuda" or torch.cuda.device_count() < 2:
+        pytest.skip("NCCL needs --device cuda and at least 2 GPUs (one per rank)")
+    ws = min(torch.cuda.device_count(), 4)
+    jobs = drv.ring_jobs(drv.QUICK_RING, (ws,))
+    results = drv.launch(jobs, ws, backend="nccl")
+    for i, job in enumerate(jobs):
+        inputs, outputs, mirror = drv.ring_case(job, results, i)
+        for r in range(ws):
+            assert_claim("ddp.order_bound", outputs[r], mirror[r], f"nccl {job['dtype']}",
+                         scale=drv.order_scale(inputs))
