@@ -1,6 +1,8 @@
 """Data parallel: gloo's ring all-reduce against its NumPy mirror (ddp.ring_order), DDP's
 buckets (ddp.buckets), its reduced gradients (ddp.reduced_grads) and the parameters after
-3 steps (ddp.params) against the reference's simulated ranks, and how far a different
+3 steps (ddp.params) against the reference's simulated ranks replaying the torch ranks'
+local gradients; the reference's own local gradients reduced, within the bound their
+difference implies (ddp.own_reduced); and how far a different
 summation order (NCCL's) can move a sum (ddp.order_bound).
 
 The default run makes ONE launch of 3 gloo processes (a 2-rank subgroup runs the ws = 2
@@ -93,6 +95,25 @@ def _check_params(rp: drv.Replay) -> None:
                zip(rp.torch_final[0], rp.torch_initial, strict=True)), "guard: steps were taken"
 
 
+def test_each_rank_trains_on_its_strided_shard_of_the_global_batch(
+        replays: list[drv.Replay]) -> None:
+    """Rows r::ws in both trees; in fp32 the reference's own forward on them is within
+    nn.mlp.forward's bound of the output DDP's rank computed."""
+    for rp in replays:
+        ws, precision = rp.job["world_size"], rp.job["config"]["precision"]
+        for s, step in enumerate(rp.torch_rows):
+            for r, ((tx, ty), (rx, ry)) in enumerate(zip(step, rp.reference_rows[s],
+                                                          strict=True)):
+                context = f"ws {ws} {precision} step {s + 1} rank {r}"
+                assert_claim("ddp.shards", rx, tx, context + " inputs")
+                assert_claim("ddp.shards", ry, ty, context + " targets")
+        for s, step in enumerate(rp.outputs):
+            for r, (torch_out, ref_out, bound) in enumerate(step):
+                assert_claim("nn.mlp.forward", ref_out, torch_out,
+                             f"ws {ws} step {s + 1} rank {r}", scale=bound)
+    assert any(rp.outputs for rp in replays), "guard: an fp32 run checks the forward"
+
+
 def test_reference_bucket_plan_is_ddps_at_every_step(replays: list[drv.Replay]) -> None:
     """Step 1: one bucket in parameter order; then the rebuilt ones, in ready order."""
     for rp in replays:
@@ -119,6 +140,22 @@ def test_parameters_after_ddp_steps_match_the_simulated_ranks_bitwise(
         _check_params(rp)
     fp16 = next(r for r in replays if r.job["config"]["precision"] == "fp16")
     assert float(np.abs(fp16.torch_local[0][0][0]).max()) > 1.0, "guard: fp16 grads are scaled"
+
+
+def test_own_local_gradients_reduce_within_the_bound_they_imply(
+        replays: list[drv.Replay]) -> None:
+    """The reference's own local gradients (not bit-equal to torch's) reduced: within B."""
+    differs = 0
+    for rp in replays:
+        ws, precision = rp.job["world_size"], rp.job["config"]["precision"]
+        for s, step in enumerate(rp.torch_reduced):
+            for k, (a, b) in enumerate(zip(rp.reference_own_reduced[s], step[0], strict=True)):
+                bound = drv.own_reduced_bound([rp.torch_local[s][r][k] for r in range(ws)],
+                                              [rp.reference_local[s][r][k] for r in range(ws)])
+                assert_claim("ddp.own_reduced", a, b, f"ws {ws} {precision} step {s + 1} "
+                             f"param {k}", scale=bound / np.finfo(np.float32).eps)
+                differs += int(np.count_nonzero(a != b))
+    assert differs > 0, "guard: the trees' own local gradients must differ somewhere"
 
 
 def test_a_different_summation_order_stays_within_the_order_bound(launched: tuple) -> None:

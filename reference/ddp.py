@@ -204,10 +204,11 @@ def shard(x: np.ndarray, rank: int, world_size: int) -> np.ndarray:
 
 @dataclass
 class StepRecord:
-    """One DDP step: each rank's local gradient (scaled, before the reduction) that was
-    reduced, the one this tree computed (the same unless replayed), the reduced gradient
-    (the same on every rank), and the buckets it was reduced in."""
+    """One DDP step: each rank's rows (x, y), its local gradient (scaled, before the
+    reduction) that was reduced, the one this tree computed (the same unless replayed), the
+    reduced gradient (the same on every rank), and the buckets it was reduced in."""
 
+    rows: list[tuple[np.ndarray, np.ndarray]]
     local: list[list[np.ndarray]]
     own: list[list[np.ndarray]]
     reduced: list[np.ndarray]
@@ -229,10 +230,11 @@ def ddp_step(replicas: Sequence[Module], loss_fn: Loss, optimizers: Sequence, sc
     compared).
     """
     ws, dtype = len(replicas), amp.autocast_dtype(precision)
-    local, own, losses = [], [], []
+    rows, local, own, losses = [], [], [], []
     for rank, model in enumerate(replicas):
         optimizers[rank].zero_grad()
         xr, yr = shard(x, rank, ws), shard(y, rank, ws)
+        rows.append((xr, yr))
         with amp.autocast(dtype):
             loss = loss_fn(model.forward(xr), yr)
         with np.errstate(over="ignore", invalid="ignore"):
@@ -243,7 +245,7 @@ def ddp_step(replicas: Sequence[Module], loss_fn: Loss, optimizers: Sequence, sc
     sizes = [g.nbytes for g in local[0]]
     buckets = step_buckets(sizes, step, ready_order(len(sizes), precision))
     reduced = reduce_gradients(local, buckets)
-    record = StepRecord(local, own, reduced, buckets)
+    record = StepRecord(rows, local, own, reduced, buckets)
     for rank, model in enumerate(replicas):
         for p, g in zip(model.parameters(), reduced, strict=True):
             p.grad = g.copy()

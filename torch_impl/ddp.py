@@ -220,14 +220,17 @@ def _train(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
             batches = iter(parts.loader)
             continue
         optimizer.zero_grad()
+        xr, yr = x[rank::ws], y[rank::ws]  # reference.ddp.shard
         with amp.autocast(amp.autocast_dtype(c.precision), "cpu"):
-            loss = loss_fn(ddp(x[rank::ws]), y[rank::ws])  # reference.ddp.shard
+            output = ddp(xr)
+            loss = loss_fn(output, yr)
         scaler.scale(loss).backward()
         buckets = [[index[id(p)] for p in b.parameters()]
                    for b in ddp.reducer._get_zeros_like_grad_buckets()]
         steps.append({"local": [local[i] for i in range(len(params))],
                       "reduced": [p.grad.detach().clone() for p in params],
-                      "buckets": buckets, "loss": loss.detach().clone()})
+                      "buckets": buckets, "loss": loss.detach().clone(), "x": xr.clone(),
+                      "y": yr.clone(), "output": output.detach().clone()})
         scaler.unscale_(optimizer)
         scaler.step(optimizer)
         scaler.update()

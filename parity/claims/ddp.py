@@ -32,6 +32,21 @@ CLAIMS: tuple[Claim, ...] = (
         ),
     ),
     Claim(
+        id="ddp.shards",
+        statement=(
+            "At every step rank r of a DDP run trains on rows r::ws of the loader's global "
+            "batch: reference.ddp.shard of the reference loader's batch gives the bits of the "
+            "inputs and targets each torch rank received."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "Both loaders yield the same batches (data.loader) and both trees take the same "
+            "rows (DistributedSampler's stride, indices[rank:total:num_replicas], applied to "
+            "the batch); slicing copies bits."
+        ),
+    ),
+    Claim(
         id="ddp.buckets",
         statement=(
             "At every step, reference.ddp.step_buckets lists the same parameters in the same "
@@ -79,6 +94,28 @@ CLAIMS: tuple[Claim, ...] = (
             "Bit-identical reduced gradients (ddp.reduced_grads), unscale (loss_scaling.unscale) "
             "and SGD (optim.sgd_bits: fma as torch's CPU kernels fuse) on the same starting "
             "parameters, step after step: no operation left whose rounding could differ."
+        ),
+    ),
+    Claim(
+        id="ddp.own_reduced",
+        statement=(
+            "With its own local gradients (its own MLP's forward and backward on each rank's "
+            "shard, from the same parameters), the reference's reduced gradients are within B "
+            "of DDP's at every step: B = c sum_r |g_r - g'_r| + (u + gamma_{ws-1} (1 + u)) c "
+            "sum_r (|g_r| + |g'_r|), c = f32(1 / ws), g and g' the two trees' local gradients "
+            "(S = B / eps: the claim is |a - b| <= B)."
+        ),
+        kind="eps",
+        bound=1.0,
+        scale="B/eps, B from both trees' local gradients",
+        reason=(
+            "The one difference left: the local gradients (BLAS summation orders, bounded layer "
+            "by layer by nn.linear and amp.model_*). Each side forms x_r = g_r c (1 + d_r), "
+            "|d_r| <= u, so |x_r - x'_r| <= c |g_r - g'_r| + u c (|g_r| + |g'_r|), and sums the "
+            "ws values within gamma_{ws-1} sum|x_r| of their exact sum (Higham, Lemma 3.1), "
+            "|x_r| <= (1 + u) c |g_r|; the two reduced values differ by at most the sum of "
+            "these terms (B evaluated in float64, widened by 2^-50 relative to cover that). "
+            "Where the ranks' gradients cancel, the first term is nearly attained."
         ),
     ),
     Claim(

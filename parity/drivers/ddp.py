@@ -19,6 +19,7 @@ import numpy as np
 
 from common.train_config import TrainConfig
 from parity.compare import as_numpy
+from parity.drivers.nn import mlp_forward_with_bound
 from parity.drivers.optim import FUSED
 from reference import ddp as rddp
 from reference import loss_scaling as rls
@@ -105,6 +106,11 @@ class Replay:
     reference_buckets: list[list[list[int]]]
     torch_local: list[list[list[np.ndarray]]]  # [step][rank][param]
     reference_local: list[list[list[np.ndarray]]]  # the reference's own, [step][rank][param]
+    reference_own_reduced: list[list[np.ndarray]]  # its own local gradients reduced, [step]
+    torch_rows: list[list[tuple[np.ndarray, np.ndarray]]]  # [step][rank]: (x, y) it trained on
+    reference_rows: list[list[tuple[np.ndarray, np.ndarray]]]
+    # fp32 runs: [step][rank] (torch's output, the reference's, S of nn.mlp.forward)
+    outputs: list[list[tuple[np.ndarray, np.ndarray, np.ndarray]]]
 
 
 def replay(job: dict, results: list[list[dict]], index: int) -> Replay:
@@ -124,7 +130,7 @@ def replay(job: dict, results: list[list[dict]], index: int) -> Replay:
                                growth_interval=c.growth_interval) for _ in range(ws)]
     torch_local = [[[_np(g) for g in runs[r]["steps"][s]["local"]] for r in range(ws)]
                    for s in range(steps)]
-    reduced, buckets, own = [], [], []
+    reduced, buckets, own, own_reduced, rows, outputs = [], [], [], [], [], []
     batches = iter(parts.loader)
     while len(reduced) < steps:
         try:
@@ -133,10 +139,16 @@ def replay(job: dict, results: list[list[dict]], index: int) -> Replay:
             batches = iter(parts.loader)
             continue
         s = len(reduced)
+        if c.precision == "fp32":  # the bound of nn.mlp.forward is stated without autocast
+            outputs.append([(_np(runs[r]["steps"][s]["output"]),
+                             *mlp_forward_with_bound(replicas[r], rddp.shard(x, r, ws), {}))
+                            for r in range(ws)])
         record = rddp.ddp_step(replicas, parts.loss_fn, optimizers, scalers, x, y, step=s + 1,
                                precision=c.precision, local_grads=torch_local[s].__getitem__)
         reduced.append(record.reduced)
         own.append(record.own)
+        own_reduced.append(rddp.reduce_gradients(record.own, record.buckets))
+        rows.append(record.rows)
         buckets.append(record.buckets)
     return Replay(
         job=job,
@@ -150,4 +162,27 @@ def replay(job: dict, results: list[list[dict]], index: int) -> Replay:
         reference_buckets=buckets,
         torch_local=torch_local,
         reference_local=own,
+        reference_own_reduced=own_reduced,
+        torch_rows=[[(_np(runs[r]["steps"][s]["x"]), _np(runs[r]["steps"][s]["y"]))
+                     for r in range(ws)] for s in range(steps)],
+        reference_rows=rows,
+        outputs=outputs,
     )
+
+
+def own_reduced_bound(torch_local: list[np.ndarray], own_local: list[np.ndarray]
+                      ) -> np.ndarray:
+    """B of claim ddp.own_reduced for one parameter, from both trees' local gradients g_r,
+    g'_r of every rank (float64): with c = f32(1 / ws) and u = 2^-24,
+        B = c sum_r |g_r - g'_r| + (u + gamma_{ws-1} (1 + u)) c sum_r (|g_r| + |g'_r|),
+    widened by 2^-50 relative for its own float64 evaluation (observed within 0.1% of B where
+    the ranks' gradients cancel: the first term is then nearly attained)."""
+    ws = len(torch_local)
+    u = float(np.finfo(np.float32).eps) / 2
+    c = float(np.float32(1.0 / ws))
+    gamma = (ws - 1) * u / (1 - (ws - 1) * u)
+    g = [x.astype(np.float64) for x in torch_local]
+    h = [x.astype(np.float64) for x in own_local]
+    diff = np.sum([np.abs(a - b) for a, b in zip(g, h, strict=True)], axis=0)
+    size = np.sum([np.abs(a) + np.abs(b) for a, b in zip(g, h, strict=True)], axis=0)
+    return (c * diff + (u + gamma * (1 + u)) * c * size) * (1 + 2.0**-50)
