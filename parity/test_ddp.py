@@ -95,22 +95,39 @@ def _check_params(rp: drv.Replay) -> None:
                zip(rp.torch_final[0], rp.torch_initial, strict=True)), "guard: steps were taken"
 
 
+def _check_shards(rp: drv.Replay) -> None:
+    ws, precision = rp.job["world_size"], rp.job["config"]["precision"]
+    for s, step in enumerate(rp.torch_rows):
+        for r, ((tx, ty), (rx, ry)) in enumerate(zip(step, rp.reference_rows[s], strict=True)):
+            context = f"ws {ws} {precision} step {s + 1} rank {r}"
+            assert_claim("ddp.shards", rx, tx, context + " inputs")
+            assert_claim("ddp.shards", ry, ty, context + " targets")
+    for s, step in enumerate(rp.outputs):
+        for r, (torch_out, ref_out, bound) in enumerate(step):
+            assert_claim("nn.mlp.forward", ref_out, torch_out, f"ws {ws} step {s + 1} rank {r}",
+                         scale=bound)
+
+
+def _check_own_reduced(rp: drv.Replay) -> int:
+    """ddp.own_reduced at every step; returns how many elements differ at all."""
+    ws, precision = rp.job["world_size"], rp.job["config"]["precision"]
+    differs = 0
+    for s, step in enumerate(rp.torch_reduced):
+        for k, (a, b) in enumerate(zip(rp.reference_own_reduced[s], step[0], strict=True)):
+            bound = drv.own_reduced_bound([rp.torch_local[s][r][k] for r in range(ws)],
+                                          [rp.reference_local[s][r][k] for r in range(ws)])
+            assert_claim("ddp.own_reduced", a, b, f"ws {ws} {precision} step {s + 1} param {k}",
+                         scale=bound / np.finfo(np.float32).eps)
+            differs += int(np.count_nonzero(a != b))
+    return differs
+
+
 def test_each_rank_trains_on_its_strided_shard_of_the_global_batch(
         replays: list[drv.Replay]) -> None:
     """Rows r::ws in both trees; in fp32 the reference's own forward on them is within
     nn.mlp.forward's bound of the output DDP's rank computed."""
     for rp in replays:
-        ws, precision = rp.job["world_size"], rp.job["config"]["precision"]
-        for s, step in enumerate(rp.torch_rows):
-            for r, ((tx, ty), (rx, ry)) in enumerate(zip(step, rp.reference_rows[s],
-                                                          strict=True)):
-                context = f"ws {ws} {precision} step {s + 1} rank {r}"
-                assert_claim("ddp.shards", rx, tx, context + " inputs")
-                assert_claim("ddp.shards", ry, ty, context + " targets")
-        for s, step in enumerate(rp.outputs):
-            for r, (torch_out, ref_out, bound) in enumerate(step):
-                assert_claim("nn.mlp.forward", ref_out, torch_out,
-                             f"ws {ws} step {s + 1} rank {r}", scale=bound)
+        _check_shards(rp)
     assert any(rp.outputs for rp in replays), "guard: an fp32 run checks the forward"
 
 
@@ -145,16 +162,7 @@ def test_parameters_after_ddp_steps_match_the_simulated_ranks_bitwise(
 def test_own_local_gradients_reduce_within_the_bound_they_imply(
         replays: list[drv.Replay]) -> None:
     """The reference's own local gradients (not bit-equal to torch's) reduced: within B."""
-    differs = 0
-    for rp in replays:
-        ws, precision = rp.job["world_size"], rp.job["config"]["precision"]
-        for s, step in enumerate(rp.torch_reduced):
-            for k, (a, b) in enumerate(zip(rp.reference_own_reduced[s], step[0], strict=True)):
-                bound = drv.own_reduced_bound([rp.torch_local[s][r][k] for r in range(ws)],
-                                              [rp.reference_local[s][r][k] for r in range(ws)])
-                assert_claim("ddp.own_reduced", a, b, f"ws {ws} {precision} step {s + 1} "
-                             f"param {k}", scale=bound / np.finfo(np.float32).eps)
-                differs += int(np.count_nonzero(a != b))
+    differs = sum(_check_own_reduced(rp) for rp in replays)
     assert differs > 0, "guard: the trees' own local gradients must differ somewhere"
 
 
@@ -177,9 +185,12 @@ def test_a_different_summation_order_stays_within_the_order_bound(launched: tupl
 @pytest.mark.slow
 @pytest.mark.parametrize("world_size", [2, 3, 4])
 def test_full_matrix_of_world_sizes_and_precisions_is_bit_exact(world_size: int) -> None:
-    """ws 2, 3, 4 x fp32, bf16, fp16: buckets, reduced gradients and parameters."""
+    """ws 2, 3, 4 x fp32, bf16, fp16: shards, buckets, reduced gradients (replayed and
+    own) and parameters."""
     jobs = drv.train_jobs((world_size,), ("fp32", "bf16", "fp16"))
     for rp in _runs(jobs, drv.launch(jobs, world_size)):
+        _check_shards(rp)
+        _check_own_reduced(rp)
         _check_buckets(rp)
         _check_reduced(rp)
         _check_params(rp)
