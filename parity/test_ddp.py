@@ -6,7 +6,8 @@ difference implies (ddp.own_reduced); and how far a different
 summation order (NCCL's) can move a sum (ddp.order_bound).
 
 The default run makes ONE launch of 3 gloo processes (a 2-rank subgroup runs the ws = 2
-jobs): ring probes, and DDP runs at ws 2 (fp32) and 3 (fp32, fp16 with the GradScaler).
+jobs): ring probes, and DDP runs at ws 2 (fp32) and 3 (fp32, fp16 with the GradScaler, fp32
+with gradient_as_bucket_view=True).
 The full matrix (ws 2, 3, 4 x fp32, bf16, fp16) is slow. The ring's sweep over sizes and
 dtypes is tests/test_ddp_ring.py; the launcher's failure handling tests/test_ddp_launch.py.
 Driver: parity/drivers/ddp.py.
@@ -22,13 +23,15 @@ import pytest
 from parity.compare import assert_claim, bit_view
 from parity.drivers import ddp as drv
 
-DEFAULT_RUNS = ((2, "fp32"), (3, "fp32"), (3, "fp16"))
+# (world size, precision, gradient_as_bucket_view)
+DEFAULT_RUNS = ((2, "fp32", False), (3, "fp32", False), (3, "fp16", False), (3, "fp32", True))
 
 
-def _jobs(runs: tuple[tuple[int, str], ...], ring_world_sizes: tuple[int, ...]) -> list[dict]:
+def _jobs(runs: tuple[tuple[int, str, bool], ...], ring_world_sizes: tuple[int, ...]
+          ) -> list[dict]:
     jobs = drv.ring_jobs(drv.QUICK_RING, ring_world_sizes)
-    for w, p in runs:
-        jobs += drv.train_jobs((w,), (p,))
+    for w, p, as_view in runs:
+        jobs += drv.train_jobs((w,), (p,), as_view)
     return jobs
 
 
@@ -142,7 +145,11 @@ def test_reduced_gradients_match_ddp_bitwise_on_every_rank(replays: list[drv.Rep
     for rp in replays:
         _check_reduced(rp)
     # guard: at ws 3 a true division for f32(1/3)'s product, and a left-to-right sum for the
-    # ring, would each change bits of these very gradients
+    # ring, would each change bits of these very gradients; with gradient_as_bucket_view
+    # the reducer does divide from step 2 on, so the product would change them there
+    view = next(r for r in replays if r.job["gradient_as_bucket_view"])
+    multiplied = drv.rddp.reduce_gradients(view.torch_local[1], view.reference_buckets[1])
+    assert any(np.any(a != b) for a, b in zip(multiplied, view.torch_reduced[1][0], strict=True))
     rp = next(r for r in replays if r.job["world_size"] == 3)
     flat = [np.concatenate([g.reshape(-1) for g in rank]) for rank in rp.torch_local[1]]
     assert np.any(flat[0] / np.float32(3) != flat[0] * np.float32(1 / 3))
@@ -187,7 +194,8 @@ def test_a_different_summation_order_stays_within_the_order_bound(launched: tupl
 def test_full_matrix_of_world_sizes_and_precisions_is_bit_exact(world_size: int) -> None:
     """ws 2, 3, 4 x fp32, bf16, fp16: shards, buckets, reduced gradients (replayed and
     own) and parameters."""
-    jobs = drv.train_jobs((world_size,), ("fp32", "bf16", "fp16"))
+    jobs = (drv.train_jobs((world_size,), ("fp32", "bf16", "fp16"))
+            + drv.train_jobs((world_size,), ("bf16",), gradient_as_bucket_view=True))
     for rp in _runs(jobs, drv.launch(jobs, world_size)):
         _check_shards(rp)
         _check_own_reduced(rp)

@@ -124,9 +124,10 @@ def _round_up(value: int, multiple: int) -> int:
 #    at::mul_out(bucket_view, grad, wrapped_scalar_tensor(1. / div_factor_)), div_factor_ =
 #    world size; a CPU scalar operand enters float32 multiplication as float32, so each
 #    element is f32(g * f32(1 / ws)) (for ws = 3 not g / 3). Only when a gradient already
-#    aliases its bucket view (gradient_as_bucket_view=True and .grad not set to None between
-#    steps) does it run bucket_view.div_(div_factor_), a true division; this file mirrors
-#    the default (gradient_as_bucket_view=False, zero_grad(set_to_none=True)).
+#    aliases its bucket view (gradient_as_bucket_view=True and zero_grad(set_to_none=False):
+#    from step 2 on, AccumulateGrad adds the new gradient into the zeroed view, 0 + g) does it
+#    run bucket_view.div_(div_factor_), a true division: reduce_gradients(divide=True), and
+#    ddp_step(gradient_as_bucket_view=True) from step 2 on.
 # 5. The reduced gradient is the float32 bucket (params are float32; autocast does not change
 #    a gradient's dtype), copied back into .grad (finalize_bucket_dense): exact.
 
@@ -172,10 +173,11 @@ def step_buckets(sizes_bytes: Sequence[int], step: int, ready: Sequence[int]) ->
     return bucket_plan(sizes_bytes, ready)
 
 
-def reduce_gradients(grads: Sequence[Sequence[np.ndarray]], buckets: Sequence[Sequence[int]]
-                     ) -> list[np.ndarray]:
+def reduce_gradients(grads: Sequence[Sequence[np.ndarray]], buckets: Sequence[Sequence[int]],
+                     divide: bool = False) -> list[np.ndarray]:
     """DDP's reduced gradients (one list, the same on every rank) of grads[rank][param]:
-    pre-divided by f32(1 / ws), flattened per bucket, ring all-reduced, cut back."""
+    pre-divided by f32(1 / ws) (`divide`: (0 + g) / ws, the in-place path of a gradient
+    that is its bucket view), flattened per bucket, ring all-reduced, cut back."""
     ws = len(grads)
     reduced: list[np.ndarray | None] = [None] * len(grads[0])
     for bucket in buckets:
@@ -183,7 +185,11 @@ def reduce_gradients(grads: Sequence[Sequence[np.ndarray]], buckets: Sequence[Se
         for rank in range(ws):
             views = [grads[rank][i].reshape(-1) for i in bucket]
             dt = views[0].dtype.type
-            flats.append(np.concatenate(views) * dt(1.0 / ws))  # at::mul_out, in the dtype
+            flat = np.concatenate(views)
+            if divide:  # AccumulateGrad's 0 + g into the zeroed view, then div_
+                flats.append((dt(0) + flat) / dt(ws))
+            else:  # at::mul_out with the reciprocal as a float32 scalar
+                flats.append(flat * dt(1.0 / ws))
         total = ring_allreduce(flats)[0]
         offset = 0
         for i in bucket:
@@ -218,7 +224,8 @@ class StepRecord:
 
 def ddp_step(replicas: Sequence[Module], loss_fn: Loss, optimizers: Sequence, scalers: Sequence,
              x: np.ndarray, y: np.ndarray, *, step: int, precision: str,
-             local_grads: Callable[[int], list[np.ndarray]] | None = None) -> StepRecord:
+             local_grads: Callable[[int], list[np.ndarray]] | None = None,
+             gradient_as_bucket_view: bool = False) -> StepRecord:
     """One DDP step over len(replicas) simulated ranks; rank r trains on shard(x, r, ws).
 
     Each rank as reference.train.train_step up to its backward (zero_grad, autocast forward,
@@ -227,7 +234,8 @@ def ddp_step(replicas: Sequence[Module], loss_fn: Loss, optimizers: Sequence, sc
     optimizer phase (train._optimizer_phase: unscale_, step unless inf/NaN, update).
     `local_grads(rank)`, if given, replaces rank's computed gradient (a replay of another
     implementation's local gradients: the reduction and the optimizer are then all that is
-    compared).
+    compared). `gradient_as_bucket_view`: DDP's option of that name with
+    zero_grad(set_to_none=False) (NOTE [ DDP's reducer ] 4).
     """
     ws, dtype = len(replicas), amp.autocast_dtype(precision)
     rows, local, own, losses = [], [], [], []
@@ -244,7 +252,7 @@ def ddp_step(replicas: Sequence[Module], loss_fn: Loss, optimizers: Sequence, sc
         losses.append(float(loss))
     sizes = [g.nbytes for g in local[0]]
     buckets = step_buckets(sizes, step, ready_order(len(sizes), precision))
-    reduced = reduce_gradients(local, buckets)
+    reduced = reduce_gradients(local, buckets, divide=gradient_as_bucket_view and step > 1)
     record = StepRecord(rows, local, own, reduced, buckets)
     for rank, model in enumerate(replicas):
         for p, g in zip(model.parameters(), reduced, strict=True):

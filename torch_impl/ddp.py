@@ -52,9 +52,12 @@ def allreduce_job(dtype: str, n: int, seed: int, world_size: int) -> dict[str, A
     return {"kind": "allreduce", "dtype": dtype, "n": n, "seed": seed, "world_size": world_size}
 
 
-def train_job(config: TrainConfig, steps: int, world_size: int) -> dict[str, Any]:
+def train_job(config: TrainConfig, steps: int, world_size: int,
+              gradient_as_bucket_view: bool = False) -> dict[str, Any]:
     """`steps` DDP steps of `config`'s MLP; the loader's global batch is split by rank
-    (reference.ddp.shard's stride); SGD as config.optimizer must say, constant lr, no dropout."""
+    (reference.ddp.shard's stride); SGD as config.optimizer must say, constant lr, no dropout.
+    `gradient_as_bucket_view`: DDP's option, with zero_grad(set_to_none=False) (else the
+    gradients never alias their bucket views)."""
     if config.model != "mlp" or config.optimizer != "SGD" or config.dropout != 0.0:
         raise ValueError("train_job: an MLP, optimizer 'SGD', dropout 0 (each rank would need "
                          "its own dropout stream)")
@@ -62,7 +65,7 @@ def train_job(config: TrainConfig, steps: int, world_size: int) -> dict[str, Any
         raise ValueError(f"train_job: batch_size {config.batch_size} does not split into "
                          f"{world_size} equal shards")
     return {"kind": "train", "config": config.to_dict(), "steps": steps,
-            "world_size": world_size}
+            "world_size": world_size, "gradient_as_bucket_view": gradient_as_bucket_view}
 
 
 def fault_job(rank: int, how: str, world_size: int) -> dict[str, Any]:
@@ -203,7 +206,9 @@ def _train(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
     model, loss_fn = parts.model, parts.loss_fn
     params = list(model.parameters())
     initial = [p.detach().clone() for p in params]
-    ddp = DistributedDataParallel(model, process_group=group)  # bucket_cap_mb=25: the default
+    as_view = job["gradient_as_bucket_view"]
+    ddp = DistributedDataParallel(model, process_group=group,  # bucket_cap_mb=25: the default
+                                  gradient_as_bucket_view=as_view)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=c.lr, momentum=0.9)
     scaler = loss_scaling.make_scaler(c.precision, "cpu", init_scale=c.init_scale,
                                       growth_interval=c.growth_interval)
@@ -219,7 +224,7 @@ def _train(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
         except StopIteration:
             batches = iter(parts.loader)
             continue
-        optimizer.zero_grad()
+        optimizer.zero_grad(set_to_none=not as_view)
         xr, yr = x[rank::ws], y[rank::ws]  # reference.ddp.shard
         with amp.autocast(amp.autocast_dtype(c.precision), "cpu"):
             output = ddp(xr)

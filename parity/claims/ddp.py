@@ -68,12 +68,14 @@ CLAIMS: tuple[Claim, ...] = (
         statement=(
             "Given the torch ranks' local gradients, reference.ddp.reduce_gradients gives the "
             "bits of DDP's reduced .grad on every rank at every step, world sizes 2, 3 and 4, "
-            "float32 and under bf16/fp16 autocast (fp16 scaled by the GradScaler)."
+            "float32 and under bf16/fp16 autocast (fp16 scaled by the GradScaler), with "
+            "gradient_as_bucket_view False (the default) and True."
         ),
         kind="bits",
         bound=0,
         reason=(
-            "NOTE [ DDP's reducer ] 3-5: the same f32(g * f32(1 / ws)) per element, the same "
+            "NOTE [ DDP's reducer ] 3-5: the same f32(g * f32(1 / ws)) per element (f32((0 + "
+            "g) / ws) where the gradient is its bucket view, from step 2 on), the same "
             "flat bucket layout, the ring's order on it (ddp.ring_order), an exact copy back. "
             "The local gradients themselves are the torch ranks' (replayed): the reference's "
             "own differ in the last bits (a BLAS product's summation order, nn.linear's "

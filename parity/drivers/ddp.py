@@ -47,10 +47,12 @@ def config(precision: str, seed: int = 0) -> TrainConfig:
                        lr=0.05, schedule="constant", batch_size=12, num_samples=48)
 
 
-def train_jobs(world_sizes: tuple[int, ...], precisions: tuple[str, ...]) -> list[dict]:
+def train_jobs(world_sizes: tuple[int, ...], precisions: tuple[str, ...],
+               gradient_as_bucket_view: bool = False) -> list[dict]:
     from torch_impl import ddp as tddp
 
-    return [tddp.train_job(config(p), STEPS, w) for w in world_sizes for p in precisions]
+    return [tddp.train_job(config(p), STEPS, w, gradient_as_bucket_view)
+            for w in world_sizes for p in precisions]
 
 
 def ring_jobs(cases: tuple[tuple[str, int], ...], world_sizes: tuple[int, ...]) -> list[dict]:
@@ -144,7 +146,8 @@ def replay(job: dict, results: list[list[dict]], index: int) -> Replay:
                              *mlp_forward_with_bound(replicas[r], rddp.shard(x, r, ws), {}))
                             for r in range(ws)])
         record = rddp.ddp_step(replicas, parts.loss_fn, optimizers, scalers, x, y, step=s + 1,
-                               precision=c.precision, local_grads=torch_local[s].__getitem__)
+                               precision=c.precision, local_grads=torch_local[s].__getitem__,
+                               gradient_as_bucket_view=job["gradient_as_bucket_view"])
         reduced.append(record.reduced)
         own.append(record.own)
         own_reduced.append(rddp.reduce_gradients(record.own, record.buckets))
