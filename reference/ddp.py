@@ -20,10 +20,10 @@ Two ranks: x[1] + x[0], commutative, so any order; from three ranks on the order
 chunk by chunk from a left-to-right sum, and so do the bits.
 
 A DDP step (NOTE [ DDP's reducer ] for the sources): each rank's gradient is multiplied by
-f32(1 / ws) while it is copied into its bucket (a flat concatenation of the bucket's
-parameters, so the ring's chunks run across parameter boundaries), the bucket is ring
-all-reduced, and the result is copied back into every rank's .grad; the optimizer then steps
-on each rank alike.
+f32(1 / ws) (divided by ws where it already is its bucket view) as it enters its bucket, a
+flat concatenation of the bucket's parameters, so the ring's chunks run across parameter
+boundaries; the bucket is ring all-reduced, and the result is copied back into every rank's
+.grad; the optimizer then steps on each rank alike.
 """
 
 from __future__ import annotations
@@ -44,8 +44,9 @@ FIRST_BUCKET_BYTES = MIB  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
 BUCKET_BYTES = 25 * MIB  # DDP's bucket_cap_mb=25
 
 # NOTE [ gloo's ring segments ]
-# gloo/allreduce.cc, ring() (torch's ProcessGroupGloo::allreduce calls gloo::allreduce with
-# the ring algorithm, maxSegmentSize 1 MiB): with B = elements * elementSize bytes,
+# gloo/allreduce.cc, ring(): torch's ProcessGroupGloo::allreduce calls gloo::allreduce,
+# whose options (gloo/allreduce.h, AllreduceOptionsImpl) default to algorithm UNSPECIFIED
+# (= RING) and maxSegmentSize = kMaxSegmentSize = 1 MiB. With B = elements * elementSize,
 #   maxSegmentBytes = elementSize * max(1, maxSegmentSize // elementSize)
 #   numSegments     = roundUp(max(ceil(B / maxSegmentBytes), 2 ws), ws)
 #   segmentBytes    = roundUp(ceil(B / numSegments), elementSize)
@@ -55,7 +56,10 @@ BUCKET_BYTES = 25 * MIB  # DDP's bucket_cap_mb=25
 # r + 1 into its own buffer (out = out + received); after ws - 1 hops chunk k is complete on
 # rank k, and the allgather copies it everywhere. The 1 MiB cap matters from 2 ws MiB on:
 # below that there are exactly 2 ws segments. Checked against dist.all_reduce for world
-# sizes 2-5, float16, bfloat16, float32 and float64, 1 to 3,000,017 elements.
+# sizes 2-5, float16, bfloat16, float32 and float64, 1 to 3,000,017 elements (torch 2.13).
+# A newer gloo source sends ring() to a shared-memory path for ranks on one node
+# (is_intra_node -> shm); torch 2.13's gloo gives the ring's bits, so a torch upgrade must
+# rerun the slow sweep (tests/test_ddp_ring.py) before this mirror is trusted again.
 
 
 def ring_chunks(n: int, itemsize: int, world_size: int,

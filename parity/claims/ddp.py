@@ -27,8 +27,8 @@ CLAIMS: tuple[Claim, ...] = (
             "NOTE [ gloo's ring segments ]: the mirror forms each element's sum with the same "
             "additions in the same order ((x[k-1] + x[k-2]) + ...) + x[k] for the chunk k it "
             "falls in, with chunk boundaries from gloo's own segment arithmetic; each addition "
-            "is one IEEE rounding in the dtype on both sides (gloo's float16 sum adds in float32 "
-            "and rounds once, innocuous since 24 >= 2 * 11 + 2; NumPy's the same)."
+            "rounds once to the dtype on both sides (float16 and bfloat16 through float32, a "
+            "double rounding that is innocuous since 24 >= 2 p + 2), so no result can differ."
         ),
     ),
     Claim(
