@@ -45,6 +45,14 @@ def test_a_hung_rank_ends_the_launch_when_its_partners_time_out() -> None:
 
 
 @pytest.mark.slow
+def test_a_hung_rank_in_a_subgroup_ends_the_launch_as_soon() -> None:
+    """A 2-rank job on a 3-rank launch runs on a subgroup, with the same collective timeout."""
+    message, seconds = _launch_fails([ddp.fault_job(1, "hang", 2)], 3, collective_timeout=3.0)
+    assert "rank 0 failed" in message and "ranks [1] were still running" in message, message
+    assert seconds < 30.0
+
+
+@pytest.mark.slow
 def test_a_launch_past_its_deadline_is_killed() -> None:
     message, seconds = _launch_fails([ddp.fault_job(1, "hang", 2)], 2, timeout=4.0,
                                      collective_timeout=600.0)

@@ -165,16 +165,19 @@ def _worker(rank: int, world_size: int, tmp: str, jobs: list[dict[str, Any]],
         store = dist.FileStore(os.path.join(tmp, "store"), world_size)
         if backend == "nccl":
             torch.cuda.set_device(rank)
+        timeout = timedelta(seconds=collective_timeout)
         dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
-                                timeout=timedelta(seconds=collective_timeout))
+                                timeout=timeout)
+        groups: dict[int, Any] = {world_size: None}  # None: the default group
         results = []
         for job in jobs:
             w = job["world_size"]
-            group = dist.new_group(list(range(w))) if w < world_size else None
-            if rank >= w:  # not in this job's subgroup (new_group is still called by all)
+            if w not in groups:  # every rank calls new_group, members or not; its timeout
+                groups[w] = dist.new_group(list(range(w)), timeout=timeout)  # not 30 min
+            if rank >= w:  # not in this job's subgroup
                 results.append({})
                 continue
-            results.append(_RUN[job["kind"]](job, rank, group))
+            results.append(_RUN[job["kind"]](job, rank, groups[w]))
         torch.save(results, os.path.join(tmp, f"rank{rank}.pt"))
         dist.destroy_process_group()
     except BaseException as error:  # reported to the parent, then exit 1
