@@ -19,9 +19,11 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from hypothesis import event, given, settings
 
 from parity.compare import assert_claim, bit_view
 from parity.drivers import ddp as drv
+from parity.strategies import rank_values
 
 # (world size, precision, gradient_as_bucket_view)
 DEFAULT_RUNS = ((2, "fp32", False), (3, "fp32", False), (3, "fp16", False), (3, "fp32", True))
@@ -187,6 +189,28 @@ def test_a_different_summation_order_stays_within_the_order_bound(launched: tupl
                      scale=drv.order_scale(inputs))
         seen += int(np.count_nonzero(bit_view(naive) != bit_view(outputs[0])))
     assert seen > 0, "guard: the two orders must differ somewhere"
+
+
+@given(case=rank_values())
+@settings(max_examples=30)
+def test_any_two_summation_orders_stay_within_the_order_bound(case: tuple[str, list]) -> None:
+    """For any ranks' values (subnormals, cancellation, 30 binades apart): the ring mirror,
+    a left-to-right sum and torch's sum over a rank axis (three orders; NCCL's is another)
+    pairwise within ddp.order_bound."""
+    import torch
+
+    dtype, inputs = case
+    ring = drv.rddp.ring_allreduce(inputs)[0]
+    naive = drv.rddp.naive_sum(inputs)
+    stacked = torch.from_numpy(np.stack([bit_view(x) for x in inputs]))
+    torch_dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16,
+                   "float32": torch.float32, "float64": torch.float64}[dtype]
+    summed = stacked.view(torch_dtype).sum(0)
+    torch_sum = drv.np_of(summed, dtype)
+    scale = drv.order_scale(inputs)
+    event(f"{dtype}, orders differ: {not np.array_equal(bit_view(ring), bit_view(naive))}")
+    assert_claim("ddp.order_bound", naive, ring, f"{dtype} naive vs ring", scale=scale)
+    assert_claim("ddp.order_bound", torch_sum, ring, f"{dtype} torch.sum vs ring", scale=scale)
 
 
 @pytest.mark.slow

@@ -123,9 +123,10 @@ CLAIMS: tuple[Claim, ...] = (
     Claim(
         id="ddp.order_bound",
         statement=(
-            "Two summation orders of the same ws values (gloo's ring and a left-to-right sum on "
-            "CPU; NCCL's all_reduce and the gloo mirror on CUDA) differ by at most eps S, S = "
-            "(ws - 1) sum_r |x_r| / (1 - (ws - 1) u)."
+            "Two summation orders of the same ws values differ by at most eps S, S = (ws - 1) "
+            "sum_r |x_r| / (1 - (ws - 1) u): on CPU gloo's ring against a left-to-right sum, and "
+            "for any values (hypothesis) the ring mirror against a left-to-right sum and "
+            "against torch.sum over a rank axis; on CUDA NCCL's all_reduce against the mirror."
         ),
         kind="eps",
         bound=1.0,

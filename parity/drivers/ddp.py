@@ -77,11 +77,14 @@ def order_scale(inputs: list[np.ndarray]) -> np.ndarray:
     return (ws - 1) * total / (1 - (ws - 1) * u)
 
 
-def _np(t: Any, dtype: str | None = None) -> np.ndarray:
+def np_of(t: Any, dtype: str | None = None) -> np.ndarray:
     """A tensor's values as NumPy, bfloat16 by its bits (NumPy has no bfloat16 of its own)."""
     if dtype == "bfloat16":
         return as_numpy(t.view(__import__("torch").int16)).view(ml_dtypes.bfloat16)
     return as_numpy(t)
+
+
+_np = np_of
 
 
 def ring_case(job: dict, results: list[list[dict]], index: int
