@@ -12,6 +12,7 @@ from parity.strategies.data import (  # noqa: F401
     data_batches_per_epoch,
     data_sampler_runs,
 )
+from parity.strategies.ddp import RANK_DTYPES, rank_values  # noqa: F401
 from parity.strategies.formats import (  # noqa: F401
     EDGE_NAMES,
     double_rounding_cases,

@@ -1,0 +1,142 @@
+"""The ddp claims (the kinds and the registry: parity/tolerances.py).
+
+On CUDA the engine is NCCL, not gloo: DDP's reducer is the same C++ (the same buckets, the
+same f32(1 / ws) pre-division: ddp.buckets and the pre-division half of ddp.reduced_grads
+carry over), but NCCL sums in an order of its own (ring or tree, chosen by NCCL_ALGO, the
+channel count and the protocol, and split across channels), which the gloo mirror does not
+reproduce: there the bit-exact claims become ddp.order_bound. The CUDA runs check it against
+NCCL's all_reduce (one GPU per rank, so at least two GPUs).
+"""
+
+from __future__ import annotations
+
+from parity.claims import Claim
+
+CLAIMS: tuple[Claim, ...] = (
+    Claim(
+        id="ddp.ring_order",
+        statement=(
+            "reference.ddp.ring_allreduce gives every rank the bits dist.all_reduce (sum, gloo, "
+            "processes on 127.0.0.1) gives it, for world sizes 2-5, float16, bfloat16, float32 "
+            "and float64, 1 to 3,000,017 elements; from three ranks on a left-to-right sum "
+            "does not."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "NOTE [ gloo's ring segments ]: the mirror forms each element's sum with the same "
+            "additions in the same order ((x[k-1] + x[k-2]) + ...) + x[k] for the chunk k it "
+            "falls in, with chunk boundaries from gloo's own segment arithmetic; each addition "
+            "rounds once to the dtype on both sides (float16 and bfloat16 through float32, a "
+            "double rounding that is innocuous since 24 >= 2 p + 2), so no result can differ."
+        ),
+    ),
+    Claim(
+        id="ddp.shards",
+        statement=(
+            "At every step rank r of a DDP run trains on rows r::ws of the loader's global "
+            "batch: reference.ddp.shard of the reference loader's batch gives the bits of the "
+            "inputs and targets each torch rank received."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "Both loaders yield the same batches (data.loader) and both trees take the same "
+            "rows (DistributedSampler's stride, indices[rank:total:num_replicas], applied to "
+            "the batch); slicing copies bits."
+        ),
+    ),
+    Claim(
+        id="ddp.buckets",
+        statement=(
+            "At every step, reference.ddp.step_buckets lists the same parameters in the same "
+            "order per bucket as DDP's reducer (GradBucket.parameters()): one bucket in "
+            "parameter order at step 1, then buckets rebuilt in gradient-ready order closed "
+            "at 1 MiB and 25 MiB, for float32 and under bf16/fp16 autocast."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "NOTE [ DDP's reducer ] 1-2: the reference computes the assignment with the "
+            "reducer's rule (compute_bucket_assignment_by_size: close when size >= limit) on the "
+            "ready order the engine produces for an MLP (reference.ddp.ready_order); integers, "
+            "no rounding."
+        ),
+    ),
+    Claim(
+        id="ddp.reduced_grads",
+        statement=(
+            "Given the torch ranks' local gradients, reference.ddp.reduce_gradients gives the "
+            "bits of DDP's reduced .grad on every rank at every step, world sizes 2, 3 and 4, "
+            "float32 and under bf16/fp16 autocast (fp16 scaled by the GradScaler), with "
+            "gradient_as_bucket_view False (the default) and True."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "NOTE [ DDP's reducer ] 3-5: the same f32(g * f32(1 / ws)) per element (f32((0 + "
+            "g) / ws) where the gradient is its bucket view, from step 2 on), the same "
+            "flat bucket layout, the ring's order on it (ddp.ring_order), an exact copy back. "
+            "The local gradients themselves are the torch ranks' (replayed): the reference's "
+            "own differ in the last bits (a BLAS product's summation order, nn.linear's "
+            "bound), so its own reduced gradients are within that bound, not bit-equal."
+        ),
+    ),
+    Claim(
+        id="ddp.params",
+        statement=(
+            "After 3 DDP steps (SGD with momentum, constant lr; fp16 with the GradScaler) the "
+            "reference's simulated ranks, replaying the torch ranks' local gradients, hold the "
+            "bits of every torch rank's parameters, world sizes 2, 3 and 4, float32 and under "
+            "bf16/fp16 autocast."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "Bit-identical reduced gradients (ddp.reduced_grads), unscale (loss_scaling.unscale) "
+            "and SGD (optim.sgd_bits: fma as torch's CPU kernels fuse) on the same starting "
+            "parameters, step after step: no operation left whose rounding could differ."
+        ),
+    ),
+    Claim(
+        id="ddp.own_reduced",
+        statement=(
+            "With its own local gradients (its own MLP's forward and backward on each rank's "
+            "shard, from the same parameters), the reference's reduced gradients are within B "
+            "of DDP's at every step: B = c sum_r |g_r - g'_r| + (u + gamma_{ws-1} (1 + u)) c "
+            "sum_r (|g_r| + |g'_r|), c = f32(1 / ws), g and g' the two trees' local gradients "
+            "(S = B / eps: the claim is |a - b| <= B)."
+        ),
+        kind="eps",
+        bound=1.0,
+        scale="B/eps, B from both trees' local gradients",
+        reason=(
+            "The one difference left: the local gradients (BLAS summation orders, bounded layer "
+            "by layer by nn.linear and amp.model_*). Each side forms x_r = g_r c (1 + d_r), "
+            "|d_r| <= u, so |x_r - x'_r| <= c |g_r - g'_r| + u c (|g_r| + |g'_r|), and sums the "
+            "ws values within gamma_{ws-1} sum|x_r| of their exact sum (Higham, Lemma 3.1), "
+            "|x_r| <= (1 + u) c |g_r|; the two reduced values differ by at most the sum of "
+            "these terms (B evaluated in float64, widened by 2^-50 relative to cover that). "
+            "Where the ranks' gradients cancel, the first term is nearly attained."
+        ),
+    ),
+    Claim(
+        id="ddp.order_bound",
+        statement=(
+            "Two summation orders of the same ws values differ by at most eps S, S = (ws - 1) "
+            "sum_r |x_r| / (1 - (ws - 1) u): on CPU gloo's ring against a left-to-right sum, and "
+            "for any values (hypothesis) the ring mirror against a left-to-right sum and "
+            "against torch.sum over a rank axis; on CUDA NCCL's all_reduce against the mirror."
+        ),
+        kind="eps",
+        bound=1.0,
+        scale="(ws - 1) sum_r |x_r| / (1 - (ws - 1) u)",
+        reason=(
+            "Any order of n = ws additions is within gamma_{n-1} sum|x_r| of the exact sum "
+            "(Higham, Thm 4.3 / Lemma 3.1: gamma_k = k u / (1 - k u)), so two orders are within "
+            "2 gamma_{n-1} sum|x_r| = eps (n - 1) sum|x_r| / (1 - (n - 1) u), eps = 2u: the "
+            "NCCL statement, since its order is neither mirrored nor fixed across NCCL versions "
+            "and settings."
+        ),
+    ),
+)

@@ -1,0 +1,103 @@
+"""reference.ddp's ring all-reduce against its oracles: the docstring's per-element
+pseudocode (compiled as it stands), gloo's segment arithmetic worked by hand, DDP's bucket
+rule, and (slow) the real dist.all_reduce over world sizes 2-5, four dtypes and sizes 1 to
+3,000,017 (claim ddp.ring_order; the default run's probes are in parity/test_ddp.py).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from parity.compare import assert_claim, bit_view
+from parity.drivers import ddp as drv
+from reference import ddp as rddp
+
+
+def _pseudocode_ring_element():  # type: ignore[no-untyped-def]
+    """The `ring_element` written in reference/ddp.py's docstring, compiled as it stands."""
+    match = re.search(r"\n( +)def ring_element\(.*?(?=\n\n\S)", rddp.__doc__ or "", re.S)
+    assert match, "reference/ddp.py's docstring lost its ring_element pseudocode"
+    indent = len(match.group(1))
+    source = "\n".join(line[indent:] for line in match.group(0).strip("\n").splitlines())
+    namespace: dict = {}
+    exec(source, namespace)  # the docstring is this project's own text
+    return namespace["ring_element"]
+
+
+RING_ELEMENT = _pseudocode_ring_element()
+
+
+@pytest.mark.parametrize("ws", [2, 3, 4, 5])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_ring_allreduce_is_the_docstring_pseudocode_element_by_element(ws: int, dtype: type
+                                                                       ) -> None:
+    """Each element: the pseudocode's sum over ranks for the chunk ring_chunks puts it in."""
+    rng = np.random.default_rng(ws)
+    n = 37
+    x = [(rng.standard_normal(n) * 2.0 ** rng.integers(-8, 9, n)).astype(dtype)
+         for _ in range(ws)]
+    out = rddp.ring_allreduce(x)
+    chunks = rddp.ring_chunks(n, np.dtype(dtype).itemsize, ws)
+    expected = np.empty(n, dtype)
+    for k, (lo, hi) in enumerate(chunks):
+        for j in range(lo, hi):
+            expected[j] = RING_ELEMENT([a[j] for a in x], k)
+    assert sum(hi - lo for lo, hi in chunks) == n
+    for r in range(ws):
+        assert np.array_equal(bit_view(out[r]), bit_view(expected))
+    if ws >= 3:  # guard: the order shows in these bits
+        assert not np.array_equal(bit_view(rddp.naive_sum(x)), bit_view(expected))
+
+
+def test_segments_follow_gloos_arithmetic_worked_by_hand() -> None:
+    """3,000,017 float32 (12,000,068 bytes) on 5 ranks: ceil(B / 1 MiB) = 12 segments, up to
+    15 (a multiple of 5), of roundUp(ceil(B / 15), 4) = 800,008 bytes = 200,002 elements;
+    3 a chunk. Without the cap: 2 ws = 10 segments of 300,002 elements, other boundaries.
+    Small buffers: 2 ws segments; 1 element on 3 ranks sits in chunk 0."""
+    assert rddp.ring_chunks(3_000_017, 4, 5)[:2] == [(0, 600_006), (600_006, 1_200_012)]
+    assert rddp.ring_chunks(3_000_017, 4, 5, max_segment_bytes=2**40)[1] == (600_004, 1_200_008)
+    assert rddp.ring_chunks(1, 4, 3) == [(0, 1), (1, 1), (1, 1)]
+    assert rddp.ring_chunks(7, 2, 2) == [(0, 4), (4, 7)]  # 4 segments of 2 elements
+
+
+def test_bucket_plan_closes_a_bucket_at_its_limit_keeping_the_crossing_tensor() -> None:
+    """compute_bucket_assignment_by_size: add, then close when size >= limit; the limits
+    advance one per bucket and stay at the last."""
+    mib = rddp.MIB
+    assert rddp.bucket_plan([mib, 1, 1], [0, 1, 2]) == [[0], [1, 2]]
+    assert rddp.bucket_plan([mib - 1, 1, 1], [2, 1, 0]) == [[2, 1, 0]]
+    sizes = [mib // 2, mib // 2, 20 * mib, 5 * mib, 3 * mib]
+    assert rddp.bucket_plan(sizes, range(5)) == [[0, 1], [2, 3], [4]]
+    assert rddp.step_buckets([4, 8, 4, 8], 1, [3, 2, 1, 0]) == [[0, 1, 2, 3]]
+    assert rddp.ready_order(4, "fp32") == [3, 2, 1, 0]
+    assert rddp.ready_order(4, "bf16") == [2, 3, 0, 1]
+
+
+def test_bad_input_is_refused_with_one_line() -> None:
+    with pytest.raises(ValueError, match="one array per rank"):
+        rddp.ring_allreduce([np.zeros(3, np.float32), np.zeros(3, np.float64)])
+    with pytest.raises(ValueError, match="equal shards"):
+        rddp.shard(np.zeros((10, 2)), 0, 3)
+    with pytest.raises(ValueError, match="world_size >= 1"):
+        rddp.ring_chunks(4, 4, 0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world_size", [2, 3, 4, 5])
+def test_ring_mirror_matches_gloo_all_reduce_over_sizes_and_dtypes(world_size: int) -> None:
+    """dist.all_reduce on world_size gloo processes, every dtype and size: the mirror's bits
+    on every rank; at 3,000,017 float32 elements the 1 MiB segment cap is what sets them."""
+    cases = tuple((d, n) for d in drv.RING_DTYPES for n in drv.RING_SIZES)
+    jobs = drv.ring_jobs(cases, (world_size,))
+    results = drv.launch(jobs, world_size, timeout=300.0)
+    for i, job in enumerate(jobs):
+        inputs, outputs, mirror = drv.ring_case(job, results, i)
+        for r in range(world_size):
+            assert_claim("ddp.ring_order", outputs[r], mirror[r],
+                         f"ws {world_size} {job['dtype']} n={job['n']} rank {r}")
+        if job["n"] == 3_000_017 and job["dtype"] == "float32" and world_size in (3, 5):
+            uncapped = rddp.ring_allreduce(inputs, max_segment_bytes=2**40)[0]
+            assert not np.array_equal(bit_view(uncapped), bit_view(outputs[0]))

@@ -1,0 +1,261 @@
+"""Data parallel on the real engine: N processes on this machine, torch.distributed over gloo
+on 127.0.0.1, DistributedDataParallel of the torch tree's MLP. See reference/ddp.py for the
+arithmetic (NOTE [ gloo's ring segments ], NOTE [ DDP's reducer ]); this file only runs it.
+
+What the engine does that the reference states: the ring's order is inside gloo's C++
+(gloo/allreduce.cc), the pre-division and the buckets inside DDP's C++ Reducer. The
+reference cannot see them; it mirrors them, and parity/test_ddp.py compares the bits.
+
+`launch(jobs, world_size)` starts world_size processes (forkserver) that rendezvous through a
+FileStore in a fresh temporary directory (no port to race for; gloo's own sockets bind to
+the loopback, GLOO_SOCKET_IFNAME=lo) and run each job in turn, then returns what every rank
+recorded, loaded with torch.load(weights_only=True). A job with a smaller world size runs on
+a subgroup of ranks 0..w-1 (dist.new_group), so one launch covers several world sizes.
+Jobs: `allreduce_job` (dist.all_reduce of seeded tensors), `train_job` (DDP training
+steps), `fault_job` (a rank raises, is SIGKILLed, or hangs: for the reliability tests).
+Any failing rank ends the whole launch with DDPError naming the rank; nothing outlives it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import tempfile
+import time
+import traceback
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.nn.parallel import DistributedDataParallel
+
+from common.train_config import TrainConfig
+from torch_impl import amp, loss_scaling
+from torch_impl.train_models import batch_of, build
+
+DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
+          "float64": torch.float64}
+
+
+class DDPError(RuntimeError):
+    """A launch failed: which rank, how, and what it said."""
+
+
+def allreduce_job(dtype: str, n: int, seed: int, world_size: int) -> dict[str, Any]:
+    """dist.all_reduce (sum) of n elements of `dtype`; rank r's values are seeded by (seed, r):
+    N(0, 1) times a power of two in [2^-8, 2^8], finite in every dtype."""
+    if dtype not in DTYPES or n < 1:
+        raise ValueError(f"allreduce_job: dtype one of {tuple(DTYPES)}, n >= 1; got {dtype!r}, {n}")
+    return {"kind": "allreduce", "dtype": dtype, "n": n, "seed": seed, "world_size": world_size}
+
+
+def train_job(config: TrainConfig, steps: int, world_size: int,
+              gradient_as_bucket_view: bool = False) -> dict[str, Any]:
+    """`steps` DDP steps of `config`'s MLP; the loader's global batch is split by rank
+    (reference.ddp.shard's stride); SGD as config.optimizer must say, constant lr, no dropout.
+    `gradient_as_bucket_view`: DDP's option, with zero_grad(set_to_none=False) (else the
+    gradients never alias their bucket views)."""
+    if config.model != "mlp" or config.optimizer != "SGD" or config.dropout != 0.0:
+        raise ValueError("train_job: an MLP, optimizer 'SGD', dropout 0 (each rank would need "
+                         "its own dropout stream)")
+    if config.batch_size % world_size:
+        raise ValueError(f"train_job: batch_size {config.batch_size} does not split into "
+                         f"{world_size} equal shards")
+    return {"kind": "train", "config": config.to_dict(), "steps": steps,
+            "world_size": world_size, "gradient_as_bucket_view": gradient_as_bucket_view}
+
+
+def fault_job(rank: int, how: str, world_size: int) -> dict[str, Any]:
+    """Rank `rank` raises ("raise"), SIGKILLs itself ("kill") or hangs ("hang") before an
+    all_reduce the others wait in."""
+    if how not in ("raise", "kill", "hang"):
+        raise ValueError(f"fault_job: how must be 'raise', 'kill' or 'hang', got {how!r}")
+    return {"kind": "fault", "rank": rank, "how": how, "world_size": world_size}
+
+
+def launch(jobs: list[dict[str, Any]], world_size: int, timeout: float = 60.0,
+           collective_timeout: float = 30.0, backend: str = "gloo"
+           ) -> list[list[dict[str, Any]]]:
+    """results[rank][job] of running `jobs` on world_size gloo processes.
+
+    The launch ends when every rank has exited 0, or at the first rank that fails: a rank
+    that raised (its traceback's last line), died of a signal, or a launch still running
+    after `timeout` seconds; then every rank still running is killed and DDPError says
+    which rank failed and how. Collectives time out after `collective_timeout` seconds
+    (init_process_group's timeout), so a hung peer ends its partners' waits too.
+    `backend` "nccl": rank r on cuda:r (one GPU per rank), for allreduce jobs.
+    """
+    if backend not in ("gloo", "nccl"):
+        raise ValueError(f"launch: backend must be 'gloo' or 'nccl', got {backend!r}")
+    if world_size < 1 or any(j["world_size"] > world_size for j in jobs):
+        raise ValueError(f"launch: world_size {world_size} must be >= 1 and >= every job's")
+    ctx = _context()
+    with tempfile.TemporaryDirectory(prefix="mirrortrain-ddp-") as tmp:
+        args = (world_size, tmp, jobs, collective_timeout, backend)
+        procs = [ctx.Process(target=_worker, args=(r, *args), daemon=True)
+                 for r in range(world_size)]
+        try:
+            for p in procs:
+                p.start()
+            _wait(procs, Path(tmp), timeout)
+            return [torch.load(Path(tmp) / f"rank{r}.pt", weights_only=True)
+                    for r in range(world_size)]
+        finally:
+            for p in procs:
+                if p.is_alive():
+                    p.kill()
+                p.join(10)
+
+
+def _context() -> Any:
+    """forkserver, its server preloaded with torch, DDP's lazy torch._dynamo import and this
+    module: each rank is then a fork of a clean single-threaded process (no OpenMP pool,
+    no CUDA), and pays no import; the server starts once per parent process."""
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["torch", "torch._dynamo", "torch_impl.ddp"])
+    return ctx
+
+
+def _wait(procs: list, tmp: Path, timeout: float) -> None:
+    """Until all exit 0; DDPError at the first failure or at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        codes = [p.exitcode for p in procs]
+        failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
+        if failed:
+            running = [r for r, c in enumerate(codes) if c is None]
+            raise DDPError(_failure(failed, codes, tmp, running))
+        if all(c == 0 for c in codes):
+            return
+        if time.monotonic() > deadline:
+            running = [r for r, c in enumerate(codes) if c is None]
+            raise DDPError(f"ddp: ranks {running} still running after {timeout:g} s "
+                           "(a hung peer?): killed")
+        time.sleep(0.02)
+
+
+def _failure(failed: list[int], codes: list, tmp: Path, running: list[int]) -> str:
+    """The culprit: a rank killed by a signal, else the rank whose error came first."""
+    still = f"; ranks {running} were still running and are killed" if running else ""
+    for r in failed:
+        if codes[r] < 0:
+            return f"ddp: rank {r} was killed by {signal.Signals(-codes[r]).name}{still}"
+    errors = []
+    for r in failed:
+        path = tmp / f"rank{r}.err"
+        if path.exists():
+            when, _, message = path.read_text(encoding="utf-8").partition("\n")
+            errors.append((float(when), r, message.strip()))
+    if not errors:
+        return f"ddp: rank {failed[0]} exited with code {codes[failed[0]]}{still}"
+    _, r, message = min(errors)
+    return f"ddp: rank {r} failed: {message}{still}"
+
+
+def _worker(rank: int, world_size: int, tmp: str, jobs: list[dict[str, Any]],
+            collective_timeout: float, backend: str) -> None:
+    """One rank: rendezvous, run the jobs, save the results; on an error write its time and
+    last line to rank<r>.err and exit 1."""
+    try:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # gloo's sockets on the loopback
+        torch.set_num_threads(1)  # the claims' setting (parity/setting.py)
+        store = dist.FileStore(os.path.join(tmp, "store"), world_size)
+        if backend == "nccl":
+            torch.cuda.set_device(rank)
+        timeout = timedelta(seconds=collective_timeout)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
+                                timeout=timeout)
+        groups: dict[int, Any] = {world_size: None}  # None: the default group
+        results = []
+        for job in jobs:
+            w = job["world_size"]
+            if w not in groups:  # every rank calls new_group, members or not; its timeout
+                groups[w] = dist.new_group(list(range(w)), timeout=timeout)  # not 30 min
+            if rank >= w:  # not in this job's subgroup
+                results.append({})
+                continue
+            results.append(_RUN[job["kind"]](job, rank, groups[w]))
+        torch.save(results, os.path.join(tmp, f"rank{rank}.pt"))
+        dist.destroy_process_group()
+    except BaseException as error:  # reported to the parent, then exit 1
+        last = traceback.format_exception_only(type(error), error)[-1].strip()
+        Path(tmp, f"rank{rank}.err").write_text(f"{time.time()!r}\n{last}\n", encoding="utf-8")
+        os._exit(1)
+
+
+def _allreduce(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
+    g = torch.Generator().manual_seed(job["seed"] * 1_000_003 + rank)
+    n = job["n"]
+    values = torch.randn(n, generator=g, dtype=torch.float64)
+    values = values * torch.exp2(torch.randint(-8, 9, (n,), generator=g).double())
+    t = values.to(DTYPES[job["dtype"]])
+    before = t.clone()
+    if dist.get_backend() == "nccl":
+        t = t.cuda()
+    dist.all_reduce(t, group=group)
+    return {"input": before, "output": t.cpu()}
+
+
+def _train(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
+    """DDP steps; records each step's local gradients (a tensor hook sees the gradient before
+    AccumulateGrad and DDP's reducer touch it), the reduced .grad, and DDP's buckets."""
+    c = TrainConfig(**{k: tuple(v) if k == "sizes" else v for k, v in job["config"].items()})
+    ws = job["world_size"]
+    parts = build(c, torch.Generator().manual_seed(c.seed), torch.device("cpu"),
+                  torch.Generator())
+    model, loss_fn = parts.model, parts.loss_fn
+    params = list(model.parameters())
+    initial = [p.detach().clone() for p in params]
+    as_view = job["gradient_as_bucket_view"]
+    ddp = DistributedDataParallel(model, process_group=group,  # bucket_cap_mb=25: the default
+                                  gradient_as_bucket_view=as_view)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=c.lr, momentum=0.9)
+    scaler = loss_scaling.make_scaler(c.precision, "cpu", init_scale=c.init_scale,
+                                      growth_interval=c.growth_interval)
+    local: dict[int, torch.Tensor] = {}
+    for i, p in enumerate(params):
+        p.register_hook(lambda g, i=i: local.__setitem__(i, g.detach().clone()))
+    index = {id(p): i for i, p in enumerate(params)}
+    steps: list[dict[str, Any]] = []
+    batches = iter(parts.loader)
+    while len(steps) < job["steps"]:
+        try:
+            x, y = batch_of(c, next(batches))
+        except StopIteration:
+            batches = iter(parts.loader)
+            continue
+        optimizer.zero_grad(set_to_none=not as_view)
+        xr, yr = x[rank::ws], y[rank::ws]  # reference.ddp.shard
+        with amp.autocast(amp.autocast_dtype(c.precision), "cpu"):
+            output = ddp(xr)
+            loss = loss_fn(output, yr)
+        scaler.scale(loss).backward()
+        buckets = [[index[id(p)] for p in b.parameters()]
+                   for b in ddp.reducer._get_zeros_like_grad_buckets()]
+        steps.append({"local": [local[i] for i in range(len(params))],
+                      "reduced": [p.grad.detach().clone() for p in params],
+                      "buckets": buckets, "loss": loss.detach().clone(), "x": xr.clone(),
+                      "y": yr.clone(), "output": output.detach().clone()})
+        scaler.unscale_(optimizer)
+        scaler.step(optimizer)
+        scaler.update()
+    return {"initial": initial, "steps": steps,
+            "final": [p.detach().clone() for p in params]}
+
+
+def _fault(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
+    if rank == job["rank"]:
+        if job["how"] == "raise":
+            raise ValueError(f"rank {rank} raises on purpose (fault_job)")
+        if job["how"] == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(3600)  # "hang": the others wait in all_reduce until their timeout
+    t = torch.ones(4)
+    dist.all_reduce(t, group=group)
+    return {"output": t}
+
+
+_RUN = {"allreduce": _allreduce, "train": _train, "fault": _fault}
