@@ -26,11 +26,12 @@ def _torch_one_thread() -> Iterator[None]:
         yield
 
 
-@pytest.mark.parametrize("arithmetic", [False, True], ids=["bucketize", "arithmetic"])
+@pytest.mark.parametrize("arithmetic", [False, True, "cast"],
+                         ids=["bucketize", "arithmetic", "cast"])
 @pytest.mark.parametrize("fmt", ["float16", "bfloat16"])
 @settings(max_examples=60)
 @given(data=st.data())
-def test_format_view_counts_match_torch_casts_bitwise(fmt: str, arithmetic: bool,
+def test_format_view_counts_match_torch_casts_bitwise(fmt: str, arithmetic: bool | str,
                                                       data: st.DataObject, device: str) -> None:
     """Thresholds derived from the format's bits count exactly the values torch's cast sends
     to inf or zero, around both edges and everywhere else, whichever way torch numbers the
@@ -43,9 +44,10 @@ def test_format_view_counts_match_torch_casts_bitwise(fmt: str, arithmetic: bool
     assert_claim("numerics.format_view", got, ref, context=f"{fmt} {x!r}")
 
 
-@pytest.mark.parametrize("arithmetic", [False, True], ids=["bucketize", "arithmetic"])
+@pytest.mark.parametrize("arithmetic", [False, True, "cast"],
+                         ids=["bucketize", "arithmetic", "cast"])
 @pytest.mark.parametrize("fmt", ["float16", "bfloat16"])
-def test_format_view_thresholds_are_the_casts_ties(fmt: str, arithmetic: bool,
+def test_format_view_thresholds_are_the_casts_ties(fmt: str, arithmetic: bool | str,
                                                    device: str) -> None:
     """At the two ties themselves (the edge the strategy aims at, here for certain) and one
     float32 ulp inside them, both trees agree, and the ties are counted, the insides not;
@@ -58,3 +60,41 @@ def test_format_view_thresholds_are_the_casts_ties(fmt: str, arithmetic: bool,
     ref, got = count_rows(x, fmt, device, arithmetic)
     assert_claim("numerics.format_view", got, ref, context=fmt)
     assert ref[COLUMNS.index("over_max")] == 3 and ref[COLUMNS.index("to_zero")] == 2
+
+
+@pytest.mark.parametrize("fmt", ["float16", "bfloat16", "float32"])
+@settings(max_examples=40)
+@given(data=st.data())
+def test_the_cast_counts_clean_and_unclean_tensors_as_the_reference_does(
+        fmt: str, data: st.DataObject, device: str) -> None:
+    """The detector's count_table over several tensors at once: the clean ones counted by
+    their cast (zeros of both signs, values the cast makes zero, no special), the others
+    (a special, a value the cast makes inf, finite values whose sum overflows) recounted by
+    the bucket pass; every row is the reference's (NOTE [ The cast counts a clean tensor ])."""
+    import torch
+
+    from common.format_spec import get_format as ref_format
+    from reference import numerics as ref_numerics
+    from torch_impl import numerics as t_numerics
+    from torch_impl import numerics_counts as t_numerics_counts
+    from torch_impl.format_spec import get_format as t_format
+
+    underflow = thresholds(ref_format(fmt))[1] if fmt != "float32" else None
+    tiny = [0.0, -0.0, 1.0, -2.5, 1e-30, -1e-40, np.float32(underflow or 1e-45)]
+    clean = st.lists(st.sampled_from(tiny) | st.floats(-60000, 60000, width=32),
+                     min_size=1, max_size=40)
+    # tiled to CAST_FROM values and past, so the cast path counts them; one stays small
+    big = t_numerics_counts.CAST_FROM + data.draw(st.integers(0, 3))
+    arrays = [np.resize(np.array(data.draw(clean), np.float32), big)
+              for _ in range(data.draw(st.integers(1, 3)))]
+    arrays.append(np.array(data.draw(clean), np.float32))  # the bucket pass, beside them
+    arrays.append(np.resize(data.draw(float32_arrays("float16" if fmt == "float32" else fmt)),
+                            big))
+    arrays.append(np.full(big, np.finfo(np.float32).max, np.float32))  # the sum overflows
+    ref = ref_numerics.count_rows(arrays, ref_format(fmt)).tolist()
+    got = t_numerics.count_table([torch.from_numpy(a).to(device) for a in arrays],
+                                 t_format(fmt).dtype)
+    zero_made = sum(row[COLUMNS.index("to_zero")] for row in ref[:-3])
+    if zero_made:
+        event(f"{fmt}: a clean tensor holds values the cast makes zero")
+    assert_claim("numerics.format_view", np.array(got), np.array(ref), context=f"{fmt} {arrays!r}")

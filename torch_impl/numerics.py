@@ -8,12 +8,13 @@ What PyTorch does differently or hides:
   is `output.grad_fn.name()`, read off the autograd graph (the reference looks its name up).
 - The format view casts: `x.to(float16)` is inf (or zero) exactly where the reference's
   thresholds say it is, so the two count the same values by different means.
-- One pass and one host synchronization per step: the hooks only keep references; at the
-  step's end every output and gradient is concatenated, each value gets one bucket number,
-  one bincount counts every tensor's buckets, and the histogram is copied to the host once
-  (`.tolist()` in `Detector._count`; NOTE [ One pass of counting ] in
-  torch_impl/numerics_counts.py); a clean step is done then, and only a step that found
-  something syncs again, to read the failing element and the input ranges.
+- One host synchronization per step: the hooks only keep references; at the step's end each
+  output and gradient is cast to the view format and three reductions give its row when it
+  is clean (NOTE [ The cast counts a clean tensor ] in torch_impl/numerics_counts.py), all
+  of them read to the host once (`.tolist()` in `count_table`); a tensor with something
+  non-finite is counted again by the one-pass bucket count (NOTE [ One pass of counting ]),
+  and the failing element and the input ranges are read, only in a step that found
+  something.
 - The backward check is torch.autograd.detect_anomaly(check_nan=True) itself: it raises
   "Function 'XBackward0' returned nan values in its 0th output." and warns with the forward
   call's traceback; `anomaly_replay` reads the name and the traceback from those.
@@ -43,10 +44,10 @@ from common.numerics_report import (  # plain data: the report
 )
 from torch_impl import amp, numerics_locate
 from torch_impl.format_spec import get_format
-from torch_impl.numerics_counts import bucket_counts, count_rows, rows
+from torch_impl.numerics_counts import count_rows, count_table
 
 __all__ = ["COLUMNS", "Detector", "FirstInvalid", "InputRange", "NonFinite", "ReplayResult",
-           "anomaly_replay", "count_rows", "format_counts", "totals", "view_format"]
+           "anomaly_replay", "count_rows", "count_table", "format_counts", "totals", "view_format"]
 
 VIEWS = ("ViewBackward0", "UnsafeViewBackward0")  # a reshape of the op's result
 
@@ -129,7 +130,7 @@ class Detector(numerics_detect.Detector):
         return [(name, p.grad) for name, p in self._params if p.grad is not None]
 
     def _count(self, tensors: list[torch.Tensor]) -> list[list[int]]:
-        return rows(*bucket_counts(tensors, self.dtype))  # the one sync
+        return count_table(tensors, self.dtype)  # one sync in a clean step
 
     def _op_name(self, module: nn.Module, output: Any) -> str:
         return op_name(module, output)

@@ -124,10 +124,11 @@ def replay(name: str, path: Path, device: str = "cpu") -> ref_numerics.ReplayRes
 
 # ---------------------------------------------------------------- one array, both trees
 
-def count_rows(x: np.ndarray, fmt: str, device: str = "cpu", arithmetic: bool | None = None
-               ) -> tuple[np.ndarray, np.ndarray]:
+def count_rows(x: np.ndarray, fmt: str, device: str = "cpu",
+               arithmetic: bool | str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(reference row, torch row) of COLUMNS for the same float32 array `x`, viewed in fmt
-    (`arithmetic`: which way torch numbers the values, NOTE [ One pass of counting ])."""
+    (`arithmetic`: which way torch numbers the values, NOTE [ One pass of counting ]; "cast":
+    the detector's count_table, NOTE [ The cast counts a clean tensor ])."""
     import torch
 
     from common.format_spec import get_format
@@ -135,8 +136,14 @@ def count_rows(x: np.ndarray, fmt: str, device: str = "cpu", arithmetic: bool | 
     from torch_impl.format_spec import get_format as t_get_format
 
     ref = ref_numerics.count_rows([x], get_format(fmt))[0]
-    got = t_numerics.count_rows([torch.from_numpy(x).to(device)], t_get_format(fmt).dtype,
-                                arithmetic)[0]
+    tensor, dtype = torch.from_numpy(x).to(device), t_get_format(fmt).dtype
+    if arithmetic == "cast":  # padded with ones (in range, in no column) to the size the
+        from torch_impl.numerics_counts import CAST_FROM  # cast path counts: the same row
+
+        padded = np.concatenate([x, np.ones(max(0, CAST_FROM - x.size), np.float32)])
+        got = t_numerics.count_table([torch.from_numpy(padded).to(device)], dtype)[0]
+        return ref, np.array(got, dtype=np.int64)
+    got = t_numerics.count_rows([tensor], dtype, arithmetic)[0]
     return ref, got.cpu().numpy()
 
 

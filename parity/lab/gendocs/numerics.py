@@ -88,9 +88,10 @@ def _() -> str:
              f"repeats of {data['steps']} steps per side, alternating step by step (`python "
              "benchmarks/numerics.py --write` rewrites `docs/data/numerics_overhead.json`).",
              "", "| model | precision | plain step (CPU ms) | checked / plain, wall: median "
-             "[min, max] | CPU time ratio |", "|---|---|---|---|---|"]
+             "[min, max] | CPU time ratio | the detector's CPU ms | its aten calls |",
+             "|---|---|---|---|---|---|---|"]
     for r in data["rows"]:
         lines.append(f"| {r['size']} | {r['precision']} | {r['plain_ms']:.2f} | "
                      f"{r['wall_ratio']:.2f} [{r['wall_min']:.2f}, {r['wall_max']:.2f}] | "
-                     f"{r['cpu_ratio']:.2f} |")
+                     f"{r['cpu_ratio']:.2f} | {r['extra_ms']:.2f} | {r['extra_calls']} |")
     return "\n".join(lines)
