@@ -113,9 +113,9 @@ def test_report_json_has_one_object_per_claim_and_the_same_verdicts(
     status is the table's."""
     from parity.tolerances import topic_claims
 
-    status, out, err = run_cli(["report", "--topic", "resume", "--json"], capsys)
+    status, out, err = run_cli(["report", "--topic", "data", "--json"], capsys)  # quickest
     rows = json.loads(out)
-    assert [r["id"] for r in rows] == [c.id for c in topic_claims("resume")]
+    assert [r["id"] for r in rows] == [c.id for c in topic_claims("data")]
     assert len(out.strip().splitlines()) == len(rows) + 2
     for r in rows:
         assert set(r) == {"id", "kind", "tolerance", "bound", "observed", "raw", "n", "verdict",

@@ -93,6 +93,22 @@ def test_every_topic_has_test_files_and_every_file_one_topic() -> None:
     assert all(parity_test_files(t) for t in TOPICS)
 
 
+def test_a_claim_named_in_a_parity_test_is_named_in_a_file_of_its_own_topic() -> None:
+    """`report --topic T` runs T's files only: a claim of T asserted only in another topic's
+    file would read NOT CHECKED there (resume.cross_impl_resume once did, from
+    test_train.py). Ids built at run time (f-strings) are not literals and are not seen
+    here."""
+    from parity.tolerances import CLAIMS
+
+    texts = {p: p.read_text(encoding="utf-8") for p in parity_test_files()}
+    astray = []
+    for c in CLAIMS:
+        named_in = [p for p, t in texts.items() if f'"{c.id}"' in t]
+        if named_in and not set(named_in) & set(parity_test_files(c.topic)):
+            astray.append(f"{c.id}: only in {', '.join(p.name for p in named_in)}")
+    assert not astray, astray
+
+
 def test_two_processes_records_merge_to_the_worse_case_and_the_sum() -> None:
     from parity.lab.report import merge
 
