@@ -52,6 +52,18 @@ def digest(scale: float, params: Iterable[np.ndarray]) -> str:
     return h.hexdigest()
 
 
+def check_fault(fault: tuple[int, int] | None, world_size: int) -> None:
+    """ValueError unless `fault` is None or (rank, step): 0 <= rank < ws, step >= 1 (the
+    seeded fault: that rank's reduced gradient made non-finite at that step)."""
+    if fault is None:
+        return
+    if (not isinstance(fault, tuple) or len(fault) != 2
+            or not all(isinstance(v, int) for v in fault)
+            or not 0 <= fault[0] < world_size or fault[1] < 1):
+        raise ValueError(f"fault must be None or (rank, step) with 0 <= rank < {world_size} "
+                         f"and step >= 1, got {fault!r}")
+
+
 def _odd(values: Sequence[object]) -> list[int]:
     """The ranks whose value is not the majority's (ties: rank 0's value is the majority)."""
     counts = Counter(values)

@@ -49,17 +49,6 @@ from reference.nn import Module
 REPAIRS = ("none", "max", "sum")  # "sum": ShardedGradScaler's all-reduce (ReduceOp.SUM)
 
 
-def check_fault(fault: tuple[int, int] | None, world_size: int) -> None:
-    """ValueError unless `fault` is None or (rank, step): 0 <= rank < ws, step >= 1."""
-    if fault is None:
-        return
-    if (not isinstance(fault, tuple) or len(fault) != 2
-            or not all(isinstance(v, int) for v in fault)
-            or not 0 <= fault[0] < world_size or fault[1] < 1):
-        raise ValueError(f"fault must be None or (rank, step) with 0 <= rank < {world_size} "
-                         f"and step >= 1, got {fault!r}")
-
-
 def check_repair(repair: str) -> None:
     if repair not in REPAIRS:
         raise ValueError(f"repair must be one of {REPAIRS}, got {repair!r}")
@@ -111,7 +100,7 @@ def scaler_step(replicas: Sequence[Module], loss_fn: Loss, optimizers: Sequence,
     tampers that rank's reduced gradient at that step; each rank's unscale_; `repair` "max"
     or "sum" all-reduces found_inf ("none": it stays per rank); each rank's step and update;
     then the cross-rank check (rank_check) on every rank's state."""
-    check_fault(fault, len(replicas))
+    rank_check.check_fault(fault, len(replicas))
     check_repair(repair)
     _, local, own, _ = local_backward(replicas, loss_fn, optimizers, scalers, x, y,
                                       precision=precision, local_grads=local_grads)
