@@ -12,12 +12,15 @@ the loopback, GLOO_SOCKET_IFNAME=lo) and run each job in turn, then returns what
 recorded, loaded with torch.load(weights_only=True). A job with a smaller world size runs on
 a subgroup of ranks 0..w-1 (dist.new_group), so one launch covers several world sizes.
 Jobs: `allreduce_job` (dist.all_reduce of seeded tensors), `train_job` (DDP training
-steps), `fault_job` (a rank raises, is SIGKILLed, or hangs: for the reliability tests).
+steps), `fault_job` (a rank raises, is SIGKILLed, or hangs: for the reliability tests); a
+job made in another file names the module whose `run(job, rank, group)` runs it
+(job["runner"]: torch_impl.ddp_scaler's scaler jobs, which build on `replica` and `batches`).
 Any failing rank ends the whole launch with DDPError naming the rank; nothing outlives it.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import tempfile
@@ -113,9 +116,10 @@ def launch(jobs: list[dict[str, Any]], world_size: int, timeout: float = 60.0,
 
 
 def _context() -> Any:
-    """forkserver, its server preloaded with torch, DDP's lazy torch._dynamo import and this
-    module: each rank is then a fork of a clean single-threaded process (no OpenMP pool,
-    no CUDA), and pays no import; the server starts once per parent process."""
+    """forkserver, its server preloaded with torch, DDP's lazy torch._dynamo import, this
+    module and the runner modules: each rank is then a fork of a clean single-threaded
+    process (no OpenMP pool, no CUDA), and pays no import; the server starts once per parent
+    process."""
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(["torch", "torch._dynamo", "torch_impl.ddp",
                                 "torch_impl.ddp_scaler"])
@@ -180,7 +184,7 @@ def _worker(rank: int, world_size: int, tmp: str, jobs: list[dict[str, Any]],
             if rank >= w:  # not in this job's subgroup
                 results.append({})
                 continue
-            results.append(_RUN[job["kind"]](job, rank, groups[w]))
+            results.append(_runner(job)(job, rank, groups[w]))
         torch.save(results, os.path.join(tmp, f"rank{rank}.pt"))
         dist.destroy_process_group()
     except BaseException as error:  # reported to the parent, then exit 1
@@ -284,10 +288,12 @@ def _fault(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
     return {"output": t}
 
 
-def _scaler(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
-    from torch_impl import ddp_scaler
-
-    return ddp_scaler.run(job, rank, group)
+_RUN = {"allreduce": _allreduce, "train": _train, "fault": _fault}
 
 
-_RUN = {"allreduce": _allreduce, "train": _train, "fault": _fault, "scaler": _scaler}
+def _runner(job: dict[str, Any]) -> Any:
+    """The job's runner: _RUN's, or `run` of the module a job of another file names
+    (job["runner"], e.g. torch_impl.ddp_scaler's scaler jobs: it imports this module)."""
+    if "runner" in job:
+        return importlib.import_module(job["runner"]).run
+    return _RUN[job["kind"]]

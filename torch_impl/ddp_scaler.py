@@ -55,7 +55,7 @@ def scaler_job(config: TrainConfig, steps: int, world_size: int,
     if repair not in REPAIRS or check not in CHECKS:
         raise ValueError(f"scaler_job: repair one of {REPAIRS}, check one of {CHECKS}; got "
                          f"{repair!r}, {check!r}")
-    return {"kind": "scaler", "config": config.to_dict(), "steps": steps,
+    return {"kind": "scaler", "runner": __name__, "config": config.to_dict(), "steps": steps,
             "world_size": world_size, "fault": fault, "repair": repair, "check": check}
 
 
