@@ -21,17 +21,13 @@ import pytest
 from parity.compare import assert_claim
 from parity.drivers import ddp_scaler as drv
 
-UNREPAIRED = ((2, "none"), (3, "none"))
-REPAIRED = ((2, "max"), (3, "max"), (3, "sharded"))
+UNREPAIRED, REPAIRED = drv.UNREPAIRED, drv.REPAIRED
 
 
 @pytest.fixture(scope="module")
 def replays() -> dict[tuple[int, str], drv.Replay]:
-    """{(world size, repair): the run in both trees}, from one launch."""
-    jobs = drv.jobs(UNREPAIRED) + drv.jobs(REPAIRED, check="raise")
-    results = drv.launch(jobs, 3)
-    return {(j["world_size"], j["repair"]): drv.replay(j, results, i)
-            for i, j in enumerate(jobs)}
+    """{(world size, repair): the run in both trees}, from one launch (drv.measure)."""
+    return drv.measure()
 
 
 def assert_ranks_agree(run: drv.Run, context: str) -> None:
@@ -133,3 +129,14 @@ def test_bad_scaler_jobs_are_refused_before_any_process_starts() -> None:
         tds.scaler_job(c, 3, 2, None, "psum")
     with pytest.raises(ValueError, match="precision must be 'fp16'"):
         tds.scaler_job(drv.TrainConfig(optimizer="SGD", batch_size=12), 3, 2, None, "none")
+
+
+def test_the_docs_figures_are_what_the_runs_measure(replays: dict) -> None:
+    """docs/data/ddp_scaler.json (docs/distributed.md's table) == the figures of this run
+    (python -m parity.drivers.ddp_scaler rewrites it)."""
+    import json
+
+    committed = json.loads(drv.DATA.read_text(encoding="utf-8"))
+    committed.pop("torch")
+    assert committed == json.loads(json.dumps(drv.figures(replays))), \
+        "stale: python -m parity.drivers.ddp_scaler"

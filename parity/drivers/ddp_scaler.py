@@ -12,7 +12,10 @@ scales, skips and the check's verdict must agree all the same, the parameters ne
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -31,6 +34,10 @@ FAULT_STEP = 2
 GROWTH_INTERVAL = 2  # the clean ranks' scale grows at step 2, the faulted rank's backs off
 # the torch tree's repair -> the reference's ("sharded": ShardedGradScaler's SUM)
 REFERENCE_REPAIR = {"none": "none", "max": "max", "sum": "sum", "sharded": "sum"}
+# The runs of the default test and of docs/distributed.md's table (world size, repair)
+UNREPAIRED = ((2, "none"), (3, "none"))
+REPAIRED = ((2, "max"), (3, "max"), (3, "sharded"))
+DATA = Path(__file__).resolve().parents[2] / "docs" / "data" / "ddp_scaler.json"
 
 
 def config(seed: int = 0) -> TrainConfig:
@@ -70,12 +77,18 @@ class Run:
     digests: list[list[str]]  # [step][rank], rank_check.digest after the step
     divergence: list[str | None]  # [step], the cross-rank check's verdict
     final: list[list[np.ndarray]]  # [rank][param]
+    spread: list[float] | None = None  # [step], max |param_r - param_0| (the reference's)
 
     def max_param_difference(self) -> float:
         """max over params of |param on rank r - param on rank 0|, every rank r."""
-        return max(float(np.max(np.abs(a.astype(np.float64) - b)))
-                   for rank in self.final[1:]
-                   for a, b in zip(rank, self.final[0], strict=True))
+        return spread(self.final)
+
+
+def spread(params: list[list[np.ndarray]]) -> float:
+    """max over ranks r and parameters of |param on rank r - param on rank 0| (float64)."""
+    return max((float(np.max(np.abs(a.astype(np.float64) - b)))
+                for rank in params[1:] for a, b in zip(rank, params[0], strict=True)),
+               default=0.0)
 
 
 @dataclass
@@ -120,7 +133,7 @@ def reference_run(job: dict, initial: list[np.ndarray],
     optimizers = [ropt.SGD(m.parameters(), lr=c.lr, momentum=0.9, fma=FUSED) for m in replicas]
     scalers = [rls.make_scaler(c.precision, init_scale=c.init_scale,
                                growth_interval=c.growth_interval) for _ in range(ws)]
-    records = []
+    records, spreads = [], []
     batches = iter(parts.loader)
     while len(records) < steps:
         try:
@@ -134,6 +147,7 @@ def reference_run(job: dict, initial: list[np.ndarray],
             precision=c.precision, fault=tuple(job["fault"]),
             repair=REFERENCE_REPAIR[job["repair"]],
             local_grads=None if local is None else local[s].__getitem__))
+        spreads.append(spread([[p.data for p in m.parameters()] for m in replicas]))
     return Run(
         found_inf=[r.found_inf for r in records], scale=[r.scale for r in records],
         skipped=[r.skipped for r in records],
@@ -141,6 +155,7 @@ def reference_run(job: dict, initial: list[np.ndarray],
         digests=[[st.digest for st in r.states] for r in records],
         divergence=[r.divergence for r in records],
         final=[[p.data.copy() for p in m.parameters()] for m in replicas],
+        spread=spreads,
     )
 
 
@@ -152,3 +167,45 @@ def replay(job: dict, results: list[list[dict]], index: int) -> Replay:
              for s in range(job["steps"])]
     return Replay(job, torch_run(job, results, index), reference_run(job, initial, local),
                   reference_run(job, initial, None))
+
+
+def figures(replays: dict[tuple[int, str], Replay]) -> dict[str, Any]:
+    """docs/distributed.md's table: per run and step, each rank's scale after update,
+    the ranks that skipped, max |param_r - param_0| over ranks (the reference replaying the
+    torch ranks' local gradients: the torch ranks' own bits, claims ddp.scaler_*), and the
+    cross-rank check's verdict."""
+    runs = []
+    order = {key: i for i, key in enumerate(UNREPAIRED + REPAIRED)}
+    for (ws, repair), rp in sorted(replays.items(), key=lambda kv: order.get(kv[0], len(order))):
+        t = rp.torch
+        assert rp.replayed.spread is not None
+        runs.append({"world_size": ws, "repair": repair, "fault": list(fault(ws)),
+                     "steps": [{"scale": t.after[s],
+                                "skipped": [r for r, k in enumerate(t.skipped[s]) if k],
+                                "max_abs_param_difference": rp.replayed.spread[s],
+                                "divergence": t.divergence[s]} for s in range(len(t.after))],
+                     "final_max_abs_param_difference": t.max_param_difference()})
+    return {"sizes": list(SIZES), "steps": STEPS, "growth_interval": GROWTH_INTERVAL,
+            "runs": runs}
+
+
+def measure() -> dict[tuple[int, str], Replay]:
+    """The default runs (UNREPAIRED, and REPAIRED with the check set to raise), one launch."""
+    job_list = jobs(UNREPAIRED) + jobs(REPAIRED, check="raise")
+    results = launch(job_list, 3)
+    return {(j["world_size"], j["repair"]): replay(j, results, i)
+            for i, j in enumerate(job_list)}
+
+
+def write_figures(path: Path = DATA) -> dict[str, Any]:
+    """Measure the default runs and write their figures (docs/distributed.md's table)."""
+    import torch
+
+    data = {"torch": torch.__version__, **figures(measure())}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    return data
+
+
+if __name__ == "__main__":
+    print(json.dumps(write_figures(), indent=1))
