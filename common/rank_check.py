@@ -12,9 +12,10 @@ whose digests differ is where it happened; the found_inf column says which rank 
     digest      SHA-256 over records (NOTE [ Canonical state digest ]'s record layout):
                 "scale" as float32, then "param/<i>" for every parameter in order
     divergence  None while every rank's digest is rank 0's; else the message naming the step,
-                the ranks that part from the rest (those whose found_inf differs from the
-                majority's, else those whose digest differs from the majority's; ties go
-                to rank 0's side) and each rank's found_inf and scale
+                the ranks that part from the rest and each rank's found_inf and scale: where
+                some ranks skipped and others stepped, the fewer of the two (a tie: those
+                that skipped); else the ranks whose digest is not the majority's (a tie:
+                those not on rank 0's side)
 """
 
 from __future__ import annotations
@@ -79,11 +80,12 @@ def divergence(step: int, states: Sequence[RankState]) -> str | None:
         raise ValueError("divergence: need one RankState per rank, got none")
     if all(s.digest == states[0].digest for s in states):
         return None
-    found = [s.found_inf != 0 for s in states]
-    odd = _odd(found)
-    if odd:
-        how = ("found inf/NaN alone and skipped its step" if found[odd[0]]
-               else "found no inf/NaN and stepped where the others skipped")
+    skipped = [r for r, s in enumerate(states) if s.found_inf != 0]
+    stepped = [r for r, s in enumerate(states) if s.found_inf == 0]
+    if skipped and stepped:  # name the fewer; a tie names the ranks that skipped
+        odd, how = ((skipped, "found inf/NaN alone and skipped its step")
+                    if len(skipped) <= len(stepped)
+                    else (stepped, "found no inf/NaN and stepped where the others skipped"))
     else:
         odd, how = _odd([s.digest for s in states]), "holds other parameters or scale"
     who = f"rank {odd[0]}" if len(odd) == 1 else f"ranks {odd}"

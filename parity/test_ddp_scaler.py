@@ -119,6 +119,37 @@ def test_the_cross_rank_check_set_to_raise_ends_an_unrepaired_run_naming_step_an
     assert multiprocessing.active_children() == []
 
 
+def _check_parting(rp: drv.Replay) -> None:
+    """The ranks agree before the fault's step and, unrepaired, differ from it on (the
+    check naming that step and rank); repaired, or with no fault, agree throughout."""
+    t, f = rp.torch, rp.job["fault"]
+    context = f"ws {rp.job['world_size']} {rp.job['repair']} fault {f}"
+    if f is None or rp.job["repair"] != "none":
+        assert_ranks_agree(t, context)
+        return
+    rank, step = f
+    assert all(len(set(d)) == 1 for d in t.digests[:step - 1]), context
+    assert all(len(set(d)) > 1 for d in t.digests[step - 1:]), context
+    assert t.divergence[step - 1].startswith(
+        f"ranks diverge at step {step}: rank {rank} found inf/NaN alone"), t.divergence
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+def test_full_matrix_of_faults_and_repairs_parts_or_holds_in_both_trees(world_size: int) -> None:
+    """ws 2, 3, 4 x no repair, MAX, SUM, ShardedGradScaler, 6 steps; the fault on rank 0 at
+    step 1, on the last rank at step 4, or none: the trees agree bit for bit every time."""
+    runs = tuple((world_size, r) for r in ("none", "max", "sum", "sharded"))
+    cases = [{world_size: (0, 1)}, {world_size: (world_size - 1, 4)}, {world_size: None}]
+    jobs = [j for faults in cases for j in drv.jobs(runs, steps=6, faults=faults)]
+    results = drv.launch(jobs, world_size)
+    for i, job in enumerate(jobs):
+        rp = drv.replay(job, results, i)
+        claim = "ddp.scaler_divergence" if job["repair"] == "none" else "ddp.scaler_repair"
+        _check_trees_agree(claim, rp)
+        _check_parting(rp)
+
+
 def test_bad_scaler_jobs_are_refused_before_any_process_starts() -> None:
     from torch_impl import ddp_scaler as tds
 

@@ -253,10 +253,13 @@ def reduce_into(replicas: Sequence[Module], local: list[list[np.ndarray]], *, st
                 precision: str, gradient_as_bucket_view: bool = False
                 ) -> tuple[list[np.ndarray], list[list[int]]]:
     """The reducer: step_buckets(step), reduce_gradients, the reduced gradient copied into
-    every rank's .grad; returns (reduced, buckets)."""
+    every rank's .grad; returns (reduced, buckets). A scaled local gradient may hold inf or
+    NaN: the reduction carries it to every rank (inf + x = inf, inf - inf = NaN), which is
+    how every rank's scaler finds it, so NumPy's overflow and invalid warnings are silenced."""
     sizes = [g.nbytes for g in local[0]]
     buckets = step_buckets(sizes, step, ready_order(len(sizes), precision))
-    reduced = reduce_gradients(local, buckets, divide=gradient_as_bucket_view and step > 1)
+    with np.errstate(over="ignore", invalid="ignore"):
+        reduced = reduce_gradients(local, buckets, divide=gradient_as_bucket_view and step > 1)
     for model in replicas:
         for p, g in zip(model.parameters(), reduced, strict=True):
             p.grad = g.copy()

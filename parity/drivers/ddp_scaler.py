@@ -52,11 +52,14 @@ def fault(world_size: int) -> tuple[int, int]:
     return (world_size - 1, FAULT_STEP)
 
 
-def jobs(runs: tuple[tuple[int, str], ...], check: str = "record") -> list[dict]:
-    """One scaler job per (world size, repair), each with the seeded fault."""
+def jobs(runs: tuple[tuple[int, str], ...], check: str = "record", steps: int = STEPS,
+         faults: dict[int, tuple[int, int]] | None = None) -> list[dict]:
+    """One scaler job per (world size, repair), each with the seeded fault (`faults`: the
+    (rank, step) per world size instead of fault(ws))."""
     from torch_impl import ddp_scaler as tds
 
-    return [tds.scaler_job(config(), STEPS, w, fault(w), repair, check) for w, repair in runs]
+    return [tds.scaler_job(config(), steps, w, (faults or {}).get(w, fault(w)), repair, check)
+            for w, repair in runs]
 
 
 def launch(job_list: list[dict], world_size: int, timeout: float = 120.0) -> list[list[dict]]:
@@ -144,7 +147,8 @@ def reference_run(job: dict, initial: list[np.ndarray],
         s = len(records)
         records.append(rds.scaler_step(
             replicas, parts.loss_fn, optimizers, scalers, x, y, step=s + 1,
-            precision=c.precision, fault=tuple(job["fault"]),
+            precision=c.precision,
+            fault=None if job["fault"] is None else tuple(job["fault"]),
             repair=REFERENCE_REPAIR[job["repair"]],
             local_grads=None if local is None else local[s].__getitem__))
         spreads.append(spread([[p.data for p in m.parameters()] for m in replicas]))
@@ -179,7 +183,7 @@ def figures(replays: dict[tuple[int, str], Replay]) -> dict[str, Any]:
     for (ws, repair), rp in sorted(replays.items(), key=lambda kv: order.get(kv[0], len(order))):
         t = rp.torch
         assert rp.replayed.spread is not None
-        runs.append({"world_size": ws, "repair": repair, "fault": list(fault(ws)),
+        runs.append({"world_size": ws, "repair": repair, "fault": list(rp.job["fault"]),
                      "steps": [{"scale": t.after[s],
                                 "skipped": [r for r, k in enumerate(t.skipped[s]) if k],
                                 "max_abs_param_difference": rp.replayed.spread[s],
