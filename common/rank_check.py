@@ -59,7 +59,7 @@ def check_fault(fault: tuple[int, int] | None, world_size: int) -> None:
     if fault is None:
         return
     if (not isinstance(fault, tuple) or len(fault) != 2
-            or not all(isinstance(v, int) for v in fault)
+            or not all(isinstance(v, int) and not isinstance(v, bool) for v in fault)
             or not 0 <= fault[0] < world_size or fault[1] < 1):
         raise ValueError(f"fault must be None or (rank, step) with 0 <= rank < {world_size} "
                          f"and step >= 1, got {fault!r}")
