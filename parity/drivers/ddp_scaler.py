@@ -29,7 +29,7 @@ from reference.train_models import batch_of, build
 
 # A small MLP (one DDP bucket): the scaler's bookkeeping is the subject, not the buckets
 SIZES = (8, 64, 64, 3)
-STEPS = 3  # step 1 clean, step 2 the fault, step 3 the ranks' different scales at work
+STEPS = 8  # step 1 clean, step 2 the fault, then the ranks' different scales at work
 FAULT_STEP = 2
 GROWTH_INTERVAL = 2  # the clean ranks' scale grows at step 2, the faulted rank's backs off
 # the torch tree's repair -> the reference's ("sharded": ShardedGradScaler's SUM)
