@@ -19,7 +19,8 @@ SCALER_CLAIMS: tuple[Claim, ...] = (
             "digests agree across ranks at step 1 and differ from step 2 on; the cross-rank "
             "check names step 2 and rank ws - 1 in both trees (and, set to raise, ends the "
             "launch with that message); the reference on its own local gradients skips, "
-            "scales and parts the same."
+            "scales and parts the same. The slow matrix adds world size 4, the fault on rank 0 "
+            "at step 1 and on the last rank at step 4, 6 steps."
         ),
         kind="bits",
         bound=0,
@@ -39,7 +40,8 @@ SCALER_CLAIMS: tuple[Claim, ...] = (
         statement=(
             "The same fault with found_inf all-reduced between unscale_ and step (ReduceOp.MAX "
             "by hand, or torch's ShardedGradScaler, whose unscale_ all-reduces it with SUM, "
-            "under DDP on gloo): every rank skips step 2 and halves its scale together; every "
+            "under DDP on gloo; the slow matrix adds SUM by hand, world size 4, other faults "
+            "and none): every rank skips step 2 and halves its scale together; every "
             "rank's digest of scale and parameters is the same at every step across ranks and "
             "equal to the reference's (found_inf all-reduced by MAX, or by the ring mirror's "
             "SUM), and the final parameters are bit-identical across ranks and trees, world "
