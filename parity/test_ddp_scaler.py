@@ -65,6 +65,8 @@ def _check_trees_agree(claim: str, rp: drv.Replay) -> None:
     for r, (a_rank, b_rank) in enumerate(zip(ref.final, t.final, strict=True)):
         for k, (a, b) in enumerate(zip(a_rank, b_rank, strict=True)):
             assert_claim(claim, a, b, f"{context} rank {r} param {k}")
+    if own is None:
+        return
     assert (own.skipped, own.found_inf, own.scale, own.after) == (
         t.skipped, t.found_inf, t.scale, t.after), f"{context}: the reference's own run"
     assert own.divergence == t.divergence, f"{context}: the reference's own verdicts"
@@ -77,6 +79,7 @@ def test_without_the_repair_the_ranks_part_at_the_seeded_step_in_both_trees(
     for ws, repair in UNREPAIRED:
         rp = replays[ws, repair]
         _check_trees_agree("ddp.scaler_divergence", rp)
+        assert rp.own is not None, "guard: the reference's own run was compared"
         t, bad = rp.torch, ws - 1
         assert len(set(t.digests[0])) == 1, "step 1: the ranks still agree"
         assert all(len(set(d)) > 1 for d in t.digests[1:]), "from step 2 on they differ"
