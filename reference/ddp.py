@@ -226,21 +226,13 @@ class StepRecord:
     results: list = field(default_factory=list)  # each rank's train.StepResult
 
 
-def ddp_step(replicas: Sequence[Module], loss_fn: Loss, optimizers: Sequence, scalers: Sequence,
-             x: np.ndarray, y: np.ndarray, *, step: int, precision: str,
-             local_grads: Callable[[int], list[np.ndarray]] | None = None,
-             gradient_as_bucket_view: bool = False) -> StepRecord:
-    """One DDP step over len(replicas) simulated ranks; rank r trains on shard(x, r, ws).
-
-    Each rank as reference.train.train_step up to its backward (zero_grad, autocast forward,
-    float32 loss, scale(loss) backward); then the reducer (reduce_gradients over
-    step_buckets(step)) writes the reduced gradient into every rank's .grad; then each rank's
-    optimizer phase (train._optimizer_phase: unscale_, step unless inf/NaN, update).
-    `local_grads(rank)`, if given, replaces rank's computed gradient (a replay of another
-    implementation's local gradients: the reduction and the optimizer are then all that is
-    compared). `gradient_as_bucket_view`: DDP's option of that name with
-    zero_grad(set_to_none=False) (NOTE [ DDP's reducer ] 4).
-    """
+def local_backward(replicas: Sequence[Module], loss_fn: Loss, optimizers: Sequence,
+                   scalers: Sequence, x: np.ndarray, y: np.ndarray, *, precision: str,
+                   local_grads: Callable[[int], list[np.ndarray]] | None = None
+                   ) -> tuple[list, list, list, list[float]]:
+    """Each rank as reference.train.train_step up to its backward (zero_grad, autocast
+    forward on shard(x, rank), float32 loss, scale(loss) backward with that rank's scaler):
+    (rows, local, own, losses) per rank; `local_grads` as in ddp_step."""
     ws, dtype = len(replicas), amp.autocast_dtype(precision)
     rows, local, own, losses = [], [], [], []
     for rank, model in enumerate(replicas):
@@ -254,13 +246,47 @@ def ddp_step(replicas: Sequence[Module], loss_fn: Loss, optimizers: Sequence, sc
         own.append([p.grad for p in model.parameters()])
         local.append(own[-1] if local_grads is None else local_grads(rank))
         losses.append(float(loss))
+    return rows, local, own, losses
+
+
+def reduce_into(replicas: Sequence[Module], local: list[list[np.ndarray]], *, step: int,
+                precision: str, gradient_as_bucket_view: bool = False
+                ) -> tuple[list[np.ndarray], list[list[int]]]:
+    """The reducer: step_buckets(step), reduce_gradients, the reduced gradient copied into
+    every rank's .grad; returns (reduced, buckets). A scaled local gradient may hold inf or
+    NaN: the reduction carries it to every rank (inf + x = inf, inf - inf = NaN), which is
+    how every rank's scaler finds it, so NumPy's overflow and invalid warnings are silenced."""
     sizes = [g.nbytes for g in local[0]]
     buckets = step_buckets(sizes, step, ready_order(len(sizes), precision))
-    reduced = reduce_gradients(local, buckets, divide=gradient_as_bucket_view and step > 1)
-    record = StepRecord(rows, local, own, reduced, buckets)
-    for rank, model in enumerate(replicas):
+    with np.errstate(over="ignore", invalid="ignore"):
+        reduced = reduce_gradients(local, buckets, divide=gradient_as_bucket_view and step > 1)
+    for model in replicas:
         for p, g in zip(model.parameters(), reduced, strict=True):
             p.grad = g.copy()
+    return reduced, buckets
+
+
+def ddp_step(replicas: Sequence[Module], loss_fn: Loss, optimizers: Sequence, scalers: Sequence,
+             x: np.ndarray, y: np.ndarray, *, step: int, precision: str,
+             local_grads: Callable[[int], list[np.ndarray]] | None = None,
+             gradient_as_bucket_view: bool = False) -> StepRecord:
+    """One DDP step over len(replicas) simulated ranks; rank r trains on shard(x, r, ws).
+
+    Each rank as reference.train.train_step up to its backward (local_backward); then the
+    reducer (reduce_into: reduce_gradients over step_buckets(step)) writes the reduced
+    gradient into every rank's .grad; then each rank's optimizer phase
+    (train._optimizer_phase: unscale_, step unless inf/NaN, update).
+    `local_grads(rank)`, if given, replaces rank's computed gradient (a replay of another
+    implementation's local gradients: the reduction and the optimizer are then all that is
+    compared). `gradient_as_bucket_view`: DDP's option of that name with
+    zero_grad(set_to_none=False) (NOTE [ DDP's reducer ] 4).
+    """
+    rows, local, own, losses = local_backward(replicas, loss_fn, optimizers, scalers, x, y,
+                                              precision=precision, local_grads=local_grads)
+    reduced, buckets = reduce_into(replicas, local, step=step, precision=precision,
+                                   gradient_as_bucket_view=gradient_as_bucket_view)
+    record = StepRecord(rows, local, own, reduced, buckets)
+    for rank, model in enumerate(replicas):
         with np.errstate(over="ignore", invalid="ignore"):
             record.results.append(_optimizer_phase(model, optimizers[rank], scalers[rank],
                                                    losses[rank], None, None))

@@ -12,17 +12,22 @@ the loopback, GLOO_SOCKET_IFNAME=lo) and run each job in turn, then returns what
 recorded, loaded with torch.load(weights_only=True). A job with a smaller world size runs on
 a subgroup of ranks 0..w-1 (dist.new_group), so one launch covers several world sizes.
 Jobs: `allreduce_job` (dist.all_reduce of seeded tensors), `train_job` (DDP training
-steps), `fault_job` (a rank raises, is SIGKILLed, or hangs: for the reliability tests).
+steps), `fault_job` (a rank raises, is SIGKILLed, or hangs: for the reliability tests); a
+job made in another file names the module whose `run(job, rank, group)` runs it
+(job["runner"]: torch_impl.ddp_scaler's scaler jobs, which build on `replica` and `batches`).
 Any failing rank ends the whole launch with DDPError naming the rank; nothing outlives it.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import tempfile
 import time
 import traceback
+from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -111,11 +116,13 @@ def launch(jobs: list[dict[str, Any]], world_size: int, timeout: float = 60.0,
 
 
 def _context() -> Any:
-    """forkserver, its server preloaded with torch, DDP's lazy torch._dynamo import and this
-    module: each rank is then a fork of a clean single-threaded process (no OpenMP pool,
-    no CUDA), and pays no import; the server starts once per parent process."""
+    """forkserver, its server preloaded with torch, DDP's lazy torch._dynamo import, this
+    module and the runner modules: each rank is then a fork of a clean single-threaded
+    process (no OpenMP pool, no CUDA), and pays no import; the server starts once per parent
+    process."""
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["torch", "torch._dynamo", "torch_impl.ddp"])
+    ctx.set_forkserver_preload(["torch", "torch._dynamo", "torch_impl.ddp",
+                                "torch_impl.ddp_scaler"])
     return ctx
 
 
@@ -177,7 +184,7 @@ def _worker(rank: int, world_size: int, tmp: str, jobs: list[dict[str, Any]],
             if rank >= w:  # not in this job's subgroup
                 results.append({})
                 continue
-            results.append(_RUN[job["kind"]](job, rank, groups[w]))
+            results.append(_runner(job)(job, rank, groups[w]))
         torch.save(results, os.path.join(tmp, f"rank{rank}.pt"))
         dist.destroy_process_group()
     except BaseException as error:  # reported to the parent, then exit 1
@@ -199,50 +206,73 @@ def _allreduce(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
     return {"input": before, "output": t.cpu()}
 
 
-def _train(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
-    """DDP steps; records each step's local gradients (a tensor hook sees the gradient before
-    AccumulateGrad and DDP's reducer touch it), the reduced .grad, and DDP's buckets."""
+@dataclass
+class Replica:
+    """One rank's side of a DDP run: its config, model parts, parameters (and their initial
+    values), the DDP wrapper, SGD, and `local`: the rank's local gradient of each parameter
+    at the last backward (a tensor hook sees it before AccumulateGrad and DDP's reducer)."""
+
+    config: TrainConfig
+    parts: Any
+    params: list[torch.nn.Parameter]
+    initial: list[torch.Tensor]
+    ddp: DistributedDataParallel
+    optimizer: torch.optim.SGD
+    local: dict[int, torch.Tensor]
+
+
+def replica(job: dict[str, Any], group: Any, gradient_as_bucket_view: bool = False) -> Replica:
+    """The model of job["config"] (its seed: the same on every rank) under DDP on `group`,
+    SGD with momentum 0.9, and the local-gradient hooks."""
     c = TrainConfig(**{k: tuple(v) if k == "sizes" else v for k, v in job["config"].items()})
-    ws = job["world_size"]
     parts = build(c, torch.Generator().manual_seed(c.seed), torch.device("cpu"),
                   torch.Generator())
-    model, loss_fn = parts.model, parts.loss_fn
-    params = list(model.parameters())
+    params = list(parts.model.parameters())
     initial = [p.detach().clone() for p in params]
-    as_view = job["gradient_as_bucket_view"]
-    ddp = DistributedDataParallel(model, process_group=group,  # bucket_cap_mb=25: the default
-                                  gradient_as_bucket_view=as_view)
+    ddp = DistributedDataParallel(parts.model, process_group=group,  # bucket_cap_mb=25
+                                  gradient_as_bucket_view=gradient_as_bucket_view)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=c.lr, momentum=0.9)
-    scaler = loss_scaling.make_scaler(c.precision, "cpu", init_scale=c.init_scale,
-                                      growth_interval=c.growth_interval)
     local: dict[int, torch.Tensor] = {}
     for i, p in enumerate(params):
         p.register_hook(lambda g, i=i: local.__setitem__(i, g.detach().clone()))
+    return Replica(c, parts, params, initial, ddp, optimizer, local)
+
+
+def batches(c: TrainConfig, loader: Any) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """The loader's global batches, epoch after epoch."""
+    while True:
+        for item in loader:
+            yield batch_of(c, item)
+
+
+def _train(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
+    """DDP steps; records each step's local gradients, the reduced .grad, and DDP's buckets."""
+    ws, as_view = job["world_size"], job["gradient_as_bucket_view"]
+    rep = replica(job, group, as_view)
+    c, loss_fn, params = rep.config, rep.parts.loss_fn, rep.params
+    scaler = loss_scaling.make_scaler(c.precision, "cpu", init_scale=c.init_scale,
+                                      growth_interval=c.growth_interval)
     index = {id(p): i for i, p in enumerate(params)}
     steps: list[dict[str, Any]] = []
-    batches = iter(parts.loader)
+    data = batches(c, rep.parts.loader)
     while len(steps) < job["steps"]:
-        try:
-            x, y = batch_of(c, next(batches))
-        except StopIteration:
-            batches = iter(parts.loader)
-            continue
-        optimizer.zero_grad(set_to_none=not as_view)
+        x, y = next(data)
+        rep.optimizer.zero_grad(set_to_none=not as_view)
         xr, yr = x[rank::ws], y[rank::ws]  # reference.ddp.shard
         with amp.autocast(amp.autocast_dtype(c.precision), "cpu"):
-            output = ddp(xr)
+            output = rep.ddp(xr)
             loss = loss_fn(output, yr)
         scaler.scale(loss).backward()
         buckets = [[index[id(p)] for p in b.parameters()]
-                   for b in ddp.reducer._get_zeros_like_grad_buckets()]
-        steps.append({"local": [local[i] for i in range(len(params))],
+                   for b in rep.ddp.reducer._get_zeros_like_grad_buckets()]
+        steps.append({"local": [rep.local[i] for i in range(len(params))],
                       "reduced": [p.grad.detach().clone() for p in params],
                       "buckets": buckets, "loss": loss.detach().clone(), "x": xr.clone(),
                       "y": yr.clone(), "output": output.detach().clone()})
-        scaler.unscale_(optimizer)
-        scaler.step(optimizer)
+        scaler.unscale_(rep.optimizer)
+        scaler.step(rep.optimizer)
         scaler.update()
-    return {"initial": initial, "steps": steps,
+    return {"initial": rep.initial, "steps": steps,
             "final": [p.detach().clone() for p in params]}
 
 
@@ -259,3 +289,11 @@ def _fault(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
 
 
 _RUN = {"allreduce": _allreduce, "train": _train, "fault": _fault}
+
+
+def _runner(job: dict[str, Any]) -> Any:
+    """The job's runner: _RUN's, or `run` of the module a job of another file names
+    (job["runner"], e.g. torch_impl.ddp_scaler's scaler jobs: it imports this module)."""
+    if "runner" in job:
+        return importlib.import_module(job["runner"]).run
+    return _RUN[job["kind"]]

@@ -11,6 +11,7 @@ NCCL's all_reduce (one GPU per rank, so at least two GPUs).
 from __future__ import annotations
 
 from parity.claims import Claim
+from parity.claims.ddp_scaler import SCALER_CLAIMS
 
 CLAIMS: tuple[Claim, ...] = (
     Claim(
@@ -139,4 +140,5 @@ CLAIMS: tuple[Claim, ...] = (
             "and settings."
         ),
     ),
+    *SCALER_CLAIMS,
 )
