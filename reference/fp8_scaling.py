@@ -93,7 +93,7 @@ def tensor_amax(x: np.ndarray, axis: int | None = None) -> np.ndarray:
     a = _check_array(x, "tensor_amax")
     if axis is not None and not -a.ndim <= axis < a.ndim:
         raise ValueError(f"tensor_amax: axis {axis} out of range for {a.ndim} dimensions")
-    if a.size == 0 or (axis is not None and a.shape[axis] == 0):
+    if a.size == 0:
         raise ValueError("tensor_amax: an empty tensor (or slice) has no amax")
     if axis is None:
         return np.max(np.abs(a))
