@@ -80,7 +80,9 @@ _EXPONENT_BITS = np.uint32(0xFF800000)  # sign and exponent of a float32
 # A power-of-2 scale makes x * s and q / s exact (no rounding but the cast's). Rounded DOWN
 # (the largest 2^k <= s) it keeps amax * s <= max, so nothing saturates. For a positive
 # normal float32 s = 1.f * 2^k that is s with its fraction bits cleared: bits & 0xFF800000
-# (TE's compute_scale_from_amax), math.frexp in the pseudocode, torch.frexp in the twin.
+# (TE's compute_scale_from_amax; a subnormal keeps its highest fraction bit, where TE's mask
+# would give 0, but no scale here is subnormal: s >= fp8_max / FLT_MAX), math.frexp in the
+# pseudocode, torch.frexp in the twin.
 # torchao 0.18 writes torch.exp2(torch.floor(torch.log2(s))): float32 log2(s) for s just
 # below 2^(k+1) is k + 1 - d with d below half of float32's spacing at k + 1, so it rounds
 # to the integer k + 1, floor keeps it, and the scale becomes 2^(k+1) > s: rounded UP, and
@@ -104,8 +106,13 @@ def round_down_to_power_of_2(scale: np.ndarray) -> np.ndarray:
     """2^floor(log2(s)) for each positive finite float32 s, exactly; 0, inf and NaN as they
     are (NOTE [ Power-of-2 scales ])."""
     s = np.asarray(scale, dtype=np.float32)
-    bits = s.view(np.uint32) & _EXPONENT_BITS
-    return np.where(np.isfinite(s) & (s > 0), bits.view(np.float32), s)
+    bits = s.view(np.uint32)
+    down = bits & _EXPONENT_BITS  # a normal: its fraction cleared
+    # a subnormal (exponent field 0) is F * 2^-149: keep F's highest set bit
+    top = np.frexp(bits.astype(np.float64))[1] - 1  # floor(log2(F)), exact: F < 2^23
+    highest = np.left_shift(np.uint32(1), np.maximum(top, 0).astype(np.uint32))
+    down = np.where(bits < 0x00800000, highest, down)
+    return np.where(np.isfinite(s) & (s > 0), down.view(np.float32), s)
 
 
 def amax_to_scale(amax: np.ndarray, fmt: str, power_of_2: bool = False) -> np.ndarray:
