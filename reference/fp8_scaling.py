@@ -129,7 +129,9 @@ def cast_to_fp8(x: np.ndarray, scale: np.ndarray, fmt: str) -> np.ndarray:
     """fp8(clamp(f32(x) * scale, -max, max)), nearest even, as an ml_dtypes fp8 array."""
     fp8 = get_format(check_fp8_format(fmt, "cast_to_fp8"))
     a = _check_array(x, "cast_to_fp8").astype(np.float32)
-    with np.errstate(invalid="ignore"):  # inf * 0 (an infinite amax's zero scale) is NaN
+    # inf * 0 (an infinite amax's zero scale) is NaN; a product beyond FLT_MAX is inf, and
+    # either way the clamp below decides
+    with np.errstate(invalid="ignore", over="ignore"):
         scaled = a * np.asarray(scale, dtype=np.float32)
     clamped = np.clip(scaled, np.float32(-fp8.max), np.float32(fp8.max))
     codes = encode(clamped, fp8)  # nearest even; nothing left beyond max to overflow
