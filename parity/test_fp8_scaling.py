@@ -198,18 +198,24 @@ def test_an_infinite_amax_freezes_the_delayed_scale_for_the_history_length(
     assert scales[-1] == 56.0, scales  # 448 / 8
 
 
-def test_the_clamp_makes_the_cast_independent_of_the_overflow_policy(device: str) -> None:
-    """464 (the tie above 448), 480, inf, -inf after scaling: the recipe's codes are those of
-    both overflow policies, in both trees; the installed torch's raw cast is checked to
-    follow its version (saturating from 2.13, NaN before)."""
-    r = drv.saturation(device=device)
-    assert_claim("fp8_scaling.saturation", r["recipe_torch"], r["recipe_reference"], "trees")
+@pytest.mark.parametrize("fmt", [E4M3, E5M2])
+def test_the_clamp_makes_the_cast_independent_of_the_overflow_policy(fmt: str,
+                                                                    device: str) -> None:
+    """The tie above max, max + ulp, inf, -inf after scaling: the recipe's codes are those of
+    every overflow policy, in both trees; the installed torch's raw cast is checked to do
+    what its version implies (e4m3: saturating from 2.13, NaN before; e5m2: inf, the tie
+    included, since it rounds to the even 2^16)."""
+    r = drv.saturation(fmt, device=device)
+    assert_claim("fp8_scaling.saturation", r["recipe_torch"], r["recipe_reference"], fmt)
     for policy, codes in r["policies"].items():
-        assert_claim("fp8_scaling.saturation", r["recipe_torch"], codes, policy)
-    overflowing = np.abs(r["scaled"]) > 464
+        assert_claim("fp8_scaling.saturation", r["recipe_torch"], codes, f"{fmt} {policy}")
+    overflowing = np.abs(r["scaled"]) > r["max"]
     raw = r["raw"].astype(np.float32)
-    if r["saturates"]:
-        assert np.all(np.abs(raw[overflowing]) == 448), (r["torch"], raw)
+    if fmt == E5M2:
+        assert np.all(np.isinf(raw[overflowing])), (r["torch"], raw)
+    elif r["saturates"]:
+        assert np.all(np.abs(raw[overflowing][1:]) == 448), (r["torch"], raw)
     else:
-        assert np.all(np.isnan(raw[overflowing])), (r["torch"], raw)
+        assert np.all(np.isnan(raw[overflowing][1:])), (r["torch"], raw)
+    assert np.all(np.abs(r["recipe_torch"][overflowing].astype(np.float32)) == r["max"])
     assert np.any(overflowing), "guard: some products overflow the format"

@@ -142,27 +142,30 @@ def float32_range(lo: float, hi: float) -> np.ndarray:
     return np.arange(a, b, dtype=np.uint32).view(np.float32)
 
 
-def saturation(fmt: str = "float8_e4m3fn", device: str = "cpu") -> dict[str, Any]:
+def saturation(fmt: str, device: str = "cpu") -> dict[str, Any]:
     """What the installed torch's raw cast does beyond max, and the recipe's cast (clamp, then
-    cast) in the torch tree beside the reference's under both overflow policies, on values
-    that overflow once scaled (464 the tie above 448, 480, FLT_MAX, inf)."""
+    cast) in the torch tree beside the reference's under every overflow policy the format
+    can have, on products that overflow: the tie above max (464 for e4m3, 61440 for e5m2),
+    max + ulp (480, 65536), -FLT_MAX * 4 (-inf in float32), +-inf; and one that does not."""
     from reference.formats import encode
     from torch_impl import fp8_scaling as tfp8
     from torch_impl.formats import E4M3FN_SATURATES
 
     torch = _torch()
-    x = np.array([100.0, 116.0, 120.0, -np.finfo(np.float32).max, np.inf, -np.inf, 1.0],
-                 dtype=np.float32)
-    scale = np.float32(4.0)  # 464, 480, -inf (FLT_MAX * 4 overflows float32), inf, -inf, 4
+    fp8 = get_format(fmt)
+    ulp = 2.0 ** (math.floor(math.log2(fp8.max)) - fp8.mantissa_bits)
+    scale = np.float32(4.0)
+    x = np.array([(fp8.max + ulp / 2) / 4, (fp8.max + ulp) / 4, -np.finfo(np.float32).max,
+                  np.inf, -np.inf, 1.0], dtype=np.float32)
     with np.errstate(over="ignore"):
         scaled = x * scale
     raw = as_numpy(torch.from_numpy(scaled).to(device).to(tfp8.DTYPES[fmt]))
-    fp8 = get_format(fmt)
     clamped = np.clip(scaled, np.float32(-fp8.max), np.float32(fp8.max))
-    policies = {p: encode(clamped, fmt, overflow=p).astype(np.uint8).view(raw.dtype)
-                for p in ("saturate", "nan")}
+    policies = ("saturate", "nan") if fmt == "float8_e4m3fn" else ("saturate", "inf", "nan")
+    codes = {p: encode(clamped, fmt, overflow=p).astype(np.uint8).view(raw.dtype)
+             for p in policies}
     recipe = as_numpy(tfp8.cast_to_fp8(torch.from_numpy(x).to(device),
                                        torch.tensor(scale).to(device), fmt))
     return {"torch": torch.__version__, "saturates": E4M3FN_SATURATES, "raw": raw,
             "recipe_torch": recipe, "recipe_reference": rfp8.cast_to_fp8(x, scale, fmt),
-            "policies": policies, "scaled": scaled}
+            "policies": codes, "scaled": scaled, "max": fp8.max}
