@@ -182,7 +182,10 @@ def delayed_update(history: np.ndarray, scale: np.ndarray, fmt: str, margin: int
                    algo: str = "max", order: str = "kernel") -> tuple[np.ndarray, np.ndarray]:
     """(new history, new scale) after one update of TE's delayed scaling (the docstring's
     delayed_update, vectorized over scales). history: float32 (L,) or (L, n), slot 0 this
-    step's amax; scale: float32 () or (n,). Neither input is modified."""
+    step's amax; scale: float32 () or (n,). Neither input is modified. `order` picks the
+    scale's formula only (delayed_scale); the roll, its skip on a zero slot 0 and the fmax
+    fold are the fused kernel's in either order (TE's unfused update rolls always and takes
+    torch.max, which propagates NaN: docs/fp8.md)."""
     check_delayed_args(margin, algo, "delayed_update")
     h = np.asarray(history, dtype=np.float32)
     s = np.asarray(scale, dtype=np.float32)

@@ -88,7 +88,8 @@ def delayed_scale(amax: torch.Tensor, scale: torch.Tensor, fmt: str, margin: int
 
 def delayed_update(history: torch.Tensor, scale: torch.Tensor, fmt: str, margin: int = 0,
                    algo: str = "max", order: str = "kernel") -> tuple[torch.Tensor, torch.Tensor]:
-    """(new history, new scale) after one TE delayed-scaling update; inputs unmodified."""
+    """(new history, new scale) after one TE delayed-scaling update; inputs unmodified;
+    `order` picks the scale's formula only, the roll is the fused kernel's."""
     check_delayed_args(margin, algo, "delayed_update")
     h = history.to(torch.float32)
     if h.ndim not in (1, 2) or h.shape[0] < 1 or scale.shape != h.shape[1:]:
