@@ -3,7 +3,7 @@ update step after step (fp8_scaling.delayed_trees) for any input, TE's kernel wo
 (fp8_scaling.te_vectors), the margin's two orders (fp8_scaling.margin_order), the inf
 freeze (fp8_scaling.inf_freeze) and the clamp's independence of the cast's overflow policy
 (fp8_scaling.saturation). torchao, the oracle of current scaling:
-tests/test_fp8_scaling_torchao.py. Driver: parity/drivers/fp8_scaling.py.
+parity/test_fp8_scaling_torchao.py. Driver: parity/drivers/fp8_scaling.py.
 """
 
 from __future__ import annotations
