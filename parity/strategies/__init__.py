@@ -33,6 +33,12 @@ from parity.strategies.formats import (  # noqa: F401
     subnormal_edge,
     ties,
 )
+from parity.strategies.fp8_scaling import (  # noqa: F401
+    FP8_AMAX_EDGES,
+    fp8_amaxes,
+    fp8_histories,
+    fp8_tensors,
+)
 from parity.strategies.gpt import gpt_batches, gpt_configs  # noqa: F401
 from parity.strategies.loss_scaling import (  # noqa: F401
     scaler_factors,
