@@ -177,9 +177,9 @@ def graph_break() -> Postmortem:
                       "; ".join(loop["reasons"]) or "-"])
     return Postmortem(
         "graph_break", "a graph break under torch.compile",
-        "a compiled forward runs as more than one graph, with Python between them: the "
-        "compiler cannot fuse across the gap and the step pays a return to the interpreter "
-        "every call.",
+        f"a compiled forward runs as {seeded['graphs']} graphs with Python between them: "
+        "the compiler cannot fuse across the gap and every call returns to the interpreter "
+        "in the middle.",
         f"torch._dynamo.explain of one call (graphs, breaks, each break's reason and line), "
         f"then the graphs compiled and the guards failed over {COMPILE_CALLS} calls with the "
         "same input (torch_impl.compile.count_recompiles, backend eager), for the seeded "
