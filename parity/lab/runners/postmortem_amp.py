@@ -12,7 +12,7 @@ import numpy as np
 
 from parity.lab.runners.postmortem_record import Hypothesis, Postmortem
 
-FP16_MAX = 65504.0  # float16's largest finite value, (2 - 2^-10) * 2^15
+FP16_MAX = float.fromhex("0x1.ffcp15")  # 65504 = (2 - 2^-10) * 2^15, float16's largest
 UNDERFLOW_SCALE = 2.0**16  # the repair's loss scale (GradScaler's default init_scale)
 
 
