@@ -14,20 +14,6 @@ from parity.lab.runners import miniproject as mp
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_the_underflow_guard_fails_on_the_fault_and_passes_on_the_repair() -> None:
-    pm = mp.postmortem()
-    assert pm.zeros["fp16, S=1"]["0.weight"] > 0.05  # the fault is really there
-    assert not pm.guard_before and pm.guard_after
-    assert pm.forward_nonfinite == 0 and pm.forward_max < mp.FP16_MAX  # H2 really rejected
-
-
-def test_the_guard_compares_zeros_per_parameter() -> None:
-    fp32 = {"a": 0.0, "b": 0.25}
-    assert mp.guard_no_underflow({"a": 0.0, "b": 0.25}, fp32)
-    assert not mp.guard_no_underflow({"a": 0.0, "b": 0.26}, fp32)
-    assert not mp.guard_no_underflow({"a": 0.01, "b": 0.0}, fp32)
-
-
 @pytest.mark.slow
 def test_a_process_killed_while_committing_a_checkpoint_resumes_to_the_same_digest(
         tmp_path: Path) -> None:
@@ -44,26 +30,18 @@ def test_the_command_writes_every_deliverable_and_grades_them(tmp_path: Path) ->
                            str(tmp_path), "--repeats", "3"], cwd=ROOT, capture_output=True,
                           text=True, timeout=900)
     assert done.returncode in (0, 1), done.stderr[-2000:]
-    for name in ("postmortem.md", "resume.md", "optimize-autocast-bf16.md", "rubric.md"):
+    for name in ("postmortem.md", "postmortem.json", "resume.md", "optimize-autocast-bf16.md",
+                 "rubric.md"):
         assert (tmp_path / name).stat().st_size > 0, name
     rubric = (tmp_path / "rubric.md").read_text()
-    assert "| resume | Strong |" in rubric and "| fault repair | Strong |" in rubric
+    assert "| resume | Strong |" in rubric
+    assert "| fault repair | Strong | postmortem.md: fault fp16_without_scaler;" in rubric
     assert "| prediction before measurement | Strong |" in rubric
     assert "| honest timing (profile) | Strong |" in rubric
     assert done.stdout.strip().splitlines()[-1].startswith("miniproject: ")
 
 
 # ---------------------------------------------------------------- the rubric, on stand-in evidence
-
-def _postmortem(**spoil: object) -> mp.Postmortem:
-    """A postmortem earning Strong (the guard fails, then passes; the forward well below
-    float16's max), with `spoil` replaced."""
-    from dataclasses import replace
-
-    whole = mp.Postmortem({}, {}, forward_max=12.0, forward_nonfinite=0, guard_before=False,
-                          guard_after=True)
-    return replace(whole, **spoil)  # type: ignore[arg-type]
-
 
 def _evidence(**spoil: object) -> mp.ResumeEvidence:
     """A kill and resume earning Strong, with `spoil` replaced."""
@@ -74,18 +52,6 @@ def _evidence(**spoil: object) -> mp.ResumeEvidence:
                               "resumed from ckpt-00000015.ckpt at step 15", "ab" * 32,
                               "ab" * 32)
     return replace(whole, **spoil)  # type: ignore[arg-type]
-
-
-@pytest.mark.parametrize("spoil, grade", [
-    ({}, "Strong"),
-    ({"forward_nonfinite": 3}, "Pass"),  # H2 no longer rejected
-    ({"forward_max": mp.FP16_MAX}, "Pass"),
-    ({"guard_before": True}, "FAIL"),  # the guard does not see the fault
-    ({"guard_after": False}, "FAIL"),  # the repair does not repair
-])
-def test_the_fault_repair_row_falls_a_grade_with_each_piece_of_evidence_spoiled(
-        spoil: dict, grade: str) -> None:
-    assert mp.fault_repair_row(_postmortem(**spoil))[1] == grade
 
 
 @pytest.mark.parametrize("spoil, grade", [

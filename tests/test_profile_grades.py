@@ -34,6 +34,8 @@ def _files(folder: Path, names_in_order: list[str]) -> None:
     (["trace.json", "predictions.json", "predictions.md", "profile.json"], False),
     (["predictions.json", "profile.json", "trace.json"], False),  # no predictions.md
     (["predictions.json", "predictions.md"], False),  # nothing measured
+    ([".mirrortrain-output", "predictions.json", "predictions.md", "profile.json"], True),
+    ([".mirrortrain-output", "predictions.json", "predictions.md"], False),  # a mark only
 ])
 def test_the_sheet_counts_as_first_only_if_both_its_files_precede_every_measurement(
         tmp_path: Path, order: list[str], first: bool) -> None:

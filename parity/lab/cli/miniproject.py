@@ -2,11 +2,14 @@
 with one repaired fault", its deliverables written to DIR, then self-graded.
 
     python -m parity miniproject --out DIR [--device cpu|cuda] [--repeats R]
+                                 [--fault NAME | --all-faults]
 
 Writes DIR/profile/ (the prediction sheet, committed before anything is measured, and the
-synchronized profile), DIR/postmortem.md (fp16 without loss scaling: hypotheses, the
-discriminating measurement, a rejected hypothesis, the repair, a guard that fails before and
-passes after), DIR/optimize-autocast-bf16.md (the optimization gauntlet), DIR/resume.md (a
+synchronized profile), DIR/postmortem.md and .json (the fault NAME, by default
+fp16_without_scaler: hypotheses, the discriminating measurement, a hypothesis rejected by a
+measured number, the repair, a guard that fails on the seeded loop and passes on the
+repaired one; with --all-faults one DIR/postmortems/NAME.md and .json per fault, each graded
+in its own rubric row), DIR/optimize-autocast-bf16.md (the optimization gauntlet), DIR/resume.md (a
 training process SIGKILLed while committing a checkpoint; the previous checkpoint survives;
 the resumed run's digest equals the uninterrupted one) and DIR/rubric.md. The rubric, one row
 per criterion with its evidence and Pass or Strong and why, is printed last; a piece whose
@@ -26,6 +29,8 @@ from pathlib import Path
 
 from parity.lab.cli import EXIT_FAILED, EXIT_OK, int_at_least, output_folder
 from parity.lab.runners import miniproject as mp
+from parity.lab.runners import postmortem as pmr
+from parity.lab.runners import postmortem_record as record
 from parity.lab.runners import profile_grades as grades
 
 HELP = "the mini-project end to end: profile, postmortem, optimization, resume; self-graded"
@@ -37,6 +42,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the profile's device (default cpu)")
     p.add_argument("--repeats", type=int_at_least(3), default=15, metavar="R",
                    help="timed repeats per side of the optimization report (default 15)")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--fault", choices=tuple(pmr.FAULTS), default=pmr.DEFAULT,
+                       metavar="NAME", help="the fault the postmortem investigates: "
+                       f"{', '.join(pmr.FAULTS)} (default {pmr.DEFAULT})")
+    which.add_argument("--all-faults", action="store_true",
+                       help="a postmortem of every fault, each graded in the rubric")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -54,9 +65,7 @@ def run(args: argparse.Namespace) -> int:
     bar.update(1)
 
     bar.set_postfix_str("postmortem")
-    pm = mp.postmortem()
-    (out / "postmortem.md").write_text(postmortem_markdown(pm))
-    rows.append(mp.fault_repair_row(pm))
+    rows += write_postmortems(out, list(pmr.FAULTS) if args.all_faults else [args.fault])
     bar.update(1)
 
     bar.set_postfix_str("optimization gauntlet")
@@ -98,46 +107,19 @@ def _profile_rows(folder: Path, device: str) -> list[mp.Row]:
     return grades.profile_rows(folder, done.returncode)
 
 
-def postmortem_markdown(pm: mp.Postmortem) -> str:
-    names = list(pm.zeros["fp32"])
-    head = "| | " + " | ".join(names) + " |\n|---|" + "---|" * len(names) + "\n"
-    zeros = "".join(f"| zeros, {k} | " + " | ".join(f"{v[n]:.1%}" for n in names) + " |\n"
-                    for k, v in pm.zeros.items())
-    errors = "".join(f"| error, {k} | " + " | ".join(f"{v[n]:.2%}" for n in names) + " |\n"
-                     for k, v in pm.error.items())
-    before = "passes" if pm.guard_before else "FAILS"
-    after = "passes" if pm.guard_after else "FAILS"
-    headroom = mp.FP16_MAX / max(pm.forward_max, 1e-300)
-    return f"""# Postmortem: float16 training without loss scaling
-
-**Symptom.** An fp16 autocast step of the compact model (small-init output layer, the
-loss-scaling topic's fault 1) produces gradients far from the float32 step's, worst in the
-first layer (table below, "error" rows).
-
-**Hypotheses.**
-- H1: the backward's small gradients underflow float16 (smallest subnormal 2^-24).
-- H2: the forward overflows float16 (max {mp.FP16_MAX:g}) and the loss is already wrong.
-
-**Discriminating measurements.** Share of gradient elements that are exactly 0, per
-parameter, and relative error against float32, with the loss scaled by S = 1 and S = 2^16
-(scaling moves gradients away from the underflow threshold and changes nothing else);
-and the forward's largest |activation| and non-finite count under fp16 autocast.
-
-{head}{zeros}{errors}
-Forward under fp16: largest |activation| {pm.forward_max:.4g}, non-finite values
-{pm.forward_nonfinite}.
-
-**H2 rejected**: the forward stays {headroom:.3g}x below float16's max with no non-finite
-value. **H1 confirmed**: exact zeros appear only in fp16 with S = 1 and vanish with
-S = 2^16, and the error follows them.
-
-**Repair.** Scale the loss: `torch.amp.GradScaler` (`loss_scaling.make_scaler("fp16")`,
-which `train_step` requires for fp16).
-
-**Regression guard** (`parity.lab.runners.miniproject.guard_no_underflow`): no parameter's
-gradient has more exact zeros in fp16 than in float32. Before the repair (S = 1) it
-{before}; after (S = 2^16) it {after}.
-"""
+def write_postmortems(out: Path, names: list[str]) -> list[mp.Row]:
+    """Investigate each fault of `names`; write its markdown and JSON (one fault:
+    out/postmortem.md, .json; several: out/postmortems/NAME.md, .json) and return its rubric
+    row, which names the fault and the file."""
+    rows = []
+    for name in names:
+        pm = pmr.investigate(name)
+        stem = "postmortem" if len(names) == 1 else f"postmortems/{name}"
+        (out / stem).parent.mkdir(parents=True, exist_ok=True)
+        (out / f"{stem}.md").write_text(record.markdown(pm))
+        (out / f"{stem}.json").write_text(record.as_json(pm))
+        rows.append(record.fault_repair_row(pm, f"{stem}.md"))
+    return rows
 
 
 def resume_markdown(ev: mp.ResumeEvidence) -> str:

@@ -1,4 +1,5 @@
-"""docs/miniproject.md: the committed run's self-grading."""
+"""docs/miniproject.md: the table of faults (from the registry) and the committed run's
+self-grading."""
 
 from __future__ import annotations
 
@@ -19,3 +20,14 @@ def _() -> str:
     files = [name for name in DELIVERABLES if (RUN / name).exists()]
     return table.replace("](", "](data/miniproject/") + "\nDeliverables: " + ", ".join(
         f"[{name}](data/miniproject/{name})" for name in files) + ".\n"
+
+
+@section("miniproject.md", "faults")
+def _faults() -> str:
+    from parity.lab.runners.postmortem import FAULTS
+
+    lines = ["| fault (`--fault`) | symptom | discriminating measurement | rejected hypothesis "
+             "| repair | guard |", "|---|---|---|---|---|---|"]
+    lines += [f"| `{f.name}` | {f.symptom} | {f.measurement} | {f.rejected} | {f.repair} | "
+              f"{f.guard} |" for f in FAULTS.values()]
+    return "\n".join(lines) + "\n"

@@ -1,14 +1,15 @@
 """The course's mini-project, assembled from the pieces this project builds.
 
     the prediction sheet and synchronized profile   parity/lab/cli/profile.py
-    one fault postmortem                             fp16 without loss scaling (below)
+    one fault postmortem (or all five)               parity/lab/runners/postmortem.py
     the optimization report                          parity/lab/runners/optimize.py
     the interrupted-and-resumed run                  a training process SIGKILLed while it
                                                      commits a checkpoint (below)
 
 A piece whose command is not part of this checkout is reported as missing, never faked.
-The rubric's grades are the functions at the end, each a function of its piece's evidence
-only, so a test can hand each one evidence with a part removed and see it fall a grade.
+The rubric's grades are the functions at the end (the fault row's is
+postmortem_record.fault_repair_row), each a function of its piece's evidence only, so a
+test can hand each one evidence with a part removed and see it fall a grade.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -130,84 +131,7 @@ def resume_evidence(work: Path) -> ResumeEvidence:
                           expected)
 
 
-# ---------------------------------------------------------------- fault postmortem
-
-@dataclass
-class Postmortem:
-    """fp16 training without loss scaling, investigated: per-layer measurements that tell
-    the hypotheses apart, the repair, and a guard that fails before it and passes after."""
-
-    zeros: dict[str, dict[str, float]]  # "fp16, S=1" | "fp16, S=2^16" | "fp32" -> name -> share
-    error: dict[str, dict[str, float]]  # relative error against float32, same keys but fp32
-    forward_max: float  # largest |activation| of the fp16 forward
-    forward_nonfinite: int
-    guard_before: bool
-    guard_after: bool
-    notes: list[str] = field(default_factory=list)
-
-
-FP16_MAX = 65504.0
-
-
-def guard_no_underflow(zeros_fp16: dict[str, float], zeros_fp32: dict[str, float]) -> bool:
-    """The regression guard: no parameter's gradient has more exact zeros in fp16 than the
-    same gradient in float32 (an underflow to 0 is the only way to gain one)."""
-    return all(zeros_fp16[name] <= zeros_fp32[name] for name in zeros_fp32)
-
-
-def postmortem() -> Postmortem:
-    """Measure the fault with the loss-scaling topic's small-init model and batch."""
-    import torch
-
-    from parity.drivers.loss_scaling import underflow_batch, underflow_grads, underflow_models
-
-    runs = {"fp16, S=1": underflow_grads(1.0), "fp16, S=2^16": underflow_grads(2.0**16)}
-    _, tm = underflow_models()
-    x, y = underflow_batch()
-    tm.zero_grad()
-    loss = torch.nn.functional.mse_loss(tm(torch.from_numpy(x)), torch.from_numpy(y))
-    loss.backward()
-    fp32 = {name: p.grad.numpy().astype(np.float64) for name, p in tm.named_parameters()}
-    zeros = {key: {name: float(np.mean(t == 0)) for name, _, t in grads}
-             for key, grads in runs.items()}
-    zeros["fp32"] = {name: float(np.mean(g == 0)) for name, g in fp32.items()}
-    error = {key: {name: float(np.linalg.norm(t.astype(np.float64) - fp32[name])
-                               / np.linalg.norm(fp32[name])) for name, _, t in grads}
-             for key, grads in runs.items()}
-    # H2 (overflow in forward): the largest activation under fp16 autocast, and non-finites
-    peaks: list[float] = []
-    bad = 0
-
-    def hook(_m: Any, _i: Any, out: torch.Tensor) -> None:
-        nonlocal bad
-        peaks.append(float(out.detach().abs().max()))
-        bad += int((~torch.isfinite(out)).sum())
-
-    handles = [m.register_forward_hook(hook) for m in tm]
-    with torch.autocast("cpu", dtype=torch.float16):
-        tm(torch.from_numpy(x))
-    for h in handles:
-        h.remove()
-    return Postmortem(zeros, error, max(peaks), bad,
-                      guard_before=guard_no_underflow(zeros["fp16, S=1"], zeros["fp32"]),
-                      guard_after=guard_no_underflow(zeros["fp16, S=2^16"], zeros["fp32"]))
-
-
 # ---------------------------------------------------------------- the rubric
-
-def fault_repair_row(pm: Postmortem) -> Row:
-    """Pass: the guard fails before the repair and passes after; Strong: and H2 (forward
-    overflow) was rejected by measurement (no non-finite value, the peak below FP16_MAX)."""
-    if pm.guard_before or not pm.guard_after:
-        return ("fault repair", "FAIL", "postmortem.md",
-                f"guard before {pm.guard_before}, after {pm.guard_after}")
-    rejected = pm.forward_nonfinite == 0 and pm.forward_max < FP16_MAX
-    return ("fault repair", "Strong" if rejected else "Pass",
-            "postmortem.md: the guard fails on fp16 S=1 and passes on S=2^16",
-            "repaired with a guard that fails before and passes after"
-            + ("; H2 (forward overflow) rejected by measurement" if rejected else
-               "; no hypothesis rejected by measurement"))
-
 
 def _interval_stated(g: Any) -> bool:
     ratio, low, high = g.speedup

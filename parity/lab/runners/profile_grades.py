@@ -25,13 +25,15 @@ def sheet_first(folder: Path) -> tuple[bool, str]:
     """(whether both files of the prediction sheet were written no later than every other
     file in `folder`, the reason in words). A missing sheet file fails; so does any
     measurement file (profile.json, profile.md, trace.json, the pictures) older than either
-    sheet file. Modification times in nanoseconds, as the profile run left them."""
+    sheet file. A hidden file is no measurement: the folder's mark (.mirrortrain-output,
+    NOTE [ An output folder is the command's own ]) is written when the folder is taken,
+    before the sheet. Modification times in nanoseconds, as the profile run left them."""
     missing = [name for name in SHEET if not (folder / name).is_file()]
     if missing:
         return False, f"no {' and no '.join(missing)} in {folder.name}/"
     sheet = max((folder / name).stat().st_mtime_ns for name in SHEET)
     measured = sorted((p.stat().st_mtime_ns, p.name) for p in folder.iterdir()
-                      if p.is_file() and p.name not in SHEET)
+                      if p.is_file() and p.name not in SHEET and not p.name.startswith("."))
     if not measured:
         return False, f"no measurement file in {folder.name}/ after the sheet"
     first, name = measured[0]
