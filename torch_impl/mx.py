@@ -9,8 +9,8 @@ The same public names in the same order. What torch does differently or lacks:
   half away) into the code W = ((t - t_min) << m) + k, where k = |q| / 2^(t - m) rounded
   (reference/formats.py's W: a carry out of k lands on the next binade by itself).
 - float8 elements rounded to nearest even are `Tensor.to(float8_*)`, torch's own cast;
-  a NaN there is the cast's NaN code, which may differ from the reference's canonical one
-  (e5m2: 0x7F against 0x7E), inside a block whose scale is NaN anyway.
+  a NaN is then given the reference's canonical NaN code (torch's e5m2 cast writes 0x7F,
+  the reference 0x7E: both NaN, inside a block whose scale is NaN anyway).
 - a NaN into fp6/fp4 (formats without NaN) gives the zero of the opposite sign, as the
   reference's encoder does (NOTE [ NaN to a finite format ] in reference/small_formats.py).
 - "rceil_log2f" is torch.log2 in float32 itself: torchao's eager rule, word for word.
@@ -132,7 +132,9 @@ def round_elements(q: torch.Tensor, fmt: str, rounding: str = "nearest_even") ->
     """float32 q, already within +-max of `fmt`, rounded to `fmt`'s codes (uint8)."""
     spec = FORMATS[fmt]
     if rounding == "nearest_even" and fmt in _NATIVE:
-        return q.to(_NATIVE[fmt]).view(torch.uint8)
+        codes = q.to(_NATIVE[fmt]).view(torch.uint8)
+        nan = (torch.signbit(q).to(torch.uint8) << 7) | spec.nan_code  # the canonical NaN
+        return torch.where(torch.isnan(q), nan, codes)
     a = q.to(torch.float64).abs()
     nan = torch.isnan(a)
     _, e = torch.frexp(torch.where(nan, torch.zeros_like(a), a))  # a = f 2^e, 1/2 <= f < 1
