@@ -128,7 +128,34 @@ def _blocks(a: np.ndarray, block_size: int) -> np.ndarray:
 
 
 def scale_codes(amax: np.ndarray, fmt: str, mode: str) -> np.ndarray:
-    """The E8M0 code of each block's float32 amax under `mode` (the module docstring)."""
+    """The E8M0 code of each block's float32 amax under `mode`. One amax, as scalar code
+    (executable: tests/test_mx_reference.py compiles this text and holds this function to
+    it; `f32` rounds to float32, `word` is a float32's bits as an int, and amax / max_elem in
+    Python's float64 rounded to float32 is the float32 quotient, 53 >= 2 * 24 + 2):
+
+        def scale_rule(amax, mode, e_max, m, max_elem):
+            if amax != amax:
+                return 255
+            if mode in ("rceil", "rceil_log2f"):
+                d = f32(amax / max_elem)
+                if d == math.inf:
+                    return 254
+                if d == 0:
+                    s = -127
+                elif mode == "rceil":
+                    f, e = math.frexp(d)  # d = f 2^e, 1/2 <= f < 1
+                    s = e - 1 if f == 0.5 else e
+                else:
+                    s = math.ceil(f32(math.log2(d)))
+                return min(max(s, -127), 127) + 127
+            bits = word(amax)
+            if mode == "even":
+                bits = (bits + 2 ** (22 - m)) & 0xFF800000
+            s = ((bits >> 23) & 0xFF) - 127 - e_max
+            if mode == "ceil" and bits & 0x7FFFFF:
+                s = s + 1
+            return min(max(s, -127), 128) + 127
+    """
     spec = FORMATS[fmt]
     bits = amax.view(np.uint32).astype(np.int64)
     nan = np.isnan(amax)
