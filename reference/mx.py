@@ -253,9 +253,10 @@ def per_tensor_scale(x: object) -> np.float32:
     return np.float32(np.max(np.abs(a)) / np.float32(E4M3_MAX * FP4_MAX))
 
 
-def to_nvfp4(x: object, per_tensor: np.float32 | float | None = None) -> NVFP4Tensor:
-    """float32/bfloat16 x (last dimension a multiple of 16) as NVFP4: one scale level, or
-    two with per_tensor = g (`per_tensor_scale`); the module docstring's steps."""
+def nvfp4_scaled(x: object, per_tensor: np.float32 | float | None = None
+                 ) -> tuple[np.ndarray, np.ndarray, np.float32 | None]:
+    """(e4m3 block-scale codes (..., n), x times its block's R before the clamp (..., n, 16),
+    g or None): NVFP4's steps up to the elements (the module docstring)."""
     a = _blocks(_check(x, "float4_e2m1fn", "floor", "nearest_even", NVFP4_BLOCK_SIZE),
                 NVFP4_BLOCK_SIZE)
     amax = np.max(np.abs(a), axis=-1)
@@ -266,8 +267,19 @@ def to_nvfp4(x: object, per_tensor: np.float32 | float | None = None) -> NVFP4Te
             b = b / g
         scale = formats.encode(np.clip(b, E4M3_TINY, E4M3_MAX), "float8_e4m3fn")
         s = formats.decode(scale, "float8_e4m3fn", dtype=np.float32)
+        # NOTE [ NVFP4 below 2^-116 ]: for g < 2^-128 (a tensor amax below about 2^-116.6)
+        # 1 / g overflows to inf, and a zero element times inf is NaN. fp4 has no NaN: the
+        # reference writes the zero of the opposite sign, torchao's bit trick the NaN's low
+        # bits (0x3 with its sign: such a zero decodes to -+1.5 S g there)
         r = np.float32(1) / s if g is None else (np.float32(1) / g) / s
         q = a * r[..., None]
+    return scale, q, g
+
+
+def to_nvfp4(x: object, per_tensor: np.float32 | float | None = None) -> NVFP4Tensor:
+    """float32/bfloat16 x (last dimension a multiple of 16) as NVFP4: one scale level, or
+    two with per_tensor = g (`per_tensor_scale`)."""
+    scale, q, g = nvfp4_scaled(x, per_tensor)
     elements = formats.encode(np.clip(q, -FP4_MAX, FP4_MAX), "float4_e2m1fn")
     return NVFP4Tensor(scale, elements.reshape(np.shape(x)), g)
 

@@ -197,8 +197,9 @@ def per_tensor_scale(x: torch.Tensor) -> torch.Tensor:
     return x.to(torch.float32).abs().amax() / (E4M3_MAX * FP4_MAX)
 
 
-def to_nvfp4(x: torch.Tensor, per_tensor: torch.Tensor | None = None) -> NVFP4Tensor:
-    """float32/bfloat16 x as NVFP4 (reference.mx.to_nvfp4: the same steps)."""
+def nvfp4_scaled(x: torch.Tensor, per_tensor: torch.Tensor | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """(e4m3 block-scale codes, x times its block's R before the clamp, g or None)."""
     a = _blocks(_check(x, "float4_e2m1fn", "floor", "nearest_even", NVFP4_BLOCK_SIZE),
                 NVFP4_BLOCK_SIZE)
     amax = a.abs().amax(dim=-1)
@@ -208,10 +209,16 @@ def to_nvfp4(x: torch.Tensor, per_tensor: torch.Tensor | None = None) -> NVFP4Te
         b = b / g
     scale = b.clamp(E4M3_TINY, E4M3_MAX).to(torch.float8_e4m3fn)
     s = scale.to(torch.float32)
-    r = 1.0 / s if g is None else (1.0 / g) / s
+    r = 1.0 / s if g is None else (1.0 / g) / s  # NOTE [ NVFP4 below 2^-116 ]
     q = a * r.unsqueeze(-1)
+    return scale.view(torch.uint8), q, g
+
+
+def to_nvfp4(x: torch.Tensor, per_tensor: torch.Tensor | None = None) -> NVFP4Tensor:
+    """float32/bfloat16 x as NVFP4 (reference.mx.to_nvfp4: the same steps)."""
+    scale, q, g = nvfp4_scaled(x, per_tensor)
     elements = round_elements(q.clamp(-FP4_MAX, FP4_MAX), "float4_e2m1fn")
-    return NVFP4Tensor(scale.view(torch.uint8), elements.reshape(x.shape), g)
+    return NVFP4Tensor(scale, elements.reshape(x.shape), g)
 
 
 def from_nvfp4(t: NVFP4Tensor) -> torch.Tensor:

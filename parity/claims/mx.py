@@ -41,8 +41,10 @@ CLAIMS: tuple[Claim, ...] = (
         statement=(
             "reference.mx.to_nvfp4 gives the float8_e4m3fn block-scale codes and the fp4 codes "
             "of torchao 0.18's nvfp4_quantize, with one scale level and with the per-tensor "
-            "scale amax / (448 * 6) (per_tensor_amax_to_scale), elements compared in every "
-            "block whose scale is not NaN, on edge blocks and under hypothesis."
+            "scale amax / (448 * 6) (per_tensor_amax_to_scale), on edge blocks and under "
+            "hypothesis; elements compared wherever the block's scale and the element's scaled "
+            "value are numbers (NOTE [ NVFP4 below 2^-116 ]: a tensor whose amax is below about "
+            "2^-116.6 makes 1 / g infinite and its zeros NaN, which fp4 cannot hold)."
         ),
         kind="bits",
         bound=0,
