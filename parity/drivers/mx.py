@@ -82,18 +82,20 @@ def edge_array(fmt: str, seed: int = 0, per_kind: int = 8) -> np.ndarray:
 
 def gpt_activations(seed: int = 0, batch: int = 16) -> np.ndarray:
     """The inputs of every Linear of the compact GPT (4 blocks, n_embd 64, at init) on one
-    batch of random tokens, cut into blocks of 32: float32 (n, 32)."""
+    batch of random tokens, cut into blocks of 32: float32 (n, 32). The model runs in
+    float64 and its activations are rounded once to float32: a float32 run's last bits
+    depend on the BLAS's thread count (its summation order), these do not."""
     from reference import gpt as rgpt
     from reference.module import register_module_forward_hook
     from reference.nn import Linear
 
     config = rgpt.GPTConfig(n_layer=4, n_embd=64, n_head=4, vocab_size=64)
-    model = rgpt.GPT(config, rng=np.random.default_rng(seed), dtype=np.float32)
+    model = rgpt.GPT(config, rng=np.random.default_rng(seed), dtype=np.float64)
     seen: list[np.ndarray] = []
 
     def keep(module: object, args: tuple, output: object) -> None:
         if isinstance(module, Linear):
-            seen.append(np.asarray(args[0], dtype=np.float32).reshape(-1, 32))
+            seen.append(np.asarray(args[0]).astype(np.float32).reshape(-1, 32))
 
     idx = np.random.default_rng(seed + 1).integers(0, config.vocab_size,
                                                    (batch, config.block_size))
