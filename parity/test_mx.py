@@ -26,6 +26,8 @@ COUNTS_JSON = Path(__file__).resolve().parents[1] / "docs" / "data" / "mx_counts
 
 def _check_twins(x: np.ndarray, fmt: str, mode: str, rounding: str, context: str) -> None:
     ref, tor = drv.both_to_mx(x, fmt, mode, rounding)
+    assert_claim("mx.twins", tmx.scaled_blocks(torch.from_numpy(x), fmt, mode)[1],
+                 rmx.scaled_blocks(x, fmt, mode)[1], f"{context} scaled")
     assert_claim("mx.twins", tor.scales, ref.scales, f"{context} scales")
     assert_claim("mx.twins", tor.elements, ref.elements, f"{context} elements")
     assert_claim("mx.twins", tmx.from_mx(tor), rmx.from_mx(ref), f"{context} from_mx")
@@ -66,6 +68,14 @@ def test_torch_nvfp4_gives_the_reference_bits(two_level: bool) -> None:
     assert_claim("mx.twins", tmx.from_nvfp4(tor), rmx.from_nvfp4(ref), "nvfp4 values")
     assert (ref.per_tensor_scale is not None) == two_level
     assert 0x7F in ref.scales and 0x08 in ref.scales, "guard: a NaN scale and the clamp to 2^-6"
+    normal = drv.distributions(64)["student_t3"]  # a tensor's range: S of every significand
+    ref, tor = drv.both_to_nvfp4(normal, two_level)
+    g = None if ref.per_tensor_scale is None else torch.tensor(ref.per_tensor_scale)
+    assert_claim("mx.twins", tmx.nvfp4_scaled(torch.from_numpy(normal), g)[1],
+                 rmx.nvfp4_scaled(normal, ref.per_tensor_scale)[1], "nvfp4 x R")
+    assert_claim("mx.twins", tor.elements, ref.elements, "nvfp4 student-t elements")
+    assert_claim("mx.twins", tmx.from_nvfp4(tor), rmx.from_nvfp4(ref), "nvfp4 student-t values")
+    assert len(set((ref.scales & 7).ravel().tolist())) == 8, "guard: every e4m3 significand"
 
 
 def _near_powers_of_two(ulps: int) -> np.ndarray:

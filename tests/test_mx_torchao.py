@@ -130,6 +130,11 @@ def test_to_nvfp4_gives_torchaos_block_scales_and_elements(two_level: bool) -> N
     codes = rmx.to_nvfp4(x).scales
     assert 0x7F in codes and 0x08 in codes and 0x7E in codes, \
         "guard: a NaN block, the clamp to 2^-6 and the clamp to 448"
+    normal = drv.distributions(64)["student_t3"]  # a tensor's range: S of every significand
+    _check_nvfp4(normal, two_level, f"student-t two_level={two_level}")
+    g = rmx.per_tensor_scale(normal) if two_level else None
+    assert len(set((rmx.to_nvfp4(normal, g).scales & 7).ravel().tolist())) == 8, \
+        "guard: block scales of every e4m3 significand"
 
 
 @given(case=mx_blocks(block_size=16))

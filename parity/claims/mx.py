@@ -58,10 +58,11 @@ CLAIMS: tuple[Claim, ...] = (
     Claim(
         id="mx.twins",
         statement=(
-            "torch_impl.mx gives the reference's bits: to_mx's scale and element codes (NaN "
-            "blocks included) for every element format, scale mode and rounding, from_mx's "
-            "float32 values, to_nvfp4's codes (one and two levels) and from_nvfp4's values, "
-            "NaN as a class for the values of NaN blocks."
+            "torch_impl.mx gives the reference's bits: the scaled values before the clamp "
+            "(scaled_blocks, nvfp4_scaled), to_mx's scale and element codes (NaN blocks "
+            "included) for every element format, scale mode and rounding, from_mx's float32 "
+            "values, to_nvfp4's codes (one and two levels) and from_nvfp4's values, NaN as a "
+            "class."
         ),
         kind="nan_class",
         bound=0,
