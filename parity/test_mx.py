@@ -47,7 +47,7 @@ def test_torch_mx_gives_the_reference_bits_on_edge_blocks(fmt: str) -> None:
 
 
 @given(case=mx_blocks())
-@settings(max_examples=40)
+@settings(max_examples=30)
 def test_torch_mx_gives_the_reference_bits_for_any_blocks(
         case: tuple[str, str, list[str], np.ndarray]) -> None:
     """Any mix of edge blocks, any element format and scale mode, both roundings."""

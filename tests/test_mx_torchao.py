@@ -75,7 +75,7 @@ def test_to_mx_gives_torchaos_scales_and_elements_on_edge_blocks(fmt: str, mode:
 
 
 @given(case=mx_blocks())
-@settings(max_examples=40)
+@settings(max_examples=25)
 def test_to_mx_gives_torchaos_bits_for_any_blocks(case: tuple[str, str, list[str], np.ndarray]
                                                   ) -> None:
     """Any mix of edge blocks; rceil (exact) is judged by tests of its own, not torchao."""
@@ -138,7 +138,7 @@ def test_to_nvfp4_gives_torchaos_block_scales_and_elements(two_level: bool) -> N
 
 
 @given(case=mx_blocks(block_size=16))
-@settings(max_examples=30)
+@settings(max_examples=20)
 def test_to_nvfp4_gives_torchaos_bits_for_any_blocks(
         case: tuple[str, str, list[str], np.ndarray]) -> None:
     """Any mix of edge blocks of 16, with and without the per-tensor scale."""
