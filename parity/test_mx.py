@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 import pytest
 import torch
@@ -24,9 +25,10 @@ from torch_impl import mx as tmx
 COUNTS_JSON = Path(__file__).resolve().parents[1] / "docs" / "data" / "mx_counts.json"
 
 
-def _check_twins(x: np.ndarray, fmt: str, mode: str, rounding: str, context: str) -> None:
-    ref, tor = drv.both_to_mx(x, fmt, mode, rounding)
-    assert_claim("mx.twins", tmx.scaled_blocks(torch.from_numpy(x), fmt, mode)[1],
+def _check_twins(x: np.ndarray, fmt: str, mode: str, rounding: str, context: str,
+                 device: str) -> None:
+    ref, tor = drv.both_to_mx(x, fmt, mode, rounding, device)
+    assert_claim("mx.twins", tmx.scaled_blocks(drv.to_torch(x, device), fmt, mode)[1],
                  rmx.scaled_blocks(x, fmt, mode)[1], f"{context} scaled")
     assert_claim("mx.twins", tor.scales, ref.scales, f"{context} scales")
     assert_claim("mx.twins", tor.elements, ref.elements, f"{context} elements")
@@ -34,12 +36,15 @@ def _check_twins(x: np.ndarray, fmt: str, mode: str, rounding: str, context: str
 
 
 @pytest.mark.parametrize("fmt", rmx.ELEMENT_FORMATS)
-def test_torch_mx_gives_the_reference_bits_on_edge_blocks(fmt: str) -> None:
-    """Every scale mode and both roundings: scale codes, element codes, decoded values."""
+def test_torch_mx_gives_the_reference_bits_on_edge_blocks(fmt: str, device: str) -> None:
+    """Every scale mode and both roundings: scale codes, element codes, decoded values;
+    and bfloat16 input (widened exactly to float32 by both)."""
     x = drv.edge_array(fmt, seed=1)
     for mode in rmx.SCALE_MODES:
         for rounding in rmx.ROUNDINGS:
-            _check_twins(x, fmt, mode, rounding, f"{fmt} {mode} {rounding}")
+            _check_twins(x, fmt, mode, rounding, f"{fmt} {mode} {rounding}", device)
+    _check_twins(x.astype(ml_dtypes.bfloat16), fmt, "floor", "nearest_even", "bfloat16",
+                 device)
     ref = rmx.to_mx(x, fmt, "floor")
     assert {0, 255} <= set(ref.scales.ravel().tolist()), "guard: the smallest and the NaN scale"
     away = rmx.to_mx(x, fmt, "floor", rounding="nearest_away")
@@ -49,29 +54,29 @@ def test_torch_mx_gives_the_reference_bits_on_edge_blocks(fmt: str) -> None:
 @given(case=mx_blocks())
 @settings(max_examples=30)
 def test_torch_mx_gives_the_reference_bits_for_any_blocks(
-        case: tuple[str, str, list[str], np.ndarray]) -> None:
+        case: tuple[str, str, list[str], np.ndarray], device: str) -> None:
     """Any mix of edge blocks, any element format and scale mode, both roundings."""
     fmt, mode, kinds, x = case
     for kind in set(kinds):
         event(kind)
     for rounding in rmx.ROUNDINGS:
-        _check_twins(x, fmt, mode, rounding, f"{fmt} {mode} {rounding} {kinds}")
+        _check_twins(x, fmt, mode, rounding, f"{fmt} {mode} {rounding} {kinds}", device)
 
 
 @pytest.mark.parametrize("two_level", [False, True])
-def test_torch_nvfp4_gives_the_reference_bits(two_level: bool) -> None:
+def test_torch_nvfp4_gives_the_reference_bits(two_level: bool, device: str) -> None:
     """Block-scale and fp4 codes, and the decoded values, with one and two scale levels."""
     x = drv.edge_array("float4_e2m1fn", seed=2).reshape(-1, 16)
-    ref, tor = drv.both_to_nvfp4(x, two_level)
+    ref, tor = drv.both_to_nvfp4(x, two_level, device)
     assert_claim("mx.twins", tor.scales, ref.scales, "nvfp4 scales")
     assert_claim("mx.twins", tor.elements, ref.elements, "nvfp4 elements")
     assert_claim("mx.twins", tmx.from_nvfp4(tor), rmx.from_nvfp4(ref), "nvfp4 values")
     assert (ref.per_tensor_scale is not None) == two_level
     assert 0x7F in ref.scales and 0x08 in ref.scales, "guard: a NaN scale and the clamp to 2^-6"
     normal = drv.distributions(64)["student_t3"]  # a tensor's range: S of every significand
-    ref, tor = drv.both_to_nvfp4(normal, two_level)
-    g = None if ref.per_tensor_scale is None else torch.tensor(ref.per_tensor_scale)
-    assert_claim("mx.twins", tmx.nvfp4_scaled(torch.from_numpy(normal), g)[1],
+    ref, tor = drv.both_to_nvfp4(normal, two_level, device)
+    g = None if ref.per_tensor_scale is None else torch.tensor(ref.per_tensor_scale, device=device)
+    assert_claim("mx.twins", tmx.nvfp4_scaled(drv.to_torch(normal, device), g)[1],
                  rmx.nvfp4_scaled(normal, ref.per_tensor_scale)[1], "nvfp4 x R")
     assert_claim("mx.twins", tor.elements, ref.elements, "nvfp4 student-t elements")
     assert_claim("mx.twins", tmx.from_nvfp4(tor), rmx.from_nvfp4(ref), "nvfp4 student-t values")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 
+import ml_dtypes
 import numpy as np
 import pytest
 import torch
@@ -34,7 +35,7 @@ MODES = {"floor": ScaleCalculationMode.FLOOR, "ceil": ScaleCalculationMode.CEIL,
 
 def _torchao_to_mx(x: np.ndarray, fmt: str, mode: str) -> tuple[np.ndarray, torch.Tensor]:
     """(scale codes, torchao's element tensor as it returns it)."""
-    scale, data = ao.to_mx(torch.from_numpy(x), ELEM[fmt], 32, MODES[mode])
+    scale, data = ao.to_mx(drv.to_torch(x), ELEM[fmt], 32, MODES[mode])
     return scale.view(torch.uint8).numpy(), data
 
 
@@ -72,6 +73,14 @@ def test_to_mx_gives_torchaos_scales_and_elements_on_edge_blocks(fmt: str, mode:
     _check(x, fmt, mode, f"{fmt} {mode}")
     codes = rmx.to_mx(x, fmt, mode).scales
     assert {0, 255} <= set(codes.ravel().tolist()), "guard: the smallest scale and NaN"
+
+
+@pytest.mark.parametrize("fmt", rmx.ELEMENT_FORMATS)
+def test_to_mx_of_bfloat16_input_gives_torchaos_bits(fmt: str) -> None:
+    """bfloat16 input, widened exactly to float32 by both: floor and rceil_log2f."""
+    x = drv.edge_array(fmt, seed=6).astype(ml_dtypes.bfloat16)
+    for mode in ("floor", "rceil_log2f"):
+        _check(x, fmt, mode, f"{fmt} {mode} bfloat16")
 
 
 @given(case=mx_blocks())

@@ -117,20 +117,28 @@ def distributions(blocks: int, seed: int = 0) -> dict[str, np.ndarray]:
     }
 
 
-def both_to_mx(x: np.ndarray, fmt: str, mode: str, rounding: str = "nearest_even"
-               ) -> tuple[rmx.MXTensor, tmx.MXTensor]:
-    """The reference's and torch_impl's MX tensors of the same float32 x."""
+def to_torch(x: np.ndarray, device: str = "cpu") -> torch.Tensor:
+    """float32 x, or bfloat16 x (ml_dtypes) by its bits, as a torch tensor on `device`."""
+    if x.dtype == ml_dtypes.bfloat16:
+        return torch.from_numpy(x.view(np.int16)).view(torch.bfloat16).to(device)
+    return torch.from_numpy(x).to(device)
+
+
+def both_to_mx(x: np.ndarray, fmt: str, mode: str, rounding: str = "nearest_even",
+               device: str = "cpu") -> tuple[rmx.MXTensor, tmx.MXTensor]:
+    """The reference's and torch_impl's MX tensors of the same float32 (or bfloat16) x."""
     return (rmx.to_mx(x, fmt, mode, rounding=rounding),
-            tmx.to_mx(torch.from_numpy(x), fmt, mode, rounding=rounding))
+            tmx.to_mx(to_torch(x, device), fmt, mode, rounding=rounding))
 
 
-def both_to_nvfp4(x: np.ndarray, two_level: bool) -> tuple[rmx.NVFP4Tensor, tmx.NVFP4Tensor]:
+def both_to_nvfp4(x: np.ndarray, two_level: bool, device: str = "cpu"
+                  ) -> tuple[rmx.NVFP4Tensor, tmx.NVFP4Tensor]:
     """NVFP4 in both trees; two_level: with each tree's own per-tensor scale of the finite
     values."""
     finite = np.where(np.isfinite(x), x, np.float32(0))
     g = rmx.per_tensor_scale(finite) if two_level else None
-    gt = tmx.per_tensor_scale(torch.from_numpy(finite)) if two_level else None
-    return rmx.to_nvfp4(x, g), tmx.to_nvfp4(torch.from_numpy(x), gt)
+    gt = tmx.per_tensor_scale(to_torch(finite, device)) if two_level else None
+    return rmx.to_nvfp4(x, g), tmx.to_nvfp4(to_torch(x, device), gt)
 
 
 def away_differs(x: np.ndarray, fmt: str, torch_side: bool) -> int:
