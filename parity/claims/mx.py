@@ -15,7 +15,8 @@ CLAIMS: tuple[Claim, ...] = (
         id="mx.torchao",
         statement=(
             "reference.mx.to_mx gives the E8M0 scale codes and the element codes of torchao "
-            "0.18's to_mx (fp4 unpacked from torchao's two-per-byte packing) for every "
+            "0.18's to_mx (fp4 unpacked from torchao's two-per-byte packing, and the packed "
+            "bytes themselves), for float32 and bfloat16 input and every "
             "element format (float8_e4m3fn, float8_e5m2, fp6 e2m3 and e3m2, fp4 e2m1) under "
             "FLOOR, CEIL, EVEN and RCEIL (the reference's rceil_log2f), on edge blocks (amax "
             "at, just below and just above a power of two and the element max, zero blocks, "
