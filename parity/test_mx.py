@@ -2,7 +2,7 @@
 (mx.twins) on edge blocks and under hypothesis; the float32 log2 of torchao's rceil
 (mx.rceil_log2f); the clipping and ties-away counts of both trees (mx.clipping), the full
 table against the committed docs/data/mx_counts.json (slow). The oracle tests against
-torchao: tests/test_mx_torchao.py. Driver: parity/drivers/mx.py.
+torchao: parity/test_mx_torchao.py. Driver: parity/drivers/mx.py.
 """
 
 from __future__ import annotations

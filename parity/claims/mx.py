@@ -1,6 +1,6 @@
 """The mx claims (the kinds and the registry: parity/tolerances.py).
 
-torchao 0.18 is the oracle (tests/test_mx_torchao.py, on CPU; its eager code is the same
+torchao 0.18 is the oracle (parity/test_mx_torchao.py, on CPU; its eager code is the same
 on CUDA except RCEIL's inline PTX on sm_100+ under torch.compile, which computes the exact
 "rceil" rule of reference/mx.py rather than "rceil_log2f"). parity/test_mx.py holds the two
 trees to each other.
