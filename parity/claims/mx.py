@@ -3,7 +3,9 @@
 torchao 0.18 is the oracle (parity/test_mx_torchao.py, on CPU; its eager code is the same
 on CUDA except RCEIL's inline PTX on sm_100+ under torch.compile, which computes the exact
 "rceil" rule of reference/mx.py rather than "rceil_log2f"). parity/test_mx.py holds the two
-trees to each other.
+trees to each other. On CUDA torch.log2 is CUDA's log2f, whose rounding near the integers
+was not measured here: mx.rceil_log2f, and so the rceil_log2f half of mx.twins, are CPU
+statements; every other step is integer or exactly rounded arithmetic on either device.
 """
 
 from __future__ import annotations
