@@ -159,3 +159,17 @@ def test_nvfp4_refuses_a_last_dimension_not_a_multiple_of_16(tree: str) -> None:
     module, data = (rmx, x) if tree == "reference" else (tmx, torch.from_numpy(x))
     with pytest.raises(ValueError, match="divisible by the block size 16"):
         module.to_nvfp4(data)
+
+
+def test_nvfp4_per_tensor_scale_is_amax_over_2688_rounded_once() -> None:
+    """g = f32(amax / 2688) against exact rationals (2688 = 448 * 6), for amaxes across the
+    float32 range; the division is rounded once, as float32 division is."""
+    rng = np.random.default_rng(3)
+    for amax in np.ldexp(1 + rng.random(200), rng.integers(-120, 127, 200)).astype(np.float32):
+        x = np.array([[amax] + [0.0] * 15], np.float32)
+        exact = Fraction(float(amax)) / 2688
+        g = float(rmx.per_tensor_scale(x))
+        below, above = np.nextafter(np.float32(g), np.float32(0)), np.nextafter(
+            np.float32(g), np.float32(np.inf))
+        assert abs(Fraction(g) - exact) <= abs(Fraction(float(below)) - exact)
+        assert abs(Fraction(g) - exact) <= abs(Fraction(float(above)) - exact)
