@@ -46,6 +46,7 @@ from parity.strategies.loss_scaling import (  # noqa: F401
     scaler_hyper,
     scaler_scales,
 )
+from parity.strategies.mx import mx_blocks  # noqa: F401
 from parity.strategies.nn import (  # noqa: F401
     NN_DTYPES,
     mlp_sizes,

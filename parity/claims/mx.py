@@ -1,0 +1,119 @@
+"""The mx claims (the kinds and the registry: parity/tolerances.py).
+
+torchao 0.18 is the oracle (parity/test_mx_torchao.py, on CPU; its eager code is the same
+on CUDA except RCEIL's inline PTX on sm_100+ under torch.compile, which computes the exact
+"rceil" rule of reference/mx.py rather than "rceil_log2f"). parity/test_mx.py holds the two
+trees to each other. On CUDA torch.log2 is CUDA's log2f, whose rounding near the integers
+was not measured here: mx.rceil_log2f, and so the rceil_log2f half of mx.twins, are CPU
+statements; every other step is integer or exactly rounded arithmetic on either device.
+"""
+
+from __future__ import annotations
+
+from parity.claims import Claim
+
+CLAIMS: tuple[Claim, ...] = (
+    Claim(
+        id="mx.torchao",
+        statement=(
+            "reference.mx.to_mx gives the E8M0 scale codes and the element codes of torchao "
+            "0.18's to_mx (fp4 unpacked from torchao's two-per-byte packing, and the packed "
+            "bytes themselves), for float32 and bfloat16 input and every "
+            "element format (float8_e4m3fn, float8_e5m2, fp6 e2m3 and e3m2, fp4 e2m1) under "
+            "FLOOR, CEIL, EVEN and RCEIL (the reference's rceil_log2f), on edge blocks (amax "
+            "at, just below and just above a power of two and the element max, zero blocks, "
+            "a single NaN or inf, subnormal-only blocks, outliers, the smallest scales) and "
+            "under hypothesis; elements are compared in every block whose scale is not NaN. "
+            "reference.mx.from_mx gives torchao's to_dtype float32 values, NaN as a class."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "The scale rules are integer arithmetic on amax's float32 word, the same integer "
+            "steps torchao takes (rceil_log2f: ceil of a correctly rounded float32 log2, "
+            "mx.rceil_log2f); the division by a power of two is exact, bar a float32 "
+            "subnormal quotient that rounds to zero in every element format either way; the "
+            "element rounding is reference.formats' nearest-even encoder (bit-exact against "
+            "ml_dtypes, formats.small_*), torchao's a bit trick computing the same rounding. "
+            "In a NaN-scale block torchao's fp4/fp6 bit trick writes an arbitrary code for "
+            "the NaN (0x3 for +NaN into fp4): the block decodes to NaN whatever the elements."
+        ),
+    ),
+    Claim(
+        id="mx.nvfp4_torchao",
+        statement=(
+            "reference.mx.to_nvfp4 gives the float8_e4m3fn block-scale codes and the fp4 codes "
+            "of torchao 0.18's nvfp4_quantize, with one scale level and with the per-tensor "
+            "scale amax / (448 * 6) (per_tensor_amax_to_scale), on edge blocks and under "
+            "hypothesis; elements compared wherever the block's scale and the element's scaled "
+            "value are numbers (NOTE [ NVFP4 below 2^-116 ]: a tensor whose amax is below about "
+            "2^-116.6 makes 1 / g infinite and its zeros NaN, which fp4 cannot hold)."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "The same float32 operations in the same order, each rounded once by IEEE 754 in "
+            "both (amax / 6, the clamp, the e4m3 cast, 1 / S or (1 / g) / S, x * R, the clamp, "
+            "the fp4 rounding): NumPy's float32 arithmetic and torch's CPU kernels both round "
+            "correctly, so no step can differ."
+        ),
+    ),
+    Claim(
+        id="mx.twins",
+        statement=(
+            "torch_impl.mx gives the reference's bits: the scaled values before the clamp "
+            "(scaled_blocks, nvfp4_scaled), to_mx's scale and element codes (NaN blocks "
+            "included) for every element format, scale mode and rounding, from_mx's float32 "
+            "values, to_nvfp4's codes (one and two levels) and from_nvfp4's values, NaN as a "
+            "class."
+        ),
+        kind="nan_class",
+        bound=0,
+        reason=(
+            "Integer arithmetic on the same float32 words for the scales; for the elements "
+            "torch's float8 cast or exact float64 frexp / ldexp / round (half to even) and "
+            "floor(q + 1/2) (half away) into the code W, against the reference's encoder: "
+            "two computations of one correct rounding. A NaN is given the same canonical code "
+            "in both; NaN values in a decoded NaN block are one class (their payloads are "
+            "whatever the multiplication propagates)."
+        ),
+    ),
+    Claim(
+        id="mx.rceil_log2f",
+        statement=(
+            "ceil(f32(log2 d)) with float64's log2 rounded once to float32 (the reference's "
+            "rceil_log2f) equals ceil(torch.log2(d)) in float32 on CPU for every float32 d "
+            "within 20,000 ulps of each power of two 2^-149 .. 2^127 and for 200,000 random "
+            "words; the exact rceil (cuBLAS) differs from it just above powers of two."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "Only whether log2 d rounds to the integer j or above it matters to the ceiling. "
+            "log2(2^j (1 + f)) = j + f / ln 2, and the float32 threshold, half an ulp of j, is "
+            "never within float64's rounding error of it (f / ln 2 is irrational against the "
+            "dyadic threshold); torch's log2f is within an ulp and rounds these cases alike "
+            "(measured: 10.8 million d near powers of two, no difference)."
+        ),
+    ),
+    Claim(
+        id="mx.clipping",
+        statement=(
+            "Per distribution (normal, Student-t with 3 dof, the compact GPT's linear-layer "
+            "inputs), element format and scale mode, the reference and torch_impl count the "
+            "same blocks clipping (scaled amax beyond the element max), and the same elements "
+            "that ties-away rounding codes differently from nearest-even (on float32 inputs "
+            "and on them rounded to bfloat16); the full table is docs/data/mx_counts.json."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "Integer counts of bit-identical scaled values (mx.twins): the counts can only "
+            "differ if a scaled amax or a code does. The table answers FLOOR against RCEIL: "
+            "floor clips every block whose amax's significand exceeds the element max's "
+            "(1.75 for e4m3: a fraction 1 - log2 1.75 = 0.19 of blocks were that significand "
+            "log-uniform; docs/mx.md gives the measured rates); ceil and the exact rceil "
+            "clip no finite block, rceil_log2f only those of the rounding trap above."
+        ),
+    ),
+)

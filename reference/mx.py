@@ -1,0 +1,308 @@
+"""Microscaling (MX) block formats and NVFP4, from the bits.
+
+An MX tensor splits the last dimension into blocks of k = 32 values; each block stores one
+shared scale X = 2^s as a float8_e8m0fnu code (s + 127; 255 is NaN) and k elements
+P_i in a small format (float8_e4m3fn, float8_e5m2, float6_e2m3fn, float6_e3m2fn,
+float4_e2m1fn; OCP Microscaling 1.0). The value is X * P_i. With amax = max_i |x_i| (a
+float32, E its biased exponent field, F its fraction field) and e_max the element format's
+largest exponent (8, 15, 2, 4, 2):
+
+    floor  (OCP)    s = E - 127 - e_max                       the largest power of two
+                                                              <= amax, over 2^e_max
+    ceil            s = E - 127 + (F != 0) - e_max            the smallest >= amax
+    even            s = E' - 127 - e_max, E' the exponent of amax with its fraction rounded
+                    to the element's m bits, half up: bits(amax) + 2^(22 - m), then masked
+    rceil  (cuBLAS) d = f32(amax / max_elem);  s = ceil(log2 d), exactly
+    rceil_log2f     d as above;  s = ceil(f32(log2 d)): torchao's eager fallback (NOTE
+                    [ rceil in float32 ])
+    every mode      code = clamp(s, -127, 128) + 127 (rceil: clamp to 127); NaN amax gives
+                    255; rceil gives 254 for an infinite d
+
+floor, ceil and even leave E = 0 (a zero or subnormal amax) as s = -127 - e_max, clamped:
+the code 0. The elements (NOTE [ torchao's divisors ]):
+
+    floor, ceil, even   P_i = round(clamp(x_i / max(X, 2^-126), +-max_elem))
+    rceil, rceil_log2f  P_i = round(clamp(x_i * R, +-max_elem)),  R = 2^(127 - code), but
+                        R = 1 at code 0, 2^-127 at code 254, NaN at code 255
+
+`round` is round to nearest, ties to even (the project's encoder, reference/formats.py), or
+with rounding="nearest_away" ties away from zero (microxcaling's `_round_mantissa`):
+k = floor(|q| / u + 1/2) u, u the element's spacing at |q|. Clamping before rounding equals
+rounding before saturating: the rounding is monotone and max_elem is a member. A block
+*clips* when its scaled amax (amax / X, or amax R) lies beyond max_elem: the clamp, not the
+rounding, sets its largest element (`clipped_blocks`). floor clips every block whose amax
+has a significand above max_elem's (1.75 for e4m3, 1.5 for fp4); ceil and rceil never clip
+a finite block.
+
+NVFP4 (NVIDIA): blocks of 16, float4_e2m1fn elements, a float8_e4m3fn block scale and an
+optional float32 per-tensor scale g = f32(amax_tensor / 2688), 2688 = 448 * 6:
+
+    b = f32(amax / 6)           one level                 two levels (g given)
+    S = e4m3(clamp(b, 2^-6, 448))                         e4m3(clamp(f32(b / g), 2^-6, 448))
+    R = f32(1 / S)                                        f32(f32(1 / g) / S)
+    P_i = fp4(clamp(f32(x_i * R), +-6)),  value = P_i * f32(S g)
+
+NOTE [ torchao's divisors ]: torchao 0.18's to_mx divides floor/ceil/even blocks by the
+stored scale raised to at least 2^-126 (float32's smallest normal; its comment cites Triton's
+subnormals), so a block whose code is 0 (scale 2^-127) is divided by 2^-126 and decodes at
+half its value. Its rceil follows TransformerEngine: R = 1 at code 0, so such a block's
+elements are its raw values, all of which round to 0. The reference does the same, to be
+held bit for bit to torchao; docs/mx.md counts what it costs.
+
+NOTE [ rceil in float32 ]: cuBLAS rounds d up to a power of two exactly (cvt.rp.satfinite
+.ue8m0x2.f32). torchao's eager path computes ceil(torch.log2(d)) in float32, and log2 of a
+d a few ulps above 2^j rounds to exactly j (j + f/ln 2 is below half an ulp of j): the
+scale is then 2^j, the block's scaled amax lands just above max_elem, and the block clips.
+"rceil_log2f" is that rule, with the log2 correctly rounded to float32 (float64's log2,
+rounded once: equal to torch.log2's on CPU at every d tested, claim mx.rceil_log2f).
+
+Codes are returned unpacked, one uint8 per element (`pack_fp4` packs two per byte as
+torchao does: the first element in the low nibble).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+
+from common.format_spec import FORMATS, FloatFormat
+from reference import formats
+
+ELEMENT_FORMATS = ("float8_e4m3fn", "float8_e5m2", "float6_e2m3fn", "float6_e3m2fn",
+                   "float4_e2m1fn")
+SCALE_MODES = ("floor", "ceil", "even", "rceil", "rceil_log2f")
+ROUNDINGS = ("nearest_even", "nearest_away")
+BLOCK_SIZE = 32
+NVFP4_BLOCK_SIZE = 16
+E8M0_BIAS = 127
+E8M0_NAN = 255
+F32_TINY = np.float32(float.fromhex("0x1p-126"))  # float32's smallest normal
+E4M3_TINY = np.float32(float.fromhex("0x1p-6"))  # 0.015625, float8_e4m3fn's smallest normal
+E4M3_MAX = np.float32(FORMATS["float8_e4m3fn"].max)  # 448
+FP4_MAX = np.float32(FORMATS["float4_e2m1fn"].max)  # 6
+
+
+@dataclass(frozen=True)
+class MXTensor:
+    """An MX tensor: E8M0 scale codes (..., K / block_size) and element codes (..., K)."""
+
+    scales: np.ndarray  # uint8
+    elements: np.ndarray  # uint8, one code per element
+    fmt: str
+    block_size: int
+
+
+@dataclass(frozen=True)
+class NVFP4Tensor:
+    """NVFP4: e4m3 block-scale codes (..., K / 16), fp4 codes (..., K), g or None."""
+
+    scales: np.ndarray  # uint8, float8_e4m3fn codes
+    elements: np.ndarray  # uint8, float4_e2m1fn codes
+    per_tensor_scale: np.float32 | None
+
+
+def _check(x: object, fmt: str, mode: str, rounding: str, block_size: int) -> np.ndarray:
+    a = np.asarray(x)
+    if a.dtype == ml_dtypes.bfloat16:
+        a = a.astype(np.float32)  # exact
+    if a.dtype != np.float32:
+        raise TypeError(f"MX quantization takes float32 or bfloat16 input, got {a.dtype}")
+    if fmt not in ELEMENT_FORMATS:
+        raise ValueError(f"unknown MX element format {fmt!r}; known: {', '.join(ELEMENT_FORMATS)}")
+    if mode not in SCALE_MODES:
+        raise ValueError(f"unknown scale mode {mode!r}; known: {', '.join(SCALE_MODES)}")
+    if rounding not in ROUNDINGS:
+        raise ValueError(f"unknown rounding {rounding!r}; known: {', '.join(ROUNDINGS)}")
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise ValueError(f"block_size must be a positive int, got {block_size!r}")
+    if a.ndim == 0 or a.shape[-1] % block_size:
+        raise ValueError(f"the last dimension of shape {a.shape} must be divisible by the "
+                         f"block size {block_size}")
+    return a
+
+
+def _blocks(a: np.ndarray, block_size: int) -> np.ndarray:
+    return a.reshape(*a.shape[:-1], a.shape[-1] // block_size, block_size)  # (..., n, k)
+
+
+def scale_codes(amax: np.ndarray, fmt: str, mode: str) -> np.ndarray:
+    """The E8M0 code of each block's float32 amax under `mode`. One amax, as scalar code
+    (executable: tests/test_mx_reference.py compiles this text and holds this function to
+    it; `f32` rounds to float32, `word` is a float32's bits as an int, and amax / max_elem in
+    Python's float64 rounded to float32 is the float32 quotient, 53 >= 2 * 24 + 2):
+
+        def scale_rule(amax, mode, e_max, m, max_elem):
+            if amax != amax:
+                return 255
+            if mode in ("rceil", "rceil_log2f"):
+                d = f32(amax / max_elem)
+                if d == math.inf:
+                    return 254
+                if d == 0:
+                    s = -127
+                elif mode == "rceil":
+                    f, e = math.frexp(d)  # d = f 2^e, 1/2 <= f < 1
+                    s = e - 1 if f == 0.5 else e
+                else:
+                    s = math.ceil(f32(math.log2(d)))
+                return min(max(s, -127), 127) + 127
+            bits = word(amax)
+            if mode == "even":
+                bits = (bits + 2 ** (22 - m)) & 0xFF800000
+            s = ((bits >> 23) & 0xFF) - 127 - e_max
+            if mode == "ceil" and bits & 0x7FFFFF:
+                s = s + 1
+            return min(max(s, -127), 128) + 127
+    """
+    spec = FORMATS[fmt]
+    bits = amax.view(np.uint32).astype(np.int64)
+    nan = np.isnan(amax)
+    if mode in ("rceil", "rceil_log2f"):
+        with np.errstate(over="ignore"):
+            d = amax / np.float32(spec.max)  # float32 division, rounded once
+        if mode == "rceil":
+            m, e = np.frexp(np.where(np.isfinite(d) & (d > 0), d, 1).astype(np.float64))
+            s = e - (m == 0.5)  # ceil(log2 d): e - 1 for an exact power of two
+            s = np.where(d == 0, -E8M0_BIAS, s)
+        else:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                s = np.ceil(np.log2(d.astype(np.float64)).astype(np.float32))
+            s = np.where(np.isfinite(d), s, 0)
+        code = np.clip(s, -E8M0_BIAS, E8M0_BIAS).astype(np.int64) + E8M0_BIAS
+        code = np.where(np.isinf(d), 254, code)
+    else:
+        if mode == "even":  # amax's fraction rounded to m bits, half up, then the exponent
+            bits = (bits + (1 << (22 - spec.mantissa_bits))) & 0xFF800000
+        exponent = ((bits >> 23) & 0xFF) - E8M0_BIAS
+        if mode == "ceil":
+            exponent = exponent + ((bits & 0x7FFFFF) != 0)
+        code = np.clip(exponent - spec.emax, -E8M0_BIAS, E8M0_BIAS + 1) + E8M0_BIAS
+    return np.where(nan, E8M0_NAN, code).astype(np.uint8)
+
+
+def scaled_blocks(x: object, fmt: str, mode: str = "floor", *, block_size: int = BLOCK_SIZE
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """(scale codes (..., n), x scaled by its block's scale, before the clamp (..., n, k))."""
+    a = _blocks(_check(x, fmt, mode, "nearest_even", block_size), block_size)
+    amax = np.max(np.abs(a), axis=-1)  # (..., n), float32; NaN if the block holds one
+    code = scale_codes(amax, fmt, mode)
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        if mode in ("rceil", "rceil_log2f"):
+            r = np.ldexp(np.float32(1), E8M0_BIAS - code.astype(np.int32)).astype(np.float32)
+            r = np.where(code == 0, np.float32(1), r)
+            r = np.where(code == 254, np.float32(float.fromhex("0x1p-127")), r)
+            r = np.where(code == E8M0_NAN, np.float32(np.nan), r)
+            q = a * r[..., None]
+        else:  # the divisor: the code's float32 (255 << 23 is +inf), at least 2^-126
+            divisor = np.maximum((code.astype(np.uint32) << 23).view(np.float32), F32_TINY)
+            q = a / divisor[..., None]
+    return code, q.astype(np.float32)
+
+
+def round_elements(q: np.ndarray, fmt: str, rounding: str = "nearest_even") -> np.ndarray:
+    """float32 q, already within +-max of `fmt`, rounded to `fmt`'s codes (uint8)."""
+    if rounding == "nearest_even":
+        return formats.encode(q, fmt)
+    spec: FloatFormat = FORMATS[fmt]
+    a = np.abs(q.astype(np.float64))
+    _, e = np.frexp(np.where(np.isnan(a), 0, a))  # a = f 2^e, 1/2 <= f < 1
+    t = np.maximum(e - 1, spec.min_exponent)  # the binade, subnormals at min_exponent
+    k = np.floor(np.ldexp(a, spec.mantissa_bits - t) + 0.5)  # ties away from zero
+    value = np.copysign(np.ldexp(k, t - spec.mantissa_bits), q)  # a member: encoded exactly
+    return formats.encode(np.where(np.isnan(q), q.astype(np.float64), value), fmt)
+
+
+def to_mx(x: object, fmt: str, mode: str = "floor", *, block_size: int = BLOCK_SIZE,
+          rounding: str = "nearest_even") -> MXTensor:
+    """float32/bfloat16 x (last dimension a multiple of block_size) as an MX tensor.
+
+    fmt: one of ELEMENT_FORMATS; mode: one of SCALE_MODES; rounding: "nearest_even"
+    (default) or "nearest_away". ValueError for an unknown name or a last dimension that the
+    block size does not divide; TypeError for another dtype.
+    """
+    a = _check(x, fmt, mode, rounding, block_size)
+    code, q = scaled_blocks(a, fmt, mode, block_size=block_size)
+    top = np.float32(FORMATS[fmt].max)
+    elements = round_elements(np.clip(q, -top, top), fmt, rounding)  # clip keeps NaN
+    return MXTensor(code, elements.reshape(a.shape), fmt, block_size)
+
+
+def from_mx(mx: MXTensor) -> np.ndarray:
+    """The float32 values X * P_i (NaN for a block whose scale is NaN)."""
+    p = _blocks(formats.decode(mx.elements, mx.fmt), mx.block_size)  # float64, exact
+    s = mx.scales.astype(np.int64)
+    with np.errstate(over="ignore"):
+        x = np.ldexp(p, (s - E8M0_BIAS)[..., None])  # exact; beyond float32 -> inf below
+        x = np.where((s == E8M0_NAN)[..., None], np.nan, x).astype(np.float32)
+    return x.reshape(mx.elements.shape)
+
+
+def clipped_blocks(x: object, fmt: str, mode: str, *, block_size: int = BLOCK_SIZE) -> int:
+    """How many blocks clip: their scaled amax lies beyond the element format's max."""
+    _, q = scaled_blocks(x, fmt, mode, block_size=block_size)
+    with np.errstate(invalid="ignore"):
+        beyond = np.abs(q) > np.float32(FORMATS[fmt].max)
+    return int(np.count_nonzero(beyond.any(axis=-1)))
+
+
+def per_tensor_scale(x: object) -> np.float32:
+    """NVFP4's per-tensor scale g = f32(amax / (448 * 6)) of float32/bfloat16 x."""
+    a = np.asarray(x).astype(np.float32)
+    return np.float32(np.max(np.abs(a)) / np.float32(E4M3_MAX * FP4_MAX))
+
+
+def nvfp4_scaled(x: object, per_tensor: np.float32 | float | None = None
+                 ) -> tuple[np.ndarray, np.ndarray, np.float32 | None]:
+    """(e4m3 block-scale codes (..., n), x times its block's R before the clamp (..., n, 16),
+    g or None): NVFP4's steps up to the elements (the module docstring)."""
+    a = _blocks(_check(x, "float4_e2m1fn", "floor", "nearest_even", NVFP4_BLOCK_SIZE),
+                NVFP4_BLOCK_SIZE)
+    amax = np.max(np.abs(a), axis=-1)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        b = amax / FP4_MAX
+        g = None if per_tensor is None else np.float32(per_tensor)
+        if g is not None:
+            b = b / g
+        scale = formats.encode(np.clip(b, E4M3_TINY, E4M3_MAX), "float8_e4m3fn")
+        s = formats.decode(scale, "float8_e4m3fn", dtype=np.float32)
+        # NOTE [ NVFP4 below 2^-116 ]: for g < 2^-128 (a tensor amax below about 2^-116.6)
+        # 1 / g overflows to inf, and a zero element times inf is NaN. fp4 has no NaN: the
+        # reference writes the zero of the opposite sign, torchao's bit trick the NaN's low
+        # bits (0x3 with its sign: such a zero decodes to -+1.5 S g there)
+        r = np.float32(1) / s if g is None else (np.float32(1) / g) / s
+        q = a * r[..., None]
+    return scale, q, g
+
+
+def to_nvfp4(x: object, per_tensor: np.float32 | float | None = None) -> NVFP4Tensor:
+    """float32/bfloat16 x (last dimension a multiple of 16) as NVFP4: one scale level, or
+    two with per_tensor = g (`per_tensor_scale`)."""
+    scale, q, g = nvfp4_scaled(x, per_tensor)
+    elements = formats.encode(np.clip(q, -FP4_MAX, FP4_MAX), "float4_e2m1fn")
+    return NVFP4Tensor(scale, elements.reshape(np.shape(x)), g)
+
+
+def from_nvfp4(t: NVFP4Tensor) -> np.ndarray:
+    """The float32 values P_i * f32(S g) (S alone with one level)."""
+    p = _blocks(formats.decode(t.elements, "float4_e2m1fn", dtype=np.float32),
+                NVFP4_BLOCK_SIZE)
+    s = formats.decode(t.scales, "float8_e4m3fn", dtype=np.float32)
+    if t.per_tensor_scale is not None:
+        s = s * t.per_tensor_scale
+    return (p * s[..., None]).reshape(t.elements.shape)
+
+
+def pack_fp4(codes: np.ndarray) -> np.ndarray:
+    """Two fp4 codes a byte along the last dimension, the first in the low nibble."""
+    c = np.asarray(codes, dtype=np.uint8)
+    if c.ndim == 0 or c.shape[-1] % 2 or (c.size and c.max() > 15):
+        raise ValueError("pack_fp4 takes 4-bit codes with an even last dimension")
+    return c[..., ::2] | (c[..., 1::2] << np.uint8(4))
+
+
+def unpack_fp4(packed: np.ndarray) -> np.ndarray:
+    """The inverse of pack_fp4."""
+    p = np.asarray(packed, dtype=np.uint8)
+    return np.stack([p & np.uint8(15), p >> np.uint8(4)], axis=-1).reshape(*p.shape[:-1], -1)

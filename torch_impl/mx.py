@@ -1,0 +1,245 @@
+"""MX block formats and NVFP4 with torch ops. See reference/mx.py for the math.
+
+The same public names in the same order. What torch does differently or lacks:
+
+- torch has float8_e8m0fnu and float4_e2m1fn_x2 dtypes but no cast into fp6 or fp4 (and
+  the e8m0 cast rounds to nearest, not by the scale modes), so scale codes are integer
+  arithmetic on the float32 word (`Tensor.view(torch.int32)`), and fp6/fp4 elements are
+  rounded by exact float64 operations (frexp, ldexp, round: half to even; floor(q + 1/2):
+  half away) into the code W = ((t - t_min) << m) + k, where k = |q| / 2^(t - m) rounded
+  (reference/formats.py's W: a carry out of k lands on the next binade by itself).
+- float8 elements rounded to nearest even are `Tensor.to(float8_*)`, torch's own cast;
+  a NaN is then given the reference's canonical NaN code (torch's e5m2 cast writes 0x7F,
+  the reference 0x7E: both NaN, inside a block whose scale is NaN anyway).
+- a NaN into fp6/fp4 (formats without NaN) gives the zero of the opposite sign, as the
+  reference's encoder does (NOTE [ NaN to a finite format ] in reference/small_formats.py).
+- "rceil_log2f" is torch.log2 in float32 itself: torchao's eager rule, word for word.
+Works on CPU and CUDA tensors alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from common.format_spec import FORMATS  # bit widths and ranges: a plain data spec
+
+ELEMENT_FORMATS = ("float8_e4m3fn", "float8_e5m2", "float6_e2m3fn", "float6_e3m2fn",
+                   "float4_e2m1fn")
+SCALE_MODES = ("floor", "ceil", "even", "rceil", "rceil_log2f")
+ROUNDINGS = ("nearest_even", "nearest_away")
+BLOCK_SIZE = 32
+NVFP4_BLOCK_SIZE = 16
+E8M0_BIAS = 127
+E8M0_NAN = 255
+F32_TINY = 2.0**-126
+E4M3_TINY = 2.0**-6
+E4M3_MAX = FORMATS["float8_e4m3fn"].max  # 448
+FP4_MAX = FORMATS["float4_e2m1fn"].max  # 6
+_NATIVE = {"float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2}
+
+
+@dataclass(frozen=True)
+class MXTensor:
+    """An MX tensor: E8M0 scale codes (..., K / block_size) and element codes (..., K)."""
+
+    scales: torch.Tensor  # uint8
+    elements: torch.Tensor  # uint8, one code per element
+    fmt: str
+    block_size: int
+
+
+@dataclass(frozen=True)
+class NVFP4Tensor:
+    """NVFP4: e4m3 block-scale codes (..., K / 16), fp4 codes (..., K), g or None."""
+
+    scales: torch.Tensor  # uint8, float8_e4m3fn codes
+    elements: torch.Tensor  # uint8, float4_e2m1fn codes
+    per_tensor_scale: torch.Tensor | None
+
+
+def _check(x: object, fmt: str, mode: str, rounding: str, block_size: int) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"expected a torch.Tensor, got {type(x).__name__}")
+    if x.dtype not in (torch.float32, torch.bfloat16):
+        raise TypeError(f"MX quantization takes float32 or bfloat16 input, got {x.dtype}")
+    if fmt not in ELEMENT_FORMATS:
+        raise ValueError(f"unknown MX element format {fmt!r}; known: {', '.join(ELEMENT_FORMATS)}")
+    if mode not in SCALE_MODES:
+        raise ValueError(f"unknown scale mode {mode!r}; known: {', '.join(SCALE_MODES)}")
+    if rounding not in ROUNDINGS:
+        raise ValueError(f"unknown rounding {rounding!r}; known: {', '.join(ROUNDINGS)}")
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise ValueError(f"block_size must be a positive int, got {block_size!r}")
+    if x.dim() == 0 or x.shape[-1] % block_size:
+        raise ValueError(f"the last dimension of shape {tuple(x.shape)} must be divisible by "
+                         f"the block size {block_size}")
+    return x.to(torch.float32).contiguous()  # bfloat16 -> float32 is exact
+
+
+def _blocks(a: torch.Tensor, block_size: int) -> torch.Tensor:
+    return a.reshape(*a.shape[:-1], a.shape[-1] // block_size, block_size)  # (..., n, k)
+
+
+def scale_codes(amax: torch.Tensor, fmt: str, mode: str) -> torch.Tensor:
+    """The E8M0 code of each block's float32 amax under `mode` (reference/mx.py)."""
+    spec = FORMATS[fmt]
+    bits = amax.view(torch.int32).to(torch.int64)
+    nan = torch.isnan(amax)
+    if mode in ("rceil", "rceil_log2f"):
+        d = amax / spec.max  # float32 division, rounded once
+        if mode == "rceil":
+            safe = torch.where(torch.isfinite(d) & (d > 0), d, torch.ones_like(d))
+            m, e = torch.frexp(safe.to(torch.float64))
+            s = (e - (m == 0.5).to(e.dtype)).to(torch.float32)  # ceil(log2 d), exactly
+            s = torch.where(d == 0, torch.full_like(s, -E8M0_BIAS), s)
+        else:
+            s = torch.ceil(torch.log2(d))  # float32 log2, as torchao
+            s = torch.where(torch.isfinite(d), s, torch.zeros_like(s))
+        code = s.clamp(-E8M0_BIAS, E8M0_BIAS).to(torch.int64) + E8M0_BIAS
+        code = torch.where(torch.isinf(d), torch.full_like(code, 254), code)
+    else:
+        if mode == "even":  # amax's fraction rounded to m bits, half up, then the exponent
+            bits = (bits + (1 << (22 - spec.mantissa_bits))) & 0xFF800000
+        exponent = ((bits >> 23) & 0xFF) - E8M0_BIAS
+        if mode == "ceil":
+            exponent = exponent + ((bits & 0x7FFFFF) != 0).to(exponent.dtype)
+        code = (exponent - spec.emax).clamp(-E8M0_BIAS, E8M0_BIAS + 1) + E8M0_BIAS
+    return torch.where(nan, torch.full_like(code, E8M0_NAN), code).to(torch.uint8)
+
+
+def scaled_blocks(x: torch.Tensor, fmt: str, mode: str = "floor", *,
+                  block_size: int = BLOCK_SIZE) -> tuple[torch.Tensor, torch.Tensor]:
+    """(scale codes (..., n), x scaled by its block's scale, before the clamp (..., n, k))."""
+    a = _blocks(_check(x, fmt, mode, "nearest_even", block_size), block_size)
+    amax = a.abs().amax(dim=-1)  # (..., n), float32; NaN if the block holds one
+    code = scale_codes(amax, fmt, mode)
+    c = code.to(torch.int32)
+    if mode in ("rceil", "rceil_log2f"):
+        r = torch.exp2((E8M0_BIAS - c).to(torch.float32))
+        r = torch.where(c == 0, torch.ones_like(r), r)
+        r = torch.where(c == 254, torch.full_like(r, 2.0**-127), r)
+        r = torch.where(c == E8M0_NAN, torch.full_like(r, float("nan")), r)
+        q = a * r.unsqueeze(-1)
+    else:  # the divisor: the code's float32 (255 << 23 is +inf), at least 2^-126
+        divisor = torch.bitwise_left_shift(c, 23).view(torch.float32).clamp(min=F32_TINY)
+        q = a / divisor.unsqueeze(-1)
+    return code, q
+
+
+def round_elements(q: torch.Tensor, fmt: str, rounding: str = "nearest_even") -> torch.Tensor:
+    """float32 q, already within +-max of `fmt`, rounded to `fmt`'s codes (uint8)."""
+    spec = FORMATS[fmt]
+    if rounding == "nearest_even" and fmt in _NATIVE:
+        codes = q.to(_NATIVE[fmt]).view(torch.uint8)
+        nan = (torch.signbit(q).to(torch.uint8) << 7) | spec.nan_code  # the canonical NaN
+        return torch.where(torch.isnan(q), nan, codes)
+    a = q.to(torch.float64).abs()
+    nan = torch.isnan(a)
+    _, e = torch.frexp(torch.where(nan, torch.zeros_like(a), a))  # a = f 2^e, 1/2 <= f < 1
+    t = (e - 1).clamp(min=spec.min_exponent)  # the binade, subnormals at min_exponent
+    t = torch.where(a == 0, torch.full_like(t, spec.min_exponent), t)  # frexp(0): e = 0
+    scaled = torch.ldexp(a, (spec.mantissa_bits - t).to(torch.float64))  # exact
+    k = torch.round(scaled) if rounding == "nearest_even" else torch.floor(scaled + 0.5)
+    magnitude = ((t - spec.min_exponent) << spec.mantissa_bits) + k.to(torch.int64)
+    sign = torch.signbit(q).to(torch.int64)
+    if spec.nan_code is None:  # fp6/fp4: NaN -> the zero of the opposite sign
+        magnitude = torch.where(nan, torch.zeros_like(magnitude), magnitude)
+        sign = torch.where(nan, 1 - sign, sign)
+    else:
+        magnitude = torch.where(nan, torch.full_like(magnitude, spec.nan_code), magnitude)
+    return ((sign << (spec.bits - 1)) | magnitude).to(torch.uint8)
+
+
+def to_mx(x: torch.Tensor, fmt: str, mode: str = "floor", *, block_size: int = BLOCK_SIZE,
+          rounding: str = "nearest_even") -> MXTensor:
+    """float32/bfloat16 x as an MX tensor (reference.mx.to_mx: the same arguments)."""
+    a = _check(x, fmt, mode, rounding, block_size)
+    code, q = scaled_blocks(a, fmt, mode, block_size=block_size)
+    top = FORMATS[fmt].max
+    elements = round_elements(q.clamp(-top, top), fmt, rounding)  # clamp keeps NaN
+    return MXTensor(code, elements.reshape(a.shape), fmt, block_size)
+
+
+def _decode_elements(codes: torch.Tensor, fmt: str) -> torch.Tensor:
+    """The float64 value of each element code (no NaN: a block's NaN is its scale's)."""
+    spec = FORMATS[fmt]
+    if fmt in _NATIVE:
+        return codes.view(_NATIVE[fmt]).to(torch.float64)
+    c = codes.to(torch.int64)
+    m = spec.mantissa_bits
+    field = (c >> m) & (2**spec.exponent_bits - 1)
+    frac = c & (2**m - 1)
+    big_m = torch.where(field > 0, frac + 2**m, frac).to(torch.float64)
+    value = torch.ldexp(big_m, (field.clamp(min=1) - spec.bias - m).to(torch.float64))
+    return torch.where(((c >> (spec.bits - 1)) & 1) == 1, -value, value)
+
+
+def from_mx(mx: MXTensor) -> torch.Tensor:
+    """The float32 values X * P_i (NaN for a block whose scale is NaN)."""
+    p = _blocks(_decode_elements(mx.elements, mx.fmt), mx.block_size)
+    s = mx.scales.to(torch.int64)
+    x = torch.ldexp(p, (s - E8M0_BIAS).unsqueeze(-1).to(torch.float64))
+    x = torch.where((s == E8M0_NAN).unsqueeze(-1), torch.full_like(x, float("nan")), x)
+    return x.to(torch.float32).reshape(mx.elements.shape)
+
+
+def clipped_blocks(x: torch.Tensor, fmt: str, mode: str, *, block_size: int = BLOCK_SIZE
+                   ) -> int:
+    """How many blocks clip: their scaled amax lies beyond the element format's max."""
+    _, q = scaled_blocks(x, fmt, mode, block_size=block_size)
+    return int((q.abs() > FORMATS[fmt].max).any(dim=-1).sum())
+
+
+def per_tensor_scale(x: torch.Tensor) -> torch.Tensor:
+    """NVFP4's per-tensor scale g = f32(amax / (448 * 6)), a 0-d float32 tensor."""
+    return x.to(torch.float32).abs().amax() / (E4M3_MAX * FP4_MAX)
+
+
+def nvfp4_scaled(x: torch.Tensor, per_tensor: torch.Tensor | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """(e4m3 block-scale codes, x times its block's R before the clamp, g or None)."""
+    a = _blocks(_check(x, "float4_e2m1fn", "floor", "nearest_even", NVFP4_BLOCK_SIZE),
+                NVFP4_BLOCK_SIZE)
+    amax = a.abs().amax(dim=-1)
+    b = amax / FP4_MAX
+    g = None if per_tensor is None else per_tensor.to(torch.float32)
+    if g is not None:
+        b = b / g
+    scale = b.clamp(E4M3_TINY, E4M3_MAX).to(torch.float8_e4m3fn)
+    s = scale.to(torch.float32)
+    r = 1.0 / s if g is None else (1.0 / g) / s  # NOTE [ NVFP4 below 2^-116 ]
+    q = a * r.unsqueeze(-1)
+    return scale.view(torch.uint8), q, g
+
+
+def to_nvfp4(x: torch.Tensor, per_tensor: torch.Tensor | None = None) -> NVFP4Tensor:
+    """float32/bfloat16 x as NVFP4 (reference.mx.to_nvfp4: the same steps)."""
+    scale, q, g = nvfp4_scaled(x, per_tensor)
+    elements = round_elements(q.clamp(-FP4_MAX, FP4_MAX), "float4_e2m1fn")
+    return NVFP4Tensor(scale, elements.reshape(x.shape), g)
+
+
+def from_nvfp4(t: NVFP4Tensor) -> torch.Tensor:
+    """The float32 values P_i * f32(S g) (S alone with one level)."""
+    p = _blocks(_decode_elements(t.elements, "float4_e2m1fn").to(torch.float32),
+                NVFP4_BLOCK_SIZE)
+    s = t.scales.view(torch.float8_e4m3fn).to(torch.float32)
+    if t.per_tensor_scale is not None:
+        s = s * t.per_tensor_scale
+    return (p * s.unsqueeze(-1)).reshape(t.elements.shape)
+
+
+def pack_fp4(codes: torch.Tensor) -> torch.Tensor:
+    """Two fp4 codes a byte along the last dimension, the first in the low nibble."""
+    if codes.dim() == 0 or codes.shape[-1] % 2 or (codes.numel() and int(codes.max()) > 15):
+        raise ValueError("pack_fp4 takes 4-bit codes with an even last dimension")
+    c = codes.to(torch.uint8)
+    return c[..., ::2] | (c[..., 1::2] << 4)
+
+
+def unpack_fp4(packed: torch.Tensor) -> torch.Tensor:
+    """The inverse of pack_fp4."""
+    p = packed.to(torch.uint8)
+    return torch.stack([p & 15, p >> 4], dim=-1).reshape(*p.shape[:-1], -1)
