@@ -114,3 +114,12 @@ def test_the_optimization_rows_fall_a_grade_with_each_piece_of_evidence_spoiled(
         criterion: str, spoil: dict, grade: str) -> None:
     rows = {r[0]: r for r in mp.optimization_rows(_gauntlet(**spoil), "optimize-x", "1.9")}
     assert rows[criterion][1] == grade, rows[criterion]
+
+
+@pytest.mark.parametrize(("low", "high", "words"), [
+    (0.9, 1.1, "a null result reported as null"), (0.19, 0.21, "a slowdown reported as one"),
+    (1.2, 1.4, "a speedup reported as one"), (1.0, 1.3, "a null result reported as null")])
+def test_the_timing_row_names_the_result_its_interval_gives(low: float, high: float,
+                                                             words: str) -> None:
+    """A slowdown (the whole interval below 1) is not called a null result."""
+    assert mp._result_words(low, high) == words

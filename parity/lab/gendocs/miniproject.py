@@ -8,6 +8,7 @@ from parity.lab.gendocs import DOCS, section
 RUN = DOCS / "data" / "miniproject"
 DELIVERABLES = ("profile/predictions.md", "profile/profile.md", "postmortem.md",
                 "optimize-autocast-bf16.md", "resume.md", "rubric.md")
+# --all-faults writes postmortems/NAME.md in place of postmortem.md (listed after it)
 
 
 @section("miniproject.md", "rubric")
@@ -18,6 +19,9 @@ def _() -> str:
                 "docs/data/miniproject`).\n")
     table = rubric.read_text().split("\n", 2)[2]  # drop the title line and the blank after
     files = [name for name in DELIVERABLES if (RUN / name).exists()]
+    every = sorted(p.relative_to(RUN).as_posix() for p in (RUN / "postmortems").glob("*.md"))
+    if every:
+        files[files.index("optimize-autocast-bf16.md"):0] = every
     return table.replace("](", "](data/miniproject/") + "\nDeliverables: " + ", ".join(
         f"[{name}](data/miniproject/{name})" for name in files) + ".\n"
 

@@ -138,6 +138,13 @@ def _interval_stated(g: Any) -> bool:
     return all(math.isfinite(v) for v in g.speedup) and low <= ratio <= high
 
 
+def _result_words(low: float, high: float) -> str:
+    """How the rubric names the speedup's interval: null when it holds 1."""
+    if low <= 1.0 <= high:
+        return "a null result reported as null"
+    return "a slowdown reported as one" if high < 1.0 else "a speedup reported as one"
+
+
 def optimization_rows(g: Any, stem: str, said: str) -> list[Row]:
     """optimization validity and honest timing (optimization), from the gauntlet `g` whose
     report is `stem`.md and whose speedup reads `said`.
@@ -170,8 +177,8 @@ def optimization_rows(g: Any, stem: str, said: str) -> list[Row]:
                f"the other clock's ratio {other:.3f} falls outside the interval"),
            "Strong": f"spread and method stated, first calls timed apart; the "
                      f"{'wall' if clock == 'CPU' else 'CPU'} clock's ratio {other:.3f} lies in "
-                     f"the {clock} interval [{low:.3f}, {high:.3f}]; a null result reported "
-                     "as null"}[timing]
+                     f"the {clock} interval [{low:.3f}, {high:.3f}]; "
+                     f"{_result_words(low, high)}"}[timing]
     return [("optimization validity", validity,
              f"{stem}.md: claims, learning controls, exact resume; speedup {said}",
              {"FAIL": "a check failed",
