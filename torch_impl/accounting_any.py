@@ -16,7 +16,11 @@ reads, per module path ("" is the root):
   once at its first saver (accounting.distinct_bytes' notion), parameters and buffers
   excluded; "(outside)" for saves made outside every module (a loss function);
 - flops_forward, flops: FlopCounterMode's per-module totals (the forward; forward and
-  backward), which include the module's children, as FlopCounterMode reports them.
+  backward), which include the module's children, as FlopCounterMode reports them. The
+  forward's are exact per module; the backward's are attributed by FlopCounterMode's module
+  tracker to whichever module's backward hooks are pending (on transformers' GPT-2 a p = 0
+  Dropout is charged the GEMMs of the blocks before it): trust the step's total_flops, and
+  the per-module forward.
 
 The batch goes in as model(*batch) for a tuple or list, model(**batch) for a dict,
 model(batch) otherwise. The loss: loss_fn(output, batch) when given; else output.loss (a

@@ -42,7 +42,13 @@ from reference.accounting import activation_bytes
 from reference.accounting_gpt import gpt_activation_bytes
 from reference.flops import gpt_param_count, transformer_flops, transformer_forward_flops
 from reference.flops_published import kaplan_flops
-from torch_impl.accounting_any import GPT2Shape, ModuleAccount, NotGPT2, gpt2_shape
+from torch_impl.accounting_any import (
+    GPT2Shape,
+    ModuleAccount,
+    NotGPT2,
+    account_module,
+    gpt2_shape,
+)
 
 
 @dataclass
@@ -168,3 +174,75 @@ def try_gpt2(model: Any, batch: Any, account: ModuleAccount) -> tuple[list[Line]
         return gpt2_lines(shape, account, dropout), ""
     except (NotGPT2, ValueError) as err:
         return [], str(err)
+
+
+# ---------------------------------------------------------------- python -m parity account --module
+CATEGORIES = ("params", "grads", "optimizer_state", "buffers", "activations")
+
+
+def build(spec: str, batch_shape: tuple[int, ...] | None) -> tuple[Any, Any, Any]:
+    """(model, example_batch, loss_fn or None) from the factory `spec` names; the factory is
+    called with batch_shape=(B, T) when --batch-shape is given, with nothing otherwise."""
+    from torch import nn
+
+    factory = load_factory(spec)
+    made = factory() if batch_shape is None else factory(batch_shape=batch_shape)
+    if not isinstance(made, tuple) or len(made) not in (2, 3):
+        raise ValueError(f"--module {spec}: the factory returned {type(made).__name__}; "
+                         "accepted: (model, example_batch) or (model, example_batch, loss_fn)")
+    if not isinstance(made[0], nn.Module):
+        raise ValueError(f"--module {spec}: the factory's model is {type(made[0]).__name__}, "
+                         "not an nn.Module")
+    return made[0], made[1], made[2] if len(made) == 3 else None
+
+
+def module_report(spec: str, batch_shape: tuple[int, ...] | None, optimizer: str
+                  ) -> dict[str, Any]:
+    """Measure one step of the factory's model; the GPT-2 lines when it is recognized."""
+    import torch
+
+    from parity.drivers.accounting import OPTIMIZERS
+
+    model, batch, loss_fn = build(spec, batch_shape)
+    cls, kw = OPTIMIZERS[optimizer]
+    opt = getattr(torch.optim, cls)(model.parameters(), **kw)
+    account = account_module(model, batch, loss_fn=loss_fn, optimizer=opt)
+    lines, refused = try_gpt2(model, batch, account)
+    order = {p: i for i, (p, _) in enumerate(model.named_modules())}
+    paths = sorted({p for c in CATEGORIES for p in getattr(account, c)}
+                   | set(account.flops_forward),
+                   key=lambda p: order.get(p, len(order)))  # "(outside)" last
+    per_module = [{"module": p or "(root)", **{c: getattr(account, c).get(p, 0)
+                                                 for c in CATEGORIES},
+                   "flops_forward": account.flops_forward.get(p, 0)} for p in paths]
+    return {"module": spec, "per_module": per_module, "totals": account.totals(),
+            "gpt2": None if not lines else [
+                {"quantity": ln.name, "measured": ln.measured, "formula": ln.formula,
+                 "formula_name": ln.formula_name, "terms": ln.terms,
+                 "residual": ln.residual if ln.name in RECONCILED else None}
+                for ln in lines],
+            "not_gpt2": refused or None,
+            "unexplained": sum(1 for ln in lines if ln.name in RECONCILED and ln.residual)}
+
+
+def render_report(report: dict[str, Any]) -> str:
+    """The per-module table (forward FLOPs, the module's children included), then the
+    GPT-2 lines."""
+    head = ["module", *CATEGORIES, "flops_forward"]
+    rows = [[r["module"], *(f"{r[c]:,}" for c in [*CATEGORIES, "flops_forward"])]
+            for r in report["per_module"]]
+    widths = [max(len(x[i]) for x in [head, *rows]) for i in range(len(head))]
+    out = ["  ".join(v.ljust(w) if i == 0 else v.rjust(w)
+                     for i, (v, w) in enumerate(zip(x, widths, strict=True))).rstrip()
+           for x in [head, *rows]]
+    if report["gpt2"] is None:
+        out.append(f"\nnot GPT-2-shaped, so no closed form beside it: {report['not_gpt2']}")
+        return "\n".join(out)
+    out.append("\nGPT-2-shaped: measured = formula + named terms (+ residual)")
+    for ln in report["gpt2"]:
+        terms = "".join(f" {'+' if n >= 0 else '-'} {abs(n):,} ({k})"
+                        for k, n in ln["terms"].items())
+        tail = "" if ln["residual"] is None else f"  residual {ln['residual']:,}"
+        out.append(f"  {ln['quantity']}: {ln['measured']:,} = {ln['formula']:,} "
+                   f"[{ln['formula_name']}]{terms}{tail}")
+    return "\n".join(out)
