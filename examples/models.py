@@ -20,7 +20,8 @@ def tiny_gpt2(batch_shape: tuple[int, ...] = (2, 8), attention: str = "eager",
     B, T = batch_shape
     config = GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=128, n_positions=32,
                         attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0,
-                        bos_token_id=0, eos_token_id=0, attn_implementation=attention)
+                        bos_token_id=0, eos_token_id=0, use_cache=False,
+                        attn_implementation=attention)
     torch.manual_seed(seed)  # transformers initializes from the global generator
     model = GPT2LMHeadModel(config)
     g = torch.Generator().manual_seed(seed)
