@@ -125,6 +125,9 @@ def test_the_cli_measures_a_factory_and_refuses_a_bad_spec(
     status = main(["account", "--module", "examples.models"])
     err = capsys.readouterr().err
     assert status == EXIT_USAGE and "PKG.MOD:FACTORY" in err and len(err.splitlines()) == 1
+    status = main(["account", "--model", "mlp", "--batch-shape", "2,3"])
+    err = capsys.readouterr().err
+    assert status == EXIT_USAGE and "goes with --module" in err and len(err.splitlines()) == 1
 
 
 # ---------------------------------------------------------------- transformers' GPT-2

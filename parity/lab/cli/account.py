@@ -170,8 +170,9 @@ def run_module(args: argparse.Namespace) -> int:
 
     try:
         report = account_any.module_report(args.module, args.batch_shape, args.optimizer)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
+    except (ValueError, TypeError, ImportError) as e:  # the factory's, or its model's
+        raise UsageError(f"--module {args.module}: {e}" if args.module not in str(e)
+                         else str(e)) from None
     t = report["totals"]
     if args.json:
         print(json.dumps(report, indent=1))
