@@ -52,6 +52,20 @@ def test_our_transformer_is_recognized_and_equals_the_closed_forms_with_no_term(
     assert all(not lines[n].terms and lines[n].residual == 0 for n in lab.RECONCILED)
 
 
+def test_with_dropout_the_activation_rows_are_left_out_and_the_rest_reconciles() -> None:
+    """Dropout 0.1: parameters and FLOPs still equal their formulas; the activation rows are
+    left out, saying why (their terms are stated for p == 0)."""
+    g = torch.Generator().manual_seed(0)
+    cfg = GPTConfig(vocab_size=24, block_size=16, n_layer=2, n_head=4, n_embd=32, dropout=0.1)
+    model = GPT(cfg, generator=g)
+    idx = torch.randint(0, 24, (B, T), generator=g)
+    batch = (idx, torch.roll(idx, -1, 1))
+    lines, note = lab.try_gpt2(model, batch, account_module(model, batch))
+    assert [(ln.name, ln.residual) for ln in lines if ln.name in lab.RECONCILED] == [
+        ("parameters", 0), ("flops", 0)]
+    assert "dropout 0.1" in note
+
+
 def test_a_storage_saved_by_two_ops_counts_once() -> None:
     """idx passed as its own targets: the embedding's indices and the loss's target are one
     storage, held once: B T 8 bytes fewer than the formula, which counts two tensors."""

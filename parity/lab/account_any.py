@@ -29,7 +29,8 @@ activations' itemsize (the parameters' dtype: no autocast here).
                   log-sum-exp; the kernel saves q, k, v, its output (the very storage
                   c_proj then saves) and the log-sum-exp, never the (T, T) probabilities:
                   + L (4 B a T - B a T^2 e) beside the project's q, k^T, P, v.
-              Dropout p > 0: refused (HF's attention dropout is functional: not a module).
+              Dropout p > 0 or a 16-bit model: the activation rows are left out (HF's
+              attention dropout is functional, not a module); parameters and FLOPs stay.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass, field
 from typing import Any
+
+import torch
+from torch import nn
 
 from reference.accounting import activation_bytes
 from reference.accounting_gpt import gpt_activation_bytes
@@ -98,13 +102,9 @@ def _mask_saved(shape: GPT2Shape, account: ModuleAccount) -> bool:
 def gpt2_lines(shape: GPT2Shape, account: ModuleAccount, dropout: float = 0.0) -> list[Line]:
     """parameters, FLOPs, activations beside their closed forms (NOTE [ GPT-2 beside the
     closed forms ]); Korthikanti's and Kaplan's rows carry no terms (printed, not
-    reconciled)."""
-    if dropout:
-        raise ValueError(f"dropout {dropout}: the activation terms are stated for p == 0; "
-                         "accepted: a model with every dropout probability 0")
+    reconciled). The activation rows only where activation_refusal says nothing."""
     L, h, a, f, V = shape.n_layer, shape.d_model, shape.n_head, shape.d_ff, shape.vocab
     B, T = shape.batch, shape.seq_len
-    e = _itemsize(shape)
     gpt = {"n_layer": L, "d_model": h, "n_head": a, "seq_len": T, "vocab": V, "batch": B}
     lines = [Line("parameters", account.n_params,
                   gpt_param_count(L, h, V, shape.n_positions, d_ff=f, bias=shape.bias,
@@ -118,6 +118,9 @@ def gpt2_lines(shape: GPT2Shape, account: ModuleAccount, dropout: float = 0.0) -
     lines.append(Line("flops: 6ND", account.total_flops,
                       kaplan_flops(n_layer=L, d_model=h, seq_len=T, batch=B, d_ff=f),
                       "kaplan_flops (6 N D; not reconciled)"))
+    if activation_refusal(shape, dropout):
+        return lines
+    e = torch.empty((), dtype=shape.dtype).element_size()
     acts = Line("activations", sum(account.activations.values()),
                 gpt_activation_bytes(**gpt, bias=shape.bias, itemsize=e)["total"],
                 f"gpt_activation_bytes (this project's block, {e}-byte activations)")
@@ -135,14 +138,15 @@ def gpt2_lines(shape: GPT2Shape, account: ModuleAccount, dropout: float = 0.0) -
     return lines
 
 
-def _itemsize(shape: GPT2Shape) -> int:
-    import torch
-
-    size = torch.empty((), dtype=shape.dtype).element_size()
-    if size not in (4, 8):
-        raise ValueError(f"parameters in {shape.dtype}: the activation formula is stated for "
-                         "float32 and float64 models (autocast is the project's own path)")
-    return size
+def activation_refusal(shape: GPT2Shape, dropout: float) -> str:
+    """Why the activation rows are left out ('' when they are not)."""
+    if dropout:
+        return (f"activations not compared: dropout {dropout}; the terms are stated for "
+                "p == 0 (transformers' attention dropout is functional, not a module)")
+    if shape.dtype not in (torch.float32, torch.float64):
+        return (f"activations not compared: parameters in {shape.dtype}; the formula is "
+                "stated for float32 and float64 models")
+    return ""
 
 
 RECONCILED = ("parameters", "flops", "activations")
@@ -165,15 +169,14 @@ def load_factory(spec: str) -> Any:
 
 
 def try_gpt2(model: Any, batch: Any, account: ModuleAccount) -> tuple[list[Line], str]:
-    """(lines, '') for a GPT-2-shaped model, ([], the rule it breaks) otherwise."""
-    from torch import nn
-
+    """(lines, what was left out) for a GPT-2-shaped model, ([], the rule it breaks)
+    otherwise."""
     try:
         shape = gpt2_shape(model, batch)
-        dropout = max((m.p for m in model.modules() if isinstance(m, nn.Dropout)), default=0.0)
-        return gpt2_lines(shape, account, dropout), ""
-    except (NotGPT2, ValueError) as err:
+    except NotGPT2 as err:
         return [], str(err)
+    dropout = max((m.p for m in model.modules() if isinstance(m, nn.Dropout)), default=0.0)
+    return gpt2_lines(shape, account, dropout), activation_refusal(shape, dropout)
 
 
 # ---------------------------------------------------------------- python -m parity account --module
@@ -183,8 +186,6 @@ CATEGORIES = ("params", "grads", "optimizer_state", "buffers", "activations")
 def build(spec: str, batch_shape: tuple[int, ...] | None) -> tuple[Any, Any, Any]:
     """(model, example_batch, loss_fn or None) from the factory `spec` names; the factory is
     called with batch_shape=(B, T) when --batch-shape is given, with nothing otherwise."""
-    from torch import nn
-
     factory = load_factory(spec)
     made = factory() if batch_shape is None else factory(batch_shape=batch_shape)
     if not isinstance(made, tuple) or len(made) not in (2, 3):
@@ -199,15 +200,13 @@ def build(spec: str, batch_shape: tuple[int, ...] | None) -> tuple[Any, Any, Any
 def module_report(spec: str, batch_shape: tuple[int, ...] | None, optimizer: str
                   ) -> dict[str, Any]:
     """Measure one step of the factory's model; the GPT-2 lines when it is recognized."""
-    import torch
-
     from parity.drivers.accounting import OPTIMIZERS
 
     model, batch, loss_fn = build(spec, batch_shape)
     cls, kw = OPTIMIZERS[optimizer]
     opt = getattr(torch.optim, cls)(model.parameters(), **kw)
     account = account_module(model, batch, loss_fn=loss_fn, optimizer=opt)
-    lines, refused = try_gpt2(model, batch, account)
+    lines, note = try_gpt2(model, batch, account)
     order = {p: i for i, (p, _) in enumerate(model.named_modules())}
     paths = sorted({p for c in CATEGORIES for p in getattr(account, c)}
                    | set(account.flops_forward),
@@ -221,7 +220,7 @@ def module_report(spec: str, batch_shape: tuple[int, ...] | None, optimizer: str
                  "formula_name": ln.formula_name, "terms": ln.terms,
                  "residual": ln.residual if ln.name in RECONCILED else None}
                 for ln in lines],
-            "not_gpt2": refused or None,
+            "not_gpt2": None if lines else note, "note": note if lines else None,
             "unexplained": sum(1 for ln in lines if ln.name in RECONCILED and ln.residual)}
 
 
@@ -239,6 +238,8 @@ def render_report(report: dict[str, Any]) -> str:
         out.append(f"\nnot GPT-2-shaped, so no closed form beside it: {report['not_gpt2']}")
         return "\n".join(out)
     out.append("\nGPT-2-shaped: measured = formula + named terms (+ residual)")
+    if report["note"]:
+        out.append(f"  ({report['note']})")
     for ln in report["gpt2"]:
         terms = "".join(f" {'+' if n >= 0 else '-'} {abs(n):,} ({k})"
                         for k, n in ln["terms"].items())
