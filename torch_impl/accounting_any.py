@@ -5,9 +5,9 @@ these measurements by parity/lab/account_any.py).
 
     account_module(model, example_batch, loss_fn=None, optimizer=None) -> ModuleAccount
 
-runs one step (forward, backward, and optimizer.step() when an optimizer is given: its state
-exists only after a step; the model's weights change, so pass a copy if they matter) and
-reads, per module path ("" is the root):
+runs one step (gradients cleared first; forward, backward, and optimizer.step() when an
+optimizer is given: its state exists only after a step; the model's weights change, so pass
+a copy if they matter) and reads, per module path ("" is the root):
 - params, buffers: the module's own tensors (recurse=False; a parameter shared by two
   modules, a tied embedding, counts once, at the first path named_modules() lists);
 - grads, optimizer_state: the same split, for the gradients and the optimizer's tensors;
