@@ -84,9 +84,11 @@ def input_range(name: str, x: torch.Tensor, dtype: torch.dtype) -> InputRange:
 
 
 def input_ranges(module: nn.Module, args: tuple, dtype: torch.dtype) -> tuple[InputRange, ...]:
-    """The op's inputs: the call's arguments, then the module's own parameters."""
+    """The op's inputs: the call's arguments (its float keyword arguments by name), then the
+    module's own parameters."""
     names = ("input", "target") if len(args) == 2 else ("input",)
-    ranges = [input_range(n, a, dtype) for n, a in zip(names, args, strict=False)
+    named = [*zip(names, args, strict=False), *getattr(args, "kwargs", {}).items()]
+    ranges = [input_range(n, a, dtype) for n, a in named
               if isinstance(a, torch.Tensor) and a.is_floating_point()]
     params = module.named_parameters(recurse=False)
     return tuple(ranges + [input_range(n, p, dtype) for n, p in params])
@@ -106,12 +108,24 @@ def all_paths(model: nn.Module, loss_fn: nn.Module | None) -> dict[int, str]:
 
 class Detector(numerics_detect.Detector):
     """common/numerics_detect.py's Detector on torch's global forward hook: torch's calls
-    only, the counts read with one sync per step (`_count`)."""
+    only, the counts read with one sync per step (`_count`).
+
+    Any nn.Module: it knows no layer names, only module paths. `loss_fn` is the loss module
+    (reported as "loss") or None when the model computes its loss itself (transformers'
+    `labels=`); keyword arguments are recorded with each call (numerics_locate.Call), and a
+    container's tuple or ModelOutput output is looked through. torch_impl/numerics_any.py
+    drives it around any trainer's step."""
 
     locate = numerics_locate
 
-    def __init__(self, model: nn.Module, loss_fn: nn.Module, fmt: str, *,
+    def __init__(self, model: nn.Module, loss_fn: nn.Module | None, fmt: str, *,
                  scaler_enabled: bool) -> None:
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"Detector: model must be an nn.Module, got "
+                            f"{type(model).__name__}")
+        if loss_fn is not None and not isinstance(loss_fn, nn.Module):
+            raise TypeError("Detector: loss_fn must be an nn.Module (its output is watched "
+                            f"as 'loss') or None, got {type(loss_fn).__name__}")
         super().__init__(model, get_format(fmt), all_paths(model, loss_fn),
                          set(leaf_paths(model, loss_fn)), scaler_enabled=scaler_enabled,
                          autocast=numerics_locate.autocast_state("cpu"))
@@ -119,7 +133,10 @@ class Detector(numerics_detect.Detector):
         self._params = list(model.named_parameters())
 
     def _register_forward_hook(self, hook: Callable[[nn.Module, tuple, Any], None]) -> Any:
-        return nn.modules.module.register_module_forward_hook(hook)
+        def with_kwargs(module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+            hook(module, numerics_locate.Call.of(args, kwargs), output)
+
+        return nn.modules.module.register_module_forward_hook(with_kwargs, with_kwargs=True)
 
     def _autocast_state(self, output: Any) -> numerics_locate.Autocast | None:
         if not isinstance(output, torch.Tensor):
@@ -156,7 +173,8 @@ class _Stop(Exception):
     """The replay ends before the optimizer."""
 
 
-def anomaly_replay(model: nn.Module, loss_fn: nn.Module, step: Callable[[Callable], Any]
+def anomaly_replay(model: nn.Module, loss_fn: nn.Module | None,
+                   step: Callable[[Callable], Any]
                    ) -> ReplayResult:
     """Run `step(phase)` (one train_step on the saved batch, stopped before the optimizer)
     under torch.autograd.detect_anomaly(check_nan=True); name the node it names."""
@@ -192,3 +210,36 @@ def anomaly_replay(model: nn.Module, loss_fn: nn.Module, step: Callable[[Callabl
         finally:
             handle.remove()
     return ReplayResult(None, None, "")
+
+
+# ---------------------------------------------------------------- any trainer's step
+def checked_step(detector: Detector, step: int, loss_of: Callable[[], torch.Tensor],
+                 optimizer: torch.optim.Optimizer) -> torch.Tensor:
+    """One step of any trainer under `detector`: loss_of() (the forward, its autocast inside
+    it), loss.backward(), optimizer.step() and zero_grad. NonFinite leaves from the
+    optimizer phase, before the update, naming step, module path, op and the inputs."""
+    detector.step = step
+    with detector.phase("forward"):
+        loss = loss_of()
+    with detector.phase("backward"):
+        loss.backward()
+    with detector.phase("optimizer"):
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return loss
+
+
+def replay_step(model: nn.Module, loss_of: Callable[[], torch.Tensor],
+                loss_fn: nn.Module | None = None) -> ReplayResult:
+    """anomaly_replay of one forward and backward of loss_of() (the same batch and weights
+    as the step that failed): the backward node that first returned NaN and its module.
+    The gradients it leaves in .grad are the replay's: zero them before training on."""
+    def step(phase: Callable[[str], Any]) -> None:
+        with phase("forward"):
+            loss = loss_of()
+        with phase("backward"):
+            loss.backward()
+        with phase("optimizer"):
+            pass
+
+    return anomaly_replay(model, loss_fn, step)

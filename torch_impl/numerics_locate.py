@@ -24,6 +24,29 @@ from common.numerics_report import Found, InputRange
 Autocast = tuple[str, bool, torch.dtype]  # device type, enabled, dtype
 
 
+class Call(tuple):
+    """A module call's positional arguments, its keyword arguments in `.kwargs`: a model that
+    is not this project's (transformers' GPT-2 blocks take hidden_states positionally and
+    the mask by name) is re-run, and its inputs checked, with both."""
+
+    kwargs: dict[str, Any]
+
+    @classmethod
+    def of(cls, args: tuple, kwargs: dict[str, Any] | None) -> Call:
+        call = cls(args)
+        call.kwargs = dict(kwargs or {})
+        return call
+
+
+def _leaves(value: Any) -> list[Any]:
+    """The tensors and floats in a value: through tuples, lists and dicts (a ModelOutput)."""
+    if isinstance(value, tuple | list):
+        return [x for v in value for x in _leaves(v)]
+    if isinstance(value, dict):
+        return [x for v in value.values() for x in _leaves(v)]
+    return [value]
+
+
 def autocast_state(device_type: str) -> Autocast:
     """The autocast state in force now on `device_type` (what the re-run re-enters)."""
     return (device_type, torch.is_autocast_enabled(device_type),
@@ -31,8 +54,9 @@ def autocast_state(device_type: str) -> Autocast:
 
 
 def finite(values: tuple | list) -> bool:
-    """Every float tensor and float scalar among `values` is finite."""
-    for v in values:
+    """Every float tensor and float scalar among `values` (a Call's keyword arguments too;
+    inside tuples, lists and dicts) is finite."""
+    for v in _leaves([*values, getattr(values, "kwargs", {})]):
         if isinstance(v, torch.Tensor) and v.is_floating_point():
             if not bool(torch.isfinite(v).all()):
                 return False
@@ -93,8 +117,20 @@ def watch_ops(module: nn.Module, args: tuple, state: Autocast, dtype: torch.dtyp
             return out
 
     device_type, enabled, lp = state
-    devices = [args[0].device] if args and args[0].device.type == "cuda" else []
+    kwargs = getattr(args, "kwargs", {})
+    devices = list({t.device for t in _leaves([*args, kwargs])
+                    if isinstance(t, torch.Tensor) and t.device.type == "cuda"})
     with torch.random.fork_rng(devices=devices), torch.no_grad(), \
             torch.autocast(device_type, lp, enabled=enabled), Watch():
-        module(*args)
+        try:
+            module(*args, **kwargs)
+        except Exception:  # NOTE [ A re-run may fail ]
+            return found[0] if found else None
     return found[0] if found else None
+
+
+# NOTE [ A re-run may fail ]
+# A user's module is re-run with the arguments it was called with, after that call: an
+# argument it mutates (transformers' DynamicCache gains the step's keys and values, so the
+# re-run sees twice the tokens) can make the re-run raise. The report then names the maker
+# module without an op: what was found up to the failure, or nothing.

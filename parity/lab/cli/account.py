@@ -21,6 +21,14 @@ the compact transformer (torch: each block checkpointed for full / full_early_st
 reference: its tape in fp32 without recompute, its state always) on the CPU; it refuses
 --d-ff, --no-bias, the *_mixed precisions and steps whose predicted bytes exceed
 --measure-limit (default 2 GiB), each with a one-line reason.
+
+    python -m parity account --module PKG.MOD:FACTORY [--batch-shape B,T] [--optimizer O]
+        [--json]
+
+--module: any nn.Module. FACTORY() (or FACTORY(batch_shape=(B, T)) with --batch-shape)
+returns (model, example_batch) or (model, example_batch, loss_fn); one step is measured per
+module path (torch_impl/accounting_any.py) and a GPT-2-shaped model is set beside the closed
+forms, each difference a named term (parity/lab/account_any.py).
 Last line: `account: memory B bytes (state S, P bytes/param), flops F, unexplained gaps U`
 (with --json, the one JSON object holds the same: totals, unexplained).
 Exit status: 0; 1 if --measure finds a gap no named term explains; 2 for bad input.
@@ -49,6 +57,17 @@ def _sizes(text: str) -> tuple[int, ...]:
     return sizes
 
 
+def _shape(text: str) -> tuple[int, ...]:
+    try:
+        shape = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers "
+                                         "(e.g. 2,8)") from None
+    if min(shape) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: every size must be positive")
+    return shape
+
+
 # parity/drivers/accounting.py's MODELS, OPTIMIZERS' names and PRECISIONS, spelled here: the
 # driver imports torch, and building the parser should not (tests/test_cli.py holds them equal)
 MODELS = ("mlp", "gpt")
@@ -57,7 +76,12 @@ PRECISIONS = ("fp32", "bf16", "fp16", "bf16_mixed", "fp16_mixed")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", choices=MODELS, required=True)
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--model", choices=MODELS)
+    which.add_argument("--module", metavar="PKG.MOD:FACTORY",
+                       help="any nn.Module: FACTORY() returns (model, example_batch[, loss_fn])")
+    p.add_argument("--batch-shape", type=_shape, default=None, metavar="B,T",
+                   help="--module: passed to the factory as batch_shape=(B, T)")
     p.add_argument("--precision", choices=PRECISIONS, default="fp32")
     p.add_argument("--optimizer", choices=OPTIMIZERS, default="adamw")
     p.add_argument("--recompute", default="none", metavar="SPEC",
@@ -140,10 +164,35 @@ def render(rows: list, trees: tuple[str, ...]) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
+def run_module(args: argparse.Namespace) -> int:
+    """--module: measure the factory's model; reconcile it when it is GPT-2-shaped."""
+    from parity.lab import account_any
+
+    try:
+        report = account_any.module_report(args.module, args.batch_shape, args.optimizer)
+    except (ValueError, TypeError, ImportError) as e:  # the factory's, or its model's
+        raise UsageError(f"--module {args.module}: {e}" if args.module not in str(e)
+                         else str(e)) from None
+    t = report["totals"]
+    if args.json:
+        print(json.dumps(report, indent=1))
+    else:
+        print(account_any.render_report(report))
+        print(f"account: memory {t['memory']} bytes (params {t['params']}, activations "
+              f"{t['activations']}), flops {t['flops']}, unexplained gaps "
+              f"{report['unexplained']}")
+    return EXIT_FAILED if report["unexplained"] else EXIT_OK
+
+
 def run(args: argparse.Namespace) -> int:
     from parity.drivers import accounting as drv
     from parity.drivers import accounting_gpt as dgpt
 
+    if args.module is not None:
+        return run_module(args)
+    if args.batch_shape is not None:
+        raise UsageError("--batch-shape goes with --module (the factory's batch); accepted "
+                         "for --model: --batch, --seq-len")
     case = _case(args)
     if args.device != "cpu" and not re.fullmatch(r"cuda(:\d+)?", args.device):
         raise UsageError(f"--device {args.device!r}: accepted: cpu, cuda, cuda:N")

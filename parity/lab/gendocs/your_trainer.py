@@ -31,3 +31,12 @@ def _() -> str:
     from parity.lab.cli import audit
 
     return "```text\n" + (audit.__doc__ or "").strip() + "\n```"
+
+
+@section("your-trainer.md", "account-any")
+def _() -> str:
+    from parity.lab import account_any
+
+    report = account_any.module_report("examples.models:convnet", (4, 8), "adamw")
+    return ("`python -m parity account --module examples.models:convnet --batch-shape 4,8` "
+            "(AdamW):\n\n```text\n" + account_any.render_report(report) + "\n```")
