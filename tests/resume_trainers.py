@@ -43,7 +43,7 @@ class Trainer:
                  "scaler": self.scaler.state_dict(), "rng": torch.get_rng_state(),
                  "pos": self.pos}
         if self.numpy_state:
-            state["numpy_rng"] = np.random.get_state()[1]  # an ndarray: needs pickle
+            state["noise"] = np.zeros(3)  # a NumPy array: loading it needs pickle
         state.pop(self.leave_out, None)
         return state
 

@@ -56,16 +56,20 @@ from torch_impl.resume_worker import (
     Factory,
     ResumeCheckError,
     Trail,
+    TrainerFailed,
     build,
     read,
     resumed_run,
     save,
 )
 
-__all__ = ["Difference", "ResumeCheckError", "ResumeReport", "assert_resumes", "check_resume"]
+__all__ = ["Difference", "ResumeCheckError", "ResumeReport", "TrainerFailed", "assert_resumes",
+           "check_resume"]
 
 PROJECT = Path(__file__).resolve().parents[1]  # the folder holding torch_impl/
-CHILD = "from torch_impl.resume_worker import main; main()"
+# -c puts the child's cwd first on sys.path; it is dropped (a folder ckpt/ there would shadow
+# the project) and this process's sys.path given instead, through PYTHONPATH
+CHILD = "import sys; del sys.path[0]; from torch_impl.resume_worker import main; main()"
 TIMEOUT = 600.0  # seconds a child may take
 
 
@@ -210,15 +214,16 @@ def compare_final(a: Mapping[str, Any], b: Mapping[str, Any], atol: float | None
 def _child(job: dict[str, Any], cwd: Path, **popen: Any) -> subprocess.Popen:
     """A fresh interpreter running resume_worker.main on `job`, with this process's sys.path
     (this project's folder first) in the user's working folder."""
-    paths = [str(PROJECT), *(p for p in sys.path if p and Path(p).is_dir())]
+    paths = [str(PROJECT), *(str(Path(p or ".").resolve()) for p in sys.path
+                             if Path(p or ".").is_dir())]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}
     return subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(job)], cwd=cwd, env=env,
                             text=True, **popen)
 
 
-def _failed(what: str, stderr: str) -> ResumeCheckError:
+def _failed(what: str, stderr: str) -> TrainerFailed:
     lines = [ln for ln in stderr.strip().splitlines() if ln.strip()]
-    return ResumeCheckError(f"the {what} process failed: {lines[-1] if lines else 'no output'}")
+    return TrainerFailed(f"the {what} process failed: {lines[-1] if lines else 'no output'}")
 
 
 def _kill_while_saving(factory: str, checkpoint: Path, steps: int, at: int, cwd: Path) -> str:

@@ -127,8 +127,9 @@ def check_storable(state: Any, path: str = "") -> None:
             check_storable(v, f"{path}.{k}" if path else str(k))
         return
     hint = (" (save its .state_dict() instead)" if hasattr(state, "state_dict")
-            else " (save np.random.default_rng(...).bit_generator.state, a dict of ints, "
-                 "not an array)" if type(state).__module__.startswith("numpy") else "")
+            else " (a NumPy value: save torch.from_numpy(a); a generator's state as "
+                 "np.random.default_rng(...).bit_generator.state, a dict of ints)"
+            if type(state).__module__.startswith("numpy") else "")
     raise TypeError(f"resume check: entry {path} is a {type(state).__module__}."
                     f"{type(state).__qualname__}, which needs pickle to load: "
                     f"torch.load(weights_only=True) reads back dicts, lists, tuples, "

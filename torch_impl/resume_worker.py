@@ -34,7 +34,11 @@ Trail = list[dict[str, dict[str, str]]]  # per step: {"state": {entry: digest}, 
 
 class ResumeCheckError(ValueError):
     """Bad input: a factory that does not import or build, a trainer without the protocol,
-    steps out of range, a child process that failed."""
+    steps out of range."""
+
+
+class TrainerFailed(RuntimeError):
+    """The trainer raised in a child process (its last line of stderr is the message)."""
 
 
 def load_factory(factory: Factory) -> Callable[[], Any]:
