@@ -15,8 +15,9 @@ BATCHES = 5
 
 
 class Trainer:
-    def __init__(self, leave_out: str = "", numpy_state: bool = False) -> None:
-        self.leave_out, self.numpy_state = leave_out, numpy_state
+    def __init__(self, leave_out: str = "", numpy_state: bool = False, nudge: bool = False
+                 ) -> None:
+        self.leave_out, self.numpy_state, self.nudge = leave_out, numpy_state, nudge
         torch.manual_seed(0)
         g = torch.Generator().manual_seed(1)
         self.data = [(torch.randn(8, 6, generator=g), torch.randn(8, 2, generator=g))
@@ -56,6 +57,10 @@ class Trainer:
         if "rng" in state:
             torch.set_rng_state(state["rng"])
         self.pos = state.get("pos", 0)
+        if self.nudge:  # one float32 ulp up on every weight: not exact, within 1e-6
+            with torch.no_grad():
+                w = self.model[0].weight
+                w.copy_(torch.nextafter(w, torch.full_like(w, torch.inf)))
 
 
 def correct() -> Trainer:
@@ -80,6 +85,10 @@ def no_scaler() -> Trainer:
 
 def numpy_array_in_state() -> Trainer:
     return Trainer(numpy_state=True)
+
+
+def nudged_on_load() -> Trainer:
+    return Trainer(nudge=True)
 
 
 def as_callables() -> tuple[Any, Any, Any]:

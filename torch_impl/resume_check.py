@@ -161,6 +161,10 @@ def parted(a: dict[str, dict[str, str]], b: dict[str, dict[str, str]], used: set
     return out
 
 
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
 def compare_leaf(a: Any, b: Any, atol: float | None) -> str | None:
     """How two leaves differ, or None: tensors by dtype, shape and bits, or max |a - b| <=
     atol for floating ones with NaN where NaN; other values by ==."""
@@ -168,8 +172,8 @@ def compare_leaf(a: Any, b: Any, atol: float | None) -> str | None:
         return f"a {type(a).__name__} straight, a {type(b).__name__} resumed"
     if isinstance(a, torch.Tensor):
         if a.dtype != b.dtype or a.shape != b.shape:
-            return (f"{a.dtype} {tuple(a.shape)} straight, {b.dtype} {tuple(b.shape)} "
-                    "resumed")
+            return (f"{_name(a.dtype)} {tuple(a.shape)} straight, {_name(b.dtype)} "
+                    f"{tuple(b.shape)} resumed")
         x, y = a.detach().cpu().reshape(-1), b.detach().cpu().reshape(-1)
         if torch.equal(x.view(torch.uint8) if x.numel() else x,
                        y.view(torch.uint8) if y.numel() else y):
@@ -180,7 +184,7 @@ def compare_leaf(a: Any, b: Any, atol: float | None) -> str | None:
         x, y = x.to(wide), y.to(wide)
         d = (x - y).abs()
         d[(x == y) | (torch.isnan(x) & torch.isnan(y))] = 0  # equal infinities, NaN and NaN
-        d = d.nan_to_num(nan=math.inf)  # NaN on one side only
+        d = d.nan_to_num(nan=math.inf, posinf=math.inf)  # NaN on one side only
         gap = float(d.max())
         if atol is not None and gap <= atol:
             return None
