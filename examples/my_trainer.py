@@ -28,7 +28,6 @@ from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 # -----------------------------------------------------------------------------
 # data: a tiny text, batches drawn at random positions (nanoGPT's get_batch)
@@ -73,7 +72,7 @@ class Block(nn.Module):
         self.register_buffer("mask", mask, persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, T, C = x.size()  # batch, time, channels
+        T = x.size(1)  # x: (batch, time, channels)
         h = self.ln_1(x)
         x = x + self.attn(h, h, h, attn_mask=self.mask[:T, :T], need_weights=False)[0]
         return x + self.mlp(self.ln_2(x))
@@ -127,10 +126,10 @@ class Trainer:
         self.losses: list[float] = []
         self.loss_sum = torch.zeros(())
 
-    def step(self, phase=lambda name: contextlib.nullcontext()) -> None:  # noqa: ANN001
+    def step(self, phase=lambda name: contextlib.nullcontext()) -> None:
         X, Y = get_batch()
         with phase("forward"), torch.autocast("cpu", dtype=torch.float16):
-            logits, loss = self.model(X, Y)
+            _, loss = self.model(X, Y)
         with phase("backward"):
             self.scaler.scale(loss).backward()
         with phase("optimizer"):
