@@ -61,7 +61,7 @@ def _() -> str:
         f"audit out-my-trainer/ckpt.pt`, the file saved after {GUARD_STEPS} steps):", "",
         _block(audit["buggy"]["text"]),
         f"With `--fixed`: {rows}; exit status {audit['fixed']['status']} all the same, "
-        "for the rows it cannot settle without the code (next paragraph).", "",
+        "for the rows it cannot settle without the code (see \"Reading them\" below).", "",
         f"**2, again: the resume check** (`cd examples && {resume['buggy']['command']}`):", "",
         _block(resume["buggy"]["text"]),
         f"With `--fixed` (`my_trainer:make_fixed_trainer`): "
