@@ -15,8 +15,8 @@ BATCHES = 5
 
 
 class Trainer:
-    def __init__(self, leave_out: str = "", numpy_state: bool = False, nudge: bool = False
-                 ) -> None:
+    def __init__(self, leave_out: str = "", numpy_state: bool = False, nudge: bool = False,
+                 counts: bool = False) -> None:
         self.leave_out, self.numpy_state, self.nudge = leave_out, numpy_state, nudge
         torch.manual_seed(0)
         g = torch.Generator().manual_seed(1)
@@ -28,10 +28,14 @@ class Trainer:
         # 2^20 overflows float16 at first: the early steps are skipped and the scale backs off
         self.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**20, growth_interval=2)
         self.pos = 0
+        if counts:
+            self.logged = 0  # how many steps this process has logged: not state
 
     def step(self) -> None:
         x, y = self.data[self.pos % BATCHES]
         self.pos += 1
+        if hasattr(self, "logged"):
+            self.logged += 1
         with torch.autocast("cpu", dtype=torch.float16):
             loss = nn.functional.mse_loss(self.model(x).float(), y)
         self.scaler.scale(loss).backward()
@@ -89,6 +93,10 @@ def numpy_array_in_state() -> Trainer:
 
 def nudged_on_load() -> Trainer:
     return Trainer(nudge=True)
+
+
+def counts_its_steps() -> Trainer:
+    return Trainer(counts=True)
 
 
 def as_callables() -> tuple[Any, Any, Any]:

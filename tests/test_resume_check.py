@@ -83,6 +83,17 @@ def test_a_difference_within_atol_passes_and_bit_for_bit_does_not() -> None:
     assert loose.ok and loose.summary().startswith("resume-check: within atol 1e-05")
 
 
+def test_an_observed_entry_alone_does_not_fail_the_check() -> None:
+    """`logged`, an int the trainer counts but does not save, differs right after the load;
+    the saved state never does: exact, and the summary says what parted."""
+    report = check_resume(resume_trainers.counts_its_steps, steps=4, at=2,
+                          fresh_process=False)
+    assert report.ok and report.final == ()
+    assert report.parted_at == 2 and [d.entry for d in report.parted] == ["trainer.logged"]
+    assert report.summary() == ("resume-check: exact (observed entries part at step 2, the "
+                                "saved state never)")
+
+
 def test_a_state_that_needs_pickle_is_refused_naming_the_entry() -> None:
     with pytest.raises(TypeError, match=r"entry noise is a numpy\.ndarray, which needs pickle"):
         check_resume(resume_trainers.numpy_array_in_state, steps=4, at=2, fresh_process=False)

@@ -104,9 +104,13 @@ class ResumeReport:
 
     def summary(self) -> str:
         """The last line: `resume-check: exact`, `... within atol X ...`, `... differs: ...`."""
+        if self.ok and self.parted_at is None:
+            return "resume-check: exact"
+        if self.ok and self.atol is None:  # only observed entries parted, and not for good
+            return (f"resume-check: exact (observed entries part at step {self.parted_at}, "
+                    "the saved state never)")
         if self.ok:
-            return ("resume-check: exact" if self.parted_at is None else
-                    f"resume-check: within atol {self.atol:g} (bit for bit the runs part at "
+            return (f"resume-check: within atol {self.atol:g} (bit for bit the runs part at "
                     f"step {self.parted_at})")
         first = self.final[0].entry if self.final else "-"
         return (f"resume-check: differs: first entry {first}, the runs part at step "
