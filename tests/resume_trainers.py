@@ -99,6 +99,15 @@ def counts_its_steps() -> Trainer:
     return Trainer(counts=True)
 
 
+def fails_to_load() -> tuple[Any, Any, Any]:
+    t = Trainer()
+
+    def load(state: dict[str, Any]) -> None:
+        raise KeyError("scaler")
+
+    return t.state_dict, load, t.step
+
+
 def as_callables() -> tuple[Any, Any, Any]:
     t = Trainer()
     return t.state_dict, t.load_state_dict, t.step

@@ -149,7 +149,8 @@ def test_a_save_sigkilled_midway_leaves_the_previous_checkpoint_to_resume_from(f
 
 
 def test_the_command_line_exit_status_and_last_line(capsys: pytest.CaptureFixture[str]) -> None:
-    """resume-check: 0 and `exact`, 1 and `differs` with the entry, 2 for bad input."""
+    """resume-check: 0 and `exact`; 1 and `differs` with the entry, or one line when the
+    trainer raises; 2 for bad input."""
     base = ["--steps", "4", "--at", "2", "--same-process"]
     assert main(["resume-check", "resume_trainers:correct", *base]) == EXIT_OK
     assert capsys.readouterr().out.splitlines()[-1] == "resume-check: exact"
@@ -157,5 +158,8 @@ def test_the_command_line_exit_status_and_last_line(capsys: pytest.CaptureFixtur
     out = capsys.readouterr().out
     assert "trainer.pos (observed): differs" in out
     assert out.splitlines()[-1].startswith("resume-check: differs: first entry model.0.weight")
+    assert main(["resume-check", "resume_trainers:fails_to_load", *base]) == EXIT_FAILED
+    assert capsys.readouterr().out == ("resume-check: failed: the trainer raised KeyError: "
+                                       "'scaler'\n")
     assert main(["resume-check", "resume_trainers", *base]) == EXIT_USAGE
     assert "expected module:function" in capsys.readouterr().err

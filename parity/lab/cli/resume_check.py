@@ -19,7 +19,8 @@ the step of the load (docs/your-trainer.md).
 same file; the file must still hold step K, whole. --same-process: resume in this process
 (faster; state kept in module globals is then not tested).
 Last line: `resume-check: exact`, `resume-check: within atol X (...)` or
-`resume-check: differs: first entry E, the runs part at step S` (with --json, one JSON object).
+`resume-check: differs: first entry E, the runs part at step S` (with --json, one JSON
+object before it); a trainer that raises: `resume-check: failed: ...`, one line.
 Exit status: 0 the runs agree; 1 they differ, the state needs pickle, or the trainer raised;
 2 bad input (a factory that does not import, steps out of range).
 """
@@ -72,6 +73,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
     except (TypeError, TrainerFailed) as e:  # a state that needs pickle; a child that raised
         print(f"resume-check: failed: {e}")
+        return EXIT_FAILED
+    except Exception as e:  # the user's own code raised here: one line, not a traceback
+        print(f"resume-check: failed: the trainer raised {type(e).__name__}: {e}")
         return EXIT_FAILED
     if args.json:
         print(json.dumps(dataclasses.asdict(report), indent=1))
