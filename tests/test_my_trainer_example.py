@@ -5,12 +5,16 @@ in the --fixed version; the committed run that docs/your-trainer.md prints is th
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
 from parity.lab import my_trainer_checks as checks
+from parity.lab.cli import main
 
 SOURCE = checks.EXAMPLE.read_text(encoding="utf-8").splitlines()
 
@@ -96,3 +100,21 @@ def test_the_committed_run_the_docs_print_is_this_run(results) -> None:
     """docs/data/my_trainer_checks.json (`python -m parity.lab.my_trainer_checks`) holds the
     same findings, lines and outputs as the run above."""
     assert _structure(checks.load()) == _structure(results)
+
+
+@pytest.mark.slow  # two runs of the script, ~4 s
+def test_the_example_runs_as_a_script_and_its_checkpoint_is_audited(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`python examples/my_trainer.py [--fixed]` trains and saves out/ckpt.pt; the audit of
+    the buggy file says the scaler and the RNG are missing, of the fixed one not."""
+    verdicts = []
+    for flags in ([], ["--fixed"]):
+        out = tmp_path / ("fixed" if flags else "buggy")
+        done = subprocess.run([sys.executable, str(checks.EXAMPLE),
+                               "--steps", "3", "--out", str(out), *flags],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.splitlines()[-1] == f"saved {out / 'ckpt.pt'}"
+        main(["audit", str(out / "ckpt.pt")])
+        verdicts.append(capsys.readouterr().out.splitlines()[-1])
+    assert "torch CPU RNG" in verdicts[0] and "torch CPU RNG" not in verdicts[1]

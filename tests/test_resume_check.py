@@ -7,6 +7,7 @@ differs; the comparison itself against hand-made tensors."""
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 import resume_trainers
@@ -28,6 +29,7 @@ def test_a_complete_trainer_resumes_bit_for_bit_in_a_fresh_process() -> None:
     any step, although numpy's and Python's global generators (unused, seeded from the OS)
     differ between the two processes."""
     report = assert_resumes("resume_trainers:correct", steps=STEPS, at=AT)
+    assert report.resumed_pid not in (0, os.getpid())  # another interpreter resumed it
     assert report.parted_at is None and report.final == ()
     assert report.summary() == "resume-check: exact"
 
@@ -163,3 +165,4 @@ def test_the_command_line_exit_status_and_last_line(capsys: pytest.CaptureFixtur
                                        "'scaler'\n")
     assert main(["resume-check", "resume_trainers", *base]) == EXIT_USAGE
     assert "expected module:function" in capsys.readouterr().err
+

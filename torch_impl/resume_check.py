@@ -90,7 +90,8 @@ class Difference:
 class ResumeReport:
     """`ok`: the final states agree (bit for bit, or within atol). `parted_at`: the first step
     t >= at whose digests differ (None: never), `parted` the entries that differ there;
-    `final` the entries of the final state that differ; `killed` what the kill left."""
+    `final` the entries of the final state that differ; `killed` what the kill left;
+    `resumed_pid` the process that resumed."""
 
     steps: int
     at: int
@@ -101,6 +102,7 @@ class ResumeReport:
     final: tuple[Difference, ...]
     killed: str | None = None
     notes: tuple[str, ...] = field(default=())
+    resumed_pid: int = 0  # the process that loaded and resumed
 
     def summary(self) -> str:
         """The last line: `resume-check: exact`, `... within atol X ...`, `... differs: ...`."""
@@ -317,7 +319,7 @@ def check_resume(factory: Factory, *, steps: int, at: int, atol: float | None = 
     final_gaps = compare_final(final, resumed["final"], atol)
     return ResumeReport(steps, at, atol, not final_gaps, gaps[0][0] if gaps else None,
                         tuple(gaps[0][1]) if gaps else (), tuple(final_gaps), killed,
-                        tuple(notes))
+                        tuple(notes), resumed["pid"])
 
 
 def assert_resumes(factory: Factory, *, steps: int, at: int, atol: float | None = None,

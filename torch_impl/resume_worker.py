@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -129,7 +130,7 @@ def resumed_run(factory: Factory, path: Path, steps: int) -> dict[str, Any]:
         trail.append(trainer.digests())
     final = trainer.state_dict()
     check_storable(final)
-    return {"trail": trail, "final": final}
+    return {"trail": trail, "final": final, "pid": os.getpid()}
 
 
 def main() -> None:
