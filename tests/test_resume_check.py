@@ -21,7 +21,7 @@ from torch_impl.resume_check import (
     compare_leaf,
 )
 
-STEPS, AT = 10, 6
+STEPS, AT = 8, 6
 
 
 def test_a_complete_trainer_resumes_bit_for_bit_in_a_fresh_process() -> None:
@@ -63,14 +63,17 @@ def test_an_entry_left_out_of_the_state_is_named_at_the_step_of_the_load(factory
         assert_resumes(factory, steps=STEPS, at=AT, fresh_process=False)
 
 
-def test_the_scaler_case_really_moves_the_scale_before_the_save() -> None:
-    """Guard: by step AT the scale has left init_scale (overflow backoffs, then growth), so a
-    scaler restarted from the factory differs."""
+def test_the_seeded_cases_really_have_state_to_lose_at_the_save() -> None:
+    """Guard: by step AT the scale has left init_scale (overflow backoffs) and the optimizer
+    has stepped (the first steps are skipped: before that its state is empty, and a trainer
+    that drops it loses nothing, which the check rightly calls exact)."""
     t = resume_trainers.correct()
     init = t.scaler.get_scale()
     for _ in range(AT):
         t.step()
     assert t.scaler.get_scale() != init
+    assert t.optimizer.state_dict()["state"]
+    assert t.pos % resume_trainers.BATCHES != 0  # a position restarted at 0 is another batch
 
 
 def test_a_difference_within_atol_passes_and_bit_for_bit_does_not() -> None:

@@ -34,7 +34,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "my_trainer.py"
 DATA = ROOT / "docs" / "data" / "my_trainer_checks.json"
-GUARD_STEPS, NUMERICS_STEPS, STEPS, AT = 3, 30, 8, 4
+GUARD_STEPS, NUMERICS_STEPS, STEPS, AT = 3, 26, 8, 4
 BUG2_ROWS = ("scaler", "torch CPU RNG")
 
 
