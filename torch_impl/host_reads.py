@@ -61,7 +61,8 @@ class HostReads(TorchDispatchMode):
                 return f"{frame.f_code.co_filename}:{frame.f_lineno}", via
             inside = file.relative_to(TORCH).as_posix() if file.is_relative_to(TORCH) else ""
             if inside and not inside.startswith(MACHINERY) and not inside.endswith(MACHINERY):
-                via = f"{file.name}:{frame.f_code.co_qualname}"  # the outermost so far
+                name = getattr(frame.f_code, "co_qualname", frame.f_code.co_name)  # 3.10
+                via = f"{file.name}:{name}"  # the outermost so far
             frame = frame.f_back
         return "?", via
 
