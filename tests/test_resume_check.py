@@ -58,7 +58,7 @@ def test_an_entry_left_out_of_the_state_is_named_at_the_step_of_the_load(factory
     assert all(d.where == "observed" for d in report.parted)  # what was saved loads back
     assert report.final[0].entry == "model.0.weight"
     assert report.summary() == (f"resume-check: differs: first entry model.0.weight, the "
-                                f"runs part at step {AT}")
+                                f"runs part at step {AT} at {entry}")
     with pytest.raises(AssertionError, match=entry.replace(".", r"\.")):
         assert_resumes(factory, steps=STEPS, at=AT, fresh_process=False)
 

@@ -105,7 +105,8 @@ class ResumeReport:
     resumed_pid: int = 0  # the process that loaded and resumed
 
     def summary(self) -> str:
-        """The last line: `resume-check: exact`, `... within atol X ...`, `... differs: ...`."""
+        """The last line: `resume-check: exact`, `... within atol X ...`, `... differs: first
+        entry E, the runs part at step S at P` (E: of the final state; P: where they part)."""
         if self.ok and self.parted_at is None:
             return "resume-check: exact"
         if self.ok and self.atol is None:  # only observed entries parted, and not for good
@@ -115,8 +116,9 @@ class ResumeReport:
             return (f"resume-check: within atol {self.atol:g} (bit for bit the runs part at "
                     f"step {self.parted_at})")
         first = self.final[0].entry if self.final else "-"
+        at = f" at {self.parted[0].entry}" if self.parted else ""
         return (f"resume-check: differs: first entry {first}, the runs part at step "
-                f"{self.parted_at}")
+                f"{self.parted_at}{at}")
 
     def __str__(self) -> str:
         lines = [f"resumed at step {self.at} of {self.steps}"

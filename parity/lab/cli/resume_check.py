@@ -19,7 +19,8 @@ the step of the load (docs/your-trainer.md).
 same file; the file must still hold step K, whole. --same-process: resume in this process
 (faster; state kept in module globals is then not tested).
 Last line: `resume-check: exact`, `resume-check: within atol X (...)` or
-`resume-check: differs: first entry E, the runs part at step S` (with --json, one JSON
+`resume-check: differs: first entry E, the runs part at step S at P` (E the first final
+entry that differs, P the first entry that parts; with --json, one JSON
 object before it); a trainer that raises: `resume-check: failed: ...`, one line.
 Exit status: 0 the runs agree; 1 they differ, the state needs pickle, or the trainer raised;
 2 bad input (a factory that does not import, steps out of range).
