@@ -32,6 +32,7 @@ class Trainer:
             self.logged = 0  # how many steps this process has logged: not state
 
     def step(self) -> None:
+        print(f"step {self.pos}")  # a user's progress line: the check reads past it
         x, y = self.data[self.pos % BATCHES]
         self.pos += 1
         if hasattr(self, "logged"):

@@ -240,25 +240,29 @@ def _failed(what: str, stderr: str) -> TrainerFailed:
 
 def _kill_while_saving(factory: str, checkpoint: Path, steps: int, at: int, cwd: Path) -> str:
     """Run the kill child (resume_worker's "kill" mode) and SIGKILL it the moment it says it
-    is saving; what it left behind, in one line."""
-    proc = _child({"mode": "kill", "factory": factory, "checkpoint": str(checkpoint),
-                   "steps": steps, "at": at, "out": ""}, cwd, stdin=subprocess.PIPE,
-                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        if line.strip() != SAVING:
+    is saving (whatever the trainer prints before that is skipped); what it left behind, in
+    one line. Its stderr goes to a file, so no pipe fills while this process reads stdout."""
+    with tempfile.TemporaryFile("w+") as err:
+        proc = _child({"mode": "kill", "factory": factory, "checkpoint": str(checkpoint),
+                       "steps": steps, "at": at, "out": ""}, cwd, stdin=subprocess.PIPE,
+                      stdout=subprocess.PIPE, stderr=err)
+        try:
+            assert proc.stdout is not None and proc.stdin is not None
+            while (line := proc.stdout.readline()) and line.strip() != SAVING:
+                pass
+            if not line:  # it ended without reaching the second save
+                proc.wait(timeout=TIMEOUT)
+                err.seek(0)
+                raise _failed("killed", err.read())
+            os.kill(proc.pid, signal.SIGKILL)
             proc.wait(timeout=TIMEOUT)
-            raise _failed("killed", proc.stderr.read() if proc.stderr else "")
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=TIMEOUT)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for stream in (proc.stdin, proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            for stream in (proc.stdin, proc.stdout):
+                if stream is not None:
+                    stream.close()
     left = sorted(p.name for p in checkpoint.parent.iterdir() if p != checkpoint)
     return (f"killed at step {at + 1} with its payload written and not renamed "
             f"(left: {', '.join(left) or 'nothing'}); {checkpoint.name} still holds step {at}")
@@ -270,7 +274,8 @@ def check_resume(factory: Factory, *, steps: int, at: int, atol: float | None = 
     """Run the trainer `factory` builds straight for `steps` steps and resumed from step `at`
     (module docstring); the report of where the two differ. `factory` is a callable, or a
     "module:function" path (required for a fresh process, and with kill)."""
-    if not isinstance(steps, int) or not isinstance(at, int) or not 1 <= at < steps:
+    if any(isinstance(v, bool) or not isinstance(v, int) for v in (steps, at)) or not (
+            1 <= at < steps):
         raise ResumeCheckError(f"steps {steps!r}, at {at!r}: need integers with "
                                "1 <= at < steps")
     if atol is not None and not (isinstance(atol, int | float) and math.isfinite(atol)
@@ -308,7 +313,7 @@ def check_resume(factory: Factory, *, steps: int, at: int, atol: float | None = 
             out = Path(tmp) / "resumed.pt"
             proc = _child({"mode": "resume", "factory": factory, "checkpoint": str(checkpoint),
                            "steps": steps, "at": at, "out": str(out)}, where,
-                          stderr=subprocess.PIPE)
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             _, stderr = proc.communicate(timeout=TIMEOUT)
             if proc.returncode != 0:
                 raise _failed("resumed", stderr)
