@@ -1,6 +1,7 @@
 """`python -m parity COMMAND`: the command line, one module per command.
 
-Each module of this package named in COMMANDS defines
+Each module of this package named in COMMANDS (a dash in a command's name is an
+underscore in its module's) defines
 
     HELP = "one line for the command list"
     def add_arguments(p: argparse.ArgumentParser) -> None: ...
@@ -48,7 +49,13 @@ EXIT_STATUSES: tuple[tuple[int, str], ...] = (
 
 # The commands, in the order `python -m parity --help` lists them; each is parity/lab/cli/<name>.py.
 COMMANDS: tuple[str, ...] = ("report", "ranges", "sweep", "fuzz", "tolerances", "docs", "train",
-                             "replay", "account", "profile", "optimize", "miniproject", "audit")
+                             "replay", "account", "profile", "optimize", "miniproject", "audit",
+                             "resume-check")
+
+
+def module_of(command: str) -> str:
+    """The module of a command: parity/lab/cli/<name>.py, a dash in the name an underscore."""
+    return f"parity.lab.cli.{command.replace('-', '_')}"
 
 
 class UsageError(Exception):
@@ -133,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                 parser_class=_Parser)
     for name in COMMANDS:
-        module = importlib.import_module(f"parity.lab.cli.{name}")
+        module = importlib.import_module(module_of(name))
         p = sub.add_parser(name, help=module.HELP, description=module.__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         module.add_arguments(p)

@@ -32,11 +32,11 @@ def _usage(p: argparse.ArgumentParser) -> str:
 def _() -> str:
     import importlib
 
-    from parity.lab.cli import COMMANDS
+    from parity.lab.cli import COMMANDS, module_of
 
     blocks = []
     for name, p in _subparsers().items():
-        helptext = importlib.import_module(f"parity.lab.cli.{name}").HELP
+        helptext = importlib.import_module(module_of(name)).HELP
         blocks.append(_usage(p) + "\n" + textwrap.indent(
             textwrap.fill(helptext, WIDTH - 31), " " * 31))
     assert len(blocks) == len(COMMANDS)
