@@ -142,7 +142,7 @@ def test_torch_e8m0_cast_differs_from_ml_dtypes_where_declared() -> None:
 
 
 @small
-@settings(max_examples=2)  # x 600 inputs, every edge class among them; the fuzz profile: more
+@settings(max_examples=1)  # x 600 inputs, every edge class among them; the fuzz profile: more
 @given(seed=st.integers(0, 2**32 - 1))
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_toward_zero_and_stochastic_match_the_exact_oracle(name: str, dtype: type,

@@ -42,7 +42,7 @@ def test_a_quiet_resume_with_nothing_to_resume_says_so_on_stderr(tmp_path: Path)
     assert f"nothing to resume in {tmp_path / 'mistyped'}" in done.stderr
 
 
-@pytest.mark.parametrize("where", ["missing", "empty"])
+@pytest.mark.parametrize("where", ["missing", pytest.param("empty", marks=pytest.mark.slow)])
 def test_resume_strict_with_nothing_to_resume_is_refused_in_one_line(
         tmp_path: Path, where: str) -> None:
     """--resume-strict into a missing or empty directory: exit 2, one line on stderr, nothing
