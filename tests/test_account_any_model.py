@@ -3,8 +3,8 @@ of a conv net against their closed forms, a storage saved twice counted once, th
 recognizer on this project's transformer (no named term: it IS the formulas' model) and on
 transformers' GPT2LMHeadModel (each difference a named term, residual 0), and the refusals.
 
-transformers takes ~9 s to import, over this file's share of the default run: its tests are
-marked slow (`-m slow`) and skip without it."""
+transformers is an optional oracle (the `oracles` extra, which CI installs): its tests skip,
+saying so, without it. Its import (about 2 s once torch is loaded) is paid once per run."""
 
 from __future__ import annotations
 
@@ -150,7 +150,6 @@ def hf() -> object:
     return pytest.importorskip("transformers", reason="transformers is an optional oracle")
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("attention", ["eager", "sdpa"])
 def test_transformers_gpt2_reconciles_with_every_difference_named(
         hf: object, attention: str) -> None:
@@ -182,7 +181,6 @@ def test_transformers_gpt2_reconciles_with_every_difference_named(
     assert all(lines[n].residual == 0 for n in lab.RECONCILED)
 
 
-@pytest.mark.slow
 def test_gpt2_small_has_the_published_parameter_count(hf: object) -> None:
     """GPT2Config()'s model, built on the meta device: 124,439,808 parameters, the count
     gpt_param_count gives GPT-2 small (tied head)."""

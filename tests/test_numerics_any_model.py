@@ -4,7 +4,8 @@ returning tuples (where the watched re-run must see what the forward saw), and t
 GPT2LMHeadModel under fp16 autocast with a seeded overflow; each names the step, module path
 and op where the value was planted, and a clean run of each reports nothing.
 
-transformers' tests are marked slow (a ~9 s import) and skip without it."""
+transformers is an optional oracle (the `oracles` extra, which CI installs): its tests skip,
+saying so, without it. Its import (about 2 s once torch is loaded) is paid once per run."""
 
 from __future__ import annotations
 
@@ -141,7 +142,6 @@ def _gpt2_run(module: str, scale: float, fault_step: int | None
     return report, model, loss_of
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(("module", "scale", "maker", "op"), [
     ("transformer.h.1.mlp.c_fc", 3e5, "transformer.h.1.mlp.c_fc", "AddmmBackward0"),
     ("transformer.h.1.attn.c_attn", 5e3, "transformer.h.1.attn", "BmmBackward0"),
@@ -158,13 +158,11 @@ def test_a_seeded_fp16_overflow_in_gpt2_is_named(hf: object, module: str, scale:
     assert not any(r.out_of_range() for r in report.inputs)  # made here, from finite inputs
 
 
-@pytest.mark.slow
 def test_a_clean_gpt2_run_reports_nothing(hf: object) -> None:
     report, _, _ = _gpt2_run("transformer.h.1.mlp.c_fc", 1.0, fault_step=None)
     assert report is None
 
 
-@pytest.mark.slow
 def test_a_backward_nan_in_gpt2_is_replayed_to_its_node(hf: object) -> None:
     """c_fc scaled by 1e4: the forward stays finite (tanh saturates the cube), the backward
     of the GELU's pow makes NaN: the report names c_fc's bias gradient (the first parameter
