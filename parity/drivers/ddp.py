@@ -11,6 +11,7 @@ The reference's own local gradients are returned too, for the figure of how far 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,6 +85,13 @@ def np_of(t: Any, dtype: str | None = None) -> np.ndarray:
     return as_numpy(t)
 
 
+def epochs_of(c: TrainConfig, loader: Any) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The reference loader's batches as (x, y), epoch after epoch, as the torch runs saw
+    them (a new epoch starts where the last one ran out)."""
+    while True:
+        for batch in loader:
+            yield batch_of(c, batch)
+
 _np = np_of
 
 
@@ -136,13 +144,9 @@ def replay(job: dict, results: list[list[dict]], index: int) -> Replay:
     torch_local = [[[_np(g) for g in runs[r]["steps"][s]["local"]] for r in range(ws)]
                    for s in range(steps)]
     reduced, buckets, own, own_reduced, rows, outputs = [], [], [], [], [], []
-    batches = iter(parts.loader)
+    batches = epochs_of(c, parts.loader)
     while len(reduced) < steps:
-        try:
-            x, y = batch_of(c, next(batches))
-        except StopIteration:
-            batches = iter(parts.loader)
-            continue
+        x, y = next(batches)
         s = len(reduced)
         if c.precision == "fp32":  # the bound of nn.mlp.forward is stated without autocast
             outputs.append([(_np(runs[r]["steps"][s]["output"]),
