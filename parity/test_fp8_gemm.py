@@ -15,9 +15,11 @@ import ml_dtypes
 import numpy as np
 import pytest
 import torch
+from hypothesis import event, given, settings
 
 from parity.compare import assert_claim, in_eps_units
 from parity.drivers import fp8_gemm as drv
+from parity.strategies import fp8_gemm_cases
 from reference import fp8_gemm as rgemm
 from reference import mx as rmx
 from torch_impl import fp8_gemm as tgemm
@@ -127,6 +129,24 @@ def test_reference_scaled_mm_is_within_the_derived_bound_of_torch(device: str) -
                                                out_dtype=torch.float32)
                         assert_claim("fp8_gemm.reference", got, ref, context, scale=s)
     assert worst > 0.01, f"guard: the bound is blind (worst {worst:.3g} of it)"
+
+
+@given(drawn=fp8_gemm_cases())
+@settings(max_examples=25)
+def test_scaled_mm_of_any_shape_is_torchs_bits_and_within_the_bound_of_the_reference(
+        drawn: tuple[dict, list[str]], device: str) -> None:
+    """Any shape (K = 1 and odd K included), format pair, scale kind and sign pattern:
+    torch._scaled_mm is its emulation's bits, the reference within the derived bound."""
+    kwargs, edges = drawn
+    for edge in edges:
+        event(edge)
+    case = drv.fp8_case(**kwargs)
+    ref, tor, s = drv.both_scaled_mm(case)
+    assert_claim("fp8_gemm.reference", tor, ref, str(kwargs), scale=s)
+    if device == "cpu" and (ROWWISE if kwargs["rowwise"] else TENSORWISE):
+        a, b, sa, sb = drv.torch_operands(case)
+        got = torch._scaled_mm(a, b, scale_a=sa, scale_b=sb, out_dtype=torch.float32)
+        assert_claim("fp8_gemm.scaled_mm_cpu", got, tor, str(kwargs))
 
 
 @pytest.mark.parametrize("fmt", rmx.ELEMENT_FORMATS)

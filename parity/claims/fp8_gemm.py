@@ -31,7 +31,8 @@ CLAIMS: tuple[Claim, ...] = (
             "torch's float32 matmul, plus bias, times f32(1 / scale_result) for an fp8 "
             "out_dtype, cast to out_dtype; for float8_e4m3fn, float8_e5m2 and mixed "
             "operands, tensorwise and rowwise scales, with and without bias, every "
-            "out_dtype (float32, bfloat16, float16, both fp8), use_fast_accum either way. "
+            "out_dtype (float32, bfloat16, float16, both fp8), use_fast_accum either way, "
+            "and float32 out for any shape under hypothesis. "
             "Scaling the product instead, (a @ b) * (sa * sb), gives other bits in most "
             "outputs (the test asserts more than half differ)."
         ),
@@ -68,7 +69,8 @@ CLAIMS: tuple[Claim, ...] = (
             "reference.fp8_gemm.scaled_mm (float64 accumulation, one rounding) is within the "
             "derived bound of torch._scaled_mm (where the CPU kernel exists) and of "
             "torch_impl.fp8_gemm.scaled_mm, float32 out, tensorwise and rowwise scales, "
-            "e4m3, e5m2 and mixed operands, K = 32, 64, 256."
+            "e4m3, e5m2 and mixed operands, K = 32, 64, 256, and under hypothesis any shape "
+            "up to 12 x 300 x 12 (K = 1 and odd K included)."
         ),
         kind="eps",
         bound=1.0,
