@@ -12,8 +12,8 @@ sb of shape (1, N): one per output row and column, so both factor out of the dot
 NOTE [ Dequantize, then multiply ]
 The scale is applied to each operand before the product, not to the product: torch's CPU
 `_scaled_mm` computes exactly A @ B in float32 (torch_impl/fp8_gemm.py), which is not
-(decode(a) @ decode(b)) * (sa * sb): f32(d * sa) rounds each operand (an fp8 code has at
-most 3 significant bits, sa up to 24, so the product needs up to 27), where scaling the
+(decode(a) @ decode(b)) * (sa * sb): f32(d * sa) rounds each operand (an fp8 value has at
+most 4 significant bits, sa up to 24, so the product needs up to 28), where scaling the
 product rounds once at the end. Both are rounding-faithful to the same real number, and
 differ in the last bits of most outputs (claim fp8_gemm.scaled_mm_cpu counts them). cuBLASLt's
 fp8 GEMMs apply the scales to the float32 accumulator, the second form: which one a kernel
