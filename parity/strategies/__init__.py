@@ -33,6 +33,7 @@ from parity.strategies.formats import (  # noqa: F401
     subnormal_edge,
     ties,
 )
+from parity.strategies.fp8_gemm import GEMM_EDGES, fp8_gemm_cases  # noqa: F401
 from parity.strategies.fp8_scaling import (  # noqa: F401
     FP8_AMAX_EDGES,
     fp8_amaxes,

@@ -1,0 +1,165 @@
+"""fp8 and MX GEMMs: torch._scaled_mm on CPU against its emulation in torch ops, bit for bit,
+and against scaling the product instead (fp8_gemm.scaled_mm_cpu); the reference's
+dequantization against torch's on every code (fp8_gemm.dequantize); the reference's GEMM
+within the derived bound of torch's (fp8_gemm.reference) and the two trees' MX GEMMs
+(fp8_gemm.mx_twins). torchao's MX mm: parity/test_fp8_gemm_torchao.py. Driver: parity/
+drivers/fp8_gemm.py. CPU only: _scaled_mm on CUDA is cuBLASLt, another kernel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+from hypothesis import event, given, settings
+
+from parity.compare import assert_claim, in_eps_units
+from parity.drivers import fp8_gemm as drv
+from parity.strategies import fp8_gemm_cases
+from reference import fp8_gemm as rgemm
+from reference import mx as rmx
+from torch_impl import fp8_gemm as tgemm
+from torch_impl import mx as tmx
+
+TENSORWISE, ROWWISE = tgemm.cpu_scaled_mm_support()
+NO_CPU_KERNEL = ("this torch has no CPU torch._scaled_mm (added in torch 2.8, tensorwise; "
+                 "rowwise scales from 2.12 or later: torch_impl/fp8_gemm.py)")
+
+
+def _require(rowwise: bool, device: str) -> None:
+    if device != "cpu":
+        pytest.skip("the claim is about the CPU kernel (on CUDA _scaled_mm is cuBLASLt)")
+    if not (ROWWISE if rowwise else TENSORWISE):
+        pytest.skip(NO_CPU_KERNEL + ("; this one lacks rowwise scales" if TENSORWISE else ""))
+
+
+def _emulated_kernels() -> list[bool]:
+    """mkldnn disabled (the emulation on any CPU), and enabled where the CPU has no AMX
+    (with AMX, _scaled_mm calls oneDNN instead: no claim)."""
+    return [False] if torch.cpu._is_amx_tile_supported() else [False, True]
+
+
+@contextmanager
+def _mkldnn(enabled: bool) -> Iterator[None]:
+    """torch.backends.mkldnn.enabled set, then restored (mkldnn.flags() also re-sets the
+    oneDNN TF32 flag, which warns on a torch without Intel GPU support)."""
+    before = torch.backends.mkldnn.enabled
+    torch.backends.mkldnn.enabled = enabled
+    try:
+        yield
+    finally:
+        torch.backends.mkldnn.enabled = before
+
+
+def _bias(n: int, out_dtype: torch.dtype) -> torch.Tensor:
+    b = torch.linspace(-3.0, 5.0, n)
+    return b.to(out_dtype) if out_dtype in (torch.bfloat16, torch.float16) else b
+
+
+@pytest.mark.parametrize("rowwise", [False, True], ids=["tensorwise", "rowwise"])
+@pytest.mark.parametrize("fmts", drv.FORMAT_PAIRS, ids=lambda f: f"{f[0][7:]}x{f[1][7:]}")
+def test_cpu_scaled_mm_is_dequantize_then_float32_matmul_bitwise(
+        fmts: tuple[str, str], rowwise: bool, device: str) -> None:
+    """Every out_dtype, with and without bias, scale_result for fp8 outputs, use_fast_accum
+    either way; and the product scaled afterwards differs in most outputs."""
+    _require(rowwise, device)
+    case = drv.fp8_case(24, 96, 40, fmts, rowwise, seed=7, same_sign=False)
+    a, b, sa, sb = drv.torch_operands(case)
+    for mkldnn in _emulated_kernels():
+        with _mkldnn(mkldnn):
+            for out_dtype in drv.OUT_DTYPES:
+                scale_result = torch.tensor(0.75) if out_dtype in tgemm.FP8_DTYPES else None
+                for bias in (None, _bias(b.shape[1], out_dtype)):
+                    for fast in (False, True):
+                        got = torch._scaled_mm(a, b, scale_a=sa, scale_b=sb, bias=bias,
+                                               out_dtype=out_dtype, scale_result=scale_result,
+                                               use_fast_accum=fast)
+                        want = tgemm.scaled_mm(a, b, sa, sb, bias=bias, out_dtype=out_dtype,
+                                               scale_result=scale_result)
+                        context = f"mkldnn={mkldnn} {out_dtype} bias={bias is not None} fast={fast}"
+                        assert_claim("fp8_gemm.scaled_mm_cpu", got, want, context)
+            y = torch._scaled_mm(a, b, scale_a=sa, scale_b=sb, out_dtype=torch.float32)
+            after = (a.to(torch.float32) @ b.to(torch.float32)) * (sa * sb)  # scale the product
+            differ = int(torch.count_nonzero(y != after))
+            assert differ > y.numel() // 2, f"guard: scaling the product differs ({differ})"
+
+
+def test_reference_dequantize_gives_torchs_bits_on_every_code() -> None:
+    """All 256 codes of each fp8 format times tensorwise and rowwise scales: normal ones,
+    one that makes subnormal float32 products, powers of two, one that overflows."""
+    codes = np.arange(256, dtype=np.uint8).reshape(16, 16)
+    scales = np.array([0.37, 1.9, 2.0**-130 * 3, 2.0**-9, 2.0**120 * 1.7, 1.0 / 448],
+                      dtype=np.float32)
+    rowwise = np.exp2(np.arange(-8, 8, dtype=np.float32)).reshape(16, 1) * np.float32(1.3)
+    for fmt, dtype in rgemm.FP8_FORMATS.items():
+        x = codes.view(dtype)
+        xt = drv.to_torch_fp8(x)
+        for s in [*scales, rowwise, rowwise.T.copy()]:
+            with np.errstate(over="ignore", invalid="ignore"):
+                ref = rgemm.dequantize(x, s)
+            tor = tgemm.dequantize(xt, torch.from_numpy(np.asarray(s, np.float32).copy()))
+            assert_claim("fp8_gemm.dequantize", tor, ref, f"{fmt} scale {np.shape(s)}")
+        assert np.isnan(ref).any(), "guard: the NaN codes were compared"
+    with np.errstate(over="ignore"):
+        big = rgemm.dequantize(codes.view(ml_dtypes.float8_e5m2), np.float32(2.0**120))
+    assert np.isinf(big).any(), "guard: a product beyond float32's max"
+
+
+def test_reference_scaled_mm_is_within_the_derived_bound_of_torch(device: str) -> None:
+    """Tensorwise and rowwise, every format pair, K = 32, 64, 256, same and mixed signs:
+    against torch_impl's emulation and, where the CPU kernel exists, torch._scaled_mm;
+    the worst case is above 1/100 of the bound (it sees what it bounds)."""
+    worst = 0.0
+    for k in drv.GEMM_K:
+        for fmts in drv.FORMAT_PAIRS:
+            for rowwise in (False, True):
+                for same_sign in (True, False):
+                    case = drv.fp8_case(16, k, 24, fmts, rowwise, seed=k, same_sign=same_sign)
+                    ref, tor, s = drv.both_scaled_mm(case)
+                    context = f"K={k} {fmts} rowwise={rowwise} same_sign={same_sign}"
+                    assert_claim("fp8_gemm.reference", tor, ref, context, scale=s)
+                    worst = max(worst, float(in_eps_units(tor, ref, s).max()))
+                    if device == "cpu" and (ROWWISE if rowwise else TENSORWISE):
+                        a, b, sa, sb = drv.torch_operands(case)
+                        got = torch._scaled_mm(a, b, scale_a=sa, scale_b=sb,
+                                               out_dtype=torch.float32)
+                        assert_claim("fp8_gemm.reference", got, ref, context, scale=s)
+    assert worst > 0.01, f"guard: the bound is blind (worst {worst:.3g} of it)"
+
+
+@given(drawn=fp8_gemm_cases())
+@settings(max_examples=25)
+def test_scaled_mm_of_any_shape_is_torchs_bits_and_within_the_bound_of_the_reference(
+        drawn: tuple[dict, list[str]], device: str) -> None:
+    """Any shape (K = 1 and odd K included), format pair, scale kind and sign pattern:
+    torch._scaled_mm is its emulation's bits, the reference within the derived bound."""
+    kwargs, edges = drawn
+    for edge in edges:
+        event(edge)
+    case = drv.fp8_case(**kwargs)
+    ref, tor, s = drv.both_scaled_mm(case)
+    assert_claim("fp8_gemm.reference", tor, ref, str(kwargs), scale=s)
+    if device == "cpu" and (ROWWISE if kwargs["rowwise"] else TENSORWISE):
+        a, b, sa, sb = drv.torch_operands(case)
+        got = torch._scaled_mm(a, b, scale_a=sa, scale_b=sb, out_dtype=torch.float32)
+        assert_claim("fp8_gemm.scaled_mm_cpu", got, tor, str(kwargs))
+
+
+@pytest.mark.parametrize("fmt", rmx.ELEMENT_FORMATS)
+def test_mx_matmuls_of_both_trees_are_within_the_derived_bound(fmt: str) -> None:
+    """floor and rceil_log2f scales, K = 64 and 256, block magnitudes 2^-12 .. 2^12; the
+    dequantized operands are the same bits (mx.twins) and the bound is exercised."""
+    worst = 0.0
+    for mode in ("floor", "rceil_log2f"):
+        for k in (64, 256):
+            a, b = drv.mx_operands(16, k, 24, seed=k)
+            ref, tor, s = drv.both_mx_matmul(a, b, fmt, mode)
+            assert_claim("fp8_gemm.mx_twins", tor, ref, f"{fmt} {mode} K={k}", scale=s)
+            worst = max(worst, float(in_eps_units(tor, ref, s).max()))
+            assert_claim("mx.twins", tmx.from_mx(tmx.to_mx(torch.from_numpy(a), fmt, mode)),
+                         rmx.from_mx(rmx.to_mx(a, fmt, mode)), f"{fmt} {mode} operand a")
+    assert worst > 0.01, f"guard: the bound is blind (worst {worst:.3g} of it)"
