@@ -127,7 +127,7 @@ def reduce_scatter(grads: Sequence[Sequence[np.ndarray]], reduce_dtype: type,
     dt = np.dtype(reduce_dtype).type
     pre, post, op = divide_factors(ws, reduce_dtype)
     # 1. copy-in: rank q's buffer, ws rows of every parameter's padded chunk r
-    buffers = [_copy_in(g, ws, dt) for g in grads]  # 1. copy-in, one per rank
+    buffers = [copy_in(g, ws, dt) for g in grads]  # 1. copy-in, one per rank
     with np.errstate(over="ignore", invalid="ignore"):
         if pre is not None and pre != 1:
             buffers = [b / dt(pre) for b in buffers]
@@ -150,7 +150,7 @@ def reduce_scatter(grads: Sequence[Sequence[np.ndarray]], reduce_dtype: type,
     return out
 
 
-def _copy_in(g: Sequence[np.ndarray], ws: int, dt: type) -> np.ndarray:
+def copy_in(g: Sequence[np.ndarray], ws: int, dt: type) -> np.ndarray:
     """torch._chunk_cat(g, dim=0, num_chunks=ws) into reduce_dtype: row r = each gradient's
     padded chunk r, concatenated over the parameters; the rows flattened in order."""
     return np.concatenate([shard(np.asarray(x).astype(dt), r, ws).reshape(-1)

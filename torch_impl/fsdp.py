@@ -73,7 +73,7 @@ def run(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
     parts = build(c, torch.Generator().manual_seed(c.seed), torch.device("cpu"),
                   torch.Generator())
     model, loss_fn = parts.model, parts.loss_fn
-    initial = [p.detach().clone() for p in model.parameters()]
+    initial = [p.detach().clone() for p in model.parameters()]  # full, the same on every rank
     mesh = DeviceMesh.from_group(group if group is not None else dist.group.WORLD, "cpu")
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16,
                                   reduce_dtype=DTYPES[job["reduce_dtype"]])
@@ -81,6 +81,7 @@ def run(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
     for layer in linears:
         fully_shard(layer, mesh=mesh, mp_policy=policy)
     fully_shard(model, mesh=mesh, mp_policy=policy)
+    sharded = [_local(p) for p in model.parameters()]  # this rank's rows, unpadded
     gathered: dict[int, torch.Tensor] = {}
     local: dict[int, torch.Tensor] = {}
     handles: list[Any] = []
@@ -116,4 +117,4 @@ def run(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
                       "local": [local[i] for i in range(len(params))], "grads": grads,
                       "params": [_local(p) for p in params], "loss": loss.detach().clone()})
     state = [{name: _local(v) for name, v in optimizer.state[p].items()} for p in params]
-    return {"initial": initial, "steps": steps, "state": state}
+    return {"initial": initial, "sharded": sharded, "steps": steps, "state": state}

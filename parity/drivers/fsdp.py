@@ -76,6 +76,7 @@ class Replay:
     unsharded_state: list[dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]]
     unsharded_params: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
     initial: list[np.ndarray]  # [param], the full float32 parameters
+    torch_sharded: list[list[np.ndarray]]  # [rank][param], each rank's shard after fully_shard
 
 
 def _state(state: dict[str, Any]) -> dict[str, np.ndarray]:
@@ -158,6 +159,7 @@ def replay(job: dict, results: list[list[dict]], index: int) -> Replay:
                                     for r in range(ws)]))
                           for i, (p, tp) in enumerate(zip(full, full_torch, strict=True))],
         initial=initial,
+        torch_sharded=[[np_of(p) for p in runs[r]["sharded"]] for r in range(ws)],
     )
 
 
