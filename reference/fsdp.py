@@ -125,18 +125,18 @@ def reduce_scatter(grads: Sequence[Sequence[np.ndarray]], reduce_dtype: type,
                 raise ValueError(f"reduce_scatter: gradient shapes differ across ranks: "
                                  f"{np.shape(x)} vs {shape}")
     dt = np.dtype(reduce_dtype).type
-    pre, post, op = divide_factors(ws, reduce_dtype)
-    # 1. copy-in: rank q's buffer, ws rows of every parameter's padded chunk r
-    buffers = [copy_in(g, ws, dt) for g in grads]  # 1. copy-in, one per rank
+    pre, post, op = divide_factors(ws, reduce_dtype)  # 2.
+    buffers = [copy_in(g, ws, dt) for g in grads]  # 1. one per rank, (ws * n,)
+    # an inf or NaN in a local gradient reaches every rank's shard, as on the engine
     with np.errstate(over="ignore", invalid="ignore"):
         if pre is not None and pre != 1:
             buffers = [b / dt(pre) for b in buffers]
-        total = ring_allreduce(buffers)[0] if ws > 1 else buffers[0].copy()  # 3.
-        if op == "avg":
+        total = ring_allreduce(buffers)[0] if ws > 1 else buffers[0].copy()  # 3. the ring
+        if op == "avg":  # gloo's ReduceOp.AVG: the sum, then one division
             total = total / dt(ws)
         if post is not None and post != 1:
             total = total / dt(post)
-    rows = total.reshape(ws, -1)
+    rows = total.reshape(ws, -1)  # (ws, n): row r is rank r's output
     out: list[list[np.ndarray]] = []
     for r in range(ws):
         offset, mine = 0, []
