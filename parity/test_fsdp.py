@@ -25,17 +25,41 @@ from reference import fsdp as rfsdp
 DEFAULT_RUNS = ((2, "float32"), (3, "float32"), (3, "bfloat16"))
 
 
-def _replays(runs: tuple[tuple[int, str], ...], world_size: int, steps: int = drv.STEPS
-             ) -> list[drv.Replay]:
-    jobs = drv.jobs(runs, steps)
-    results = drv.launch(jobs, world_size)
-    return [drv.replay(job, results, i) for i, job in enumerate(jobs)]
+def _replays(jobs: list[dict], results: list[list[dict]]) -> list[drv.Replay]:
+    return [drv.replay(job, results, i) for i, job in enumerate(jobs) if job["kind"] == "fsdp"]
 
 
 @pytest.fixture(scope="module")
-def replays() -> list[drv.Replay]:
-    """The default launch, replayed."""
-    return _replays(DEFAULT_RUNS, 3)
+def launched() -> tuple[list[dict], list[list[dict]]]:
+    """The default launch: (jobs, results[rank][job])."""
+    jobs = drv.reduce_scatter_jobs(drv.QUICK_REDUCE_SCATTER, (2, 3)) + drv.jobs(DEFAULT_RUNS)
+    return jobs, drv.launch(jobs, 3)
+
+
+@pytest.fixture(scope="module")
+def replays(launched: tuple[list[dict], list[list[dict]]]) -> list[drv.Replay]:
+    return _replays(*launched)
+
+
+def _check_collective(jobs: list[dict], results: list[list[dict]]) -> int:
+    """fsdp.reduce_scatter for the collective alone; returns how many jobs were checked."""
+    seen = 0
+    for i, job in enumerate(jobs):
+        if job["kind"] != "reduce_scatter":
+            continue
+        outputs, mirror = drv.reduce_scatter_case(job, results, i)
+        for r in range(job["world_size"]):
+            assert_claim("fsdp.reduce_scatter", mirror[r], outputs[r],
+                         f"ws {job['world_size']} {job['dtype']} {job['op']} n={job['n']} "
+                         f"rank {r}")
+        seen += 1
+    return seen
+
+
+def test_gloo_reduce_scatter_is_the_ring_of_the_whole_buffer_then_a_slice(
+        launched: tuple) -> None:
+    """dist.reduce_scatter_single on gloo, alone: reference.fsdp.gloo_reduce_scatter's bits."""
+    assert _check_collective(*launched) == 4
 
 
 def _context(rp: drv.Replay) -> str:
@@ -153,8 +177,15 @@ def test_reducing_in_bf16_stays_within_the_derived_bound_of_fp32(
 @pytest.mark.slow
 @pytest.mark.parametrize("world_size", [2, 3, 4])
 def test_full_matrix_of_world_sizes_and_reduce_dtypes_is_bit_exact(world_size: int) -> None:
-    """ws 2, 3, 4 x reduce float32, bfloat16, 5 steps: every claim above."""
-    f32, bf16 = _replays(((world_size, "float32"), (world_size, "bfloat16")), world_size, 5)
+    """ws 2, 3, 4 x reduce float32, bfloat16, 5 steps: every claim above; the collective
+    alone over sizes up to ws x 600,001 elements (past 2 ws MiB: the 1 MiB segment cap)."""
+    cases = tuple((d, n, op) for d in ("float32", "bfloat16") for n in drv.REDUCE_SCATTER_SIZES
+                  for op in ("sum", "avg"))
+    jobs = (drv.reduce_scatter_jobs(cases, (world_size,))
+            + drv.jobs(((world_size, "float32"), (world_size, "bfloat16")), 5))
+    results = drv.launch(jobs, world_size, timeout=300)
+    assert _check_collective(jobs, results) == len(cases)
+    f32, bf16 = _replays(jobs, results)
     for rp in (f32, bf16):
         _check_shards(rp, rp.torch_sharded)
         _check_steps(rp)

@@ -14,7 +14,8 @@ What the engine does that the reference states:
 - The optimizer (torch.optim.AdamW, for-loop path) steps on the sharded DTensors: every op
   runs on the rank's local shard.
 
-Jobs: `fsdp_job` (training steps of the MLP, every Linear fully_shard'ed, then the root).
+Jobs: `fsdp_job` (training steps of the MLP, every Linear fully_shard'ed, then the root),
+`reduce_scatter_job` (dist.reduce_scatter_single of seeded tensors: the collective alone).
 Runs on CPU with gloo in torch 2.13: both reduce_dtype float32 and bfloat16 (gloo gained
 ReduceOp.AVG and reduce_scatter; nothing falls back).
 """
@@ -58,6 +59,30 @@ def fsdp_job(config: TrainConfig, steps: int, world_size: int, reduce_dtype: str
             "world_size": world_size, "reduce_dtype": reduce_dtype}
 
 
+def reduce_scatter_job(dtype: str, n: int, op: str, seed: int, world_size: int
+                       ) -> dict[str, Any]:
+    """dist.reduce_scatter_single (op "sum" or "avg") of ws * n elements of `dtype` into n;
+    rank r's values seeded by (seed, r) as torch_impl.ddp.allreduce_job's."""
+    if dtype not in DTYPES or n < 1 or op not in ("sum", "avg"):
+        raise ValueError(f"reduce_scatter_job: dtype one of {tuple(DTYPES)}, n >= 1, op 'sum' "
+                         f"or 'avg'; got {dtype!r}, {n}, {op!r}")
+    return {"kind": "reduce_scatter", "runner": __name__, "dtype": dtype, "n": n, "op": op,
+            "seed": seed, "world_size": world_size}
+
+
+def _reduce_scatter(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
+    ws = job["world_size"]
+    g = torch.Generator().manual_seed(job["seed"] * 1_000_003 + rank)
+    total = ws * job["n"]
+    values = torch.randn(total, generator=g, dtype=torch.float64)
+    values = values * torch.exp2(torch.randint(-8, 9, (total,), generator=g).double())
+    t = values.to(DTYPES[job["dtype"]])
+    out = torch.empty(job["n"], dtype=t.dtype)
+    op = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG}[job["op"]]
+    dist.reduce_scatter_single(out, t.clone(), op=op, group=group)
+    return {"input": t, "output": out}
+
+
 def _local(t: torch.Tensor) -> torch.Tensor:
     """This rank's shard of a DTensor (a plain tensor as it is), cloned."""
     return (t.to_local() if hasattr(t, "to_local") else t).detach().clone()
@@ -67,7 +92,9 @@ def run(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
     """The FSDP2 job on this rank: per step the unsharded parameters each Linear's forward
     used (param_dtype), the local unsharded gradients (a tensor hook, before FSDP's
     reduce-scatter), the sharded gradients, the sharded parameters after AdamW; at the end
-    AdamW's sharded state."""
+    AdamW's sharded state. A reduce_scatter_job runs the collective alone."""
+    if job["kind"] == "reduce_scatter":
+        return _reduce_scatter(job, rank, group)
     ws = job["world_size"]
     c = TrainConfig(**{k: tuple(v) if k == "sizes" else v for k, v in job["config"].items()})
     parts = build(c, torch.Generator().manual_seed(c.seed), torch.device("cpu"),

@@ -49,7 +49,9 @@ CLAIMS: tuple[Claim, ...] = (
             "reference.fsdp.reduce_scatter gives the bits of every rank's sharded float32 "
             ".grad at every step, world sizes 2 and 3, reduce_dtype float32 and bfloat16; "
             "a left-to-right sum does not (bfloat16, ws 3), nor does f32(1 / ws) times the "
-            "sum in place of ReduceOp.AVG's division."
+            "sum in place of ReduceOp.AVG's division. The collective alone: "
+            "reference.fsdp.gloo_reduce_scatter gives dist.reduce_scatter_single's bits, ws "
+            "2-4, float32 and bfloat16, SUM and AVG, ws x 1 to ws x 600,001 elements."
         ),
         kind="bits",
         bound=0,

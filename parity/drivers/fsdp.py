@@ -47,6 +47,29 @@ def jobs(runs: tuple[tuple[int, str], ...], steps: int = STEPS) -> list[dict]:
     return [tfsdp.fsdp_job(config(), steps, w, reduce) for w, reduce in runs]
 
 
+# The collective alone: sizes below and far above 2 ws MiB of buffer (where gloo's 1 MiB
+# segment cap sets the ring's chunks), odd n so that ring chunks cut the ranks' rows
+QUICK_REDUCE_SCATTER = (("bfloat16", 1001, "avg"), ("float32", 7, "sum"))
+REDUCE_SCATTER_SIZES = (1, 7, 1001, 600_001)
+
+
+def reduce_scatter_jobs(cases: tuple[tuple[str, int, str], ...], world_sizes: tuple[int, ...]
+                        ) -> list[dict]:
+    from torch_impl import fsdp as tfsdp
+
+    return [tfsdp.reduce_scatter_job(dtype, n, op, seed, w) for w in world_sizes
+            for seed, (dtype, n, op) in enumerate(cases)]
+
+
+def reduce_scatter_case(job: dict, results: list[list[dict]], index: int
+                        ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """(gloo's outputs, the mirror's), one per rank of reduce_scatter job `index`."""
+    ws, dtype = job["world_size"], job["dtype"]
+    inputs = [np_of(results[r][index]["input"], dtype) for r in range(ws)]
+    outputs = [np_of(results[r][index]["output"], dtype) for r in range(ws)]
+    return outputs, rfsdp.gloo_reduce_scatter(inputs, job["op"])
+
+
 def launch(jobs: list[dict], world_size: int, timeout: float = 120.0) -> list[list[dict]]:
     from torch_impl import ddp as tddp
 
