@@ -104,14 +104,19 @@ def test_bad_input_is_a_clear_error() -> None:
         rfsdp.reduce_scatter([[np.zeros(4)], [np.zeros(5)]], np.float32)
     with pytest.raises(ValueError, match="one list of gradients per rank"):
         rfsdp.reduce_scatter([], np.float32)
+    with pytest.raises(ValueError, match="op one of"):
+        rfsdp.gloo_reduce_scatter([np.zeros(4)] * 2, "max")
+    with pytest.raises(ValueError, match="ws \\* n elements"):
+        rfsdp.gloo_reduce_scatter([np.zeros(3)] * 2)
 
 
 def test_fsdp_job_refuses_what_it_cannot_run() -> None:
-    """torch_impl.fsdp.fsdp_job: the model, optimizer, precision, reduce_dtype, batch split."""
+    """torch_impl.fsdp's jobs: the model, optimizer, precision, reduce_dtype, batch split,
+    the collective's op."""
     from dataclasses import replace
 
     from parity.drivers.fsdp import config
-    from torch_impl.fsdp import fsdp_job
+    from torch_impl.fsdp import fsdp_job, reduce_scatter_job
 
     c = config()
     with pytest.raises(ValueError, match="optimizer 'AdamW'"):
@@ -124,3 +129,5 @@ def test_fsdp_job_refuses_what_it_cannot_run() -> None:
         fsdp_job(c, 1, 5, "float32")
     with pytest.raises(ValueError, match="steps and world_size"):
         fsdp_job(c, 0, 2, "float32")
+    with pytest.raises(ValueError, match="op 'sum' or 'avg'"):
+        reduce_scatter_job("float32", 4, "max", 0, 2)
