@@ -21,7 +21,7 @@ KINDS: tuple[str, ...] = ("bits", "nan_class", "ulps", "eps", "statistical")
 # The topics, in the order the report and docs/tolerances.md list them.
 TOPICS: tuple[str, ...] = (
     "formats", "nn", "optim", "data", "amp", "loss_scaling", "recompute", "resume", "train",
-    "accounting", "gpt", "numerics", "profile", "compile", "ddp", "fp8_scaling", "mx",
+    "accounting", "gpt", "numerics", "profile", "compile", "ddp", "fsdp", "fp8_scaling", "mx",
     "fp8_gemm",
 )
 
