@@ -51,8 +51,19 @@ VERSION = 1
 MAX_RECORD_BYTES = 1 << 20  # a record lists a few files: anything larger is not ours
 _RECORD = re.compile(r"COMMITTED-(\d{8})\.json")
 _STEP_DIR = re.compile(r"step-(\d{8})")
-_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")  # one plain name: no separator, no ".."
+_NAME = re.compile(r"\.?[A-Za-z0-9_][A-Za-z0-9_.-]*")  # a plain name: no separator, no ".."
 _CHUNK = 1 << 20
+
+
+def rank_seed(seed: int, rank: int, step: int) -> int:
+    """The seed of rank `rank`'s stream from (seed, rank, step) (NOTE [ Resharding a DDP
+    checkpoint ] in torch_impl/sharded_ckpt.py): the first 63 bits of SHA-256 of the three
+    as text, a pure function of integers, the same in both trees."""
+    if not all(_is_int(v, 0) for v in (seed, rank, step)):
+        raise ValueError(f"rank_seed: seed, rank and step must be ints >= 0, got "
+                         f"{(seed, rank, step)!r}")
+    return int.from_bytes(hashlib.sha256(f"{seed}:{rank}:{step}".encode()).digest()[:8],
+                          "little") >> 1
 
 
 def step_dir(parent: str | os.PathLike, step: int) -> Path:

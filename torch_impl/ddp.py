@@ -14,7 +14,8 @@ a subgroup of ranks 0..w-1 (dist.new_group), so one launch covers several world 
 Jobs: `allreduce_job` (dist.all_reduce of seeded tensors), `train_job` (DDP training
 steps), `fault_job` (a rank raises, is SIGKILLed, or hangs: for the reliability tests); a
 job made in another file names the module whose `run(job, rank, group)` runs it
-(job["runner"]: torch_impl.ddp_scaler's scaler jobs, which build on `replica` and `batches`).
+(job["runner"]: torch_impl.ddp_scaler's scaler jobs, torch_impl.sharded_ckpt's checkpoint
+jobs, which build on `replica` and `batches`).
 Any failing rank ends the whole launch with DDPError naming the rank; nothing outlives it.
 """
 
@@ -122,7 +123,7 @@ def _context() -> Any:
     process."""
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(["torch", "torch._dynamo", "torch_impl.ddp",
-                                "torch_impl.ddp_scaler"])
+                                "torch_impl.ddp_scaler", "torch_impl.sharded_ckpt"])
     return ctx
 
 
