@@ -5,9 +5,9 @@ SIGKILL at any point of a save with its previous checkpoint intact (ddp.ckpt_kil
 Driver parity/drivers/ddp_ckpt.py; the commit record's own contracts, bad input and the
 torn-directory hazard of plain DCP: tests/test_ddp_ckpt.py.
 
-Default cost: one launch of 3 processes (uninterrupted, saving, three resumes), one kill
-launch (rank 1 after its data) read in-process; the other kill points and the resumes from
-a killed run's directory are slow.
+Default cost: one launch of 3 processes (uninterrupted, saving, three resumes) and one
+2-process kill launch per kill point, its directory read in-process; the resumes from the
+killed runs' directories are slow.
 """
 
 from __future__ import annotations
@@ -109,24 +109,27 @@ def _check_previous_intact(directory: Path, measured: drv.Measured) -> None:
         _assert_states_equal("ddp.ckpt_kill", got, want, f"step {previous} rank {r}")
 
 
-def test_a_rank_killed_after_its_data_leaves_the_previous_checkpoint_loadable(
-        measured: drv.Measured, tmp_path: Path) -> None:
-    """ddp.ckpt_kill, rank 1 SIGKILLed after writing its step-4 file."""
-    error = drv.kill(tmp_path, "after_data", 1)
-    assert "rank 1 was killed by SIGKILL" in error, error
-    _check_previous_intact(tmp_path / "saves", measured)
+@pytest.mark.parametrize(("where", "victim"), drv.KILLS)
+def test_a_kill_at_any_point_of_a_save_leaves_the_previous_checkpoint_loadable(
+        measured: drv.Measured, tmp_path: Path, where: str, victim: int) -> None:
+    """ddp.ckpt_kill: rank 1 SIGKILLed after writing its step-4 file, the coordinator before
+    the .metadata and before the commit record: step 2 intact and loadable."""
+    error = drv.kill(tmp_path, where, victim)
+    assert f"rank {victim} was killed by SIGKILL" in error, error
+    directory = tmp_path / "saves"
+    _check_previous_intact(directory, measured)
+    names = {p.name for p in ckc.step_dir(directory, drv.SAVE_AT).iterdir()}
+    assert (".metadata" in names) == (where == "before_commit"), names
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("where", "victim"), drv.KILLS)
 def test_a_kill_at_any_point_of_a_save_resumes_to_the_uninterrupted_bits(
         measured: drv.Measured, tmp_path: Path, where: str, victim: int) -> None:
-    """ddp.ckpt_kill at every kill point: previous checkpoint intact, and a 2-rank resume
-    from the killed run's directory ends with the uninterrupted run's bits."""
-    error = drv.kill(tmp_path, where, victim)
-    assert f"rank {victim} was killed by SIGKILL" in error, error
-    directory = tmp_path / "saves"
-    _check_previous_intact(directory, measured)
-    for r, res in enumerate(drv.resume(directory, 2)):
+    """ddp.ckpt_kill: a 2-rank resume from the killed run's directory ends with the
+    uninterrupted run's bits."""
+    drv.kill(tmp_path, where, victim)
+    for r, res in enumerate(drv.resume(tmp_path / "saves", 2)):
+        assert int(res["loaded"]["step"]) == drv.SAVE_AT - drv.EVERY
         _assert_states_equal("ddp.ckpt_kill", res["final"], measured.uninterrupted[r]["final"],
                              f"{where}: resumed rank {r}")
