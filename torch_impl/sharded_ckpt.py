@@ -102,8 +102,10 @@ def save_sharded(parent: str | os.PathLike, step: int, state: Mapping[str, torch
         ckc.make_fresh(parent, step)
     if not _no_dist():
         dist.barrier(group=group)
-    dcp.save(dict(state), storage_writer=_Writer(directory, rank, fault),
-             process_group=group, no_dist=_no_dist())
+    with warnings.catch_warnings():  # one process, no process group: DCP says so
+        warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
+        dcp.save(dict(state), storage_writer=_Writer(directory, rank, fault),
+                 process_group=group, no_dist=_no_dist())
     mine = sorted(p.name for p in directory.iterdir() if p.name.startswith(f"__{rank}_"))
     entries = [ckc.file_entry(directory, name) for name in mine]
     gathered: list[Any] = [entries]
