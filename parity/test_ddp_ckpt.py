@@ -14,9 +14,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
+import ckpt
 from ckpt import commit as ckc
 from parity.compare import assert_claim
 from parity.drivers import ddp_ckpt as drv
@@ -87,6 +89,31 @@ def test_resharded_to_1_and_3_ranks_every_rank_holds_the_saved_state_and_derived
     assert not torch.equal(streams[0], streams[1]), "the 2 ranks' streams differ"
     resumed3 = measured.resumed[3][0]["loaded"]["rng/rank0"]
     assert not torch.equal(resumed3, streams[0]), "re-derived, not rank 0's saved stream"
+
+
+def test_the_reference_sharded_checkpoint_gives_each_rank_what_dcp_gave_the_torch_rank(
+        measured: drv.Measured, tmp_path: Path) -> None:
+    """ddp.ckpt_trees: the torch run's step-4 states through the reference's sharded
+    checkpoint, against DCP's loads of them at 2, 3 and 1 ranks; each tree refuses the
+    other's directory."""
+    from reference import sharded_ckpt as ref
+
+    states = [{k: v.numpy() for k, v in measured.saving[r]["saved"][drv.SAVE_AT].items()}
+              for r in range(2)]
+    ref.save_sharded(tmp_path, drv.SAVE_AT, states)
+    for ws in (2, *drv.RESHARD):
+        record, loaded = ref.load_sharded(tmp_path, ws, drv.config().seed)
+        assert record.world_size == 2 and len(loaded) == ws
+        for r, (mine, theirs) in enumerate(zip(loaded, measured.resumed[ws], strict=True)):
+            keys = sorted(k for k in theirs["loaded"] if ws == 2 or not k.startswith("rng/"))
+            assert keys == sorted(k for k in mine if ws == 2 or not k.startswith("rng/"))
+            for k in keys:
+                assert_claim("ddp.ckpt_trees", np.asarray(mine[k]),
+                             theirs["loaded"][k].numpy(), f"ws {ws} rank {r}: {k}")
+    with pytest.raises(ckpt.CheckpointDirectoryError, match="payload 'dcp'"):
+        ref.load_sharded(measured.directory, 2, 0)
+    with pytest.raises(ckpt.CheckpointDirectoryError, match="payload 'npy-records'"):
+        _load_in_process(tmp_path, measured.saving[0]["saved"][drv.SAVE_AT])
 
 
 def _load_in_process(directory: Path, like: dict) -> tuple[ckc.Commit, dict]:

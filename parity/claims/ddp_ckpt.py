@@ -68,4 +68,23 @@ CKPT_CLAIMS: tuple[Claim, ...] = (
             "deterministic, so what it saved at step 2 is what the unkilled run saved."
         ),
     ),
+    Claim(
+        id="ddp.ckpt_trees",
+        statement=(
+            "The torch run's step-4 state of both ranks, saved by the reference's sharded "
+            "checkpoint (one container per rank and a commit record) and loaded on 2, 3 and "
+            "1 simulated ranks, gives every rank the bits DCP's load gave the torch rank of "
+            "the same world size (every entry at 2 ranks; the replicated entries at 3 and "
+            "1); each tree refuses the other's checkpoint by its commit record's payload."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "Both trees store the same flat keys and copy bytes (the container's .npy records, "
+            "DCP's torch serialization) and apply the same reshard rule (rank 0's replicated "
+            "entries; NOTE [ Resharding a DDP checkpoint ]); no arithmetic is involved. The "
+            "payloads differ (DCP's pickled metadata is never read by the reference), so "
+            "neither tree resumes the other's files."
+        ),
+    ),
 )
