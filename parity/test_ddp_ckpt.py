@@ -65,6 +65,11 @@ def test_the_saving_run_saved_the_uninterrupted_runs_state_at_each_checkpoint(
     assert [p.name for p in ckc.records(measured.directory)] == [
         f"COMMITTED-{s:08d}.json" for s in sorted(saved, reverse=True)]
     assert ckc.uncommitted(measured.directory) == []
+    for step in saved:  # the record covers every rank's file, and nothing else is there
+        record = ckc.read_record(ckc.record_path(measured.directory, step))
+        names = {p.name for p in ckc.step_dir(measured.directory, step).iterdir()}
+        assert {f.name for f in record.files} == names == {
+            "__0_0.distcp", "__1_0.distcp", ".metadata"}, names
 
 
 def test_resharded_to_1_and_3_ranks_every_rank_holds_the_saved_state_and_derived_streams(

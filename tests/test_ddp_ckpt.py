@@ -79,6 +79,16 @@ def test_a_digest_mismatch_is_refused_naming_the_file(saved: Path) -> None:
         ckc.verify(ckc.read_record(ckc.record_path(saved, 4)))
 
 
+def test_a_record_that_omits_a_file_its_metadata_uses_is_refused(saved: Path) -> None:
+    """A record listing only .metadata verifies, but DCP would read an unverified file."""
+    path = ckc.record_path(saved, 4)
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps({**data, "files": [f for f in data["files"]
+                                                  if f["name"] == ".metadata"]}))
+    with pytest.raises(CheckpointCorruptError, match=re.escape("does not list ['__0_0.distcp']")):
+        sc.load_sharded(saved, _like())
+
+
 def test_a_size_mismatch_is_refused_before_hashing(saved: Path) -> None:
     with open(ckc.step_dir(saved, 4) / "__0_0.distcp", "ab") as f:
         f.write(b"x")

@@ -53,6 +53,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 
+from ckpt import CheckpointCorruptError
 from ckpt import commit as ckc
 from torch_impl import amp, loss_scaling
 from torch_impl.ddp import Replica, replica
@@ -126,11 +127,19 @@ def load_sharded(parent: str | os.PathLike, template: Mapping[str, torch.Tensor]
                  group: Any = None) -> tuple[ckc.Commit, list[str]]:
     """Load the newest verified commit into `template`'s tensors in place (only its keys);
     returns the commit and the newer records passed over. Digests are verified before DCP
-    reads (unpickles) anything; CheckpointDirectoryError if nothing verifies."""
+    reads (unpickles) anything; CheckpointDirectoryError if nothing verifies;
+    CheckpointCorruptError if the verified .metadata uses a file the record does not list
+    (a record that does not cover every rank's file)."""
     record, skipped = ckc.newest(parent, PAYLOAD)
+    reader = FileSystemReader(record.directory)
+    listed = {f.name for f in record.files}
+    used = {d.relative_path for d in reader.read_metadata().storage_data.values()}
+    if not used <= listed:  # the metadata (verified, now unpickled) names an unlisted file
+        raise CheckpointCorruptError(f"commit record {record.path} does not list "
+                                         f"{sorted(used - listed)}, which its .metadata uses")
     with warnings.catch_warnings():  # one process, no process group: DCP says so
         warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
-        dcp.load(dict(template), storage_reader=FileSystemReader(record.directory),
+        dcp.load(dict(template), storage_reader=reader,
                  process_group=group, no_dist=_no_dist())
     return record, skipped
 
