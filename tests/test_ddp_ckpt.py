@@ -225,3 +225,28 @@ def test_plain_dcp_into_an_existing_directory_tears_and_loads_a_mix_of_two_steps
     assert came_from == {"t0": [2], "t1": [2], "t2": [1], "t3": [1]}, came_from
     with pytest.raises(CheckpointDirectoryError):
         sc.load_sharded(tmp_path, _like())
+
+
+def test_the_reference_refuses_bad_world_sizes_and_records_of_other_files(tmp_path: Path) -> None:
+    """reference.sharded_ckpt: world_size >= 1; a record must list exactly rank-<r>.ckpt."""
+    import numpy as np
+
+    from reference import sharded_ckpt as ref
+
+    states = [{"step": np.array(2), "rng/rank0": np.arange(3)},
+              {"step": np.array(2), "rng/rank1": np.arange(3) + 1}]
+    ref.save_sharded(tmp_path, 2, states)
+    with pytest.raises(ValueError, match="world_size"):
+        ref.load_sharded(tmp_path, 0, 0)
+    with pytest.raises(ValueError, match="at least one rank"):
+        ref.save_sharded(tmp_path, 4, [])
+    _, same = ref.load_sharded(tmp_path, 2, 0)
+    assert [sorted(s) for s in same] == [["rng/rank0", "step"], ["rng/rank1", "step"]]
+    _, three = ref.load_sharded(tmp_path, 3, 7)
+    assert [s["rng/rank2"] for s in three[2:]] == [ref.rank_stream(7, 2, 2)]
+    assert ref.rank_stream(7, 2, 2) != ref.rank_stream(7, 1, 2)
+    path = ckc.record_path(tmp_path, 2)
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps({**data, "files": data["files"][:1]}))
+    with pytest.raises(CheckpointCorruptError, match="expected"):
+        ref.load_sharded(tmp_path, 2, 0)
