@@ -56,7 +56,8 @@ CKPT_CLAIMS: tuple[Claim, ...] = (
             "the commit record) leaves step 2 the newest commit: it verifies, the step-4 "
             "directory is listed as uncommitted, and it loads the bits the unkilled run "
             "saved at step 2; a 2-rank resume from it ends at step 6 with the uninterrupted "
-            "run's bits (the slow test for all three points; the default one for the first)."
+            "run's bits (the default run kills rank 1 and checks the step-2 commit; the slow tests "
+            "add the other two points and the resumes)."
         ),
         kind="bits",
         bound=0,
