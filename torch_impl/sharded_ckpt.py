@@ -10,7 +10,11 @@ What torch does, and what this file adds:
   saves here go only into a fresh step directory, and exist only once committed.
 - Replicated entries (every rank holds the same key: DDP's parameters, the optimizer, the
   scaler, the data position) are written once, by the rank DCP's planner picks
-  (dedup_save_plans); per-rank entries have per-rank keys (rng/rank<r>).
+  (dedup_save_plans); per-rank entries have per-rank keys (rng/rank<r>). dcp.load's
+  docstring asks every rank for the same keys ("mismatched keys may result in hangs or
+  errors"); torch 2.13 plans each key where it is asked for, on save and on load (the
+  resume tests, 1 to 3 ranks); were it enforced, the streams would become one tensor
+  sharded by rank (a DTensor on Shard(0)).
 - Loading is dcp.load into a template of the same keys, in place. The commit record's
   digests are verified first: DCP's FileSystemReader.read_metadata is pickle.load, and a
   non-tensor entry is torch.load(weights_only=False) (DefaultLoadPlanner.load_bytes), so
