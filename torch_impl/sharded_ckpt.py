@@ -60,8 +60,7 @@ from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 from ckpt import CheckpointCorruptError
 from ckpt import commit as ckc
 from torch_impl import amp, loss_scaling
-from torch_impl.ddp import Replica, replica
-from torch_impl.train_models import batch_of
+from torch_impl.ddp import Replica, batches, replica
 
 PAYLOAD = "dcp"
 FAULTS = ("after_data", "before_metadata", "before_commit")  # where a save is SIGKILLed
@@ -231,14 +230,10 @@ def run(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
             generator.manual_seed(ckc.rank_seed(c_seed, rank, start))
         loaded = _snapshot(rank_state(rep, scaler, generator, start, rank))
     fault = None if job["fault"] is None else tuple(job["fault"])
-    data = iter(rep.parts.loader)
+    data = batches(c, rep.parts.loader)  # from the sampler's (restored) position
     records, saved = [], {}
     for step in range(start + 1, job["steps"] + 1):
-        try:
-            x, y = batch_of(c, next(data))
-        except StopIteration:  # the sampler has moved to the next epoch
-            data = iter(rep.parts.loader)
-            x, y = batch_of(c, next(data))
+        x, y = next(data)
         draw = torch.rand(4, generator=generator)  # the stream dropout would draw from
         rep.optimizer.zero_grad(set_to_none=True)
         xr, yr = x[rank::ws], y[rank::ws]  # reference.ddp.shard

@@ -29,9 +29,10 @@ KILLS = (("after_data", 1), ("before_metadata", 0), ("before_commit", 0))
 
 def config(seed: int = 0) -> TrainConfig:
     """fp16 with a GradScaler whose scale grows every 2 steps (its state changes between
-    checkpoints), 12 rows a global batch, 4 batches an epoch (resumes cross an epoch)."""
+    checkpoints), 12 rows a global batch, 5 batches an epoch: the step-4 checkpoint is
+    mid-epoch (position 48 of 60) and the resumed steps cross into epoch 1."""
     return TrainConfig(seed=seed, sizes=SIZES, precision="fp16", optimizer="SGD", lr=0.05,
-                       schedule="constant", batch_size=12, num_samples=48,
+                       schedule="constant", batch_size=12, num_samples=60,
                        growth_interval=2)
 
 
