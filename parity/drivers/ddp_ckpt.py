@@ -29,10 +29,10 @@ KILLS = (("after_data", 1), ("before_metadata", 0), ("before_commit", 0))
 
 def config(seed: int = 0) -> TrainConfig:
     """fp16 with a GradScaler whose scale grows every 2 steps (its state changes between
-    checkpoints), 12 rows a global batch, 5 batches an epoch: the step-4 checkpoint is
-    mid-epoch (position 48 of 60) and the resumed steps cross into epoch 1."""
+    checkpoints), 12 rows a global batch, 3 batches an epoch: the step-4 checkpoint is
+    in epoch 1, mid-epoch (position 12 of 36), so both halves of the position are seen."""
     return TrainConfig(seed=seed, sizes=SIZES, precision="fp16", optimizer="SGD", lr=0.05,
-                       schedule="constant", batch_size=12, num_samples=60,
+                       schedule="constant", batch_size=12, num_samples=36,
                        growth_interval=2)
 
 
