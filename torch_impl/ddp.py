@@ -14,7 +14,8 @@ a subgroup of ranks 0..w-1 (dist.new_group), so one launch covers several world 
 Jobs: `allreduce_job` (dist.all_reduce of seeded tensors), `train_job` (DDP training
 steps), `fault_job` (a rank raises, is SIGKILLed, or hangs: for the reliability tests); a
 job made in another file names the module whose `run(job, rank, group)` runs it
-(job["runner"]: torch_impl.ddp_scaler's scaler jobs, which build on `replica` and `batches`).
+(job["runner"]: torch_impl.ddp_scaler's scaler jobs, torch_impl.sharded_ckpt's checkpoint
+jobs, which build on `replica` and `batches`).
 Any failing rank ends the whole launch with DDPError naming the rank; nothing outlives it.
 """
 
@@ -117,12 +118,13 @@ def launch(jobs: list[dict[str, Any]], world_size: int, timeout: float = 60.0,
 
 def _context() -> Any:
     """forkserver, its server preloaded with torch, DDP's lazy torch._dynamo import, this
-    module and the runner modules (torch_impl.fsdp: FSDP2's imports): each rank is then a
+    module and the runner modules (torch_impl.fsdp: FSDP2's imports; sharded_ckpt: DCP's): each rank is then a
     fork of a clean single-threaded process (no OpenMP pool, no CUDA), and pays no import;
     the server starts once per parent process."""
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(["torch", "torch._dynamo", "torch_impl.ddp",
-                                "torch_impl.ddp_scaler", "torch_impl.fsdp"])
+                                "torch_impl.ddp_scaler", "torch_impl.fsdp",
+                                "torch_impl.sharded_ckpt"])
     return ctx
 
 

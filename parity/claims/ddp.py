@@ -11,6 +11,7 @@ NCCL's all_reduce (one GPU per rank, so at least two GPUs).
 from __future__ import annotations
 
 from parity.claims import Claim
+from parity.claims.ddp_ckpt import CKPT_CLAIMS
 from parity.claims.ddp_scaler import SCALER_CLAIMS
 
 CLAIMS: tuple[Claim, ...] = (
@@ -141,4 +142,5 @@ CLAIMS: tuple[Claim, ...] = (
         ),
     ),
     *SCALER_CLAIMS,
+    *CKPT_CLAIMS,
 )

@@ -1,0 +1,91 @@
+"""Sharded checkpoints of a DDP run (torch_impl/sharded_ckpt.py): the runs the claims
+ddp.ckpt_* compare, in one launch of 3 gloo processes, and the kill launches.
+
+The default launch (`measure`): an uninterrupted 2-rank run of STEPS steps; a 2-rank run of
+SAVE_AT steps that saves every EVERY steps; and resumes from its newest commit (step
+SAVE_AT) on 2 ranks (the same world size: compared with the uninterrupted run), on 3 and on
+1 (resharded: compared with the saved state and the re-derivation rule). A kill launch
+(`kill`) is the saving run with one rank SIGKILLed at one point of the step-SAVE_AT save.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from common.train_config import TrainConfig
+
+SIZES = (8, 64, 64, 3)
+STEPS = 6
+EVERY = 2
+SAVE_AT = 4  # the newest commit the resumes start from
+RESHARD = (3, 1)  # the world sizes a 2-rank checkpoint resumes on besides 2
+# the kill points (torch_impl.sharded_ckpt.FAULTS) with their victim: rank 1 after its data
+# (a rank that is not the coordinator), the coordinator before the metadata and before the
+# commit record
+KILLS = (("after_data", 1), ("before_metadata", 0), ("before_commit", 0))
+
+
+def config(seed: int = 0) -> TrainConfig:
+    """fp16 with a GradScaler whose scale grows every 2 steps (its state changes between
+    checkpoints), 12 rows a global batch, 3 batches an epoch: the step-4 checkpoint is
+    in epoch 1, mid-epoch (position 12 of 36), so both halves of the position are seen."""
+    return TrainConfig(seed=seed, sizes=SIZES, precision="fp16", optimizer="SGD", lr=0.05,
+                       schedule="constant", batch_size=12, num_samples=36,
+                       growth_interval=2)
+
+
+@dataclass
+class Measured:
+    """What the default launch recorded, per job: results[rank] of each run."""
+
+    uninterrupted: list[dict[str, Any]]  # [rank], 2 ranks, no checkpoint
+    saving: list[dict[str, Any]]  # [rank], 2 ranks, steps 1..SAVE_AT, saves every EVERY
+    resumed: dict[int, list[dict[str, Any]]]  # {world size: [rank]}, from step SAVE_AT
+    directory: Path  # the saving run's checkpoints
+
+
+def _jobs(tmp: Path) -> list[dict]:
+    from torch_impl import sharded_ckpt as sc
+
+    c, saves = config(), str(tmp / "saves")
+    return ([sc.ckpt_job(c, STEPS, 2, str(tmp / "none"), STEPS + 1),
+             sc.ckpt_job(c, SAVE_AT, 2, saves, EVERY)]
+            + [sc.ckpt_job(c, STEPS, w, saves, STEPS + 1, resume=True) for w in (2, *RESHARD)])
+
+
+def measure(tmp: Path) -> Measured:
+    """The default launch (3 processes); checkpoints under tmp."""
+    from torch_impl import ddp as tddp
+
+    jobs = _jobs(tmp)
+    results = tddp.launch(jobs, 3, timeout=120.0)
+    per_job = [[results[r][i] for r in range(j["world_size"])] for i, j in enumerate(jobs)]
+    return Measured(per_job[0], per_job[1],
+                    {j["world_size"]: per_job[i] for i, j in enumerate(jobs) if j["resume"]},
+                    tmp / "saves")
+
+
+def kill(tmp: Path, where: str, victim: int) -> str:
+    """The saving run with `victim` SIGKILLed at `where` of the step-SAVE_AT save; returns
+    the launch's error (DDPError: the launch must fail). Checkpoints in tmp/saves."""
+    from torch_impl import ddp as tddp
+    from torch_impl import sharded_ckpt as sc
+
+    job = sc.ckpt_job(config(), SAVE_AT, 2, str(tmp / "saves"), EVERY,
+                      fault=(where, victim, SAVE_AT))
+    try:
+        tddp.launch([job], 2, timeout=60.0, collective_timeout=10.0)
+    except tddp.DDPError as e:
+        return str(e)
+    raise AssertionError(f"kill {where} on rank {victim}: the launch did not fail")
+
+
+def resume(directory: Path, world_size: int) -> list[dict[str, Any]]:
+    """A launch resuming `directory`'s newest commit to STEPS on world_size ranks."""
+    from torch_impl import ddp as tddp
+    from torch_impl import sharded_ckpt as sc
+
+    job = sc.ckpt_job(config(), STEPS, world_size, str(directory), STEPS + 1, resume=True)
+    return [r[0] for r in tddp.launch([job], world_size, timeout=60.0)]
