@@ -118,9 +118,9 @@ def launch(jobs: list[dict[str, Any]], world_size: int, timeout: float = 60.0,
 
 def _context() -> Any:
     """forkserver, its server preloaded with torch, DDP's lazy torch._dynamo import, this
-    module and the runner modules (torch_impl.fsdp: FSDP2's imports; sharded_ckpt: DCP's): each rank is then a
-    fork of a clean single-threaded process (no OpenMP pool, no CUDA), and pays no import;
-    the server starts once per parent process."""
+    module and the runner modules (torch_impl.fsdp: FSDP2's imports; sharded_ckpt: DCP's):
+    each rank is then a fork of a clean single-threaded process (no OpenMP pool, no CUDA),
+    and pays no import; the server starts once per parent process."""
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(["torch", "torch._dynamo", "torch_impl.ddp",
                                 "torch_impl.ddp_scaler", "torch_impl.fsdp",
