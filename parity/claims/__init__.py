@@ -22,6 +22,7 @@ KINDS: tuple[str, ...] = ("bits", "nan_class", "ulps", "eps", "statistical")
 TOPICS: tuple[str, ...] = (
     "formats", "nn", "optim", "data", "amp", "loss_scaling", "recompute", "resume", "train",
     "accounting", "gpt", "numerics", "profile", "compile", "ddp", "fp8_scaling", "mx",
+    "fp8_train",
 )
 
 
