@@ -117,4 +117,21 @@ CLAIMS: tuple[Claim, ...] = (
             "the casts are deterministic functions of them."
         ),
     ),
+    Claim(
+        id="fp8_train.spike",
+        statement=(
+            "A seeded activation spike (x times 2^6 at step 8 of 24) into a scaled layer: the "
+            "float8_e4m3fn format counts (over_max, to_zero, ...) of the scaled input x * s "
+            "at every step are the same integers in both trees, for delayed scaling, current "
+            "scaling, delayed with margin 6 and delayed with a history of 1; delayed "
+            "saturates at the spike, current and the margin do not."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "The scales are bit-identical (fp8_train.delayed_state, fp8_scaling.current_trees) "
+            "and so are the products x * s of float32 inputs; counting is an integer function "
+            "of the values."
+        ),
+    ),
 )
