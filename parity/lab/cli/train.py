@@ -112,9 +112,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overwrite", action="store_true",
                    help="start afresh in a directory that holds checkpoints, deleting the "
                         "ones it can read first")
-    p.add_argument("--precision", choices=PRECISIONS, default="fp32",
-                   help="autocast precision (default fp32; fp16 scales the loss), or for "
-                        "--model gpt a scaled-GEMM recipe (fp8-*, mxfp8, mxfp4)")
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32", metavar="PRECISION",
+                   help=f"one of {', '.join(PRECISIONS)}: an autocast precision (default "
+                        "fp32; fp16 scales the loss), or for --model gpt a scaled-GEMM "
+                        "recipe (docs/fp8.md)")
     p.add_argument("--recompute", default="none",
                    help="none | sqrt | uniform:K | optimal:S over the MLP's layers or the "
                         "transformer's blocks; for gpt also selective or SPEC+selective "
