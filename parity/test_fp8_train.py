@@ -17,6 +17,8 @@ from common.fp8_train import SCALED_PRECISIONS
 from common.gpt_config import TRAIN_SHAPE
 from parity.compare import as_numpy, assert_claim, assert_observed
 from parity.drivers import fp8_train as drv
+from parity.drivers import gpt_learn as gl
+from parity.drivers.fp8_train_learn import LEARN_PRECISIONS, learn
 from parity.drivers.train import compare_runs, interrupted, one_thread, uninterrupted
 
 
@@ -91,3 +93,13 @@ def test_scaled_gpt_run_interrupted_and_resumed_equals_uninterrupted(name: str,
 def test_every_scaled_precision_resumes_exactly(name: str, precision: str) -> None:
     """The other four precisions, the same claim."""
     _resume_case(name, precision)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("precision", LEARN_PRECISIONS)
+def test_the_tiny_gpt_learns_the_copy_task_in_every_scaled_precision(precision: str) -> None:
+    """The learning control (torch tree): bf16 and every scaled precision end the control's
+    400 steps above the target held-out copy accuracy (docs/data/fp8_learning.json)."""
+    with one_thread():
+        curve = learn("torch", precision, gl.CONTROL_STEPS)
+    assert curve.accuracy[-1] >= gl.TARGET_ACCURACY, (precision, curve.accuracy)
