@@ -16,7 +16,7 @@ run resumed from a checkpoint must reach the SAME bits as an uninterrupted one. 
 only if the checkpoint holds everything the next step reads (the inventory, docs/resume.md):
 
     item        why the next step needs it
-    model       the parameters
+    model       the parameters, and the buffers (fp8-delayed's amax histories and scales)
     optimizer   per-parameter buffers (momentum / exp_avg / exp_avg_sq) and step counts,
                 and each group's current lr
     scheduler   last_epoch and the recursive lr (NOTE [ Chainable schedules ], optim.py)

@@ -266,12 +266,38 @@ class Module(Node):
         return self.train(False)
 
     # -- state
+    def buffers_of(self) -> dict[str, np.ndarray]:
+        """This module's own persistent buffers (torch's register_buffer): state that is not
+        trained, such as delayed scaling's amax histories (none by default)."""
+        return {}
+
+    def named_buffers(self, prefix: str = "") -> Iterator[tuple[str, np.ndarray]]:
+        """("h.0.mlp.c_fc.fp8_scale_input", array), ... module by module, as torch names them."""
+        for path, m in self.named_modules(prefix):
+            for name, b in m.buffers_of().items():
+                yield (f"{path}.{name}" if path else name), b
+
     def state_dict(self) -> dict[str, np.ndarray]:
-        """Parameter name -> a copy of its values (same keys and layouts as torch)."""
-        return {name: p.data.copy() for name, p in self.named_parameters()}
+        """Parameter name -> a copy of its values (same keys and layouts as torch), then
+        the buffers' copies."""
+        state = {name: p.data.copy() for name, p in self.named_parameters()}
+        return state | {name: b.copy() for name, b in self.named_buffers()}
 
     def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
         """Copy values in; keys, shapes and dtypes must match exactly (torch's strict=True)."""
+        buffers = dict(self.named_buffers())
+        if buffers:
+            missing = sorted(set(buffers) - set(state))
+            if missing:
+                raise KeyError(f"load_state_dict: missing keys {missing}")
+            for name, b in buffers.items():
+                value = np.asarray(state[name])
+                if value.shape != b.shape or value.dtype != b.dtype:
+                    raise ValueError(f"load_state_dict: {name} expects {b.shape} {b.dtype}, "
+                                     f"got {value.shape} {value.dtype}")
+            for name, b in buffers.items():  # a buffer array is copied into in place
+                b[...] = state[name]
+            state = {k: v for k, v in state.items() if k not in buffers}
         params = dict(self.named_parameters())
         missing, unexpected = sorted(set(params) - set(state)), sorted(set(state) - set(params))
         if missing or unexpected:

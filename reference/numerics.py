@@ -57,6 +57,7 @@ import numpy as np
 
 from common import numerics_detect
 from common.format_spec import FloatFormat, get_format
+from common.fp8_train import autocast_precision
 from common.numerics_report import (  # noqa: F401  (re-exported)
     COLUMNS,
     FirstInvalid,
@@ -92,8 +93,9 @@ def op_name(node: Node) -> str:
 
 
 def view_format(precision: str) -> str:
-    """The format the counts view values in: the autocast format, float16 for fp32."""
-    return amp.autocast_dtype(precision) or "float16"
+    """The format the counts view values in: the autocast format, float16 for fp32 and for
+    the scaled precisions (whose non-GEMM ops run in float32)."""
+    return amp.autocast_dtype(autocast_precision(precision)) or "float16"
 
 
 def count_rows(tensors: list[np.ndarray], fmt: FloatFormat) -> np.ndarray:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from common import train_loop
+from common.fp8_train import autocast_precision
 from common.train_config import OPTIMIZERS, TrainConfig
 from common.train_loop import FAULTS, INVENTORY, Phase, StepResult, no_phase
 from reference import amp, faults, loss_scaling, lr_scheduler, numerics, optim, resume
@@ -44,7 +45,8 @@ class Run(train_loop.BaseRun):
         self.optimizer = getattr(optim, c.optimizer)(self.model.parameters(), lr=c.lr,
                                                      **OPTIMIZERS[c.optimizer])
         self.scheduler = _make_scheduler(self.optimizer, c)
-        self.scaler = loss_scaling.make_scaler(c.precision, init_scale=c.init_scale,
+        self.scaler = loss_scaling.make_scaler(autocast_precision(c.precision),
+                                               init_scale=c.init_scale,
                                                growth_interval=c.growth_interval)
         self.task, self.sampler, self.loader = parts.task, parts.sampler, parts.loader
         self.schedule = parts.schedule
@@ -58,7 +60,7 @@ class Run(train_loop.BaseRun):
         # fault divides by zero (LayerNorm with eps 0): the numerics detector reports it
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
             return train_step(self.model, self.loss_fn, self.optimizer, self.scaler, x, y,
-                              precision=self.config.precision,
+                              precision=autocast_precision(self.config.precision),
                               max_grad_norm=self.config.max_grad_norm, schedule=self.schedule,
                               fault=self.step_fault, phase=phase)
 

@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from common.fp8_train import SCALED_PRECISIONS
 from common.gpt_config import TRAIN_COPY_PREFIX, TRAIN_SHAPE, GPTConfig
+from reference import fp8_train
 from reference.data import ResumableSampler, make_copy_task, make_loader, make_task
 from reference.gpt import GPT
 from reference.nn import CrossEntropyLoss, MSELoss, make_mlp
@@ -57,6 +59,8 @@ def build(c: TrainConfig, rng: np.random.Generator) -> Parts:
     if c.model == "gpt":
         model = GPT(gpt_config(c), rng=rng)
         set_recompute(model, c.recompute)
+        if c.precision in SCALED_PRECISIONS:  # the blocks' Linears scaled and cast
+            fp8_train.convert(model, c.precision)
         task = make_copy_task(c.seed, c.num_samples, prefix=TRAIN_COPY_PREFIX,
                               vocab_size=TRAIN_SHAPE.vocab_size)
         loader = make_loader(task, sampler, c.batch_size, drop_last=True)

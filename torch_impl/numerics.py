@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from common import numerics_detect
+from common.fp8_train import autocast_precision
 from common.numerics_report import (  # plain data: the report
     COLUMNS,
     FirstInvalid,
@@ -62,8 +63,9 @@ def op_name(module: nn.Module, output: Any) -> str:
 
 
 def view_format(precision: str) -> str:
-    """The format the counts view values in: the autocast format, float16 for fp32."""
-    dtype = amp.autocast_dtype(precision) or torch.float16
+    """The format the counts view values in: the autocast format, float16 for fp32 and for
+    the scaled precisions (whose non-GEMM ops run in float32)."""
+    dtype = amp.autocast_dtype(autocast_precision(precision)) or torch.float16
     return str(dtype).removeprefix("torch.")
 
 

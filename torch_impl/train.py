@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from common import train_loop
+from common.fp8_train import autocast_precision
 from common.train_config import OPTIMIZERS, TrainConfig
 from common.train_loop import FAULTS, INVENTORY, Phase, StepResult, no_phase
 from torch_impl import amp, faults, loss_scaling, numerics, resume
@@ -78,7 +79,7 @@ class Run(train_loop.BaseRun):
         self.optimizer = getattr(torch.optim, c.optimizer)(self.model.parameters(), lr=c.lr,
                                                            **OPTIMIZERS[c.optimizer])
         self.scheduler = _make_scheduler(self.optimizer, c)
-        self.scaler = loss_scaling.make_scaler(c.precision, self.device,
+        self.scaler = loss_scaling.make_scaler(autocast_precision(c.precision), self.device,
                                                init_scale=c.init_scale,
                                                growth_interval=c.growth_interval)
         self.task, self.sampler, self.loader = parts.task, parts.sampler, parts.loader
@@ -103,7 +104,7 @@ class Run(train_loop.BaseRun):
             if self.cuda_generator is not None:
                 torch.cuda.set_rng_state(self.cuda_generator.get_state(), self.device)
             result = train_step(self.model, self.loss_fn, self.optimizer, self.scaler, x, y,
-                                precision=self.config.precision,
+                                precision=autocast_precision(self.config.precision),
                                 max_grad_norm=self.config.max_grad_norm, schedule=self.schedule,
                                 fault=self.step_fault, phase=phase)
             self.generator.set_state(torch.default_generator.get_state())

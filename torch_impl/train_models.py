@@ -18,7 +18,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from common.fp8_train import SCALED_PRECISIONS
 from common.gpt_config import TRAIN_COPY_PREFIX, TRAIN_SHAPE, GPTConfig  # plain data
+from torch_impl import fp8_train
 from torch_impl.data import ResumableSampler, make_copy_task, make_loader, make_task
 from torch_impl.gpt import GPT
 from torch_impl.nn import make_mlp
@@ -67,6 +69,8 @@ def build(c: TrainConfig, generator: torch.Generator, device: torch.device,
     if c.model == "gpt":
         model = GPT(gpt_config(c), generator=generator, device=device)
         set_recompute(model, c.recompute)
+        if c.precision in SCALED_PRECISIONS:  # the blocks' Linears scaled and cast
+            fp8_train.convert(model, c.precision)
         task = make_copy_task(c.seed, c.num_samples, prefix=TRAIN_COPY_PREFIX,
                               vocab_size=TRAIN_SHAPE.vocab_size, device=device)
         loader = make_loader(task, sampler, c.batch_size, drop_last=True,

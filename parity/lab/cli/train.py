@@ -3,7 +3,7 @@
     python -m parity train --impl {reference,torch} --steps N --checkpoint-dir DIR
         [--model {mlp,gpt}] [--checkpoint-every K] [--keep K]
         [--resume | --resume-strict | --overwrite]
-        [--precision {fp32,bf16,fp16}] [--recompute SPEC] [--seed S] [--dropout P]
+        [--precision P] [--recompute SPEC] [--seed S] [--dropout P]
         [--schedule S] [--horizon H] [--init-scale S] [--growth-interval G]
         [--device D] [--loader-workers N] [--quiet] [--check-numerics]
         [--fault NAME|list] [--fault-step K]
@@ -22,6 +22,9 @@ the digest. --resume-strict is --resume for scripts: nothing to resume is a refu
 compact transformer on the copy task; --recompute takes a schedule over the MLP's layers or
 over the transformer's blocks, and for the transformer also "selective" (the attention core
 recomputed) or "SPEC+selective". A checkpoint of the other model is refused, naming both.
+--precision is an autocast dtype (fp32, bf16, fp16) or, for --model gpt, one of the scaled
+GEMM recipes of common/fp8_train.py (fp8-tensorwise, fp8-rowwise, fp8-delayed, mxfp8,
+mxfp4: the blocks' linear layers cast in the forward and the backward, docs/fp8.md).
 
 With --resume, a checkpoint the OTHER implementation wrote is continued through the
 cross-implementation state mapping (torch_impl/resume.py), and the run says so. What
@@ -59,6 +62,7 @@ from pathlib import Path
 from typing import Any
 
 from ckpt import CheckpointError
+from common.train_config import PRECISIONS
 from parity.drivers.resume_cross import converters
 from parity.lab.cli import UsageError, finite_float, int_at_least
 
@@ -108,8 +112,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overwrite", action="store_true",
                    help="start afresh in a directory that holds checkpoints, deleting the "
                         "ones it can read first")
-    p.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32",
-                   help="autocast precision (default fp32; fp16 scales the loss)")
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32", metavar="PRECISION",
+                   help=f"one of {', '.join(PRECISIONS)}: an autocast precision (default "
+                        "fp32; fp16 scales the loss), or for --model gpt a scaled-GEMM "
+                        "recipe (docs/fp8.md)")
     p.add_argument("--recompute", default="none",
                    help="none | sqrt | uniform:K | optimal:S over the MLP's layers or the "
                         "transformer's blocks; for gpt also selective or SPEC+selective "

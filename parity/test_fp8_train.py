@@ -1,0 +1,105 @@
+"""The scaled linear layer between the trees: every GEMM operand's cast bit for bit
+(fp8_train.casts), the GEMMs within the float32 order bound (fp8_train.gemm), delayed
+scaling's histories and scales bit for bit (fp8_train.delayed_state); and training with it:
+interrupted and resumed runs equal uninterrupted ones (fp8_train.resume_exact).
+Driver: parity/drivers/fp8_train.py; torchao's Float8Linear: parity/test_fp8_train_torchao.py.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from common.fp8_train import SCALED_PRECISIONS
+from common.gpt_config import TRAIN_SHAPE
+from parity.compare import as_numpy, assert_claim, assert_observed
+from parity.drivers import fp8_train as drv
+from parity.drivers import gpt_learn as gl
+from parity.drivers.fp8_train_learn import LEARN_PRECISIONS, learn
+from parity.drivers.train import compare_runs, interrupted, one_thread, uninterrupted
+
+
+@pytest.fixture(scope="module", params=SCALED_PRECISIONS)
+def layer_runs(request: pytest.FixtureRequest) -> tuple[str, list[list[drv.Step]]]:
+    return request.param, [drv.run_layer(request.param, shape) for shape in drv.SHAPES]
+
+
+def test_every_gemm_operand_is_cast_to_the_same_bits_in_both_trees(layer_runs: tuple) -> None:
+    """x and W forward, g and W for grad_input, g and x for grad_weight: q(a) bit for bit."""
+    precision, runs = layer_runs
+    for shape, steps in zip(drv.SHAPES, runs, strict=True):
+        for i, step in enumerate(steps):
+            for name, (r, t) in step.casts.items():
+                assert_claim("fp8_train.casts", t, r, f"{precision} {shape} step {i} {name}")
+
+
+def test_scaled_gemms_agree_within_the_float32_order_bound(layer_runs: tuple) -> None:
+    """Output, input, weight and bias gradients within (k + 1) eps |q(A)||q(B)|."""
+    precision, runs = layer_runs
+    for shape, steps in zip(drv.SHAPES, runs, strict=True):
+        for i, step in enumerate(steps):
+            for name, (r, t) in step.results.items():
+                assert_claim("fp8_train.gemm", t, r, f"{precision} {shape} step {i} {name}",
+                             scale=step.scales[name])
+
+
+def test_delayed_histories_and_scales_are_the_same_bits_in_both_trees() -> None:
+    """fp8-delayed: every buffer after every step, and the scales really moved off 1."""
+    for shape in drv.SHAPES:
+        steps = drv.run_layer("fp8-delayed", shape)
+        for i, step in enumerate(steps):
+            assert set(step.buffers) == {f"fp8_{kind}_{t}" for kind in ("amax_history", "scale")
+                                         for t in drv.DELAYED_TENSORS}
+            for name, (r, t) in step.buffers.items():
+                assert_claim("fp8_train.delayed_state", t, r, f"{shape} step {i} {name}")
+        assert all(steps[-1].buffers[f"fp8_scale_{t}"][0] != 1 for t in drv.DELAYED_TENSORS)
+
+
+# A small transformer run: 3 batches of 4 an epoch, dropout on, Adam (buffers to restore)
+RUN = {"model": "gpt", "seed": 3, "dropout": 0.2, "optimizer": "Adam", "schedule": "cosine",
+       "horizon": 4, "batch_size": 4, "num_samples": 12}
+DEFAULT_RESUME = ("fp8-delayed",)  # the one with state of its own: the amax histories
+
+
+def _resume_case(name: str, precision: str) -> None:
+    config = {**RUN, "precision": precision}
+    with one_thread():
+        expected = uninterrupted(name, config, 4)
+        with tempfile.TemporaryDirectory() as tmp:
+            actual = interrupted(name, config, 2, 4, Path(tmp))
+    if precision == "fp8-delayed":  # the histories are in the checkpoint, and moved
+        keys = [k for k in expected["model"] if "fp8_amax_history" in k]
+        assert len(keys) == 3 * 4 * TRAIN_SHAPE.n_layer
+        assert all(np.any(as_numpy(expected["model"][k]) != 0) for k in keys)
+    worst, n = compare_runs(actual, expected)
+    assert_observed("fp8_train.resume_exact", worst, n, f"{name} {precision}")
+
+
+@pytest.mark.parametrize("name", ["reference", "torch"])
+@pytest.mark.parametrize("precision", DEFAULT_RESUME)
+def test_scaled_gpt_run_interrupted_and_resumed_equals_uninterrupted(name: str,
+                                                                     precision: str) -> None:
+    """Interrupted at step 2 of 4, resumed from the file: the uninterrupted run's bits,
+    the amax histories and scales included."""
+    _resume_case(name, precision)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["reference", "torch"])
+@pytest.mark.parametrize("precision", [p for p in SCALED_PRECISIONS if p not in DEFAULT_RESUME])
+def test_every_scaled_precision_resumes_exactly(name: str, precision: str) -> None:
+    """The other four precisions, the same claim."""
+    _resume_case(name, precision)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("precision", LEARN_PRECISIONS)
+def test_the_tiny_gpt_learns_the_copy_task_in_every_scaled_precision(precision: str) -> None:
+    """The learning control (torch tree): bf16 and every scaled precision end the control's
+    400 steps above the target held-out copy accuracy (docs/data/fp8_learning.json)."""
+    with one_thread():
+        curve = learn("torch", precision, gl.CONTROL_STEPS)
+    assert curve.accuracy[-1] >= gl.TARGET_ACCURACY, (precision, curve.accuracy)
