@@ -38,8 +38,8 @@ def main() -> int:
         load = os.getloadavg()[0]
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         began = time.perf_counter()
-        done = subprocess.run(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, check=False)
+        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
+                              check=False)
         wall = time.perf_counter() - began
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
     user, system = after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime
