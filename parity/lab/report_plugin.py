@@ -57,7 +57,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
     position = int(os.environ.get("MIRRORTRAIN_REPORT_BAR", "0"))  # one bar per process
     _BAR = tqdm(total=len(session.items), unit="test", file=sys.stderr, leave=False,
-                desc="report" if position == 0 else "compile", position=position)
+                desc=f"report {position + 1}", position=position)
 
 
 def pytest_runtest_logstart(nodeid: str, location: tuple[str, int | None, str]) -> None:
