@@ -133,3 +133,56 @@ def test_a_statistical_claims_merged_worst_case_is_the_smaller_p_value() -> None
     m = merge([{"claims": {cid: {**seen, "worst": 0.5}}, "tests": []},
                {"claims": {cid: {**seen, "worst": 0.01}}, "tests": []}])
     assert m["claims"][cid]["worst"] == 0.01
+
+
+def _loads(groups: list, costs: dict[str, float]) -> list[float]:
+    paths = [{str(f).split("::")[0] for f in g} for g in groups]
+    return [sum(costs[p] for p in ps) for ps in paths]
+
+
+def test_the_processes_share_the_files_out_by_measured_cost_the_compile_files_together(
+        ) -> None:
+    """Every file in exactly one process, the compile files in one, and the costlier process
+    within 7/6 of the best split found by trying every one (the greedy rule's bound for two)."""
+    import itertools
+
+    from parity.lab.report import balance
+
+    costs = {"parity/test_compile.py": 40.0, "parity/test_compile_gpt.py": 45.0,
+             "parity/test_a.py": 30.0, "parity/test_b.py": 25.0, "parity/test_c.py": 21.0,
+             "parity/test_d.py": 12.0, "parity/test_e.py": 9.0, "parity/test_f.py": 0.5}
+    files = list(costs)
+    groups = balance(files, costs)
+    assert sorted(f for g in groups for f in g) == sorted(files)
+    assert sum(any("test_compile" in f for f in g) for g in groups) == 1
+    units = [85.0] + [c for f, c in costs.items() if "compile" not in f]
+    best = min(max(sum(u for u, side in zip(units, sides, strict=True) if side),
+                   sum(u for u, side in zip(units, sides, strict=True) if not side))
+               for sides in itertools.product((0, 1), repeat=len(units)))
+    assert max(_loads(groups, costs)) <= 7 / 6 * best, (_loads(groups, costs), best)
+    assert max(_loads(groups, costs)) < 85.0 + 30.0  # not the old split: compile | the rest
+
+
+def test_without_costs_the_compile_files_run_apart_and_node_ids_stay_with_their_file(
+        ) -> None:
+    from parity.lab.report import balance
+
+    nodes = ["parity/test_a.py::t1", "parity/test_compile.py::t2", "parity/test_a.py::t3",
+             "parity/test_b.py::t4"]
+    assert balance(nodes, {}) == [[nodes[0], nodes[2], nodes[3]], [nodes[1]]]
+    costs = {"parity/test_a.py": 4.0, "parity/test_b.py": 3.0, "parity/test_compile.py": 0.5,
+             "parity/test_z.py": 2.0}  # test_z: not run here
+    groups = balance(nodes, costs)
+    assert [set(g) for g in groups] == [set(nodes)]  # 4 | 3 + 0.5: each less than a start
+    costs = {k: 10 * v for k, v in costs.items()}
+    groups = balance(nodes, costs)
+    assert [set(g) for g in groups] == [{nodes[0], nodes[2]}, {nodes[1], nodes[3]}]
+
+
+def test_file_costs_add_each_files_tests_cpu_seconds() -> None:
+    from parity.lab.report import file_costs
+
+    tests = [{"nodeid": "parity/test_a.py::x", "cpu": 1.25},
+             {"nodeid": "parity/test_b.py::y[1]", "cpu": 2.0},
+             {"nodeid": "parity/test_a.py::z", "cpu": 0.5}]
+    assert file_costs(tests) == {"parity/test_a.py": 1.75, "parity/test_b.py": 2.0}

@@ -15,8 +15,10 @@ record and each test's outcome to a JSON file this module reads back:
                  must never claim more than the tests check
 
 A test that fails without having asserted any claim is listed under the table and fails the
-report too. The tests run in a fresh process, in the setting the claims state (conftest.py:
-one intra-op thread for torch, one for NumPy's BLAS), whatever the caller's environment.
+report too. The tests run in two fresh processes side by side, which share the files out by
+their CPU seconds in the last recorded report (balance, COSTS), in the setting the claims
+state (conftest.py: one intra-op thread for torch, one for NumPy's BLAS), whatever the
+caller's environment.
 Pictures are registered in parity/lab/pictures/ and drawn into --out.
 """
 
@@ -30,7 +32,7 @@ import sys
 import tempfile
 import textwrap
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +73,7 @@ class Result:
     rows: list[Row]
     unclaimed_failures: list[str]
     seconds: float
+    cpu: dict[str, float] = field(default_factory=dict)  # CPU seconds per test file (COSTS)
 
 
 def parity_test_files(topic: str | None = None) -> list[Path]:
@@ -100,9 +103,16 @@ def _number(x: float | str) -> float:
 TOLERANCE_COLUMN, MIN_TOLERANCE_WIDTH = 2, 24  # the column folded to fit the terminal
 SELECTION = "not slow or report"  # the default suite, and the slow tests marked `report`
 # Inductor's C++ builds are most of the compile tests' time and run on one core each
-# (parity/drivers/compile.py: compile_threads=1): those files run in a process of their own,
-# beside the rest, so on two cores the two halves overlap.
+# (parity/drivers/compile.py: compile_threads=1): those files run in one process (its first
+# compile's set-up paid once), and the other files in a second process beside it, so on two
+# cores the halves overlap. Which files join the compile files is decided by their measured
+# CPU seconds (COSTS, written by `report --record`), so that the halves cost about the same.
 APART = ("test_compile",)
+PROCESSES = 2
+# what starting one more pytest process costs in CPU seconds (importing torch and the test
+# modules: about 3-10 s on 2 cores): a group measured cheaper than this joins the other
+START_COST = 5.0
+COSTS = ROOT / "docs" / "data" / "report_cost.json"  # {test file: CPU seconds}, per file
 
 
 def _command(files: list[Path] | list[str], extra: tuple[str, ...]) -> list[str]:
@@ -138,17 +148,67 @@ def merge(records: list[dict[str, Any]]) -> dict[str, Any]:
     return {"claims": claims, "tests": [t for r in records for t in r["tests"]]}
 
 
+def measured_costs() -> dict[str, float]:
+    """Each parity test file's CPU seconds in the last recorded report (COSTS), or {}."""
+    if not COSTS.exists():
+        return {}
+    return {k: float(v) for k, v in json.loads(COSTS.read_text(encoding="utf-8")).items()}
+
+
+def file_costs(tests: list[dict[str, Any]]) -> dict[str, float]:
+    """CPU seconds per test file from a run's record (the plugin's per-test "cpu")."""
+    costs: dict[str, float] = {}
+    for t in tests:
+        path = t["nodeid"].split("::")[0]
+        costs[path] = round(costs.get(path, 0.0) + float(t.get("cpu", 0.0)), 2)
+    return dict(sorted(costs.items()))
+
+
+def balance(files: list[Path] | list[str], costs: dict[str, float]
+            ) -> list[list[Path] | list[str]]:
+    """The files (paths or node ids) in PROCESSES groups: the compile files (APART) together
+    as one unit, every other file a unit of its own, each unit given to the group with the
+    least measured cost so far, the costliest first (a file not in `costs` costs the median),
+    all in one group when a group would cost less than START_COST; without costs, the
+    compile files apart and the rest together."""
+    def path(f: Path | str) -> str:  # a node id's or a path's file, as the record names it
+        p = Path(str(f).split("::")[0])
+        return (p.relative_to(ROOT) if p.is_absolute() else p).as_posix()
+
+    apart = [f for f in files if Path(path(f)).name.startswith(APART)]
+    rest = [f for f in files if f not in apart]
+    if not costs:
+        return [rest, apart]
+    units: dict[str, list] = {}
+    for f in rest:
+        units.setdefault(path(f), []).append(f)
+    typical = sorted(costs.values())[len(costs) // 2]
+    cost = {key: costs.get(key, typical) for key in units}
+    if apart:
+        units[" apart"] = list(apart)
+        cost[" apart"] = sum(costs.get(p, typical) for p in {path(f) for f in apart})
+
+    groups: list[list] = [[] for _ in range(PROCESSES)]
+    loads = [0.0] * PROCESSES
+    for key in sorted(units, key=lambda k: (-cost[k], k)):
+        k = loads.index(min(loads))
+        groups[k].extend(units[key])
+        loads[k] += cost[key]
+    if min(loads) < START_COST:  # a process that would start for less: one process
+        return [[f for g in groups for f in g]]
+    return groups
+
+
 def run_tests(files: list[Path] | list[str], extra: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Run the parity tests in `files` (paths or node ids) under the report profile, the
-    compile tests in a process of their own beside the others (APART); return the merged
+    """Run the parity tests in `files` (paths or node ids) under the report profile, in
+    PROCESSES processes side by side balanced by measured cost (balance); return the merged
     record the plugin wrote ({"claims": ..., "tests": ...}, module docstring)."""
     if not files:
         raise ValueError("run_tests: no test files given (pytest would run every test path)")
     if REPORTING in os.environ:  # a test inside the report's run asked for a report
         raise RuntimeError("the report cannot run inside its own pytest run: a test that "
                            "calls report.run must not be among the parity tests it runs")
-    apart = [f for f in files if Path(str(f).split("::")[0]).name.startswith(APART)]
-    groups = [g for g in ([f for f in files if f not in apart], apart) if g]
+    groups = [g for g in balance(files, measured_costs()) if g]
     with tempfile.TemporaryDirectory(prefix="mirrortrain-report-") as tmp:
         started = []
         for k, group in enumerate(groups):
@@ -234,8 +294,10 @@ def run(topic: str | None = None, only: tuple[str, ...] | None = None) -> Result
         files = parity_test_files(topic)
         claims = tuple(c for c in CLAIMS if topic is None or c.topic == topic)
     start = time.perf_counter()
-    result = rows_of(claims, run_tests(files))
-    return Result(result.rows, result.unclaimed_failures, time.perf_counter() - start)
+    ran = run_tests(files)
+    result = rows_of(claims, ran)
+    return Result(result.rows, result.unclaimed_failures, time.perf_counter() - start,
+                  file_costs(ran["tests"]))
 
 
 def render(result: Result, width: int | None = None) -> str:

@@ -9,7 +9,8 @@ claim's ratio. The exit status is 1 when any claim fails, errors or is asserted 
 test (the table never claims more than the tests check), when a test fails without
 asserting a claim, and when no claim was checked at all. --record writes what was observed
 to docs/data/report.json (every claim, so not with --topic), which docs/claims/<topic>.md
-prints beside each bound.
+prints beside each bound, and each test file's CPU seconds to docs/data/report_cost.json,
+by which later runs share the files out between their two processes.
 Pictures go to --out (default report/; '' for none).
 
 --json prints, instead of the table, one JSON array with an object per claim:
@@ -99,7 +100,9 @@ def run(args: argparse.Namespace) -> int:
         OBSERVED_JSON.write_text(json.dumps({o["id"]: {**{k: o[k] for k in (
             "observed", "raw", "n", "verdict")}, "tests": tests[o["id"]]}
             for o in as_json(rows)}, indent=1, allow_nan=False) + "\n", encoding="utf-8")
-        say(f"recorded: {OBSERVED_JSON}")
+        report.COSTS.write_text(json.dumps(result.cpu, indent=1) + "\n", encoding="utf-8")
+        say(f"recorded: {OBSERVED_JSON}, {report.COSTS} (CPU seconds per file: the next "
+            "runs balance their processes by them)")
     failed = [r for r in rows if r.verdict != "ok"]
     if not rows:
         say(f"\nno claims checked{f' for topic {args.topic}' if args.topic else ''}: "
