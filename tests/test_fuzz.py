@@ -191,9 +191,13 @@ def test_discovery_finds_every_topic_and_says_what_it_leaves_out(device: str) ->
     """Every parity topic with hypothesis tests has fuzz targets; what is left to pytest is
     named with the reason."""
     from parity.claims import TOPICS
+    from parity.lab.report import parity_test_files
 
     found, left_out = fuzz_targets.discover(None, device)
-    assert {t.topic for t in found} == set(TOPICS)
+    given = {t for t in TOPICS  # fsdp's and fp8_train's claims run fixed cases (launches)
+             if any("@given(" in p.read_text(encoding="utf-8") for p in parity_test_files(t))}
+    assert len(given) >= len(TOPICS) - 3
+    assert {t.topic for t in found} == given
     assert len({t.label for t in found}) == len(found)
     assert all(": " in line for line in left_out)
 
