@@ -74,6 +74,7 @@ def test_python_m_parity_trains_and_resumes_beside_folders_named_like_its_packag
     assert sorted(p.name for p in (cwd / "ckpt").iterdir())[-1] == "ckpt-00000004.ckpt"
 
 
+@pytest.mark.slow  # python -m (above) runs the same entry; the script's sys.path is its bin
 def test_the_console_script_trains_and_resumes_beside_folders_named_like_its_packages(
         tmp_path: Path) -> None:
     """The same through `mirrortrain`, the console script pyproject.toml declares."""
