@@ -60,16 +60,15 @@ def encode_ops(x: torch.Tensor, fmt: TorchFormat, rounding: str, words: torch.Te
     four lines, then `pack`."""
     m, low = fmt.mantissa_bits, fmt.min_exponent  # low = 1 - b (unsigned: -b)
     nan = torch.isnan(x)
-    a = x.abs()
-    a = torch.where(torch.isfinite(a), a, 0.0)  # inf and NaN: handled by pack
+    a = torch.nan_to_num(x.abs(), nan=0.0, posinf=0.0)  # inf and NaN: pack handles them
     f, e = torch.frexp(a)
     normal = (e > low) & (a > 0)  # floor(log2 a) = e - 1 >= 1 - b
     scaled = torch.where(normal, f * 2.0 ** (m + 1), a * 2.0 ** (m - low))
-    binade = torch.where(normal, e - 1 - low, 0)  # t - (1 - b)
+    binade = (e - 1 - low) * normal  # t - (1 - b): 0 below
     if rounding == "nearest_even":
         kept = torch.round(scaled)
     else:
-        kept = torch.trunc(scaled)
+        kept = torch.floor(scaled)  # (trunc: scaled >= 0)
         if rounding == "stochastic":
             # NOTE [ Stochastic rounding with 32-bit words ]: up when u < floor(2^32 frac)
             top32 = torch.floor((scaled - kept) * 2.0**32)
