@@ -50,7 +50,8 @@ def encode_native(x32: torch.Tensor, fmt: TorchFormat, overflow: str,
             fmt.max_code | (torch.signbit(x32).to(torch.int32) << top)
         code = torch.where(beyond, signed_max, code)
     if not subnormals and fmt.convention == "fnuz":  # a flushed result is +0: no -0
-        code = torch.where((code & ((1 << top) - 1)) < 2**fmt.mantissa_bits, 0, code)
+        below = ((code & ((1 << top) - 1)) < 2**fmt.mantissa_bits) & (code != nan_full)
+        code = torch.where(below, 0, code)
     return code
 
 
