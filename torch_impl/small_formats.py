@@ -59,6 +59,10 @@ def encode_ops(x: torch.Tensor, fmt: TorchFormat, rounding: str, words: torch.Te
                overflow: str, subnormals: bool) -> torch.Tensor:
     """float32/float64 x (the exact value to round) to int32 codes by the module docstring's
     four lines, then `pack`."""
+    if rounding == "nearest_even" and x.dtype == torch.float32 and fmt.convention != "unsigned":
+        code, beyond = nearest_float32(x, fmt)
+        return pack(code, (x.view(torch.int32) < 0).to(torch.int32), torch.isnan(x), beyond,
+                    fmt, overflow, subnormals)
     m, low = fmt.mantissa_bits, fmt.min_exponent  # low = 1 - b (unsigned: -b)
     nan = torch.isnan(x)
     a = torch.nan_to_num(x.abs(), nan=0.0, posinf=0.0)  # inf and NaN: pack handles them
@@ -82,6 +86,22 @@ def encode_ops(x: torch.Tensor, fmt: TorchFormat, rounding: str, words: torch.Te
                            code)
         return torch.where(~(x > 0), fmt.nan_code, code)  # NaN, zeros, negatives
     return pack(code, torch.signbit(x).to(torch.int32), nan, beyond, fmt, overflow, subnormals)
+
+
+def nearest_float32(x32: torch.Tensor, fmt: TorchFormat) -> tuple[torch.Tensor, torch.Tensor]:
+    """(|code|, beyond max) of float32 x32 rounded to nearest even, on its bits: the carry at
+    one shift for every element, and below the smallest normal one float addition (NOTE
+    [ Nearest-even in two ranges ] in reference/encode_kernels.py), int32 throughout."""
+    m, drop = fmt.mantissa_bits, 23 - fmt.mantissa_bits
+    magnitude = x32.view(torch.int32) & 0x7FFFFFFF
+    smallest_normal = (127 + fmt.min_exponent) << 23  # 2^(1-b)'s float32 bits
+    w = torch.clamp(magnitude, min=smallest_normal) - ((127 - fmt.bias) << 23)
+    normal = (w + ((1 << (drop - 1)) - 1) + ((w >> drop) & 1)) >> drop
+    p = 2.0 ** (fmt.min_exponent - m + 23)  # |x| + 2^p rounds at the subnormal spacing
+    below = (magnitude.view(torch.float32) + p).view(torch.int32) - \
+        torch.tensor(p, dtype=torch.float32).view(torch.int32)
+    code = torch.minimum(normal, below)
+    return code, code > fmt.max_code  # inf and NaN: far beyond (NaN then wins in pack)
 
 
 def pack(code: torch.Tensor, sign: torch.Tensor, nan: torch.Tensor, beyond: torch.Tensor,
