@@ -24,7 +24,11 @@ float8_e3m4 have no dtype at all. So:
 
   Each line is exact: scaling by a constant power of two, trunc, round and floor of a
   float that holds the integer part and the fraction exactly. Then `pack`, the reference's
-  rules, statement by statement. Where the reference and ml_dtypes give NaN for E8M0 (x <= 0,
+  rules, statement by statement. Round to nearest of float32 input (what a sweep runs) takes
+  the same |code| from the bits instead (`nearest_float32`: one shift, and below the
+  smallest normal one float addition, as reference/encode_kernels.py does it), int32
+  passes that cost about half the frexp path's; float64 input takes the frexp path, exact
+  in float64, so it is rounded once. Where the reference and ml_dtypes give NaN for E8M0 (x <= 0,
   NaN), so does this path: torch has no rounding but its cast's to follow there.
 """
 
