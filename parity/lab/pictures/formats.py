@@ -93,6 +93,9 @@ def _(path: Path) -> None:
     plt.close(fig)
 
 
+CLIP = 20  # log2 range shown: E8M0's 255 powers of two would squeeze every other row
+
+
 @picture("formats_small_values.png")
 def _(path: Path) -> None:
     """Where each small format's positive finite values lie, on a log2 axis: one row per
@@ -108,20 +111,25 @@ def _(path: Path) -> None:
         values = values[np.isfinite(values) & (values > 0)]
         normal = values >= fmt.tiny
         y = np.full(values.size, -row)
-        ax.scatter(np.log2(values[normal]), y[normal], marker="|", s=90, color="C0",
+        ax.scatter(np.log2(values[normal]), y[normal], marker="|", s=70, linewidths=0.7,
+                   color="C0",
                    label="normal" if row == 0 else None)
-        ax.scatter(np.log2(values[~normal]), y[~normal], marker="|", s=90, color="C1",
+        ax.scatter(np.log2(values[~normal]), y[~normal], marker="|", s=70, linewidths=0.7,
+                   color="C1",
                    label="subnormal" if row == 0 else None)
-        ax.annotate(f"max {fmt.max:g}", (np.log2(fmt.max), -row), xytext=(6, -3),
-                    textcoords="offset points", fontsize=7)
+        at = min(np.log2(fmt.max), CLIP)
+        note = f"max {fmt.max:g}" if at < CLIP else f"... on to max 2^{fmt.emax} (clipped)"
+        ax.annotate(note, (at, -row), xytext=(6, -3), textcoords="offset points", fontsize=7)
     ax.set_yticks([-r for r in range(len(names))],
                   [f"{n} (e{ref.FORMATS[n].exponent_bits}m{ref.FORMATS[n].mantissa_bits})"
                    for n in names], fontsize=8)
-    ax.set_xlabel("log2 of each positive finite value")
+    ax.set_xlim(-CLIP, CLIP + 6)
+    ax.set_xlabel(f"log2 of each positive finite value (E8M0's 2^-127 .. 2^127 clipped at "
+                  f"+-{CLIP})")
     ax.grid(True, axis="x", alpha=0.3)
-    ax.legend(loc="lower left", fontsize=8)
-    ax.set_title("The small formats' values: E8M0 spans float32's range with powers of two "
-                 "only; float4/float6 hold a handful", fontsize=10)
+    ax.legend(loc="upper right", fontsize=8)
+    ax.set_title("Each small format's positive values: E8M0 powers of two only (over float32's "
+                 "whole range), float4/float6 a handful", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
