@@ -61,11 +61,11 @@ def reference_codes(x: np.ndarray, name: str, rounding: str, overflow: str | Non
 
 
 @small
-@settings(max_examples=3)
-@given(seed=st.integers(0, 2**32 - 1), dtype=st.sampled_from([np.float32, np.float64]),
-       subnormals=st.booleans())
-def test_torch_twin_encodes_every_edge_class_like_the_reference(name: str, seed: int,
-                                                                dtype: type,
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@settings(max_examples=1)  # x ~2,600-5,200 inputs, every edge class; the fuzz profile: more
+@given(seed=st.integers(0, 2**32 - 1), subnormals=st.booleans())
+def test_torch_twin_encodes_every_edge_class_like_the_reference(name: str, dtype: type,
+                                                                seed: int,
                                                                 subnormals: bool) -> None:
     """Every rounding mode and overflow policy, code for code."""
     x = edge_cases(name, seed, dtype)
