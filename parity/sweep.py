@@ -8,13 +8,14 @@ torch_impl.formats) and ml_dtypes with overflow="nan" for float8_e4m3fn (ml_dtyp
 saturates).
 
 Per chunk: one reference encode (with the policy that keeps overflow visible; torch's
-saturating policy follows from it), one torch cast, one ml_dtypes (or NumPy) cast, and a
-comparison that looks at NaN classes only where the codes differ. The thread CPU time of
-the whole chunk and of the third library's cast within it are summed over the chunks: the
-cast is the floor a sweep cannot go below, and timing it inside the sweep, on the same
-chunks in the same processes, keeps the ratio fair on a machine whose load changes without
-running the cast a second time (which would add its whole cost to the sweep's wall time).
-"""
+saturating policy follows from it), one torch cast (for the small formats, the torch twin's
+encode, torch_impl/small_formats.py: torch's cast where torch has the dtype), one ml_dtypes
+(or NumPy) cast, and a comparison that looks at NaN classes only where the codes differ. The
+thread CPU time of the whole chunk and of the third library's cast within it are summed over
+the chunks: the cast is the floor a sweep cannot go below, and timing it inside the sweep,
+on the same chunks in the same processes, keeps the ratio fair on a machine whose load
+changes without running the cast a second time (which would add its whole cost to the
+sweep's wall time)."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ import numpy as np
 from tqdm import tqdm
 
 import reference.formats as ref
-from parity.oracles import ML_DTYPES, SWEEP_FORMATS, TORCH_CASTS
+from parity.oracles import ML_DTYPES, SWEEP_FORMATS
 from parity.sweep_small import small_classes, small_nan_codes, torch_e8m0_codes
 
 # 2^16 inputs: a chunk's ~40 NumPy and torch calls cost about 70 us fixed, about 1 ns per
@@ -137,13 +138,11 @@ class _Workspace:
 
         fmt = ref.FORMATS[name]
         uint = fmt.code_dtype
-        self.classic = name in tim.FORMATS  # the small formats: parity/sweep_small.py
+        self.classic = not tim.FORMATS[name].small  # the small: parity/sweep_small.py
         self.torch_out = None
-        if self.classic or name in TORCH_CASTS:  # (the small ones are all 8-bit at most)
-            dtype = tim.FORMATS[name].dtype if self.classic else getattr(torch, name)
-            self.torch_out = torch.empty(size, dtype=dtype)
-            self.torch_codes = self.torch_out.view(torch.uint8 if not self.classic else
-                                                   tim.FORMATS[name].code_dtype).numpy().view(uint)
+        if self.classic:
+            self.torch_out = torch.empty(size, dtype=tim.FORMATS[name].dtype)
+            self.torch_codes = self.torch_out.view(tim.FORMATS[name].code_dtype).numpy().view(uint)
         self.oracle_out = np.empty(size, dtype=ML_DTYPES[name])
         self.oracle_codes = self.oracle_out.view(uint)
         self.magnitude, self.excess, self.saturated = (np.empty(size, uint) for _ in range(3))
@@ -161,6 +160,8 @@ def sweep_bits(name: str, bits: np.ndarray) -> Summary:
     """Compare the three libraries on these float32 bit patterns (uint32)."""
     import torch
 
+    import torch_impl.formats as tim
+
     began = time.thread_time()
     fmt = ref.FORMATS[name]
     w = _Workspace.of(name, bits.size)
@@ -173,6 +174,8 @@ def sweep_bits(name: str, bits: np.ndarray) -> Summary:
     nan_in = np.isnan(x, out=w.nan_in)
     if w.torch_out is not None:
         w.torch_out.copy_(torch.from_numpy(x))
+    else:  # the small formats: the torch twin (torch's own cast where it has one)
+        w.torch_codes = tim.encode(torch.from_numpy(x), name).numpy()
     cast_began = time.thread_time()
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is the subject
         np.copyto(w.oracle_out, x, casting="unsafe")
@@ -180,8 +183,7 @@ def sweep_bits(name: str, bits: np.ndarray) -> Summary:
     ours_torch = _saturated(ours, magnitude, nan_in, fmt, w) if w.saturates else ours
     if name == "float8_e8m0fnu":  # torch's declared difference (claim formats.e8m0_torch)
         ours_torch = torch_e8m0_codes(x, fmt)
-    bad_torch = _mismatches(ours_torch, w.torch_codes, fmt, w.flag) if w.torch_out is not None \
-        else np.empty(0, dtype=np.intp)
+    bad_torch = _mismatches(ours_torch, w.torch_codes, fmt, w.flag)
     bad_ml = _mismatches(ours, w.oracle_codes, fmt, w.flag)  # ml_dtypes never saturates
     classes = _classes(magnitude, x, nan_in, fmt, w.flag) if w.classic else \
         small_classes(x, nan_in, fmt)
@@ -190,7 +192,7 @@ def sweep_bits(name: str, bits: np.ndarray) -> Summary:
                 mismatches_torch=bad_torch.size, mismatches_ml_dtypes=bad_ml.size,
                 oracle_cpu_seconds=cast_seconds)
     for i in np.union1d(bad_torch, bad_ml)[:10] if bad_torch.size or bad_ml.size else ():
-        got_torch = hex(int(w.torch_codes[i])) if w.torch_out is not None else "-"
+        got_torch = hex(int(w.torch_codes[i]))
         s.examples.append(f"input 0x{int(bits[i]):08x}: reference 0x{int(ours_torch[i]):x} "
                           f"(0x{int(ours[i]):x} not saturating), torch {got_torch}, "
                           f"ml_dtypes 0x{int(w.oracle_codes[i]):x}")

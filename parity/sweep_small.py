@@ -52,14 +52,17 @@ def small_classes(x: np.ndarray, nan_in: np.ndarray, fmt: ref.FloatFormat) -> di
         "subnormal", "zero", "overflow", "inf", "nan")}}
 
 
-def torch_e8m0_codes(x: np.ndarray, fmt: ref.FloatFormat) -> np.ndarray:
+def torch_e8m0_codes(x: np.ndarray, fmt: ref.FloatFormat,
+                     overflow: str | None = None) -> np.ndarray:
     """What torch 2.13's float8_e8m0fnu cast gives, stated through the reference (claim
     formats.e8m0_torch): the code of |x|, where ml_dtypes 0.7 and the reference give the NaN
     for every negative; 2^-127's (code 0) for +-0, where they give the NaN; and 2^-126's
     (code 1) for |x| strictly between 2^-127 and 1.5 * 2^-127, float32 subnormals that are
     nearer 2^-127 (torch rounds a subnormal's fraction bits as if its hidden bit were 0, so
-    anything above the guard bit's half rounds up)."""
+    anything above the guard bit's half rounds up). `overflow`: the reference's policy
+    ("saturate" turns the cast's NaN code for an overflow or +-inf into max)."""
     magnitude = np.abs(x)
-    codes = ref.encode(np.where(x == 0, np.float32(2.0**-127), magnitude), fmt)
+    codes = ref.encode(np.where(x == 0, np.float32(2.0**-127), magnitude), fmt,
+                       overflow=overflow)
     low = (magnitude > np.float32(2.0**-127)) & (magnitude < np.float32(1.5 * 2.0**-127))
     return np.where(low, codes.dtype.type(1), codes)

@@ -24,6 +24,10 @@ differently or hides:
   reference/formats.py): torch >= 2.13 saturates (+-inf included), 2.6-2.12 give NaN.
   `DEFAULT_OVERFLOW` holds what the installed torch does, and the default policy leaves the
   native result untouched, so a parity test sees torch's own behaviour.
+- The small formats (the fnuz float8s, E8M0, float6/float4, float8_e4m3/e3m4) are encoded
+  and decoded in torch_impl/small_formats.py: torch's cast where it has one and rounds to
+  nearest, exact torch ops everywhere else; `encode` is the rounding there and `quantize`
+  is encode plus decode, as in the reference.
 - The unsigned code dtypes (torch.uint16, uint32) get arithmetic and indexing only in recent
   torch (2.6 has neither for uint16), so codes are checked and converted as int64.
 Works on CPU and CUDA tensors alike.
@@ -35,6 +39,7 @@ import math
 
 import torch
 
+from torch_impl import small_formats as small
 from torch_impl.format_spec import FORMATS, TorchFormat, get_format  # noqa: F401
 
 ROUNDING_MODES = ("nearest_even", "toward_zero", "stochastic")
@@ -56,6 +61,13 @@ DEFAULT_OVERFLOW: dict[str, str] = {
     "bfloat16": "inf",
     "float8_e5m2": "inf",
     "float8_e4m3fn": "saturate" if E4M3FN_SATURATES else "nan",
+    # torch 2.13's fnuz and E8M0 casts give the NaN (claim formats.small_encode); the formats
+    # it lacks follow the reference's DEFAULT_OVERFLOW
+    **{name: "nan" for name in ("float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e4m3b11fnuz",
+                                "float8_e8m0fnu")},
+    **{name: "saturate" for name in ("float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn")},
+    "float8_e4m3": "inf",
+    "float8_e3m4": "inf",
 }
 _TF32_DROP = 23 - 10  # float32 fraction bits below tf32's
 _SIGN32 = -(2**31)  # the int32 with only the sign bit set
@@ -74,6 +86,8 @@ def encode(
 ) -> torch.Tensor:
     """Round like `quantize` and return the codes (torch.uint8/uint16/uint32, x's shape)."""
     fmt = get_format(fmt)
+    if fmt.small:
+        return _encode_small(x, fmt, rounding, rng, random_bits, overflow, subnormals, via)
     values = quantize(x, fmt, rounding=rounding, rng=rng, random_bits=random_bits,
                       overflow=overflow, subnormals=subnormals, via=via)
     values = values.to(torch.float32)  # members: this cast is exact
@@ -81,6 +95,22 @@ def encode(
         word = values.view(torch.int32).to(torch.int64) & 0xFFFFFFFF
         return (word >> _TF32_DROP).to(torch.uint32)
     return values.to(fmt.dtype).view(fmt.code_dtype)
+
+
+def _encode_small(x: torch.Tensor, fmt: TorchFormat, rounding: str, rng: object,
+                  random_bits: object, overflow: str | None, subnormals: bool,
+                  via: str | None) -> torch.Tensor:
+    """`encode` for the small formats: torch's cast to nearest where it has one, exact ops
+    otherwise (torch_impl/small_formats.py)."""
+    x = _check_input(x)
+    overflow = _check_policies(fmt, rounding, overflow, rng, random_bits)
+    words = _random_words(x, rng, random_bits) if rounding == "stochastic" else None
+    x32, source = _source(x, fmt, via)
+    if rounding == "nearest_even" and fmt.name in small.NATIVE:
+        code = small.encode_native(x32, fmt, overflow, subnormals)
+    else:
+        code = small.encode_ops(source, fmt, rounding, words, overflow, subnormals)
+    return code.to(torch.uint8)
 
 
 def _check_input(x: object) -> torch.Tensor:
@@ -104,6 +134,8 @@ def _check_policies(fmt: TorchFormat, rounding: str, overflow: str | None,
         raise ValueError(f"unknown overflow {overflow!r}; accepted: {', '.join(OVERFLOW_POLICIES)}")
     if overflow == "inf" and not fmt.has_infinity:
         raise ValueError(f"{fmt.name} has no infinity; use overflow='saturate' or 'nan'")
+    if overflow == "nan" and fmt.convention == "finite":
+        raise ValueError(f"{fmt.name} has no NaN and no infinity; overflow saturates")
     return overflow
 
 
@@ -247,6 +279,8 @@ def decode(codes: torch.Tensor, fmt: str | TorchFormat,
                          f"expected [0, 2^{fmt.bits})")
     if dtype not in (torch.float32, torch.float64):
         raise TypeError(f"decode produces float32 or float64, got {dtype}")
+    if fmt.small:  # every small format's values are float32 values
+        return small.decode_values(c, fmt).to(dtype)
     width = 32 if fmt.dtype is None else fmt.bits  # tf32: the top 19 bits of float32's word
     word = c << (width - fmt.bits)
     word = torch.where(word >= 2 ** (width - 1), word - 2**width, word)  # two's complement
@@ -274,6 +308,10 @@ def quantize(
     """
     fmt = get_format(fmt)
     x = _check_input(x)
+    if fmt.small:
+        codes = encode(x, fmt, rounding=rounding, rng=rng, random_bits=random_bits,
+                       overflow=overflow, subnormals=subnormals, via=via)
+        return decode(codes, fmt, dtype=torch.float64).to(x.dtype)
     overflow = _check_policies(fmt, rounding, overflow, rng, random_bits)
     words = _random_words(x, rng, random_bits) if rounding == "stochastic" else None
     x32, source = _source(x, fmt, via)

@@ -32,14 +32,17 @@ def range_table() -> tuple[str, int]:
              "|---" * (len(FIELDS) + 3) + "|"]
     differences = 0
     for name, r in ref.FORMATS.items():
-        t = tim.FORMATS.get(name)  # the small formats have no torch twin (yet)
+        t = tim.FORMATS.get(name)
+        if t is not None and t.small:  # the twin's ranges are the bit layout's: nothing to see
+            t = None
         ml = ml_dtypes_ranges(name) if name in ML_DTYPES else None
         torch_diff = [] if t is None else [
             f for f in FIELDS if float(getattr(t, f)) != float(getattr(r, f))]
         ml_diff = [] if ml is None else [f for f in FIELDS if ml[f] != float(getattr(r, f))]
         differences += len(torch_diff) + len(ml_diff)
-        torch_cell = "-" if t is None else "equal" if not torch_diff else (
-            "**differs: " + ", ".join(torch_diff) + "**")
+        torch_cell = "equal" if not torch_diff else "**differs: " + ", ".join(torch_diff) + "**"
+        if t is None:
+            torch_cell = "from bits" if name in tim.FORMATS else "-"
         ml_cell = "-" if ml is None else (
             "equal" if not ml_diff else "**differs: " + ", ".join(ml_diff) + "**")
         cells = [name, *(_fmt(getattr(r, f)) for f in FIELDS), torch_cell, ml_cell]
@@ -48,7 +51,9 @@ def range_table() -> tuple[str, int]:
     lines.append("torch.finfo has no smallest_subnormal (torch_impl computes tiny * eps) and no "
                  "exponent limits (read off max and tiny); tf32 has no torch dtype and no "
                  "ml_dtypes type (its torch column is derived from float32's finfo). The small "
-                 "formats from float8_e4m3fnuz on have no torch twin; torch 2.13's finfo of the "
-                 "three it has is checked in parity/test_formats_small.py (its "
-                 "float8_e5m2fnuz eps is 0.125, not 0.25: claim formats.torch_finfo_e5m2fnuz).")
+                 "formats from float8_e4m3fnuz on take their torch twin's ranges from the bit "
+                 "layout (torch_impl/format_spec.py: torch.finfo lacks six and is wrong for "
+                 "two); torch 2.13's finfo of the three it has is checked in "
+                 "parity/test_formats_small.py (its float8_e5m2fnuz eps is 0.125, not 0.25: "
+                 "claim formats.torch_finfo_e5m2fnuz).")
     return "\n".join(lines), differences

@@ -1,5 +1,6 @@
-"""Pictures of the number formats: the spacing of representable values, and the encode
-benchmark (from the committed docs/data/formats_encode.json)."""
+"""Pictures of the number formats: the spacing of representable values, the encode
+benchmark (from the committed docs/data/formats_encode.json), and where the small formats'
+values lie."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import numpy as np
 import reference.formats as ref
 from parity.drivers.formats import ENCODE_TARGETS, encode_benchmark
 from parity.lab.pictures import picture
-from parity.oracles import STORAGE_FORMATS
+from parity.oracles import SMALL_FORMATS, STORAGE_FORMATS
 
 
 @picture("formats_spacing.png")
@@ -87,6 +88,48 @@ def _(path: Path) -> None:
     right.legend(fontsize=8)
     fig.suptitle(f"{bench['clock']}, one thread, {bench['repeats']} interleaved repeats: "
                  "median, IQR shaded", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+CLIP = 20  # log2 range shown: E8M0's 255 powers of two would squeeze every other row
+
+
+@picture("formats_small_values.png")
+def _(path: Path) -> None:
+    """Where each small format's positive finite values lie, on a log2 axis: one row per
+    format (the classic float8s beside them), subnormals apart from normals."""
+    import matplotlib.pyplot as plt
+
+    names = (*SMALL_FORMATS, "float8_e4m3fn", "float8_e5m2")
+    fig, ax = plt.subplots(figsize=(11, 5.2))
+    for row, name in enumerate(names):
+        fmt = ref.FORMATS[name]
+        values = ref.decode(np.arange(2 ** (fmt.bits - int(fmt.signed))).astype(fmt.code_dtype),
+                            name)
+        values = values[np.isfinite(values) & (values > 0)]
+        normal = values >= fmt.tiny
+        y = np.full(values.size, -row)
+        ax.scatter(np.log2(values[normal]), y[normal], marker="|", s=70, linewidths=0.7,
+                   color="C0",
+                   label="normal" if row == 0 else None)
+        ax.scatter(np.log2(values[~normal]), y[~normal], marker="|", s=70, linewidths=0.7,
+                   color="C1",
+                   label="subnormal" if row == 0 else None)
+        at = min(np.log2(fmt.max), CLIP)
+        note = f"max {fmt.max:g}" if at < CLIP else f"... on to max 2^{fmt.emax} (clipped)"
+        ax.annotate(note, (at, -row), xytext=(6, -3), textcoords="offset points", fontsize=7)
+    ax.set_yticks([-r for r in range(len(names))],
+                  [f"{n} (e{ref.FORMATS[n].exponent_bits}m{ref.FORMATS[n].mantissa_bits})"
+                   for n in names], fontsize=8)
+    ax.set_xlim(-CLIP, CLIP + 6)
+    ax.set_xlabel(f"log2 of each positive finite value (E8M0's 2^-127 .. 2^127 clipped at "
+                  f"+-{CLIP})")
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.legend(loc="upper right", fontsize=8)
+    ax.set_title("Each small format's positive values: E8M0 powers of two only (over float32's "
+                 "whole range), float4/float6 a handful", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
