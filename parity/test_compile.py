@@ -143,6 +143,8 @@ def _float16_leak(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     return x
 
 
+@pytest.mark.slow  # the report (the README's first command, CI's install step) runs it
+@pytest.mark.report
 @pytest.mark.parametrize("fault", [_gelu_tanh_form, _float16_leak], ids=lambda f: f.__name__)
 def test_a_compiled_forward_with_a_small_fault_fails_compile_eager(fault, device: str) -> None:
     """The compiled side computes a slightly different forward (captured by AOTAutograd
@@ -227,6 +229,8 @@ def test_each_seeded_break_is_counted_and_its_repair_captures_one_graph(
             strict(model, x)
 
 
+@pytest.mark.slow  # the report (the README's first command, CI's install step) runs it
+@pytest.mark.report
 @pytest.mark.parametrize("mode", dc.MODES)
 def test_recompiles_over_batch_and_sequence_follow_the_guards(mode: str) -> None:
     """Graphs compiled over SHAPES: 4 static, 3 automatic dynamic, 1 marked or dynamic=True;

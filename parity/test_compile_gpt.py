@@ -209,6 +209,8 @@ def test_the_inductor_compiled_gpt_rejects_a_token_out_of_range(device: str) -> 
         model(bad, targets)
 
 
+@pytest.mark.slow  # the report (the README's first command, CI's install step) runs it
+@pytest.mark.report
 @pytest.mark.parametrize("mode", cg.MODES)
 def test_gpt_recompiles_over_batch_and_sequence_follow_the_guards(mode: str) -> None:
     """Graphs over GPT_SHAPES: 4 static, 3 automatic dynamic, 1 marked or dynamic=True; every

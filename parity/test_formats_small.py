@@ -141,6 +141,8 @@ def test_torch_e8m0_cast_differs_from_ml_dtypes_where_declared() -> None:
     assert ml[3:5].tolist() == [2.0**-127] * 2 and tv[3:5].tolist() == [2.0**-126] * 2
 
 
+@pytest.mark.slow  # the report (the README's first command, CI's install step) runs it
+@pytest.mark.report
 @small
 @settings(max_examples=1)  # x 600 inputs, every edge class among them; the fuzz profile: more
 @given(seed=st.integers(0, 2**32 - 1))

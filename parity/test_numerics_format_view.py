@@ -26,6 +26,8 @@ def _torch_one_thread() -> Iterator[None]:
         yield
 
 
+@pytest.mark.slow  # the report (the README's first command, CI's install step) runs it
+@pytest.mark.report
 @pytest.mark.parametrize("arithmetic", [False, True, "cast"],
                          ids=["bucketize", "arithmetic", "cast"])
 @pytest.mark.parametrize("fmt", ["float16", "bfloat16"])

@@ -75,6 +75,8 @@ def found(start: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> F
                      _found(name, fault, precision, start[precision], work), tmp_path_factory)
 
 
+@pytest.mark.slow  # the report (the README's first command, CI's install step) runs it
+@pytest.mark.report
 @pytest.mark.parametrize(("fault", "precision"), CASES)
 def test_both_trees_name_the_catalogued_first_invalid_value_on_the_transformer(
         fault: str, precision: str, found: Found) -> None:
@@ -137,6 +139,8 @@ REPLAYED = {("attention_overflow", "fp16"): ("LogSoftmaxBackward0", "loss"),
             ("layernorm_eps0", "fp32"): (None, None)}
 
 
+@pytest.mark.slow  # the report (the README's first command, CI's install step) runs it
+@pytest.mark.report
 @pytest.mark.parametrize(("fault", "precision"), list(REPLAYED))
 def test_replay_of_a_gpt_batch_names_the_same_node_whichever_tree_wrote_it(
         fault: str, precision: str, found: Found, tmp_path: Path) -> None:

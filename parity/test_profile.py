@@ -309,6 +309,8 @@ def test_gpt_phases_are_disjoint_ordered_intervals_inside_each_step(impl: str,
                  np.zeros(len(steps), dtype=np.int64))
 
 
+@pytest.mark.slow  # the report (the README's first command, CI's install step) runs it
+@pytest.mark.report
 @pytest.mark.parametrize("impl", drv.IMPLS)
 def test_a_whole_gpt_profile_names_every_byte_and_predicts_before_it_measures(
         impl: str, tmp_path: Path) -> None:

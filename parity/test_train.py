@@ -70,6 +70,8 @@ def test_interrupted_and_resumed_equals_uninterrupted_bit_for_bit(name: str, cas
     _interrupted_equals_uninterrupted(name, case, device)
 
 
+@pytest.mark.slow  # the report (the README's first command, CI's install step) runs it
+@pytest.mark.report
 @pytest.mark.parametrize("name", ["reference", "torch"])
 @settings(max_examples=6)  # 1.3 s each on 2 cores; the fuzz profile runs thousands
 @given(case=gpt_train_configs())

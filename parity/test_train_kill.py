@@ -91,6 +91,8 @@ def test_sigkilled_reference_process_resumes_to_the_same_digest(tmp_path: Path) 
     _kill_and_resume("reference", tmp_path, 100, sorted(rng.uniform(0.3, 0.6, 3)), targeted=0)
 
 
+@pytest.mark.slow  # the report (the README's first command, CI's install step) runs it
+@pytest.mark.report
 def test_sigkilled_torch_process_resumes_to_the_same_digest(tmp_path: Path, device: str) -> None:
     """One SIGKILL right after a skipped fp16 step's checkpoint (the second skipped step, 6
     of 12), then --resume from what the killed process left: the digest of the run that was
