@@ -218,6 +218,8 @@ def _gpt_phases(case: drv.GPTCase) -> np.ndarray:
     return np.array([p[k] for k in PHASES], dtype=np.int64)
 
 
+@pytest.mark.slow  # the report (the README's first command, CI's install step) runs it
+@pytest.mark.report
 @given(fields=accounting_gpt_cases())
 @example(fields=EARLY)
 @settings(max_examples=8, deadline=None)

@@ -161,6 +161,8 @@ def test_batch_seed_is_the_same_word_across_implementations(seed: int, epoch: in
                  np.array([ref.batch_seed(seed, epoch, batch)], np.uint64))
 
 
+@pytest.mark.slow  # the report (the README's first command, CI's install step) runs it
+@pytest.mark.report
 @pytest.mark.parametrize(("drop_last", "saved_by"), [(True, "workers"), (False, "reference"),
                                                      (False, "workers")])
 def test_the_reference_order_is_the_consumed_order_of_a_worker_loader(

@@ -109,6 +109,8 @@ def test_encode_float32_matches_ml_dtypes_bitwise_on_edges(name: str,
     assert_claim("formats.encode_f32", *drive.nearest_vs_ml_dtypes(x, name))
 
 
+@pytest.mark.slow  # the report (the README's first command, CI's install step) runs it
+@pytest.mark.report
 @formats
 @settings(max_examples=EXAMPLES)
 @given(data=st.data())

@@ -171,6 +171,8 @@ def test_fp16_underflow_masks_agree_exactly(scale: float, device: str) -> None:
         assert at_edge > 0, "no gradient at the smallest subnormal: the edge was not reached"
 
 
+@pytest.mark.slow  # the report (the README's first command, CI's install step) runs it
+@pytest.mark.report
 @pytest.mark.parametrize("recompute", ["none", "uniform:2"])
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])
 def test_training_steps_agree_within_the_per_step_bound_and_clip(precision: str,

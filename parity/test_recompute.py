@@ -155,6 +155,8 @@ def test_segments_ending_in_layers_that_save_nothing_recompute_alike_in_both_tre
                  f"({spec}, early_stop={early_stop})")
 
 
+@pytest.mark.slow  # the report (the README's first command, CI's install step) runs it
+@pytest.mark.report
 def test_plans_are_equal_in_both_trees_and_revolve_meets_the_closed_form() -> None:
     """parse_schedule agrees across trees for n <= 64; optimal:S costs r n - beta(S+1, r-1)."""
     for n in range(1, 65):
@@ -237,6 +239,8 @@ def _same(claim_id: str, run: object, base: object, context: str) -> None:
         assert_claim(claim_id, run.grads[key], base.grads[key], f"{context} {key}")
 
 
+@pytest.mark.slow  # the report (the README's first command, CI's install step) runs it
+@pytest.mark.report
 @given(config=gpt_configs(max_layers=4, dropout=True), dtype=st.sampled_from([np.float32,
                                                                               np.float64]),
        data=st.data())
@@ -253,6 +257,8 @@ def test_reference_gpt_gradients_under_any_recompute_are_bitwise_plain(
     _same("recompute.gpt_grads_reference", run, base, f"({spec}, {np.dtype(dtype)})")
 
 
+@pytest.mark.slow  # the report (the README's first command, CI's install step) runs it
+@pytest.mark.report
 @given(config=gpt_configs(max_layers=4, dropout=True), dtype=st.sampled_from([np.float32,
                                                                               np.float64]),
        data=st.data())
@@ -268,6 +274,8 @@ def test_torch_gpt_gradients_under_any_recompute_are_bitwise_plain(
     _same("recompute.gpt_grads_torch", run, base, f"({spec}, {np.dtype(dtype)})")
 
 
+@pytest.mark.slow  # the report (the README's first command, CI's install step) runs it
+@pytest.mark.report
 @given(config=gpt_configs(max_layers=3, dropout=True),
        fmt=st.sampled_from(["bfloat16", "float16"]), data=st.data())
 @settings(max_examples=10)
@@ -286,6 +294,8 @@ def test_gpt_gradients_under_autocast_and_any_recompute_are_bitwise_plain_in_eac
           torch_run(*args[:1], "none", *args[1:], device, autocast=fmt), f"({fmt}, {spec})")
 
 
+@pytest.mark.slow  # the report (the README's first command, CI's install step) runs it
+@pytest.mark.report
 @given(config=gpt_configs(max_layers=4), dtype=st.sampled_from([np.float32, np.float64]),
        data=st.data())
 @settings(max_examples=20)

@@ -14,6 +14,8 @@ from parity.compare import assert_claim
 from parity.drivers.train import cross_impl_resume
 
 
+@pytest.mark.slow  # the report (the README's first command, CI's install step) runs it
+@pytest.mark.report
 @pytest.mark.parametrize("model", ["mlp", "gpt"])
 @pytest.mark.parametrize(("writer", "reader"), [("reference", "torch"), ("torch", "reference")])
 def test_resume_from_the_other_implementation_continues_exactly_where_it_can(
