@@ -76,6 +76,12 @@ def test_the_seeded_cases_really_have_state_to_lose_at_the_save() -> None:
     assert t.pos % resume_trainers.BATCHES != 0  # a position restarted at 0 is another batch
 
 
+# The user's declared tolerance under test, not a parity bound: the load moves weights of
+# magnitude < 1 by one float32 ulp (< 2^-24 = 6e-8), and the few SGD steps after it keep
+# the parting far below 1e-5 while the bit-for-bit check (atol 0) sees it.
+USER_ATOL = 1e-5
+
+
 def test_a_difference_within_atol_passes_and_bit_for_bit_does_not() -> None:
     """A load that moves every first-layer weight one float32 ulp: the state parts right
     after the load at that entry; within atol 1e-5 the check passes and says so."""
@@ -83,7 +89,7 @@ def test_a_difference_within_atol_passes_and_bit_for_bit_does_not() -> None:
                          fresh_process=False)
     assert not exact.ok and exact.parted_at == AT
     assert exact.parted[0].entry == "model.0.weight" and exact.parted[0].where == "state"
-    loose = check_resume(resume_trainers.nudged_on_load, steps=STEPS, at=AT, atol=1e-5,
+    loose = check_resume(resume_trainers.nudged_on_load, steps=STEPS, at=AT, atol=USER_ATOL,
                          fresh_process=False)
     assert loose.ok and loose.summary().startswith("resume-check: within atol 1e-05")
 
