@@ -104,6 +104,14 @@ def linear_pairs(fmt: str, n: int, k: int, m: int, seed: int, device: str = "cpu
     layer = rnn.Linear(k, m, rng=rng)
     x = rng.standard_normal((n, k)).astype(np.float32)
     g = quantize(rng.standard_normal((n, m)).astype(np.float32), fmt)
+    return linear_pairs_at(fmt, layer, x, g, device)
+
+
+def linear_pairs_at(fmt: str, layer: rnn.Linear, x: np.ndarray, g: np.ndarray,
+                    device: str = "cpu") -> list[Pair]:
+    """linear_pairs for a given reference Linear (its weights copied into torch's), float32
+    input x (n, k) and lp output gradient g (n, m)."""
+    (n, k), m = x.shape, layer.weight.data.shape[0]
     w0 = layer.weight.data.copy()
     with ramp.autocast(fmt):
         y = f32(layer.forward(x))
@@ -154,6 +162,14 @@ def activation_pairs(name: str, fmt: str, n: int, seed: int, device: str = "cpu"
     rng = np.random.default_rng(seed)
     x = quantize((rng.standard_normal(n) * 2).astype(np.float32), fmt)
     g = quantize(rng.standard_normal(n).astype(np.float32), fmt)
+    return activation_pairs_at(name, fmt, x, g, device)
+
+
+def activation_pairs_at(name: str, fmt: str, x: np.ndarray, g: np.ndarray,
+                        device: str = "cpu") -> list[Pair]:
+    """activation_pairs at given lp inputs x and output gradients g (float32 arrays holding
+    fmt's values, shape (n,))."""
+    n = x.size
     ref_layer, torch_layer = (f() for f in ACTIVATIONS[name])
     lp = ramp.LP_DTYPES[fmt]
     with ramp.autocast(fmt):
