@@ -93,9 +93,9 @@ def test_activations_on_lp_tensors_within_one_lp_ulp_of_torch(fmt: str, name: st
 
 # (x, g) where the trees' float32 GELU lands on either side of an lp rounding midpoint: found
 # by running every finite lp x against six draws of g (393,000 pairs per format) with torch
-# 2.13 on an AVX2 CPU, inside long tensors: each point is repeated 64 times, since a lone
-# element takes the kernel's scalar tail, which rounds these alike; another CPU's vector path
-# may too (then 0 is observed)
+# 2.13 on an AVX-512 CPU (get_cpu_capability() "AVX512"), inside long tensors: each point is
+# repeated 64 times, since a lone element takes the kernel's scalar tail, which rounds these
+# alike; another CPU's vector path may too (then 0 is observed)
 MIDPOINT_GELU = {"bfloat16": ((-0.66796875, -0.50390625), (-3.140625, 1.0)),
                  "float16": ((-2.484375, 0.49072265625), (-0.01114654541015625,
                                                          -0.038604736328125))}

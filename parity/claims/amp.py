@@ -115,7 +115,7 @@ CLAIMS: tuple[Claim, ...] = (
             "torch, not in the derivation: over every finite bfloat16 input, torch 2.13's CPU "
             "GELU gives 0 where the result x/2 is at or below float32's smallest normal "
             "(|x| up to 2^-125: 506 inputs) and inf for x >= 2^127 (the reference: x), "
-            "measured on an AVX2 CPU."
+            "measured on an AVX-512 CPU."
         ),
         fmt="bfloat16",
     ),
