@@ -30,7 +30,7 @@ from ckpt import commit as ckc
 from parity.lab.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
-STEPS, EVERY = 8, 2  # saves at 2, 4, 6, 8: the kills aim at 4 (then 6 if too late)
+STEPS, EVERY = 10, 2  # saves at 2, 4, ..., 10: the kills aim at 4 (6, 8 if too late)
 OPTIONS = ("--precision", "fp16", "--init-scale", "262144", "--growth-interval", "2",
            "--dropout", "0.1", "--keep", "2")  # fp16 with skipped steps, every rank drawing
 VICTIMS = ("rank", "coordinator")
@@ -59,25 +59,46 @@ def digest(lines: list[str]) -> str:
 
 
 def _marker(impl: str, victim: str, world_size: int) -> str:
-    """The file whose appearance in the targeted step directory triggers the kill."""
+    """The file whose appearance (under its name or, being written, its atomic write's
+    temporary name) in the targeted step directory triggers the kill."""
     if victim == "rank":
         last = world_size - 1
         return f"__{last}_0.distcp" if impl == "torch" else f"rank-{last}.ckpt"
+    if victim == "command":
+        return "__0_0.distcp" if impl == "torch" else "rank-0.ckpt"
     return ".metadata" if impl == "torch" else ckc.CONFIG
 
 
-def _await_save(directory: Path, marker: str, alive: Callable[[], bool],
+def _await_save(directory: Path, marker: str, after: int, alive: Callable[[], bool],
                 timeout: float) -> int | None:
-    """The step whose directory first shows `marker` (from step 2 EVERY on), None if the
-    run ended first."""
+    """The first step after `after` whose directory shows `marker`, None if the run ended
+    first."""
     deadline = time.monotonic() + timeout
-    targets = range(2 * EVERY, STEPS, EVERY)
+    targets = [ckc.step_dir(directory, s) for s in range(after + EVERY, STEPS, EVERY)]
     while alive() and time.monotonic() < deadline:
-        for step in targets:
-            if (ckc.step_dir(directory, step) / marker).exists():
+        for step, target in zip(range(after + EVERY, STEPS, EVERY), targets, strict=True):
+            try:
+                names = os.listdir(target)
+            except FileNotFoundError:
+                continue
+            if any(n == marker or n.startswith(f".{marker}.") for n in names):
                 return step
         time.sleep(0.0002)
     return None
+
+
+def kill_until_hit(kill: Callable[[int], tuple[int, int | None]], directory: Path,
+                   tries: int = 3) -> tuple[int, int]:
+    """(exit status, step) of the first of `tries` kills that came before its save's
+    commit record; each try resumes the run the last one left, aiming at a later save."""
+    after = EVERY  # the first save is left committed: the kills aim at 2 EVERY on
+    for _ in range(tries):
+        status, hit = kill(after)
+        assert hit is not None, "the kill never found its save"
+        if not ckc.record_path(directory, hit).exists():
+            return status, hit
+        after = hit
+    raise AssertionError(f"{tries} kills all came after their save's commit record")
 
 
 def descendants(root: int) -> dict[int, str]:
@@ -102,7 +123,7 @@ def descendants(root: int) -> dict[int, str]:
     return found
 
 
-def kill_torch_rank(directory: Path, world_size: int, victim: str,
+def kill_torch_rank(directory: Path, world_size: int, victim: str, after: int = EVERY,
                     timeout: float = 120.0) -> tuple[int, int | None]:
     """Run the torch command here and SIGKILL a rank at `victim`'s point of a save; returns
     (the command's exit status, the step whose save was hit, or None if none was)."""
@@ -111,8 +132,8 @@ def kill_torch_rank(directory: Path, world_size: int, victim: str,
     thread = threading.Thread(target=lambda: result.append(
         run_in_process("torch", directory, world_size)[0]), daemon=True)
     thread.start()
-    hit = _await_save(directory, _marker("torch", victim, world_size), thread.is_alive,
-                      timeout)
+    hit = _await_save(directory, _marker("torch", victim, world_size), after,
+                      thread.is_alive, timeout)
     if hit is not None:
         pids = [pid for pid, comm in descendants(os.getpid()).items()
                 if comm == f"mtrain-rank{rank}"]
@@ -124,17 +145,17 @@ def kill_torch_rank(directory: Path, world_size: int, victim: str,
 
 
 def kill_process(impl: str, directory: Path, world_size: int, victim: str,
-                 timeout: float = 120.0) -> tuple[int, int | None, list[str]]:
+                 after: int = EVERY, timeout: float = 120.0
+                 ) -> tuple[int, int | None, list[str]]:
     """Start the command as a process and SIGKILL it at `victim`'s point of a save (the
     reference), or SIGKILL the command itself (torch, victim "command"); returns (exit
     status, the step hit or None, the comms of processes left below it a moment later)."""
-    marker = (_marker(impl, victim, world_size) if victim != "command"
-              else ("__0_0.distcp" if impl == "torch" else "rank-0.ckpt"))
+    marker = _marker(impl, victim, world_size)
     proc = subprocess.Popen([sys.executable, "-m", "parity", *argv(impl, directory, world_size)],
                             cwd=ROOT, env=_ENV, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        hit = _await_save(directory, marker, lambda: proc.poll() is None, timeout)
+        hit = _await_save(directory, marker, after, lambda: proc.poll() is None, timeout)
         below = list(descendants(proc.pid))
         if hit is not None:
             os.kill(proc.pid, signal.SIGKILL)

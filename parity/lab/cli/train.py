@@ -249,6 +249,10 @@ def run(args: argparse.Namespace) -> int:
         from parity.lab.runners import train_ranks
 
         return train_ranks.run(args)
+    if os.path.isdir(args.checkpoint_dir) and any(
+            n.startswith("COMMITTED-") for n in os.listdir(args.checkpoint_dir)):
+        raise UsageError(f"{args.checkpoint_dir} holds commit records of an N-rank run "
+                         "(--world-size N continues them): choose another directory")
     if args.fault is None and args.fault_step is not None:
         raise UsageError(f"--fault-step {args.fault_step} places a seeded fault: it needs "
                          "--fault NAME (--fault list shows them)")
