@@ -6,7 +6,7 @@
         [--precision P] [--recompute SPEC] [--seed S] [--dropout P]
         [--schedule S] [--horizon H] [--init-scale S] [--growth-interval G]
         [--device D] [--loader-workers N] [--quiet] [--check-numerics]
-        [--fault NAME|list] [--fault-step K]
+        [--fault NAME|list] [--fault-step K] [--world-size N]
 
 Prints one line per step (step, loss, loss scale, skipped steps) and, as its LAST line,
 `state-sha256: <64 hex digits>`: train.state_digest of the final state (NOTE [ Canonical
@@ -47,6 +47,10 @@ written for; the other model's is refused) before step --fault-step.
 on cpu): a checkpoint still records the consumed position (NOTE [ Consumed position ] in
 reference/data.py), so a killed run resumes to the digest of 0 workers, with any N. The
 reference has no worker processes; its batch order is that consumed order.
+--world-size N > 1 trains data-parallel on N ranks (gloo processes under DDP for --impl
+torch, simulated ranks for --impl reference) with sharded checkpoints committed by record:
+parity/lab/runners/train_ranks.py, which refuses the options the N-rank run cannot take,
+and docs/distributed.md.
 The implementation is imported only when chosen: `--impl reference` never imports torch
 (unless it converts a torch checkpoint).
 """
@@ -147,6 +151,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="count non-finite values per step; stop at the first one (exit 3)")
     p.add_argument("--fault", action=_FaultAction, default=None, metavar="NAME",
                    help="seed a fault of the catalogue into the run ('list' lists them)")
+    p.add_argument("--fault-step", type=int_at_least(0), default=None, metavar="K",
+                   help=f"the step before which --fault is seeded (default {FAULT_STEP}); "
+                        "only with --fault")
     p.add_argument("--world-size", type=int_at_least(1), default=1, metavar="N",
                    help="train data-parallel on N ranks (default 1: this one process). N > 1: "
                         "--impl torch runs N gloo processes under DDP, --impl reference N "
@@ -161,9 +168,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "Refused with N > 1: --model gpt, fp8/mx precisions, --recompute, "
                         "--schedule other than constant, --horizon, --loader-workers, "
                         "--check-numerics, --fault, --device other than cpu")
-    p.add_argument("--fault-step", type=int_at_least(0), default=None, metavar="K",
-                   help=f"the step before which --fault is seeded (default {FAULT_STEP}); "
-                        "only with --fault")
 
 
 class _FaultAction(argparse.Action):
