@@ -56,6 +56,7 @@ def _resumed(impl: str, directory: Path, world_size: int) -> str:
     status, lines = drv.run_in_process(impl, directory, world_size)
     assert status == 0
     assert int(lines[0].split()[1]) > drv.EVERY, "guard: it resumed, not started afresh"
+    assert " skipped 0 " in lines[0], "guard: the first step after the resume is not skipped"
     assert not ckc.uncommitted(directory), "the killed save's directory was removed"
     return drv.digest(lines)
 
