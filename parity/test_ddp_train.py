@@ -12,6 +12,8 @@ kill points, and the command itself SIGKILLed, are slow.
 
 from __future__ import annotations
 
+import contextlib
+import io
 from pathlib import Path
 
 import numpy as np
@@ -20,8 +22,23 @@ import pytest
 from ckpt import commit as ckc
 from parity.compare import assert_claim
 from parity.drivers import ddp_train as drv
+from parity.lab.cli import main
 
 pytest.importorskip("torch.distributed.checkpoint")
+
+
+def run_in_process(impl: str, directory: Path, world_size: int) -> tuple[int, list[str]]:
+    """(exit status, stdout lines) of the command run by parity.lab.cli.main here."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        status = main(drv.argv(impl, directory, world_size))
+    return status, out.getvalue().strip().splitlines()
+
+
+def _kill_rank(directory: Path, world_size: int, victim: str) -> tuple[int, int]:
+    return drv.kill_until_hit(lambda after: drv.kill_torch_rank(
+        lambda: run_in_process("torch", directory, world_size)[0], directory, world_size,
+        victim, after), directory)
 
 
 def _assert_digest(actual: str, expected: str, context: str) -> None:
@@ -30,7 +47,7 @@ def _assert_digest(actual: str, expected: str, context: str) -> None:
 
 
 def _uninterrupted(impl: str, tmp: Path, world_size: int) -> str:
-    status, lines = drv.run_in_process(impl, tmp / f"uninterrupted-{impl}-{world_size}",
+    status, lines = run_in_process(impl, tmp / f"uninterrupted-{impl}-{world_size}",
                                        world_size)
     assert status == 0
     assert any(" skipped 1 " in line for line in lines), "guard: fp16 must skip a step"
@@ -48,12 +65,12 @@ def _check_left(directory: Path, hit: int | None, impl: str) -> None:
     assert not ckc.record_path(directory, hit).exists(), (
         f"the step-{hit} commit landed before the kill")
     assert ckc.uncommitted(directory) == [ckc.step_dir(directory, hit)]
-    record, skipped = ckc.newest(directory, "dcp" if impl == "torch" else "npy-records")
+    record, skipped = ckc.newest(directory, drv.payload(impl))
     assert record.step == hit - drv.EVERY and skipped == []
 
 
 def _resumed(impl: str, directory: Path, world_size: int) -> str:
-    status, lines = drv.run_in_process(impl, directory, world_size)
+    status, lines = run_in_process(impl, directory, world_size)
     assert status == 0
     assert int(lines[0].split()[1]) > drv.EVERY, "guard: it resumed, not started afresh"
     assert " skipped 0 " in lines[0], "guard: the first step after the resume is not skipped"
@@ -69,8 +86,7 @@ def test_a_rank_killed_during_a_save_resumes_to_the_uninterrupted_digest(
     command fails naming the rank, the previous commit stands, and --resume ends with the
     uninterrupted digest."""
     directory = tmp_path / "killed"
-    status, hit = drv.kill_until_hit(
-        lambda after: drv.kill_torch_rank(directory, 2, victim, after), directory)
+    status, hit = _kill_rank(directory, 2, victim)
     assert status == 1, status
     _check_left(directory, hit, "torch")
     _assert_digest(_resumed("torch", directory, 2), torch_2, f"{victim} killed at {hit}")
@@ -89,8 +105,7 @@ def test_every_world_size_and_tree_resumes_a_killed_save_to_the_uninterrupted_di
     expected = _uninterrupted(impl, tmp_path, world_size)
     directory = tmp_path / "killed"
     if impl == "torch":
-        status, hit = drv.kill_until_hit(
-            lambda after: drv.kill_torch_rank(directory, world_size, victim, after), directory)
+        status, hit = _kill_rank(directory, world_size, victim)
         assert status == 1
     else:
         status, hit = drv.kill_until_hit(

@@ -4,6 +4,7 @@ directory, committed by a record (NOTE [ A checkpoint exists when its commit rec
 in ckpt/commit.py):
 
     parent/step-<step>/rank-<r>.ckpt     rank r's whole state, a flat dict of arrays
+    parent/step-<step>/config.json       the run's configuration, if given (train --world-size)
     parent/COMMITTED-<step>.json         step, world size, payload, each file's size, SHA-256
 
 save_sharded:

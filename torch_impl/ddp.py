@@ -15,7 +15,8 @@ Jobs: `allreduce_job` (dist.all_reduce of seeded tensors), `train_job` (DDP trai
 steps), `fault_job` (a rank raises, is SIGKILLed, or hangs: for the reliability tests); a
 job made in another file names the module whose `run(job, rank, group)` runs it
 (job["runner"]: torch_impl.ddp_scaler's scaler jobs, torch_impl.sharded_ckpt's checkpoint
-jobs, which build on `replica` and `batches`).
+jobs, torch_impl.ddp_train's `train --world-size N` ranks, which build on `replica` and
+`batches`).
 Any failing rank ends the whole launch with DDPError naming the rank; nothing outlives it.
 """
 

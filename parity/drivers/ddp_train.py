@@ -2,7 +2,7 @@
 ddp.cli_kill_resume compares (parity/test_ddp_train.py).
 
 A torch rank is a process of its own, so a rank is killed while the command runs in this
-process (`main` in a thread: its launch then fails, and this process reads what it left);
+process (the test's parity.lab.cli.main in a thread: its launch then fails);
 the reference's ranks live in the command's process, so that process is started and killed.
 A kill lands at a point of a save, found by watching the checkpoint directory: `victim`
 "rank" is SIGKILLed once the last rank's file of the targeted step appears (rank N-1 has
@@ -16,7 +16,6 @@ step they hit, and the caller checks that its record is absent.
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import signal
 import subprocess
@@ -27,7 +26,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ckpt import commit as ckc
-from parity.lab.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS, EVERY = 10, 2  # saves at 2, 4, ..., 10: the kills aim at 4 (6, 8 if too late)
@@ -48,12 +46,13 @@ def argv(impl: str, directory: Path, world_size: int, steps: int = STEPS) -> lis
             *OPTIONS]
 
 
-def run_in_process(impl: str, directory: Path, world_size: int) -> tuple[int, list[str]]:
-    """(exit status, stdout lines) of the command run by parity.lab.cli.main here."""
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-        status = main(argv(impl, directory, world_size))
-    return status, out.getvalue().strip().splitlines()
+def payload(impl: str) -> str:
+    """The payload of `impl`'s commit records (torch is imported only when asked for)."""
+    if impl == "torch":
+        from torch_impl import ddp_train
+    else:
+        from reference import ddp_train  # type: ignore[no-redef]
+    return ddp_train.PAYLOAD
 
 
 def digest(lines: list[str]) -> str:
@@ -127,14 +126,14 @@ def descendants(root: int) -> dict[int, str]:
     return found
 
 
-def kill_torch_rank(directory: Path, world_size: int, victim: str, after: int = EVERY,
-                    timeout: float = 120.0) -> tuple[int, int | None]:
-    """Run the torch command here and SIGKILL a rank at `victim`'s point of a save; returns
-    (the command's exit status, the step whose save was hit, or None if none was)."""
+def kill_torch_rank(command: Callable[[], int], directory: Path, world_size: int, victim: str,
+                    after: int = EVERY, timeout: float = 120.0) -> tuple[int, int | None]:
+    """Run the torch command (`command()`: its argv run in this process, returning the exit
+    status) in a thread and SIGKILL a rank at `victim`'s point of a save; returns (the exit
+    status, the step whose save was hit, or None if none was)."""
     rank = world_size - 1 if victim == "rank" else 0
     result: list[int] = []
-    thread = threading.Thread(target=lambda: result.append(
-        run_in_process("torch", directory, world_size)[0]), daemon=True)
+    thread = threading.Thread(target=lambda: result.append(command()), daemon=True)
     thread.start()
     hit = _await_save(directory, _marker("torch", victim, world_size), after,
                       thread.is_alive, timeout)
