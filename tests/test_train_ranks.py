@@ -96,8 +96,10 @@ def test_the_single_process_commands_directory_and_the_other_trees_are_refused(
     assert status == 2 and "single-process checkpoints" in err and "--world-size 1" in err
     ranks = tmp_path / "ranks"
     assert _train(ranks)[0] == 0
-    status, _, err = _train(ranks, "--resume", world_size=1)  # and the other way round
-    assert status == 2, err
+    status, _, err = _train(ranks, world_size=1)  # and the other way round
+    assert status == 2 and "holds commit records" in err, err
+    status, lines, err = _train(ranks, "--resume", steps=6, world_size=1)  # on one rank
+    assert status == 0 and lines[0].startswith("step 5 ") and "resharded to 1" in err, err
     before = sorted(p.name for p in ranks.iterdir())
     status, _, err = _train(ranks, "--resume", impl="torch")  # refused before any rank starts
     assert status == 2 and "payload 'npy-records' (--impl reference's)" in err, err

@@ -50,7 +50,8 @@ reference has no worker processes; its batch order is that consumed order.
 --world-size N > 1 trains data-parallel on N ranks (gloo processes under DDP for --impl
 torch, simulated ranks for --impl reference) with sharded checkpoints committed by record:
 parity/lab/runners/train_ranks.py, which refuses the options the N-rank run cannot take,
-and docs/distributed.md.
+and docs/distributed.md. --resume in a directory of commit records continues them at any
+--world-size, 1 included (then one rank: a one-process launch, or one simulated rank).
 The implementation is imported only when chosen: `--impl reference` never imports torch
 (unless it converts a torch checkpoint).
 """
@@ -163,7 +164,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "at the same N ends bit for bit as the uninterrupted run; at another N "
                         "it reshards: parameters, momentum, loss scale and data position as "
                         "saved, every rank's random stream re-derived from the seed, and the "
-                        "steps after are an N-rank run's, not the old one's. The trees' "
+                        "steps after are an N-rank run's, not the old one's (N = 1 resumes "
+                        "such a directory on one rank). The trees' "
                         "digests differ (their local gradients do, in the last bits). "
                         "Refused with N > 1: --model gpt, fp8/mx precisions, --recompute, "
                         "--schedule other than constant, --horizon, --loader-workers, "
@@ -249,14 +251,16 @@ def run(args: argparse.Namespace) -> int:
     """Run the training command; return the exit status. The configuration is settled by
     `configuration` inside train(), which builds the one Run (refusing a recompute spec the
     model cannot take) and, on --resume, loads the chosen checkpoint into it."""
-    if args.world_size > 1:  # N ranks: their own options, directory and trees
-        from parity.lab.runners import train_ranks
+    committed = os.path.isdir(args.checkpoint_dir) and any(
+        n.startswith("COMMITTED-") for n in os.listdir(args.checkpoint_dir))
+    if args.world_size > 1 or (committed and (args.resume or args.resume_strict)):
+        from parity.lab.runners import train_ranks  # N ranks (or 1, resuming N's commits)
 
         return train_ranks.run(args)
-    if os.path.isdir(args.checkpoint_dir) and any(
-            n.startswith("COMMITTED-") for n in os.listdir(args.checkpoint_dir)):
+    if committed:
         raise UsageError(f"{args.checkpoint_dir} holds commit records of an N-rank run "
-                         "(--world-size N continues them): choose another directory")
+                         "(--world-size N --resume continues them, N = 1 included): choose "
+                         "another directory")
     if args.fault is None and args.fault_step is not None:
         raise UsageError(f"--fault-step {args.fault_step} places a seeded fault: it needs "
                          "--fault NAME (--fault list shows them)")
