@@ -53,6 +53,7 @@ _RECORD = re.compile(r"COMMITTED-(\d{8})\.json")
 _STEP_DIR = re.compile(r"step-(\d{8})")
 _NAME = re.compile(r"\.?[A-Za-z0-9_][A-Za-z0-9_.-]*")  # a plain name: no separator, no ".."
 _CHUNK = 1 << 20
+CONFIG = "config.json"  # the run's configuration, beside the ranks' files (write_config)
 
 
 def rank_seed(seed: int, rank: int, step: int) -> int:
@@ -275,6 +276,36 @@ def newest(parent: str | os.PathLike, payload: str) -> tuple[Commit, list[str]]:
         return record, skipped
     detail = "; ".join(skipped) if skipped else "no COMMITTED-<step>.json in it"
     raise CheckpointDirectoryError(f"{parent}: no committed sharded checkpoint ({detail})")
+
+
+def write_config(directory: str | os.PathLike, config: dict[str, Any]) -> FileEntry:
+    """Write the run's configuration as `directory`/config.json (plain JSON, sorted keys,
+    by the atomic write) and record it: the commit record lists it beside the ranks' files,
+    so a resume reads the configuration it continues only after its digest verified."""
+    path = Path(directory) / CONFIG
+    body = json.dumps(config, sort_keys=True).encode() + b"\n"
+    atomic_write(path, lambda out: write_all(out.fd, memoryview(body)))
+    return file_entry(directory, CONFIG)
+
+
+def read_config(record: Commit) -> dict[str, Any] | None:
+    """The configuration a verified record's step directory holds (None: it lists none);
+    CheckpointCorruptError if it is not a JSON object."""
+    if CONFIG not in {f.name for f in record.files}:
+        return None
+    fd = _open_regular(record.directory / CONFIG, f"checkpoint {record.directory}")
+    try:
+        raw = os.read(fd, MAX_RECORD_BYTES + 1)
+    finally:
+        os.close(fd)
+    try:
+        config = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointCorruptError(f"checkpoint {record.directory}: {CONFIG} is not JSON "
+                                     f"({e})") from None
+    if not isinstance(config, dict):
+        raise CheckpointCorruptError(f"checkpoint {record.directory}: {CONFIG} is not an object")
+    return config
 
 
 def uncommitted(parent: str | os.PathLike) -> list[Path]:

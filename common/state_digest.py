@@ -53,3 +53,26 @@ def state_digest(state: Mapping[str, Any], as_array: AsArray) -> str:
     h.update(_record("data/epoch", int(state["data"]["epoch"]), as_array))
     h.update(_record("data/position", int(state["data"]["position"]), as_array))
     return h.hexdigest()
+
+
+def sharded_state_digest(state: Mapping[str, Any], as_array: AsArray) -> str:
+    """state_digest of one rank's flat sharded state (the table in torch_impl/sharded_ckpt.py),
+    put in the canonical order: model/<name> as the model's entries, optim/momentum/<i> as
+    parameter i's "momentum_buffer", scaler/scale and scaler/growth_tracker as the scaler's
+    plain values "scale" (a float) and "_growth_tracker" (an int), data/epoch and
+    data/position. As in state_digest, the step, the skipped count and the random streams
+    are not in it."""
+
+    def scalar(key: str) -> Any:
+        return np.asarray(as_array(state[key])).item()
+
+    optimizer = {int(k.rsplit("/", 1)[1]): {"momentum_buffer": v} for k, v in state.items()
+                 if k.startswith("optim/momentum/")}
+    nested = {"model": {k.removeprefix("model/"): v for k, v in state.items()
+                        if k.startswith("model/")},
+              "optimizer": {"state": optimizer},
+              "scaler": {"scale": float(scalar("scaler/scale")),
+                         "_growth_tracker": int(scalar("scaler/growth_tracker"))},
+              "data": {"epoch": int(scalar("data/epoch")),
+                       "position": int(scalar("data/position"))}}
+    return state_digest(nested, as_array)

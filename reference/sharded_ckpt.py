@@ -4,6 +4,7 @@ directory, committed by a record (NOTE [ A checkpoint exists when its commit rec
 in ckpt/commit.py):
 
     parent/step-<step>/rank-<r>.ckpt     rank r's whole state, a flat dict of arrays
+    parent/step-<step>/config.json       the run's configuration, if given (train --world-size)
     parent/COMMITTED-<step>.json         step, world size, payload, each file's size, SHA-256
 
 save_sharded:
@@ -42,10 +43,11 @@ from reference import resume
 PAYLOAD = resume.PAYLOAD  # "npy-records"
 
 
-def save_sharded(parent: str | os.PathLike, step: int,
-                 states: Sequence[Mapping[str, Any]]) -> Path:
+def save_sharded(parent: str | os.PathLike, step: int, states: Sequence[Mapping[str, Any]],
+                 config: dict[str, Any] | None = None) -> Path:
     """Write every simulated rank's state (states[r]) and commit; returns the step
-    directory. CheckpointDirectoryError if step-<step> exists."""
+    directory. CheckpointDirectoryError if step-<step> exists. `config`: the run's
+    configuration, as config.json listed in the record (ckpt.commit.write_config)."""
     if not states:
         raise ValueError("save_sharded: at least one rank's state")
     directory = ckc.make_fresh(parent, step)
@@ -54,6 +56,8 @@ def save_sharded(parent: str | os.PathLike, step: int,
         name = f"rank-{r}.ckpt"
         resume.save_checkpoint(directory / name, state)
         entries.append(ckc.file_entry(directory, name))
+    if config is not None:
+        entries.append(ckc.write_config(directory, config))
     ckc.commit(parent, step, len(states), PAYLOAD, entries)
     return directory
 
@@ -70,7 +74,7 @@ def load_sharded(parent: str | os.PathLike, world_size: int, seed: int
     if not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"load_sharded: world_size must be an int >= 1, got {world_size!r}")
     record, _ = ckc.newest(parent, PAYLOAD)
-    names = {f.name for f in record.files}
+    names = {f.name for f in record.files} - {ckc.CONFIG}
     expected = {f"rank-{r}.ckpt" for r in range(record.world_size)}
     if names != expected:
         raise resume.CheckpointCorruptError(f"commit record {record.path}: files {sorted(names)}"

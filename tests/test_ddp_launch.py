@@ -69,3 +69,16 @@ def test_bad_jobs_are_refused_before_any_process_starts() -> None:
         ddp.train_job(TrainConfig(optimizer="SGD", batch_size=10, num_samples=40), 1, 3)
     with pytest.raises(ValueError, match="how must be"):
         ddp.fault_job(0, "explode", 2)
+
+
+def test_a_job_that_cannot_start_surfaces_its_own_error() -> None:
+    """A job the forkserver cannot pickle fails in Process.start: that error is the one raised
+    (not the finally clause's "can only join a started process"), and nothing is left."""
+    import multiprocessing
+    import pickle
+
+    job = {**ddp.fault_job(0, "raise", 2), "unpicklable": lambda: None}
+    with pytest.raises((pickle.PicklingError, AttributeError, TypeError)) as failure:
+        ddp.launch([job], 2)
+    assert "pickle" in str(failure.value).lower(), failure.value
+    assert multiprocessing.active_children() == []

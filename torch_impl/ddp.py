@@ -15,7 +15,8 @@ Jobs: `allreduce_job` (dist.all_reduce of seeded tensors), `train_job` (DDP trai
 steps), `fault_job` (a rank raises, is SIGKILLed, or hangs: for the reliability tests); a
 job made in another file names the module whose `run(job, rank, group)` runs it
 (job["runner"]: torch_impl.ddp_scaler's scaler jobs, torch_impl.sharded_ckpt's checkpoint
-jobs, which build on `replica` and `batches`).
+jobs, torch_impl.ddp_train's `train --world-size N` ranks, which build on `replica` and
+`batches`).
 Any failing rank ends the whole launch with DDPError naming the rank; nothing outlives it.
 """
 
@@ -103,14 +104,16 @@ def launch(jobs: list[dict[str, Any]], world_size: int, timeout: float = 60.0,
         args = (world_size, tmp, jobs, collective_timeout, backend)
         procs = [ctx.Process(target=_worker, args=(r, *args), daemon=True)
                  for r in range(world_size)]
+        started = []  # a start that raised (a job that cannot be pickled) leaves the rest
         try:
             for p in procs:
                 p.start()
+                started.append(p)
             _wait(procs, Path(tmp), timeout)
             return [torch.load(Path(tmp) / f"rank{r}.pt", weights_only=True)
                     for r in range(world_size)]
-        finally:
-            for p in procs:
+        finally:  # only a started process can be joined: the error above stays the one seen
+            for p in started:
                 if p.is_alive():
                     p.kill()
                 p.join(10)
@@ -124,7 +127,7 @@ def _context() -> Any:
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(["torch", "torch._dynamo", "torch_impl.ddp",
                                 "torch_impl.ddp_scaler", "torch_impl.fsdp",
-                                "torch_impl.sharded_ckpt"])
+                                "torch_impl.sharded_ckpt", "torch_impl.ddp_train"])
     return ctx
 
 

@@ -94,10 +94,13 @@ class _Writer(FileSystemWriter):
 
 
 def save_sharded(parent: str | os.PathLike, step: int, state: Mapping[str, torch.Tensor],
-                 rank: int, group: Any = None, fault: tuple[str, int] | None = None) -> Path:
+                 rank: int, group: Any = None, fault: tuple[str, int] | None = None,
+                 config: dict[str, Any] | None = None) -> Path:
     """Every rank of `group` calls this with its state: DCP writes step-<step> (fresh), each
     rank records its file's size and SHA-256, rank 0 commits; returns the step directory.
-    `fault` (one of FAULTS, rank): that rank is SIGKILLed there (the kill tests)."""
+    `fault` (one of FAULTS, rank): that rank is SIGKILLed there (the kill tests).
+    `config`: the run's configuration, written by rank 0 as config.json and listed in the
+    record (ckpt.commit.write_config)."""
     if any(not isinstance(v, torch.Tensor) for v in state.values()):
         raise TypeError("save_sharded: every entry must be a tensor (anything else DCP "
                         "pickles, and loading would unpickle it)")
@@ -120,6 +123,8 @@ def save_sharded(parent: str | os.PathLike, step: int, state: Mapping[str, torch
         if fault == ("before_commit", 0):
             os.kill(os.getpid(), signal.SIGKILL)
         files = [e for es in gathered for e in es] + [ckc.file_entry(directory, ".metadata")]
+        if config is not None:
+            files.append(ckc.write_config(directory, config))
         ckc.commit(parent, step, len(gathered), PAYLOAD, files)
     if not _no_dist():
         dist.barrier(group=group)

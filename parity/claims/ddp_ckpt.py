@@ -88,4 +88,27 @@ CKPT_CLAIMS: tuple[Claim, ...] = (
             "neither tree resumes the other's files."
         ),
     ),
+    Claim(
+        id="ddp.cli_kill_resume",
+        statement=(
+            "`python -m parity train --world-size N` (fp16 with skipped steps, dropout from "
+            "every rank's own stream, a commit every 2 steps) SIGKILLed during a save (the "
+            "last rank once its share appears, or the coordinator once the step directory "
+            "holds all but the commit record) and rerun with --resume prints the state "
+            "digest of the run that was not killed: both trees, world sizes 2, 3 and 4 (the "
+            "default run: torch, 2 ranks; the rest are slow tests)."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "The killed save is no checkpoint (ddp.ckpt_kill: NOTE [ A checkpoint exists "
+            "when its commit record does ]) and the previous commit holds every entry a step "
+            "reads (ddp.ckpt_resume's table plus the skipped count), each rank's own stream "
+            "included; a resumed torch rank rebuilds DDP's buckets before its first step "
+            "(NOTE [ DDP's buckets after a resume ] in torch_impl/ddp_train.py), so from "
+            "three ranks on the ring sums every element in the uninterrupted run's order; "
+            "the rest is the same deterministic arithmetic on the same inputs, and the "
+            "digest is a function of the final bits."
+        ),
+    ),
 )

@@ -6,7 +6,7 @@
         [--precision P] [--recompute SPEC] [--seed S] [--dropout P]
         [--schedule S] [--horizon H] [--init-scale S] [--growth-interval G]
         [--device D] [--loader-workers N] [--quiet] [--check-numerics]
-        [--fault NAME|list] [--fault-step K]
+        [--fault NAME|list] [--fault-step K] [--world-size N]
 
 Prints one line per step (step, loss, loss scale, skipped steps) and, as its LAST line,
 `state-sha256: <64 hex digits>`: train.state_digest of the final state (NOTE [ Canonical
@@ -47,6 +47,11 @@ written for; the other model's is refused) before step --fault-step.
 on cpu): a checkpoint still records the consumed position (NOTE [ Consumed position ] in
 reference/data.py), so a killed run resumes to the digest of 0 workers, with any N. The
 reference has no worker processes; its batch order is that consumed order.
+--world-size N > 1 trains data-parallel on N ranks (gloo processes under DDP for --impl
+torch, simulated ranks for --impl reference) with sharded checkpoints committed by record:
+parity/lab/runners/train_ranks.py, which refuses the options the N-rank run cannot take,
+and docs/distributed.md. --resume in a directory of commit records continues them at any
+--world-size, 1 included (then one rank: a one-process launch, or one simulated rank).
 The implementation is imported only when chosen: `--impl reference` never imports torch
 (unless it converts a torch checkpoint).
 """
@@ -123,8 +128,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int_at_least(0), default=0, help="in [0, 2^32)")
     p.add_argument("--dropout", type=finite_float(low=0.0, high=1.0, high_open=True),
                    default=0.0, help="in [0, 1) (default 0)")
-    p.add_argument("--schedule", choices=("constant", "cosine", "step"), default="cosine",
-                   help="LR schedule over the horizon (default cosine)")
+    p.add_argument("--schedule", choices=("constant", "cosine", "step"), default=None,
+                   help="LR schedule over the horizon (default cosine; with --world-size N > "
+                        "1 constant, the only one it takes)")
     p.add_argument("--horizon", type=int_at_least(1), default=None, metavar="H",
                    help="the LR schedule's length in steps (default: --steps, or on --resume "
                         "the horizon the run started with); part of the configuration")
@@ -149,6 +155,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fault-step", type=int_at_least(0), default=None, metavar="K",
                    help=f"the step before which --fault is seeded (default {FAULT_STEP}); "
                         "only with --fault")
+    p.add_argument("--world-size", type=int_at_least(1), default=1, metavar="N",
+                   help="train data-parallel on N ranks (default 1: this one process). N > 1: "
+                        "--impl torch runs N gloo processes under DDP, --impl reference N "
+                        "simulated ranks; the MLP, SGD (momentum 0.9) at a constant lr, a "
+                        "global batch of 24 rows split r::N (N divides 24), fp32/bf16/fp16; a "
+                        "sharded checkpoint (commit record) each --checkpoint-every. --resume "
+                        "at the same N ends bit for bit as the uninterrupted run; at another N "
+                        "it reshards: parameters, momentum, loss scale and data position as "
+                        "saved, every rank's random stream re-derived from the seed, and the "
+                        "steps after are an N-rank run's, not the old one's (N = 1 resumes "
+                        "such a directory on one rank). The trees' "
+                        "digests differ (their local gradients do, in the last bits). "
+                        "Refused with N > 1: --model gpt, fp8/mx precisions, --recompute, "
+                        "--schedule other than constant, --horizon, --loader-workers, "
+                        "--check-numerics, --fault, --device other than cpu")
 
 
 class _FaultAction(argparse.Action):
@@ -219,7 +240,7 @@ def configuration(args: argparse.Namespace, impl: Any
                              "schedule (start a new one with a longer --horizon)")
         return impl.TrainConfig(seed=args.seed, model=args.model, precision=args.precision,
                                 recompute=args.recompute, dropout=args.dropout,
-                                schedule=args.schedule, horizon=horizon,
+                                schedule=args.schedule or "cosine", horizon=horizon,
                                 init_scale=args.init_scale,
                                 growth_interval=args.growth_interval)
 
@@ -230,6 +251,16 @@ def run(args: argparse.Namespace) -> int:
     """Run the training command; return the exit status. The configuration is settled by
     `configuration` inside train(), which builds the one Run (refusing a recompute spec the
     model cannot take) and, on --resume, loads the chosen checkpoint into it."""
+    committed = os.path.isdir(args.checkpoint_dir) and any(
+        n.startswith("COMMITTED-") for n in os.listdir(args.checkpoint_dir))
+    if args.world_size > 1 or (committed and (args.resume or args.resume_strict)):
+        from parity.lab.runners import train_ranks  # N ranks (or 1, resuming N's commits)
+
+        return train_ranks.run(args)
+    if committed:
+        raise UsageError(f"{args.checkpoint_dir} holds commit records of an N-rank run "
+                         "(--world-size N --resume continues them, N = 1 included): choose "
+                         "another directory")
     if args.fault is None and args.fault_step is not None:
         raise UsageError(f"--fault-step {args.fault_step} places a seeded fault: it needs "
                          "--fault NAME (--fault list shows them)")

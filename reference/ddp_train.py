@@ -1,0 +1,167 @@
+"""`python -m parity train --world-size N`: the MLP trained data-parallel over N ranks, with a
+sharded checkpoint every K steps and resume from the newest commit. This tree runs the N
+ranks simulated in one process (reference/ddp.py's ddp_step) and saves them with
+reference/sharded_ckpt.py; torch_impl/ddp_train.py runs the same run in N gloo processes
+under DistributedDataParallel, saved with DCP.
+
+The run (both trees):
+
+    config: model "mlp", optimizer "SGD" (momentum 0.9) at a constant lr, a global batch of
+            batch_size rows of which rank r trains on rows r::N (reference.ddp.shard);
+            precision fp32 | bf16 | fp16 (autocast; fp16 with a GradScaler per rank)
+    init:   every rank's weights from the seed (the same), then rank r's dropout stream
+            seeded rank_seed(seed, r, 0) (ckpt/commit.py)
+    step:   ddp_step: each rank's local backward on its rows, DDP's reducer (buckets in
+            parameter order at the run's step 1, rebuilt in the ready order after it; NOTE
+            [ DDP's buckets after a resume ] in torch_impl/ddp_train.py), each rank's
+            optimizer phase (unscale, step unless inf/NaN, update)
+    save:   at every K-th step and the last, every rank's state (the table in
+            torch_impl/sharded_ckpt.py, plus "skipped") and config.json, then the commit
+            record; the newest --keep commits are kept (ckpt.commit_policy.prune)
+    resume: from the newest verified commit: at the same N every rank's own state, at
+            another N rank 0's replicated entries with every stream re-derived from
+            rank_seed(seed, rank, step) (NOTE [ Resharding a DDP checkpoint ])
+    digest: common.state_digest.sharded_state_digest of rank 0's final state; every rank's
+            must be the same (DDP keeps the replicas equal), else the run fails
+
+What is exact: a run killed at any moment and resumed at the same N ends with the
+uninterrupted run's digest (every entry a step reads is saved; the buckets after a resume
+are the uninterrupted run's). A resume at another N continues from the saved state, but
+its steps are an N' run's (a mean over N' shards rounds otherwise), so its digest is not
+the N run's. The two trees' digests differ, as the single-process runs' do: their local
+gradients differ in the last bits (claims nn.linear, ddp.own_reduced); what the claims hold
+bit-equal across the trees (ddp.params) replays the torch ranks' local gradients.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ckpt import commit_policy
+from ckpt.policy import due
+from common.state_digest import sharded_state_digest
+from common.train_config import OPTIMIZERS, TrainConfig
+from reference import ddp as rddp
+from reference import loss_scaling, optim
+from reference import sharded_ckpt as sharded
+from reference.nn import Module
+from reference.state_digest import as_array
+from reference.train_models import batch_of, build
+
+PAYLOAD = sharded.PAYLOAD
+
+
+@dataclass(frozen=True)
+class Result:
+    """What the run ended with: the step, rank 0's state digest (every rank's is checked to
+    be the same), the skipped steps in all."""
+
+    step: int
+    digest: str
+    skipped: int
+
+
+@dataclass
+class Rank:
+    """One simulated rank: its model, optimizer, scaler and random stream."""
+
+    model: Module
+    optimizer: optim.SGD
+    scaler: loss_scaling.GradScaler
+    rng: np.random.Generator
+
+
+def _rank(c: TrainConfig, rank: int) -> tuple[Rank, Any]:
+    """Rank `rank` of a run of `c` and its parts (build's: the loader of the global batch)."""
+    rng = np.random.default_rng(c.seed)  # the weights: the same on every rank
+    parts = build(c, rng)
+    rng.bit_generator.state = sharded.rank_stream(c.seed, rank, 0)  # its dropout stream
+    opt = optim.SGD(parts.model.parameters(), lr=c.lr, **OPTIMIZERS["SGD"])
+    scaler = loss_scaling.make_scaler(c.precision, init_scale=c.init_scale,
+                                      growth_interval=c.growth_interval)
+    return Rank(parts.model, opt, scaler, rng), parts
+
+
+def rank_state(r: Rank, sampler: Any, step: int, skipped: int, rank: int) -> dict[str, Any]:
+    """Rank `rank`'s saved state: torch_impl/sharded_ckpt.py's table, plus "skipped"."""
+    state: dict[str, Any] = {f"model/{k}": v for k, v in r.model.state_dict().items()}
+    for i, p in enumerate(r.model.parameters()):
+        buf = r.optimizer.state.get(p, {}).get("momentum_buffer")
+        state[f"optim/momentum/{i}"] = np.zeros_like(p.data) if buf is None else buf.copy()
+    state["scaler/scale"] = np.float64(r.scaler.get_scale())
+    state["scaler/growth_tracker"] = np.int64(r.scaler._get_growth_tracker())
+    state["data/epoch"] = np.int64(sampler.epoch)
+    state["data/position"] = np.int64(sampler.position)
+    state["step"] = np.int64(step)
+    state["skipped"] = np.int64(skipped)
+    state[f"rng/rank{rank}"] = r.rng.bit_generator.state
+    return state
+
+
+def _apply(state: dict[str, Any], r: Rank, rank: int) -> None:
+    """Rank `rank`'s objects set from its loaded state (the data position: _run's sampler)."""
+    r.model.load_state_dict({k.removeprefix("model/"): v for k, v in state.items()
+                             if k.startswith("model/")})
+    for i, p in enumerate(r.model.parameters()):
+        r.optimizer.state[p] = {"momentum_buffer": np.array(state[f"optim/momentum/{i}"])}
+    sd = r.scaler.state_dict()
+    if sd:
+        sd.update(scale=float(state["scaler/scale"]),
+                  _growth_tracker=int(state["scaler/growth_tracker"]))
+        r.scaler.load_state_dict(sd)
+    r.rng.bit_generator.state = state[f"rng/rank{rank}"]
+
+
+def _batches(c: TrainConfig, loader: Any) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The loader's global batches, epoch after epoch (torch_impl.ddp.batches)."""
+    while True:
+        for item in loader:
+            yield batch_of(c, item)
+
+
+def train(config: TrainConfig, steps: int, world_size: int, directory: str | Path,
+          every: int, *, keep: int, start: commit_policy.Start,
+          log: Callable[[str], None]) -> Result:
+    """Run the N-rank training (the module docstring) from `start` (ckpt.commit_policy's
+    decision, taken before) to `steps`."""
+    c, ws = config, world_size
+    ranks, parts = zip(*(_rank(c, r) for r in range(ws)), strict=True)
+    sampler, loader, loss_fn = parts[0].sampler, parts[0].loader, parts[0].loss_fn
+    step = skipped = 0
+    if start.record is not None:
+        record, states = sharded.load_sharded(directory, ws, c.seed)
+        if record.step != start.record.step:
+            raise RuntimeError(f"{directory}: its newest commit is step {record.step}, the "
+                               f"command chose step {start.record.step} (changed since?)")
+        for rank, (r, state) in enumerate(zip(ranks, states, strict=True)):
+            _apply(state, r, rank)
+        sampler.load_state_dict({**sampler.state_dict(), "epoch": int(states[0]["data/epoch"]),
+                                 "position": int(states[0]["data/position"])})
+        step, skipped = int(states[0]["step"]), int(states[0]["skipped"])
+    data = _batches(c, loader)  # from the sampler's (restored) position
+    models = [r.model for r in ranks]
+    while step < steps:
+        x, y = next(data)
+        record = rddp.ddp_step(models, loss_fn, [r.optimizer for r in ranks],
+                               [r.scaler for r in ranks], x, y, step=min(step + 1, 2),
+                               precision=c.precision)
+        skip = record.results[0].skipped
+        step, skipped = step + 1, skipped + int(skip)
+        mean = sum(np.float64(res.loss) for res in record.results) / ws
+        log(f"step {step} loss {float(mean):.6g} scale {record.results[0].scale:g} "
+            f"skipped {int(skip)} (total {skipped})")
+        if due(step, steps, every):
+            sharded.save_sharded(directory, step, [rank_state(r, sampler, step, skipped, i)
+                                                   for i, r in enumerate(ranks)],
+                                 config=c.to_dict())
+            commit_policy.prune(directory, keep)
+    digests = [sharded_state_digest(rank_state(r, sampler, step, skipped, i), as_array)
+               for i, r in enumerate(ranks)]
+    if len(set(digests)) != 1:
+        raise RuntimeError(f"ddp: the ranks end in different states: digests {digests}")
+    return Result(step, digests[0], skipped)

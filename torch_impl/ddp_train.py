@@ -1,0 +1,195 @@
+"""`python -m parity train --world-size N --impl torch`: N gloo processes train the MLP under
+DistributedDataParallel, with a sharded checkpoint (torch_impl/sharded_ckpt.py: DCP into a
+fresh step directory, committed by ckpt.commit) every K steps, and resume from the newest
+commit. See reference/ddp_train.py for the run both trees train and what is exact; this
+file says only how the engine runs it.
+
+What the engine adds:
+- Each rank is a process of torch_impl.ddp.launch (forkserver, a FileStore rendezvous,
+  gloo on the loopback); rank r names itself `mtrain-rank<r>` (/proc/self/comm, what `ps`
+  shows) and ends at its next step once the process that launched it is gone (a SIGKILLed
+  command leaves no rank behind writing checkpoints).
+- nn.Dropout draws from torch's default CPU generator: each rank seeds its own from
+  rank_seed(seed, rank, 0), and that generator's state is the rank's rng/rank<r>.
+- NOTE [ DDP's buckets after a resume ]: DDP rebuilds its buckets after its first backward
+  (NOTE [ DDP's reducer ] 1-2 in reference/ddp.py), and a resumed run builds a new DDP. Its
+  first step would reduce in the parameter-order bucket that the uninterrupted run used only
+  at step 1, and from three ranks on the ring's chunks then sum some elements in another
+  order. So a resumed rank first runs one backward on zero inputs, dropout stream saved and
+  restored, gradients dropped (no optimizer step, no scaler): its buckets are then rebuilt
+  in the ready order before the first real step, as the uninterrupted run's are.
+The parent tails rank 0's step lines from a file in a temporary directory and hands them to
+`log` as they come.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from ckpt import commit as ckc
+from ckpt import commit_policy
+from ckpt.policy import due
+from common.state_digest import sharded_state_digest
+from common.train_config import TrainConfig
+from torch_impl import amp, loss_scaling
+from torch_impl import ddp as tddp
+from torch_impl import sharded_ckpt as sc
+from torch_impl.state_digest import as_array
+
+PAYLOAD = sc.PAYLOAD
+
+
+@dataclass(frozen=True)
+class Result:
+    """What the run ended with: the step, rank 0's state digest (every rank's is checked to
+    be the same), the skipped steps in all."""
+
+    step: int
+    digest: str
+    skipped: int
+
+
+def train(config: TrainConfig, steps: int, world_size: int, directory: str | Path,
+          every: int, *, keep: int, start: commit_policy.Start,
+          log: Callable[[str], None], collective_timeout: float = 30.0) -> Result:
+    """Run the N-rank training (the module docstring) from `start` (ckpt.commit_policy's
+    decision, taken before) to `steps`; tddp.DDPError if a rank fails."""
+    job = {"kind": "cli-train", "runner": __name__, "config": config.to_dict(),
+           "steps": steps, "world_size": world_size, "directory": str(directory),
+           "every": every, "keep": keep,
+           "resume": None if start.record is None else start.record.step}
+    with tempfile.TemporaryDirectory(prefix="mirrortrain-train-") as tmp:
+        job["log"] = str(Path(tmp) / "rank0.log")
+        Path(job["log"]).touch()
+        stop = threading.Event()
+        tail = threading.Thread(target=_tail, args=(Path(job["log"]), log, stop), daemon=True)
+        tail.start()
+        try:
+            results = tddp.launch([job], world_size, timeout=math.inf,
+                                  collective_timeout=collective_timeout)
+        finally:
+            stop.set()
+            tail.join()
+    digests = [r[0]["digest"] for r in results]
+    if len(set(digests)) != 1:
+        raise tddp.DDPError(f"ddp: the ranks end in different states: digests {digests}")
+    first = results[0][0]
+    return Result(first["step"], digests[0], first["skipped"])
+
+
+def _tail(path: Path, log: Callable[[str], None], stop: threading.Event) -> None:
+    """Hand each complete line rank 0 appends to `path` to `log`, until `stop` and EOF."""
+    with path.open(encoding="utf-8") as f:
+        pending = ""
+        while True:
+            done = stop.is_set()  # read once more after the launch ended
+            pending += f.read()
+            *lines, pending = pending.split("\n")
+            for line in lines:
+                log(line)
+            if done:
+                return
+            time.sleep(0.02)
+
+
+def _name(rank: int) -> None:
+    try:  # Linux: what ps and /proc/<pid>/comm show (the kill tests find ranks by it)
+        Path("/proc/self/comm").write_text(f"mtrain-rank{rank}")
+    except OSError:
+        pass
+
+
+def _orphaned() -> bool:
+    parent = multiprocessing.parent_process()
+    return parent is not None and not parent.is_alive()
+
+
+def _state(rep: tddp.Replica, scaler: torch.amp.GradScaler, step: int, skipped: int,
+           rank: int) -> dict[str, torch.Tensor]:
+    state = sc.rank_state(rep, scaler, torch.default_generator, step, rank)
+    state["skipped"] = torch.tensor(skipped, dtype=torch.int64)
+    return state
+
+
+def _rebuild_buckets(rep: tddp.Replica, shard_rows: int) -> None:
+    """NOTE [ DDP's buckets after a resume ]: one backward whose gradients are dropped."""
+    c, rng = rep.config, torch.get_rng_state()
+    x = torch.zeros(shard_rows, c.sizes[0])
+    y = torch.zeros(shard_rows, dtype=torch.int64) if c.loss == "cross_entropy" else \
+        torch.zeros(shard_rows, c.sizes[-1])
+    with amp.autocast(amp.autocast_dtype(c.precision), "cpu"):
+        loss = rep.parts.loss_fn(rep.ddp(x), y)
+    loss.backward()
+    rep.optimizer.zero_grad(set_to_none=True)
+    torch.set_rng_state(rng)
+
+
+def run(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
+    """One rank of the run: resume (if asked), then train, checkpoint and log."""
+    _name(rank)
+    ws, every, steps = job["world_size"], job["every"], job["steps"]
+    rep = tddp.replica(job, group)
+    c = rep.config
+    scaler = loss_scaling.make_scaler(c.precision, "cpu", init_scale=c.init_scale,
+                                      growth_interval=c.growth_interval)
+    torch.manual_seed(ckc.rank_seed(c.seed, rank, 0))  # this rank's dropout stream
+    step, skipped = 0, 0
+    if job["resume"] is not None:
+        template = _state(rep, scaler, 0, 0, rank)
+        record, _ = ckc.newest(job["directory"], PAYLOAD)
+        if record.step != job["resume"]:
+            raise RuntimeError(f"{job['directory']}: its newest commit is step {record.step}, "
+                               f"the command chose step {job['resume']} (changed since?)")
+        if record.world_size != ws:  # NOTE [ Resharding a DDP checkpoint ]: re-derived
+            del template[f"rng/rank{rank}"]
+        sc.load_sharded(job["directory"], template, group)
+        step = sc.apply_loaded(template, rep, scaler, torch.default_generator)
+        skipped = int(template["skipped"])
+        if record.world_size != ws:
+            torch.manual_seed(ckc.rank_seed(c.seed, rank, step))
+        _rebuild_buckets(rep, c.batch_size // ws)
+    log = open(job["log"], "a", encoding="utf-8") if rank == 0 else None
+    data = tddp.batches(c, rep.parts.loader)  # from the sampler's (restored) position
+    try:
+        while step < steps:
+            if _orphaned():
+                raise RuntimeError("the process that launched this rank is gone")
+            x, y = next(data)
+            rep.optimizer.zero_grad(set_to_none=True)
+            xr, yr = x[rank::ws], y[rank::ws]  # reference.ddp.shard
+            with amp.autocast(amp.autocast_dtype(c.precision), "cpu"):
+                loss = rep.parts.loss_fn(rep.ddp(xr), yr)
+            scale = scaler.get_scale()
+            scaler.scale(loss).backward()  # DDP: every rank's .grad is the same reduced g
+            scaler.step(rep.optimizer)
+            skip = loss_scaling.step_skipped(scaler, rep.optimizer)
+            scaler.update()
+            step, skipped = step + 1, skipped + int(skip)
+            mean = loss.detach().double()
+            dist.all_reduce(mean, group=group)  # the global batch's loss: the shards' mean
+            if log is not None:
+                log.write(f"step {step} loss {float(mean) / ws:.6g} scale {scale:g} "
+                          f"skipped {int(skip)} (total {skipped})\n")
+                log.flush()
+            if due(step, steps, every):
+                sc.save_sharded(job["directory"], step, _state(rep, scaler, step, skipped, rank),
+                                rank, group, config=job["config"])
+                if rank == 0:
+                    commit_policy.prune(job["directory"], job["keep"])
+    finally:
+        if log is not None:
+            log.close()
+    final = _state(rep, scaler, step, skipped, rank)
+    return {"step": step, "skipped": skipped,
+            "digest": sharded_state_digest(final, as_array)}
