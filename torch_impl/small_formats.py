@@ -35,6 +35,8 @@ float8_e3m4 have no dtype at all. So:
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from torch_impl.format_spec import TorchFormat
@@ -103,7 +105,7 @@ def encode_ops(x: torch.Tensor, fmt: TorchFormat, rounding: str, words: torch.Te
 # clamp where its code is max or the one above it; the sign is moved to the code's top bit
 # by a shift and an and; fnuz's "no -0" multiplies the sign by (code + 2^bits - 1) >> bits,
 # 1 exactly where code != 0; and NaNs, which only a chunk of the NaN patterns holds, are
-# looked for by one integer max of |x|'s bits (a host read) before a mask is built for them.
+# looked for by one max of x (NaN when any value is; a host read) before a mask is built.
 
 
 def nearest_float32(x32: torch.Tensor, fmt: TorchFormat) -> torch.Tensor:
@@ -132,8 +134,8 @@ def pack_carried(code: torch.Tensor, x32: torch.Tensor, fmt: TorchFormat, overfl
     """`pack` for nearest_float32's |code| of float32 x32, in place (NOTE [ A sweep's chunk
     in place ]): the same rules, with the overflow as a clamp and the sign by integer ops."""
     bits, top = x32.view(torch.int32), fmt.bits - 1
-    nan = None  # where x32 is a NaN, if anywhere: |x|'s bits above +inf's
-    if bits.numel() and int((bits & 0x7FFFFFFF).max()) > 0x7F800000:
+    nan = None  # where x32 is a NaN, if anywhere (torch's max is NaN when a value is)
+    if bits.numel() and math.isnan(x32.max()):
         nan = torch.isnan(x32)
     if not subnormals:  # a subnormal result (|code| below the smallest normal's) becomes +-0
         code = torch.where(code < 2**fmt.mantissa_bits, 0, code)
