@@ -25,6 +25,7 @@ State machines keep their own budgets (hypothesis runs them through unittest).
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 import pytest
@@ -38,6 +39,12 @@ from parity import setting
 # spins waiting for a core. Training subprocesses get the same through OMP_NUM_THREADS=1
 # (parity/drivers/train.py). An explicit setting is kept.
 setting.pin_blas()
+
+# MIRRORTRAIN_WITHOUT=torchao[,name...]: run as if those packages were not installed (each
+# import of one raises ImportError: None in sys.modules), so the suite's and the report's
+# behaviour without an optional extra is checked without uninstalling it (tests/test_report.py).
+for _name in filter(None, os.environ.get("MIRRORTRAIN_WITHOUT", "").split(",")):
+    sys.modules[_name.strip()] = None  # type: ignore[assignment]
 
 FUZZ_SECONDS = 5.0  # default time budget per @given test under the fuzz profile
 

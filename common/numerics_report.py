@@ -6,6 +6,7 @@ that fill them are each tree's own (reference/numerics.py, torch_impl/numerics.p
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,9 +16,20 @@ COLUMNS = ("nan", "posinf", "neginf", "zero", "over_max", "to_zero")
 
 
 def thresholds(fmt: FloatFormat) -> tuple[float, float]:
-    """(overflow, underflow): a cast to fmt gives inf iff |x| >= overflow, zero iff
-    |x| <= underflow (round to nearest even; both ties go to the even neighbour)."""
-    return fmt.max + 2.0 ** (fmt.emax - fmt.mantissa_bits - 1), fmt.smallest_subnormal / 2
+    """(overflow, underflow): a cast to fmt takes x past its range (to inf; to NaN or to
+    +-max in a format without inf) iff |x| >= overflow, to zero iff |x| <= underflow, for
+    any x a float64 holds.
+
+    Round to nearest even; both ties go to the even neighbour. The overflow tie
+    max + ulp(max)/2 lies between max and the next significand up (inf's, or NaN's in
+    float8_e4m3fn): where max's significand is odd (1.1...1: ieee, fnuz) the tie goes past
+    the range, and overflow is the tie; where it is even (fn: 1.1...10, e4m3fn's 448) the
+    tie rounds to max, and overflow is the next float64 above it (464 rounds to 448 and
+    464 + 2^-44 does not). The underflow tie smallest_subnormal / 2 goes to zero."""
+    tie = fmt.max + 2.0 ** (fmt.emax - fmt.mantissa_bits - 1)
+    max_is_even = fmt.convention == "fn"  # max's significand 1.1...10 (FloatFormat.max)
+    overflow = math.nextafter(tie, math.inf) if max_is_even else tie
+    return overflow, fmt.smallest_subnormal / 2
 
 
 @dataclass(frozen=True)

@@ -36,20 +36,39 @@ def overflow_bound(fmt: ref.FloatFormat) -> float:
     return fmt.max + 2.0 ** (fmt.emax - fmt.mantissa_bits) / 2
 
 
+def class_edges(fmt: ref.FloatFormat, dtype: type = np.float32) -> tuple[int, int, int]:
+    """(tiny, overflow, inf) as magnitude bits of `dtype` (float32 or float64): |x| < tiny
+    exactly when |x|'s bits are below the first, |x| >= overflow_bound exactly when they are
+    at or above the second (the first `dtype` value at or above the bound; +inf's bits where
+    no finite one is), and the third is +inf's."""
+    uint = np.uint32 if dtype == np.float32 else np.uint64
+    tiny = dtype(fmt.tiny)
+    assert float(tiny) == fmt.tiny, fmt  # a power of two inside float32's range
+    bound = overflow_bound(fmt)
+    with np.errstate(over="ignore"):
+        first = dtype(bound)
+    if float(first) < bound:  # (compared in float64)
+        first = np.nextafter(first, dtype(np.inf))
+    return int(tiny.view(uint)), int(first.view(uint)), int(dtype(np.inf).view(uint))
+
+
 def small_classes(x: np.ndarray, nan_in: np.ndarray, fmt: ref.FloatFormat) -> dict[str, int]:
-    """Inputs by class, from the float32 inputs themselves."""
-    with np.errstate(invalid="ignore"):
-        a = np.abs(x.astype(np.float64))
-        inf = np.isinf(a)
-        zero = a == 0
-        beyond = (a >= overflow_bound(fmt)) & ~inf
-        below = (a < fmt.tiny) & ~zero
-    counts = {k: int(np.count_nonzero(v)) for k, v in (
-        ("subnormal", below), ("zero", zero), ("overflow", beyond), ("inf", inf),
-        ("nan", nan_in))}
-    counts["normal"] = x.size - sum(counts.values())
-    return {"normal": counts["normal"], **{k: counts[k] for k in (
-        "subnormal", "zero", "overflow", "inf", "nan")}}
+    """Inputs by class, from the float32 (or float64) inputs' bits: with the sign cleared
+    they are in the order of |x| (NaNs above +inf's), so every class is an interval of them,
+    bounded by class_edges, and one count of the values below each edge gives them all (five
+    integer passes, where comparing float64 values took a dozen)."""
+    uint = np.uint32 if x.dtype == np.float32 else np.uint64
+    magnitude = x.view(uint) & uint(np.iinfo(uint).max >> 1)
+    tiny, bound, inf = (uint(e) for e in class_edges(fmt, x.dtype.type))
+
+    def below(edge: np.unsignedinteger) -> int:
+        return int(np.count_nonzero(magnitude < edge))
+
+    zero = x.size - int(np.count_nonzero(magnitude))
+    below_tiny, below_bound, below_inf = below(tiny), below(bound), below(inf)
+    nan = int(np.count_nonzero(nan_in))
+    return {"normal": below_bound - below_tiny, "subnormal": below_tiny - zero, "zero": zero,
+            "overflow": below_inf - below_bound, "inf": x.size - below_inf - nan, "nan": nan}
 
 
 def torch_e8m0_codes(x: np.ndarray, fmt: ref.FloatFormat,

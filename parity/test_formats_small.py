@@ -21,7 +21,7 @@ from parity import oracles
 from parity.compare import assert_claim, assert_observed
 from parity.drivers import formats_small as drive
 from parity.sweep import sweep_range, sweep_sample
-from parity.sweep_small import torch_e8m0_codes
+from parity.sweep_small import overflow_bound, small_classes, torch_e8m0_codes
 
 small = pytest.mark.parametrize("name", oracles.SMALL_FORMATS)
 torch_casts = pytest.mark.parametrize("name", oracles.TORCH_CASTS)
@@ -169,6 +169,28 @@ def test_toward_zero_and_stochastic_match_the_exact_oracle(name: str, dtype: typ
                          for v, w in zip(x.tolist(), words.tolist(), strict=True)])
         assert_claim("formats.small_rounding", got.astype(np.float64), want,
                      f"({rounding}, {dtype.__name__}, {name})")
+
+
+@small
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_sweeps_classes_from_bits_are_the_classes_of_the_values(name: str,
+                                                                     dtype: type) -> None:
+    """sweep_small.small_classes counts intervals of the inputs' bits; stated on the values
+    instead (float64, exact for every input), the classes are the same, on edge inputs that
+    reach every class and both sides of each edge."""
+    fmt = ref.FORMATS[name]
+    with np.errstate(invalid="ignore"):  # signalling NaNs quiet on widening
+        x = drive.edge_inputs(name, 11, n_random=512).astype(dtype)
+        a = np.abs(x.astype(np.float64))
+    nan, inf, zero = np.isnan(a), np.isinf(a), a == 0
+    with np.errstate(invalid="ignore"):
+        beyond = (a >= overflow_bound(fmt)) & ~inf
+        below = (a < fmt.tiny) & ~zero
+    want = {"subnormal": int(below.sum()), "zero": int(zero.sum()),
+            "overflow": int(beyond.sum()), "inf": int(inf.sum()), "nan": int(nan.sum())}
+    want["normal"] = x.size - sum(want.values())
+    assert min(want.values()) > 0 or fmt.convention == "unsigned", want  # every class reached
+    assert small_classes(x, nan, fmt) == want
 
 
 @small

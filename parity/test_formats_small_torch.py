@@ -97,6 +97,28 @@ def test_torch_twin_encodes_every_edge_class_like_the_reference(name: str, dtype
 
 
 @small
+@pytest.mark.parametrize("subnormals", [True, False], ids=["subnormals", "flushed"])
+def test_torch_twin_encodes_a_chunk_without_nan_like_the_reference(name: str,
+                                                                   subnormals: bool) -> None:
+    """Round to nearest of float32 input with no NaN in the tensor, the one case where the
+    twin builds no NaN mask (NOTE [ A sweep's chunk in place ]), and with only the NaNs
+    nearest +-inf (payload 1, the first a sweep's chunk meets), every overflow policy: code
+    for code. (Every other test's inputs hold quiet NaNs, far above +inf's bits.)"""
+    x = edge_cases(name, 5, np.float32)
+    x = x[~np.isnan(x)]
+    assert np.isinf(x).any() and (np.abs(x) > ref.FORMATS[name].max).any()  # beyond max
+    lowest_nans = np.array([0x7F800001, 0xFF800001, 0x7F800000, 0x3F800000],
+                           np.uint32).view(np.float32)
+    for inputs in (x, lowest_nans):
+        for overflow in policies(name):
+            want = reference_codes(inputs, name, "nearest_even", overflow, subnormals, None)
+            got = tim.encode(torch.from_numpy(inputs), name, overflow=overflow,
+                             subnormals=subnormals)
+            assert_claim(CLAIM, got.numpy(), want, f"({name}, {inputs!r}, overflow={overflow}, "
+                                                   f"subnormals={subnormals})")
+
+
+@small
 def test_torch_twin_decodes_every_code_like_the_reference(name: str) -> None:
     codes = np.arange(2 ** ref.FORMATS[name].bits, dtype=np.uint8)
     for dtype, np_dtype in ((torch.float64, np.float64), (torch.float32, np.float32)):

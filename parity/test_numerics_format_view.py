@@ -19,6 +19,11 @@ from parity.drivers.train import one_thread
 from parity.strategies import float32_arrays
 from reference.numerics import COLUMNS, thresholds
 
+# every format the detector views values in: float8_e4m3fn's cast saturates in torch >= 2.13
+# (NaN before), the fnuz float8s' makes NaN, neither has an inf (NOTE [ Overflow without inf ])
+VIEWS = ["float16", "bfloat16", "float8_e5m2", "float8_e4m3fn", "float8_e4m3fnuz",
+         "float8_e5m2fnuz"]
+
 
 @pytest.fixture(autouse=True)
 def _torch_one_thread() -> Iterator[None]:
@@ -30,7 +35,7 @@ def _torch_one_thread() -> Iterator[None]:
 @pytest.mark.report
 @pytest.mark.parametrize("arithmetic", [False, True, "cast"],
                          ids=["bucketize", "arithmetic", "cast"])
-@pytest.mark.parametrize("fmt", ["float16", "bfloat16"])
+@pytest.mark.parametrize("fmt", VIEWS)
 @settings(max_examples=60)
 @given(data=st.data())
 def test_format_view_counts_match_torch_casts_bitwise(fmt: str, arithmetic: bool | str,
@@ -46,15 +51,22 @@ def test_format_view_counts_match_torch_casts_bitwise(fmt: str, arithmetic: bool
     assert_claim("numerics.format_view", got, ref, context=f"{fmt} {x!r}")
 
 
+def _first_float32_at_or_above(v: float) -> np.float32:
+    f = np.float32(v)
+    return f if float(f) >= v else np.nextafter(f, np.float32(np.inf))  # compared in float64
+
+
 @pytest.mark.parametrize("arithmetic", [False, True, "cast"],
                          ids=["bucketize", "arithmetic", "cast"])
-@pytest.mark.parametrize("fmt", ["float16", "bfloat16"])
+@pytest.mark.parametrize("fmt", VIEWS)
 def test_format_view_thresholds_are_the_casts_ties(fmt: str, arithmetic: bool | str,
                                                    device: str) -> None:
-    """At the two ties themselves (the edge the strategy aims at, here for certain) and one
-    float32 ulp inside them, both trees agree, and the ties are counted, the insides not;
-    the specials (+-inf, NaNs of both signs, +-0, the largest finite) too."""
+    """At the two edges themselves (the overflow tie, or the first float32 past it where the
+    tie rounds to max; the underflow tie) and one float32 ulp inside them, both trees agree,
+    and the edges are counted, the insides not; the specials (+-inf, NaNs of both signs, +-0,
+    the largest finite) too."""
     overflow, underflow = thresholds(get_format(fmt))
+    overflow = _first_float32_at_or_above(overflow)
     inside = [np.nextafter(np.float32(overflow), np.float32(0)),
               np.nextafter(np.float32(underflow), np.float32(1))]
     specials = [np.inf, -np.inf, np.nan, -np.nan, 0.0, -0.0, np.finfo(np.float32).max]
@@ -100,3 +112,43 @@ def test_the_cast_counts_clean_and_unclean_tensors_as_the_reference_does(
     if zero_made:
         event(f"{fmt}: a clean tensor holds values the cast makes zero")
     assert_claim("numerics.format_view", np.array(got), np.array(ref), context=f"{fmt} {arrays!r}")
+
+
+@pytest.mark.parametrize("fmt", VIEWS)
+def test_format_view_thresholds_are_ml_dtypes_casts(fmt: str) -> None:
+    """A third, independent cast: ml_dtypes (never saturating: inf or NaN past the range)
+    takes exactly the float32 values at or above the reference's overflow threshold past the
+    range, and makes exactly those at or below its underflow threshold zero, in a band of
+    float32 ulps around each edge and at the tie itself."""
+    import ml_dtypes
+
+    target = np.float16 if fmt == "float16" else getattr(ml_dtypes, fmt)
+    f = get_format(fmt)
+    overflow, underflow = thresholds(f)
+    tie = f.max + 2.0 ** (f.emax - f.mantissa_bits - 1)  # where to look: max + ulp(max)/2
+    edges = [np.float32(tie), np.float32(underflow)]
+    steps = np.arange(-3, 4, dtype=np.int32)
+    x = np.concatenate([(e.view(np.int32) + steps).view(np.float32) for e in edges])
+    with np.errstate(over="ignore"):  # past the range on purpose
+        cast = x.astype(target).astype(np.float32)
+    wide = x.astype(np.float64)  # a float32 array beside a Python float compares in float32
+    assert np.array_equal(~np.isfinite(cast), wide >= overflow), (fmt, x, cast)
+    assert np.array_equal(cast == 0, wide <= underflow), (fmt, x, cast)
+
+
+@pytest.mark.parametrize("fmt", VIEWS)
+def test_input_ranges_count_the_same_values_beyond_the_range(fmt: str, device: str) -> None:
+    """The first-invalid report's `beyond` (finite inputs past the view format's range) is
+    the same in both trees for every view, at the overflow edge and one float32 ulp inside."""
+    import torch
+
+    from reference import numerics as ref_numerics
+    from torch_impl import numerics as t_numerics
+    from torch_impl.format_spec import get_format as t_format
+
+    edge = _first_float32_at_or_above(thresholds(get_format(fmt))[0])
+    inside = np.nextafter(edge, np.float32(0))
+    x = np.array([edge, -edge, inside, -inside, np.inf, np.nan, 1.0], np.float32)
+    ref = ref_numerics.input_range("input", x, get_format(fmt))
+    got = t_numerics.input_range("input", torch.from_numpy(x).to(device), t_format(fmt).dtype)
+    assert ref.beyond == 2 and got == ref, (fmt, got, ref)

@@ -14,7 +14,11 @@ lists only what differs; tests/test_encode_fast.py holds the two bit-equal on ev
                                           in two ranges ] for targets with fewer binades)
                       toward_zero,        decompose into (W, shift), then round_dropped_bits
                       stochastic
-    pack            |code| -> code      overflow policy, NaN, sign
+    pack            |code| -> code      overflow policy, NaN, sign, by convention: ieee and
+                                        fn; pack_fnuz (the NaN is the sign bit alone, no -0);
+                                        pack_finite (saturating, a NaN gives a zero)
+    round_unsigned  word -> code        the exponent-only E8M0 (no sign, no zero): the whole
+                                        block in one, the carry of the fraction into E
 
 Every step writes into the block's working arrays (`Scratch`) with `out=` or an in-place
 operator: no NumPy temporary is allocated per operation. Which form an operation takes is
@@ -86,6 +90,10 @@ class Plan(NamedTuple):
     overflows: bool  # whether a non-NaN input can give a code beyond the replacement
     signed: bool  # whether the carry may run on the signed word (round_signed_word)
     nan_shifted: np.ndarray  # the infinity's bits shifted left by one (the sign dropped)
+    half: np.ndarray  # 2^(m_src - 1): half the source's unit in its last place, at E = 1
+    fraction_mask: np.ndarray  # 2^m_src - 1: the source's fraction field
+    code_bits: np.ndarray  # the target's width in bits
+    code_ones: np.ndarray  # 2^bits - 1 of the target
 
     @staticmethod
     @functools.cache
@@ -108,7 +116,10 @@ class Plan(NamedTuple):
             magnitude_mask=np.array(2 ** (src.bits - 1) - 1, uint),
             inf=np.array(src.inf_code, uint), replacement=replacement_code(fmt, overflow),
             overflows=not top_is_inf, signed=lowest == 1 and top_is_inf and drop > 0,
-            nan_shifted=np.array((src.inf_code << 1) % 2**src.bits, uint))
+            nan_shifted=np.array((src.inf_code << 1) % 2**src.bits, uint),
+            half=np.array(1 << (src.mantissa_bits - 1), uint),
+            fraction_mask=np.array(2**src.mantissa_bits - 1, uint),
+            code_bits=np.array(fmt.bits, uint), code_ones=np.array(2**fmt.bits - 1, uint))
 
 
 class Scratch(NamedTuple):
@@ -170,10 +181,13 @@ def lowest_binade(src: FloatFormat, fmt: FloatFormat) -> int:
 
 
 def replacement_code(fmt: FloatFormat, overflow: str) -> int:
-    """The code (sign cleared) a result beyond fmt.max becomes under the overflow policy."""
+    """The code (sign cleared) a result beyond fmt.max becomes under the overflow policy;
+    fnuz's NaN is the sign bit alone, max_code + 1, which pack_fnuz keeps whatever the sign."""
     if overflow == "inf":
         return fmt.inf_code  # type: ignore[return-value]  (None only where refused earlier)
-    return fmt.max_code if overflow == "saturate" else fmt.nan_code
+    if overflow == "saturate":
+        return fmt.max_code
+    return fmt.max_code + 1 if fmt.convention == "fnuz" else fmt.nan_code  # type: ignore
 
 
 def magnitude(word: np.ndarray, plan: Plan, s: Scratch) -> np.ndarray:
@@ -304,8 +318,13 @@ def round_dropped_bits(w: np.ndarray, shift: object, rounding: str, u: np.ndarra
 
 
 def pack(kept: np.ndarray, plan: Plan, subnormals: bool, s: Scratch) -> np.ndarray:
-    """The code: kept is |code| already; apply the overflow policy, NaN, and the sign."""
+    """The code: kept is |code| already; apply the overflow policy, NaN, and the sign
+    (reference/small_formats.py: pack, convention by convention)."""
     code, fmt = kept, plan.fmt  # code: updated in place from here on
+    if fmt.convention == "fnuz":
+        return pack_fnuz(kept, plan, subnormals, s)
+    if fmt.convention == "finite":
+        return pack_finite(kept, plan, subnormals, s)
     if not subnormals:
         code[code < (1 << fmt.mantissa_bits)] = 0
     # Overflow (+-inf lands here too): every code above max becomes the policy's code. When
@@ -320,6 +339,79 @@ def pack(kept: np.ndarray, plan: Plan, subnormals: bool, s: Scratch) -> np.ndarr
     sign = s.sign
     sign <<= plan.code_sign
     code |= sign
+    return code
+
+
+def pack_fnuz(kept: np.ndarray, plan: Plan, subnormals: bool, s: Scratch) -> np.ndarray:
+    """pack for a fnuz format: the one NaN is the sign bit alone, and no zero is negative.
+
+    After the overflow's minimum, |code| <= max_code + 1 = 2^(bits-1), which under "nan" is
+    the NaN itself; the sign goes on every nonzero code, and (code + 2^bits - 1) >> bits is
+    1 exactly for those (code < 2^bits), so one carry masks the sign of a zero off. The
+    NaN's code already holds the sign bit, so its sign changes nothing."""
+    code, fmt = kept, plan.fmt
+    if not subnormals:
+        code[code < (1 << fmt.mantissa_bits)] = 0
+    np.minimum(code, s.limit, out=code)  # beyond max: max, or the NaN (max_code + 1)
+    if s.nan.any():
+        code[s.nan] = fmt.max_code + 1
+    nonzero = np.add(code, plan.code_ones, out=s.odd)
+    nonzero >>= plan.code_bits  # 1 where code != 0
+    sign = s.sign
+    sign &= nonzero  # no -0
+    sign <<= plan.code_sign
+    code |= sign
+    return code
+
+
+def pack_finite(kept: np.ndarray, plan: Plan, subnormals: bool, s: Scratch) -> np.ndarray:
+    """pack for a finite format (no NaN, no inf): every code beyond max saturates (+-inf
+    too), and a NaN gives a zero of the opposite sign (NOTE [ NaN to a finite format ] in
+    reference/small_formats.py)."""
+    code, fmt = kept, plan.fmt
+    if not subnormals:
+        code[code < (1 << fmt.mantissa_bits)] = 0
+    np.minimum(code, s.limit, out=code)
+    sign = s.sign
+    if s.nan.any():
+        code[s.nan] = 0
+        sign[s.nan] ^= plan.one
+    sign <<= plan.code_sign
+    code |= sign
+    return code
+
+
+def round_unsigned(word: np.ndarray, plan: Plan, rounding: str, u: np.ndarray | None,
+                   s: Scratch) -> np.ndarray:
+    """The codes of an exponent-only unsigned format (E8M0) for one block: reference/
+    small_formats.py's encode_unsigned, on the source's bits.
+
+    For a positive normal x with biased exponent E and fraction F, floor(log2 x) is
+    E - bias_src, so the code is E - (bias_src - bias) plus one where F calls for it:
+    nearest (ties up, NOTE [ E8M0 ties ]) is the carry of F + 2^(m_src-1) into E;
+    stochastic adds u < floor(2^32 F / 2^m_src); toward_zero adds nothing. The offset
+    bias_src - bias is plan.lowest, the target's lowest binade, so taking the maximum with
+    `s.smallest` (lowest << m_src) before subtracting it sends everything below 2^-bias to
+    code 0, the smallest value; the overflow minimum sends the rest beyond max (+inf too) to
+    the policy's code. x <= 0 and NaN are the words w with w - 1 >= inf's bits (unsigned:
+    0 wraps around, the sign bit and NaNs are above): the NaN code."""
+    fmt = plan.fmt
+    bad = np.subtract(word, plan.one, out=s.carry)
+    np.greater_equal(bad, plan.inf, out=s.nan)  # +-0, negatives, NaN: no such value
+    mag = np.bitwise_and(word, plan.magnitude_mask, out=s.magnitude)
+    if rounding == "nearest_even":
+        mag += plan.half
+    elif rounding == "stochastic":
+        frac = np.bitwise_and(mag, plan.fraction_mask, out=s.odd).astype(np.uint64)
+        drop = plan.src.mantissa_bits - 32  # the top 32 bits of F (float32: F << 9)
+        top32 = frac >> np.uint64(drop) if drop >= 0 else frac << np.uint64(-drop)
+        mag += (u < top32).astype(mag.dtype) << plan.drop  # F's bits are shifted out below
+    np.maximum(mag, s.smallest, out=mag)
+    mag -= s.smallest
+    code = np.right_shift(mag, plan.drop, out=mag)  # drop = m_src (m = 0)
+    np.minimum(code, s.limit, out=code)
+    if s.nan.any():
+        code[s.nan] = fmt.nan_code
     return code
 
 
@@ -338,6 +430,10 @@ def encode_blocks(x: np.ndarray, fmt: FloatFormat, rounding: str, words: np.ndar
             block = slice(start, start + BLOCK)
             s = scratch.first(min(BLOCK, x.size - start))  # the last block may be shorter
             word = flat_x[block].view(plan.word)
+            if fmt.convention == "unsigned":
+                u = None if words is None else words.reshape(-1)[block]
+                flat_codes[block] = round_unsigned(word, plan, rounding, u, s)
+                continue
             if rounding == "nearest_even" and plan.signed and subnormals:
                 flat_codes[block] = round_signed_word(word, plan, s)
                 continue

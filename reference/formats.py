@@ -45,9 +45,9 @@ or rest == half and kept is odd.
 
 `encode_stepwise` is these steps as written, over the whole array: `_decompose` (sign, W,
 shift, NaN), `_round` (the three lines above), `pack` (overflow policy, NaN, sign;
-reference/small_formats.py, which also rounds the exponent-only E8M0). The fnuz, finite and
-unsigned formats are encoded this way by `encode` too.
-`encode` gives the same codes block by block (reference/encode_kernels.py): nearest-even
+reference/small_formats.py, which also rounds the exponent-only E8M0).
+`encode` gives the same codes block by block (reference/encode_kernels.py), for every
+convention: nearest-even
 with the carry at one shift for every element, and below the target's smallest normal,
 where the shift varies, one float addition that rounds at the subnormal spacing (NOTE
 [ Nearest-even in two ranges ]); toward_zero and stochastic run W and shift as written.
@@ -126,8 +126,6 @@ def encode(
     times faster; tests/test_encode_fast.py holds the two bit-equal.
     """
     fmt, x, overflow, words = _prepare(x, fmt, rounding, rng, random_bits, overflow, via)
-    if fmt.convention not in ("ieee", "fn"):  # the kernels know these two; the rest, stepwise
-        return _stepwise(x, fmt, rounding, words, overflow, subnormals)
     return encode_blocks(x, fmt, rounding, words, overflow, subnormals)
 
 

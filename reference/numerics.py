@@ -10,9 +10,12 @@ gets one row of COLUMNS:
 
     nan, posinf, neginf     the non-finite values, by kind
     zero                    exact zeros (an underflowed gradient is a zero: not NaN)
-    over_max                finite values that the view format's cast rounds to inf:
+    over_max                finite values that the view format's cast takes past its range
+                            (to inf; to NaN or to +-max in a float8 without inf):
                             |x| >= max + ulp(max)/2   (float16: 65504 + 16 = 65520; the tie
-                            goes to the even neighbour, which is inf: max's last bit is 1)
+                            goes to the even neighbour, which is inf: max's last bit is 1;
+                            float8_e4m3fn's max 448 ends in 0, so 464 rounds to it and
+                            only |x| > 464 counts: common.numerics_report.thresholds)
     to_zero                 non-zero finite values that the cast rounds to zero:
                             0 < |x| <= smallest_subnormal / 2   (float16: 2^-25; the tie
                             goes to the even neighbour, zero)

@@ -60,8 +60,8 @@ def pack(kept: np.ndarray, sign: np.ndarray, nan: np.ndarray, fmt: FloatFormat,
 def encode_unsigned(x: np.ndarray, fmt: FloatFormat, rounding: str, words: np.ndarray | None,
                     overflow: str) -> np.ndarray:
     """float64 x (or float32) rounded to an exponent-only unsigned format's codes."""
-    xd = x.astype(np.float64)
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore"):  # a signalling NaN quiets: still a NaN
+        xd = x.astype(np.float64)
         bad = ~(xd > 0)  # NaN, zeros, negatives: no such value
     safe = np.where(bad | np.isinf(xd), 1.0, xd)
     f, e = np.frexp(safe)  # safe = f * 2^e, 0.5 <= f < 1: floor(log2) = e - 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -22,14 +23,36 @@ from parity import oracles, strategies
 
 GENERIC = (ref.FloatFormat("e3m2", 3, 2), ref.FloatFormat("e6m9", 6, 9),
            ref.FloatFormat("e3m4fn", 3, 4, "fn"), ref.FloatFormat("e8m1", 8, 1))
-# the formats the block kernels encode (the others are encoded stepwise: nothing to compare)
-TARGETS = (*(f for f in ref.FORMATS.values() if f.convention in ("ieee", "fn")), *GENERIC)
+# the other conventions (fnuz, finite float6/float4, unsigned E8M0) beyond the named formats:
+# other widths, a bias of its own, a finite format with one exponent bit, unsigned formats
+# narrower and wider than E8M0 (10 bits at most: member_edges decodes every code)
+GENERIC_OTHER = (ref.FloatFormat("e3m2fnuz", 3, 2, "fnuz"),
+                 ref.FloatFormat("e4m5fnuz", 4, 5, "fnuz", exponent_bias=3),
+                 ref.FloatFormat("e1m2finite", 1, 2, "finite"),
+                 ref.FloatFormat("e5m4finite", 5, 4, "finite"),
+                 ref.FloatFormat("e5m0", 5, 0, "unsigned"),
+                 ref.FloatFormat("e10m0", 10, 0, "unsigned"))
+IEEE_LIKE = (*(f for f in ref.FORMATS.values() if f.convention in ("ieee", "fn")), *GENERIC)
+OTHER = (*(f for f in ref.FORMATS.values() if f.convention not in ("ieee", "fn")),
+         *GENERIC_OTHER)
+TARGETS = (*IEEE_LIKE, *OTHER)  # every convention: the block kernels encode them all
 # float32 input to a format as wide as float32 is widened to float64 first (_source): its
 # edges are float64 edges
-FLOAT32_TARGETS = tuple(f for f in TARGETS if f.mantissa_bits < 23)
-CASES = pytest.mark.parametrize(
-    "fmt, dtype", [pytest.param(f, d, id=f"{f.name}-{d.__name__}") for d in (np.float32, np.float64)
-                   for f in (FLOAT32_TARGETS if d == np.float32 else TARGETS)])
+FLOAT32_TARGETS = tuple(f for f in TARGETS if f.mantissa_bits < 23 and f.max_exponent <= 128
+                        and f.min_exponent - f.mantissa_bits >= -149)
+
+
+def _cases(formats: tuple[ref.FloatFormat, ...]) -> pytest.MarkDecorator:
+    """(format, input dtype) cases; the generic formats of the other conventions (thousands
+    of edges each, about 1 s) run with -m slow only."""
+    return pytest.mark.parametrize(
+        "fmt, dtype", [pytest.param(f, d, id=f"{f.name}-{d.__name__}",
+                                    marks=[pytest.mark.slow] if f in GENERIC_OTHER else [])
+                       for d in (np.float32, np.float64) for f in formats
+                       if d == np.float64 or f in FLOAT32_TARGETS])
+
+
+CASES = _cases(TARGETS)
 
 
 def _policies(fmt: ref.FloatFormat) -> Iterator[tuple[str, str | None, bool]]:
@@ -38,8 +61,26 @@ def _policies(fmt: ref.FloatFormat) -> Iterator[tuple[str, str | None, bool]]:
         for overflow in (None, *ref.OVERFLOW_POLICIES):
             if overflow == "inf" and fmt.inf_code is None:
                 continue
+            if overflow == "nan" and fmt.convention == "finite":  # no NaN: it saturates
+                continue
             for subnormals in (True, False):
                 yield rounding, overflow, subnormals
+
+
+def _member_words(x: list[float], fmt: ref.FloatFormat) -> list[int]:
+    """words_rounding_up for the other conventions, from the format's members: floor(2^32 p),
+    p = (|x| - low) / (high - low) between |x|'s neighbouring members (0 outside them)."""
+    values = ref.decode(np.arange(2**fmt.bits, dtype=np.uint64).astype(fmt.code_dtype), fmt)
+    members = np.unique(np.abs(values[np.isfinite(values)]))  # ascending, 0 where there is one
+    counts = []
+    for v in x:
+        k = int(np.searchsorted(members, abs(v), side="right")) - 1
+        if k < 0 or k + 1 >= len(members):
+            counts.append(0)
+            continue
+        low, high = Fraction(float(members[k])), Fraction(float(members[k + 1]))
+        counts.append(math.floor((Fraction(abs(v)) - low) / (high - low) * 2**32))
+    return counts
 
 
 def _words(x: np.ndarray, fmt: ref.FloatFormat) -> np.ndarray:
@@ -47,8 +88,9 @@ def _words(x: np.ndarray, fmt: ref.FloatFormat) -> np.ndarray:
     alternately the last word that rounds up and the first that does not."""
     with np.errstate(invalid="ignore"):  # a signalling NaN is quieted on widening
         wide = x.astype(np.float64)
-    counts = np.array([oracles.words_rounding_up(v, fmt) if math.isfinite(v) else 0
-                       for v in wide.tolist()], dtype=np.int64)
+    finite = [v if math.isfinite(v) else 0.0 for v in wide.tolist()]
+    counts = np.array([oracles.words_rounding_up(v, fmt) for v in finite] if fmt in IEEE_LIKE
+                      else _member_words(finite, fmt), dtype=np.int64)
     below = np.arange(x.size) % 2 == 0
     return np.clip(np.where(below, counts - 1, counts), 0, 2**32 - 1).astype(np.uint32)
 
@@ -117,7 +159,68 @@ def edges(fmt: ref.FloatFormat, dtype: type) -> dict[str, np.ndarray]:
     return classes | {"nan_payloads": nans}
 
 
-@CASES
+def member_edges(fmt: ref.FloatFormat, dtype: type) -> dict[str, np.ndarray]:
+    """`edges` for the other conventions, from the format's own members (every code decoded:
+    these formats have at most 16 bits; parity.oracles' exact rounding knows IEEE-like
+    layouts only): the midpoints of neighbouring positive members (ties; for E8M0 1.5 * 2^k),
+    one and two ulps of `dtype` either side of each, the overflow boundary max + half the
+    top spacing with its neighbours, half the smallest positive member with its neighbours,
+    signed zeros, infinities and NaN payloads, both signs."""
+    codes = np.arange(2**fmt.bits, dtype=np.uint64).astype(fmt.code_dtype)
+    values = ref.decode(codes, fmt)
+    members = np.unique(values[np.isfinite(values) & (values > 0)])  # ascending, positive
+    ties = ((members[:-1] + members[1:]) / 2).tolist()  # exact: at most 11 + 10 bits
+    boundary = members[-1] + (members[-1] - members[-2]) / 2
+    half_smallest = members[0] / 2
+    classes = edges(ref.FloatFormat("float32", 8, 23), dtype)  # its specials, not its ties
+    with np.errstate(over="ignore"):
+        def both(v: list[float]) -> np.ndarray:
+            a = np.array(v, dtype=np.float64).astype(dtype)
+            return np.concatenate([a, -a])
+        return {
+            "members": both(members.tolist()),
+            "ties": both(ties),
+            "near_ties": both([_steps(v, k, dtype) for v in ties for k in (-2, -1, 1, 2)]),
+            "overflow_edge": both([_steps(boundary, k, dtype) for k in range(-2, 3)]
+                                  + [members[-1], 2 * members[-1]]),
+            "subnormal_edge": both([_steps(v, k, dtype) for v in (half_smallest, members[0])
+                                    for k in (-1, 0, 1)]),
+            "signed_zeros": classes["signed_zeros"], "infinities": classes["infinities"],
+            "nan_payloads": classes["nan_payloads"]}
+
+
+def _edges(fmt: ref.FloatFormat, dtype: type) -> dict[str, np.ndarray]:
+    return edges(fmt, dtype) if fmt in IEEE_LIKE else member_edges(fmt, dtype)
+
+
+@_cases(OTHER)
+def test_every_edge_class_of_the_other_conventions_is_reached_as_stated(
+        fmt: ref.FloatFormat, dtype: type) -> None:
+    """The guard for the other conventions' edges: members encode to themselves, each tie
+    goes to one of its two neighbours while one ulp below and above it go to the lower and
+    the upper one, the overflow edge reaches max and beyond it, the subnormal edge reaches
+    the smallest positive value and (where there is one) zero."""
+    e = member_edges(fmt, dtype)
+    saturate = {"overflow": "saturate"}
+
+    def value(x: np.ndarray) -> np.ndarray:
+        return ref.decode(ref.encode_stepwise(x, fmt, **saturate), fmt)
+
+    members = e["members"][e["members"] > 0]
+    assert np.array_equal(value(members), members.astype(np.float64))
+    ties = e["ties"][e["ties"] > 0]
+    low, high = members[:-1], members[1:]
+    assert np.isin(value(ties), np.concatenate([low, high])).all()
+    near = e["near_ties"][e["near_ties"] > 0].reshape(-1, 4)  # -2, -1, +1, +2 ulps of a tie
+    assert np.array_equal(value(near[:, 1]), low) and np.array_equal(value(near[:, 2]), high)
+    beyond = ref.encode_stepwise(np.abs(e["overflow_edge"]), fmt,
+                                 overflow="saturate" if fmt.convention == "finite" else "nan")
+    assert ref.decode(beyond, fmt).max() == members[-1] or np.isnan(ref.decode(beyond, fmt)).any()
+    lows = set(value(np.abs(e["subnormal_edge"])).tolist())
+    assert members[0] in lows and (fmt.convention == "unsigned" or 0.0 in lows)
+
+
+@_cases(IEEE_LIKE)
 def test_every_edge_class_is_reached_as_stated(fmt: ref.FloatFormat, dtype: type) -> None:
     """The guard for the test below: ties are exact midpoints, their neighbours are not, the
     overflow boundary has inputs either side of it, the subnormal edge rounds to subnormals
@@ -145,11 +248,13 @@ def test_fast_encode_equals_the_stepwise_statement_on_every_edge_class(
     """Every edge class, every rounding mode (stochastic at each input's threshold word),
     every overflow policy, subnormals kept or flushed, and float64 through float32: the fast
     path's codes are the stepwise statement's."""
-    x = np.concatenate(list(edges(fmt, dtype).values()))
+    x = np.concatenate(list(_edges(fmt, dtype).values()))
+    words = _words(x, fmt)  # the same for every policy: computed once
     for rounding, overflow, subnormals in _policies(fmt):
-        _assert_bit_equal(x, fmt, rounding, overflow, subnormals)
+        _assert_bit_equal(x, fmt, rounding, overflow, subnormals, words=words)
         if dtype == np.float64:
-            _assert_bit_equal(x, fmt, rounding, overflow, subnormals, via="float32")
+            _assert_bit_equal(x, fmt, rounding, overflow, subnormals, via="float32",
+                              words=words)
 
 
 @settings(max_examples=25)

@@ -186,3 +186,69 @@ def test_file_costs_add_each_files_tests_cpu_seconds() -> None:
              {"nodeid": "parity/test_b.py::y[1]", "cpu": 2.0},
              {"nodeid": "parity/test_a.py::z", "cpu": 0.5}]
     assert file_costs(tests) == {"parity/test_a.py": 1.75, "parity/test_b.py": 2.0}
+
+
+def _skip(nodeid: str, reason: str) -> dict:
+    return {"nodeid": nodeid, "outcome": "skipped", "seconds": 0.0, "cpu": 0.0, "claims": [],
+            "message": reason}
+
+
+def test_a_claim_skipped_for_its_missing_extra_is_skipped_and_any_other_unasserted_is_not(
+        ) -> None:
+    """SKIPPED needs all three: the claim names the package, the run found it missing, and
+    pytest skipped a test of the claim's topic; otherwise an unasserted claim is NOT CHECKED."""
+    needs = claim("mx.torchao")
+    plain = next(c for c in CLAIMS if c.topic == "mx" and c.extra is None)
+    skipped = _skip("parity/test_mx_torchao.py", "torchao is the MX oracle")
+    elsewhere = _skip("parity/test_formats.py::test_x", "torchao is the MX oracle")
+
+    def verdicts(missing: list[str], tests: list[dict]) -> list[str]:
+        return [r.verdict for r in rows_of((needs, plain),
+                                           {"claims": {}, "tests": tests, "missing": missing}
+                                           ).rows]
+
+    assert verdicts(["torchao"], [skipped]) == ["SKIPPED", "NOT CHECKED"]
+    assert verdicts([], [skipped]) == ["NOT CHECKED", "NOT CHECKED"]  # installed: not a skip
+    assert verdicts(["torchao"], []) == ["NOT CHECKED", "NOT CHECKED"]  # pytest skipped none
+    assert verdicts(["torchao"], [elsewhere]) == ["NOT CHECKED", "NOT CHECKED"]  # not its topic
+    row = rows_of((needs,), {"claims": {}, "tests": [skipped], "missing": ["torchao"]}).rows[0]
+    assert "torchao is not installed" in row.skipped and "the MX oracle" in row.skipped
+
+
+def test_skipped_claims_do_not_fail_the_report_and_unasserted_ones_do(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`python -m parity report` exits 0 with SKIPPED rows beside ok ones, 1 with a NOT
+    CHECKED row, and --record writes nothing while a claim is skipped."""
+    import argparse
+
+    from parity.lab import report
+    from parity.lab.cli import report as cli_report
+
+    ok = report.Row(claim("formats.decode"), report.Observation(0.0, 3), "ok", 0.1)
+    skipped = report.Row(claim("mx.torchao"), None, "SKIPPED", 0.0, skipped="torchao is not "
+                         "installed (an optional extra): pytest skipped x: y")
+    unchecked = report.Row(claim("mx.torchao"), None, "NOT CHECKED", 0.0)
+    args = argparse.Namespace(topic=None, out="", json=False, record=False)
+    for rows, status in (([ok, skipped], 0), ([ok, unchecked], 1)):
+        monkeypatch.setattr(report, "run", lambda topic, rows=rows: report.Result(rows, [], 1.0))
+        assert cli_report.run(args) == status
+    monkeypatch.setattr(report, "run", lambda topic: report.Result([ok, skipped], [], 1.0))
+    assert cli_report.run(argparse.Namespace(topic=None, out="", json=False, record=True)) == 1
+    out = capsys.readouterr().out
+    assert "1 skipped" in out and "not recorded" in out and "SKIPPED, torchao" in out
+
+
+@pytest.mark.slow  # a pytest process of its own: about 4 s on 2 cores
+def test_without_torchao_the_plugin_records_the_skip_and_the_missing_extra(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The report's own pytest run with torchao hidden (MIRRORTRAIN_WITHOUT, the root
+    conftest): pytest skips the torchao module, the plugin records that skip with its reason
+    and torchao as missing, and the module's claims read SKIPPED."""
+    from parity.lab import report
+
+    monkeypatch.setenv("MIRRORTRAIN_WITHOUT", "torchao")
+    ran = report.run_tests([report.PARITY / "test_mx_torchao.py"])
+    assert ran["missing"] == ["torchao"]
+    assert [t["outcome"] for t in ran["tests"]] == ["skipped"], ran["tests"]
+    claims = tuple(c for c in CLAIMS if c.id in ("mx.torchao", "mx.nvfp4_torchao"))
+    assert [r.verdict for r in rows_of(claims, ran).rows] == ["SKIPPED", "SKIPPED"]

@@ -45,7 +45,7 @@ from common.numerics_report import (  # plain data: the report
 )
 from torch_impl import amp, numerics_locate
 from torch_impl.format_spec import get_format
-from torch_impl.numerics_counts import count_rows, count_table
+from torch_impl.numerics_counts import count_rows, count_table, past_range
 
 __all__ = ["COLUMNS", "Detector", "FirstInvalid", "InputRange", "NonFinite", "ReplayResult",
            "anomaly_replay", "count_rows", "count_table", "format_counts", "totals", "view_format"]
@@ -81,7 +81,7 @@ def input_range(name: str, x: torch.Tensor, dtype: torch.dtype) -> InputRange:
     finite = x[torch.isfinite(x)]
     low, high = ((None, None) if finite.numel() == 0
                  else (float(finite.min()), float(finite.max())))
-    beyond = int(torch.isinf(finite.to(dtype)).sum())
+    beyond = int(past_range(finite.abs(), dtype).sum())  # NOTE [ Overflow without inf ]
     return InputRange(name, low, high, int(x.numel() - finite.numel()), beyond)
 
 

@@ -18,7 +18,8 @@ from common.numerics_report import COLUMNS
 # gets ONE bucket number, and one bincount of (tensor index * STRIDE + bucket) counts every
 # tensor's buckets at once; the host maps each tensor's buckets to COLUMNS (`rows`).
 # The bucket edges are where the view format's cast changes what it makes of a value, found
-# with the cast itself (`_edges`: the smallest value it makes inf, the largest it makes zero,
+# with the cast itself (`_edges`: the smallest value it takes past the range, NOTE [ Overflow
+# without inf ], the largest it makes zero,
 # searched over the wide dtype's bit patterns once per format), so the counts are still what
 # `.to(dtype)` does; the reference derives the same edges from the format's bits
 # (numerics.format_view holds the two equal). Two ways to number the values:
@@ -26,7 +27,7 @@ from common.numerics_report import COLUMNS
 #   0       x == 0 (either sign)                 zero
 #   1       0 < |x| <= under                     to_zero     (the cast makes them +-0)
 #   2       under < |x| < over                   (in range)
-#   3       over <= |x| <= max finite            over_max    (the cast makes them +-inf)
+#   3       over <= |x| <= max finite            over_max    (the cast: +-inf, NaN or +-max)
 #   4       +inf                                 posinf
 #   5       NaN                                  nan
 #   6       -inf                                 neginf
@@ -68,12 +69,38 @@ def _search(wide: torch.dtype, hit: Callable[[torch.Tensor], bool]) -> int:
     return low
 
 
+# NOTE [ Overflow without inf ]
+# float16's cast makes a value past its range inf, and `isinf` of the cast finds the edge. A
+# float8 without inf does one of two things there, by torch version: NaN (float8_e4m3fn in
+# torch 2.6-2.12, the fnuz float8s in every version) or the largest finite, +-inf included
+# (float8_e4m3fn from torch 2.13: a saturating cast says nothing about where its range ends).
+# So a value is past the range when its cast, read in float32, is not finite, OR when the
+# cast of HALF the value, doubled, exceeds the largest finite: halving is exact and moves v
+# into the binade below max, which holds every significand in every format here, so that
+# cast rounds v's significand as an unbounded exponent would; doubled, it passes max exactly
+# when v rounds past max. Both tests are the cast's own rounding, whichever the installed
+# torch does, and they agree with the reference's thresholds from bits (common.numerics_report:
+# max + ulp(max)/2, the tie going to max when max's significand is even, as in e4m3fn).
+
+
+def past_range(v: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Where `.to(dtype)` takes v (non-negative, not NaN) past dtype's range (NOTE [ Overflow
+    without inf ])."""
+    top = torch.finfo(dtype).max
+    cast, half = v.to(dtype).float(), (v / 2).to(dtype).float()
+    return ~torch.isfinite(cast) | (half * 2 > top)
+
+
 def thresholds_bits(dtype: torch.dtype, wide: torch.dtype) -> tuple[int, int]:
-    """(over, under) as `wide` bit patterns: the smallest positive value `.to(dtype)` makes
-    inf, the largest it makes zero."""
+    """(over, under) as `wide` bit patterns: the smallest positive value `.to(dtype)` takes
+    past the range (to inf, to NaN, or saturated: NOTE [ Overflow without inf ]), the largest
+    it makes zero."""
     key = ("bits", dtype, wide)
     if key not in _CACHE:
-        over = _search(wide, lambda v: bool(torch.isinf(v.to(dtype))))
+        if dtype == getattr(torch, "float8_e8m0fnu", None):
+            raise ValueError("the numerics detector cannot view values in float8_e8m0fnu: "
+                             "it has no zero and no sign")
+        over = _search(wide, lambda v: bool(past_range(v, dtype)))
         under = _search(wide, lambda v: bool(v.to(dtype) != 0)) - 1
         _CACHE[key] = (over, under)
     return _CACHE[key]  # type: ignore[return-value]

@@ -27,12 +27,15 @@ float8_e3m4 have no dtype at all. So:
   rules, statement by statement. Round to nearest of float32 input (what a sweep runs) takes
   the same |code| from the bits instead (`nearest_float32`: one shift, and below the
   smallest normal one float addition, as reference/encode_kernels.py does it), int32
-  passes that cost about half the frexp path's; float64 input takes the frexp path, exact
+  passes in place, packed by `pack_carried` without bool masks (NOTE [ A sweep's chunk in
+  place ]); float64 input takes the frexp path, exact
   in float64, so it is rounded once. Where the reference and ml_dtypes give NaN for E8M0 (x <= 0,
   NaN), so does this path: torch has no rounding but its cast's to follow there.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -64,9 +67,7 @@ def encode_ops(x: torch.Tensor, fmt: TorchFormat, rounding: str, words: torch.Te
     """float32/float64 x (the exact value to round) to int32 codes by the module docstring's
     four lines, then `pack`."""
     if rounding == "nearest_even" and x.dtype == torch.float32 and fmt.convention != "unsigned":
-        code, beyond = nearest_float32(x, fmt)
-        return pack(code, (x.view(torch.int32) < 0).to(torch.int32), torch.isnan(x), beyond,
-                    fmt, overflow, subnormals)
+        return pack_carried(nearest_float32(x, fmt), x, fmt, overflow, subnormals)
     m, low = fmt.mantissa_bits, fmt.min_exponent  # low = 1 - b (unsigned: -b)
     nan = torch.isnan(x)
     a = torch.nan_to_num(x.abs(), nan=0.0, posinf=0.0)  # inf and NaN: pack handles them
@@ -92,20 +93,78 @@ def encode_ops(x: torch.Tensor, fmt: TorchFormat, rounding: str, words: torch.Te
     return pack(code, torch.signbit(x).to(torch.int32), nan, beyond, fmt, overflow, subnormals)
 
 
-def nearest_float32(x32: torch.Tensor, fmt: TorchFormat) -> tuple[torch.Tensor, torch.Tensor]:
-    """(|code|, beyond max) of float32 x32 rounded to nearest even, on its bits: the carry at
-    one shift for every element, and below the smallest normal one float addition (NOTE
-    [ Nearest-even in two ranges ] in reference/encode_kernels.py), int32 throughout."""
+# NOTE [ A sweep's chunk in place ]
+# An exhaustive sweep encodes 2^32 float32 inputs in chunks of 2^16, and most formats go
+# through nearest_float32 and pack_carried. Written as expressions, each of their ~20 torch
+# ops allocated a fresh 256 KiB tensor (freed to the kernel and faulted in again, as NOTE
+# [ Encoding in blocks ] in reference/encode_kernels.py tells), and each bool mask (isnan,
+# a comparison, torch.where) cost 0.8-1.1 ns an input against 0.2 for an integer op
+# (measured on one CPU thread): 9-11 ns an input in all. So both work in place on int32
+# tensors, and pack_carried uses no mask where it can do without: every input beyond max
+# (+-inf and NaN among them) has a |code| above max_code, so the overflow policy is a
+# clamp where its code is max or the one above it; the sign is moved to the code's top bit
+# by a shift and an and; fnuz's "no -0" multiplies the sign by (code + 2^bits - 1) >> bits,
+# 1 exactly where code != 0; and NaNs, which only a chunk of the NaN patterns holds, are
+# looked for by one max of x (NaN when any value is; a host read) before a mask is built.
+
+
+def nearest_float32(x32: torch.Tensor, fmt: TorchFormat) -> torch.Tensor:
+    """|code| of float32 x32 rounded to nearest even (before the overflow policy), on its
+    bits: the carry at one shift for every element, and below the smallest normal one float
+    addition (NOTE [ Nearest-even in two ranges ] in reference/encode_kernels.py), int32
+    throughout, in place (NOTE [ A sweep's chunk in place ]). inf and NaN land far beyond
+    max_code."""
     m, drop = fmt.mantissa_bits, 23 - fmt.mantissa_bits
     magnitude = x32.view(torch.int32) & 0x7FFFFFFF
-    smallest_normal = (127 + fmt.min_exponent) << 23  # 2^(1-b)'s float32 bits
-    w = torch.clamp(magnitude, min=smallest_normal) - ((127 - fmt.bias) << 23)
-    normal = (w + ((1 << (drop - 1)) - 1) + ((w >> drop) & 1)) >> drop
     p = 2.0 ** (fmt.min_exponent - m + 23)  # |x| + 2^p rounds at the subnormal spacing
-    below = (magnitude.view(torch.float32) + p).view(torch.int32) - \
-        torch.tensor(p, dtype=torch.float32).view(torch.int32)
-    code = torch.minimum(normal, below)
-    return code, code > fmt.max_code  # inf and NaN: far beyond (NaN then wins in pack)
+    below = (magnitude.view(torch.float32) + p).view(torch.int32)
+    below -= int(torch.tensor(p, dtype=torch.float32).view(torch.int32))
+    w = magnitude.clamp_(min=(127 + fmt.min_exponent) << 23)  # 2^(1-b)'s float32 bits
+    w -= (127 - fmt.bias) << 23  # W: the binades below 2^(1-b) taken out
+    odd = w >> drop
+    odd &= 1
+    w += odd
+    w += (1 << (drop - 1)) - 1
+    w >>= drop  # (W + half - 1 + odd) >> drop
+    return torch.minimum(w, below, out=w)
+
+
+def pack_carried(code: torch.Tensor, x32: torch.Tensor, fmt: TorchFormat, overflow: str,
+                 subnormals: bool) -> torch.Tensor:
+    """`pack` for nearest_float32's |code| of float32 x32, in place (NOTE [ A sweep's chunk
+    in place ]): the same rules, with the overflow as a clamp and the sign by integer ops."""
+    bits, top = x32.view(torch.int32), fmt.bits - 1
+    nan = None  # where x32 is a NaN, if anywhere (torch's max is NaN when a value is)
+    if bits.numel() and math.isnan(x32.max()):
+        nan = torch.isnan(x32)
+    if not subnormals:  # a subnormal result (|code| below the smallest normal's) becomes +-0
+        code = torch.where(code < 2**fmt.mantissa_bits, 0, code)
+    sign = bits >> (31 - top)  # arithmetic: bit 31 lands on the code's top bit
+    sign &= 1 << top
+    if fmt.convention == "fnuz":  # beyond max: max, or max_code + 1, the NaN (sign bit alone)
+        code.clamp_(max=fmt.max_code + 1 if overflow == "nan" else fmt.max_code)
+        nonzero = code + (2**fmt.bits - 1)
+        nonzero >>= fmt.bits  # 1 where code != 0
+        sign *= nonzero  # no -0
+        code |= sign
+        if nan is not None:
+            code[nan] = 1 << top
+        return code
+    if fmt.convention == "finite":
+        code.clamp_(max=fmt.max_code)
+        code |= sign
+        if nan is not None:  # NOTE [ NaN to a finite format ]: a zero of the inverted sign
+            code[nan] = sign[nan] ^ (1 << top)
+        return code
+    replacement = {"inf": fmt.inf_code, "saturate": fmt.max_code, "nan": fmt.nan_code}[overflow]
+    if replacement <= fmt.max_code + 1:
+        code.clamp_(max=replacement)  # +-inf lands here too
+    else:
+        code = torch.where(code > fmt.max_code, replacement, code)
+    code |= sign
+    if nan is not None:  # the quiet NaN, with the input's sign
+        code[nan] = sign[nan] | fmt.nan_code
+    return code
 
 
 def pack(code: torch.Tensor, sign: torch.Tensor, nan: torch.Tensor, beyond: torch.Tensor,

@@ -40,6 +40,10 @@ class Claim:
     reason: str
     fmt: str | None = None  # ulps: the format whose ulp the bound counts in
     scale: str | None = None  # eps: what S is, in words ("|y_torch|", "(k+1) |A||B|")
+    # the optional package (pyproject's extras: "oracles") without which every test of the
+    # claim skips: the report shows the claim SKIPPED, not NOT CHECKED, when that package
+    # was missing in its run AND pytest skipped a test of the claim's topic (report.py)
+    extra: str | None = None
 
     def __post_init__(self) -> None:
         where = f"claim {self.id}"

@@ -97,6 +97,7 @@ CLAIMS: tuple[Claim, ...] = (
     ),
     Claim(
         id="fp8_gemm.mx_torchao",
+        extra="torchao",
         statement=(
             "torch_impl.fp8_gemm.mx_matmul gives the bits of torch.mm on two torchao 0.18 "
             "MXTensors (MXTensor.to_mx of a and of b^T, the second transposed; the emulated "

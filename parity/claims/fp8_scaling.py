@@ -34,6 +34,7 @@ CLAIMS: tuple[Claim, ...] = (
     ),
     Claim(
         id="fp8_scaling.torchao_current",
+        extra="torchao",
         statement=(
             "torchao 0.18.0's hp_tensor_to_float8_dynamic (TENSORWISE, AXISWISE) gives the "
             "torch tree's fp8 data and scale, without power-of-2 scales for any float32 "
@@ -50,6 +51,7 @@ CLAIMS: tuple[Claim, ...] = (
     ),
     Claim(
         id="fp8_scaling.torchao_pow2",
+        extra="torchao",
         statement=(
             "On the 684,032 amaxes per format whose scales are the 4,096 float32 values below "
             "each power of two of every binade an amax reaches (-119..47 for e4m3, -112..54 "

@@ -63,6 +63,7 @@ CLAIMS: tuple[Claim, ...] = (
     ),
     Claim(
         id="fp8_train.torchao_emulated",
+        extra="torchao",
         statement=(
             "torchao 0.18's Float8Linear (emulate=True) with the tensorwise and the rowwise "
             "recipe gives, for one forward and backward of a linear layer, the bits of the "
@@ -81,6 +82,7 @@ CLAIMS: tuple[Claim, ...] = (
     ),
     Claim(
         id="fp8_train.torchao_scaled_mm",
+        extra="torchao",
         statement=(
             "torchao 0.18's Float8Linear on CPU (emulate=False: torch._scaled_mm), tensorwise "
             "recipe: output, input and weight gradients within eps (k + 3) S of the torch "

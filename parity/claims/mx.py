@@ -15,6 +15,7 @@ from parity.claims import Claim
 CLAIMS: tuple[Claim, ...] = (
     Claim(
         id="mx.torchao",
+        extra="torchao",
         statement=(
             "reference.mx.to_mx gives the E8M0 scale codes and the element codes of torchao "
             "0.18's to_mx (fp4 unpacked from torchao's two-per-byte packing, and the packed "
@@ -41,6 +42,7 @@ CLAIMS: tuple[Claim, ...] = (
     ),
     Claim(
         id="mx.nvfp4_torchao",
+        extra="torchao",
         statement=(
             "reference.mx.to_nvfp4 gives the float8_e4m3fn block-scale codes and the fp4 codes "
             "of torchao 0.18's nvfp4_quantize, with one scale level and with the per-tensor "

@@ -9,20 +9,24 @@ CLAIMS: tuple[Claim, ...] = (
     Claim(
         id="numerics.format_view",
         statement=(
-            "For any float32 array and view format (float16, bfloat16), the reference's count "
+            "For any float32 array and view format (float16, bfloat16, float8_e5m2, "
+            "float8_e4m3fn, float8_e4m3fnuz, float8_e5m2fnuz), the reference's count "
             "row (nan, +inf, -inf, zero, over_max, to_zero) computed from thresholds derived "
             "from the format's bits equals torch_impl's, computed by casting with .to(dtype) "
-            "and looking at what the cast made."
+            "and looking at what the cast made (past the range: inf, NaN, or saturated)."
         ),
         kind="bits",
         bound=0,
         reason=(
             "Counting is exact integer arithmetic; the only question is which values a "
-            "round-to-nearest-even cast sends to inf or to zero. Those sets are the intervals "
-            "|x| >= max + ulp(max)/2 and 0 < |x| <= smallest_subnormal/2 (both ties go to the "
-            "even neighbour, inf and 0), compared in float64 where every float32 is exact; "
-            "torch's cast is IEEE round to nearest even. Disagreement at one value is a bug "
-            "in a threshold or in the cast, never rounding noise."
+            "round-to-nearest-even cast sends past the range or to zero. Those sets are the "
+            "intervals |x| >= max + ulp(max)/2 and 0 < |x| <= smallest_subnormal/2 (both ties "
+            "go to the even neighbour: past the range where max's significand is odd, to max "
+            "in float8_e4m3fn, whose max 1.110b x 2^8 is even, and to 0), compared in float64 "
+            "where every float32 is exact; torch's cast is IEEE round to nearest even, and a "
+            "saturating one (float8_e4m3fn from torch 2.13) is read through the cast of half "
+            "the value. Disagreement at one value is a bug in a threshold or in the cast, "
+            "never rounding noise."
         ),
     ),
     Claim(

@@ -11,8 +11,13 @@ record and each test's outcome to a JSON file this module reads back:
     ok           every assertion of the claim held and every test asserting it passed
     FAIL         an assertion of the claim broke its bound
     ERROR        a test asserting the claim failed for another reason
-    NOT CHECKED  no test asserted the claim in this run: the report fails, since the table
-                 must never claim more than the tests check
+    SKIPPED      no test asserted the claim because an optional package it needs is not
+                 installed: the claim names the package (Claim.extra, e.g. torchao, the
+                 `oracles` extra), the run found it missing, and pytest skipped a test of
+                 the claim's topic (the plugin records each skip and its reason, which the
+                 row shows); the report does not fail for it
+    NOT CHECKED  no test asserted the claim in this run for any other reason: the report
+                 fails, since the table must never claim more than the tests check
 
 A test that fails without having asserted any claim is listed under the table and fails the
 report too. The tests run in two fresh processes side by side, which share the files out by
@@ -60,9 +65,10 @@ class Observation:
 class Row:
     claim: Claim
     observation: Observation | None
-    verdict: str  # "ok", "FAIL", "ERROR", "NOT CHECKED"
+    verdict: str  # "ok", "FAIL", "ERROR", "SKIPPED", "NOT CHECKED"
     seconds: float
     tests: tuple[str, ...] = ()  # the node ids of the tests that asserted the claim
+    skipped: str = ""  # SKIPPED: the missing package and what pytest skipped, with its reason
 
 
 @dataclass(frozen=True)
@@ -145,7 +151,8 @@ def merge(records: list[dict[str, Any]]) -> dict[str, Any]:
                                                                   _number(o["raw"]))
             c["held"] = c["held"] and o["held"]
             c["calls"] += o["calls"]
-    return {"claims": claims, "tests": [t for r in records for t in r["tests"]]}
+    return {"claims": claims, "tests": [t for r in records for t in r["tests"]],
+            "missing": sorted({m for r in records for m in r.get("missing", ())})}
 
 
 def measured_costs() -> dict[str, float]:
@@ -252,7 +259,8 @@ def rows_of(claims: tuple[Claim, ...], ran: dict[str, Any]) -> Result:
     for c in claims:
         seen = ran["claims"].get(c.id)
         if seen is None:
-            rows.append(Row(c, None, "NOT CHECKED", 0.0))
+            why = skipped_for_extra(c, ran)
+            rows.append(Row(c, None, "SKIPPED" if why else "NOT CHECKED", 0.0, skipped=why))
             continue
         raw = None if seen["raw"] is None else _number(seen["raw"])
         verdict = "ok" if seen["held"] else "FAIL"
@@ -262,6 +270,22 @@ def rows_of(claims: tuple[Claim, ...], ran: dict[str, Any]) -> Result:
         rows.append(Row(c, Observation(_number(seen["worst"]), int(seen["n"]), note, raw),
                         verdict, seconds.get(c.id, 0.0), tuple(asserted_by.get(c.id, ()))))
     return Result(rows, unclaimed, sum(t["seconds"] for t in ran["tests"]))
+
+
+def skipped_for_extra(c: Claim, ran: dict[str, Any]) -> str:
+    """Why a claim no test asserted is SKIPPED (module docstring), or "" when it is not: its
+    optional package missing in the run and a skip that pytest recorded in a test file of its
+    topic."""
+    if c.extra is None or c.extra not in ran.get("missing", ()):
+        return ""
+    files = {p.relative_to(ROOT).as_posix() for p in parity_test_files(c.topic)}
+    skips = [t for t in ran["tests"]
+             if t["outcome"] == "skipped" and t["nodeid"].split("::")[0] in files]
+    if not skips:
+        return ""
+    first = min(skips, key=lambda t: c.extra not in t["message"])  # one naming it, if any
+    return (f"{c.extra} is not installed (an optional extra): pytest skipped "
+            f"{first['nodeid']}: {first['message']}")
 
 
 def recorded_tests(claim_ids: tuple[str, ...]) -> list[str] | None:
@@ -331,6 +355,7 @@ def render(result: Result, width: int | None = None) -> str:
                          .rstrip())
     notes = [f"{r.claim.id}: {r.observation.note}" for r in result.rows
              if r.observation is not None and r.observation.note and r.verdict != "ok"]
+    notes += [f"{r.claim.id}: SKIPPED, {r.skipped}" for r in result.rows if r.skipped]
     if notes:
         lines += ["", *notes]
     if result.unclaimed_failures:

@@ -6,8 +6,14 @@ While the parity tests run, parity.compare records what every claim assertion ob
 before and after the test), the test's outcome and time, and at the end writes one JSON
 file, the path in $MIRRORTRAIN_REPORT_JSON:
 
-    {"claims": {id: {"worst", "n", "raw", "held", "calls"}},
-     "tests":  [{"nodeid", "outcome", "seconds", "cpu", "claims": [id, ...], "message"}]}
+    {"claims":  {id: {"worst", "n", "raw", "held", "calls"}},
+     "tests":   [{"nodeid", "outcome", "seconds", "cpu", "claims": [id, ...], "message"}],
+     "missing": [the optional packages claims name (Claim.extra) that this process could
+                 not find]}
+
+A skipped test, or a test module pytest skipped whole (`pytest.importorskip` at its top),
+is a "tests" entry with outcome "skipped" and pytest's skip reason as its message: the
+report reads what pytest actually skipped, never what a claim says would be skipped.
 
 "seconds" is the test call's wall clock (pytest's duration); "cpu" the CPU seconds, user and
 system, of this process and of the children it waited for (the C++ compiler's builds, a
@@ -20,6 +26,7 @@ A progress bar goes to stderr (one tick per test).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -75,12 +82,45 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     message = ""
     if report.failed:
         message = str(report.longrepr).strip().splitlines()[-1][:300]
+    elif report.skipped:
+        message = skip_reason(report)
     _TESTS.append({"nodeid": report.nodeid, "outcome": report.outcome,
                    "seconds": round(report.duration, 3),
                    "cpu": round(cpu_seconds() - _CPU_AT_START[0], 3), "claims": asserted,
                    "message": message})
     if _BAR is not None:
         _BAR.update(1)
+
+
+def skip_reason(report: pytest.TestReport | pytest.CollectReport) -> str:
+    """pytest's reason for a skip (its longrepr is (path, line, "Skipped: reason"))."""
+    longrepr = report.longrepr
+    text = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+    return text.removeprefix("Skipped: ")[:300]
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    if report.skipped:  # a whole module skipped while importing (pytest.importorskip)
+        _TESTS.append({"nodeid": report.nodeid, "outcome": "skipped", "seconds": 0.0,
+                       "cpu": 0.0, "claims": [], "message": skip_reason(report)})
+
+
+def missing_extras() -> list[str]:
+    """The optional packages the claims name (Claim.extra) that cannot be imported here (a
+    None in sys.modules, as the root conftest's MIRRORTRAIN_WITHOUT leaves, counts as
+    missing)."""
+    from parity.tolerances import CLAIMS
+
+    missing = []
+    for name in sorted({c.extra for c in CLAIMS if c.extra}):
+        hidden = name in sys.modules and sys.modules[name] is None
+        try:
+            found = not hidden and importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):  # a parent package missing, or a broken spec
+            found = False
+        if not found:
+            missing.append(name)
+    return missing
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -92,5 +132,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     claims = {cid: {"worst": _number(o.worst), "n": o.n, "raw": _number(o.raw),
                     "held": o.held, "calls": o.calls}
               for cid, o in compare.RECORD.items()}
-    Path(path).write_text(json.dumps({"claims": claims, "tests": _TESTS}, allow_nan=False),
+    Path(path).write_text(json.dumps({"claims": claims, "tests": _TESTS,
+                                      "missing": missing_extras()}, allow_nan=False),
                           encoding="utf-8")

@@ -7,7 +7,9 @@ worst case, verdict (a quick run of the tests themselves: parity/lab/report.py).
 docs/tolerances.md explains each) and `max |a-b|` is the raw difference behind an eps
 claim's ratio. The exit status is 1 when any claim fails, errors or is asserted by no
 test (the table never claims more than the tests check), when a test fails without
-asserting a claim, and when no claim was checked at all. --record writes what was observed
+asserting a claim, and when no claim was checked at all; a claim whose tests pytest skipped
+because an optional package it names is not installed (torchao: the oracles extra) reads
+SKIPPED, with pytest's reason, and does not fail the report. --record writes what was observed
 to docs/data/report.json (every claim, so not with --topic), which docs/claims/<topic>.md
 prints beside each bound, and each test file's CPU seconds to docs/data/report_cost.json,
 by which later runs share the files out between their two processes.
@@ -62,7 +64,7 @@ def as_json(rows: list[Any]) -> list[dict[str, Any]]:
             "raw": None if obs is None else _number(obs.raw),
             "n": None if obs is None else obs.n,
             "verdict": r.verdict,
-            "note": "" if obs is None else obs.note,
+            "note": r.skipped if obs is None else obs.note,
             "seconds": round(r.seconds, 3),
         })
     return out
@@ -93,7 +95,11 @@ def run(args: argparse.Namespace) -> int:
 
         say("\npictures: none written (" + (f"topic {args.topic} draws none" if
             have_matplotlib() else "install the 'plot' extra for matplotlib") + ")")
-    if args.record:
+    skipped = [r for r in rows if r.verdict == "SKIPPED"]
+    if args.record and skipped:
+        say(f"\nnot recorded: {len(skipped)} claims were skipped (install the optional "
+            "extras: pip install -e .[oracles])")
+    elif args.record:
         from parity.lab.gendocs.claims import OBSERVED_JSON
 
         tests = {r.claim.id: list(r.tests) for r in rows}
@@ -103,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
         report.COSTS.write_text(json.dumps(result.cpu, indent=1) + "\n", encoding="utf-8")
         say(f"recorded: {OBSERVED_JSON}, {report.COSTS} (CPU seconds per file: the next "
             "runs balance their processes by them)")
-    failed = [r for r in rows if r.verdict != "ok"]
+    failed = [r for r in rows if r.verdict not in ("ok", "SKIPPED")]
     if not rows:
         say(f"\nno claims checked{f' for topic {args.topic}' if args.topic else ''}: "
             "nothing holds")
@@ -113,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
     from parity import setting
 
     say(f"\n{setting.DESCRIPTION} (conftest.py pins it in the tests' processes)")
-    say(f"{len(rows) - len(failed)}/{len(rows)} claims hold "
-        f"({result.seconds:.0f} s of parity tests)")
-    return 1 if failed or result.unclaimed_failures else 0
+    say(f"{len(rows) - len(failed) - len(skipped)}/{len(rows)} claims hold"
+        + (f", {len(skipped)} skipped (an optional extra is not installed)" if skipped else "")
+        + f" ({result.seconds:.0f} s of parity tests)")
+    return 1 if failed or result.unclaimed_failures or (args.record and skipped) else 0
