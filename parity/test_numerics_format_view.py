@@ -70,9 +70,10 @@ def test_format_view_thresholds_are_the_casts_ties(fmt: str, arithmetic: bool | 
 def test_the_cast_counts_clean_and_unclean_tensors_as_the_reference_does(
         fmt: str, data: st.DataObject, device: str) -> None:
     """The detector's count_table over several tensors at once: the clean ones counted by
-    their cast (zeros of both signs, values the cast makes zero, no special), the others
-    (a special, a value the cast makes inf, finite values whose sum overflows) recounted by
-    the bucket pass; every row is the reference's (NOTE [ The cast counts a clean tensor ])."""
+    their magnitude's extremes (zeros of both signs, values the cast makes zero, no
+    special), the others (a special, a value the cast makes inf, finite values whose sum
+    overflows) recounted by the bucket pass; every row is the reference's (NOTE [ Counting
+    by the magnitude's extremes ] in torch_impl/numerics_counts.py)."""
     import torch
 
     from common.format_spec import get_format as ref_format
@@ -85,7 +86,7 @@ def test_the_cast_counts_clean_and_unclean_tensors_as_the_reference_does(
     tiny = [0.0, -0.0, 1.0, -2.5, 1e-30, -1e-40, np.float32(underflow or 1e-45)]
     clean = st.lists(st.sampled_from(tiny) | st.floats(-60000, 60000, width=32),
                      min_size=1, max_size=40)
-    # tiled to CAST_FROM values and past, so the cast path counts them; one stays small
+    # tiled to CAST_FROM values and past, so their extremes count them; one stays small
     big = t_numerics_counts.CAST_FROM + data.draw(st.integers(0, 3))
     arrays = [np.resize(np.array(data.draw(clean), np.float32), big)
               for _ in range(data.draw(st.integers(1, 3)))]
@@ -171,3 +172,31 @@ def test_the_magnitude_extremes_count_every_edge_class_as_the_bucket_pass(
     assert_claim("numerics.format_view", kept_rows, ref, context=f"{fmt} {wides}")
     if any(row[COLUMNS.index("to_zero")] for row in readable):
         event(f"{fmt}: a tensor holds values the view makes zero")
+
+
+def test_the_magnitude_extremes_read_the_host_once_off_the_cpu(device: str) -> None:
+    """count_table with `each` off (every device but the CPU) makes no .item()/bool() read
+    (no aten._local_scalar_dense) for clean large tensors, even ones that reach the
+    underflow edge: one .tolist() brings every row; with `each` on (the CPU) it reads."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from torch_impl import numerics_counts as t_counts
+
+    class Reads(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.reads = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.reads += func is torch.ops.aten._local_scalar_dense.default
+            return func(*args, **(kwargs or {}))
+
+    x = torch.linspace(-2, 2, t_counts.EXTREMES_FROM, device=device)
+    tensors = [x, x * 1e-9, torch.zeros_like(x)]  # clean; at the underflow edge; zeros
+    readable = t_counts.rows(*t_counts.bucket_counts(tensors, torch.float16))
+    for each, reads in ((False, 0), (True, 2 * len(tensors))):
+        with Reads() as mode:
+            got = t_counts.count_table(tensors, torch.float16, each=each)
+        assert got == readable
+        assert (mode.reads == 0) if reads == 0 else (mode.reads >= reads)
