@@ -6,6 +6,7 @@ COLUMNS); how they are computed is torch's own, from what the cast does.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable
 
 import torch
@@ -239,26 +240,28 @@ def _constants(dtype: torch.dtype, wide: torch.dtype, device: torch.device
 
 
 SCRATCH_KEPT = 1 << 24  # values: a larger scratch is allocated per call, not kept
+SCRATCH_VIEWS = 256  # shapes: past this many (shapes that change every step) forget them
 
 
 def _scratch(shape: torch.Size, bits: torch.dtype, device: torch.device, size: int
              ) -> torch.Tensor:
     """A `shape` view of one scratch tensor of `bits` of at least `size` values, the same
     across calls while it holds at most SCRATCH_KEPT values (no allocation, and its views
-    are kept too: the same shapes come every step)."""
-    key = ("scratch", bits, device)
-    buffer = _CACHE.get(key)
-    if buffer is None or buffer.numel() < size:  # type: ignore[union-attr]
-        for k in [k for k in _CACHE if k[0] == "scratch view" and k[2:] == (bits, device)]:
-            del _CACHE[k]
-        buffer = torch.empty(size, dtype=bits, device=device)
-        if size > SCRATCH_KEPT:
+    are kept too: the same shapes come every step). One per thread: two threads counting
+    at once never share it."""
+    key = ("scratch", bits, device, threading.get_ident())
+    kept = _CACHE.get(key)
+    if kept is None or kept[0].numel() < size or len(kept[1]) > SCRATCH_VIEWS:  # type: ignore[index]
+        buffer = torch.empty(max(size, kept[0].numel() if kept else 0),  # type: ignore[index]
+                             dtype=bits, device=device)
+        if buffer.numel() > SCRATCH_KEPT:
+            _CACHE.pop(key, None)
             return buffer[:math.prod(shape)].view(shape)
-        _CACHE[key] = buffer
-    view_key = ("scratch view", shape, bits, device)
-    if view_key not in _CACHE:
-        _CACHE[view_key] = buffer[:math.prod(shape)].view(shape)  # type: ignore[index]
-    return _CACHE[view_key]  # type: ignore[return-value]
+        kept = _CACHE[key] = (buffer, {})
+    buffer, views = kept  # type: ignore[misc]
+    if shape not in views:
+        views[shape] = buffer[:math.prod(shape)].view(shape)
+    return views[shape]
 
 
 def count_table(tensors: list[torch.Tensor], dtype: torch.dtype,
