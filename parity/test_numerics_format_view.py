@@ -82,9 +82,10 @@ def test_format_view_thresholds_are_the_casts_ties(fmt: str, arithmetic: bool | 
 def test_the_cast_counts_clean_and_unclean_tensors_as_the_reference_does(
         fmt: str, data: st.DataObject, device: str) -> None:
     """The detector's count_table over several tensors at once: the clean ones counted by
-    their cast (zeros of both signs, values the cast makes zero, no special), the others
-    (a special, a value the cast makes inf, finite values whose sum overflows) recounted by
-    the bucket pass; every row is the reference's (NOTE [ The cast counts a clean tensor ])."""
+    their magnitude's extremes (zeros of both signs, values the cast makes zero, no
+    special), the others (a special, a value the cast makes inf, finite values whose sum
+    overflows) recounted by the bucket pass; every row is the reference's (NOTE [ Counting
+    by the magnitude's extremes ] in torch_impl/numerics_counts.py)."""
     import torch
 
     from common.format_spec import get_format as ref_format
@@ -97,7 +98,7 @@ def test_the_cast_counts_clean_and_unclean_tensors_as_the_reference_does(
     tiny = [0.0, -0.0, 1.0, -2.5, 1e-30, -1e-40, np.float32(underflow or 1e-45)]
     clean = st.lists(st.sampled_from(tiny) | st.floats(-60000, 60000, width=32),
                      min_size=1, max_size=40)
-    # tiled to CAST_FROM values and past, so the cast path counts them; one stays small
+    # tiled to CAST_FROM values and past, so their extremes count them; one stays small
     big = t_numerics_counts.CAST_FROM + data.draw(st.integers(0, 3))
     arrays = [np.resize(np.array(data.draw(clean), np.float32), big)
               for _ in range(data.draw(st.integers(1, 3)))]
@@ -152,3 +153,102 @@ def test_input_ranges_count_the_same_values_beyond_the_range(fmt: str, device: s
     ref = ref_numerics.input_range("input", x, get_format(fmt))
     got = t_numerics.input_range("input", torch.from_numpy(x).to(device), t_format(fmt).dtype)
     assert ref.beyond == 2 and got == ref, (fmt, got, ref)
+
+
+# the edges of each view in a value's own format: the values around them, pattern by pattern
+_WIDE = ("float16", "bfloat16", "float32", "float64")
+
+
+def _edge_values(wide: str, fmt: str) -> np.ndarray:
+    """Float64 values exact in `wide`: within two bit patterns of the view's overflow and
+    underflow ties (reference thresholds, rounded into `wide`), of `wide`'s largest finite
+    and smallest subnormal, of 1; zeros, infs and NaNs; both signs."""
+    import torch
+
+    dtype = getattr(torch, wide)
+    bits = {2: torch.int16, 4: torch.int32, 8: torch.int64}[dtype.itemsize]
+    overflow, underflow = thresholds(get_format(fmt))
+    finfo = torch.finfo(dtype)
+    centres = torch.tensor([overflow, underflow, finfo.max, finfo.smallest_normal * finfo.eps,
+                            1.0], dtype=torch.float64).to(dtype).view(bits)
+    near = (centres[:, None] + torch.arange(-2, 3, dtype=bits)).reshape(-1)
+    near = near[near >= 0].view(dtype).to(torch.float64)  # positive patterns: inf, NaNs too
+    specials = torch.tensor([0.0, np.inf, np.nan], dtype=torch.float64)
+    values = torch.cat([near, specials])
+    return torch.cat([values, -values]).numpy()
+
+
+@pytest.mark.parametrize("fmt", ["float16", "bfloat16", "float32"])
+@settings(max_examples=8, deadline=None)
+@given(data=st.data())
+def test_the_magnitude_extremes_count_every_edge_class_as_the_bucket_pass(
+        fmt: str, data: st.DataObject, device: str) -> None:
+    """count_table's large tensors (NOTE [ Counting by the magnitude's extremes ] in
+    torch_impl/numerics_counts.py), read tensor by tensor or all at once, give the rows of
+    the readable bucket pass (NOTE [ One pass of counting ]) and of the reference, for values
+    of each floating type at every edge class: +-0, the view's underflow and overflow ties
+    and the patterns beside them, subnormals, the largest finite, +-inf, NaNs; tensors that
+    are clean, that reach an edge, that are not clean, and one seen twice."""
+    import torch
+
+    from common.format_spec import get_format as ref_format
+    from reference import numerics as ref_numerics
+    from torch_impl import numerics_counts as t_counts
+    from torch_impl.format_spec import get_format as t_format
+
+    tensors, wides = [], []
+    for _ in range(data.draw(st.integers(1, 4))):
+        wide = data.draw(st.sampled_from(_WIDE))
+        edges = _edge_values(wide, fmt)
+        finite = edges[np.isfinite(edges) & (np.abs(edges) < thresholds(get_format(fmt))[0])]
+        pool = edges if data.draw(st.booleans()) else finite  # finite: mostly clean tensors
+        picked = data.draw(st.lists(st.sampled_from(sorted(pool.tolist(), key=str)),
+                                    min_size=1, max_size=8))
+        filler = np.full(t_counts.EXTREMES_FROM + data.draw(st.integers(0, 3)), 1.5)
+        filler[:len(picked)] = picked  # one value of the class at least, in range otherwise
+        tensors.append(torch.from_numpy(filler).to(getattr(torch, wide)).to(device))
+        wides.append(wide)
+    tensors.append(tensors[0])  # the same values twice: counted once, reported twice
+    wides.append(wides[0])
+    view = t_format(fmt).dtype
+    readable = t_counts.rows(*t_counts.bucket_counts(tensors, view))
+    for each in (True, False):
+        got = t_counts.count_table(tensors, view, each=each)
+        assert_claim("numerics.format_view", np.array(got), np.array(readable),
+                     context=f"{fmt} each={each} {wides} {[t.tolist()[:8] for t in tensors]}")
+    # the reference counts exact values; torch's float64 cast may round twice: float64 aside
+    kept = [i for i, w in enumerate(wides) if w != "float64"]
+    ref = ref_numerics.count_rows([tensors[i].double().cpu().numpy() for i in kept],
+                                  ref_format(fmt))
+    kept_rows = np.array([readable[i] for i in kept], np.int64).reshape(ref.shape)
+    assert_claim("numerics.format_view", kept_rows, ref, context=f"{fmt} {wides}")
+    if any(row[COLUMNS.index("to_zero")] for row in readable):
+        event(f"{fmt}: a tensor holds values the view makes zero")
+
+
+def test_the_magnitude_extremes_read_the_host_once_off_the_cpu(device: str) -> None:
+    """count_table with `each` off (every device but the CPU) makes no .item()/bool() read
+    (no aten._local_scalar_dense) for clean large tensors, even ones that reach the
+    underflow edge: one .tolist() brings every row; with `each` on (the CPU) it reads."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from torch_impl import numerics_counts as t_counts
+
+    class Reads(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.reads = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.reads += func is torch.ops.aten._local_scalar_dense.default
+            return func(*args, **(kwargs or {}))
+
+    x = torch.linspace(-2, 2, t_counts.EXTREMES_FROM, device=device)
+    tensors = [x, x * 1e-9, torch.zeros_like(x)]  # clean; at the underflow edge; zeros
+    readable = t_counts.rows(*t_counts.bucket_counts(tensors, torch.float16))
+    for each, reads in ((False, 0), (True, 2 * len(tensors))):
+        with Reads() as mode:
+            got = t_counts.count_table(tensors, torch.float16, each=each)
+        assert got == readable
+        assert (mode.reads == 0) if reads == 0 else (mode.reads >= reads)

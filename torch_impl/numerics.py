@@ -8,13 +8,14 @@ What PyTorch does differently or hides:
   is `output.grad_fn.name()`, read off the autograd graph (the reference looks its name up).
 - The format view casts: `x.to(float16)` is inf (or zero) exactly where the reference's
   thresholds say it is, so the two count the same values by different means.
-- One host synchronization per step: the hooks only keep references; at the step's end each
-  output and gradient is cast to the view format and three reductions give its row when it
-  is clean (NOTE [ The cast counts a clean tensor ] in torch_impl/numerics_counts.py), all
-  of them read to the host once (`.tolist()` in `count_table`); a tensor with something
-  non-finite is counted again by the one-pass bucket count (NOTE [ One pass of counting ]),
-  and the failing element and the input ranges are read, only in a step that found
-  something.
+- No host synchronization in the hooks: they only keep references; at the step's end each
+  large output and gradient is counted on its integer bits, the extremes of its magnitude
+  deciding its row (NOTE [ Counting by the magnitude's extremes ] in
+  torch_impl/numerics_counts.py), the small ones by the one-pass bucket count (NOTE [ One
+  pass of counting ]), which also recounts any tensor with something non-finite. Off the
+  CPU a clean step reads the host once (`.tolist()` in `count_table`); on the CPU, where
+  there is no device to wait for, each large tensor's extremes are read as they are made.
+  The failing element and the input ranges are read only in a step that found something.
 - The backward check is torch.autograd.detect_anomaly(check_nan=True) itself: it raises
   "Function 'XBackward0' returned nan values in its 0th output." and warns with the forward
   call's traceback; `anomaly_replay` reads the name and the traceback from those.

@@ -6,6 +6,7 @@ COLUMNS); how they are computed is torch's own, from what the cast does.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable
 
 import torch
@@ -188,86 +189,193 @@ def rows(counts: torch.Tensor, slots: tuple[tuple[int, ...], ...]) -> list[list[
     return _gathered(counts, slots).tolist()
 
 
-# NOTE [ The cast counts a clean tensor ]
+# NOTE [ Counting by the magnitude's extremes ]
 # The bucket pass costs about 10 ns a value on one CPU thread (a concatenation, a dozen
 # integer kernels and a bincount): on the transformer at 4x its width in float32, 3.2M
-# values a step, 31 ms of counting beside a 27 ms step. Most tensors of most steps are clean
-# (no NaN, no inf, nothing the cast makes inf), and for a clean tensor the cast itself gives
-# its row with three vectorized reductions, about 2 ns a value:
-#   y = x.to(view)        (x itself where the view holds x's dtype: the cast changes nothing)
-#   finite = isfinite(sum(y))      a NaN or an inf in y makes any sum NaN or inf; a finite
-#                                  sum means no NaN, no +-inf and no over_max in x
-#   zero    = numel - count_nonzero(x)           (-0.0 == 0: both signs)
-#   to_zero = count_nonzero(x) - count_nonzero(y)   the nonzero values the cast makes +-0
-# and nan, posinf, neginf and over_max are 0. A 2-byte y is counted on its bits shifted left
-# once (both zeros become 0, and an integer count_nonzero is twice as fast as the float16
-# compare here). A tensor whose sum is not finite (a special, an over_max, or finite values
-# whose sum overflows) is counted again by the bucket pass, so every row is the bucket pass's;
-# that second read happens only in a step with something non-finite, and a clean step still
-# reads the host once.
-_VIEWS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-# Below this many values a tensor's four calls (about 20 us of dispatch on one CPU thread)
-# cost more than its share of the one concatenated bucket pass (about 10 ns a value, with a
+# values a step, 31 ms of counting beside a 27 ms step. Casting to the view format and
+# counting the cast's zeros was faster, but the cast is slow exactly where the counts
+# matter: a float32 -> float16 cast that makes subnormals (every small gradient) takes a
+# microcode assist per value, 1.5 ns a value instead of 0.2. So a large tensor is counted on
+# its integer bits alone, no float arithmetic. With m = bits & ~sign (|x|'s bits, in value
+# order, NaNs above +inf) and over, under the view's edges in x's own bits (`_edges_bits`):
+#   lo, hi = aminmax(m)                     one elementwise pass and one reduction
+#   hi >= over     a special or a value the cast makes inf: the bucket pass counts the
+#                  tensor (NOTE [ One pass of counting ])
+#   else           nan, posinf, neginf and over_max are 0, and
+#     lo > under   zero and to_zero are 0 too: the row is all zeros (most tensors)
+#     else         zero    = numel - count_nonzero(m)             (0 when lo > 0)
+#                  small   = -sum(clamp(m - (under+1), -1, 0)) = #(m <= under)
+#                  to_zero = small - zero
+# so every row is the bucket pass's row. Every integer stays in its type: m - (under+1)
+# lies in (-2^(b-1), 2^(b-1)) for b-bit patterns, and the sums of -1s are counts. One
+# scratch tensor holds m for every tensor in turn (a fresh one each costs page faults),
+# kept across steps (`_scratch`).
+# On the CPU (`each`) lo and hi are read right after each tensor's aminmax (reading the
+# host's own memory is no sync) and the few tensors that reach an edge (a healthy step's
+# small gradients) are counted at once, while m is still in the cache; elsewhere zero and
+# small are computed for every tensor and everything is read once. About 0.5 ns a value
+# on one CPU thread, plus 0.5 for the tensors that reach an edge.
+# Below this many values a tensor's calls (about 5 us of dispatch on one CPU thread) cost
+# more than its share of the one concatenated bucket pass (about 10 ns a value, with a
 # fixed dozen calls for all of them): small tensors, and the whole of a small model's step,
 # stay on the bucket pass.
-CAST_FROM = 1 << 12
-_HOLDS = {torch.float32: (torch.float32, torch.float16, torch.bfloat16),
-          torch.float64: (torch.float64, torch.float32, torch.float16, torch.bfloat16),
-          torch.float16: (torch.float16,), torch.bfloat16: (torch.bfloat16,)}
+EXTREMES_FROM = 1 << 12
+CAST_FROM = EXTREMES_FROM  # the name the count_table tests pad to
+_VIEWS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_BITS = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.float32: torch.int32,
+         torch.float64: torch.int64}
 
 
-def _clean_stats(x: torch.Tensor, dtype: torch.dtype) -> list[torch.Tensor]:
-    """[sum of the cast, count_nonzero(x), count_nonzero(cast)] (NOTE [ The cast counts a
-    clean tensor ])."""
-    nonzero = torch.count_nonzero(x)
-    if x.dtype in _HOLDS[dtype]:
-        y, nonzero_y = x, nonzero
-    else:
-        y = x.to(dtype)
-        nonzero_y = (torch.count_nonzero(y.view(torch.int16) << 1) if y.element_size() == 2
-                     else torch.count_nonzero(y))
-    total = y.sum(dtype=torch.float64 if y.dtype == torch.float64 else torch.float32)
-    return [total.to(torch.float64), nonzero.to(torch.float64), nonzero_y.to(torch.float64)]
+def _edges_bits(dtype: torch.dtype, wide: torch.dtype) -> tuple[int, int]:
+    """(over, under) as patterns of `wide` itself: |x|'s bits >= over is what the bucket
+    pass counts as over_max, inf or NaN, <= under as zero or to_zero. For float32 and
+    float64 thresholds_bits; a 2-byte `wide` is promoted to float32 by the bucket pass, so
+    its every positive pattern is promoted and compared with float32's edges (the
+    promotion is exact and in value order)."""
+    if wide in (torch.float32, torch.float64):
+        return thresholds_bits(dtype, wide)
+    key = ("narrow", dtype, wide)
+    if key not in _CACHE:
+        over, under = thresholds_bits(dtype, torch.float32)
+        patterns = torch.arange(0, 1 << 15, dtype=torch.int32).to(torch.int16)  # |x| >= 0
+        promoted = patterns.view(wide).float().view(torch.int32) & 0x7FFFFFFF  # in order
+        _CACHE[key] = (int(torch.count_nonzero(promoted < over)),  # the first >= over
+                       int(torch.count_nonzero(promoted <= under)) - 1)  # the last <= under
+    return _CACHE[key]  # type: ignore[return-value]
 
 
-def count_table(tensors: list[torch.Tensor], dtype: torch.dtype) -> list[list[int]]:
-    """One COLUMNS row per tensor on the host, the same as rows(*bucket_counts(...)): a clean
-    tensor of at least CAST_FROM values by its cast (NOTE [ The cast counts a clean tensor ]),
-    the others by the bucket pass; one `.tolist()` when every tensor is clean."""
+def _small(m: torch.Tensor, under1: torch.Tensor, zeros: bool) -> list[torch.Tensor]:
+    """[#(m == 0) if `zeros`, then -#(m <= under)] of the magnitude bits m, which the second
+    overwrites (NOTE [ Counting by the magnitude's extremes ]); under1: under + 1, 0-d."""
+    first = [m.numel() - torch.count_nonzero(m)] if zeros else []
+    wide = torch.int32 if m.numel() < 1 << 31 else torch.int64
+    return [*first, m.sub_(under1).clamp_(-1, 0).sum(dtype=wide)]
+
+
+def _constants(dtype: torch.dtype, wide: torch.dtype, device: torch.device
+               ) -> tuple[torch.Tensor, int, int, torch.Tensor]:
+    """(~sign, over, under, under + 1) for `wide` values viewed in `dtype`, the first and the
+    last as 0-d tensors of wide's integer type (a Python int would be converted to one on
+    every call)."""
+    key = ("constants", dtype, wide, device)
+    if key not in _CACHE:
+        bits = _BITS[wide]
+        over, under = _edges_bits(dtype, wide)
+        _CACHE[key] = (torch.tensor(torch.iinfo(bits).max, dtype=bits, device=device), over,
+                       under, torch.tensor(under + 1, dtype=bits, device=device))
+    return _CACHE[key]  # type: ignore[return-value]
+
+
+SCRATCH_KEPT = 1 << 24  # values: a larger scratch is allocated per call, not kept
+SCRATCH_VIEWS = 256  # shapes: past this many (shapes that change every step) forget them
+
+
+def _scratch(shape: torch.Size, bits: torch.dtype, device: torch.device, size: int
+             ) -> torch.Tensor:
+    """A `shape` view of one scratch tensor of `bits` of at least `size` values, the same
+    across calls while it holds at most SCRATCH_KEPT values (no allocation, and its views
+    are kept too: the same shapes come every step). One per thread: two threads counting
+    at once never share it."""
+    key = ("scratch", bits, device, threading.get_ident())
+    kept = _CACHE.get(key)
+    if kept is None or kept[0].numel() < size or len(kept[1]) > SCRATCH_VIEWS:  # type: ignore[index]
+        buffer = torch.empty(max(size, kept[0].numel() if kept else 0),  # type: ignore[index]
+                             dtype=bits, device=device)
+        if buffer.numel() > SCRATCH_KEPT:
+            _CACHE.pop(key, None)
+            return buffer[:math.prod(shape)].view(shape)
+        kept = _CACHE[key] = (buffer, {})
+    buffer, views = kept  # type: ignore[misc]
+    if shape not in views:
+        views[shape] = buffer[:math.prod(shape)].view(shape)
+    return views[shape]
+
+
+def count_table(tensors: list[torch.Tensor], dtype: torch.dtype,
+                each: bool | None = None) -> list[list[int]]:
+    """One COLUMNS row per tensor on the host, the same as rows(*bucket_counts(...)): a
+    tensor of at least EXTREMES_FROM values by its magnitude's extremes (NOTE [ Counting by
+    the magnitude's extremes ]), the others by the bucket pass. `each`: read each tensor's
+    extremes as they are computed (the default on the CPU); otherwise one `.tolist()` in a
+    step where every large tensor is clean, a second for the bucket pass of those that
+    are not."""
     if not tensors:
         return []
     if dtype not in _VIEWS:
         return rows(*bucket_counts(tensors, dtype))
-    cast = [i for i, t in enumerate(tensors) if t.dtype in _VIEWS and t.numel() >= CAST_FROM]
-    chosen = set(cast)
+    first: dict[tuple, int] = {}  # the same values seen twice (a module that returns its
+    for i, t in enumerate(tensors):  # input, a dropout of p=0) are counted once
+        first.setdefault((t.data_ptr(), t.shape, t.stride(), t.dtype, t.device), i)
+    if len(first) < len(tensors):
+        unique = list(first.values())
+        counted = dict(zip(unique, count_table([tensors[i] for i in unique], dtype, each),
+                           strict=True))
+        return [list(counted[first[(t.data_ptr(), t.shape, t.stride(), t.dtype, t.device)]])
+                for t in tensors]
+    large = [i for i, t in enumerate(tensors) if t.dtype in _BITS and t.numel() >= EXTREMES_FROM]
+    chosen = set(large)
     others = [i for i in range(len(tensors)) if i not in chosen]
-    with torch.no_grad():
-        parts = [s for i in cast for s in _clean_stats(tensors[i], dtype)]
-        if others:
-            counts, slots = bucket_counts([tensors[i] for i in others], dtype)
-            parts.append(_gathered(counts, slots).reshape(-1).to(torch.float64))
-        flat = torch.cat([p.reshape(-1) for p in parts]).tolist()  # the one sync
-    # float64 holds every count exactly (< 2^53)
-    table: list[list[int]] = [[] for _ in tensors]
-    again = []
+    device = tensors[0].device
+    each = device.type == "cpu" if each is None else each
+    table: list[list[int]] = [[0] * len(COLUMNS) for _ in tensors]
     zero, to_zero = COLUMNS.index("zero"), COLUMNS.index("to_zero")
-    for k, i in enumerate(cast):
-        total, nonzero, nonzero_y = flat[3 * k:3 * k + 3]
-        row = [0] * len(COLUMNS)
-        if math.isfinite(total):
-            row[zero] = tensors[i].numel() - int(nonzero)
-            row[to_zero] = int(nonzero) - int(nonzero_y)
-        else:
-            again.append(i)
-        table[i] = row
-    rest = flat[3 * len(cast):]
-    for k, i in enumerate(others):
-        table[i] = [int(v) for v in rest[k * len(COLUMNS):(k + 1) * len(COLUMNS)]]
-    if again:  # something is not finite: those tensors by the bucket pass (a second read)
-        for i, row in zip(again, rows(*bucket_counts([tensors[i] for i in again], dtype)),
-                          strict=True):
-            table[i] = row
+    again: list[int] = []  # not clean: the bucket pass
+    with torch.no_grad():
+        size = {}  # the scratch's size, per integer type
+        for i in large:
+            bits = _BITS[tensors[i].dtype]
+            size[bits] = max(size.get(bits, 0), tensors[i].numel())
+        parts: list[torch.Tensor] = []  # not `each`: lo, hi, zero, -small of every tensor
+        for i in large:
+            t = tensors[i]
+            bits = _BITS[t.dtype]
+            magnitude, over, under, under1 = _constants(dtype, t.dtype, t.device)
+            m = torch.bitwise_and(t.view(bits), magnitude,
+                                  out=_scratch(t.shape, bits, t.device, size[bits]))
+            extremes = torch.aminmax(m)
+            if not each:
+                parts += [*extremes, *_small(m, under1, zeros=True)]
+                continue
+            lo, hi = extremes[0].item(), extremes[1].item()
+            if hi >= over:
+                again.append(i)
+            elif lo <= under:
+                counted = [int(c) for c in _small(m, under1, zeros=lo == 0)]
+                table[i][zero] = counted[0] if lo == 0 else 0
+                table[i][to_zero] = -counted[-1] - table[i][zero]
+        flat = _read(parts, others, tensors, dtype)  # `each`: the bucket pass only
+        for k, i in enumerate(large if parts else []):
+            lo, hi, zeros, small = flat[4 * k:4 * k + 4]
+            if hi >= _edges_bits(dtype, tensors[i].dtype)[0]:
+                again.append(i)
+            else:
+                table[i][zero], table[i][to_zero] = zeros, -small - zeros
+        rest = flat[len(parts):]
+        for k, i in enumerate(others):
+            table[i] = rest[k * len(COLUMNS):(k + 1) * len(COLUMNS)]
+        if again:  # a special or an over_max: the bucket pass, read once more
+            flat = _read([], again, tensors, dtype)
+            for k, i in enumerate(again):
+                table[i] = flat[k * len(COLUMNS):(k + 1) * len(COLUMNS)]
     return table
+
+
+def _read(parts: list[torch.Tensor], bucketed: list[int], tensors: list[torch.Tensor],
+          dtype: torch.dtype) -> list[int]:
+    """The 0-d `parts`, then the bucket pass's COLUMNS row of each of tensors[bucketed], as
+    one host list: one stack per integer type, one `.tolist()`."""
+    kinds = sorted({p.dtype for p in parts}, key=str)
+    order = [k for d in kinds for k, p in enumerate(parts) if p.dtype == d]
+    flat = [torch.stack([parts[k] for k in order if parts[k].dtype == d]).to(torch.int64)
+            for d in kinds]
+    if bucketed:
+        counts, slots = bucket_counts([tensors[i] for i in bucketed], dtype)
+        flat.append(_gathered(counts, slots).reshape(-1))
+    read = torch.cat(flat).tolist() if flat else []
+    values = [0] * len(parts)
+    for k, v in zip(order, read, strict=False):
+        values[k] = v
+    return values + read[len(parts):]
 
 
 def count_rows(tensors: list[torch.Tensor], dtype: torch.dtype,

@@ -128,7 +128,7 @@ def count_rows(x: np.ndarray, fmt: str, device: str = "cpu",
                arithmetic: bool | str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(reference row, torch row) of COLUMNS for the same float32 array `x`, viewed in fmt
     (`arithmetic`: which way torch numbers the values, NOTE [ One pass of counting ]; "cast":
-    the detector's count_table, NOTE [ The cast counts a clean tensor ])."""
+    the detector's count_table, NOTE [ Counting by the magnitude's extremes ])."""
     import torch
 
     from common.format_spec import get_format
@@ -137,10 +137,10 @@ def count_rows(x: np.ndarray, fmt: str, device: str = "cpu",
 
     ref = ref_numerics.count_rows([x], get_format(fmt))[0]
     tensor, dtype = torch.from_numpy(x).to(device), t_get_format(fmt).dtype
-    if arithmetic == "cast":  # padded with ones (in range, in no column) to the size the
-        from torch_impl.numerics_counts import CAST_FROM  # cast path counts: the same row
-
-        padded = np.concatenate([x, np.ones(max(0, CAST_FROM - x.size), np.float32)])
+    if arithmetic == "cast":  # padded with ones (in range, in no column) to the size
+        from torch_impl.numerics_counts import EXTREMES_FROM  # count_table counts by the
+        # magnitude's extremes: the same row
+        padded = np.concatenate([x, np.ones(max(0, EXTREMES_FROM - x.size), np.float32)])
         got = t_numerics.count_table([torch.from_numpy(padded).to(device)], dtype)[0]
         return ref, np.array(got, dtype=np.int64)
     got = t_numerics.count_rows([tensor], dtype, arithmetic)[0]
