@@ -103,11 +103,15 @@ def _number(x: float | str) -> float:
 TOLERANCE_COLUMN, MIN_TOLERANCE_WIDTH = 2, 24  # the column folded to fit the terminal
 SELECTION = "not slow or report"  # the default suite, and the slow tests marked `report`
 # Inductor's C++ builds are most of the compile tests' time and run on one core each
-# (parity/drivers/compile.py: compile_threads=1): those files run in one process (its first
-# compile's set-up paid once), and the other files in a second process beside it, so on two
-# cores the halves overlap. Which files join the compile files is decided by their measured
-# CPU seconds (COSTS, written by `report --record`), so that the halves cost about the same.
+# (parity/drivers/compile.py: compile_threads=1). The compile files (APART) go to different
+# processes, the costliest first, and the other files join them by their measured CPU
+# seconds (COSTS, written by `report --record`), so that the processes cost about the same.
+# The processes share one empty Inductor cache made for the run (INDUCTOR_CACHE): the first
+# process starts with its compile file, and the others end with theirs, by when the first
+# has built what every process's first compile builds (Inductor's probes of the CPU's
+# vector instructions, about 9 s of CPU), which they then load.
 APART = ("test_compile",)
+INDUCTOR_CACHE = "MIRRORTRAIN_REPORT_INDUCTOR_CACHE"  # parity/drivers/compile.py's RUN_CACHE
 PROCESSES = 2
 # what starting one more pytest process costs in CPU seconds (importing torch and the test
 # modules: about 3-10 s on 2 cores): a group measured cheaper than this joins the other
@@ -166,11 +170,13 @@ def file_costs(tests: list[dict[str, Any]]) -> dict[str, float]:
 
 def balance(files: list[Path] | list[str], costs: dict[str, float]
             ) -> list[list[Path] | list[str]]:
-    """The files (paths or node ids) in PROCESSES groups: the compile files (APART) together
-    as one unit, every other file a unit of its own, each unit given to the group with the
-    least measured cost so far, the costliest first (a file not in `costs` costs the median),
-    all in one group when a group would cost less than START_COST; without costs, the
-    compile files apart and the rest together."""
+    """The files (paths or node ids) in PROCESSES groups, every file a unit (its node ids
+    together): the compile files (APART) first, the costliest first, each to a group of its
+    own while there are empty groups; then every other file, the costliest first, each to
+    the group with the least measured cost so far (a file not in `costs` costs the median);
+    all in one group when a group would cost less than START_COST. In the first group the
+    compile files run first, in the others last (INDUCTOR_CACHE). Without costs: the compile
+    files apart, the rest together before them."""
     def path(f: Path | str) -> str:  # a node id's or a path's file, as the record names it
         p = Path(str(f).split("::")[0])
         return (p.relative_to(ROOT) if p.is_absolute() else p).as_posix()
@@ -179,24 +185,23 @@ def balance(files: list[Path] | list[str], costs: dict[str, float]
     rest = [f for f in files if f not in apart]
     if not costs:
         return [rest, apart]
-    units: dict[str, list] = {}
-    for f in rest:
-        units.setdefault(path(f), []).append(f)
     typical = sorted(costs.values())[len(costs) // 2]
+    units: dict[str, list] = {}
+    for f in [*apart, *rest]:
+        units.setdefault(path(f), []).append(f)
     cost = {key: costs.get(key, typical) for key in units}
-    if apart:
-        units[" apart"] = list(apart)
-        cost[" apart"] = sum(costs.get(p, typical) for p in {path(f) for f in apart})
+    compiling = {path(f) for f in apart}
 
     groups: list[list] = [[] for _ in range(PROCESSES)]
     loads = [0.0] * PROCESSES
-    for key in sorted(units, key=lambda k: (-cost[k], k)):
+    for key in sorted(units, key=lambda k: (k not in compiling, -cost[k], k)):
         k = loads.index(min(loads))
         groups[k].extend(units[key])
         loads[k] += cost[key]
     if min(loads) < START_COST:  # a process that would start for less: one process
         return [[f for g in groups for f in g]]
-    return groups
+    return [g if k == 0 else [f for f in g if f not in apart] + [f for f in g if f in apart]
+            for k, g in enumerate(groups)]
 
 
 def run_tests(files: list[Path] | list[str], extra: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -211,9 +216,11 @@ def run_tests(files: list[Path] | list[str], extra: tuple[str, ...] = ()) -> dic
     groups = [g for g in balance(files, measured_costs()) if g]
     with tempfile.TemporaryDirectory(prefix="mirrortrain-report-") as tmp:
         started = []
+        (Path(tmp) / "inductor").mkdir()  # the run's one empty Inductor cache (balance)
         for k, group in enumerate(groups):
             out = Path(tmp) / f"report-{k}.json"
-            env = {**os.environ, REPORTING: str(out), "MIRRORTRAIN_REPORT_BAR": str(k)}
+            env = {**os.environ, REPORTING: str(out), "MIRRORTRAIN_REPORT_BAR": str(k),
+                   INDUCTOR_CACHE: str(Path(tmp) / "inductor")}
             started.append((out, subprocess.Popen(_command(group, extra), cwd=ROOT, env=env,
                                                   stdout=subprocess.PIPE, text=True)))
         records = []
