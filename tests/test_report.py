@@ -4,7 +4,9 @@ gets (parity/lab/report.py). The end-to-end run is tests/test_cli.py's --topic r
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -190,3 +192,28 @@ def test_file_costs_add_each_files_tests_cpu_seconds() -> None:
              {"nodeid": "parity/test_b.py::y[1]", "cpu": 2.0},
              {"nodeid": "parity/test_a.py::z", "cpu": 0.5}]
     assert file_costs(tests) == {"parity/test_a.py": 1.75, "parity/test_b.py": 2.0}
+
+
+def test_compile_modules_share_the_report_runs_inductor_cache_and_else_get_a_fresh_one(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Outside the report every fresh_inductor_cache is a new empty directory; inside the
+    report's run (its INDUCTOR_CACHE set) it is the run's one directory; both restore the
+    caller's TORCHINDUCTOR_CACHE_DIR."""
+    from parity.drivers import compile as dc
+    from parity.lab import report
+
+    assert report.INDUCTOR_CACHE == dc.RUN_CACHE
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "callers"))
+    monkeypatch.delenv(dc.RUN_CACHE, raising=False)
+    seen = []
+    for _ in range(2):
+        with dc.fresh_inductor_cache() as cache:
+            assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == cache
+            assert Path(cache).is_dir() and not any(Path(cache).iterdir())
+            seen.append(cache)
+    assert len(set(seen)) == 2 and str(tmp_path) not in seen[0]
+    monkeypatch.setenv(dc.RUN_CACHE, str(tmp_path / "run"))
+    for _ in range(2):
+        with dc.fresh_inductor_cache() as cache:
+            assert cache == os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "run")
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "callers")
