@@ -106,10 +106,12 @@ SELECTION = "not slow or report"  # the default suite, and the slow tests marked
 # (parity/drivers/compile.py: compile_threads=1). The compile files (APART) go to different
 # processes, the costliest first, and the other files join them by their measured CPU
 # seconds (COSTS, written by `report --record`), so that the processes cost about the same.
-# The processes share one empty Inductor cache made for the run (INDUCTOR_CACHE): the first
-# process starts with its compile file, and the others end with theirs, by when the first
-# has built what every process's first compile builds (Inductor's probes of the CPU's
-# vector instructions, about 9 s of CPU), which they then load.
+# The processes share one empty Inductor cache made for the run (INDUCTOR_CACHE): the
+# process of the cheapest compile file starts with it, the others end with theirs, by when
+# the first has built what every process's first compile builds (Inductor's probes of the
+# CPU's vector instructions, about 9 s of CPU), which they then load. So the probes' cost
+# falls on the cheapest compile file, as it did when COSTS was recorded (test_compile.py
+# ran first then, and runs first again).
 APART = ("test_compile",)
 INDUCTOR_CACHE = "MIRRORTRAIN_REPORT_INDUCTOR_CACHE"  # parity/drivers/compile.py's RUN_CACHE
 PROCESSES = 2
@@ -174,9 +176,9 @@ def balance(files: list[Path] | list[str], costs: dict[str, float]
     together): the compile files (APART) first, the costliest first, each to a group of its
     own while there are empty groups; then every other file, the costliest first, each to
     the group with the least measured cost so far (a file not in `costs` costs the median);
-    all in one group when a group would cost less than START_COST. In the first group the
-    compile files run first, in the others last (INDUCTOR_CACHE). Without costs: the compile
-    files apart, the rest together before them."""
+    all in one group when a group would cost less than START_COST. The group of the cheapest
+    compile file runs it first, the others run theirs last (INDUCTOR_CACHE). Without costs:
+    the compile files apart, the rest together before them."""
     def path(f: Path | str) -> str:  # a node id's or a path's file, as the record names it
         p = Path(str(f).split("::")[0])
         return (p.relative_to(ROOT) if p.is_absolute() else p).as_posix()
@@ -200,8 +202,10 @@ def balance(files: list[Path] | list[str], costs: dict[str, float]
         loads[k] += cost[key]
     if min(loads) < START_COST:  # a process that would start for less: one process
         return [[f for g in groups for f in g]]
-    return [g if k == 0 else [f for f in g if f not in apart] + [f for f in g if f in apart]
-            for k, g in enumerate(groups)]
+    cheapest = min(compiling, key=lambda k: (cost[k], k), default=None)
+    return [g if any(path(f) == cheapest for f in g)
+            else [f for f in g if f not in apart] + [f for f in g if f in apart]
+            for g in groups]
 
 
 def run_tests(files: list[Path] | list[str], extra: tuple[str, ...] = ()) -> dict[str, Any]:
