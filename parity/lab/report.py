@@ -16,7 +16,8 @@ record and each test's outcome to a JSON file this module reads back:
 
 A test that fails without having asserted any claim is listed under the table and fails the
 report too. The tests run in two fresh processes side by side, which share the files out by
-their CPU seconds in the last recorded report (balance, COSTS), in the setting the claims
+their CPU seconds in the last recorded report (balance, COSTS) and one Inductor cache made
+empty for the run (INDUCTOR_CACHE), in the setting the claims
 state (conftest.py: one intra-op thread for torch, one for NumPy's BLAS), whatever the
 caller's environment.
 Pictures are registered in parity/lab/pictures/ and drawn into --out.
