@@ -3,7 +3,7 @@ into a temporary folder; prints the wall clock and the CPU time of the report an
 process it waited for (user + sys of the children, as /usr/bin/time counts them), the
 machine's load before and after, and the slowest claims (the table's seconds column).
 
-    python benchmarks/report_cold.py [--topic T] [--top N] [--header]
+    python benchmarks/report_cold.py [--topic T] [--top N] [--header] [--save FILE]
 
 Cold means an empty TORCHINDUCTOR_CACHE_DIR. Inductor keeps one more thing outside it: the
 precompiled C++ header of its CPU kernels (about 150 MB, some 10 s of CPU to build), in
@@ -36,6 +36,8 @@ def main() -> int:
     p.add_argument("--top", type=int, default=12, help="how many of the slowest claims")
     p.add_argument("--header", action="store_true",
                    help="build Inductor's precompiled header afresh too (a fresh TMPDIR)")
+    p.add_argument("--save", type=Path, default=None,
+                   help="write the report's rows (--json) to FILE, to compare two runs' tables")
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="report-cold-") as tmp:
         cache, pictures = Path(tmp) / "inductor", Path(tmp) / "pictures"
@@ -62,6 +64,8 @@ def main() -> int:
     except json.JSONDecodeError:
         print(done.stdout[-2000:], done.stderr[-2000:], sep="\n")
         return 1
+    if args.save is not None:
+        args.save.write_text(json.dumps(rows, indent=1), encoding="utf-8")
     bad = [r["id"] for r in rows if r["verdict"] != "ok"]
     print(f"{len(rows)} claims, {len(rows) - len(bad)} ok" + (f"; not ok: {bad}" if bad else ""))
     for r in sorted(rows, key=lambda r: -r["seconds"])[:args.top]:

@@ -35,6 +35,9 @@ _CACHE_ROOT: list[tempfile.TemporaryDirectory] = []
 # 2 shared cores the pool's start (each worker imports torch) cost more than it saved:
 # one compiled transformer took about half the wall time with 1.
 _COMPILE_THREADS = 1
+# `python -m parity report` (parity/lab/report.py, its INDUCTOR_CACHE) names here one empty
+# directory made for its run, shared by its test processes: see fresh_inductor_cache
+RUN_CACHE = "MIRRORTRAIN_REPORT_INDUCTOR_CACHE"
 
 
 @contextlib.contextmanager
@@ -48,11 +51,22 @@ def fresh_inductor_cache() -> Iterator[str]:
     exit, not at the end of the block: Inductor memoizes paths into its cache for the life
     of the process (torch 2.6's precompiled C++ header is included by absolute path from
     every later kernel), so a directory deleted mid-process breaks the next compile.
+
+    Inside the report's run ($MIRRORTRAIN_REPORT_INDUCTOR_CACHE set) it is instead the one
+    directory the report made empty for that run, shared by its processes and modules: the
+    run is still cold (it compiles everything it uses, nothing comes from before it), but
+    what Inductor builds once per cache is built once per run, not once per process and
+    module: its probes of the CPU's vector instructions (ten C++ builds, four of them of
+    ATen's vector headers: about 9 s of CPU, before the first kernel), and a kernel or graph
+    two tests generate alike. Inductor keys a cached kernel by its source and compiler
+    command line and a cached graph by the graph, its inputs' metadata and the config, so
+    what a test loads is what it would have built.
     """
     before = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    if not _CACHE_ROOT:
+    shared = os.environ.get(RUN_CACHE)
+    if not shared and not _CACHE_ROOT:
         _CACHE_ROOT.append(tempfile.TemporaryDirectory(prefix="mirrortrain-inductor-"))
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(dir=_CACHE_ROOT[0].name)
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = shared or tempfile.mkdtemp(dir=_CACHE_ROOT[0].name)
     torch._dynamo.reset()
     try:
         with inductor_config.patch(compile_threads=_COMPILE_THREADS):

@@ -21,7 +21,8 @@ record and each test's outcome to a JSON file this module reads back:
 
 A test that fails without having asserted any claim is listed under the table and fails the
 report too. The tests run in two fresh processes side by side, which share the files out by
-their CPU seconds in the last recorded report (balance, COSTS), in the setting the claims
+their CPU seconds in the last recorded report (balance, COSTS) and one Inductor cache made
+empty for the run (INDUCTOR_CACHE), in the setting the claims
 state (conftest.py: one intra-op thread for torch, one for NumPy's BLAS), whatever the
 caller's environment.
 Pictures are registered in parity/lab/pictures/ and drawn into --out.
@@ -109,11 +110,17 @@ def _number(x: float | str) -> float:
 TOLERANCE_COLUMN, MIN_TOLERANCE_WIDTH = 2, 24  # the column folded to fit the terminal
 SELECTION = "not slow or report"  # the default suite, and the slow tests marked `report`
 # Inductor's C++ builds are most of the compile tests' time and run on one core each
-# (parity/drivers/compile.py: compile_threads=1): those files run in one process (its first
-# compile's set-up paid once), and the other files in a second process beside it, so on two
-# cores the halves overlap. Which files join the compile files is decided by their measured
-# CPU seconds (COSTS, written by `report --record`), so that the halves cost about the same.
+# (parity/drivers/compile.py: compile_threads=1). The compile files (APART) go to different
+# processes, the costliest first, and the other files join them by their measured CPU
+# seconds (COSTS, written by `report --record`), so that the processes cost about the same.
+# The processes share one empty Inductor cache made for the run (INDUCTOR_CACHE): the
+# process of the cheapest compile file starts with it, the others end with theirs, by when
+# the first has built what every process's first compile builds (Inductor's probes of the
+# CPU's vector instructions, about 9 s of CPU), which they then load. So the probes' cost
+# falls on the cheapest compile file, as it did when COSTS was recorded (test_compile.py
+# ran first then, and runs first again).
 APART = ("test_compile",)
+INDUCTOR_CACHE = "MIRRORTRAIN_REPORT_INDUCTOR_CACHE"  # parity/drivers/compile.py's RUN_CACHE
 PROCESSES = 2
 # what starting one more pytest process costs in CPU seconds (importing torch and the test
 # modules: about 3-10 s on 2 cores): a group measured cheaper than this joins the other
@@ -173,11 +180,13 @@ def file_costs(tests: list[dict[str, Any]]) -> dict[str, float]:
 
 def balance(files: list[Path] | list[str], costs: dict[str, float]
             ) -> list[list[Path] | list[str]]:
-    """The files (paths or node ids) in PROCESSES groups: the compile files (APART) together
-    as one unit, every other file a unit of its own, each unit given to the group with the
-    least measured cost so far, the costliest first (a file not in `costs` costs the median),
-    all in one group when a group would cost less than START_COST; without costs, the
-    compile files apart and the rest together."""
+    """The files (paths or node ids) in PROCESSES groups, every file a unit (its node ids
+    together): the compile files (APART) first, the costliest first, each to a group of its
+    own while there are empty groups; then every other file, the costliest first, each to
+    the group with the least measured cost so far (a file not in `costs` costs the median);
+    all in one group when a group would cost less than START_COST. The group of the cheapest
+    compile file runs it first, the others run theirs last (INDUCTOR_CACHE). Without costs:
+    the compile files apart, the rest together before them."""
     def path(f: Path | str) -> str:  # a node id's or a path's file, as the record names it
         p = Path(str(f).split("::")[0])
         return (p.relative_to(ROOT) if p.is_absolute() else p).as_posix()
@@ -186,24 +195,25 @@ def balance(files: list[Path] | list[str], costs: dict[str, float]
     rest = [f for f in files if f not in apart]
     if not costs:
         return [rest, apart]
-    units: dict[str, list] = {}
-    for f in rest:
-        units.setdefault(path(f), []).append(f)
     typical = sorted(costs.values())[len(costs) // 2]
+    units: dict[str, list] = {}
+    for f in [*apart, *rest]:
+        units.setdefault(path(f), []).append(f)
     cost = {key: costs.get(key, typical) for key in units}
-    if apart:
-        units[" apart"] = list(apart)
-        cost[" apart"] = sum(costs.get(p, typical) for p in {path(f) for f in apart})
+    compiling = {path(f) for f in apart}
 
     groups: list[list] = [[] for _ in range(PROCESSES)]
     loads = [0.0] * PROCESSES
-    for key in sorted(units, key=lambda k: (-cost[k], k)):
+    for key in sorted(units, key=lambda k: (k not in compiling, -cost[k], k)):
         k = loads.index(min(loads))
         groups[k].extend(units[key])
         loads[k] += cost[key]
     if min(loads) < START_COST:  # a process that would start for less: one process
         return [[f for g in groups for f in g]]
-    return groups
+    cheapest = min(compiling, key=lambda k: (cost[k], k), default=None)
+    return [g if any(path(f) == cheapest for f in g)
+            else [f for f in g if f not in apart] + [f for f in g if f in apart]
+            for g in groups]
 
 
 def run_tests(files: list[Path] | list[str], extra: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -218,9 +228,11 @@ def run_tests(files: list[Path] | list[str], extra: tuple[str, ...] = ()) -> dic
     groups = [g for g in balance(files, measured_costs()) if g]
     with tempfile.TemporaryDirectory(prefix="mirrortrain-report-") as tmp:
         started = []
+        (Path(tmp) / "inductor").mkdir()  # the run's one empty Inductor cache (balance)
         for k, group in enumerate(groups):
             out = Path(tmp) / f"report-{k}.json"
-            env = {**os.environ, REPORTING: str(out), "MIRRORTRAIN_REPORT_BAR": str(k)}
+            env = {**os.environ, REPORTING: str(out), "MIRRORTRAIN_REPORT_BAR": str(k),
+                   INDUCTOR_CACHE: str(Path(tmp) / "inductor")}
             started.append((out, subprocess.Popen(_command(group, extra), cwd=ROOT, env=env,
                                                   stdout=subprocess.PIPE, text=True)))
         records = []
