@@ -27,7 +27,7 @@ from torch_impl import mx as tmx
 
 TENSORWISE, ROWWISE = tgemm.cpu_scaled_mm_support()
 NO_CPU_KERNEL = ("this torch has no CPU torch._scaled_mm (added in torch 2.8, tensorwise; "
-                 "rowwise scales from 2.12 or later: torch_impl/fp8_gemm.py)")
+                 "rowwise scales from 2.12: torch_impl/fp8_gemm.py)")
 
 
 def _require(rowwise: bool, device: str) -> None:
