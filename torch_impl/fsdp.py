@@ -39,6 +39,13 @@ from torch_impl.ddp import DTYPES, batches
 from torch_impl.train_models import build
 
 REDUCE_DTYPES = ("float32", "bfloat16")
+# The rule reference/fsdp.py states is torch >= 2.8's: _get_gradient_divide_factors returns the
+# collectives' ReduceOps beside the pre/post factors (AVG for float32 and bfloat16), on 2.8.0,
+# 2.11.0 and 2.13.0; 2.6.0 and 2.7.1 return the factors alone and divide by hand, and 2.6.0's
+# fully_shard cannot run on CPU at all (torch.cpu.Stream has no record_event). Measured.
+RULE_STATED = tuple(int(p) for p in torch.__version__.split(".")[:2]) >= (2, 8)
+NOT_STATED = (f"torch {torch.__version__}'s FSDP2 divides gradients by its pre/post factors, "
+              "not the torch >= 2.8 rule reference/fsdp.py mirrors (torch_impl/fsdp.py)")
 # torch >= 2.13's name, else the older one (module docstring: Versions)
 _reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
