@@ -15,7 +15,12 @@ from parity.drivers import fp8_gemm as drv
 from reference import mx as rmx
 from torch_impl import fp8_gemm as tgemm
 
-pytest.importorskip("torchao", reason="torchao is the MX oracle (pip install -e .[oracles])")
+torchao = pytest.importorskip("torchao",
+                              reason="torchao is the MX oracle (pip install -e .[oracles])")
+if torchao.__version__ != "0.18.0":  # 0.9.0 (torch 2.6's) has no nvfp4_tensor, no
+    # ScaleCalculationMode in mx_formats.config
+    pytest.skip(f"the torchao claims read 0.18.0's source; installed {torchao.__version__}",
+                allow_module_level=True)
 logging.getLogger("torch.utils._pytree").setLevel(logging.ERROR)  # torchao's enum notices
 from torchao.prototype.mx_formats.config import ScaleCalculationMode  # noqa: E402
 from torchao.prototype.mx_formats.mx_tensor import MXTensor  # noqa: E402

@@ -21,6 +21,10 @@ from parity.compare import assert_claim, bit_view
 from parity.drivers import fsdp as drv
 from reference import ddp as rddp
 from reference import fsdp as rfsdp
+from torch_impl import fsdp as tfsdp
+
+if not tfsdp.RULE_STATED:
+    pytest.skip(tfsdp.NOT_STATED, allow_module_level=True)
 
 DEFAULT_RUNS = ((2, "float32"), (3, "float32"), (3, "bfloat16"))
 

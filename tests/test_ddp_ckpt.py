@@ -102,8 +102,9 @@ def test_a_foreign_or_uncommitted_directory_is_refused(tmp_path: Path) -> None:
     with pytest.raises(CheckpointDirectoryError, match=re.escape("no COMMITTED-<step>.json")):
         sc.load_sharded(tmp_path, _like())
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
-        dcp.save(_state(1), checkpoint_id=tmp_path / "step-00000001", no_dist=True)
+        warnings.filterwarnings("ignore", sc.ONE_PROCESS_WARNING, UserWarning)
+        warnings.filterwarnings("ignore", sc.TYPED_STORAGE_WARNING, UserWarning)
+        dcp.save(_state(1), checkpoint_id=tmp_path / "step-00000001", **sc.no_dist_kwargs())
     with pytest.raises(CheckpointDirectoryError, match="no committed sharded checkpoint"):
         sc.load_sharded(tmp_path, _like())
     assert ckc.uncommitted(tmp_path) == [tmp_path / "step-00000001"]
@@ -213,14 +214,15 @@ def test_plain_dcp_into_an_existing_directory_tears_and_loads_a_mix_of_two_steps
     1, without a word; the commit-based loader finds no checkpoint there."""
     directory = tmp_path / "plain"
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
+        warnings.filterwarnings("ignore", sc.ONE_PROCESS_WARNING, UserWarning)
+        warnings.filterwarnings("ignore", sc.TYPED_STORAGE_WARNING, UserWarning)
         warnings.filterwarnings("ignore", "Detected an existing checkpoint", UserWarning)
         dcp.save(_state(1), storage_writer=dcp.FileSystemWriter(
-            directory, single_file_per_rank=False, thread_count=1), no_dist=True)
+            directory, single_file_per_rank=False, thread_count=1), **sc.no_dist_kwargs())
         with pytest.raises(BaseException, match="killed mid-save"):  # CheckpointException
-            dcp.save(_state(2), storage_writer=_KilledWriter(directory, 2), no_dist=True)
+            dcp.save(_state(2), storage_writer=_KilledWriter(directory, 2), **sc.no_dist_kwargs())
         out = _like()
-        dcp.load(out, checkpoint_id=directory, no_dist=True)
+        dcp.load(out, checkpoint_id=directory, **sc.no_dist_kwargs())
     came_from = {k: [s for s in (1, 2) if torch.equal(v, _state(s)[k])] for k, v in out.items()}
     assert came_from == {"t0": [2], "t1": [2], "t2": [1], "t3": [1]}, came_from
     with pytest.raises(CheckpointDirectoryError):

@@ -21,7 +21,8 @@ differently or hides:
   is built from torch.frexp / ldexp / trunc, which are exact, and a 32-bit random word per
   element from a torch.Generator (NOTE [ Stochastic rounding with 32-bit words ]).
 - float8_e4m3fn overflow depends on the torch version (NOTE [ float8_e4m3fn overflow ] in
-  reference/formats.py): torch >= 2.13 saturates (+-inf included), 2.6-2.12 give NaN.
+  reference/formats.py): torch >= 2.13 saturates (+-inf included), 2.6-2.12 give NaN
+  (measured on 2.6.0, 2.7.1, 2.8.0, 2.11.0, 2.12.0, 2.12.1 and 2.13.0).
   `DEFAULT_OVERFLOW` holds what the installed torch does, and the default policy leaves the
   native result untouched, so a parity test sees torch's own behaviour.
 - The small formats (the fnuz float8s, E8M0, float6/float4, float8_e4m3/e3m4) are encoded

@@ -12,14 +12,14 @@ beyond the reference (bias, out_dtype, scale_result). What torch does differentl
   by f32(1 / scale_result) (scale_result is ignored for other out_dtypes), and one cast to
   out_dtype. torch._scaled_mm's `use_fast_accum` is ignored on CPU (the twin has no such
   argument). Claim fp8_gemm.scaled_mm_cpu holds torch._scaled_mm to it bit for bit.
-- Which torch has it (from torch's sources and history; only 2.13 was measured): CPU
-  `_scaled_mm` came with "Add torch._scaled_mm for CPU" (merged April 2025: torch 2.8),
-  tensorwise scales only, the fp32 product cast to any out_dtype; "Support fp8 output of
-  _scaled_mm for CPU" (May 2025: 2.8 too) added the division by scale_result for fp8
-  outputs; rowwise scales ((M, 1) and (1, N)) came with the scaled_mm_v2 series of spring
-  2026 (2.12 or later; 2.13 has them). Earlier torch raises (no CPU kernel, or "only
-  supports per-tensor scaling"): `cpu_scaled_mm_support` probes, it does not trust the
-  version.
+- Which torch has it, measured on CPU with torch 2.6.0, 2.7.1, 2.8.0, 2.11.0, 2.12.0,
+  2.12.1 and 2.13.0 (mkldnn on and off): 2.6 and 2.7 have no CPU kernel
+  (NotImplementedError); from 2.8 ("Add torch._scaled_mm for CPU", April 2025, and "Support
+  fp8 output of _scaled_mm for CPU", May 2025) tensorwise scales, any out_dtype, fp8 outputs
+  divided by scale_result; 2.8 and 2.11 refuse rowwise scales ((M, 1) and (1, N)) with a
+  RuntimeError (an internal assert that both scales have one element); 2.12.0 (the
+  scaled_mm_v2 series of spring 2026) and later take them. `cpu_scaled_mm_support` probes,
+  it does not trust the version.
 - On a CPU with AMX (int8 AMX for one fp8 dtype, fp16 AMX for mixed e4m3 x e5m2) and
   mkldnn enabled, `_scaled_mm` calls oneDNN's fp8 matmul (`mkldnn_scaled_mm`) instead,
   whose accumulation is oneDNN's own: not this emulation, and no claim here.

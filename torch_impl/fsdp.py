@@ -18,6 +18,11 @@ Jobs: `fsdp_job` (training steps of the MLP, every Linear fully_shard'ed, then t
 `reduce_scatter_job` (dist.reduce_scatter_single of seeded tensors: the collective alone).
 Runs on CPU with gloo in torch 2.13: both reduce_dtype float32 and bfloat16 (gloo gained
 ReduceOp.AVG and reduce_scatter; nothing falls back).
+
+Versions: the collective is `dist.reduce_scatter_single` from torch 2.13, which deprecates
+its old name `dist.reduce_scatter_tensor` (a FutureWarning); torch 2.6-2.12 have only the
+old name (measured on 2.6.0, 2.11.0, 2.12.0, 2.13.0). `_reduce_scatter_single` is whichever
+the installed torch has: the same collective under either name.
 """
 
 from __future__ import annotations
@@ -34,6 +39,15 @@ from torch_impl.ddp import DTYPES, batches
 from torch_impl.train_models import build
 
 REDUCE_DTYPES = ("float32", "bfloat16")
+# The rule reference/fsdp.py states is torch >= 2.8's: _get_gradient_divide_factors returns the
+# collectives' ReduceOps beside the pre/post factors (AVG for float32 and bfloat16), on 2.8.0,
+# 2.11.0 and 2.13.0; 2.6.0 and 2.7.1 return the factors alone and divide by hand, and 2.6.0's
+# fully_shard cannot run on CPU at all (torch.cpu.Stream has no record_event). Measured.
+RULE_STATED = tuple(int(p) for p in torch.__version__.split(".")[:2]) >= (2, 8)
+NOT_STATED = (f"torch {torch.__version__}'s FSDP2 divides gradients by its pre/post factors, "
+              "not the torch >= 2.8 rule reference/fsdp.py mirrors (torch_impl/fsdp.py)")
+# torch >= 2.13's name, else the older one (module docstring: Versions)
+_reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 
 def fsdp_job(config: TrainConfig, steps: int, world_size: int, reduce_dtype: str
@@ -79,7 +93,7 @@ def _reduce_scatter(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any
     t = values.to(DTYPES[job["dtype"]])
     out = torch.empty(job["n"], dtype=t.dtype)
     op = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG}[job["op"]]
-    dist.reduce_scatter_single(out, t.clone(), op=op, group=group)
+    _reduce_scatter_single(out, t.clone(), op=op, group=group)
     return {"input": t, "output": out}
 
 

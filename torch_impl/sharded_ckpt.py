@@ -45,10 +45,12 @@ differing) the steps after it are a ws' run from that state, not the ws run's co
 
 from __future__ import annotations
 
+import inspect
 import os
 import signal
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -66,8 +68,33 @@ PAYLOAD = "dcp"
 FAULTS = ("after_data", "before_metadata", "before_commit")  # where a save is SIGKILLed
 
 
+# dcp.save and dcp.load take `no_dist` in torch 2.11 and 2.13; 2.6 has no such argument and
+# infers it the same way (no initialized process group: one process), warning "torch.distributed
+# is unavailable or uninitialized" where later versions say "is disabled, unavailable or
+# uninitialized" (measured on 2.6.0, 2.11.0, 2.13.0).
+DCP_TAKES_NO_DIST = "no_dist" in inspect.signature(dcp.save).parameters
+ONE_PROCESS_WARNING = "torch.distributed is (disabled|unavailable)"  # both texts
+# torch 2.6's FileSystemWriter calls tensor.storage(), which warns; 2.11 and 2.13 do not
+TYPED_STORAGE_WARNING = "TypedStorage is deprecated"
+
+
+@contextmanager
+def dcp_notices_ignored() -> Iterator[None]:
+    """DCP's own notices silenced: one process without a process group (DCP says so), and
+    torch 2.6's TypedStorage deprecation inside FileSystemWriter."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", ONE_PROCESS_WARNING, UserWarning)
+        warnings.filterwarnings("ignore", TYPED_STORAGE_WARNING, UserWarning)
+        yield
+
+
 def _no_dist() -> bool:
     return not (dist.is_available() and dist.is_initialized())
+
+
+def no_dist_kwargs() -> dict[str, bool]:
+    """dcp.save/load's `no_dist` where this torch takes it (see DCP_TAKES_NO_DIST)."""
+    return {"no_dist": _no_dist()} if DCP_TAKES_NO_DIST else {}
 
 
 class _Writer(FileSystemWriter):
@@ -109,10 +136,9 @@ def save_sharded(parent: str | os.PathLike, step: int, state: Mapping[str, torch
         ckc.make_fresh(parent, step)
     if not _no_dist():
         dist.barrier(group=group)
-    with warnings.catch_warnings():  # one process, no process group: DCP says so
-        warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
+    with dcp_notices_ignored():
         dcp.save(dict(state), storage_writer=_Writer(directory, rank, fault),
-                 process_group=group, no_dist=_no_dist())
+                 process_group=group, **no_dist_kwargs())
     mine = sorted(p.name for p in directory.iterdir() if p.name.startswith(f"__{rank}_"))
     entries = [ckc.file_entry(directory, name) for name in mine]
     gathered: list[Any] = [entries]
@@ -145,10 +171,9 @@ def load_sharded(parent: str | os.PathLike, template: Mapping[str, torch.Tensor]
     if not used <= listed:  # the metadata (verified, now unpickled) names an unlisted file
         raise CheckpointCorruptError(f"commit record {record.path} does not list "
                                          f"{sorted(used - listed)}, which its .metadata uses")
-    with warnings.catch_warnings():  # one process, no process group: DCP says so
-        warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
+    with dcp_notices_ignored():
         dcp.load(dict(template), storage_reader=reader,
-                 process_group=group, no_dist=_no_dist())
+                 process_group=group, **no_dist_kwargs())
     return record, skipped
 
 

@@ -2,9 +2,9 @@
 finite, unsigned) and reference/formats.py for rounding on the integers.
 
 torch 2.13 casts to three of the nine (NATIVE: float8_e4m3fnuz, float8_e5m2fnuz,
-float8_e8m0fnu). Its float4_e2m1fn_x2 holds two codes a byte and has no cast ("copy_kernel"
-not implemented); float8_e4m3b11fnuz, the float6s, float4_e2m1fn, float8_e4m3 and
-float8_e3m4 have no dtype at all. So:
+float8_e8m0fnu; 2.7 to 2.13 alike, 2.6 lacks the E8M0 dtype). Its float4_e2m1fn_x2 holds
+two codes a byte and has no cast ("copy_kernel" not implemented); float8_e4m3b11fnuz, the
+float6s, float4_e2m1fn, float8_e4m3 and float8_e3m4 have no dtype at all. So:
 
 - Round to nearest to a NATIVE format is torch's cast and a bit view (`encode_native`), and
   does what torch does. The fnuz casts do what the reference does (overflow and +-inf give
@@ -41,7 +41,11 @@ import torch
 
 from torch_impl.format_spec import TorchFormat
 
-NATIVE: tuple[str, ...] = ("float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu")
+# float8_e8m0fnu is a torch dtype from 2.7 (measured: absent on 2.6.0); without it E8M0 takes
+# the exact-ops path and its layout decode, as the formats torch lacks do.
+NATIVE: tuple[str, ...] = tuple(name for name in
+                                ("float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu")
+                                if hasattr(torch, name))
 
 
 def encode_native(x32: torch.Tensor, fmt: TorchFormat, overflow: str,
@@ -202,6 +206,8 @@ def decode_values(c: torch.Tensor, fmt: TorchFormat) -> torch.Tensor:
     layout read with integer ops (reference/small_formats.py's `decode_values`)."""
     if fmt.dtype is not None:
         return c.to(torch.uint8).view(fmt.dtype).to(torch.float64)
+    if fmt.convention == "unsigned":  # E8M0 on torch 2.6: 2^(c - bias), 0xFF the NaN
+        return torch.where(c == fmt.nan_code, torch.nan, _pow2(c - fmt.bias))
     m = fmt.mantissa_bits
     negative = (c >> (fmt.bits - 1)) == 1
     field = (c >> m) & (2**fmt.exponent_bits - 1)

@@ -1,7 +1,8 @@
 """The formats claims of the small formats (the fnuz float8s, E8M0, float6/float4, the
 IEEE-like float8_e4m3/e3m4); parity/claims/formats.py adds them to its CLAIMS. Every
 difference between libraries is a claim of its own, pinned to the versions measured:
-torch 2.13.0 and ml_dtypes 0.7.0."""
+torch 2.7 to 2.13 (whose casts to these formats are the same on 2.7.1, 2.8.0, 2.11.0, 2.12.0,
+2.12.1 and 2.13.0; 2.6 has no float8_e8m0fnu) and ml_dtypes 0.7.0."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ SMALL_CLAIMS: tuple[Claim, ...] = (
     Claim(
         id="formats.torch_finfo_e5m2fnuz",
         statement=(
-            "torch 2.13's finfo(float8_e5m2fnuz).eps is 0.125 (2^-3, float8_e4m3fnuz's), where "
+            "torch's finfo(float8_e5m2fnuz).eps is 0.125 (2^-3, float8_e4m3fnuz's; 2.6.0 to "
+            "2.13.0 alike), where "
             "the format's 2 mantissa bits give 2^-2 = 0.25, as ml_dtypes 0.7's finfo and the "
             "spacing of torch's own decoded values at 1 (1.25 - 1) say; every other torch.finfo "
             "field of it is right."
@@ -75,9 +77,10 @@ SMALL_CLAIMS: tuple[Claim, ...] = (
     Claim(
         id="formats.e8m0_torch",
         statement=(
-            "torch 2.13's float8_e8m0fnu cast differs from ml_dtypes 0.7's (and the "
-            "reference's) in three places, measured on every float32 pattern below 2^24 of each "
-            "sign and on sampled sweeps: a negative x "
+            "torch's float8_e8m0fnu cast (2.7 to 2.13, the same bits on every version "
+            "measured) differs from ml_dtypes 0.7's (and the reference's) in three places, "
+            "measured on every float32 pattern below 2^24 of each sign and on sampled sweeps: "
+            "a negative x "
             "gives the code of |x| (-4 -> 4) where ml_dtypes gives NaN; +-0 gives 2^-127 "
             "(code 0) where ml_dtypes gives NaN; and |x| strictly between 2^-127 and 1.5 * "
             "2^-127 (float32 subnormals nearer 2^-127) gives 2^-126 where ml_dtypes gives "

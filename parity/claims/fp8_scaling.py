@@ -163,7 +163,8 @@ CLAIMS: tuple[Claim, ...] = (
             "value reaches the cast's overflow branch (NOTE [ float8_e4m3fn overflow ] in "
             "reference/formats.py); 464 rounds to 448 on every policy (the tie goes to the "
             "even 448). torchao's to_fp8_saturated keeps the clamp for torch <= 2.11 (its "
-            "docstring says eager casts saturate from 2.12; this project measures 2.13)."
+            "docstring says eager casts saturate from 2.12; measured, 2.12.0 and 2.12.1 still "
+            "give NaN and 2.13.0 saturates)."
         ),
     ),
 )
