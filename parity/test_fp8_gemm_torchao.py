@@ -10,6 +10,7 @@ import logging
 import pytest
 import torch
 
+from parity.claims import EXTRAS
 from parity.compare import assert_claim
 from parity.drivers import fp8_gemm as drv
 from reference import mx as rmx
@@ -17,9 +18,10 @@ from torch_impl import fp8_gemm as tgemm
 
 torchao = pytest.importorskip("torchao",
                               reason="torchao is the MX oracle (pip install -e .[oracles])")
-if torchao.__version__ != "0.18.0":  # 0.9.0 (torch 2.6's) has no nvfp4_tensor, no
+if torchao.__version__ != EXTRAS["torchao"]:  # 0.9.0 (torch 2.6's) has no nvfp4_tensor, no
     # ScaleCalculationMode in mx_formats.config
-    pytest.skip(f"the torchao claims read 0.18.0's source; installed {torchao.__version__}",
+    pytest.skip(f"the torchao claims read {EXTRAS['torchao']}'s source; installed "
+                f"{torchao.__version__}",
                 allow_module_level=True)
 logging.getLogger("torch.utils._pytree").setLevel(logging.ERROR)  # torchao's enum notices
 from torchao.prototype.mx_formats.config import ScaleCalculationMode  # noqa: E402

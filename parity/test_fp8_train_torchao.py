@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import pytest
 
+from parity.claims import EXTRAS
 from parity.compare import assert_claim
 from parity.drivers import fp8_train as drv
 
 torchao = pytest.importorskip("torchao", reason="torchao's Float8Linear is the fp8 oracle")
-if torchao.__version__ != "0.18.0":
-    pytest.skip(f"the torchao claims read 0.18.0's source; installed {torchao.__version__}",
+if torchao.__version__ != EXTRAS["torchao"]:
+    pytest.skip(f"the torchao claims read {EXTRAS['torchao']}'s source; installed "
+                f"{torchao.__version__}",
                 allow_module_level=True)
 
 

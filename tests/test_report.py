@@ -219,7 +219,48 @@ def test_a_claim_skipped_for_its_missing_extra_is_skipped_and_any_other_unassert
     assert verdicts(["torchao"], []) == ["NOT CHECKED", "NOT CHECKED"]  # pytest skipped none
     assert verdicts(["torchao"], [elsewhere]) == ["NOT CHECKED", "NOT CHECKED"]  # not its topic
     row = rows_of((needs,), {"claims": {}, "tests": [skipped], "missing": ["torchao"]}).rows[0]
-    assert "torchao is not installed" in row.skipped and "the MX oracle" in row.skipped
+    assert "torchao 0.18.0 is not installed" in row.skipped and "the MX oracle" in row.skipped
+
+
+def test_a_claim_older_torch_lacks_is_skipped_only_below_its_version_and_after_a_skip(
+        ) -> None:
+    """A claim with torch_since reads SKIPPED when the run's torch is older and pytest skipped
+    a test of its topic; on that torch or a newer one, or without a skip, NOT CHECKED."""
+    needs = claim("fsdp.params")
+    assert needs.torch_since == (2, 8)
+    skipped = _skip("parity/test_fsdp.py", "FSDP2 on CPU needs torch >= 2.8")
+
+    def verdict(torch: str | None, tests: list[dict]) -> str:
+        ran = {"claims": {}, "tests": tests, "missing": [], "torch": torch}
+        return rows_of((needs,), ran).rows[0].verdict
+
+    assert verdict("2.6.0", [skipped]) == "SKIPPED"
+    assert verdict("2.7.1+cpu", [skipped]) == "SKIPPED"
+    assert verdict("2.8.0", [skipped]) == "NOT CHECKED"  # it has the feature: a real gap
+    assert verdict("2.13.0+cpu", [skipped]) == "NOT CHECKED"
+    assert verdict("2.6.0", []) == "NOT CHECKED"  # pytest skipped nothing of the topic
+    assert verdict(None, [skipped]) == "NOT CHECKED"  # a record without the torch version
+    row = rows_of((needs,), {"claims": {}, "tests": [skipped], "missing": [],
+                             "torch": "2.6.0"}).rows[0]
+    assert row.skipped.startswith("torch 2.6.0 lacks it (from 2.8, measured)")
+
+
+def test_an_extra_in_another_version_than_the_pinned_one_counts_as_missing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plugin's missing_extras: torchao installed at another version than EXTRAS pins is
+    missing (its tests skip, as at torch 2.6's torchao 0.9.0), at the pinned one it is not."""
+    import importlib.metadata
+
+    from parity.claims import EXTRAS
+    from parity.lab import report_plugin
+
+    if importlib.util.find_spec("torchao") is None:
+        pytest.skip("torchao is not installed: the version check needs it importable")
+    real = importlib.metadata.version
+    for version, missing in ((EXTRAS["torchao"], []), ("0.9.0", ["torchao"])):
+        monkeypatch.setattr(importlib.metadata, "version",
+                            lambda name, v=version: v if name == "torchao" else real(name))
+        assert report_plugin.missing_extras() == missing
 
 
 def test_skipped_claims_do_not_fail_the_report_and_unasserted_ones_do(

@@ -26,6 +26,11 @@ TOPICS: tuple[str, ...] = (
 )
 
 
+# the optional packages claims may name (Claim.extra), each with the one version whose
+# source the claims were read against: another version counts as missing, as its tests skip
+EXTRAS = {"torchao": "0.18.0"}
+
+
 @dataclass(frozen=True, kw_only=True)
 class Claim:
     """One checked statement: what must hold, how tightly, and why that tightness.
@@ -44,6 +49,10 @@ class Claim:
     # claim skips: the report shows the claim SKIPPED, not NOT CHECKED, when that package
     # was missing in its run AND pytest skipped a test of the claim's topic (report.py)
     extra: str | None = None
+    # the first torch (major, minor) that has what the claim checks, measured (EXTRAS and
+    # this are the only reasons a claim may go unasserted): on an older torch its tests skip
+    # and the report shows it SKIPPED, when pytest skipped a test of its topic (report.py)
+    torch_since: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         where = f"claim {self.id}"
@@ -51,6 +60,8 @@ class Claim:
             raise ValueError(f"{where}: the id must start with one of the topics {TOPICS}")
         if self.kind not in KINDS:
             raise ValueError(f"{where}: kind {self.kind!r} is not one of {KINDS}")
+        if self.extra is not None and self.extra not in EXTRAS:
+            raise ValueError(f"{where}: extra {self.extra!r} is not one of {sorted(EXTRAS)}")
         if not self.reason.strip():
             raise ValueError(f"{where}: a claim without a reason is a bug")
         if self.kind in ("bits", "nan_class") and self.bound != 0:

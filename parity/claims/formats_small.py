@@ -92,6 +92,7 @@ SMALL_CLAIMS: tuple[Claim, ...] = (
             "The difference is stated as a function of the reference's codes "
             "(parity/sweep_small.py torch_e8m0_codes) and checked exactly on every input."
         ),
+        torch_since=(2, 7),
     ),
     Claim(
         id="formats.small_rounding",

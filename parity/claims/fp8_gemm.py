@@ -46,6 +46,7 @@ CLAIMS: tuple[Claim, ...] = (
             "rounds once at the end instead of once per operand: another real number's "
             "rounding (NOTE [ Dequantize, then multiply ])."
         ),
+        torch_since=(2, 8),
     ),
     Claim(
         id="fp8_gemm.dequantize",

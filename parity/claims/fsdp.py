@@ -26,6 +26,7 @@ CLAIMS: tuple[Claim, ...] = (
             "NOTE [ FSDP2's shards ]: integer row arithmetic, the same rule as "
             "FSDPParam._init_sharded_param (_chunk_with_empty), then a copy of the rows."
         ),
+        torch_since=(2, 8),
     ),
     Claim(
         id="fsdp.all_gather",
@@ -41,6 +42,7 @@ CLAIMS: tuple[Claim, ...] = (
             "even) on both sides, then copies (all_gather_single on gloo sends bytes); the "
             "shards themselves are equal step after step (fsdp.params)."
         ),
+        torch_since=(2, 8),
     ),
     Claim(
         id="fsdp.reduce_scatter",
@@ -63,6 +65,7 @@ CLAIMS: tuple[Claim, ...] = (
             "cast to float32 and a cut. The local gradients are replayed: the two trees' own "
             "bf16 forward and backward round differently (a BLAS order)."
         ),
+        torch_since=(2, 8),
     ),
     Claim(
         id="fsdp.params",
@@ -78,6 +81,7 @@ CLAIMS: tuple[Claim, ...] = (
             "is MKL's ]); torch.optim.AdamW's for-loop path on a DTensor runs each op on the "
             "local shard, elementwise, so it rounds as on a plain tensor."
         ),
+        torch_since=(2, 8),
     ),
     Claim(
         id="fsdp.unsharded_state",
@@ -97,6 +101,7 @@ CLAIMS: tuple[Claim, ...] = (
             "never reach the optimizer (it sees the unpadded view). Where an optimizer "
             "mixes elements (a norm: LAMB, clipping) this would become a bound."
         ),
+        torch_since=(2, 8),
     ),
     Claim(
         id="fsdp.reduce_dtype",
@@ -120,5 +125,6 @@ CLAIMS: tuple[Claim, ...] = (
             "unbounded where the ranks cancel (measured in bf16 ulps of the float32 "
             "result in docs/distributed.md); relative to sum|g_r| it is a few bf16 ulps."
         ),
+        torch_since=(2, 8),
     ),
 )

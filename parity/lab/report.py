@@ -12,10 +12,13 @@ record and each test's outcome to a JSON file this module reads back:
     FAIL         an assertion of the claim broke its bound
     ERROR        a test asserting the claim failed for another reason
     SKIPPED      no test asserted the claim because an optional package it needs is not
-                 installed: the claim names the package (Claim.extra, e.g. torchao, the
-                 `oracles` extra), the run found it missing, and pytest skipped a test of
-                 the claim's topic (the plugin records each skip and its reason, which the
-                 row shows); the report does not fail for it
+                 installed, or not in the version the claims read (EXTRAS): the claim
+                 names the package (Claim.extra, e.g. torchao, the `oracles` extra), the
+                 run found it missing, and pytest skipped a test of the claim's topic (the
+                 plugin records each skip and its reason, which the row shows); or the
+                 installed torch is older than the one that brought what the claim checks
+                 (Claim.torch_since, measured) and pytest skipped a test of its topic; the
+                 report does not fail for it
     NOT CHECKED  no test asserted the claim in this run for any other reason: the report
                  fails, since the table must never claim more than the tests check
 
@@ -42,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from parity.claims import EXTRAS
 from parity.lab import pictures
 from parity.tolerances import CLAIMS, TOPICS, Claim
 
@@ -159,7 +163,8 @@ def merge(records: list[dict[str, Any]]) -> dict[str, Any]:
             c["held"] = c["held"] and o["held"]
             c["calls"] += o["calls"]
     return {"claims": claims, "tests": [t for r in records for t in r["tests"]],
-            "missing": sorted({m for r in records for m in r.get("missing", ())})}
+            "missing": sorted({m for r in records for m in r.get("missing", ())}),
+            "torch": next((r["torch"] for r in records if "torch" in r), None)}
 
 
 def measured_costs() -> dict[str, float]:
@@ -271,7 +276,7 @@ def rows_of(claims: tuple[Claim, ...], ran: dict[str, Any]) -> Result:
     for c in claims:
         seen = ran["claims"].get(c.id)
         if seen is None:
-            why = skipped_for_extra(c, ran)
+            why = skipped_for_extra(c, ran) or skipped_for_torch(c, ran)
             rows.append(Row(c, None, "SKIPPED" if why else "NOT CHECKED", 0.0, skipped=why))
             continue
         raw = None if seen["raw"] is None else _number(seen["raw"])
@@ -284,19 +289,43 @@ def rows_of(claims: tuple[Claim, ...], ran: dict[str, Any]) -> Result:
     return Result(rows, unclaimed, sum(t["seconds"] for t in ran["tests"]))
 
 
-def skipped_for_extra(c: Claim, ran: dict[str, Any]) -> str:
-    """Why a claim no test asserted is SKIPPED (module docstring), or "" when it is not: its
-    optional package missing in the run and a skip that pytest recorded in a test file of its
-    topic."""
-    if c.extra is None or c.extra not in ran.get("missing", ()):
-        return ""
+def _topic_skip(c: Claim, ran: dict[str, Any], naming: str) -> dict[str, Any] | None:
+    """A skip pytest recorded in a test file of the claim's topic (one whose reason says
+    `naming`, if any), or None."""
     files = {p.relative_to(ROOT).as_posix() for p in parity_test_files(c.topic)}
     skips = [t for t in ran["tests"]
              if t["outcome"] == "skipped" and t["nodeid"].split("::")[0] in files]
-    if not skips:
+    return min(skips, key=lambda t: naming not in t["message"]) if skips else None
+
+
+def skipped_for_extra(c: Claim, ran: dict[str, Any]) -> str:
+    """Why a claim no test asserted is SKIPPED (module docstring), or "" when it is not: its
+    optional package missing (or not the version EXTRAS pins) in the run and a skip that
+    pytest recorded in a test file of its topic."""
+    if c.extra is None or c.extra not in ran.get("missing", ()):
         return ""
-    first = min(skips, key=lambda t: c.extra not in t["message"])  # one naming it, if any
-    return (f"{c.extra} is not installed (an optional extra): pytest skipped "
+    first = _topic_skip(c, ran, c.extra)
+    if first is None:
+        return ""
+    return (f"{c.extra} {EXTRAS[c.extra]} is not installed (an optional extra): pytest "
+            f"skipped {first['nodeid']}: {first['message']}")
+
+
+def skipped_for_torch(c: Claim, ran: dict[str, Any]) -> str:
+    """Why a claim no test asserted is SKIPPED, or "": the run's torch older than the one
+    the claim's feature arrived in (Claim.torch_since) and a skip pytest recorded in a test
+    file of its topic."""
+    installed = ran.get("torch")
+    if c.torch_since is None or installed is None:
+        return ""
+    version = tuple(int(part) for part in installed.split("+")[0].split(".")[:2])
+    if version >= c.torch_since:
+        return ""
+    first = _topic_skip(c, ran, "torch")
+    if first is None:
+        return ""
+    since = ".".join(map(str, c.torch_since))
+    return (f"torch {installed} lacks it (from {since}, measured): pytest skipped "
             f"{first['nodeid']}: {first['message']}")
 
 

@@ -26,6 +26,7 @@ A progress bar goes to stderr (one tick per test).
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import json
 import math
@@ -108,7 +109,8 @@ def pytest_collectreport(report: pytest.CollectReport) -> None:
 def missing_extras() -> list[str]:
     """The optional packages the claims name (Claim.extra) that cannot be imported here (a
     None in sys.modules, as the root conftest's MIRRORTRAIN_WITHOUT leaves, counts as
-    missing)."""
+    missing), or whose installed version is not the one EXTRAS pins (its tests skip)."""
+    from parity.claims import EXTRAS
     from parity.tolerances import CLAIMS
 
     missing = []
@@ -118,6 +120,11 @@ def missing_extras() -> list[str]:
             found = not hidden and importlib.util.find_spec(name) is not None
         except (ImportError, ValueError):  # a parent package missing, or a broken spec
             found = False
+        if found:
+            try:
+                found = importlib.metadata.version(name) == EXTRAS[name]
+            except importlib.metadata.PackageNotFoundError:
+                found = False
         if not found:
             missing.append(name)
     return missing
@@ -133,5 +140,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
                     "held": o.held, "calls": o.calls}
               for cid, o in compare.RECORD.items()}
     Path(path).write_text(json.dumps({"claims": claims, "tests": _TESTS,
-                                      "missing": missing_extras()}, allow_nan=False),
+                                      "missing": missing_extras(),
+                                      "torch": importlib.metadata.version("torch")},
+                                     allow_nan=False),
                           encoding="utf-8")
