@@ -289,13 +289,15 @@ def rows_of(claims: tuple[Claim, ...], ran: dict[str, Any]) -> Result:
     return Result(rows, unclaimed, sum(t["seconds"] for t in ran["tests"]))
 
 
-def _topic_skip(c: Claim, ran: dict[str, Any], naming: str) -> dict[str, Any] | None:
-    """A skip pytest recorded in a test file of the claim's topic (one whose reason says
-    `naming`, if any), or None."""
+def _topic_skip(c: Claim, ran: dict[str, Any], naming: str | None) -> dict[str, Any] | None:
+    """A skip pytest recorded in a test file of the claim's topic, or None: one whose reason
+    names the extra `naming` if any; for a torch version (naming None), one naming no extra."""
     files = {p.relative_to(ROOT).as_posix() for p in parity_test_files(c.topic)}
     skips = [t for t in ran["tests"]
              if t["outcome"] == "skipped" and t["nodeid"].split("::")[0] in files]
-    return min(skips, key=lambda t: naming not in t["message"]) if skips else None
+    if naming is None:
+        return min(skips, key=lambda t: any(e in t["message"] for e in EXTRAS), default=None)
+    return min(skips, key=lambda t: naming not in t["message"], default=None)
 
 
 def skipped_for_extra(c: Claim, ran: dict[str, Any]) -> str:
@@ -321,7 +323,7 @@ def skipped_for_torch(c: Claim, ran: dict[str, Any]) -> str:
     version = tuple(int(part) for part in installed.split("+")[0].split(".")[:2])
     if version >= c.torch_since:
         return ""
-    first = _topic_skip(c, ran, "torch")
+    first = _topic_skip(c, ran, None)
     if first is None:
         return ""
     since = ".".join(map(str, c.torch_since))

@@ -120,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
 
     say(f"\n{setting.DESCRIPTION} (conftest.py pins it in the tests' processes)")
     say(f"{len(rows) - len(failed) - len(skipped)}/{len(rows)} claims hold"
-        + (f", {len(skipped)} skipped (an optional extra is not installed)" if skipped else "")
+        + (f", {len(skipped)} skipped (an optional extra missing, or an older torch)"
+           if skipped else "")
         + f" ({result.seconds:.0f} s of parity tests)")
     return 1 if failed or result.unclaimed_failures or (args.record and skipped) else 0
