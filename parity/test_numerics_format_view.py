@@ -231,24 +231,16 @@ def test_the_magnitude_extremes_read_the_host_once_off_the_cpu(device: str) -> N
     (no aten._local_scalar_dense) for clean large tensors, even ones that reach the
     underflow edge: one .tolist() brings every row; with `each` on (the CPU) it reads."""
     import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
 
     from torch_impl import numerics_counts as t_counts
-
-    class Reads(TorchDispatchMode):
-        def __init__(self) -> None:
-            super().__init__()
-            self.reads = 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.reads += func is torch.ops.aten._local_scalar_dense.default
-            return func(*args, **(kwargs or {}))
+    from torch_impl.host_reads import HostReads
 
     x = torch.linspace(-2, 2, t_counts.EXTREMES_FROM, device=device)
     tensors = [x, x * 1e-9, torch.zeros_like(x)]  # clean; at the underflow edge; zeros
     readable = t_counts.rows(*t_counts.bucket_counts(tensors, torch.float16))
     for each, reads in ((False, 0), (True, 2 * len(tensors))):
-        with Reads() as mode:
+        with HostReads() as mode:
             got = t_counts.count_table(tensors, torch.float16, each=each)
         assert got == readable
-        assert (mode.reads == 0) if reads == 0 else (mode.reads >= reads)
+        seen = sum(mode.sites.values())
+        assert (seen == 0) if reads == 0 else (seen >= reads)
