@@ -10,19 +10,13 @@ import logging
 import pytest
 import torch
 
-from parity.claims import EXTRAS
 from parity.compare import assert_claim
 from parity.drivers import fp8_gemm as drv
+from parity.extras import import_extra
 from reference import mx as rmx
 from torch_impl import fp8_gemm as tgemm
 
-torchao = pytest.importorskip("torchao",
-                              reason="torchao is the MX oracle (pip install -e .[oracles])")
-if torchao.__version__ != EXTRAS["torchao"]:  # 0.9.0 (torch 2.6's) has no nvfp4_tensor, no
-    # ScaleCalculationMode in mx_formats.config
-    pytest.skip(f"the torchao claims read {EXTRAS['torchao']}'s source; installed "
-                f"{torchao.__version__}",
-                allow_module_level=True)
+torchao = import_extra("torchao", "the MX oracle")
 logging.getLogger("torch.utils._pytree").setLevel(logging.ERROR)  # torchao's enum notices
 from torchao.prototype.mx_formats.config import ScaleCalculationMode  # noqa: E402
 from torchao.prototype.mx_formats.mx_tensor import MXTensor  # noqa: E402

@@ -9,17 +9,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-from parity.claims import EXTRAS
 from parity.compare import assert_claim
 from parity.drivers import fp8_scaling as drv
+from parity.extras import import_extra
 from parity.strategies import fp8_tensors
 from reference import fp8_scaling as rfp8
 
-torchao = pytest.importorskip("torchao", reason="torchao is the oracle of current scaling")
-if torchao.__version__ != EXTRAS["torchao"]:
-    pytest.skip(f"the torchao claims read {EXTRAS['torchao']}'s source; installed "
-                f"{torchao.__version__}",
-                allow_module_level=True)
+torchao = import_extra("torchao", "the oracle of current scaling")
 
 # torchao's own statement of round_scales_to_power_of_2 (float8_utils._round_scale_down_to_
 # power_of_2) is the line the claim is about; the expected side is built without it.

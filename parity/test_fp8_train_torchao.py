@@ -7,15 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from parity.claims import EXTRAS
 from parity.compare import assert_claim
 from parity.drivers import fp8_train as drv
+from parity.extras import import_extra
 
-torchao = pytest.importorskip("torchao", reason="torchao's Float8Linear is the fp8 oracle")
-if torchao.__version__ != EXTRAS["torchao"]:
-    pytest.skip(f"the torchao claims read {EXTRAS['torchao']}'s source; installed "
-                f"{torchao.__version__}",
-                allow_module_level=True)
+torchao = import_extra("torchao", "the fp8 oracle (its Float8Linear)")
 
 
 @pytest.mark.parametrize("recipe_name", ["tensorwise", "rowwise"])

@@ -14,19 +14,13 @@ import pytest
 import torch
 from hypothesis import event, given, settings
 
-from parity.claims import EXTRAS
 from parity.compare import assert_claim
 from parity.drivers import mx as drv
+from parity.extras import import_extra
 from parity.strategies import mx_blocks
 from reference import mx as rmx
 
-torchao = pytest.importorskip("torchao",
-                              reason="torchao is the MX oracle (pip install -e .[oracles])")
-if torchao.__version__ != EXTRAS["torchao"]:  # 0.9.0 (torch 2.6's) has no nvfp4_tensor, no
-    # ScaleCalculationMode in mx_formats.config
-    pytest.skip(f"the torchao claims read {EXTRAS['torchao']}'s source; installed "
-                f"{torchao.__version__}",
-                allow_module_level=True)
+torchao = import_extra("torchao", "the MX oracle")
 logging.getLogger("torch.utils._pytree").setLevel(logging.ERROR)  # torchao's enum notices
 from torchao.prototype.mx_formats import mx_tensor as ao  # noqa: E402
 from torchao.prototype.mx_formats import nvfp4_tensor as ao_nvfp4  # noqa: E402
