@@ -8,7 +8,9 @@ A kill lands at a point of a save, found by watching the checkpoint directory: `
 "rank" is SIGKILLed once the last rank's file of the targeted step appears (rank N-1 has
 begun writing its share, nothing is committed), "coordinator" (rank 0, which writes DCP's
 .metadata and the commit record) once the step directory holds everything but the record
-(torch: .metadata; reference: config.json, written last before the record). A kill that
+(torch: .metadata; reference: config.json, written last before the record). The process is
+SIGSTOPped the moment its point is seen, then killed, so that reading /proc for its children
+(some ms) cannot let the save finish first. A kill that
 comes too late (the record landed first) is retried at the next save: the kills report the
 step they hit, and the caller checks that its record is absent.
 """
@@ -61,21 +63,24 @@ def digest(lines: list[str]) -> str:
     return lines[-1].removeprefix("state-sha256: ")
 
 
-def _marker(impl: str, victim: str, world_size: int) -> str:
-    """The file whose appearance (under its name or, being written, its atomic write's
-    temporary name) in the targeted step directory triggers the kill."""
+def _marker(impl: str, victim: str, world_size: int) -> tuple[str, bool]:
+    """The file whose appearance in the targeted step directory triggers the kill, and
+    whether its atomic write's temporary name counts too (being written) or only the final
+    name (written: the reference's config.json, its coordinator's last file before the
+    record, about 1 ms before it here)."""
+    last = world_size - 1
     if victim == "rank":
-        last = world_size - 1
-        return f"__{last}_0.distcp" if impl == "torch" else f"rank-{last}.ckpt"
+        return (f"__{last}_0.distcp" if impl == "torch" else f"rank-{last}.ckpt"), True
     if victim == "command":
-        return "__0_0.distcp" if impl == "torch" else "rank-0.ckpt"
-    return ".metadata" if impl == "torch" else ckc.CONFIG
+        return ("__0_0.distcp" if impl == "torch" else "rank-0.ckpt"), True
+    return (".metadata", True) if impl == "torch" else (ckc.CONFIG, False)
 
 
-def _await_save(directory: Path, marker: str, after: int, alive: Callable[[], bool],
-                timeout: float) -> int | None:
-    """The first step after `after` whose directory shows `marker`, None if the run ended
-    first."""
+def _await_save(directory: Path, marker: tuple[str, bool], after: int,
+                alive: Callable[[], bool], timeout: float) -> int | None:
+    """The first step after `after` whose directory shows `marker` (_marker), None if the
+    run ended first."""
+    name, temporary = marker
     deadline = time.monotonic() + timeout
     targets = [ckc.step_dir(directory, s) for s in range(after + EVERY, STEPS, EVERY)]
     while alive() and time.monotonic() < deadline:
@@ -84,7 +89,7 @@ def _await_save(directory: Path, marker: str, after: int, alive: Callable[[], bo
                 names = os.listdir(target)
             except FileNotFoundError:
                 continue
-            if any(n == marker or n.startswith(f".{marker}.") for n in names):
+            if any(n == name or (temporary and n.startswith(f".{name}.")) for n in names):
                 return step
         time.sleep(0.0002)
     return None
@@ -159,6 +164,8 @@ def kill_process(impl: str, directory: Path, world_size: int, victim: str,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         hit = _await_save(directory, marker, after, lambda: proc.poll() is None, timeout)
+        if hit is not None:  # stopped at once: reading /proc for its children takes ms,
+            os.kill(proc.pid, signal.SIGSTOP)  # longer than the save's last steps
         below = list(descendants(proc.pid))
         if hit is not None:
             os.kill(proc.pid, signal.SIGKILL)
