@@ -45,8 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from parity.claims import EXTRAS
-from parity.lab import pictures
+from parity.lab import pictures, report_skips
 from parity.tolerances import CLAIMS, TOPICS, Claim
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -276,7 +275,8 @@ def rows_of(claims: tuple[Claim, ...], ran: dict[str, Any]) -> Result:
     for c in claims:
         seen = ran["claims"].get(c.id)
         if seen is None:
-            why = skipped_for_extra(c, ran) or skipped_for_torch(c, ran)
+            files = {p.relative_to(ROOT).as_posix() for p in parity_test_files(c.topic)}
+            why = report_skips.why_skipped(c, ran, files)
             rows.append(Row(c, None, "SKIPPED" if why else "NOT CHECKED", 0.0, skipped=why))
             continue
         raw = None if seen["raw"] is None else _number(seen["raw"])
@@ -287,48 +287,6 @@ def rows_of(claims: tuple[Claim, ...], ran: dict[str, Any]) -> Result:
         rows.append(Row(c, Observation(_number(seen["worst"]), int(seen["n"]), note, raw),
                         verdict, seconds.get(c.id, 0.0), tuple(asserted_by.get(c.id, ()))))
     return Result(rows, unclaimed, sum(t["seconds"] for t in ran["tests"]))
-
-
-def _topic_skip(c: Claim, ran: dict[str, Any], naming: str | None) -> dict[str, Any] | None:
-    """A skip pytest recorded in a test file of the claim's topic, or None: one whose reason
-    names the extra `naming` if any; for a torch version (naming None), one naming no extra."""
-    files = {p.relative_to(ROOT).as_posix() for p in parity_test_files(c.topic)}
-    skips = [t for t in ran["tests"]
-             if t["outcome"] == "skipped" and t["nodeid"].split("::")[0] in files]
-    if naming is None:
-        return min(skips, key=lambda t: any(e in t["message"] for e in EXTRAS), default=None)
-    return min(skips, key=lambda t: naming not in t["message"], default=None)
-
-
-def skipped_for_extra(c: Claim, ran: dict[str, Any]) -> str:
-    """Why a claim no test asserted is SKIPPED (module docstring), or "" when it is not: its
-    optional package missing (or not the version EXTRAS pins) in the run and a skip that
-    pytest recorded in a test file of its topic."""
-    if c.extra is None or c.extra not in ran.get("missing", ()):
-        return ""
-    first = _topic_skip(c, ran, c.extra)
-    if first is None:
-        return ""
-    return (f"{c.extra} {EXTRAS[c.extra]} is not installed (an optional extra): pytest "
-            f"skipped {first['nodeid']}: {first['message']}")
-
-
-def skipped_for_torch(c: Claim, ran: dict[str, Any]) -> str:
-    """Why a claim no test asserted is SKIPPED, or "": the run's torch older than the one
-    the claim's feature arrived in (Claim.torch_since) and a skip pytest recorded in a test
-    file of its topic."""
-    installed = ran.get("torch")
-    if c.torch_since is None or installed is None:
-        return ""
-    version = tuple(int(part) for part in installed.split("+")[0].split(".")[:2])
-    if version >= c.torch_since:
-        return ""
-    first = _topic_skip(c, ran, None)
-    if first is None:
-        return ""
-    since = ".".join(map(str, c.torch_since))
-    return (f"torch {installed} lacks it (from {since}, measured): pytest skipped "
-            f"{first['nodeid']}: {first['message']}")
 
 
 def recorded_tests(claim_ids: tuple[str, ...]) -> list[str] | None:
