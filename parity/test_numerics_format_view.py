@@ -188,7 +188,8 @@ def test_the_magnitude_extremes_count_every_edge_class_as_the_bucket_pass(
     the readable bucket pass (NOTE [ One pass of counting ]) and of the reference, for values
     of each floating type at every edge class: +-0, the view's underflow and overflow ties
     and the patterns beside them, subnormals, the largest finite, +-inf, NaNs; tensors that
-    are clean, that reach an edge, that are not clean, and one seen twice."""
+    are clean, that reach an edge, that are not clean, and one seen twice; large ones and
+    small ones (below EXTREMES_FROM: tested together, `_small_rows`)."""
     import torch
 
     from common.format_spec import get_format as ref_format
@@ -204,7 +205,9 @@ def test_the_magnitude_extremes_count_every_edge_class_as_the_bucket_pass(
         pool = edges if data.draw(st.booleans()) else finite  # finite: mostly clean tensors
         picked = data.draw(st.lists(st.sampled_from(sorted(pool.tolist(), key=str)),
                                     min_size=1, max_size=8))
-        filler = np.full(t_counts.EXTREMES_FROM + data.draw(st.integers(0, 3)), 1.5)
+        # large: counted by its own extremes; small: with the other small ones, together
+        size = t_counts.EXTREMES_FROM if data.draw(st.booleans()) else len(picked)
+        filler = np.full(size + data.draw(st.integers(0, 3)), 1.5)
         filler[:len(picked)] = picked  # one value of the class at least, in range otherwise
         tensors.append(torch.from_numpy(filler).to(getattr(torch, wide)).to(device))
         wides.append(wide)
