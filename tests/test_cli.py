@@ -87,7 +87,8 @@ def test_report_refuses_an_unusable_out_folder_before_checking(
     """A file where the folder should be is refused at once (no claim is checked first)."""
     import parity.lab.report
 
-    monkeypatch.setattr(parity.lab.report, "run", lambda topic: pytest.fail("tests ran"))
+    monkeypatch.setattr(parity.lab.report, "run",
+                        lambda topic, meanwhile=None: pytest.fail("tests ran"))
     target = tmp_path / "a_file"
     target.write_text("x")
     out = target if make == "file" else target / "sub"
@@ -101,7 +102,7 @@ def test_report_that_checks_nothing_fails(capsys: pytest.CaptureFixture[str],
     import parity.lab.report
 
     monkeypatch.setattr(parity.lab.report, "run",
-                        lambda topic: parity.lab.report.Result([], [], 0.0))
+                        lambda topic, meanwhile=None: parity.lab.report.Result([], [], 0.0))
     status, out, _ = run_cli(["report", "--out", ""], capsys)
     assert status == EXIT_FAILED
     assert "no claims checked" in out and "0/0" not in out

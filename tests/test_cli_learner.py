@@ -3,6 +3,7 @@ columns aligned for any module name."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -101,9 +102,13 @@ def test_report_topic_draws_only_its_own_pictures_one_path_a_line(
     drawn: list[str] = []
     monkeypatch.setattr(pictures, "PICTURES",
                         {n: _stub(fn, drawn, n) for n, fn in registry.items()})
-    monkeypatch.setattr(report, "run", lambda topic: report.Result(
-        [report.Row(c, report.Observation(0.0, 1, "", None), "ok", 0.0)
-         for c in report.CLAIMS if c.topic == topic], [], 0.0))
+    def run(topic: str, meanwhile: Callable[[], object] | None = None) -> report.Result:
+        if meanwhile is not None:  # the pictures, drawn while the tests would run
+            meanwhile()
+        return report.Result([report.Row(c, report.Observation(0.0, 1, "", None), "ok", 0.0)
+                              for c in report.CLAIMS if c.topic == topic], [], 0.0)
+
+    monkeypatch.setattr(report, "run", run)
     status, out, _ = run_cli(["report", "--topic", "formats", "--out", str(tmp_path)], capsys)
     assert status == 0
     mine = sorted(n for n, fn in registry.items() if fn.__module__.endswith(".formats"))

@@ -278,9 +278,11 @@ def test_skipped_claims_do_not_fail_the_report_and_unasserted_ones_do(
     unchecked = report.Row(claim("mx.torchao"), None, "NOT CHECKED", 0.0)
     args = argparse.Namespace(topic=None, out="", json=False, record=False)
     for rows, status in (([ok, skipped], 0), ([ok, unchecked], 1)):
-        monkeypatch.setattr(report, "run", lambda topic, rows=rows: report.Result(rows, [], 1.0))
+        monkeypatch.setattr(report, "run", lambda topic, rows=rows, meanwhile=None:
+                            report.Result(rows, [], 1.0))
         assert cli_report.run(args) == status
-    monkeypatch.setattr(report, "run", lambda topic: report.Result([ok, skipped], [], 1.0))
+    monkeypatch.setattr(report, "run", lambda topic, meanwhile=None:
+                        report.Result([ok, skipped], [], 1.0))
     assert cli_report.run(argparse.Namespace(topic=None, out="", json=False, record=True)) == 1
     out = capsys.readouterr().out
     assert "1 skipped" in out and "not recorded" in out and "SKIPPED, torchao" in out
@@ -325,3 +327,38 @@ def test_compile_modules_share_the_report_runs_inductor_cache_and_else_get_a_fre
         with dc.fresh_inductor_cache() as cache:
             assert cache == os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "run")
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "callers")
+
+
+def _children() -> list[int]:
+    """The pids of this process's living children (Linux /proc)."""
+    me, found = str(os.getpid()), []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        if fields[1] == me and fields[0] != "Z":  # (ppid, state)
+            found.append(int(stat.parent.name))
+    return found
+
+
+@pytest.mark.slow  # two pytest processes of their own: about 8 s on 2 cores
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc (Linux)")
+def test_the_pictures_draw_while_the_tests_run_and_a_failure_there_ends_them() -> None:
+    """`meanwhile` (the report's pictures) runs once the test processes have started, the
+    record comes back whole after it; when it raises, the processes are ended and its error
+    is the one seen."""
+    from parity.lab import report
+
+    alive: list[list[int]] = []
+    ran = report.run_tests([report.PARITY / "test_optim.py"],
+                           meanwhile=lambda: alive.append(_children()))
+    assert len(alive) == 1 and alive[0], "no test process was running during `meanwhile`"
+    assert ran["tests"] and all(t["outcome"] == "passed" for t in ran["tests"]), ran["tests"]
+
+    def broken() -> None:
+        raise RuntimeError("a picture failed")
+
+    with pytest.raises(RuntimeError, match="a picture failed"):
+        report.run_tests([report.PARITY / "test_optim.py"], meanwhile=broken)
+    assert _children() == [], "a test process outlived the report"

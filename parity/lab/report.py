@@ -28,7 +28,9 @@ their CPU seconds in the last recorded report (balance, COSTS) and one Inductor 
 empty for the run (INDUCTOR_CACHE), in the setting the claims
 state (conftest.py: one intra-op thread for torch, one for NumPy's BLAS), whatever the
 caller's environment.
-Pictures are registered in parity/lab/pictures/ and drawn into --out.
+Pictures are registered in parity/lab/pictures/ and drawn into --out while the tests run
+(run's `meanwhile`): they are functions of the code and the committed measurements, not of
+the run, and drawn after it they were a serial tail of about 12 s on one core.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -220,10 +223,13 @@ def balance(files: list[Path] | list[str], costs: dict[str, float]
             for g in groups]
 
 
-def run_tests(files: list[Path] | list[str], extra: tuple[str, ...] = ()) -> dict[str, Any]:
+def run_tests(files: list[Path] | list[str], extra: tuple[str, ...] = (),
+              meanwhile: Callable[[], object] | None = None) -> dict[str, Any]:
     """Run the parity tests in `files` (paths or node ids) under the report profile, in
     PROCESSES processes side by side balanced by measured cost (balance); return the merged
-    record the plugin wrote ({"claims": ..., "tests": ...}, module docstring)."""
+    record the plugin wrote ({"claims": ..., "tests": ...}, module docstring). `meanwhile`
+    runs in this process once they have started (the pictures, which depend on no test:
+    drawn after the tests, they were a serial tail of about 12 s on one core)."""
     if not files:
         raise ValueError("run_tests: no test files given (pytest would run every test path)")
     if REPORTING in os.environ:  # a test inside the report's run asked for a report
@@ -237,13 +243,19 @@ def run_tests(files: list[Path] | list[str], extra: tuple[str, ...] = ()) -> dic
             out = Path(tmp) / f"report-{k}.json"
             env = {**os.environ, REPORTING: str(out), "MIRRORTRAIN_REPORT_BAR": str(k),
                    INDUCTOR_CACHE: str(Path(tmp) / "inductor")}
-            started.append((out, subprocess.Popen(_command(group, extra), cwd=ROOT, env=env,
-                                                  stdout=subprocess.PIPE, text=True)))
+            # pytest's output to a file, not a pipe: nobody reads a pipe while `meanwhile`
+            # runs, and a full one would stop the process
+            with open(Path(tmp) / f"report-{k}.out", "w", encoding="utf-8") as log:
+                started.append((out, subprocess.Popen(_command(group, extra), cwd=ROOT,
+                                                      env=env, stdout=log, text=True)))
         records = []
         try:
-            for out, process in started:
-                stdout, _ = process.communicate()
+            if meanwhile is not None:
+                meanwhile()
+            for k, (out, process) in enumerate(started):
+                process.wait()
                 if not out.exists():  # pytest itself failed (collection error, bad option)
+                    stdout = (Path(tmp) / f"report-{k}.out").read_text(encoding="utf-8")
                     tail = "\n".join(stdout.strip().splitlines()[-15:])
                     raise RuntimeError("the parity tests did not run (pytest exit "
                                        f"{process.returncode}):\n{tail}")
@@ -303,10 +315,11 @@ def recorded_tests(claim_ids: tuple[str, ...]) -> list[str] | None:
     return sorted({n for ns in nodes for n in ns})  # type: ignore[union-attr]
 
 
-def run(topic: str | None = None, only: tuple[str, ...] | None = None) -> Result:
+def run(topic: str | None = None, only: tuple[str, ...] | None = None,
+        meanwhile: Callable[[], object] | None = None) -> Result:
     """Run the parity tests (of one topic, if given) and tabulate every claim (of that topic;
     `only`: just these claim ids, checked by the tests the last recorded report saw assert
-    them, or else by their topics' files)."""
+    them, or else by their topics' files); `meanwhile` runs while the tests do (run_tests)."""
     if only is not None and not only:
         return Result([], [], 0.0)
     if only is not None:
@@ -319,7 +332,7 @@ def run(topic: str | None = None, only: tuple[str, ...] | None = None) -> Result
         files = parity_test_files(topic)
         claims = tuple(c for c in CLAIMS if topic is None or c.topic == topic)
     start = time.perf_counter()
-    ran = run_tests(files)
+    ran = run_tests(files, meanwhile=meanwhile)
     result = rows_of(claims, ran)
     return Result(result.rows, result.unclaimed_failures, time.perf_counter() - start,
                   file_costs(ran["tests"]))

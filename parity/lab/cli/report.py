@@ -79,7 +79,9 @@ def run(args: argparse.Namespace) -> int:
     out = args.out if args.out is not None else ("" if args.json else "report")
     # refuse a bad --out before any work
     folder = output_folder(out, command="report") if out else None
-    result = report.run(args.topic)
+    drawn: list[Any] = []  # the pictures, drawn while the tests run (they depend on none)
+    result = report.run(args.topic, meanwhile=None if folder is None else (
+        lambda: drawn.extend(report.write_pictures(folder, args.topic))))
     rows = result.rows
     say = (lambda text: print(text, file=sys.stderr)) if args.json else print
     if args.json:
@@ -87,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
         print("[\n" + ",\n".join(objects) + "\n]")  # valid JSON, one claim per line
     else:
         print(report.render(result))
-    pictures = report.write_pictures(folder, args.topic) if folder is not None else []
+    pictures = drawn
     if pictures:
         say("\npictures:\n" + "\n".join(f"  {p}" for p in pictures))
     elif out:
