@@ -71,6 +71,27 @@ def small_classes(x: np.ndarray, nan_in: np.ndarray, fmt: ref.FloatFormat) -> di
             "overflow": below_inf - below_bound, "inf": x.size - below_inf - nan, "nan": nan}
 
 
+def range_classes(start: int, n: int, fmt: ref.FloatFormat) -> dict[str, int]:
+    """small_classes of the n consecutive float32 bit patterns from `start` (an exhaustive
+    sweep's chunk), with no pass over them: every class is an interval of the magnitude's
+    bits (small_classes), and the patterns below 2^31 and those above (the same magnitudes,
+    negative) are each an interval of magnitudes, so every count is an overlap of two
+    intervals."""
+    if not 0 <= start <= start + n <= 2**32:
+        raise ValueError(f"range_classes: [{start}, {start + n}) is not within [0, 2^32)")
+    tiny, bound, inf = class_edges(fmt, np.float32)
+    spans = [(lo & 0x7FFFFFFF, hi - (lo & ~0x7FFFFFFF)) for lo, hi in (
+        (start, min(start + n, 2**31)), (max(start, 2**31), start + n)) if lo < hi]
+
+    def below(edge: int) -> int:  # patterns whose magnitude is below `edge`
+        return sum(max(0, min(hi, edge) - lo) for lo, hi in spans)
+
+    zero, below_tiny, below_bound, below_inf = below(1), below(tiny), below(bound), below(inf)
+    nan = n - below(inf + 1)
+    return {"normal": below_bound - below_tiny, "subnormal": below_tiny - zero, "zero": zero,
+            "overflow": below_inf - below_bound, "inf": below(inf + 1) - below_inf, "nan": nan}
+
+
 def torch_e8m0_codes(x: np.ndarray, fmt: ref.FloatFormat,
                      overflow: str | None = None) -> np.ndarray:
     """What torch 2.13's float8_e8m0fnu cast gives, stated through the reference (claim

@@ -21,7 +21,13 @@ from parity import oracles
 from parity.compare import assert_claim, assert_observed
 from parity.drivers import formats_small as drive
 from parity.sweep import sweep_range, sweep_sample
-from parity.sweep_small import overflow_bound, small_classes, torch_e8m0_codes
+from parity.sweep_small import (
+    class_edges,
+    overflow_bound,
+    range_classes,
+    small_classes,
+    torch_e8m0_codes,
+)
 
 small = pytest.mark.parametrize("name", oracles.SMALL_FORMATS)
 # the formats the installed torch casts to (torch 2.6 has no float8_e8m0fnu)
@@ -200,6 +206,28 @@ def test_the_sweeps_classes_from_bits_are_the_classes_of_the_values(name: str,
     want["normal"] = x.size - sum(want.values())
     assert min(want.values()) > 0 or fmt.convention == "unsigned", want  # every class reached
     assert small_classes(x, nan, fmt) == want
+
+
+@small
+def test_a_chunks_classes_from_its_range_are_the_classes_from_its_bits(name: str) -> None:
+    """sweep_small.range_classes, the classes of consecutive patterns counted from the range
+    alone (the exhaustive sweep's chunks), equals small_classes on the patterns themselves,
+    for ranges that start, end or straddle every class edge, zero, the sign bit and 2^32,
+    on either sign, one pattern long to a chunk long."""
+    fmt = ref.FORMATS[name]
+    edges = [0, *class_edges(fmt, np.float32)]
+    centres = [c + sign for c in edges for sign in (0, 2**31)] + [2**32]
+    rng = np.random.default_rng(5)
+    for centre in centres + [int(c) for c in rng.integers(0, 2**32, 8)]:
+        for n in (1, 3, 1 << 16):
+            for start in (centre - n // 2, centre - n, centre - 1, centre):
+                start = min(max(start, 0), 2**32 - n)
+                bits = np.arange(start, start + n, dtype=np.uint64).astype(np.uint32)
+                x = bits.view(np.float32)
+                want = small_classes(x, np.isnan(x), fmt)
+                assert range_classes(start, n, fmt) == want, (name, start, n)
+    with pytest.raises(ValueError, match="not within"):
+        range_classes(2**32 - 1, 2, fmt)
 
 
 @small
