@@ -78,6 +78,15 @@ def _init_gpt_(model: GPT, generator: torch.Generator) -> None:
                 nn.init.zeros_(module.bias)
 
 
+def empty_embedding(num_embeddings: int, embedding_dim: int) -> nn.Embedding:
+    """nn.Embedding with its weight allocated and not initialized, on the current default
+    device: under the meta device, Embedding's own init (`normal_`) runs torch's Python
+    decomposition of it, about 0.95 s the first time in a process, for weights that
+    `_init_gpt_` draws anyway."""
+    return nn.Embedding(num_embeddings, embedding_dim,
+                        _weight=torch.empty(num_embeddings, embedding_dim))
+
+
 class GPT(nn.Module):
     """The model: `logits, loss = model(idx, targets)`, then `loss.backward()`."""
 
@@ -90,8 +99,8 @@ class GPT(nn.Module):
         self.config = config
         with torch.device("meta"):
             self.transformer = nn.ModuleDict(dict(
-                wte=nn.Embedding(config.vocab_size, config.n_embd),
-                wpe=nn.Embedding(config.block_size, config.n_embd),
+                wte=empty_embedding(config.vocab_size, config.n_embd),
+                wpe=empty_embedding(config.block_size, config.n_embd),
                 drop=nn.Dropout(config.dropout),
                 h=nn.ModuleList([Block(config) for _ in range(config.n_layer)]),
                 ln_f=nn.LayerNorm(config.n_embd),

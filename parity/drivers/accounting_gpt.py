@@ -99,8 +99,8 @@ def meta_gpt(config: GPTConfig) -> nn.Module:
     model.config = config
     with torch.device("meta"):
         model.transformer = nn.ModuleDict(dict(
-            wte=nn.Embedding(config.vocab_size, config.n_embd),
-            wpe=nn.Embedding(config.block_size, config.n_embd),
+            wte=tgpt.empty_embedding(config.vocab_size, config.n_embd),
+            wpe=tgpt.empty_embedding(config.block_size, config.n_embd),
             drop=nn.Dropout(config.dropout),
             h=nn.ModuleList([tgpt.Block(config) for _ in range(config.n_layer)]),
             ln_f=nn.LayerNorm(config.n_embd)))
