@@ -6,6 +6,7 @@ use), its arithmetic fractions.Fraction: it shares no code with reference.format
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
 from fractions import Fraction
@@ -87,11 +88,11 @@ def _neighbours(a: float, name: str) -> tuple[Fraction, Fraction, int]:
     floor(2^32 p), p = (a - lo) / (hi - lo): the words below t round up."""
     vals = members(name)
     exact = Fraction(vals[-1]) if math.isinf(a) else Fraction(a)
-    below = [v for v in vals if v <= exact]
-    lo = below[-1] if below else vals[0]
-    if not below or lo == exact or lo == vals[-1]:
+    k = bisect.bisect_right(vals, exact)  # vals[:k] are the members <= |x| (vals ascend)
+    lo = vals[k - 1] if k else vals[0]
+    if not k or lo == exact or lo == vals[-1]:
         return lo, lo, 0
-    hi = vals[vals.index(lo) + 1]
+    hi = vals[k]
     return lo, hi, math.floor((exact - lo) / (hi - lo) * 2**32)
 
 
