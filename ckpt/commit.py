@@ -182,14 +182,9 @@ def commit(parent: str | os.PathLike, step: int, world_size: int, payload: str,
     return path
 
 
-def read_record(path: str | os.PathLike) -> Commit:
-    """Parse a commit record (plain JSON, no pickle); CheckpointCorruptError if malformed,
-    CheckpointVersionError for another format or version."""
-    path = Path(path)
-    where = f"commit record {path}"
-    match = _RECORD.fullmatch(path.name)
-    if match is None:
-        raise ValueError(f"{where}: not named COMMITTED-<8 digits>.json")
+def _read_json(path: Path, where: str) -> Any:
+    """The JSON value of a small regular file (a record, a step's configuration), read with
+    no pickle; CheckpointCorruptError past MAX_RECORD_BYTES or when it is not JSON."""
     fd = _open_regular(path, where)
     try:
         if os.fstat(fd).st_size > MAX_RECORD_BYTES:
@@ -198,9 +193,20 @@ def read_record(path: str | os.PathLike) -> Commit:
     finally:
         os.close(fd)
     try:
-        data = json.loads(raw)
+        return json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise CheckpointCorruptError(f"{where}: not JSON ({e})") from None
+
+
+def read_record(path: str | os.PathLike) -> Commit:
+    """Parse a commit record (plain JSON, no pickle); CheckpointCorruptError if malformed,
+    CheckpointVersionError for another format or version."""
+    path = Path(path)
+    where = f"commit record {path}"
+    match = _RECORD.fullmatch(path.name)
+    if match is None:
+        raise ValueError(f"{where}: not named COMMITTED-<8 digits>.json")
+    data = _read_json(path, where)
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise CheckpointCorruptError(f"{where}: not a {FORMAT} record")
     if data.get("version") != VERSION:
@@ -293,16 +299,7 @@ def read_config(record: Commit) -> dict[str, Any] | None:
     CheckpointCorruptError if it is not a JSON object."""
     if CONFIG not in {f.name for f in record.files}:
         return None
-    fd = _open_regular(record.directory / CONFIG, f"checkpoint {record.directory}")
-    try:
-        raw = os.read(fd, MAX_RECORD_BYTES + 1)
-    finally:
-        os.close(fd)
-    try:
-        config = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CheckpointCorruptError(f"checkpoint {record.directory}: {CONFIG} is not JSON "
-                                     f"({e})") from None
+    config = _read_json(record.directory / CONFIG, f"checkpoint {record.directory}: {CONFIG}")
     if not isinstance(config, dict):
         raise CheckpointCorruptError(f"checkpoint {record.directory}: {CONFIG} is not an object")
     return config

@@ -66,6 +66,17 @@ class StepResult:
 
 
 @dataclass(frozen=True)
+class RanksResult:
+    """What an N-rank run (`train --world-size N`, either tree's ddp_train) ended with: the
+    step, rank 0's state digest (every rank's is checked to be the same), the skipped steps
+    in all."""
+
+    step: int
+    digest: str
+    skipped: int
+
+
+@dataclass(frozen=True)
 class Tree:
     """The modules of one tree the loop calls: `resume` (PAYLOAD, CheckpointManager,
     load_checkpoint), `faults` (check_model, apply_fault, LOSSES, loss_of)

@@ -46,6 +46,7 @@ from ckpt import commit_policy
 from ckpt.policy import due
 from common.state_digest import sharded_state_digest
 from common.train_config import OPTIMIZERS, TrainConfig
+from common.train_loop import RanksResult
 from reference import ddp as rddp
 from reference import loss_scaling, optim
 from reference import sharded_ckpt as sharded
@@ -54,16 +55,6 @@ from reference.state_digest import as_array
 from reference.train_models import batch_of, build
 
 PAYLOAD = sharded.PAYLOAD
-
-
-@dataclass(frozen=True)
-class Result:
-    """What the run ended with: the step, rank 0's state digest (every rank's is checked to
-    be the same), the skipped steps in all."""
-
-    step: int
-    digest: str
-    skipped: int
 
 
 @dataclass
@@ -126,7 +117,7 @@ def _batches(c: TrainConfig, loader: Any) -> Iterator[tuple[np.ndarray, np.ndarr
 
 def train(config: TrainConfig, steps: int, world_size: int, directory: str | Path,
           every: int, *, keep: int, start: commit_policy.Start,
-          log: Callable[[str], None]) -> Result:
+          log: Callable[[str], None]) -> RanksResult:
     """Run the N-rank training (the module docstring) from `start` (ckpt.commit_policy's
     decision, taken before) to `steps`."""
     c, ws = config, world_size
@@ -164,4 +155,4 @@ def train(config: TrainConfig, steps: int, world_size: int, directory: str | Pat
                for i, r in enumerate(ranks)]
     if len(set(digests)) != 1:
         raise RuntimeError(f"ddp: the ranks end in different states: digests {digests}")
-    return Result(step, digests[0], skipped)
+    return RanksResult(step, digests[0], skipped)

@@ -30,7 +30,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +41,7 @@ from ckpt import commit_policy
 from ckpt.policy import due
 from common.state_digest import sharded_state_digest
 from common.train_config import TrainConfig
+from common.train_loop import RanksResult
 from torch_impl import amp, loss_scaling
 from torch_impl import ddp as tddp
 from torch_impl import sharded_ckpt as sc
@@ -50,19 +50,9 @@ from torch_impl.state_digest import as_array
 PAYLOAD = sc.PAYLOAD
 
 
-@dataclass(frozen=True)
-class Result:
-    """What the run ended with: the step, rank 0's state digest (every rank's is checked to
-    be the same), the skipped steps in all."""
-
-    step: int
-    digest: str
-    skipped: int
-
-
 def train(config: TrainConfig, steps: int, world_size: int, directory: str | Path,
           every: int, *, keep: int, start: commit_policy.Start,
-          log: Callable[[str], None], collective_timeout: float = 30.0) -> Result:
+          log: Callable[[str], None], collective_timeout: float = 30.0) -> RanksResult:
     """Run the N-rank training (the module docstring) from `start` (ckpt.commit_policy's
     decision, taken before) to `steps`; tddp.DDPError if a rank fails."""
     job = {"kind": "cli-train", "runner": __name__, "config": config.to_dict(),
@@ -85,7 +75,7 @@ def train(config: TrainConfig, steps: int, world_size: int, directory: str | Pat
     if len(set(digests)) != 1:
         raise tddp.DDPError(f"ddp: the ranks end in different states: digests {digests}")
     first = results[0][0]
-    return Result(first["step"], digests[0], first["skipped"])
+    return RanksResult(first["step"], digests[0], first["skipped"])
 
 
 def _tail(path: Path, log: Callable[[str], None], stop: threading.Event) -> None:
