@@ -85,13 +85,13 @@ def test_the_cast_counts_clean_and_unclean_tensors_as_the_reference_does(
     their magnitude's extremes (zeros of both signs, values the cast makes zero, no
     special), the others (a special, a value the cast makes inf, finite values whose sum
     overflows) recounted by the bucket pass; every row is the reference's (NOTE [ Counting
-    by the magnitude's extremes ] in torch_impl/numerics_counts.py)."""
+    by the magnitude's extremes ] in torch_impl/numerics_extremes.py)."""
     import torch
 
     from common.format_spec import get_format as ref_format
     from reference import numerics as ref_numerics
     from torch_impl import numerics as t_numerics
-    from torch_impl import numerics_counts as t_numerics_counts
+    from torch_impl import numerics_extremes as t_numerics_extremes
     from torch_impl.format_spec import get_format as t_format
 
     underflow = thresholds(ref_format(fmt))[1] if fmt != "float32" else None
@@ -99,7 +99,7 @@ def test_the_cast_counts_clean_and_unclean_tensors_as_the_reference_does(
     clean = st.lists(st.sampled_from(tiny) | st.floats(-60000, 60000, width=32),
                      min_size=1, max_size=40)
     # tiled to CAST_FROM values and past, so their extremes count them; one stays small
-    big = t_numerics_counts.CAST_FROM + data.draw(st.integers(0, 3))
+    big = t_numerics_extremes.CAST_FROM + data.draw(st.integers(0, 3))
     arrays = [np.resize(np.array(data.draw(clean), np.float32), big)
               for _ in range(data.draw(st.integers(1, 3)))]
     arrays.append(np.array(data.draw(clean), np.float32))  # the bucket pass, beside them
@@ -184,7 +184,7 @@ def _edge_values(wide: str, fmt: str) -> np.ndarray:
 def test_the_magnitude_extremes_count_every_edge_class_as_the_bucket_pass(
         fmt: str, data: st.DataObject, device: str) -> None:
     """count_table's large tensors (NOTE [ Counting by the magnitude's extremes ] in
-    torch_impl/numerics_counts.py), read tensor by tensor or all at once, give the rows of
+    torch_impl/numerics_extremes.py), read tensor by tensor or all at once, give the rows of
     the readable bucket pass (NOTE [ One pass of counting ]) and of the reference, for values
     of each floating type at every edge class: +-0, the view's underflow and overflow ties
     and the patterns beside them, subnormals, the largest finite, +-inf, NaNs; tensors that
@@ -195,6 +195,7 @@ def test_the_magnitude_extremes_count_every_edge_class_as_the_bucket_pass(
     from common.format_spec import get_format as ref_format
     from reference import numerics as ref_numerics
     from torch_impl import numerics_counts as t_counts
+    from torch_impl import numerics_extremes as t_extremes
     from torch_impl.format_spec import get_format as t_format
 
     tensors, wides = [], []
@@ -206,7 +207,7 @@ def test_the_magnitude_extremes_count_every_edge_class_as_the_bucket_pass(
         picked = data.draw(st.lists(st.sampled_from(sorted(pool.tolist(), key=str)),
                                     min_size=1, max_size=8))
         # large: counted by its own extremes; small: with the other small ones, together
-        size = t_counts.EXTREMES_FROM if data.draw(st.booleans()) else len(picked)
+        size = t_extremes.EXTREMES_FROM if data.draw(st.booleans()) else len(picked)
         filler = np.full(size + data.draw(st.integers(0, 3)), 1.5)
         filler[:len(picked)] = picked  # one value of the class at least, in range otherwise
         tensors.append(torch.from_numpy(filler).to(getattr(torch, wide)).to(device))
@@ -216,7 +217,7 @@ def test_the_magnitude_extremes_count_every_edge_class_as_the_bucket_pass(
     view = t_format(fmt).dtype
     readable = t_counts.rows(*t_counts.bucket_counts(tensors, view))
     for each in (True, False):
-        got = t_counts.count_table(tensors, view, each=each)
+        got = t_extremes.count_table(tensors, view, each=each)
         assert_claim("numerics.format_view", np.array(got), np.array(readable),
                      context=f"{fmt} each={each} {wides} {[t.tolist()[:8] for t in tensors]}")
     # the reference counts exact values; torch's float64 cast may round twice: float64 aside
@@ -236,14 +237,35 @@ def test_the_magnitude_extremes_read_the_host_once_off_the_cpu(device: str) -> N
     import torch
 
     from torch_impl import numerics_counts as t_counts
+    from torch_impl import numerics_extremes as t_extremes
     from torch_impl.host_reads import HostReads
 
-    x = torch.linspace(-2, 2, t_counts.EXTREMES_FROM, device=device)
+    x = torch.linspace(-2, 2, t_extremes.EXTREMES_FROM, device=device)
     tensors = [x, x * 1e-9, torch.zeros_like(x)]  # clean; at the underflow edge; zeros
     readable = t_counts.rows(*t_counts.bucket_counts(tensors, torch.float16))
     for each, reads in ((False, 0), (True, 2 * len(tensors))):
         with HostReads() as mode:
-            got = t_counts.count_table(tensors, torch.float16, each=each)
+            got = t_extremes.count_table(tensors, torch.float16, each=each)
         assert got == readable
         seen = sum(mode.sites.values())
         assert (seen == 0) if reads == 0 else (seen >= reads)
+
+
+def test_small_tensors_of_the_same_sizes_in_another_type_count_alike(device: str) -> None:
+    """The small tensors' joint count (`_small_rows`) keeps its per-value tensor index per
+    size list AND integer type: the same sizes promoted to float32, then float64, then
+    float32 again, each reach the underflow edge and give the bucket pass's rows (a segment
+    kept across types wrapped past int32: bincount asked for 4e18 slots)."""
+    import torch
+
+    from torch_impl import numerics_counts as t_counts
+    from torch_impl import numerics_extremes as t_extremes
+
+    for dtype in (torch.float32, torch.float64, torch.float32):
+        tensors = [torch.linspace(-1, 1, n, dtype=dtype, device=device) * 1e-9
+                   for n in (10, 20)]
+        readable = t_counts.rows(*t_counts.bucket_counts(tensors, torch.float16))
+        got = t_extremes.count_table(tensors, torch.float16)
+        assert_claim("numerics.format_view", np.array(got), np.array(readable),
+                     context=f"{dtype}")
+        assert any(row[COLUMNS.index("to_zero")] for row in readable), "no edge reached"

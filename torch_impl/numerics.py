@@ -11,7 +11,7 @@ What PyTorch does differently or hides:
 - No host synchronization in the hooks: they only keep references; at the step's end each
   large output and gradient is counted on its integer bits, the extremes of its magnitude
   deciding its row (NOTE [ Counting by the magnitude's extremes ] in
-  torch_impl/numerics_counts.py), the small ones by the one-pass bucket count (NOTE [ One
+  torch_impl/numerics_extremes.py), the small ones by the one-pass bucket count (NOTE [ One
   pass of counting ]), which also recounts any tensor with something non-finite. Off the
   CPU a clean step reads the host once (`.tolist()` in `count_table`); on the CPU, where
   there is no device to wait for, each large tensor's extremes are read as they are made.
@@ -46,7 +46,8 @@ from common.numerics_report import (  # plain data: the report
 )
 from torch_impl import amp, numerics_locate
 from torch_impl.format_spec import get_format
-from torch_impl.numerics_counts import count_rows, count_table, past_range
+from torch_impl.numerics_counts import count_rows, past_range
+from torch_impl.numerics_extremes import count_table
 
 __all__ = ["COLUMNS", "Detector", "FirstInvalid", "InputRange", "NonFinite", "ReplayResult",
            "anomaly_replay", "count_rows", "count_table", "format_counts", "totals", "view_format"]

@@ -138,7 +138,7 @@ def count_rows(x: np.ndarray, fmt: str, device: str = "cpu",
     ref = ref_numerics.count_rows([x], get_format(fmt))[0]
     tensor, dtype = torch.from_numpy(x).to(device), t_get_format(fmt).dtype
     if arithmetic == "cast":  # padded with ones (in range, in no column) to the size
-        from torch_impl.numerics_counts import EXTREMES_FROM  # count_table counts by the
+        from torch_impl.numerics_extremes import EXTREMES_FROM  # count_table counts by the
         # magnitude's extremes: the same row
         padded = np.concatenate([x, np.ones(max(0, EXTREMES_FROM - x.size), np.float32)])
         got = t_numerics.count_table([torch.from_numpy(padded).to(device)], dtype)[0]
