@@ -6,7 +6,8 @@ What an exhaustive sweep (parity/sweep.py) runs per chunk, on the chunks it runs
 consecutive float32 bit patterns, from random starting points (NaNs, infinities and
 subnormals among them where the range has them). One repeat times, for every format and on
 the same CHUNKS chunks, torch_impl.formats.encode (torch's cast for float8_e4m3fnuz,
-e5m2fnuz and e8m0fnu; exact torch ops for the other six), reference.formats.encode and
+e5m2fnuz and e8m0fnu, its cast to a sibling format for four more, exact torch ops for
+float8_e3m4 and float4_e2m1fn), reference.formats.encode and
 ml_dtypes' cast (`astype`), back to back, one thread each (torch.set_num_threads(1)), on the
 thread's CPU clock (time.thread_time: on shared cores, time spent descheduled is not
 counted). Formats are interleaved within a repeat; the median and interquartile range over

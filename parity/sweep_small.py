@@ -12,6 +12,8 @@ that become 2^-127 from below).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 import reference.formats as ref
@@ -52,6 +54,12 @@ def class_edges(fmt: ref.FloatFormat, dtype: type = np.float32) -> tuple[int, in
     return int(tiny.view(uint)), int(first.view(uint)), int(dtype(np.inf).view(uint))
 
 
+@functools.cache
+def _float32_edges(fmt: ref.FloatFormat) -> tuple[int, int, int]:
+    """class_edges for float32, once per format (a sweep asks for them in every chunk)."""
+    return class_edges(fmt, np.float32)
+
+
 def small_classes(x: np.ndarray, nan_in: np.ndarray, fmt: ref.FloatFormat) -> dict[str, int]:
     """Inputs by class, from the float32 (or float64) inputs' bits: with the sign cleared
     they are in the order of |x| (NaNs above +inf's), so every class is an interval of them,
@@ -79,7 +87,7 @@ def range_classes(start: int, n: int, fmt: ref.FloatFormat) -> dict[str, int]:
     intervals."""
     if not 0 <= start <= start + n <= 2**32:
         raise ValueError(f"range_classes: [{start}, {start + n}) is not within [0, 2^32)")
-    tiny, bound, inf = class_edges(fmt, np.float32)
+    tiny, bound, inf = _float32_edges(fmt)
     spans = [(lo & 0x7FFFFFFF, hi - (lo & ~0x7FFFFFFF)) for lo, hi in (
         (start, min(start + n, 2**31)), (max(start, 2**31), start + n)) if lo < hi]
 
@@ -92,17 +100,23 @@ def range_classes(start: int, n: int, fmt: ref.FloatFormat) -> dict[str, int]:
             "overflow": below_inf - below_bound, "inf": below(inf + 1) - below_inf, "nan": nan}
 
 
-def torch_e8m0_codes(x: np.ndarray, fmt: ref.FloatFormat,
-                     overflow: str | None = None) -> np.ndarray:
+def torch_e8m0_codes(x: np.ndarray, fmt: ref.FloatFormat, overflow: str | None = None,
+                     ours: np.ndarray | None = None) -> np.ndarray:
     """What torch 2.13's float8_e8m0fnu cast gives, stated through the reference (claim
     formats.e8m0_torch): the code of |x|, where ml_dtypes 0.7 and the reference give the NaN
     for every negative; 2^-127's (code 0) for +-0, where they give the NaN; and 2^-126's
     (code 1) for |x| strictly between 2^-127 and 1.5 * 2^-127, float32 subnormals that are
     nearer 2^-127 (torch rounds a subnormal's fraction bits as if its hidden bit were 0, so
     anything above the guard bit's half rounds up). `overflow`: the reference's policy
-    ("saturate" turns the cast's NaN code for an overflow or +-inf into max)."""
+    ("saturate" turns the cast's NaN code for an overflow or +-inf into max). `ours`: the
+    reference's codes of x where no x has its sign bit set (a sweep's chunk below 2^31), which
+    are |x|'s but at +0: they are used, where encoding |x| again was E8M0's sweep's costliest
+    pass."""
     magnitude = np.abs(x)
-    codes = ref.encode(np.where(x == 0, np.float32(2.0**-127), magnitude), fmt,
-                       overflow=overflow)
+    if ours is not None:
+        codes = np.where(x == 0, ours.dtype.type(0), ours)  # 2^-127's code for +0
+    else:
+        codes = ref.encode(np.where(x == 0, np.float32(2.0**-127), magnitude), fmt,
+                           overflow=overflow)
     low = (magnitude > np.float32(2.0**-127)) & (magnitude < np.float32(1.5 * 2.0**-127))
     return np.where(low, codes.dtype.type(1), codes)

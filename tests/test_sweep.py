@@ -74,3 +74,14 @@ def test_a_sweep_counts_a_nan_class_change_and_only_that(name: str, monkeypatch)
     s = sweep.sweep_range(name, nan, nan + sweep.CHUNK, workers=1)
     assert s.by_class["nan"] == sweep.CHUNK
     assert (s.mismatches_torch, s.mismatches_ml_dtypes) == (0, 0)
+
+
+def test_e8m0s_torch_column_agrees_on_chunks_of_either_sign_at_zero_and_below_tiny() -> None:
+    """torch's declared E8M0 difference is read off the reference's own codes in a chunk
+    below 2^31 and from |x|'s encode above it: +-0 (2^-127's code for torch), the float32
+    subnormals that torch rounds up to 2^-126, and their negative mirrors all agree (torch
+    2.6 has no such cast, and its twin follows the reference)."""
+    low = 0x00400000  # 2^-127's float32 pattern, the band torch rounds up starts above it
+    for start in (0, low, 2**31, 2**31 + low):
+        s = sweep.sweep_range("float8_e8m0fnu", start, start + sweep.CHUNK, workers=1)
+        assert (s.mismatches_torch, s.mismatches_ml_dtypes) == (0, 0), (hex(start), s.examples)

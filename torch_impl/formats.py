@@ -109,6 +109,8 @@ def _encode_small(x: torch.Tensor, fmt: TorchFormat, rounding: str, rng: object,
     x32, source = _source(x, fmt, via)
     if rounding == "nearest_even" and fmt.name in small.NATIVE:
         code = small.encode_native(x32, fmt, overflow, subnormals)
+    elif rounding == "nearest_even" and small.sibling_applies(fmt, overflow, subnormals):
+        code = small.encode_sibling(x32, fmt, overflow)
     else:
         code = small.encode_ops(source, fmt, rounding, words, overflow, subnormals)
     return code.to(torch.uint8)

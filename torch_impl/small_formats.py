@@ -13,8 +13,13 @@ float6s, float4_e2m1fn, float8_e4m3 and float8_e3m4 have no dtype at all. So:
   gives 2^-127 (code 0), and |x| strictly between 2^-127 and 1.5 * 2^-127 gives 2^-126,
   where the reference and ml_dtypes give NaN, NaN and 2^-127. Its ties round up as theirs
   do (1.5 -> 2; NOTE [ E8M0 ties ]).
-- Everything else (the other six formats, and toward_zero and stochastic rounding to all
-  nine) is `encode_ops`: exact torch ops in the input's own dtype, the same rounding as the
+- Round to nearest to four of the other six is torch's cast to a sibling, a torch format
+  with the same mantissa width, of x scaled by a power of two (`encode_sibling`, NOTE [ A
+  sibling's cast ]): float8_e4m3b11fnuz by float8_e4m3fnuz's, the float6s by
+  float8_e4m3fn's and float8_e5m2's, float8_e4m3 by float8_e4m3fn's.
+- Everything else (float8_e3m4 and float4_e2m1fn to nearest, flushed subnormals and the
+  policies the siblings do not take, and toward_zero and stochastic rounding to all nine)
+  is `encode_ops`: exact torch ops in the input's own dtype, the same rounding as the
   reference's integer W, with the float |x| / 2^(t - m) in place of the integer M >> shift:
 
       |x| = f * 2^e, 0.5 <= f < 1 (torch.frexp)        t = max(e - 1, 1 - b)
@@ -35,6 +40,7 @@ float6s, float4_e2m1fn, float8_e4m3 and float8_e3m4 have no dtype at all. So:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
@@ -64,6 +70,65 @@ def encode_native(x32: torch.Tensor, fmt: TorchFormat, overflow: str,
         below = ((code & ((1 << top) - 1)) < 2**fmt.mantissa_bits) & (code != nan_full)
         code = torch.where(below, 0, code)
     return code
+
+
+# NOTE [ A sibling's cast ]
+# A format with the mantissa width of one torch casts to, and a bias b against the torch
+# format's b', has the same grid scaled by 2^(b - b'): the code with biased exponent E and
+# mantissa M is 2^(E - b) (1 + M / 2^m) in one and 2^(E - b') (1 + M / 2^m) in the other
+# (E = 0 alike, the subnormals). So x * 2^(b - b') rounds to the same (E, M) in the torch
+# format, while E fits in the smaller field, and the scaling is exact in float32 except where
+# it leaves float32's normal range: below, where both round to +-0 anyway (the inputs that
+# scale to a float32 subnormal are below 2^-114, where the least half-spacing of the formats
+# scaled down is 2^-5; x86 multiplies them about 30x slower than a normal, a sweep's 2.7% of
+# float32 patterns), and above, past every overflow bound. Out of the format's range the
+# result is set before the cast: a finite format's overflow saturates, so x is clamped to
+# +-max first (clamped, then rounded: the values between max and the tie above it round to
+# max anyway); float8_e4m3's +inf is the code after max, which float8_e4m3fn's cast gives to
+# the tie 248 itself (halfway from 240, odd mantissa, to 256, even), so x is clamped to +-248
+# (+-240 to saturate). NaNs keep their own rule (NOTE [ NaN to a finite format ]; the quiet
+# NaN with the input's sign), applied only in a chunk that holds one, as pack_carried does.
+# The fnuz float8_e4m3b11fnuz is float8_e4m3fnuz's cast of 8 x, NaN and policies included.
+# Two of the nine have no sibling: float8_e3m4 (no torch format has 4 mantissa bits) and
+# float4_e2m1fn (none has 1).
+SIBLING: dict[str, tuple[torch.dtype, int]] = {  # name: (torch's dtype, b - b')
+    "float8_e4m3b11fnuz": (torch.float8_e4m3fnuz, 11 - 8),
+    "float6_e2m3fn": (torch.float8_e4m3fn, 1 - 7),
+    "float6_e3m2fn": (torch.float8_e5m2, 3 - 15),
+    "float8_e4m3": (torch.float8_e4m3fn, 7 - 7),
+}
+
+
+def sibling_applies(fmt: TorchFormat, overflow: str, subnormals: bool) -> bool:
+    """Whether `encode_sibling` rounds this format to nearest under these policies (the
+    others, and flushed subnormals, take encode_ops)."""
+    return fmt.name in SIBLING and subnormals and overflow in (
+        ("nan", "saturate") if fmt.convention == "fnuz" else ("saturate", "inf"))
+
+
+def encode_sibling(x32: torch.Tensor, fmt: TorchFormat, overflow: str) -> torch.Tensor:
+    """Round to nearest of float32 x32 by torch's cast to the format's sibling (NOTE [ A
+    sibling's cast ]): uint8 codes, the same as encode_ops'."""
+    dtype, shift = SIBLING[fmt.name]
+    if fmt.convention == "fnuz":
+        native = dataclasses.replace(fmt, dtype=dtype)  # the same codes, torch's cast
+        return encode_native(x32 * 2.0**shift, native, overflow, True).to(torch.uint8)
+    top = fmt.bits - 1
+    bound = fmt.max if fmt.convention == "finite" or overflow == "saturate" else 248.0
+    y = x32.clamp(-bound, bound)
+    if shift:
+        y *= 2.0**shift
+    c = y.to(dtype).view(torch.uint8)
+    if fmt.bits < 8:  # the sign from bit 7 to the format's top bit, the rest as it is
+        sign = c >> (8 - fmt.bits)
+        sign &= 1 << top
+        c &= (1 << top) - 1
+        c |= sign
+    if c.numel() and math.isnan(x32.max()):
+        nan = torch.isnan(x32)
+        sign = torch.signbit(x32[nan]).to(torch.uint8) << top
+        c[nan] = sign ^ (1 << top) if fmt.convention == "finite" else sign | fmt.nan_code
+    return c
 
 
 def encode_ops(x: torch.Tensor, fmt: TorchFormat, rounding: str, words: torch.Tensor | None,

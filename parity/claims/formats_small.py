@@ -132,8 +132,9 @@ SMALL_CLAIMS: tuple[Claim, ...] = (
         statement=(
             "Over all 2^32 float32 inputs (slow) or a sample, the reference equals ml_dtypes "
             "0.7 on the nine small formats, and the torch twin (torch_impl.formats: torch "
-            "2.13's own cast for float8_e4m3fnuz and e5m2fnuz, exact torch ops for the six "
-            "formats torch lacks) on all nine, float8_e8m0fnu (torch's cast) once "
+            "2.13's own cast for float8_e4m3fnuz and e5m2fnuz, its cast to a sibling format "
+            "for four of the six formats torch lacks, exact torch ops for the other two) on "
+            "all nine, float8_e8m0fnu (torch's cast) once "
             "formats.e8m0_torch's declared difference is applied."
         ),
         kind="nan_class",

@@ -18,6 +18,7 @@ from parity.lab.gendocs import section
 from parity.lab.ranges import _fmt
 from parity.oracles import SMALL_FORMATS, TORCH_CASTS
 from parity.sweep_small import overflow_bound
+from torch_impl import small_formats as small
 
 BENCH_JSON = Path(__file__).resolve().parents[3] / "docs" / "data" / "formats_small_encode.json"
 
@@ -76,7 +77,9 @@ def _() -> str:
               "the first float32 value beyond the format (the tie above max, which rounds "
               "up; E8M0: 1.5 max, its ties rounding up) and on +inf. The torch twin is "
               f"torch's own cast for {', '.join(TORCH_CASTS)}; torch has no cast to the "
-              "others (torch_impl/small_formats.py)."]
+              "others, and rounds to nearest by its cast to a sibling format (the same "
+              "mantissa width, x scaled by a power of two) for "
+              f"{', '.join(small.SIBLING)} (torch_impl/small_formats.py)."]
     return "\n".join(lines)
 
 
