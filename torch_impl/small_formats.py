@@ -56,8 +56,11 @@ NATIVE: tuple[str, ...] = tuple(name for name in
 
 def encode_native(x32: torch.Tensor, fmt: TorchFormat, overflow: str,
                   subnormals: bool) -> torch.Tensor:
-    """torch's cast of float32 x32 and its bits (int32 codes); overflow="saturate" turns the
-    cast's one NaN code, where the input was no NaN (overflow, +-inf), into +-max."""
+    """torch's cast of float32 x32 and its bits (codes); overflow="saturate" turns the
+    cast's one NaN code, where the input was no NaN (overflow, +-inf), into +-max. Under the
+    cast's own policies the cast's bits are the codes, uint8 as they are."""
+    if overflow != "saturate" and (subnormals or fmt.convention != "fnuz"):
+        return x32.to(fmt.dtype).view(torch.uint8)
     code = x32.to(fmt.dtype).view(torch.uint8).to(torch.int32)
     top = fmt.bits - 1
     nan_full = 1 << top if fmt.convention == "fnuz" else fmt.nan_code

@@ -9,7 +9,7 @@ import json
 from parity.drivers.formats import ENCODE_TARGETS, encode_benchmark
 from parity.lab.gendocs import section
 from parity.lab.ranges import range_table
-from parity.oracles import STORAGE_FORMATS
+from parity.oracles import STORAGE_FORMATS, SWEEP_FORMATS
 from parity.sweep import SWEEP_JSON
 
 
@@ -84,7 +84,7 @@ def _() -> str:
              "| wall s (both) | workers "
              "| CPU s: sweep | CPU s: cast alone | sweep / cast | load at end |",
              "|---|---|---|---|---|---|---|---|---|"]
-    for name in STORAGE_FORMATS:
+    for name in SWEEP_FORMATS:
         r = runs.get(name)
         if r is None:
             lines.append(f"| {name} | not recorded |" + " |" * 7)
