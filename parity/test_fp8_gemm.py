@@ -20,6 +20,7 @@ from hypothesis import event, given, settings
 from parity.compare import assert_claim, in_eps_units
 from parity.drivers import fp8_gemm as drv
 from parity.strategies import fp8_gemm_cases
+from parity.strategies.fp8_gemm import SCALE_RESULTS, scale_result_edges
 from reference import fp8_gemm as rgemm
 from reference import mx as rmx
 from torch_impl import fp8_gemm as tgemm
@@ -86,6 +87,40 @@ def test_cpu_scaled_mm_is_dequantize_then_float32_matmul_bitwise(
             after = (a.to(torch.float32) @ b.to(torch.float32)) * (sa * sb)  # scale the product
             differ = int(torch.count_nonzero(y != after))
             assert differ > y.numel() // 2, f"guard: scaling the product differs ({differ})"
+
+
+@pytest.mark.parametrize("out_dtype", tgemm.FP8_DTYPES, ids=lambda d: str(d)[13:])
+def test_fp8_output_is_the_product_times_the_float32_reciprocal_of_scale_result(
+        out_dtype: torch.dtype, device: str) -> None:
+    """On the products where f32(y / s) and f32(y * f32(1 / s)) cast to different fp8
+    codes (scale_result_edges, both signs): torch_impl gives the second, the cast of
+    y * f32(1 / s) by ml_dtypes, and so does torch._scaled_mm where the CPU kernel exists."""
+    fmt = str(out_dtype)[6:]
+    a = torch.ones(1, 1).to(torch.float8_e4m3fn)  # y = f32(1 * sa) * f32(1 * 1) = sa
+    kernel = device == "cpu" and TENSORWISE
+    reached = 0
+    for s in SCALE_RESULTS:
+        s32, edges = np.float32(s), scale_result_edges(fmt, s)
+        reached += len(edges)
+        scale_result, one = torch.tensor(float(s32)), torch.tensor(1.0)
+        want = (edges * (np.float32(1) / s32)).astype(getattr(ml_dtypes, fmt))  # the truth
+        quotient = torch.from_numpy(edges / s32).to(out_dtype)
+        for y, w, q in zip(edges, want.view(np.uint8), quotient.view(torch.uint8),
+                              strict=True):
+            sa = torch.tensor(float(y))
+            assert int(q) != int(w), f"guard: {y!r} / {s} is not an edge under torch's cast"
+            tor = tgemm.scaled_mm(a, a, sa, one, out_dtype=out_dtype, scale_result=scale_result)
+            assert int(tor.view(torch.uint8)) == int(w), (
+                f"y={y!r} scale_result={s}: code {int(tor.view(torch.uint8))}, the "
+                f"reciprocal's is {int(w)}, the quotient's {int(q)}")
+            if kernel:
+                for mkldnn in _emulated_kernels():
+                    with _mkldnn(mkldnn):
+                        got = torch._scaled_mm(a, a, scale_a=sa, scale_b=one,
+                                               out_dtype=out_dtype, scale_result=scale_result)
+                    assert_claim("fp8_gemm.scaled_mm_cpu", got, tor,
+                                 f"mkldnn={mkldnn} y={y!r} scale_result={s}")
+    assert reached >= 50, f"guard: only {reached} scale_result edges for {fmt}"
 
 
 def test_reference_dequantize_gives_torchs_bits_on_every_code() -> None:
