@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +16,8 @@ import pytest
 from parity import compare
 from parity.lab.report import parity_test_files, rows_of
 from parity.tolerances import CLAIMS, TOPICS, claim
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -219,7 +223,8 @@ def test_a_claim_skipped_for_its_missing_extra_is_skipped_and_any_other_unassert
     assert verdicts(["torchao"], []) == ["NOT CHECKED", "NOT CHECKED"]  # pytest skipped none
     assert verdicts(["torchao"], [elsewhere]) == ["NOT CHECKED", "NOT CHECKED"]  # not its topic
     row = rows_of((needs,), {"claims": {}, "tests": [skipped], "missing": ["torchao"]}).rows[0]
-    assert "torchao 0.18.0 is not installed" in row.skipped and "the MX oracle" in row.skipped
+    assert "torchao 0.18.0 cannot be imported here" in row.skipped
+    assert "the MX oracle" in row.skipped
 
 
 def test_a_claim_older_torch_lacks_is_skipped_only_below_its_version_and_after_a_skip(
@@ -273,8 +278,8 @@ def test_skipped_claims_do_not_fail_the_report_and_unasserted_ones_do(
     from parity.lab.cli import report as cli_report
 
     ok = report.Row(claim("formats.decode"), report.Observation(0.0, 3), "ok", 0.1)
-    skipped = report.Row(claim("mx.torchao"), None, "SKIPPED", 0.0, skipped="torchao is not "
-                         "installed (an optional extra): pytest skipped x: y")
+    skipped = report.Row(claim("mx.torchao"), None, "SKIPPED", 0.0, skipped="torchao cannot "
+                         "be imported here (an optional extra): pytest skipped x: y")
     unchecked = report.Row(claim("mx.torchao"), None, "NOT CHECKED", 0.0)
     args = argparse.Namespace(topic=None, out="", json=False, record=False)
     for rows, status in (([ok, skipped], 0), ([ok, unchecked], 1)):
@@ -286,6 +291,53 @@ def test_skipped_claims_do_not_fail_the_report_and_unasserted_ones_do(
     assert cli_report.run(argparse.Namespace(topic=None, out="", json=False, record=True)) == 1
     out = capsys.readouterr().out
     assert "1 skipped" in out and "not recorded" in out and "SKIPPED, torchao" in out
+
+
+def test_an_extra_whose_import_raises_is_a_skip_naming_the_error_and_counts_as_missing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A broken install (the package is there, its import raises ImportError) skips the
+    module with the error and the reinstall command, never a collection error, and the
+    plugin counts the package as missing, so its claims read SKIPPED with that reason."""
+    import importlib
+
+    from parity import extras
+    from parity.lab import report_plugin
+
+    def broken(name: str) -> None:
+        raise ImportError("cannot import name '_C' (a broken install)")
+
+    monkeypatch.setattr(extras, "BROKEN", {})
+    monkeypatch.setattr(importlib, "import_module", broken)
+    with pytest.raises(pytest.skip.Exception) as skipped:
+        extras.import_extra("torchao", "the MX oracle")
+    reason = str(skipped.value)
+    assert "installed but its import fails" in reason and "'_C'" in reason
+    assert "pip install --force-reinstall torchao==0.18.0" in reason
+    monkeypatch.undo()
+    monkeypatch.setattr(extras, "BROKEN", {"torchao": "ImportError: x"})
+    assert report_plugin.missing_extras() == ["torchao"]
+
+
+def test_report_of_a_topic_with_a_broken_oracle_checks_what_needs_none_and_says_why(
+        tmp_path: Path) -> None:
+    """`python -m parity report --topic mx` with a torchao whose import raises: the claims
+    that need no torchao are checked (ok), the torchao ones read SKIPPED quoting the error,
+    and the report exits 0; before, a collection error left all five NOT CHECKED, no reason."""
+    fake = tmp_path / "torchao"
+    fake.mkdir()
+    (fake / "__init__.py").write_text('raise ImportError("a broken install of torchao")\n')
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(tmp_path), str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "parity", "report", "--topic", "mx", "--out",
+                           ""], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    rows = {ln.split()[0]: ln for ln in done.stdout.splitlines() if ln.startswith("mx.")}
+    assert {cid for cid, ln in rows.items() if " ok " in ln} == {
+        "mx.twins", "mx.rceil_log2f", "mx.clipping"}
+    assert {cid for cid, ln in rows.items() if " SKIPPED " in ln} == {
+        "mx.torchao", "mx.nvfp4_torchao"}
+    assert "a broken install of torchao" in done.stdout
 
 
 @pytest.mark.slow  # a pytest process of its own: about 4 s on 2 cores

@@ -109,13 +109,15 @@ def pytest_collectreport(report: pytest.CollectReport) -> None:
 def missing_extras() -> list[str]:
     """The optional packages the claims name (Claim.extra) that cannot be imported here (a
     None in sys.modules, as the root conftest's MIRRORTRAIN_WITHOUT leaves, counts as
-    missing), or whose installed version is not the one EXTRAS pins (its tests skip)."""
+    missing, and so does an installed one whose import raised: parity.extras.BROKEN), or
+    whose installed version is not the one EXTRAS pins (its tests skip)."""
     from parity.claims import EXTRAS
+    from parity.extras import BROKEN
     from parity.tolerances import CLAIMS
 
     missing = []
     for name in sorted({c.extra for c in CLAIMS if c.extra}):
-        hidden = name in sys.modules and sys.modules[name] is None
+        hidden = name in BROKEN or (name in sys.modules and sys.modules[name] is None)
         try:
             found = not hidden and importlib.util.find_spec(name) is not None
         except (ImportError, ValueError):  # a parent package missing, or a broken spec

@@ -37,8 +37,8 @@ def skipped_for_extra(c: Claim, ran: dict[str, Any], files: set[str]) -> str:
     first = _topic_skip(ran, files, c.extra)
     if first is None:
         return ""
-    return (f"{c.extra} {EXTRAS[c.extra]} is not installed (an optional extra): pytest "
-            f"skipped {first['nodeid']}: {first['message']}")
+    return (f"{c.extra} {EXTRAS[c.extra]} cannot be imported here (an optional extra): "
+            f"pytest skipped {first['nodeid']}: {first['message']}")
 
 
 def skipped_for_torch(c: Claim, ran: dict[str, Any], files: set[str]) -> str:
