@@ -6,7 +6,8 @@ ranks and trees (ddp.scaler_repair). NOTE [ found_inf is per rank ] in
 reference/ddp_scaler.py; driver parity/drivers/ddp_scaler.py.
 
 The default run makes ONE launch of 3 gloo processes (a 2-rank subgroup for ws = 2): the
-unrepaired and the MAX-repaired loop at ws 2 and 3, and ShardedGradScaler at ws 3; the
+unrepaired and the MAX-repaired loop at ws 2 and 3, the SUM-repaired one at ws 2, and
+ShardedGradScaler at ws 3; the
 repaired jobs run the cross-rank check set to raise, so they prove it silent in-process. A
 second, tiny launch shows the check ending an unrepaired run with an error. The full
 matrix (ws 2, 3, 4 x no repair, MAX, SUM, ShardedGradScaler x three faults, 6 steps) is
@@ -23,7 +24,7 @@ import pytest
 from parity.compare import assert_claim
 from parity.drivers import ddp_scaler as drv
 
-UNREPAIRED, REPAIRED = drv.UNREPAIRED, drv.REPAIRED
+UNREPAIRED, REPAIRED = drv.UNREPAIRED, drv.REPAIRED + drv.REPAIRED_UNTABLED
 
 
 @pytest.fixture(scope="module")
@@ -93,8 +94,9 @@ def test_without_the_repair_the_ranks_part_at_the_seeded_step_in_both_trees(
 
 def test_with_found_inf_all_reduced_every_rank_skips_together_and_stays_bit_identical(
         replays: dict) -> None:
-    """MAX by hand or ShardedGradScaler's SUM: every rank skips step 2 and halves its scale;
-    every rank's state equals every other's and the reference's, bit for bit."""
+    """MAX or SUM by hand, or ShardedGradScaler's SUM: every rank skips step 2 and halves
+    its scale; every rank's state equals every other's and the reference's, bit for bit;
+    by hand with SUM, the found_inf step read is the count of ranks that found one."""
     for ws, repair in REPAIRED:
         rp = replays[ws, repair]
         _check_trees_agree("ddp.scaler_repair", rp)
@@ -102,6 +104,7 @@ def test_with_found_inf_all_reduced_every_rank_skips_together_and_stays_bit_iden
         assert rp.torch.after[1] == [2.0**15] * ws
         assert_ranks_agree(rp.torch, f"torch ws {ws} {repair}")
         assert_ranks_agree(rp.replayed, f"reference ws {ws} {repair}")
+    assert replays[2, "sum"].torch.found_inf[1] == [1.0, 1.0], "guard: SUM over 2 ranks"
 
 
 def test_the_rank_guard_fails_on_the_unrepaired_loop_and_passes_on_the_repaired_one(
