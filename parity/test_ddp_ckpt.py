@@ -5,9 +5,10 @@ SIGKILL at any point of a save with its previous checkpoint intact (ddp.ckpt_kil
 Driver parity/drivers/ddp_ckpt.py; the commit record's own contracts, bad input and the
 torn-directory hazard of plain DCP: tests/test_ddp_ckpt.py.
 
-Default cost: one launch of 3 processes (uninterrupted, saving, three resumes) and one
-2-process kill launch (rank 1 after its data), its directory read in-process; the other
-kill points and the resumes from the killed runs' directories are slow.
+Default cost: one launch of 3 processes (uninterrupted, saving, three resumes), one
+2-process kill launch (rank 1 after its data), its directory read in-process, and three
+3-rank launches of the train command's loop (a resume where the bucket layout shows); the
+other kill points and the resumes from the killed runs' directories are slow.
 """
 
 from __future__ import annotations
@@ -153,6 +154,19 @@ def test_a_kill_at_any_point_of_a_save_leaves_the_previous_checkpoint_loadable(
     _check_previous_intact(directory, measured)
     names = {p.name for p in ckc.step_dir(directory, drv.SAVE_AT).iterdir()}
     assert (".metadata" in names) == (where == "before_commit"), names
+
+
+def test_the_train_loop_resumed_on_3_ranks_ends_with_the_uninterrupted_digest(
+        tmp_path: Path) -> None:
+    """ddp.cli_kill_resume's resume at 3 ranks (torch_impl.ddp_train, the train command's
+    loop): saved at step 2, resumed, step 3 reduced in the rebuilt buckets' order as the
+    uninterrupted run's is, the same digest."""
+    whole, resumed, lines = drv.train_resume(tmp_path)
+    assert lines[0].startswith(f"step {drv.TRAIN_SAVE_AT + 1} "), "guard: it resumed"
+    assert resumed.step == whole.step == drv.TRAIN_STEPS
+    assert whole.skipped == resumed.skipped == 0, "guard: step 3's reduction is not skipped"
+    assert_claim("ddp.cli_kill_resume", np.frombuffer(bytes.fromhex(resumed.digest), np.uint8),
+                 np.frombuffer(bytes.fromhex(whole.digest), np.uint8), "3 ranks, from step 2")
 
 
 @pytest.mark.slow

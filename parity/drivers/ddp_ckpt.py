@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from common.train_config import TrainConfig
+from common.train_loop import RanksResult
 
 SIZES = (8, 64, 64, 3)
 STEPS = 6
@@ -25,6 +26,10 @@ RESHARD = (3, 1)  # the world sizes a 2-rank checkpoint resumes on besides 2
 # (a rank that is not the coordinator), the coordinator before the metadata and before the
 # commit record
 KILLS = (("after_data", 1), ("before_metadata", 0), ("before_commit", 0))
+# The train command's loop (torch_impl.ddp_train) resumed at 3 ranks, the fewest where DDP's
+# bucket layout after a resume decides the ring's summation order (NOTE [ DDP's buckets
+# after a resume ]): saved at step 2, resumed to step 3, whose reduction is not skipped
+TRAIN_WORLD_SIZE, TRAIN_SAVE_AT, TRAIN_STEPS = 3, 2, 3
 
 
 def config(seed: int = 0) -> TrainConfig:
@@ -89,3 +94,32 @@ def resume(directory: Path, world_size: int) -> list[dict[str, Any]]:
 
     job = sc.ckpt_job(config(), STEPS, world_size, str(directory), STEPS + 1, resume=True)
     return [r[0] for r in tddp.launch([job], world_size, timeout=60.0)]
+
+
+def train_config(seed: int = 0) -> TrainConfig:
+    """The train command's kind of run: fp16 (scale 2^17, growing every 3 steps: steps 1-3
+    are not skipped), dropout drawn from every rank's own stream."""
+    return TrainConfig(seed=seed, sizes=SIZES, precision="fp16", optimizer="SGD", lr=0.05,
+                       schedule="constant", batch_size=12, num_samples=36,
+                       growth_interval=3, init_scale=2.0**17, dropout=0.1)
+
+
+def train_resume(tmp: Path) -> tuple[RanksResult, RanksResult, list[str]]:
+    """(uninterrupted, resumed, the resumed run's step lines): torch_impl.ddp_train at
+    TRAIN_WORLD_SIZE ranks to TRAIN_STEPS, and a run that saves at TRAIN_SAVE_AT resumed
+    from that commit to TRAIN_STEPS (three launches)."""
+    from ckpt import commit_policy
+    from torch_impl import ddp_train
+
+    c, ws, fresh = train_config(), TRAIN_WORLD_SIZE, commit_policy.Start(None, None)
+    ignore: list[str] = []
+    whole = ddp_train.train(c, TRAIN_STEPS, ws, tmp / "whole", TRAIN_STEPS, keep=2,
+                            start=fresh, log=ignore.append)
+    ddp_train.train(c, TRAIN_SAVE_AT, ws, tmp / "saved", TRAIN_SAVE_AT, keep=2, start=fresh,
+                    log=ignore.append)
+    start = commit_policy.start(tmp / "saved", ddp_train.PAYLOAD, resume=True,
+                                overwrite=False, notify=ignore.append)
+    lines: list[str] = []
+    resumed = ddp_train.train(c, TRAIN_STEPS, ws, tmp / "saved", TRAIN_SAVE_AT, keep=2,
+                              start=start, log=lines.append)
+    return whole, resumed, lines
