@@ -1,7 +1,9 @@
 """Trainers for tests/test_resume_check.py, written as a user would: an MLP with dropout,
 AdamW, fp16 autocast on the CPU with a GradScaler whose scale overflows and backs off, and a
-data position into a fixed set of batches. `correct` saves everything a step reads; each
-other factory leaves one entry out of state_dict(), the classic ways a resume goes wrong."""
+data position into a fixed set of batches (`own_generator`: and input noise from a
+torch.Generator the trainer keeps as an attribute). `correct` saves everything a step reads;
+each other factory leaves one entry out of state_dict(), the classic ways a resume goes
+wrong."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ BATCHES = 5
 
 class Trainer:
     def __init__(self, leave_out: str = "", numpy_state: bool = False, nudge: bool = False,
-                 counts: bool = False) -> None:
+                 counts: bool = False, own_gen: bool = False) -> None:
         self.leave_out, self.numpy_state, self.nudge = leave_out, numpy_state, nudge
         torch.manual_seed(0)
         g = torch.Generator().manual_seed(1)
@@ -30,10 +32,14 @@ class Trainer:
         self.pos = 0
         if counts:
             self.logged = 0  # how many steps this process has logged: not state
+        if own_gen:
+            self.gen = torch.Generator().manual_seed(2)  # the input noise's own stream
 
     def step(self) -> None:
         print(f"step {self.pos}")  # a user's progress line: the check reads past it
         x, y = self.data[self.pos % BATCHES]
+        if hasattr(self, "gen"):
+            x = x + 0.01 * torch.randn(x.shape, generator=self.gen)
         self.pos += 1
         if hasattr(self, "logged"):
             self.logged += 1
@@ -48,6 +54,8 @@ class Trainer:
         state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                  "scaler": self.scaler.state_dict(), "rng": torch.get_rng_state(),
                  "pos": self.pos}
+        if hasattr(self, "gen"):
+            state["gen"] = self.gen.get_state()
         if self.numpy_state:
             state["noise"] = np.zeros(3)  # a NumPy array: loading it needs pickle
         state.pop(self.leave_out, None)
@@ -62,6 +70,8 @@ class Trainer:
         if "rng" in state:
             torch.set_rng_state(state["rng"])
         self.pos = state.get("pos", 0)
+        if "gen" in state:
+            self.gen.set_state(state["gen"])
         if self.nudge:  # one float32 ulp up on every weight: not exact, within 1e-6
             with torch.no_grad():
                 w = self.model[0].weight
@@ -86,6 +96,14 @@ def no_data_position() -> Trainer:
 
 def no_scaler() -> Trainer:
     return Trainer("scaler")
+
+
+def own_generator() -> Trainer:
+    return Trainer(own_gen=True)
+
+
+def no_own_generator() -> Trainer:
+    return Trainer("gen", own_gen=True)
 
 
 def numpy_array_in_state() -> Trainer:

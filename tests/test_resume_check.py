@@ -44,6 +44,7 @@ LEFT_OUT = [
     (resume_trainers.no_rng, "rng.torch"),
     (resume_trainers.no_data_position, "trainer.pos"),
     (resume_trainers.no_scaler, "trainer.scaler.scale"),
+    (resume_trainers.no_own_generator, "trainer.gen"),
 ]
 
 
@@ -61,6 +62,15 @@ def test_an_entry_left_out_of_the_state_is_named_at_the_step_of_the_load(factory
                                 f"runs part at step {AT} at {entry}")
     with pytest.raises(AssertionError, match=entry.replace(".", r"\.")):
         assert_resumes(factory, steps=STEPS, at=AT, fresh_process=False)
+
+
+def test_a_trainer_that_saves_its_own_generator_resumes_bit_for_bit() -> None:
+    """`self.gen`, a torch.Generator the trainer draws input noise from, saved and restored:
+    exact, and nothing observed parts (its dropping is caught: LEFT_OUT)."""
+    report = check_resume(resume_trainers.own_generator, steps=STEPS, at=AT,
+                          fresh_process=False)
+    assert report.ok and report.parted_at is None and report.final == ()
+    assert report.summary() == "resume-check: exact"
 
 
 def test_the_seeded_cases_really_have_state_to_lose_at_the_save() -> None:
