@@ -245,6 +245,17 @@ def test_a_correct_loop_reports_nothing(device: str, dtype: torch.dtype | None,
     assert guard.report() == [] and guard.step == 8 and guard.skipped_steps == []
 
 
+@pytest.mark.parametrize("dtype", [BF16, None], ids=["bf16", "fp32"])
+def test_a_disabled_scaler_after_an_unscaled_backward_reports_nothing(
+        device: str, dtype: torch.dtype | None) -> None:
+    """GradScaler(enabled=False) passes gradients through: loss.backward() with no
+    scale(loss), then unscale_, step and update (the loop's backward_not_scaled seed, which
+    an enabled scaler reports), is no misuse, and no step is skipped."""
+    guard = guarded(device, torch.amp.GradScaler(device, enabled=False), dtype,
+                    "backward_not_scaled")
+    assert guard.report() == [] and guard.step == 8 and guard.skipped_steps == []
+
+
 def test_accumulation_and_a_scheduler_built_under_the_guard_report_nothing(device: str) -> None:
     """Two backward passes per step (scale() twice, one unscale_/step/update), and an
     LRScheduler built on the guarded optimizer (the guard hands back the optimizer itself)."""
