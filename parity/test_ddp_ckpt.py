@@ -46,6 +46,8 @@ def test_resumed_on_the_same_world_size_every_rank_ends_with_the_uninterrupted_b
     """ddp.ckpt_resume: final state, per-rank draws and losses of the steps after the
     resume, against the uninterrupted run, every rank."""
     resumed = measured.resumed[2]
+    saved = measured.saving[0]["saved"][drv.SAVE_AT]
+    assert int(saved["scaler/growth_tracker"]) != 0, "guard: a growth tracker to restore"
     for r, (got, want) in enumerate(zip(resumed, measured.uninterrupted, strict=True)):
         assert got["loaded"] is not None and int(got["loaded"]["step"]) == drv.SAVE_AT
         _assert_states_equal("ddp.ckpt_resume", got["final"], want["final"], f"rank {r}")

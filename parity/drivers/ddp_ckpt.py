@@ -33,12 +33,13 @@ TRAIN_WORLD_SIZE, TRAIN_SAVE_AT, TRAIN_STEPS = 3, 2, 3
 
 
 def config(seed: int = 0) -> TrainConfig:
-    """fp16 with a GradScaler whose scale grows every 2 steps (its state changes between
-    checkpoints), 12 rows a global batch, 3 batches an epoch: the step-4 checkpoint is
+    """fp16 with a GradScaler whose scale grows every 3 steps (its state changes between
+    checkpoints, and the step-4 one holds growth tracker 1: a resume that drops it grows at
+    step 7, not 6), 12 rows a global batch, 3 batches an epoch: the step-4 checkpoint is
     in epoch 1, mid-epoch (position 12 of 36), so both halves of the position are seen."""
     return TrainConfig(seed=seed, sizes=SIZES, precision="fp16", optimizer="SGD", lr=0.05,
                        schedule="constant", batch_size=12, num_samples=36,
-                       growth_interval=2)
+                       growth_interval=3)
 
 
 @dataclass
