@@ -7,6 +7,7 @@ rule, and (slow) the real dist.all_reduce over world sizes 2-5, four dtypes and 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -74,6 +75,45 @@ def test_bucket_plan_closes_a_bucket_at_its_limit_keeping_the_crossing_tensor() 
     assert rddp.step_buckets([4, 8, 4, 8], 1, [3, 2, 1, 0]) == [[0, 1, 2, 3]]
     assert rddp.ready_order(4, "fp32") == [3, 2, 1, 0]
     assert rddp.ready_order(4, "bf16") == [2, 3, 0, 1]
+
+
+def test_the_reference_loop_reduces_step_1_in_parameter_order_and_every_later_step_rebuilt(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """reference.ddp_train on 3 ranks (the fewest where the layout changes the ring's sums):
+    step 1 in one parameter-order bucket, steps 2 and 3 in the ready order, and the first
+    step after a resume from step 2 in the ready order too, as a resumed torch rank's
+    rebuilt buckets are (NOTE [ DDP's buckets after a resume ])."""
+    from ckpt import commit_policy
+    from common.train_config import TrainConfig
+    from reference import ddp_train
+
+    used: list[list[list[int]]] = []
+    real = rddp.ddp_step
+
+    def spy(*args: object, **kwargs: object) -> rddp.StepRecord:
+        record = real(*args, **kwargs)  # type: ignore[arg-type]
+        used.append(record.buckets)
+        return record
+
+    monkeypatch.setattr(rddp, "ddp_step", spy)
+    c = TrainConfig(seed=0, sizes=(8, 16, 3), precision="fp16", optimizer="SGD",
+                    batch_size=12, num_samples=36)
+    n = 2 * (len(c.sizes) - 1)  # (W, b) per layer
+    in_order, ready = [list(range(n))], [rddp.ready_order(n, c.precision)]
+    assert in_order != ready, "guard: the two layouts differ"
+
+    def train(directory: Path, steps: int, start: commit_policy.Start) -> None:
+        ddp_train.train(c, steps, 3, directory, 2, keep=2, start=start, log=lambda _: None)
+
+    fresh = commit_policy.Start(None, None)
+    train(tmp_path / "whole", 3, fresh)
+    assert used == [in_order, ready, ready]
+    train(tmp_path / "saved", 2, fresh)
+    used.clear()
+    train(tmp_path / "saved", 3, commit_policy.start(tmp_path / "saved", ddp_train.PAYLOAD,
+                                                     resume=True, overwrite=False,
+                                                     notify=lambda _: None))
+    assert used == [ready], "the first step after a resume"
 
 
 def test_bad_input_is_refused_with_one_line() -> None:
