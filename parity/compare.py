@@ -295,6 +295,21 @@ def assert_observed(claim_id: str | Claim, observed: float, n: int, context: str
     return observed
 
 
+def _unverified_note(c: Claim) -> str:
+    """For a claim stating a library's own behaviour, run on a version of it the claims were
+    never verified on (parity.claims.VERIFIED): that version, named, since the library may
+    have changed what the claim states."""
+    from parity.claims import VERIFIED, installed_versions
+
+    versions = c.unverified(installed_versions())
+    if not versions:
+        return ""
+    verified = "; ".join(f"{lib} {', '.join(v)}" for lib, v in VERIFIED.items()
+                         if any(u.startswith(lib + " ") for u in versions))
+    return (f" [on {', '.join(versions)}: not a version this claim was verified on ({verified})"
+            "; the library may have changed the behaviour the claim states]")
+
+
 def assert_claim(claim_id: str | Claim, actual: Any, expected: Any, context: str = "", *,
                  scale: Any = None) -> float:
     """Assert the claim (an id of the registry, or a Claim) for these two arrays; return the
@@ -311,6 +326,6 @@ def assert_claim(claim_id: str | Claim, actual: Any, expected: Any, context: str
             detail = f"(max |a-b| = {raw:g})"
         raise AssertionError(
             f"claim {c.id} ({c.tolerance}) broken{' ' + context if context else ''}: "
-            f"observed {observed:g}. {c.statement} {detail}"
+            f"observed {observed:g}. {c.statement} {detail}{_unverified_note(c)}"
         )
     return observed

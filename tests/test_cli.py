@@ -120,7 +120,7 @@ def test_report_json_has_one_object_per_claim_and_the_same_verdicts(
     assert len(out.strip().splitlines()) == len(rows) + 2
     for r in rows:
         assert set(r) == {"id", "kind", "tolerance", "bound", "observed", "raw", "n", "verdict",
-                          "note", "seconds"}
+                          "note", "unverified", "seconds"}
         assert r["verdict"] in ("ok", "FAIL", "ERROR", "NOT CHECKED")
         if r["verdict"] == "ok":
             assert isinstance(r["observed"], float | int) and math.isfinite(r["observed"])

@@ -414,3 +414,41 @@ def test_the_pictures_draw_while_the_tests_run_and_a_failure_there_ends_them() -
     with pytest.raises(RuntimeError, match="a picture failed"):
         report.run_tests([report.PARITY / "test_optim.py"], meanwhile=broken)
     assert _children() == [], "a test process outlived the report"
+
+
+def test_a_claim_on_a_library_version_never_verified_runs_and_names_the_version(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A claim stating torch's own behaviour (Claim.library), run on a torch outside
+    parity.claims.VERIFIED, keeps its verdict, held or failed, and the table's notes name the
+    version beside it; on a verified torch (local part ignored) nothing is added. A failed
+    assertion's message names the version too."""
+    from parity import claims as claims_module
+    from parity.lab.report import render
+
+    c = claim("formats.e8m0_torch")
+    assert "torch" in c.library
+    seen = {c.id: {"worst": 0.0, "n": 7, "raw": None, "held": True, "calls": 1}}
+
+    def rows(torch: str, held: bool = True) -> list:
+        ran = {"claims": {c.id: {**seen[c.id], "held": held}}, "tests": [], "missing": [],
+               "torch": torch, "versions": {"torch": torch, "ml_dtypes": "0.7.0"}}
+        return rows_of((c,), ran).rows
+
+    verified = claims_module.VERIFIED["torch"][-1]
+    assert rows(verified + "+cpu")[0].unverified == ()
+    new = rows("2.99.0")
+    assert new[0].verdict == "ok" and new[0].unverified == ("torch 2.99.0",)
+    from parity.lab.report import Result
+    text = render(Result(new, [], 0.0))
+    assert f"{c.id}: held on torch 2.99.0, a version this claim was not verified on" in text
+    assert verified in text
+    failed = rows("2.99.0", held=False)
+    assert failed[0].verdict == "FAIL" and "FAIL on torch 2.99.0" in render(
+        Result(failed, [], 0.0))
+    monkeypatch.setattr(claims_module, "installed_versions",
+                        lambda: {"torch": "2.99.0", "ml_dtypes": "0.7.0"})
+    with pytest.raises(AssertionError, match=r"on torch 2\.99\.0: not a version this claim"):
+        compare.assert_claim(c, np.array([1.0]), np.array([2.0]))
+    with pytest.raises(AssertionError) as plain:  # a claim of the math names no version
+        compare.assert_claim("formats.decode", np.array([1.0]), np.array([2.0]))
+    assert "not a version" not in str(plain.value)

@@ -30,6 +30,34 @@ TOPICS: tuple[str, ...] = (
 # source the claims were read against: another version counts as missing, as its tests skip
 EXTRAS = {"torchao": "0.18.0"}
 
+# The versions of the libraries whose own behaviour some claims state (Claim.library) on
+# which the whole suite and report were last run and held (.ci/torch-matrix; the README
+# says which). On any other version those claims still run, never skip: the report names the
+# version beside each of them, held or failed, and a failed assertion names it
+# (compare.assert_claim), so a newer torch is a verdict, not a hole in the table.
+VERIFIED: dict[str, tuple[str, ...]] = {
+    "torch": ("2.6.0", "2.11.0", "2.13.0", "2.14.1"),
+    "ml_dtypes": ("0.7.0",),
+}
+
+
+def installed_versions() -> dict[str, str]:
+    """The installed version of each library in VERIFIED (a missing one is left out)."""
+    import importlib.metadata
+
+    found = {}
+    for lib in VERIFIED:
+        try:
+            found[lib] = importlib.metadata.version(lib)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return found
+
+
+def release(version: str) -> str:
+    """A version without its local part: torch's "2.13.0+cpu" is release "2.13.0"."""
+    return version.split("+", 1)[0]
+
 
 @dataclass(frozen=True, kw_only=True)
 class Claim:
@@ -53,6 +81,10 @@ class Claim:
     # this are the only reasons a claim may go unasserted): on an older torch its tests skip
     # and the report shows it SKIPPED, when pytest skipped a test of its topic (report.py)
     torch_since: tuple[int, int] | None = None
+    # the libraries whose own behaviour the claim states, not the math's (torch's finfo, its
+    # cast's declared difference, ml_dtypes' NaN rule): on a version not in VERIFIED the
+    # claim runs all the same and the report names that version beside it
+    library: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         where = f"claim {self.id}"
@@ -62,6 +94,9 @@ class Claim:
             raise ValueError(f"{where}: kind {self.kind!r} is not one of {KINDS}")
         if self.extra is not None and self.extra not in EXTRAS:
             raise ValueError(f"{where}: extra {self.extra!r} is not one of {sorted(EXTRAS)}")
+        if any(lib not in VERIFIED for lib in self.library):
+            raise ValueError(f"{where}: library {self.library} names one outside "
+                             f"{sorted(VERIFIED)}")
         if not self.reason.strip():
             raise ValueError(f"{where}: a claim without a reason is a bug")
         if self.kind in ("bits", "nan_class") and self.bound != 0:
@@ -73,6 +108,12 @@ class Claim:
                              "probability in (0, 1)")
         if (self.kind == "eps") != (self.scale is not None):
             raise ValueError(f"{where}: an eps claim, and only an eps claim, names its scale S")
+
+    def unverified(self, versions: dict[str, str]) -> list[str]:
+        """The libraries of `versions` (name -> installed version) that the claim states the
+        behaviour of, at a version not in VERIFIED: ["torch 2.15.0"], or []."""
+        return [f"{lib} {versions[lib]}" for lib in self.library
+                if lib in versions and release(versions[lib]) not in VERIFIED[lib]]
 
     @property
     def topic(self) -> str:

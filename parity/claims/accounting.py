@@ -125,6 +125,7 @@ CLAIMS: tuple[Claim, ...] = (
             "transformer_forward_flops' 'attention' (4 B s^2 h per layer), doubled for "
             "backward, once per re-run block in the recompute."
         ),
+        library=("torch",),
     ),
     Claim(
         id="accounting.gpt_tape_flops",

@@ -222,5 +222,6 @@ CLAIMS: tuple[Claim, ...] = (
             "structured arguments (RNN layers, native multi-head attention, CTC, "
             "_convolution.deprecated) are checked by registration only."
         ),
+        library=("torch",),
     ),
 )

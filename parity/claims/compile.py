@@ -177,6 +177,7 @@ CLAIMS: tuple[Claim, ...] = (
             "above 5 sigma unless the estimate is below half (about 5e-4 per value). "
             "docs/compile.md prints each entry's ratio to S."
         ),
+        library=("torch",),
     ),
     Claim(
         id="compile.gpt_reference",

@@ -51,6 +51,7 @@ CLAIMS: tuple[Claim, ...] = (
             "between libraries and even between torch code paths (a bf16 NaN is 0xFFFF from "
             "Tensor.to on a 1-d CPU tensor, 0x7FC0 from a 0-d one), so NaNs compare as a class."
         ),
+        library=("torch", "ml_dtypes"),
     ),
     Claim(
         id="formats.encode_f64_correct",

@@ -22,6 +22,7 @@ SMALL_CLAIMS: tuple[Claim, ...] = (
         kind="bits",
         bound=0,
         reason="Exact dyadic numbers and integers derived from the layout; no rounding.",
+        library=("torch", "ml_dtypes"),
     ),
     Claim(
         id="formats.torch_finfo_e5m2fnuz",
@@ -35,6 +36,7 @@ SMALL_CLAIMS: tuple[Claim, ...] = (
         kind="bits",
         bound=0,
         reason="A declared library difference, checked exactly so that a fix in torch shows.",
+        library=("torch",),
     ),
     Claim(
         id="formats.small_decode",
@@ -47,6 +49,7 @@ SMALL_CLAIMS: tuple[Claim, ...] = (
         kind="nan_class",
         bound=0,
         reason="Decoding is exact; NaN payloads are not compared.",
+        library=("torch", "ml_dtypes"),
     ),
     Claim(
         id="formats.small_encode",
@@ -61,6 +64,7 @@ SMALL_CLAIMS: tuple[Claim, ...] = (
         kind="nan_class",
         bound=0,
         reason="One correctly rounded operation has one right answer; NaNs compare as a class.",
+        library=("torch", "ml_dtypes"),
     ),
     Claim(
         id="formats.small_nan",
@@ -73,6 +77,7 @@ SMALL_CLAIMS: tuple[Claim, ...] = (
         kind="bits",
         bound=0,
         reason="Compared as codes: a sign is a bit, and a zero's sign is the whole difference.",
+        library=("ml_dtypes",),
     ),
     Claim(
         id="formats.e8m0_torch",
@@ -93,6 +98,7 @@ SMALL_CLAIMS: tuple[Claim, ...] = (
             "(parity/sweep_small.py torch_e8m0_codes) and checked exactly on every input."
         ),
         torch_since=(2, 7),
+        library=("torch", "ml_dtypes"),
     ),
     Claim(
         id="formats.small_rounding",
@@ -140,5 +146,6 @@ SMALL_CLAIMS: tuple[Claim, ...] = (
         kind="nan_class",
         bound=0,
         reason="Exhaustive form of formats.small_encode.",
+        library=("torch", "ml_dtypes"),
     ),
 )

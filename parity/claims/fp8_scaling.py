@@ -166,5 +166,6 @@ CLAIMS: tuple[Claim, ...] = (
             "docstring says eager casts saturate from 2.12; measured, 2.12.0 and 2.12.1 still "
             "give NaN and 2.13.0 saturates)."
         ),
+        library=("torch", "ml_dtypes"),
     ),
 )

@@ -43,6 +43,7 @@ CLAIMS: tuple[Claim, ...] = (
             "against the bytes left and the decoded state against ckpt.check_state. The "
             "outcome is a class, compared exactly."
         ),
+        library=("torch",),
     ),
     Claim(
         id="resume.cross_impl_resume",

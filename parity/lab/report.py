@@ -76,6 +76,9 @@ class Row:
     seconds: float
     tests: tuple[str, ...] = ()  # the node ids of the tests that asserted the claim
     skipped: str = ""  # SKIPPED: the missing package and what pytest skipped, with its reason
+    # the libraries the claim states the behaviour of, at a version it was never verified on
+    # (Claim.library, parity.claims.VERIFIED): ("torch 2.15.0",), named beside the verdict
+    unverified: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -166,7 +169,8 @@ def merge(records: list[dict[str, Any]]) -> dict[str, Any]:
             c["calls"] += o["calls"]
     return {"claims": claims, "tests": [t for r in records for t in r["tests"]],
             "missing": sorted({m for r in records for m in r.get("missing", ())}),
-            "torch": next((r["torch"] for r in records if "torch" in r), None)}
+            "torch": next((r["torch"] for r in records if "torch" in r), None),
+            "versions": next((r["versions"] for r in records if "versions" in r), {})}
 
 
 def measured_costs() -> dict[str, float]:
@@ -284,8 +288,10 @@ def rows_of(claims: tuple[Claim, ...], ran: dict[str, Any]) -> Result:
             for cid in t["claims"]:
                 errors.setdefault(cid, f"{t['nodeid']}: {t['message']}")
     rows = []
+    versions = ran.get("versions", {})
     for c in claims:
         seen = ran["claims"].get(c.id)
+        unverified = tuple(c.unverified(versions))
         if seen is None:
             files = {p.relative_to(ROOT).as_posix() for p in parity_test_files(c.topic)}
             why = report_skips.why_skipped(c, ran, files)
@@ -297,7 +303,8 @@ def rows_of(claims: tuple[Claim, ...], ran: dict[str, Any]) -> Result:
             verdict = "ERROR"
         note = errors.get(c.id, "")
         rows.append(Row(c, Observation(_number(seen["worst"]), int(seen["n"]), note, raw),
-                        verdict, seconds.get(c.id, 0.0), tuple(asserted_by.get(c.id, ()))))
+                        verdict, seconds.get(c.id, 0.0), tuple(asserted_by.get(c.id, ())),
+                        unverified=unverified))
     return Result(rows, unclaimed, sum(t["seconds"] for t in ran["tests"]))
 
 
@@ -370,12 +377,23 @@ def render(result: Result, width: int | None = None) -> str:
     notes = [f"{r.claim.id}: {r.observation.note}" for r in result.rows
              if r.observation is not None and r.observation.note and r.verdict != "ok"]
     notes += [f"{r.claim.id}: SKIPPED, {r.skipped}" for r in result.rows if r.skipped]
+    notes += [f"{r.claim.id}: {'held' if r.verdict == 'ok' else r.verdict} on "
+              f"{', '.join(r.unverified)}, a version this claim was not verified on "
+              f"({verified_versions(r.unverified)})" for r in result.rows if r.unverified]
     if notes:
         lines += ["", *notes]
     if result.unclaimed_failures:
         lines += ["", "failed tests that asserted no claim:",
                   *(f"  {line}" for line in result.unclaimed_failures)]
     return "\n".join(lines)
+
+
+def verified_versions(unverified: tuple[str, ...]) -> str:
+    """The verified versions of the libraries named in `unverified` ("torch 2.15.0", ...)."""
+    from parity.claims import VERIFIED
+
+    libs = sorted({u.split(" ", 1)[0] for u in unverified})
+    return "verified: " + "; ".join(f"{lib} {', '.join(VERIFIED[lib])}" for lib in libs)
 
 
 def write_pictures(out: Path, topic: str | None = None) -> list[Path]:

@@ -9,7 +9,8 @@ file, the path in $MIRRORTRAIN_REPORT_JSON:
     {"claims":  {id: {"worst", "n", "raw", "held", "calls"}},
      "tests":   [{"nodeid", "outcome", "seconds", "cpu", "claims": [id, ...], "message"}],
      "missing": [the optional packages claims name (Claim.extra) that this process could
-                 not find]}
+                 not find],
+     "torch": its version, "versions": {library: version} (parity.claims.VERIFIED's)}
 
 A skipped test, or a test module pytest skipped whole (`pytest.importorskip` at its top),
 is a "tests" entry with outcome "skipped" and pytest's skip reason as its message: the
@@ -39,6 +40,7 @@ from typing import Any
 import pytest
 
 from parity import compare
+from parity.claims import installed_versions
 
 _TESTS: list[dict[str, Any]] = []
 _BEFORE: dict[str, int] = {}
@@ -143,6 +145,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
               for cid, o in compare.RECORD.items()}
     Path(path).write_text(json.dumps({"claims": claims, "tests": _TESTS,
                                       "missing": missing_extras(),
-                                      "torch": importlib.metadata.version("torch")},
+                                      "torch": importlib.metadata.version("torch"),
+                                      "versions": installed_versions()},
                                      allow_nan=False),
                           encoding="utf-8")

@@ -16,7 +16,9 @@ by which later runs share the files out between their two processes.
 Pictures go to --out (default report/; '' for none).
 
 --json prints, instead of the table, one JSON array with an object per claim:
-{"id", "kind", "tolerance", "bound", "observed", "raw", "n", "verdict", "note", "seconds"};
+{"id", "kind", "tolerance", "bound", "observed", "raw", "n", "verdict", "note", "unverified",
+"seconds"}; `unverified` lists the libraries at a version the claim was never verified on
+("torch 2.15.0": parity.claims.VERIFIED; the claim ran all the same);
 `bound` is a number or [rtol, atol]; observed/raw are numbers, null where the check gives
 none, or the strings "inf"/"nan" (JSON has no infinity). With --json pictures are drawn only
 when --out is given, and every other line (pictures, the summary) goes to stderr.
@@ -65,6 +67,7 @@ def as_json(rows: list[Any]) -> list[dict[str, Any]]:
             "n": None if obs is None else obs.n,
             "verdict": r.verdict,
             "note": r.skipped if obs is None else obs.note,
+            "unverified": list(r.unverified),
             "seconds": round(r.seconds, 3),
         })
     return out
@@ -121,6 +124,11 @@ def run(args: argparse.Namespace) -> int:
     from parity import setting
 
     say(f"\n{setting.DESCRIPTION} (conftest.py pins it in the tests' processes)")
+    unverified = sorted({u for r in rows for u in r.unverified})
+    if unverified:
+        say(f"{', '.join(unverified)}: not verified for this table; "
+            f"{sum(1 for r in rows if r.unverified)} claims state that library's own "
+            "behaviour and ran all the same (the notes above say held or not)")
     say(f"{len(rows) - len(failed) - len(skipped)}/{len(rows)} claims hold"
         + (f", {len(skipped)} skipped (an optional extra missing, or an older torch)"
            if skipped else "")
