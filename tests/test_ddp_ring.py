@@ -1,17 +1,21 @@
 """reference.ddp's ring all-reduce against its oracles: the docstring's per-element
 pseudocode (compiled as it stands), gloo's segment arithmetic worked by hand, DDP's bucket
-rule, and (slow) the real dist.all_reduce over world sizes 2-5, four dtypes and sizes 1 to
+rule and the reference's N-rank loop held to it on 3 ranks (fresh and resumed: the resume
+ends with the uninterrupted digest), and (slow) the real dist.all_reduce over world sizes 2-5, four dtypes and sizes 1 to
 3,000,017 (claim ddp.ring_order; the default run's probes are in parity/test_ddp.py).
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from common.train_config import TrainConfig
+from common.train_loop import RanksResult
 from parity.compare import assert_claim, bit_view
 from parity.drivers import ddp as drv
 from reference import ddp as rddp
@@ -77,15 +81,29 @@ def test_bucket_plan_closes_a_bucket_at_its_limit_keeping_the_crossing_tensor() 
     assert rddp.ready_order(4, "bf16") == [2, 3, 0, 1]
 
 
-def test_the_reference_loop_reduces_step_1_in_parameter_order_and_every_later_step_rebuilt(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """reference.ddp_train on 3 ranks (the fewest where the layout changes the ring's sums):
-    step 1 in one parameter-order bucket, steps 2 and 3 in the ready order, and the first
-    step after a resume from step 2 in the ready order too, as a resumed torch rank's
-    rebuilt buckets are (NOTE [ DDP's buckets after a resume ])."""
+# fp16 growing every 3 steps (the step-2 checkpoint holds growth tracker 2: a resume that
+# drops it does not grow at step 3), dropout from every rank's own stream
+REFERENCE_RUN = TrainConfig(seed=0, sizes=(8, 16, 3), precision="fp16", optimizer="SGD",
+                            batch_size=12, num_samples=36, growth_interval=3, dropout=0.1)
+
+
+@dataclass
+class _Runs:
+    """reference.ddp_train on 3 ranks (the fewest where the bucket layout changes the ring's
+    sums): uninterrupted to step 3, and saved at step 2, then resumed to 3."""
+
+    whole: RanksResult
+    resumed: RanksResult
+    whole_buckets: list[list[list[int]]]  # [step]: the buckets it was reduced in
+    resumed_buckets: list[list[list[int]]]  # [step after the resume]
+    saved: dict  # rank 0's state in the step-2 checkpoint
+
+
+@pytest.fixture(scope="module")
+def reference_runs(tmp_path_factory: pytest.TempPathFactory) -> _Runs:
     from ckpt import commit_policy
-    from common.train_config import TrainConfig
     from reference import ddp_train
+    from reference import sharded_ckpt as rsc
 
     used: list[list[list[int]]] = []
     real = rddp.ddp_step
@@ -95,25 +113,47 @@ def test_the_reference_loop_reduces_step_1_in_parameter_order_and_every_later_st
         used.append(record.buckets)
         return record
 
-    monkeypatch.setattr(rddp, "ddp_step", spy)
-    c = TrainConfig(seed=0, sizes=(8, 16, 3), precision="fp16", optimizer="SGD",
-                    batch_size=12, num_samples=36)
-    n = 2 * (len(c.sizes) - 1)  # (W, b) per layer
-    in_order, ready = [list(range(n))], [rddp.ready_order(n, c.precision)]
+    tmp, fresh = tmp_path_factory.mktemp("reference_ranks"), commit_policy.Start(None, None)
+
+    def train(directory: Path, steps: int, start: commit_policy.Start) -> RanksResult:
+        return ddp_train.train(REFERENCE_RUN, steps, 3, directory, 2, keep=2, start=start,
+                               log=lambda _: None)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(rddp, "ddp_step", spy)
+        whole = train(tmp / "whole", 3, fresh)
+        whole_buckets = used[:]
+        train(tmp / "saved", 2, fresh)
+        _, states = rsc.load_sharded(tmp / "saved", 3, REFERENCE_RUN.seed)
+        used.clear()
+        resumed = train(tmp / "saved", 3, commit_policy.start(
+            tmp / "saved", ddp_train.PAYLOAD, resume=True, overwrite=False,
+            notify=lambda _: None))
+    return _Runs(whole, resumed, whole_buckets, used[:], states[0])
+
+
+def test_the_reference_loop_reduces_step_1_in_parameter_order_and_every_later_step_rebuilt(
+        reference_runs: _Runs) -> None:
+    """Step 1 in one parameter-order bucket, steps 2 and 3 in the ready order, and the first
+    step after a resume in the ready order too, as a resumed torch rank's rebuilt buckets
+    are (NOTE [ DDP's buckets after a resume ])."""
+    n = 2 * (len(REFERENCE_RUN.sizes) - 1)  # (W, b) per layer
+    in_order, ready = [list(range(n))], [rddp.ready_order(n, REFERENCE_RUN.precision)]
     assert in_order != ready, "guard: the two layouts differ"
+    assert reference_runs.whole_buckets == [in_order, ready, ready]
+    assert reference_runs.resumed_buckets == [ready], "the first step after a resume"
 
-    def train(directory: Path, steps: int, start: commit_policy.Start) -> None:
-        ddp_train.train(c, steps, 3, directory, 2, keep=2, start=start, log=lambda _: None)
 
-    fresh = commit_policy.Start(None, None)
-    train(tmp_path / "whole", 3, fresh)
-    assert used == [in_order, ready, ready]
-    train(tmp_path / "saved", 2, fresh)
-    used.clear()
-    train(tmp_path / "saved", 3, commit_policy.start(tmp_path / "saved", ddp_train.PAYLOAD,
-                                                     resume=True, overwrite=False,
-                                                     notify=lambda _: None))
-    assert used == [ready], "the first step after a resume"
+def test_the_reference_loop_resumed_on_3_ranks_ends_with_the_uninterrupted_digest(
+        reference_runs: _Runs) -> None:
+    """ddp.cli_kill_resume's resume, the reference tree, 3 ranks, in this process: every
+    entry the step-2 checkpoint holds (a growth tracker of 2 among them) is restored."""
+    runs = reference_runs
+    assert int(runs.saved["scaler/growth_tracker"]) == 2, "guard: a growth tracker to restore"
+    assert runs.whole.skipped == runs.resumed.skipped == 0, "guard: step 3 is not skipped"
+    assert_claim("ddp.cli_kill_resume", np.frombuffer(bytes.fromhex(runs.resumed.digest),
+                                                      np.uint8),
+                 np.frombuffer(bytes.fromhex(runs.whole.digest), np.uint8), "from step 2")
 
 
 def test_bad_input_is_refused_with_one_line() -> None:
