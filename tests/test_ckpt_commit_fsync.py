@@ -3,7 +3,8 @@ record does ] in ckpt/commit.py): every rank file is fsynced before it is hashed
 the record; the step directory is fsynced before the record's atomic write; the record is
 fsynced under its temporary name, renamed, and its directory fsynced. The calls of both
 ckpt.commit and ckpt.atomic are recorded, as tests/test_resume_atomic.py records the
-single-file atomic write's.
+single-file atomic write's. And pruning (ckpt/commit_policy.py) makes a record's removal
+durable before it removes the files the record named.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ckpt import atomic
+from ckpt import atomic, commit_policy
 from ckpt import commit as ckc
 
 STEP = 4
@@ -117,3 +118,35 @@ def test_the_record_is_fsynced_renamed_and_its_directory_fsynced(
                     f"close dir:{parent.name}"], tail
     assert calls[:3] == [f"open dir:{parent.name}", f"fsync dir:{parent.name}",
                          f"close dir:{parent.name}"], "make_fresh syncs the new step's name"
+
+
+def _save(parent: Path, step: int) -> None:
+    directory = ckc.make_fresh(parent, step)
+    (directory / "__0_0.distcp").write_bytes(bytes([step]) * 100)
+    ckc.commit(parent, step, 1, "dcp", [ckc.file_entry(directory, "__0_0.distcp")])
+
+
+def test_pruning_syncs_a_records_removal_before_removing_its_step_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """prune(keep=1) of commits 2, 4, 6: for 2 and 4, the parent is fsynced while the record
+    is gone and its step directory still there (a power cut then leaves an uncommitted
+    directory, never a record naming missing files); 6 and its directory stay."""
+    parent = tmp_path / "saves"
+    for step in (2, 4, 6):
+        _save(parent, step)
+    seen: list[set[str]] = []
+    real = commit_policy.sync_directory
+
+    def sync(directory: Path) -> None:
+        assert Path(directory) == parent, directory
+        seen.append(set(os.listdir(parent)))
+        real(directory)
+
+    monkeypatch.setattr(commit_policy, "sync_directory", sync)
+    commit_policy.prune(parent, 1)
+    for step in (2, 4):
+        record, directory = ckc.record_path(parent, step).name, ckc.step_dir(parent, step).name
+        assert any(record not in names and directory in names for names in seen), (
+            f"no fsync of {parent.name} between removing {record} and {directory}: {seen}")
+    assert set(os.listdir(parent)) == {ckc.record_path(parent, 6).name,
+                                       ckc.step_dir(parent, 6).name}
