@@ -8,6 +8,7 @@ drivers/fp8_gemm.py. CPU only: _scaled_mm on CUDA is cuBLASLt, another kernel.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -65,15 +66,16 @@ def _bias(n: int, out_dtype: torch.dtype) -> torch.Tensor:
 @pytest.mark.parametrize("fmts", drv.FORMAT_PAIRS, ids=lambda f: f"{f[0][7:]}x{f[1][7:]}")
 def test_cpu_scaled_mm_is_dequantize_then_float32_matmul_bitwise(
         fmts: tuple[str, str], rowwise: bool, device: str) -> None:
-    """Every out_dtype, with and without bias, scale_result for fp8 outputs, use_fast_accum
-    either way; and the product scaled afterwards differs in most outputs."""
+    """Every out_dtype, with and without bias, with and without scale_result (which only an
+    fp8 output uses), use_fast_accum either way; and the product scaled afterwards differs
+    in most outputs."""
     _require(rowwise, device)
     case = drv.fp8_case(24, 96, 40, fmts, rowwise, seed=7, same_sign=False)
     a, b, sa, sb = drv.torch_operands(case)
     for mkldnn in _emulated_kernels():
         with _mkldnn(mkldnn):
-            for out_dtype in drv.OUT_DTYPES:
-                scale_result = torch.tensor(0.75) if out_dtype in tgemm.FP8_DTYPES else None
+            for out_dtype, scale_result in itertools.product(
+                    drv.OUT_DTYPES, (None, torch.tensor(0.75))):
                 for bias in (None, _bias(b.shape[1], out_dtype)):
                     for fast in (False, True):
                         got = torch._scaled_mm(a, b, scale_a=sa, scale_b=sb, bias=bias,
@@ -81,7 +83,8 @@ def test_cpu_scaled_mm_is_dequantize_then_float32_matmul_bitwise(
                                                use_fast_accum=fast)
                         want = tgemm.scaled_mm(a, b, sa, sb, bias=bias, out_dtype=out_dtype,
                                                scale_result=scale_result)
-                        context = f"mkldnn={mkldnn} {out_dtype} bias={bias is not None} fast={fast}"
+                        context = (f"mkldnn={mkldnn} {out_dtype} bias={bias is not None} "
+                                   f"fast={fast} scale_result={scale_result}")
                         assert_claim("fp8_gemm.scaled_mm_cpu", got, want, context)
             y = torch._scaled_mm(a, b, scale_a=sa, scale_b=sb, out_dtype=torch.float32)
             after = (a.to(torch.float32) @ b.to(torch.float32)) * (sa * sb)  # scale the product
