@@ -130,6 +130,24 @@ def test_a_malformed_record_is_corrupt_and_passed_over(saved: Path) -> None:
         ckc.read_record(path)
 
 
+def test_a_record_of_the_size_limit_reads_and_one_byte_more_is_refused(saved: Path) -> None:
+    """MAX_RECORD_BYTES is the largest record read, to its last byte (its JSON led by spaces
+    up to it, the closing brace last); one byte past it is CheckpointCorruptError before a
+    byte is parsed, and the loader takes step 2."""
+    path = ckc.record_path(saved, 4)
+    text = path.read_text().strip()
+    for size in (ckc.MAX_RECORD_BYTES, ckc.MAX_RECORD_BYTES + 1):
+        path.write_text(text.rjust(size))
+        assert path.stat().st_size == size
+        if size == ckc.MAX_RECORD_BYTES:
+            assert ckc.read_record(path).step == 4
+            continue
+        with pytest.raises(CheckpointCorruptError, match="larger than"):
+            ckc.read_record(path)
+        record, skipped = sc.load_sharded(saved, _like())
+        assert record.step == 2 and len(skipped) == 1
+
+
 def test_another_version_or_payload_is_named(saved: Path) -> None:
     path = ckc.record_path(saved, 4)
     data = json.loads(path.read_text())
