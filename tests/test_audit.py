@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from parity.lab import audit_consequences as consequences
+from parity.lab.audit_pickle import pickle_names
 from parity.lab.audit_recognize import (
     INCOMPLETE,
     ITEMS,
@@ -26,7 +27,7 @@ from parity.lab.audit_recognize import (
     UNSAFE,
     recognize,
 )
-from parity.lab.audit_sources import pickle_names, safetensors_header
+from parity.lab.audit_sources import safetensors_header
 from parity.lab.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, main
 
 CACHED = consequences.load()
@@ -34,11 +35,11 @@ CACHED = consequences.load()
 
 def audit(target: Path | str, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any],
                                                                             str]:
-    """(exit status, the --json object or {} if none, stderr) of an audit."""
+    """(exit status, the --json object or {} if none, stderr) of an audit: stdout is the
+    JSON object alone, or nothing (bad input)."""
     status = main(["audit", str(target), "--json"])
     out, err = capsys.readouterr()
-    body = out[:out.rindex("\naudit: ")] if "\naudit: " in out else ""
-    return status, (json.loads(body) if body else {}), err
+    return status, (json.loads(out) if out else {}), err
 
 
 def rows(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -297,8 +298,10 @@ def _truncated(tmp_path: Path) -> Path:
      ["not a torch checkpoint"]),
     (lambda p: p / "nowhere.pt", ["no such file"]),
     (lambda p: (p / ".metadata").write_bytes(b"") or p, ["DCP"]),
-    (lambda p: p, ["a folder without"]),
-], ids=["truncated", "not torch", "missing path", "DCP folder", "empty folder"])
+    (lambda p: p, ["unknown layout", "holds nothing"]),
+    (lambda p: (p / "notes.txt").write_text("hello") and p, ["unknown layout", "notes.txt"]),
+], ids=["truncated", "not torch", "missing path", "DCP folder", "empty folder",
+        "unknown folder"])
 def test_what_cannot_be_read_is_one_line_and_exit_2(make: Any, words: list[str],
                                                     tmp_path: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:

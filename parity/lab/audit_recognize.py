@@ -63,6 +63,11 @@ NOT_FP16_NAMES = ("fp32", "float32", "32", "32-true", "bf16", "bfloat16", "bf16-
                   "bf16-true", "64")
 
 
+class AuditInputError(Exception):
+    """What was given cannot be audited: a missing path, a file that is no checkpoint, a
+    damaged one, a folder of an unsupported layout (one line saying which)."""
+
+
 @dataclass(frozen=True)
 class Unloadable:
     """A file not loaded: `reason` why, `needs` the globals its pickle names, `names` the
@@ -87,7 +92,8 @@ class Audit:
     kind: str
     rows: list[Row] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)
-    refused: str | None = None  # the whole file cannot be loaded safely: why
+    refused: str | None = None  # why no exact resume, whatever the rows: the file needs
+    # pickle, or it is one rank's file, an uncommitted step, a step without its config
     needs: tuple[str, ...] = ()  # the globals its pickle needs
 
     def gaps(self) -> list[Row]:

@@ -1,6 +1,7 @@
 """Reading what `python -m parity audit FILE` is given, safely, into one object tree for
-parity/lab/audit_recognize.py: a torch.save file (a dict, a Lightning `.ckpt`), an
-Accelerate `save_state` folder (one entry per file), or this project's own container.
+parity/lab/audit_recognize.py: a torch.save file (a dict, a Lightning `.ckpt`) or an
+Accelerate `save_state` folder (one entry per file); this project's own checkpoints are
+recognised before these, by parity/lab/audit_own.py.
 
 Nothing here runs a pickle. torch.save files go through torch_impl.audit.load_safely
 (weights_only=True); a `.pkl` file is not loaded at all: its opcodes are read with
@@ -11,35 +12,26 @@ then N bytes of JSON {name: {"dtype", "shape", "data_offsets"}}): no safetensors
 
 from __future__ import annotations
 
-import io
 import json
 import os
-import pickletools
 import stat
 import struct
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import ckpt
-from ckpt.container import MAGIC_V2
-from common.train_loop import INVENTORY
-from parity.lab.audit_recognize import Audit, Unloadable, recognize
+from parity.lab.audit_own import own
+from parity.lab.audit_pickle import unloadable
+from parity.lab.audit_recognize import Audit, AuditInputError, Unloadable, recognize
 
 MAX_HEADER = 100 << 20  # safetensors' own limit on its JSON header
-MAX_PICKLE = 64 << 20  # RNG and sampler pickles are kilobytes; a larger one is not read
+SHOWN = 8  # names an unknown folder's message lists
 ACCELERATE_FILES = ("model.safetensors", "pytorch_model.bin", "optimizer.bin", "scheduler.bin",
                     "scaler.pt", "random_states_0.pkl", "sampler.bin")
 SAFETENSORS_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
                       "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2", "I64": "int64",
                       "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8",
                       "BOOL": "bool"}
-
-
-class AuditInputError(Exception):
-    """What was given cannot be audited: a missing path, a file that is no checkpoint, a
-    damaged one, a folder of an unsupported layout (one line saying which)."""
 
 
 @dataclass(frozen=True)
@@ -73,47 +65,6 @@ def safetensors_header(path: Path) -> dict[str, TensorInfo]:
             for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)}
 
 
-def pickle_names(data: bytes) -> tuple[tuple[str, ...], frozenset[str]]:
-    """(globals, strings) a pickle mentions, read by pickletools.genops: nothing is run. A
-    pickle cut short or malformed gives what was read before the damage."""
-    needs: list[str] = []
-    strings: list[str] = []
-    try:
-        for op, arg, _ in pickletools.genops(io.BytesIO(data)):
-            if op.name in ("GLOBAL", "INST"):
-                needs.append(str(arg).replace(" ", "."))
-            elif op.name == "STACK_GLOBAL" and len(strings) >= 2:
-                needs.append(f"{strings[-2]}.{strings[-1]}")
-            elif isinstance(arg, str):
-                strings.append(arg)
-    except Exception:  # damage ends the reading; what was read stands
-        pass
-    return tuple(dict.fromkeys(needs)), frozenset(strings)
-
-
-def _pickle_of(path: Path) -> bytes:
-    """The pickle inside `path`: a torch.save zip's data.pkl, or the file itself."""
-    if path.stat().st_size > MAX_PICKLE:
-        return b""
-    raw = path.read_bytes()
-    if raw.startswith(b"PK\x03\x04"):
-        try:
-            zf = zipfile.ZipFile(io.BytesIO(raw))
-            name = next(n for n in zf.namelist() if n.endswith("data.pkl"))
-            if zf.getinfo(name).file_size <= MAX_PICKLE:
-                return zf.read(name)
-        except (zipfile.BadZipFile, StopIteration, KeyError, OSError):
-            pass
-        return b""
-    return raw
-
-
-def unloadable(path: Path, reason: str, needs: tuple[str, ...] = ()) -> Unloadable:
-    """An Unloadable for `path`, with what its pickle names."""
-    found, names = pickle_names(_pickle_of(path))
-    return Unloadable(reason, needs or found, names)
-
-
 def _torch_file(path: Path) -> Any:
     from torch_impl.audit import NotACheckpoint, load_safely
 
@@ -127,23 +78,28 @@ def _torch_file(path: Path) -> Any:
 
 
 def audit_path(text: str) -> Audit:
-    """The Audit of the file or folder `text`; AuditInputError when it cannot be read."""
+    """The Audit of the file or folder `text`; AuditInputError when it cannot be read. This
+    project's own formats are recognised first (parity/lab/audit_own.py), then the foreign
+    layouts; a folder of none of them is an "unknown layout", listing what it holds."""
     path = Path(text)
     try:
         mode = os.stat(path).st_mode
     except OSError as e:
         raise AuditInputError(f"{text}: {e.strerror.lower()}") from None
-    if stat.S_ISDIR(mode):
-        return _folder(path)
-    if not stat.S_ISREG(mode):
+    if not stat.S_ISDIR(mode) and not stat.S_ISREG(mode):
         raise AuditInputError(f"{text}: not a regular file or a folder")
     try:
-        with open(path, "rb") as f:
-            head = f.read(len(ckpt.MAGIC))
+        mine = own(path)
     except OSError as e:
         raise AuditInputError(f"{text}: cannot be read ({e.strerror})") from None
-    if head in (ckpt.MAGIC, MAGIC_V2):
-        return _mirrortrain(path)
+    if mine is not None:
+        return mine
+    if stat.S_ISDIR(mode):
+        return _folder(path)
+    if path.suffix == ".distcp":
+        raise AuditInputError(f"{text}: one rank's file of a torch.distributed.checkpoint "
+                              "(DCP); not supported (its entries are located by the "
+                              "folder's .metadata)")
     value = _torch_file(path)
     if isinstance(value, Unloadable):
         audit = Audit("torch.save file", refused=value.reason, needs=value.needs)
@@ -155,49 +111,20 @@ def audit_path(text: str) -> Audit:
     return recognize(value)
 
 
-def _mirrortrain(path: Path) -> Audit:
-    """This project's container (ckpt/): verified, decoded by the tree that wrote it."""
-    try:
-        header = ckpt.read_header(path)
-    except ckpt.CheckpointError as e:
-        raise AuditInputError(str(e)) from None
-    payload = header.get("payload") if isinstance(header, dict) else None
-    if payload == "torch-zip":
-        from torch_impl import resume
-    elif payload == "npy-records":
-        from reference import resume  # type: ignore[no-redef]
-    else:
-        raise AuditInputError(f"{path}: a mirrortrain checkpoint of unknown payload "
-                              f"{payload!r}")
-    try:
-        state = resume.load_checkpoint(path)
-    except ckpt.CheckpointError as e:
-        raise AuditInputError(str(e)) from None
-    tree = "torch_impl" if payload == "torch-zip" else "reference"
-    audit = recognize(state, f"mirrortrain checkpoint ({payload}, written by {tree})",
-                      generator="torch" if payload == "torch-zip" else "numpy")
-    lacks = [item for item in INVENTORY if item not in state]
-    audit.flags.append("this project's inventory (common/train_loop.py): "
-                       + (f"{', '.join(INVENTORY)}, all there" if not lacks
-                          else f"lacks {', '.join(lacks)}"))
-    return audit
-
-
 def _folder(path: Path) -> Audit:
-    names = {p.name for p in path.iterdir()}
+    """A foreign folder: a DCP folder (refused) or an Accelerate save_state folder."""
+    names = sorted(p.name for p in path.iterdir())
     if ".metadata" in names:
         raise AuditInputError(f"{path}: a torch.distributed.checkpoint (DCP) folder; not "
                               "supported (pass a torch.save file or an Accelerate folder)")
-    if not names & set(ACCELERATE_FILES) and not any(
+    if not set(names) & set(ACCELERATE_FILES) and not any(
             n.startswith(("model", "pytorch_model", "optimizer", "random_states")) for n in names):
-        mine = sorted((int(n[5:-5]), n) for n in names
-                      if n.startswith("ckpt-") and n.endswith(".ckpt") and n[5:-5].isdigit())
-        if mine:  # a mirrortrain run directory: its newest checkpoint
-            audit = _mirrortrain(path / mine[-1][1])
-            audit.kind += f", the newest of {len(mine)} in the folder: {mine[-1][1]}"
-            return audit
-        raise AuditInputError(f"{path}: a folder without an Accelerate save_state's files "
-                              f"({', '.join(ACCELERATE_FILES)}) or ckpt-<step>.ckpt files")
+        shown = ", ".join(names[:SHOWN]) + (f", ... ({len(names)} in all)"
+                                            if len(names) > SHOWN else "")
+        raise AuditInputError(
+            f"{path}: unknown layout: it holds {shown or 'nothing'}; audit reads this "
+            "project's run, step and checkpoint files, an Accelerate save_state folder "
+            f"({', '.join(ACCELERATE_FILES)}) or one torch.save file")
     tree: dict[str, Any] = {}
     for p in sorted(path.iterdir()):
         if not p.is_file() or p.is_symlink():

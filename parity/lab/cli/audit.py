@@ -3,23 +3,33 @@ and what resuming without each missing entry does, measured on this project's ow
 
     python -m parity audit FILE [--json]
 
-FILE: a torch.save file (a dict; a Lightning .ckpt), an Accelerate save_state folder, or
-this project's own checkpoint (a ckpt-<step>.ckpt, or its run folder: the newest). A DCP
-folder is not supported. Loading is weights_only=True only: a file that needs pickle is
-refused, naming the globals it needs, and never retried; Accelerate's .pkl files are not
-loaded (their pickle is read for the names it holds, nothing is run); a .safetensors file
-is read from its header.
+FILE, this project's own formats recognised first: a ckpt-<step>.ckpt file or its
+single-process run folder (the newest file); an N-rank run folder (train --world-size N:
+the newest commit whose files verify, as its resume takes), one of its step-<step>
+folders, or one rank's file (rank-<r>.ckpt, __<r>_0.distcp). Then a torch.save file (a
+dict; a Lightning .ckpt) or an Accelerate save_state folder. A DCP folder of another
+trainer is not supported; a folder of no known layout is named "unknown layout" with what
+it holds. Loading is weights_only=True only: a file that needs pickle is refused, naming
+the globals it needs, and never retried; Accelerate's .pkl files and a step's DCP
+.metadata are not loaded (their pickle is read for the names it holds, nothing is run); a
+.safetensors file is read from its header.
 Rows: model, optimizer (per-parameter step counts), LR scheduler, GradScaler, RNG states
 (torch CPU, CUDA, numpy, Python's random), data position, epoch, global step. A missing
 entry's consequence is max |Δparam| after the steps to the comparison and whether the data
 order repeats, committed in docs/data/audit_consequences.json
 (`python -m parity.lab.audit_consequences` measures it again); CUDA, numpy and Python RNG
 are needed only where the run draws from them, and the scaler only in fp16.
-Last line: `audit: exact resume possible` or `audit: exact resume impossible: ...` (with
---json, one JSON object: kind, exact, rows, flags).
+An N-rank checkpoint is exact when its commit record verifies and every rank's state
+holds what the N-rank resume reads. A rank file alone is "impossible": the resume takes a
+whole committed step, never one rank's file (it names the step to audit instead); so is a
+step folder no commit record names (a save that did not finish).
+Last line: `audit: exact resume possible` or `audit: exact resume impossible: ...`. With
+--json, stdout is one JSON object and nothing else: file, kind, exact, refused, needs,
+rows, flags, verdict (the last line's text), measured_on.
 Exit status: 0 exact resume possible; 1 impossible (a required entry missing, incomplete or
-loadable only with pickle, or the whole file needs pickle); 2 bad input (no such path, not
-a checkpoint, truncated or damaged, a DCP folder).
+loadable only with pickle, the whole file needs pickle, a rank file alone, an uncommitted
+step); 2 bad input (no such path, not a checkpoint, truncated or damaged (a step's file
+that does not match its commit record too), a foreign DCP folder, an unknown layout).
 """
 
 from __future__ import annotations
@@ -68,7 +78,8 @@ def _text(c: dict[str, Any] | None) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from parity.lab.audit_consequences import load
-    from parity.lab.audit_sources import AuditInputError, audit_path
+    from parity.lab.audit_recognize import AuditInputError
+    from parity.lab.audit_sources import audit_path
 
     try:
         audit = audit_path(args.file)
@@ -85,10 +96,10 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({"file": args.file, "kind": audit.kind, "exact": audit.exact,
                           "refused": audit.refused, "needs": list(audit.needs),
                           "rows": rows, "flags": audit.flags,
-                          "measured_on": measured["case"]}, indent=1))
-    else:
+                          "verdict": verdict, "measured_on": measured["case"]}, indent=1))
+    else:  # --json prints the object alone: a line after it would break json.load(stdout)
         _table(args.file, audit.kind, rows, audit.flags, measured["case"])
-    print(f"audit: {verdict}")
+        print(f"audit: {verdict}")
     return EXIT_OK if audit.exact else EXIT_FAILED
 
 
