@@ -192,6 +192,31 @@ def test_a_step_whose_file_changed_is_damage_and_the_run_folder_passes_over_it(
     assert ckc.newest(directory, "npy-records")[0].step == EVERY
 
 
+@pytest.fixture(params=SINGLE, ids=lambda p: f"{p[0]}-{p[1]}")
+def single(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Run:
+    return _trained(request.param, tmp_path_factory)
+
+
+def test_a_damaged_newest_file_is_passed_over_as_the_single_process_resume_does(
+        single: Run, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The newest ckpt file damaged (its last byte flipped): audited alone, one line and
+    exit 2; its folder's audit takes the file before (exit 0), as --resume does, which ends
+    with the uninterrupted run's digest."""
+    copy = tmp_path / "run"
+    shutil.copytree(single.directory, copy)
+    newest = copy / f"ckpt-{STEPS:08d}.ckpt"
+    raw = bytearray(newest.read_bytes())
+    raw[-1] ^= 1
+    newest.write_bytes(bytes(raw))
+    status, report, err = audit(newest, capsys)
+    assert (status, report) == (EXIT_USAGE, {}) and err.count("\n") == 1, err
+    status, report, _ = audit(copy, capsys)
+    assert (status, report["exact"]) == (EXIT_OK, True), report
+    assert report["kind"].endswith(f"that verifies: ckpt-{EVERY:08d}.ckpt"), report["kind"]
+    assert any(f.startswith("passed over, as the resume does:") for f in report["flags"])
+    assert train(single.impl, copy, 1, "--resume", resumed_at=EVERY) == single.digest
+
+
 # (key, the row it belongs to, the rank whose state lacks it): the global entries are read
 # from rank 0's state only (parity/lab/audit_ranks.py's table)
 TABLE = [("model/0.weight", "model", 1), ("optim/momentum/0", "optimizer", 1),

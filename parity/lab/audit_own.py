@@ -115,12 +115,26 @@ def _folder(path: Path) -> Audit | None:
         raise AuditInputError(f"{path}: holds both single-process checkpoints ({singles[0]}, "
                               "...) and N-rank commits: audit one file or step folder")
     if singles:
-        audit = container(path / singles[-1])
-        audit.kind += f", the newest of {len(singles)} in the folder: {singles[-1]}"
-        return audit
+        return _single_folder(path, singles)
     if sharded:
         return _run_folder(path)
     return None
+
+
+def _single_folder(path: Path, singles: list[str]) -> Audit:
+    """A single-process run folder: its newest checkpoint that verifies (the resume, too,
+    passes over one that does not, saying so)."""
+    passed = []
+    for name in reversed(singles):
+        try:
+            audit = container(path / name)
+        except AuditInputError as e:
+            passed.append(str(e))
+            continue
+        audit.kind += f", the newest of {len(singles)} in the folder that verifies: {name}"
+        audit.flags.extend(f"passed over, as the resume does: {line}" for line in passed)
+        return audit
+    raise AuditInputError(f"{path}: no checkpoint in it verifies: {'; '.join(passed)}")
 
 
 def _is_step_dir(path: Path) -> bool:
