@@ -1,8 +1,9 @@
 """reference.ddp's ring all-reduce against its oracles: the docstring's per-element
 pseudocode (compiled as it stands), gloo's segment arithmetic worked by hand, DDP's bucket
 rule and the reference's N-rank loop held to it on 3 ranks (fresh and resumed: the resume
-ends with the uninterrupted digest), and (slow) the real dist.all_reduce over world sizes 2-5, four dtypes and sizes 1 to
-3,000,017 (claim ddp.ring_order; the default run's probes are in parity/test_ddp.py).
+ends with the uninterrupted digest), and (slow) the real dist.all_reduce over world sizes
+2-5, four dtypes and sizes 1 to 3,000,017 (claim ddp.ring_order; the default run's probes
+are in parity/test_ddp.py).
 """
 
 from __future__ import annotations
