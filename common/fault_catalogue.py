@@ -169,13 +169,13 @@ GPT_FAULTS = (
           "channel 0 of every token and every position embedding set to 2e38, each finite in "
           "float32: their sum, the start of the residual stream (tok + pos, written inline "
           "in GPT.forward, no module of its own), is 4e38, beyond float32's max (forward, "
-          "module \"\" (the model itself), op AddBackward0, both inputs finite and in range "
-          "of float32), in any precision (autocast leaves the embeddings and the add in "
-          "float32). The first module to show it is the embedding dropout; the report names "
-          "the inline op that made it.",
+          "module GPT: the model itself, named by its class, as its path is empty; op "
+          "AddBackward0, both inputs finite and in range of float32), in any precision "
+          "(autocast leaves the embeddings and the add in float32). The first module to show "
+          "it is the embedding dropout; the report names the inline op that made it.",
           "bound the embeddings (weight decay, clipping the update); the residual stream is "
           "float32 under autocast, so the bound is float32's max, not float16's",
-          (("fp32", "forward", "", "AddBackward0"),)),
+          (("fp32", "forward", "GPT", "AddBackward0"),)),
 )
 
 FAULTS: dict[str, Fault] = {f.name: f for f in (*MLP_FAULTS, *GPT_FAULTS)}

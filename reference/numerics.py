@@ -28,7 +28,8 @@ the ops ran); the first leaf output with a non-finite value is where the first i
 shows, and the module that made it is that leaf, or the innermost container around it whose
 inputs were finite, with the op inside it found by a watched re-run (numerics_locate.py):
 
-    FirstInvalid(step, phase="forward", module=<path>, op=<torch's autograd node name>,
+    FirstInvalid(step, phase="forward", module=<path; the model itself by its class, NOTE
+                 [ The model's own name ]>, op=<torch's autograd node name>,
                  index=<first non-finite element, C order>, value="inf" | "-inf" | "nan",
                  inputs=(InputRange per input and own parameter: finite min/max, how many
                          non-finite, how many beyond the view format's range))
@@ -54,6 +55,7 @@ from __future__ import annotations
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -195,6 +197,24 @@ class Detector(numerics_detect.Detector):
     def _watch_ops(self, node: Node, args: tuple) -> Found | None:
         return numerics_locate.watch_ops(node, args, self._autocast, self.fmt, input_range,
                                          first_nonfinite)
+
+    def _made(self, *where: Any) -> FirstInvalid:
+        report = super()._made(*where)
+        return report if report.module else replace(report, module=model_name(self.model))
+
+
+# NOTE [ The model's own name ]
+# A module's path is torch's (named_modules): "2", "transformer.h.0.attn.core"; the model
+# itself, the root, has the empty path. An op written inline in the model's own forward
+# (the transformer's tok + pos, the start of the residual stream) is made by the root, and a
+# report "in ''" names nothing a reader can find. So where the maker is the root, the
+# report names it by its class ("GPT"): the same in both trees, which build it under the
+# same class names. The paths the detector climbs keep "" (numerics_locate.maker).
+
+
+def model_name(model: Any) -> str:
+    """How a report names the model itself (NOTE [ The model's own name ]): its class."""
+    return type(model).__name__
 
 
 # NOTE [ Backward names ]

@@ -27,6 +27,7 @@ import re
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -165,6 +166,15 @@ class Detector(numerics_detect.Detector):
     def _watch_ops(self, module: nn.Module, args: tuple) -> Found | None:
         return numerics_locate.watch_ops(module, args, self._autocast, self.dtype,
                                          input_range, first_nonfinite)
+
+    def _made(self, *where: Any) -> FirstInvalid:
+        report = super()._made(*where)
+        return report if report.module else replace(report, module=model_name(self.model))
+
+
+def model_name(model: nn.Module) -> str:
+    """NOTE [ The model's own name ] in reference/numerics.py: the root, by its class."""
+    return type(model).__name__
 
 
 # NOTE [ Backward names ] in reference/numerics.py: what detect_anomaly checks and names.

@@ -36,11 +36,15 @@ def _columns(found: dict[str, Any] | None) -> list[str]:
 def _() -> str:
     with one_thread(), tempfile.TemporaryDirectory() as tmp:
         rows = observe_catalogue(Path(tmp))
-    lines = ["Seeded before step 3 of the default model (8, 32, 32, 3), tanh, or of the "
-             "transformer (`--model gpt`: 4 blocks, n_embd 32, the copy task), from the same "
-             "checkpoint in both trees (`python -m parity train [--model gpt] --check-numerics "
-             "--fault NAME --fault-step 3`). A cell shows one value when both trees report "
-             "it.", "",
+    lines = ["Seeded before step 3 (`--fault-step`'s default) of the default model (8, 32, "
+             "32, 3), tanh, or of the transformer (`--model gpt`: 4 blocks, n_embd 32, the copy "
+             "task), in the precision shown. Both trees start from the same checkpoint, the "
+             "reference's run after one step (torch resumes it through the cross-implementation "
+             "mapping: `parity/drivers/numerics.py`), so a cell shows one value when both trees "
+             "report it. On the command line, `python -m parity train --impl reference "
+             "[--model gpt] --precision P --steps 12 --checkpoint-dir run --check-numerics "
+             "--fault NAME` prints the row (exit status 3); with `--impl torch` the same "
+             "command starts from torch's own weights (below the table).", "",
              "| fault | precision | first invalid (step, phase, module, op, index, value) | "
              "input already out of range | replay: backward node, module | the fix |",
              "|---|---|---|---|---|---|"]
@@ -68,10 +72,11 @@ def _() -> str:
              .model.named_parameters()}
     lines = ["`fp16_without_scaler` seeded before step 1 of the default model's fp16 run, "
              "from the same checkpoint in both trees (to watch it: `python -m parity train "
-             "--precision fp16 --check-numerics --fault fp16_without_scaler`): gradient "
-             "entries exactly zero at that step, of each parameter's size, as each tree's "
-             "detector counts them (claim `numerics.underflow_counts`). No value is "
-             "non-finite in either run.", "",
+             "--impl reference --precision fp16 --steps 2 --checkpoint-dir run --check-numerics "
+             "--fault fp16_without_scaler --fault-step 1`, exit status 0: its second step's "
+             "line and the table per parameter): gradient entries exactly zero at that step, "
+             "of each parameter's size, as each tree's detector counts them (claim "
+             "`numerics.underflow_counts`). No value is non-finite in either run.", "",
              "| run | tree | " + " | ".join(f"`{n}`" for n in params) + " |",
              "|---|---|" + "---|" * len(params)]
     for repaired, label in ((False, "no GradScaler"), (True, "GradScaler, S = 2^16 (the fix)")):
