@@ -179,6 +179,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=max_iters)
     parser.add_argument("--out", default="out-my-trainer")
     args = parser.parse_args()
+    # a model this small: one thread. Its matmuls are 32 wide; split over threads, each op
+    # waits for the slowest, and on a busy machine a step took 0.02 to 0.8 s instead of 0.02
+    torch.set_num_threads(1)
     trainer = Trainer(fixed=args.fixed)
     for it in range(args.steps):
         trainer.step()

@@ -105,6 +105,30 @@ def test_the_committed_run_the_docs_print_is_this_run(results) -> None:
     assert _structure(checks.load()) == _structure(results)
 
 
+def test_the_script_trains_on_one_thread(tmp_path: Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/your-trainer.md: the script's steps run on the one thread it sets, whatever the
+    process had (on two, ops this small waited for the slowest thread: 60 steps took 5 to
+    19 s on a busy 2-core machine, 1.1 s on one)."""
+    module = checks.example()
+    step, seen = module.Trainer.step, []
+
+    def counted(self: Any, *args: Any) -> None:
+        seen.append(torch.get_num_threads())
+        step(self, *args)
+
+    monkeypatch.setattr(module.Trainer, "step", counted)
+    monkeypatch.setattr(sys, "argv", ["my_trainer.py", "--fixed", "--steps", "2",
+                                      "--out", str(tmp_path)])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # the pytest process runs on one (conftest.py): as a shell's
+    try:
+        module.main()
+    finally:
+        torch.set_num_threads(threads)
+    assert seen == [1, 1]
+
+
 @pytest.mark.slow  # two runs of the script, ~4 s
 def test_the_example_runs_as_a_script_and_its_checkpoint_is_audited(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
