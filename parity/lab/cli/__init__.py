@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import io
 import math
 import os
@@ -131,8 +132,13 @@ def finite_float(*, low: float = -math.inf, high: float = math.inf, low_open: bo
     return parse  # type: ignore[return-value]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m parity",
+PROG = "python -m parity"  # how the README and the docs name the program
+
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    """Every command's parser under the program name `prog` (the README's command reference
+    is rendered with PROG; a run names the program as it was invoked: main's `prog`)."""
+    parser = _Parser(prog=prog,
                      description="mirrortrain: every claim checked, sweeps, fuzzing, training.",
                      epilog="exit status: " + "; ".join(
                          f"{code} {meaning.split(':')[0].split(',')[0]}"
@@ -141,7 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 parser_class=_Parser)
     for name in COMMANDS:
         module = importlib.import_module(module_of(name))
-        p = sub.add_parser(name, help=module.HELP, description=module.__doc__,
+        description = re.sub(r"python -m parity(?![.\w])", prog, module.__doc__ or "")
+        p = sub.add_parser(name, help=module.HELP, description=description,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         module.add_arguments(p)
         p.set_defaults(run=module.run)
@@ -189,40 +196,135 @@ class _PipeSafe(io.TextIOBase):
         return self.stream.fileno()
 
 
-def _terminate(signum: int, frame: object) -> NoReturn:
-    raise Terminated
+# NOTE [ The first signal ends the run ]
+# Ctrl-C (SIGINT, which a terminal sends to the whole process group) and SIGTERM end a run
+# with one line and 130 or 143. The first one counts: its handler ignores both signals from
+# then on and raises (KeyboardInterrupt, or Terminated for SIGTERM) where the process is, so
+# the cleanup that follows (a checkpoint's temporary file removed, a sweep's worker processes
+# ended, the line printed) cannot be interrupted half-way by a second one, which would leave a
+# traceback, or worker processes running until SIGKILL. When main runs the whole process
+# (`exits`: parity/__main__.py's entry), the signals stay ignored until it exits, and a signal
+# that comes before the command runs (while the parser is built: its modules import NumPy)
+# ends the process at once with its line: nothing is written yet, and an exception raised
+# inside an import that a C extension makes (ml_dtypes imports NumPy so) comes out as a failed
+# import with a traceback of its own. Called from Python, main puts the handlers it found
+# back. A signal the process was started ignoring (nohup, a background job) stays ignored.
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-def main(argv: list[str] | None = None) -> int:
+def signal_line(prog: str, signum: int) -> tuple[str, int]:
+    """The line and the exit status for a run that `signum` ended; `prog` names it."""
+    if signum == signal.SIGTERM:
+        return f"{prog}: terminated (SIGTERM)", EXIT_TERMINATED
+    return f"{prog}: interrupted", EXIT_INTERRUPTED
+
+
+def end_now(prog: str, signum: int) -> NoReturn:
+    """Write `signum`'s line to stderr and end the process, unwinding nothing (what is
+    written to the descriptor cannot meet a half-written line in Python's buffer)."""
+    line, status = signal_line(prog, signum)
+    os.write(2, f"{line}\n".encode())
+    os._exit(status)
+
+
+class _FirstSignal:
+    """NOTE [ The first signal ends the run ], for a `with` block; `running` is set when the
+    command itself starts (before it, with `exits`, a signal ends the process at once)."""
+
+    def __init__(self, exits: bool, prog: str) -> None:
+        self.exits, self.prog, self.running, self.taken = exits, prog, False, False
+        self.active = threading.current_thread() is threading.main_thread()
+        self.previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _FirstSignal:
+        if self.active:
+            for s in SIGNALS:
+                self.previous[s] = signal.getsignal(s)
+                if self.previous[s] is not signal.SIG_IGN:
+                    signal.signal(s, self._stop)
+        return self
+
+    def _stop(self, signum: int, frame: object) -> NoReturn:
+        self.taken = True
+        for s in SIGNALS:
+            signal.signal(s, signal.SIG_IGN)
+        if self.exits and not self.running:
+            end_now(self.prog, signum)
+        raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+
+    def __exit__(self, *exc: object) -> None:
+        if self.active and not (self.taken and self.exits):
+            for s, handler in self.previous.items():
+                signal.signal(s, handler)
+
+
+# What a missing module means, by its top-level name: pyproject.toml's dependencies (pip's name
+# of each), and its test extra, which `report` and `fuzz` run (tests/test_cli_environment.py
+# holds both equal to pyproject.toml).
+REQUIRED = {"numpy": "numpy", "torch": "torch", "ml_dtypes": "ml_dtypes", "tqdm": "tqdm",
+            "xxhash": "xxhash"}
+TEST_EXTRA = ("pytest", "hypothesis")
+
+
+def missing_dependency(e: ModuleNotFoundError) -> str | None:
+    """The one line for a ModuleNotFoundError of a dependency this project declares (what is
+    missing and the command that installs it), None for any other module (a real error)."""
+    top = (e.name or "").split(".")[0]
+    gone = f"{top} is not installed" if e.name == top else f"{e.name} is missing from {top}"
+    if top in REQUIRED:
+        return (f"{gone} (a required dependency); install it: pip install {REQUIRED[top]} "
+                "(or reinstall this project: pip install -e . in a checkout)")
+    if top in TEST_EXTRA:
+        return (f"{gone}: this command runs the parity tests, which need the test extra; "
+                'install it: pip install -e ".[test]" in a checkout, pip install '
+                '"mirrortrain[test]" otherwise')
+    return None
+
+
+def require(*names: str) -> None:
+    """Raise ModuleNotFoundError for the first of `names` that cannot be found (a command that
+    runs them in a subprocess checks first, so the user gets missing_dependency's line)."""
+    for name in names:
+        if importlib.util.find_spec(name) is None:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+
+def main(argv: list[str] | None = None, prog: str = PROG, exits: bool = False) -> int:
     """Parse, run the command, and turn a UsageError into one line and exit status 2, Ctrl-C
-    into one line and 130, SIGTERM into one line and 143; a closed stdout pipe is not an
-    error (_PipeSafe)."""
-    args = build_parser().parse_args(argv)
+    into one line and 130, SIGTERM into one line and 143 (NOTE [ The first signal ends the
+    run ]), a missing dependency into one line and 2 (missing_dependency); a closed stdout
+    pipe is not an error (_PipeSafe). `prog`: the program's name in every line and usage
+    (entry passes how it was invoked); `exits`: the process ends when main returns."""
     stdout = sys.stdout
-    try:
-        stdout.fileno()
-        sys.stdout = _PipeSafe(stdout)  # type: ignore[assignment]
-    except (AttributeError, OSError, ValueError):  # a captured stdout (tests): no descriptor
-        pass
-    previous = signal.getsignal(signal.SIGTERM)
-    in_main_thread = threading.current_thread() is threading.main_thread()
-    if in_main_thread:
-        signal.signal(signal.SIGTERM, _terminate)
-    try:
-        return args.run(args)
-    except UsageError as e:
-        print(f"python -m parity {args.command}: error: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    except Terminated:
-        print(f"python -m parity {args.command}: terminated (SIGTERM)", file=sys.stderr)
-        return EXIT_TERMINATED
-    except KeyboardInterrupt:
-        print(f"python -m parity {args.command}: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    finally:
-        sys.stdout = stdout
-        if in_main_thread:
-            signal.signal(signal.SIGTERM, previous)
+    words = sys.argv[1:] if argv is None else argv
+    command = f" {words[0]}" if words and words[0] in COMMANDS else ""  # until it is parsed
+    with _FirstSignal(exits, prog + command) as signals:
+        try:
+            args = build_parser(prog).parse_args(argv)
+            args.prog = prog
+            try:
+                stdout.fileno()
+                sys.stdout = _PipeSafe(stdout)  # type: ignore[assignment]
+            except (AttributeError, OSError, ValueError):  # a captured stdout: no descriptor
+                pass
+            signals.running = True
+            return args.run(args)
+        except UsageError as e:
+            print(f"{prog}{command}: error: {e}", file=sys.stderr)
+            return EXIT_USAGE
+        except KeyboardInterrupt as e:  # Terminated included
+            line, status = signal_line(prog + command, signal.SIGTERM if isinstance(
+                e, Terminated) else signal.SIGINT)
+            print(line, file=sys.stderr)
+            return status
+        except ModuleNotFoundError as e:
+            line = missing_dependency(e)
+            if line is None:
+                raise
+            print(f"{prog}{command}: error: {line}", file=sys.stderr)
+            return EXIT_USAGE
+        finally:
+            sys.stdout = stdout
 
 
 OUTPUT_MARK = ".mirrortrain-output"  # names the command whose output a folder holds
