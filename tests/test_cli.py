@@ -207,11 +207,27 @@ def test_a_usage_error_does_not_import_torch(tmp_path: Path) -> None:
 
 
 def test_the_parsers_choices_are_the_drivers() -> None:
-    """The choices parity/cli spells out to stay torch-free are the drivers' own."""
+    """The choices parity/lab/cli spells out to stay torch-free (and ml_dtypes-free) are the
+    drivers' own."""
+    from parity import oracles
     from parity.drivers import accounting
     from parity.drivers import profile as profile_driver
-    from parity.lab.cli import account, profile
+    from parity.lab.cli import account, profile, sweep
 
     assert (profile.IMPLS, profile.MODELS) == (profile_driver.IMPLS, profile_driver.MODELS)
+    assert sweep.SWEEP_FORMATS == oracles.SWEEP_FORMATS
     assert (account.MODELS, account.OPTIMIZERS, account.PRECISIONS) == (
         accounting.MODELS, tuple(accounting.OPTIMIZERS), accounting.PRECISIONS)
+
+
+@pytest.mark.parametrize("value", ["4", "4,8,2", "0,8", "4,x", ","])
+def test_a_batch_shape_that_is_not_two_positive_integers_is_one_line(value: str,
+                                                                     tmp_path: Path) -> None:
+    """--batch-shape names the form it takes: the factory unpacks (B, T), and '4' once came
+    back from it as "not enough values to unpack"."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "parity", "account", "--module",
+                           "examples.models:convnet", f"--batch-shape={value}"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert_one_line_error(done.returncode, done.stderr, "--batch-shape", repr(value),
+                          "expected B,T, two positive integers")

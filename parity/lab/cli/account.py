@@ -57,15 +57,15 @@ def _sizes(text: str) -> tuple[int, ...]:
     return sizes
 
 
-def _shape(text: str) -> tuple[int, ...]:
-    try:
-        shape = tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers "
-                                         "(e.g. 2,8)") from None
-    if min(shape) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: every size must be positive")
-    return shape
+def _batch_shape(text: str) -> tuple[int, int]:
+    """--batch-shape B,T: exactly two positive integers (the factory is called with
+    batch_shape=(B, T))."""
+    parts = text.split(",")
+    if len(parts) != 2 or not all(re.fullmatch(r"\s*\d+\s*", part) for part in parts) or (
+            min(int(part) for part in parts) < 1):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected B,T, two positive integers "
+                                         "(the factory gets batch_shape=(B, T); e.g. 2,8)")
+    return int(parts[0]), int(parts[1])
 
 
 # parity/drivers/accounting.py's MODELS, OPTIMIZERS' names and PRECISIONS, spelled here: the
@@ -80,7 +80,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     which.add_argument("--model", choices=MODELS)
     which.add_argument("--module", metavar="PKG.MOD:FACTORY",
                        help="any nn.Module: FACTORY() returns (model, example_batch[, loss_fn])")
-    p.add_argument("--batch-shape", type=_shape, default=None, metavar="B,T",
+    p.add_argument("--batch-shape", type=_batch_shape, default=None, metavar="B,T",
                    help="--module: passed to the factory as batch_shape=(B, T)")
     p.add_argument("--precision", choices=PRECISIONS, default="fp32")
     p.add_argument("--optimizer", choices=OPTIMIZERS, default="adamw")

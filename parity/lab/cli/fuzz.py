@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 
-from parity.lab.cli import UsageError, finite_float, int_at_least
+from parity.lab.cli import UsageError, finite_float, int_at_least, require
 
 HELP = "run the hypothesis parity tests for a time budget, every topic in turn"
 
@@ -34,6 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    require("pytest", "hypothesis")  # the test extra: fuzz runs the tests' targets
     if args.device == "cuda":
         import torch
 

@@ -15,9 +15,13 @@ import os
 import time
 
 from parity.lab.cli import UsageError, int_at_least
-from parity.oracles import SWEEP_FORMATS
 
 HELP = "reference vs torch vs ml_dtypes over float32 inputs"
+# parity/oracles.py's SWEEP_FORMATS, spelled here: it imports ml_dtypes (most of a second),
+# which building the parser, for every command, should not (tests/test_cli.py holds them equal)
+SWEEP_FORMATS = ("float16", "bfloat16", "float8_e5m2", "float8_e4m3fn", "float8_e4m3fnuz",
+                 "float8_e5m2fnuz", "float8_e4m3b11fnuz", "float8_e8m0fnu", "float6_e2m3fn",
+                 "float6_e3m2fn", "float4_e2m1fn", "float8_e4m3", "float8_e3m4")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
