@@ -327,6 +327,26 @@ def main(argv: list[str] | None = None, prog: str = PROG, exits: bool = False) -
             sys.stdout = stdout
 
 
+def torch_device(text: str) -> Any:
+    """The torch.device named by --device, or a UsageError saying what is accepted."""
+    import torch
+
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise UsageError(f"--device {text!r} is not a device; accepted: cpu, cuda, cuda:N"
+                         ) from None
+    if device.type not in ("cpu", "cuda"):
+        raise UsageError(f"--device {text!r}: this command runs on cpu or cuda")
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise UsageError(f"--device {text!r}: torch.cuda.is_available() is False here")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise UsageError(f"--device {text!r}: there are {torch.cuda.device_count()} CUDA "
+                             "devices")
+    return device
+
+
 OUTPUT_MARK = ".mirrortrain-output"  # names the command whose output a folder holds
 
 # NOTE [ An output folder is the command's own ]

@@ -62,7 +62,7 @@ def model_frames(traceback: str) -> tuple[str, int]:
 
 def run(args: argparse.Namespace) -> int:
     from parity.drivers.numerics import replay
-    from parity.lab.cli.train import torch_device
+    from parity.lab.cli import torch_device
 
     path = Path(args.file)
     if not path.is_file():

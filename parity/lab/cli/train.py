@@ -39,10 +39,14 @@ non-finite, zero and format-view counts of activations and gradients (nan/+inf/-
 over_max/to_zero), and the run ends with a table of them per module and parameter. At the
 first non-finite value it stops before that step's update, prints the report (step, module,
 op, the op's input ranges against the format's limits), writes the step's batch and state
-to DIR/first-invalid-step<N>.replay for `python -m parity replay`, and ends with the line
-`first-invalid: {json}` (keys step, phase, module, op, index, value) and exit status 3.
+to DIR/first-invalid-step<N>.replay for `python -m parity replay` (the report counts steps
+from 0: N is the step printed as `step N+1`), and ends with the line `first-invalid: {json}`
+(keys step, phase, module, op, index, value) and exit status 3. A replay file already there
+(an earlier run's) is kept: this run's is first-invalid-step<N>-2.replay (-3, ...), and a
+line on stderr says so (parity/lab/runners/replay_file.py).
 --fault NAME seeds a fault of the catalogue (--fault list: each fault with the model it is
-written for; the other model's is refused) before step --fault-step.
+written for; the other model's is refused) after --fault-step K steps: the step printed as
+`step K+1` is the first to run with it.
 --loader-workers N fetches the batches in N DataLoader worker processes (the torch tree
 on cpu): a checkpoint still records the consumed position (NOTE [ Consumed position ] in
 reference/data.py), so a killed run resumes to the digest of 0 workers, with any N. The
@@ -69,7 +73,7 @@ from typing import Any
 from ckpt import CheckpointError
 from common.train_config import PRECISIONS
 from parity.drivers.resume_cross import converters
-from parity.lab.cli import UsageError, finite_float, int_at_least
+from parity.lab.cli import UsageError, finite_float, int_at_least, torch_device
 
 HELP = "train the MLP or the transformer with checkpoints; kill it, --resume, same digest"
 MODELS = ("mlp", "gpt")  # reference/train_models.py (not imported: it imports the model)
@@ -149,12 +153,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="print only the last line to stdout (the digest, or "
                         "first-invalid); the directory's notices still go to stderr")
     p.add_argument("--check-numerics", action="store_true",
-                   help="count non-finite values per step; stop at the first one (exit 3)")
+                   help="count non-finite values per step; stop at the first one (exit 3), "
+                        "writing DIR/first-invalid-step<N>.replay (a name no file has)")
     p.add_argument("--fault", action=_FaultAction, default=None, metavar="NAME",
                    help="seed a fault of the catalogue into the run ('list' lists them)")
     p.add_argument("--fault-step", type=int_at_least(0), default=None, metavar="K",
-                   help=f"the step before which --fault is seeded (default {FAULT_STEP}); "
-                        "only with --fault")
+                   help="seed --fault after K steps: the step printed as 'step K+1' is the "
+                        f"first with it (0 to --steps - 1; default {FAULT_STEP}); only with "
+                        "--fault (the first-invalid report numbers steps from 0: it names "
+                        "that step K)")
     p.add_argument("--world-size", type=int_at_least(1), default=1, metavar="N",
                    help="train data-parallel on N ranks (default 1: this one process). N > 1: "
                         "--impl torch runs N gloo processes under DDP, --impl reference N "
@@ -187,26 +194,6 @@ class _FaultAction(argparse.Action):
             parser.error(f"argument --fault: {values!r} is not a fault; the catalogue: "
                          f"{', '.join(FAULTS)} (--fault list describes them)")
         setattr(namespace, self.dest, FAULTS[values])
-
-
-def torch_device(text: str) -> Any:
-    """The torch.device named by --device, or a UsageError saying what is accepted."""
-    import torch
-
-    try:
-        device = torch.device(text)
-    except (RuntimeError, ValueError):
-        raise UsageError(f"--device {text!r} is not a device; accepted: cpu, cuda, cuda:N"
-                         ) from None
-    if device.type not in ("cpu", "cuda"):
-        raise UsageError(f"--device {text!r}: this command runs on cpu or cuda")
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise UsageError(f"--device {text!r}: torch.cuda.is_available() is False here")
-        if device.index is not None and device.index >= torch.cuda.device_count():
-            raise UsageError(f"--device {text!r}: there are {torch.cuda.device_count()} CUDA "
-                             "devices")
-    return device
 
 
 def configuration(args: argparse.Namespace, impl: Any
@@ -265,6 +252,11 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--fault-step {args.fault_step} places a seeded fault: it needs "
                          "--fault NAME (--fault list shows them)")
     fault_step = FAULT_STEP if args.fault_step is None else args.fault_step
+    if args.fault is not None and fault_step >= args.steps:
+        raise UsageError(f"--fault-step {fault_step}: the fault would be seeded after "
+                         f"{fault_step} steps, before the line 'step {fault_step + 1}', and this "
+                         f"run ends at 'step {args.steps}': it would never strike; accepted: 0 "
+                         f"to {args.steps - 1}")
     if args.fault is not None:
         from common.fault_catalogue import check_model as fault_fits
 
@@ -385,15 +377,15 @@ def _steps_title(history: list[Any], last: int) -> str:
 
 def _found(args: argparse.Namespace, e: Any) -> int:
     """The first invalid value: the report, the replay file, the `first-invalid:` line."""
-    from parity.drivers.numerics import save_replay
     from parity.lab.cli import EXIT_FOUND
+    from parity.lab.runners.replay_file import write_replay
 
-    path = Path(args.checkpoint_dir) / f"first-invalid-step{e.report.step}.replay"
-    path.parent.mkdir(parents=True, exist_ok=True)  # gone again if no checkpoint was written
-    save_replay(args.impl, path, e.replay)
+    # (the directory is gone again if no checkpoint was written: write_replay makes it)
+    path = write_replay(args.impl, Path(args.checkpoint_dir), e.report.step, e.replay,
+                        lambda line: print(line, file=sys.stderr, flush=True))
     if not args.quiet:
         print(e.report.describe())
         print(_table([e.report.counts], f"counts of step {e.report.step}"))
-        print(f"replay: python -m parity replay {path} --impl {args.impl}")
+        print(f"replay: {args.prog} replay {path} --impl {args.impl}")
     print(e.report.line(), flush=True)
     return EXIT_FOUND
