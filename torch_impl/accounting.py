@@ -210,10 +210,23 @@ class StepMeter:
             self._handles.append(self.loss_fn.register_forward_pre_hook(loss_pre))
             self._handles.append(self.loss_fn.register_forward_hook(loss_post))
         if self.optimizer is not None:
-            self._handles.append(self.optimizer.register_step_pre_hook(
-                lambda *_: self._switch("optimizer")))
-            self._handles.append(self.optimizer.register_step_post_hook(
-                lambda *_: self._switch("after")))
+            # An optimizer class whose step calls its base class's (a subclass of SGD that
+            # overrides step) fires the hooks twice, nested: torch wraps each class's step
+            # once it has built an instance of it. The phase is the outermost step's.
+            depth = [0]
+
+            def step_pre(*_: object) -> None:
+                depth[0] += 1
+                if depth[0] == 1:
+                    self._switch("optimizer")
+
+            def step_post(*_: object) -> None:
+                depth[0] -= 1
+                if depth[0] == 0:
+                    self._switch("after")
+
+            self._handles.append(self.optimizer.register_step_pre_hook(step_pre))
+            self._handles.append(self.optimizer.register_step_post_hook(step_post))
         self._counter = FlopCounterMode(display=False)
         self._counter.__enter__()
         self._saving = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
