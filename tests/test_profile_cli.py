@@ -86,7 +86,9 @@ def test_json_is_one_object_on_stdout(tmp_path: Path,
                             *FAST)
     assert status == EXIT_OK, err
     result = json.loads(out)
-    assert set(result) == {"predictions", "sheet", "measured", "comparison"}
+    assert set(result) == {"predictions", "sheet", "measured", "comparison", "pictures"}
+    drawn = sorted(p.name for p in tmp_path.glob("*.png"))
+    assert sorted(result["pictures"]) == drawn  # both, or none without matplotlib
     assert err.splitlines()[-1].startswith("profile: reference on CPU")
 
 

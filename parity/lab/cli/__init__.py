@@ -347,6 +347,14 @@ def torch_device(text: str) -> Any:
     return device
 
 
+def pictures_skipped(args: argparse.Namespace) -> None:
+    """Say on stderr, in one line, that the command drew no pictures because matplotlib (the
+    optional extra `plot`) is not installed, and how to install it."""
+    print(f"{getattr(args, 'prog', PROG)} {args.command}: pictures skipped: matplotlib is not "
+          'installed (pip install -e ".[plot]" in a checkout, pip install "mirrortrain[plot]" '
+          "otherwise)", file=sys.stderr)
+
+
 OUTPUT_MARK = ".mirrortrain-output"  # names the command whose output a folder holds
 
 # NOTE [ An output folder is the command's own ]

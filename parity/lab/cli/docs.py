@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from parity.lab.cli import UsageError
+from parity.lab.cli import UsageError, pictures_skipped
 
 HELP = "regenerate every generated part of docs/ and its pictures"
 
@@ -37,5 +37,5 @@ def run(args: argparse.Namespace) -> int:
     if drawn:
         print(f"drew {len(drawn)} pictures into {pictures.IMG}")
     else:
-        print("pictures: none drawn (install the 'plot' extra for matplotlib)")
+        pictures_skipped(args)
     return 0

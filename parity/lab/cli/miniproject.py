@@ -27,7 +27,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from parity.lab.cli import EXIT_FAILED, EXIT_OK, int_at_least, output_folder
+from parity.lab.cli import EXIT_FAILED, EXIT_OK, int_at_least, output_folder, pictures_skipped
 from parity.lab.runners import miniproject as mp
 from parity.lab.runners import postmortem as pmr
 from parity.lab.runners import postmortem_record as record
@@ -72,7 +72,10 @@ def run(args: argparse.Namespace) -> int:
     g = opt.run_gauntlet(opt.parse("autocast-bf16"), args.repeats, 10)
     stem = "optimize-autocast-bf16"
     (out / f"{stem}.json").write_text(json.dumps(opt_cli.as_json(g), indent=1) + "\n")
-    (out / f"{stem}.md").write_text(opt_cli.markdown(g, opt_cli.draw(g, out / f"{stem}.png")))
+    picture = opt_cli.draw(g, out / f"{stem}.png")
+    if picture is None:  # (the profile's are skipped too: profile/profile-output.txt says so)
+        pictures_skipped(args)
+    (out / f"{stem}.md").write_text(opt_cli.markdown(g, picture))
     rows += mp.optimization_rows(g, stem, opt_cli.verdict(g))
     bar.update(1)
 

@@ -29,7 +29,14 @@ import argparse
 import json
 from pathlib import Path
 
-from parity.lab.cli import EXIT_FAILED, EXIT_OK, UsageError, int_at_least, output_folder
+from parity.lab.cli import (
+    EXIT_FAILED,
+    EXIT_OK,
+    UsageError,
+    int_at_least,
+    output_folder,
+    pictures_skipped,
+)
 
 HELP = "an optimization vs eager fp32: equivalence, timing spread, learning, resume"
 
@@ -73,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
     stem = stem_of(opt)
     (out / f"{stem}.json").write_text(json.dumps(as_json(g), indent=1) + "\n")
     picture = draw(g, out / f"{stem}.png")
+    if picture is None:
+        pictures_skipped(args)
     (out / f"{stem}.md").write_text(markdown(g, picture))
     print(markdown(g, picture), end="")
     print(f"report: {out / (stem + '.md')}")

@@ -15,7 +15,8 @@ copy are timed outside train_step, its forward, backward and optimizer through i
 hook. CPU: time.perf_counter_ns (kernels finish before their call returns); CUDA:
 torch.cuda.synchronize() at every boundary. --impl reference runs the NumPy tree the same
 way on the CPU (no profiler, no trace). DIR also gets profile.md (the tables), profile.json,
-phases.png and memory.png. --threads: torch's CPU threads while probing and measuring
+phases.png and memory.png (with matplotlib, the extra `plot`; without it, profile.md links
+no picture and a line on stderr says so). --threads: torch's CPU threads while probing and measuring
 (default 1: the default model's tensors are tiny, and on a shared machine a second thread
 waits for a core a scheduler tick at a time). NumPy's BLAS threads are fixed when it loads:
 run the reference with OPENBLAS_NUM_THREADS=1 (the profile names the setting; BLAS threads
@@ -38,7 +39,14 @@ import json
 import re
 import sys
 
-from parity.lab.cli import EXIT_FAILED, EXIT_OK, UsageError, int_at_least, output_folder
+from parity.lab.cli import (
+    EXIT_FAILED,
+    EXIT_OK,
+    UsageError,
+    int_at_least,
+    output_folder,
+    pictures_skipped,
+)
 from parity.lab.cli.account import _sizes
 
 HELP = "profile a few training steps: predictions first, phases, memory, every gap named"
@@ -130,6 +138,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         bar.close()
     comp = result["comparison"]
+    if not result["pictures"]:  # (matplotlib is missing: profile.md links none)
+        pictures_skipped(args)
     if args.json:
         print(json.dumps(result, indent=1))
     else:

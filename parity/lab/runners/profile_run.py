@@ -28,7 +28,8 @@ def run_profile(case: drv.ProfileCase, out: Path,
     """Profile `case` into the folder `out` (FILES; trace.json with torch only, the pictures
     when `pictures` and matplotlib is present). `announce(written)` is called as soon as the
     sheet is on disk, before the model exists. Files of FILES left by an earlier run are
-    removed first. Returns profile.json's object."""
+    removed first. Returns profile.json's object, whose "pictures" names the pictures drawn
+    (profile.md links those and no other)."""
     for name in FILES:  # the folder describes one run: no trace or page of an earlier one
         (out / name).unlink(missing_ok=True)
     with case.torch_threads():
@@ -41,15 +42,18 @@ def run_profile(case: drv.ProfileCase, out: Path,
     result = {"predictions": written, "sheet": sheet, "measured": measured,
               "comparison": comparison}
     result = json.loads(json.dumps(result))  # what profile.json holds: tuples become lists
+    result["pictures"] = _draw(out, result) if pictures else []
     (out / "profile.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
     (out / "profile.md").write_text(sheets.profile_markdown(result), encoding="utf-8")
-    if pictures:
-        try:
-            import matplotlib
-
-            matplotlib.use("Agg")
-        except ImportError:
-            return result
-        sheets.draw_phases(out / "phases.png", [result])
-        sheets.draw_memory(out / "memory.png", [result])
     return result
+
+
+def _draw(out: Path, result: dict[str, Any]) -> list[str]:
+    """Draw the pictures into `out`; the names drawn ([] without matplotlib)."""
+    from parity.lab.pictures import have_matplotlib
+
+    if not have_matplotlib():
+        return []
+    sheets.draw_phases(out / "phases.png", [result])
+    sheets.draw_memory(out / "memory.png", [result])
+    return ["phases.png", "memory.png"]

@@ -218,9 +218,9 @@ def profile_markdown(result: dict[str, Any]) -> str:
     lines += ["", f"Predicted slowest: **{sheet['slowest']}**; measured slowest: **"
               f"{measured_slowest(comp['time'])}**. Unexplained: {n_un['time']} time rows, "
               f"{n_un['memory']} memory rows.", "", shares_line(sheet, comp["time"]), "",
-              "![phases](phases.png)", "",
+              *_link(result, "phases"),
               "## Bytes at each phase boundary", "", *memory_lines(comp["memory"]), "",
-              "![memory](memory.png)", ""]
+              *_link(result, "memory")]
     if comp.get("tape"):
         lines += ["The reference transformer's own tape count (GPT.held_bytes: distinct base "
                   "buffers) against the formula's activations (the saved token ids and targets "
@@ -253,6 +253,11 @@ def measured_slowest(time_rows: list[dict[str, Any]]) -> str:
     medians = {r["phase"]: r["measured"]["median"] for r in time_rows
                if r["phase"] in rprof.PHASES}
     return rprof.slowest(medians)
+
+
+def _link(result: dict[str, Any], name: str) -> list[str]:
+    """The page's link to the picture `name`.png, if it was drawn (result["pictures"])."""
+    return [f"![{name}]({name}.png)", ""] if f"{name}.png" in result.get("pictures", ()) else []
 
 
 # ---------------------------------------------------------------- pictures
