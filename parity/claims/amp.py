@@ -9,7 +9,7 @@ use the CUDA op lists.
 
 from __future__ import annotations
 
-from parity.claims import Claim
+from parity.claims import Claim, Manifest, Twin
 
 # The smallest share of elements a single run must meet the precondition of an
 # amp.linear_* / amp.activation_* claim in (so a test never passes by comparing nothing),
@@ -224,4 +224,59 @@ CLAIMS: tuple[Claim, ...] = (
         ),
         library=("torch",),
     ),
+)
+
+_LISTS = ("amp.op_lists",)
+_CPP = "torch's list is C++ (aten/src/ATen/autocast_mode.cpp): amp.op_lists reads its kernels"
+_INSIDE = "torch does this inside each op's Autocast kernel (C++), not as a function"
+_DTYPES = "the NumPy dtypes the policy names: torch names its own (torch.float32, ...)"
+_STATE = ("amp.state",)
+_LAYERS = ("amp.linear_bf16", "amp.linear_fp16", "amp.activation_bf16", "amp.activation_fp16",
+           "amp.model_bf16", "amp.model_fp16", "amp.dropout", "amp.saved_bytes")
+
+
+def _list(name: str) -> Twin:
+    return Twin(name, reference=f"reference.amp:{name}", claims=_LISTS, why=_CPP)
+
+
+def _inside(name: str, *claims: str) -> Twin:
+    return Twin(name, reference=f"reference.amp:{name}", claims=claims, why=_INSIDE)
+
+
+MANIFEST = Manifest(
+    topic="amp",
+    modules=("reference.amp", "torch_impl.amp"),
+    rows=(
+        _list("LOWER_PRECISION_FP_CPU"), _list("FP32_CPU_LOSSES"),
+        _list("LOWER_PRECISION_FP_CUDA"), _list("FP32_CUDA_LOSSES"), _list("FP32_CUDA_NORMS"),
+        _list("UNLISTED"), _list("LISTS"),
+        Twin("LP_DTYPES", reference="reference.amp:LP_DTYPES",
+             why="NumPy's 2-byte dtypes (ml_dtypes' bfloat16): torch has both built in"),
+        Twin("F32", reference="reference.amp:F32", why=_DTYPES),
+        Twin("F64", reference="reference.amp:F64", why=_DTYPES),
+        Twin("ELIGIBLE", reference="reference.amp:ELIGIBLE", claims=("amp.casts",),
+             why="torch's is_eligible (autocast_mode.h, C++): float64 is never cast"),
+        Twin("FLOATS", reference="reference.amp:FLOATS", why=_DTYPES),
+        Twin("PRECISIONS", reference="reference.amp:PRECISIONS",
+             torch="torch_impl.amp:PRECISIONS"),
+        Twin("autocast_dtype", reference="reference.amp:autocast_dtype",
+             torch="torch_impl.amp:autocast_dtype"),
+        _inside("op_policy", *_LISTS),
+        Twin("AutocastState", reference="reference.amp:AutocastState",
+             torch="torch_impl.amp:AutocastState", claims=_STATE),
+        Twin("autocast_state", reference="reference.amp:autocast_state",
+             torch="torch_impl.amp:autocast_state", claims=_STATE),
+        Twin("autocast", reference="reference.amp:autocast", torch="torch_impl.amp:autocast",
+             claims=(*_STATE, *_LAYERS)),
+        _inside("Decision", "amp.casts"),
+        Twin("promote", reference="reference.amp:promote", alias="torch.promote_types",
+             claims=("amp.casts",)),
+        _inside("opmath", "amp.activation_bf16", "amp.activation_fp16"),
+        _inside("decide", "amp.casts", *_LISTS),
+        Twin("cast", reference="reference.amp:cast", alias="torch.Tensor.to",
+             claims=("amp.casts",)),
+        _inside("apply", "amp.casts"),
+        _inside("wide", "amp.activation_bf16", "amp.activation_fp16"),
+    ),
+    headline="parity/test_amp.py::test_linear_under_autocast_within_one_lp_ulp_of_torch",
 )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from parity.claims import Claim
+from parity.claims import Claim, Manifest, Twin
 
 CLAIMS: tuple[Claim, ...] = (
     Claim(
@@ -98,4 +98,57 @@ CLAIMS: tuple[Claim, ...] = (
             "integer hash, exact on both sides."
         ),
     ),
+)
+
+
+_same = Twin.same
+_HASH, _TASK, _COPY = ("data.order", "data.task"), ("data.task",), ("gpt.copy_task",)
+_RESUME = ("data.resume_reference", "data.resume_torch", "data.loader", "data.length")
+_WORKERS = "worker processes are torch's: the reference is one process, in the same order"
+
+MANIFEST = Manifest(
+    topic="data",
+    modules=("reference.data", "torch_impl.data", "torch_impl.data_workers"),
+    rows=(
+        _same("data", "MASK32", *_HASH),
+        _same("data", "MIX_MUL1", *_HASH),
+        _same("data", "MIX_MUL2", *_HASH),
+        _same("data", "ORDER", "data.order"),
+        _same("data", "INPUTS", *_TASK),
+        _same("data", "TEACHER", *_TASK),
+        _same("data", "CALIBRATION", *_TASK),
+        _same("data", "SEQUENCES", *_COPY),
+        _same("data", "LOADER", "data.loader"),
+        _same("data", "BATCH", "data.loader"),
+        _same("data", "PURPOSES"),
+        _same("data", "CALIBRATION_SIZE", *_TASK),
+        _same("data", "INPUT_STEP", *_TASK),
+        _same("data", "VALUE_SCALE", *_TASK),
+        _same("data", "STATE_KEYS", *_RESUME),
+        _same("data", "mix32", *_HASH),
+        _same("data", "hash_words", *_HASH),
+        _same("data", "epoch_order", "data.order"),
+        _same("data", "batch_seed", "data.loader"),
+        _same("data", "Task", *_TASK),
+        _same("data", "teacher_weights", *_TASK),
+        _same("data", "teacher_logits", *_TASK),
+        _same("data", "make_task", *_TASK),
+        _same("data", "SequenceTask", *_COPY),
+        _same("data", "make_copy_task", *_COPY),
+        _same("data", "ResumableSampler", *_RESUME),
+        Twin("BatchSampler", reference="reference.data:BatchSampler",
+             alias="torch.utils.data.BatchSampler", claims=("data.loader", "data.length")),
+        Twin("Loader", reference="reference.data:Loader", alias="torch.utils.data.DataLoader",
+             claims=("data.loader", "data.length")),
+        _same("data", "make_loader", *_RESUME),
+        Twin("Augment", torch="torch_impl.data_workers:Augment", why=_WORKERS),
+        Twin("TIMEOUT_S", torch="torch_impl.data_workers:TIMEOUT_S", why=_WORKERS),
+        Twin("BatchKey", torch="torch_impl.data_workers:BatchKey", why=_WORKERS),
+        Twin("WorkerLoader", reference="reference.data:Loader",
+             torch="torch_impl.data_workers:WorkerLoader", claims=("data.loader",)),
+    ),
+    borrowed=(("gpt.copy_task", "the copy task is the transformer's data: gpt claims it, "
+                                "with a resume from the other tree"),),
+    headline="parity/test_data.py::"
+             "test_loader_stream_and_cross_implementation_resume_are_bit_identical",
 )

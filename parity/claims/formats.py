@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from parity.claims import Claim
-from parity.claims.formats_small import SMALL_CLAIMS
+from parity.claims import Claim, Helper, Manifest, Twin
+from parity.claims.formats_small import SMALL_CLAIMS, SMALL_ROWS
 
 # One tuple per topic, concatenated below; a topic edits only its own tuple.
 CLAIMS: tuple[Claim, ...] = (
@@ -153,4 +153,60 @@ CLAIMS: tuple[Claim, ...] = (
         reason="Exhaustive form of formats.encode_f32.",
     ),
     *SMALL_CLAIMS,
+)
+
+_ENCODE = ("formats.encode_f32", "formats.encode_f64_correct", "formats.encode_f64_via_f32",
+           "formats.toward_zero", "formats.stochastic_bits", "formats.stochastic_unbiased",
+           "formats.contract", "formats.sweep")
+
+MANIFEST = Manifest(
+    topic="formats",
+    modules=("torch_impl.format_spec", "reference.formats", "torch_impl.formats",
+             "reference.small_formats", "torch_impl.small_formats"),
+    rows=(
+        Twin("SMALL", reference="common.format_spec:EXTENDED",
+             torch="torch_impl.format_spec:SMALL", claims=("formats.small_ranges",)),
+        Twin("TorchFormat", reference="common.format_spec:FloatFormat",
+             torch="torch_impl.format_spec:TorchFormat",
+             claims=("formats.ranges", "formats.small_ranges", "formats.torch_finfo_e5m2fnuz")),
+        Twin("FORMATS", reference="common.format_spec:FORMATS",
+             torch="torch_impl.format_spec:FORMATS", claims=("formats.ranges",)),
+        Twin("get_format", reference="common.format_spec:get_format",
+             torch="torch_impl.format_spec:get_format", claims=("formats.ranges",)),
+        Twin("ROUNDING_MODES", reference="reference.formats:ROUNDING_MODES",
+             torch="torch_impl.formats:ROUNDING_MODES", claims=("formats.contract",)),
+        Twin("OVERFLOW_POLICIES", reference="reference.formats:OVERFLOW_POLICIES",
+             torch="torch_impl.formats:OVERFLOW_POLICIES", claims=("formats.contract",)),
+        Twin("E4M3FN_SATURATES", torch="torch_impl.formats:E4M3FN_SATURATES",
+             claims=("formats.sweep",),
+             why="what this torch's float8_e4m3fn cast does past max (NOTE [ float8_e4m3fn "
+                 "overflow ]): the reference takes either policy as an argument"),
+        Twin("DEFAULT_OVERFLOW", reference="reference.formats:DEFAULT_OVERFLOW",
+             torch="torch_impl.formats:DEFAULT_OVERFLOW", claims=("formats.encode_f32",)),
+        Twin("encode", reference="reference.formats:encode", torch="torch_impl.formats:encode",
+             claims=_ENCODE),
+        Twin("encode_stepwise", reference="reference.formats:encode_stepwise",
+             why="the statement of encode's rounding (decompose, round, pack), held bit-equal "
+                 "to encode by tests/test_encode_fast.py: torch's cast hides its steps"),
+        Twin("draw_random_words", reference="reference.formats:draw_random_words",
+             torch="torch_impl.formats:draw_random_words", claims=("formats.stochastic_bits",)),
+        Twin("decode", reference="reference.formats:decode", torch="torch_impl.formats:decode",
+             claims=("formats.decode", "formats.contract")),
+        Twin("quantize", reference="reference.formats:quantize",
+             torch="torch_impl.formats:quantize", claims=("formats.toward_zero",
+                                                          "formats.contract")),
+        Twin("is_member", reference="reference.formats:is_member",
+             why="a measure in a format, the reference's alone: torch has no membership "
+                 "test (tests/test_formats_reference.py holds it)"),
+        Twin("ulp_distance", reference="reference.formats:ulp_distance",
+             why="the reference's ruler: parity/compare.py counts ulps claims with it"),
+        *SMALL_ROWS,
+    ),
+    helpers=(
+        Helper("reference.encode_kernels",
+               "kernel tuning: encode's block-by-block fast path, held bit-equal to "
+               "encode_stepwise (tests/test_encode_fast.py); stays beside formats.py, which "
+               "runs it"),
+    ),
+    headline="parity/test_formats.py::test_encode_float32_matches_torch_bitwise_on_edges",
 )

@@ -6,7 +6,7 @@ torch 2.7 to 2.13 (whose casts to these formats are the same on 2.7.1, 2.8.0, 2.
 
 from __future__ import annotations
 
-from parity.claims import Claim
+from parity.claims import Claim, Twin
 
 SMALL_CLAIMS: tuple[Claim, ...] = (
     Claim(
@@ -148,4 +148,39 @@ SMALL_CLAIMS: tuple[Claim, ...] = (
         reason="Exhaustive form of formats.small_encode.",
         library=("torch", "ml_dtypes"),
     ),
+)
+
+# The small formats' rows of the formats manifest (parity/claims/formats.py). The reference
+# rounds all nine on integers in reference/formats.py and packs them here; torch_impl rounds
+# by a cast where torch has one (or a sibling's), by exact ops elsewhere.
+SMALL_ROWS: tuple[Twin, ...] = (
+    Twin("NATIVE", torch="torch_impl.small_formats:NATIVE", claims=("formats.small_encode",),
+         why="which of the nine torch casts to: the reference rounds every one itself"),
+    Twin("encode_native", reference="reference.formats:encode",
+         torch="torch_impl.small_formats:encode_native",
+         claims=("formats.small_encode", "formats.e8m0_torch")),
+    Twin("SIBLING", torch="torch_impl.small_formats:SIBLING",
+         why="the formats torch rounds by a sibling's cast (NOTE [ A sibling's cast ])"),
+    Twin("sibling_applies", torch="torch_impl.small_formats:sibling_applies",
+         why="whether a sibling's cast rounds this format: the reference has one path"),
+    Twin("encode_sibling", reference="reference.formats:encode",
+         torch="torch_impl.small_formats:encode_sibling",
+         claims=("formats.small_torch_twin",)),
+    Twin("encode_ops", reference="reference.formats:encode_stepwise",
+         torch="torch_impl.small_formats:encode_ops",
+         claims=("formats.small_rounding", "formats.small_torch_twin")),
+    Twin("nearest_float32", reference="reference.encode_kernels:round_nearest_even",
+         torch="torch_impl.small_formats:nearest_float32",
+         claims=("formats.small_torch_twin", "formats.small_sweep")),
+    Twin("pack_carried", reference="reference.encode_kernels:pack",
+         torch="torch_impl.small_formats:pack_carried", claims=("formats.small_torch_twin",)),
+    Twin("pack", reference="reference.small_formats:pack",
+         torch="torch_impl.small_formats:pack",
+         claims=("formats.small_torch_twin", "formats.small_nan")),
+    Twin("encode_unsigned", reference="reference.small_formats:encode_unsigned",
+         torch="torch_impl.small_formats:encode_ops",
+         claims=("formats.small_rounding", "formats.small_torch_twin")),
+    Twin("decode_values", reference="reference.small_formats:decode_values",
+         torch="torch_impl.small_formats:decode_values",
+         claims=("formats.small_decode", "formats.small_torch_twin")),
 )

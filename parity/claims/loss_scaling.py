@@ -12,7 +12,7 @@ reductions off).
 
 from __future__ import annotations
 
-from parity.claims import Claim
+from parity.claims import Claim, Helper, Manifest, Twin
 
 # The training runs of loss_scaling.train: steps, clipping threshold, and the least number
 # of steps that must clip (norm above max_norm) and must not, so both branches are reached.
@@ -176,4 +176,51 @@ CLAIMS: tuple[Claim, ...] = (
             "the test proves the run reached both skips and growth."
         ),
     ),
+)
+
+_LAB = "the lab: a check a user points at their own trainer, not half of a twin"
+
+MANIFEST = Manifest(
+    topic="loss_scaling",
+    modules=("reference.loss_scale_kernels", "reference.loss_scaling", "reference.clip_grad",
+             "torch_impl.loss_scaling"),
+    rows=(
+        Twin("update_scale_", reference="reference.loss_scale_kernels:update_scale_",
+             alias="torch._amp_update_scale_", claims=("loss_scaling.update_rule",)),
+        Twin("inv_scale", reference="reference.loss_scale_kernels:inv_scale",
+             claims=("loss_scaling.unscale",),
+             why="torch computes it inside GradScaler.unscale_: "
+                 "self._scale.double().reciprocal().float()"),
+        Twin("non_finite_check_and_unscale_",
+             reference="reference.loss_scale_kernels:non_finite_check_and_unscale_",
+             alias="torch._amp_foreach_non_finite_check_and_unscale_",
+             claims=("loss_scaling.unscale",)),
+        Twin("OptState", reference="reference.loss_scaling:OptState",
+             alias="torch.amp.grad_scaler.OptState", claims=("loss_scaling.scaler",)),
+        Twin("GradScaler", reference="reference.loss_scaling:GradScaler",
+             torch="torch_impl.loss_scaling:GradScaler", alias="torch.amp.GradScaler",
+             claims=("loss_scaling.scaler", "loss_scaling.gpt_trajectory")),
+        Twin("StaticLossScaler", reference="reference.loss_scaling:StaticLossScaler",
+             why="the reference's comparison point (a fixed S): torch has no static scaler"),
+        Twin("step_skipped", reference="reference.loss_scaling:step_skipped",
+             torch="torch_impl.loss_scaling:step_skipped",
+             claims=("loss_scaling.train", "loss_scaling.gpt_trajectory"),
+             disorder="torch_impl/loss_scaling.py defines it after make_scaler, "
+                      "reference/loss_scaling.py before"),
+        Twin("make_scaler", reference="reference.loss_scaling:make_scaler",
+             torch="torch_impl.loss_scaling:make_scaler",
+             claims=("loss_scaling.underflow_mask", "loss_scaling.train")),
+        Twin("get_total_norm", reference="reference.clip_grad:get_total_norm",
+             alias="torch.nn.utils.get_total_norm", claims=("loss_scaling.clip_grad_norm",)),
+        Twin("clip_grads_with_norm_", reference="reference.clip_grad:clip_grads_with_norm_",
+             alias="torch.nn.utils.clip_grads_with_norm_", claims=("loss_scaling.clip",)),
+        Twin("clip_grad_norm_", reference="reference.clip_grad:clip_grad_norm_",
+             alias="torch.nn.utils.clip_grad_norm_",
+             claims=("loss_scaling.clip", "loss_scaling.clip_grad_norm")),
+    ),
+    helpers=(
+        Helper("torch_impl.scaler_guard", _LAB + " (ScalerGuard: loss-scaling misuse)"),
+        Helper("torch_impl.scaler_guard_probes", _LAB + " (what ScalerGuard observes with)"),
+    ),
+    headline="parity/test_loss_scaling.py::test_scaler_streams_match_torch_bitwise",
 )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from parity.claims import Claim
+from parity.claims import Claim, Manifest, Twin
 
 # nn: most bounds are `eps` claims, |a - b| <= c eps S elementwise, with eps the compared
 # dtype's machine epsilon (2^-23 for float32, 2^-52 for float64), u = eps/2 the unit
@@ -225,4 +225,86 @@ CLAIMS: tuple[Claim, ...] = (
             "constant (max GELU' = 1.1290 < 1.13)."
         ),
     ),
+)
+
+_SAVED, _STATE = ("nn.saved_tensors",), ("nn.state_dict_roundtrip",)
+_NO_CHECK = "a guard of the reference's own: torch's kernels raise their own errors"
+
+MANIFEST = Manifest(
+    topic="nn",
+    modules=("reference.module", "torch_impl.module", "reference.nn", "torch_impl.nn",
+             "reference.losses"),
+    rows=(
+        Twin("FLOAT_DTYPES", reference="reference.module:FLOAT_DTYPES",
+             why="the dtypes a reference layer computes in: torch's take any dtype"),
+        Twin("INPUT_DTYPES", reference="reference.module:INPUT_DTYPES",
+             why="what a reference layer accepts (autocast's 2-byte arrays too): torch's any"),
+        Twin("Parameter", reference="reference.module:Parameter",
+             alias="torch.nn.Parameter", claims=_STATE),
+        Twin("SavedTensor", reference="reference.module:SavedTensor",
+             torch="torch_impl.module:SavedTensor", claims=_SAVED),
+        Twin("RemovableHandle", reference="reference.module:RemovableHandle",
+             alias="torch.utils.hooks.RemovableHandle"),
+        Twin("register_module_forward_pre_hook",
+             reference="reference.module:register_module_forward_pre_hook",
+             alias="torch.nn.modules.module.register_module_forward_pre_hook"),
+        Twin("register_module_forward_hook",
+             reference="reference.module:register_module_forward_hook",
+             alias="torch.nn.modules.module.register_module_forward_hook"),
+        Twin("register_module_full_backward_hook",
+             reference="reference.module:register_module_full_backward_hook",
+             alias="torch.nn.modules.module.register_module_full_backward_hook"),
+        Twin("hooked_call", reference="reference.module:hooked_call",
+             alias="torch.nn.Module.__call__"),
+        Twin("Node", reference="reference.module:Node", alias="torch.autograd.graph.Node",
+             claims=_SAVED),
+        Twin("saved_key", reference="reference.module:Node.save_for_backward",
+             torch="torch_impl.module:saved_key",
+             why="torch's side reads what a node saved off its attributes (node._saved_x)"),
+        Twin("saved_tensor_names", reference="reference.module:Node.saved_tensors",
+             torch="torch_impl.module:saved_tensor_names", claims=_SAVED),
+        Twin("saved_during", reference="reference.module:Node.tape",
+             torch="torch_impl.module:saved_during", claims=_SAVED),
+        Twin("Module", reference="reference.module:Module", alias="torch.nn.Module",
+             claims=_STATE),
+        Twin("measure_saved_tensors", reference="reference.module:Module.tape",
+             torch="torch_impl.module:measure_saved_tensors", claims=_SAVED),
+        Twin("state_dict_to_torch", reference="reference.module:Module.state_dict",
+             torch="torch_impl.module:state_dict_to_torch", claims=_STATE),
+        Twin("state_dict_from_torch", reference="reference.module:Module.load_state_dict",
+             torch="torch_impl.module:state_dict_from_torch", claims=_STATE),
+        Twin("check_float", reference="reference.module:check_float", why=_NO_CHECK),
+        Twin("check_grad", reference="reference.module:check_grad", why=_NO_CHECK),
+        Twin("matmul", reference="reference.nn:matmul", alias="torch.matmul",
+             claims=("nn.linear",)),
+        Twin("Linear", reference="reference.nn:Linear", alias="torch.nn.Linear",
+             claims=("nn.linear",)),
+        Twin("init_linear_", reference="reference.nn:Linear.__init__",
+             torch="torch_impl.nn:init_linear_",
+             why="nn.Linear's init from a given generator: the reference's Linear draws "
+                 "the same distribution from its rng, not the same numbers"),
+        Twin("ReLU", reference="reference.nn:ReLU", alias="torch.nn.ReLU",
+             claims=("nn.relu",)),
+        Twin("Tanh", reference="reference.nn:Tanh", alias="torch.nn.Tanh",
+             claims=("nn.tanh.forward", "nn.tanh.backward")),
+        Twin("GELU", reference="reference.nn:GELU", alias="torch.nn.GELU",
+             claims=("nn.gelu.forward", "nn.gelu.backward", "nn.gelu_tanh.forward",
+                     "nn.gelu_tanh.backward")),
+        Twin("Dropout", reference="reference.nn:Dropout", alias="torch.nn.Dropout",
+             claims=("nn.dropout",)),
+        Twin("Sequential", reference="reference.nn:Sequential", alias="torch.nn.Sequential",
+             claims=("nn.mlp.forward",)),
+        Twin("ACTIVATIONS", reference="reference.nn:ACTIVATIONS",
+             torch="torch_impl.nn:ACTIVATIONS"),
+        Twin("make_mlp", reference="reference.nn:make_mlp", torch="torch_impl.nn:make_mlp",
+             claims=("nn.mlp.forward",)),
+        Twin("REDUCTIONS", reference="reference.losses:REDUCTIONS",
+             why="the reduction strings every loss takes: torch checks them in each loss"),
+        Twin("Loss", reference="reference.losses:Loss", alias="torch.nn.modules.loss._Loss"),
+        Twin("MSELoss", reference="reference.losses:MSELoss", alias="torch.nn.MSELoss",
+             claims=("nn.mse_loss.elementwise", "nn.mse_loss.reduced")),
+        Twin("CrossEntropyLoss", reference="reference.losses:CrossEntropyLoss",
+             alias="torch.nn.CrossEntropyLoss", claims=("nn.cross_entropy",)),
+    ),
+    headline="parity/test_nn.py::test_mlp_matches_torch_end_to_end_and_layer_by_layer",
 )
