@@ -3,7 +3,7 @@ integers (bytes, FLOPs) exactly: a difference is a missing or extra term, never 
 
 from __future__ import annotations
 
-from parity.claims import Claim
+from parity.claims import Claim, Helper, Manifest, Twin
 
 CLAIMS: tuple[Claim, ...] = (
     Claim(
@@ -176,4 +176,111 @@ CLAIMS: tuple[Claim, ...] = (
             "not by rounding."
         ),
     ),
+)
+
+_STATE = ("accounting.state_bytes", "accounting.gpt_state_bytes")
+_HELD = ("accounting.activation_bytes",)
+_GPT_HELD = ("accounting.gpt_activation_bytes",)
+_FLOPS = ("accounting.flops",)
+_GPT_FLOPS = ("accounting.gpt_flops", "accounting.gpt_sdpa_flops")
+_COUNTER = "torch.utils.flop_counter.FlopCounterMode"
+_HOOKS = "torch_impl.accounting:StepMeter.held"
+_FORMULA = "a formula's argument: torch's side measures the tensors as they are"
+_PUBLISHED = "a published approximation set beside the exact count: nothing in torch to hold"
+
+
+def _formula(module: str, name: str, *claims: str, why: str = _FORMULA) -> Twin:
+    return Twin(name, reference=f"reference.{module}:{name}", claims=claims, why=why)
+
+
+def _measured(module: str, name: str, *claims: str, alias: str = _COUNTER,
+              torch: str | None = None) -> Twin:
+    return Twin(name, reference=f"reference.{module}:{name}", torch=torch,
+                alias=None if torch else alias, claims=claims)
+
+
+MANIFEST = Manifest(
+    topic="accounting",
+    modules=("reference.accounting", "torch_impl.accounting", "reference.accounting_gpt",
+             "reference.flops", "reference.flops_published"),
+    rows=(
+        _formula("accounting", "OPTIMIZERS", *_STATE),
+        _formula("accounting", "PRECISIONS", *_STATE),
+        _formula("accounting", "STATE_DTYPES", *_STATE),
+        _formula("accounting", "PROJECT_PRECISIONS", *_STATE),
+        Twin.same("accounting", "PER_TENSOR_STATE", *_STATE),
+        Twin("CUDA_BLOCK", torch="torch_impl.accounting:CUDA_BLOCK",
+             why="the CUDA caching allocator's rounding: the reference has no allocator"),
+        _formula("accounting", "training_memory", *_STATE,
+                 why="the formula (NOTE [ Training state bytes ]): torch's side measures it, "
+                     "state_bytes below"),
+        _formula("accounting", "optimizer_step_bytes", *_STATE),
+        _formula("accounting", "memory_arguments", *_STATE),
+        _formula("accounting", "project_precisions", *_STATE),
+        _formula("accounting", "KORTHIKANTI_RECOMPUTE", why=_PUBLISHED),
+        _formula("accounting", "KORTHIKANTI_TERMS", why=_PUBLISHED),
+        _formula("accounting", "korthikanti_terms", why=_PUBLISHED),
+        _formula("accounting", "activation_bytes", why=_PUBLISHED),
+        _formula("accounting", "mlp_param_count", *_STATE),
+        _formula("accounting", "mlp_param_tensors", *_STATE),
+        _formula("accounting", "Saved", *_HELD,
+                 why="a save the formula predicts; torch's Packed (below) is one it measured"),
+        _measured("accounting", "mlp_saved", *_HELD, torch=_HOOKS),
+        _measured("accounting", "held_bytes", *_HELD, torch=_HOOKS),
+        _measured("accounting", "mlp_activation_bytes", *_HELD, torch=_HOOKS),
+        _measured("accounting", "loss_saved", *_HELD, torch=_HOOKS),
+        Twin.same("accounting", "parameter_bytes", *_STATE),
+        Twin.same("accounting", "gradient_bytes", *_STATE),
+        Twin.same("accounting", "optimizer_state_bytes", *_STATE),
+        Twin.same("accounting", "state_bytes", *_STATE),
+        Twin.same("accounting", "distinct_bytes", *_HELD),
+        Twin("cuda_allocated", torch="torch_impl.accounting:cuda_allocated",
+             why="what the CUDA allocator hands out for one request: no allocator in NumPy"),
+        Twin("FlopCount", torch="torch_impl.accounting:FlopCount", claims=_FLOPS,
+             why="FlopCounterMode's total by phase: the reference counts by formula "
+                 "(reference/flops.py) and off its tape"),
+        Twin("Packed", reference="reference.accounting:Saved",
+             torch="torch_impl.accounting:Packed", claims=_HELD),
+        Twin("StepMeter", reference="reference.accounting:tape_bytes",
+             torch="torch_impl.accounting:StepMeter",
+             claims=(*_HELD, *_FLOPS, *_GPT_FLOPS, *_GPT_HELD)),
+        Twin("checkpointed", reference="reference.recompute_gpt:set_recompute",
+             torch="torch_impl.accounting:checkpointed", claims=("accounting.gpt_flops",)),
+        _measured("accounting", "tape_flops", "accounting.tape_flops"),
+        _measured("accounting", "run_flops", "accounting.tape_flops"),
+        _formula("accounting_gpt", "GPT_RECOMPUTE", *_GPT_HELD),
+        _measured("accounting_gpt", "gpt_saved", *_GPT_HELD, torch=_HOOKS),
+        _formula("accounting_gpt", "AFFINE_FROM", *_GPT_HELD),
+        _measured("accounting_gpt", "gpt_activation_bytes", *_GPT_HELD, torch=_HOOKS),
+        _measured("accounting_gpt", "gpt_tape_gemms", "accounting.gpt_tape_flops"),
+        _measured("accounting_gpt", "gpt_tape_flops", "accounting.gpt_tape_flops"),
+        _formula("flops", "RECOMPUTE", *_GPT_FLOPS),
+        _formula("flops", "BLOCK_GEMMS", *_GPT_FLOPS),
+        _formula("flops", "check_gpt", *_GPT_FLOPS),
+        _measured("flops", "gpt_param_shapes", "accounting.gpt_state_bytes",
+                  alias="torch.nn.Module.named_parameters"),
+        _formula("flops", "gpt_param_tensors", "accounting.gpt_state_bytes"),
+        _formula("flops", "gpt_param_count", "accounting.gpt_state_bytes"),
+        _formula("flops", "Gemm", *_GPT_FLOPS),
+        _measured("flops", "transformer_gemms", *_GPT_FLOPS),
+        _measured("flops", "transformer_forward_flops", "accounting.gpt_tape_flops"),
+        _measured("flops", "transformer_phase_flops", *_GPT_FLOPS),
+        _measured("flops", "transformer_flops", *_GPT_FLOPS),
+        _formula("flops", "MLP_ACTIVATIONS", *_FLOPS),
+        _formula("flops", "mlp_layers", *_FLOPS),
+        _formula("flops", "recompute_runs", *_FLOPS),
+        _measured("flops", "mlp_flops", *_FLOPS),
+        _formula("flops_published", "kaplan_flops", why=_PUBLISHED),
+        _formula("flops_published", "palm_flops", why=_PUBLISHED),
+        _formula("flops_published", "chinchilla_flops", why=_PUBLISHED),
+        _formula("flops_published", "Approximation", why=_PUBLISHED),
+        _formula("flops_published", "flop_approximations", why=_PUBLISHED),
+    ),
+    helpers=(
+        Helper("torch_impl.accounting_any",
+               "the lab: accounting a user's own nn.Module (python -m parity account), not "
+               "half of a twin"),
+    ),
+    headline="parity/test_accounting.py::"
+             "test_held_bytes_equal_the_formula_torch_hooks_and_the_reference_tape",
 )

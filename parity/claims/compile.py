@@ -11,7 +11,7 @@ observed to bound is generated into docs/compile.md.
 
 from __future__ import annotations
 
-from parity.claims import Claim
+from parity.claims import Claim, Manifest, Twin
 
 CLAIMS: tuple[Claim, ...] = (
     Claim(
@@ -238,4 +238,38 @@ CLAIMS: tuple[Claim, ...] = (
             "guard T <= block_size, which a full block passes."
         ),
     ),
+)
+
+_TORCH = "compiling is torch's alone: no reference twin (NOTE [ What torch.compile does ])"
+_RECOMPILES = ("compile.recompiles", "compile.gpt_recompiles")
+
+MANIFEST = Manifest(
+    topic="compile",
+    modules=("torch_impl.compile",),
+    rows=(
+        Twin("TOKEN_ASSERT_KEPT", torch="torch_impl.compile:TOKEN_ASSERT_KEPT",
+             claims=("compile.gpt_eager",), why=_TORCH),
+        Twin("ForwardLoss", torch="torch_impl.compile:ForwardLoss", why=_TORCH),
+        Twin("forward_loss", torch="torch_impl.compile:forward_loss", claims=("compile.eager",),
+             why=_TORCH),
+        Twin("compile_forward_loss", reference="reference.nn:Sequential.forward",
+             torch="torch_impl.compile:compile_forward_loss",
+             claims=("compile.eager", "compile.reference", "compile.bf16")),
+        Twin("compile_train_step", reference="reference.train:train_step",
+             torch="torch_impl.compile:compile_train_step", claims=("compile.train_step",)),
+        Twin("compile_gpt_forward", reference="reference.gpt:GPT.forward",
+             torch="torch_impl.compile:compile_gpt_forward",
+             claims=("compile.gpt_eager", "compile.gpt_reference", "compile.gpt_bf16")),
+        Twin("Explanation", torch="torch_impl.compile:Explanation", claims=("compile.breaks",),
+             why=_TORCH),
+        Twin("explain", torch="torch_impl.compile:explain", claims=("compile.breaks",),
+             why=_TORCH),
+        Twin("Recompiles", torch="torch_impl.compile:Recompiles", claims=_RECOMPILES,
+             why=_TORCH),
+        Twin("count_recompiles", torch="torch_impl.compile:count_recompiles",
+             claims=_RECOMPILES, why=_TORCH),
+    ),
+    headline="parity/test_compile.py::"
+             "test_compiled_mlp_matches_eager_and_reference_within_six_sigma_of_the_propagated"
+             "_roundings",
 )

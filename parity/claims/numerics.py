@@ -3,7 +3,7 @@ and the registry: parity/tolerances.py)."""
 
 from __future__ import annotations
 
-from parity.claims import Claim
+from parity.claims import Claim, Helper, Manifest, Twin
 
 CLAIMS: tuple[Claim, ...] = (
     Claim(
@@ -110,4 +110,88 @@ CLAIMS: tuple[Claim, ...] = (
             "rounds to zero."
         ),
     ),
+)
+
+_FIRST = ("numerics.first_invalid",)
+_COUNTS = ("numerics.format_view", "numerics.first_invalid", "numerics.underflow_counts")
+_REPLAY = ("numerics.replay_node",)
+_ONE_PASS = ("the layout of torch's one-pass count (NOTE [ One pass of counting ]): the "
+             "reference counts each column directly")
+_ANY = "the detector on any trainer's own step, for the lab: the reference runs train_step"
+_same = Twin.same
+
+MANIFEST = Manifest(
+    topic="numerics",
+    modules=("reference.numerics", "torch_impl.numerics", "torch_impl.numerics_counts",
+             "reference.numerics_locate", "torch_impl.numerics_locate", "reference.faults",
+             "torch_impl.faults"),
+    rows=(
+        Twin("OP_NAMES", reference="reference.numerics:OP_NAMES", claims=_FIRST,
+             why="torch's node name per reference node: torch reads it off the graph"),
+        Twin("VIEWS", torch="torch_impl.numerics:VIEWS", claims=_FIRST,
+             why="the view nodes torch's op_name looks through: the reference makes none"),
+        _same("numerics", "op_name", *_FIRST),
+        _same("numerics", "view_format", "numerics.format_view"),
+        Twin("STRIDE", torch="torch_impl.numerics_counts:STRIDE", why=_ONE_PASS),
+        Twin("ARITHMETIC_FROM", torch="torch_impl.numerics_counts:ARITHMETIC_FROM",
+             why=_ONE_PASS),
+        Twin("past_range", reference="common.numerics_report:thresholds",
+             torch="torch_impl.numerics_counts:past_range", claims=("numerics.format_view",)),
+        Twin("thresholds_bits", reference="common.numerics_report:thresholds",
+             torch="torch_impl.numerics_counts:thresholds_bits",
+             claims=("numerics.format_view",)),
+        Twin("bucket_counts", reference="reference.numerics:count_rows",
+             torch="torch_impl.numerics_counts:bucket_counts", claims=_COUNTS),
+        Twin("gathered", torch="torch_impl.numerics_counts:gathered", why=_ONE_PASS),
+        Twin("rows", torch="torch_impl.numerics_counts:rows", why=_ONE_PASS),
+        Twin("count_rows", reference="reference.numerics:count_rows",
+             torch="torch_impl.numerics_counts:count_rows", claims=_COUNTS),
+        _same("numerics", "first_nonfinite", *_FIRST),
+        _same("numerics", "input_range", *_FIRST),
+        _same("numerics", "input_ranges", *_FIRST),
+        _same("numerics", "leaf_paths", *_FIRST),
+        _same("numerics", "all_paths", *_FIRST),
+        _same("numerics", "Detector", *_COUNTS),
+        _same("numerics", "model_name", *_FIRST),
+        Twin("backward_name", reference="reference.numerics:backward_name",
+             alias="torch.autograd.detect_anomaly", claims=_REPLAY),
+        _same("numerics", "anomaly_replay", *_REPLAY),
+        Twin("checked_step", torch="torch_impl.numerics:checked_step", why=_ANY),
+        Twin("replay_step", torch="torch_impl.numerics:replay_step", why=_ANY),
+        Twin("OPS", reference="reference.numerics_locate:OPS", claims=_FIRST,
+             why="the reference's ops by torch's node names: torch's dispatch names them "
+                 "(node_name)"),
+        Twin("Autocast", reference="reference.amp:AutocastState",
+             torch="torch_impl.numerics_locate:Autocast", claims=_FIRST),
+        Twin("Call", torch="torch_impl.numerics_locate:Call",
+             why="a call's keyword arguments (a user's model takes them): reference modules "
+                 "take positional ones"),
+        Twin("autocast_state", reference="reference.amp:autocast_state",
+             torch="torch_impl.numerics_locate:autocast_state", claims=_FIRST),
+        _same("numerics_locate", "finite", *_FIRST),
+        Twin("is_float", reference="reference.numerics_locate:is_float",
+             alias="torch.is_floating_point", claims=_FIRST),
+        _same("numerics_locate", "ended_maker", *_FIRST),
+        _same("numerics_locate", "maker", *_FIRST),
+        Twin("UFUNCS", reference="reference.numerics_locate:UFUNCS", claims=_FIRST,
+             why="the NumPy ufuncs a re-run watches, by torch's node names: torch's dispatch "
+                 "names its own ops (node_name)"),
+        Twin("node_name", reference="reference.numerics_locate:OPS",
+             torch="torch_impl.numerics_locate:node_name", claims=_FIRST),
+        _same("numerics_locate", "watch_ops", *_FIRST),
+        _same("faults", "apply_fault", "numerics.first_invalid", "numerics.underflow_counts"),
+        Twin("log", reference="reference.faults:log", alias="torch.log", claims=_FIRST),
+        _same("faults", "HandWrittenCrossEntropy", *_FIRST),
+        _same("faults", "LOSSES", *_FIRST),
+        _same("faults", "loss_of", *_REPLAY),
+    ),
+    helpers=(
+        Helper("torch_impl.numerics_extremes",
+               "kernel tuning: torch's count of large tensors, row for row the bucket pass "
+               "(NOTE [ Counting by the magnitude's extremes ]); stays beside numerics.py, "
+               "which runs it"),
+        Helper("torch_impl.host_reads",
+               "the lab: finding the .item() syncs in a user's own loop, not half of a twin"),
+    ),
+    headline="parity/test_numerics.py::test_both_trees_name_the_same_first_invalid_value",
 )

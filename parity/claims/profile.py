@@ -4,7 +4,7 @@ profile`, never claimed (a shared machine moves them by more than any bound wort
 
 from __future__ import annotations
 
-from parity.claims import Claim
+from parity.claims import Claim, Manifest, Twin
 
 CLAIMS: tuple[Claim, ...] = (
     Claim(
@@ -128,4 +128,62 @@ CLAIMS: tuple[Claim, ...] = (
             "and NOTE [ What the transformer saves ]."
         ),
     ),
+)
+
+_PHASES = ("profile.phase_intervals",)
+_BYTES = ("profile.boundary_bytes", "profile.reference_boundary_bytes",
+          "profile.gpt_boundary_bytes")
+_SHEET = ("the prediction sheet (NOTE [ Predicting a phase ]), written once: the lab sets it "
+          "beside either tree's times")
+_DEVICE = "a device's own cost (queue, copy, workspace, sync): the reference has no device"
+_WORKER = "a loader worker's latency (NOTE [ A sync on the CPU ]): the reference is one process"
+_same = Twin.same
+
+MANIFEST = Manifest(
+    topic="profile",
+    modules=("reference.profile", "torch_impl.profile", "reference.profile_meters",
+             "torch_impl.profile_meters"),
+    rows=(
+        Twin("PHASES", reference="reference.profile:PHASES", claims=_PHASES, why=_SHEET),
+        Twin("CATEGORIES", reference="reference.profile:CATEGORIES", claims=_BYTES, why=_SHEET),
+        Twin("TRAFFIC_WORDS", reference="reference.profile:TRAFFIC_WORDS", why=_SHEET),
+        Twin("roofline_seconds", reference="reference.profile:roofline_seconds", why=_SHEET),
+        Twin("optimizer_moved_bytes", reference="reference.profile:optimizer_moved_bytes",
+             why=_SHEET),
+        Twin("slowest", reference="reference.profile:slowest", why=_SHEET),
+        Twin("device_sync", torch="torch_impl.profile:device_sync", why=_DEVICE),
+        _same("profile", "matmul_rate"),
+        _same("profile", "copy_bandwidth"),
+        Twin("h2d_bandwidth", torch="torch_impl.profile:h2d_bandwidth", why=_DEVICE),
+        _same("profile", "op_overhead"),
+        Twin("Step", reference="reference.profile:Step", torch="torch_impl.profile:Step",
+             claims=_PHASES, disorder="torch_impl/profile.py defines it first, "
+                                      "reference/profile.py after the probes"),
+        Twin("cublas_workspace_bytes", torch="torch_impl.profile:cublas_workspace_bytes",
+             why=_DEVICE),
+        Twin("sync_latency", torch="torch_impl.profile:sync_latency", why=_DEVICE),
+        _same("profile", "PhaseTimer", *_PHASES),
+        _same("profile", "drive_step", *_PHASES),
+        Twin("HostBatches", torch="torch_impl.profile:HostBatches", claims=_BYTES,
+             why="the batch on the host, for the host-to-device phase: the reference has no "
+                 "device"),
+        Twin("SlowStorage", torch="torch_impl.profile:SlowStorage", why=_WORKER),
+        Twin("WorkerBatches", torch="torch_impl.profile:WorkerBatches", why=_WORKER),
+        Twin("profiled_steps", torch="torch_impl.profile:profiled_steps",
+             why="a torch.profiler trace of the phases beside every aten op: no profiler "
+                 "in NumPy"),
+        _same("profile_meters", "BoundaryMemory", *_BYTES),
+        Twin("OpCensus", torch="torch_impl.profile_meters:OpCensus",
+             why="the aten ops each phase dispatches: the reference's ops are Python calls"),
+        Twin("item_in_forward", torch="torch_impl.profile_meters:item_in_forward",
+             why="the seeded .item() sync (NOTE [ Honest timing ]): nothing to sync in NumPy"),
+        Twin("tape_nodes", reference="reference.profile_meters:tape_nodes",
+             claims=("profile.gpt_reference_tape",),
+             why="the nodes whose tapes the reference reads: torch's hooks see every save"),
+        Twin("saved_by_module", reference="reference.module:Module.tape",
+             torch="torch_impl.profile_meters:saved_by_module", claims=("profile.saved_tensors",)),
+        Twin("transformer_phase_flops", reference="reference.flops:transformer_phase_flops",
+             torch="torch_impl.accounting:StepMeter", claims=("profile.gpt_flops",)),
+    ),
+    headline="parity/test_profile.py::test_phases_are_disjoint_ordered_intervals_inside_each_step",
 )

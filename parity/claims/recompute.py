@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from parity.claims import Claim
+from parity.claims import Claim, Manifest, Twin
 
 CLAIMS: tuple[Claim, ...] = (
     Claim(
@@ -159,4 +159,71 @@ CLAIMS: tuple[Claim, ...] = (
             "output, one storage in both trees; everything else is gpt.saved_tensors' tape."
         ),
     ),
+)
+
+_GRADS = ("recompute.grads_reference", "recompute.grads_torch")
+_MEASURED = ("recompute.held_bytes", "recompute.counts", "recompute.early_stop")
+_GPT = ("recompute.gpt_grads_reference", "recompute.gpt_grads_torch",
+        "recompute.gpt_held_bytes")
+_AUTOGRAD = "autograd's backward recomputes in torch: the plan is a loop in forward_with_schedule"
+_PLANS = ("recompute.plans",)
+
+_same = Twin.same
+
+
+MANIFEST = Manifest(
+    topic="recompute",
+    modules=("reference.recompute", "torch_impl.recompute", "reference.recompute_plans",
+             "torch_impl.recompute_plans", "reference.recompute_gpt", "torch_impl.recompute_gpt"),
+    rows=(
+        Twin("Item", reference="reference.recompute:Item", why=_AUTOGRAD),
+        Twin("Counter", reference="reference.recompute:Counter", claims=("recompute.counts",),
+             why="the reference counts each layer's forwards; torch's measure counts them "
+                 "with forward hooks"),
+        Twin("Region", reference="reference.recompute:Region", claims=_GRADS, why=_AUTOGRAD),
+        Twin("Checkpoint", reference="reference.recompute:Checkpoint",
+             claims=("recompute.grads_reference", "recompute.early_stop"),
+             why="torch.utils.checkpoint keeps the same input, RNG and autocast state in its "
+                 "frames: the twin is checkpoint below"),
+        Twin("distinct_bytes", reference="reference.recompute:distinct_bytes",
+             torch="torch_impl.accounting:distinct_bytes", claims=("recompute.held_bytes",)),
+        Twin("CHECKPOINT_PACKS_DUMMY", torch="torch_impl.recompute:CHECKPOINT_PACKS_DUMMY",
+             claims=("recompute.held_bytes",),
+             why="how a torch version saves a checkpoint's inputs (a 0-byte dummy before "
+                 "2.12): the reference keeps its input alone"),
+        Twin("dropout_saves_bool_mask", torch="torch_impl.recompute:dropout_saves_bool_mask",
+             claims=("recompute.held_bytes",),
+             why="where nn.Dropout saves a bool mask (CUDA): the reference's mask is in the "
+                 "input dtype, as the CPU's"),
+        Twin("ScheduledRun", reference="reference.recompute:ScheduledRun", claims=_GRADS,
+             why="autograd's backward recomputes in torch; measure (below) observes what this "
+                 "reads off its tape"),
+        _same("recompute", "forward_with_schedule", *_GRADS),
+        _same("recompute", "checkpoint", *_GRADS),
+        _same("recompute", "checkpoint_sequential", *_GRADS),
+        Twin("Measurement", reference="reference.recompute:ScheduledRun",
+             torch="torch_impl.recompute:Measurement", claims=_MEASURED),
+        Twin("measure", reference="reference.recompute:ScheduledRun.backward",
+             torch="torch_impl.recompute:measure", claims=_MEASURED),
+        _same("recompute_plans", "parse_schedule", *_PLANS),
+        Twin("revolve_cost", reference="reference.recompute_plans:revolve_cost", claims=_PLANS,
+             why="the reference searches the cost table; torch's planner takes the closed "
+                 "form's split (revolve_split)"),
+        _same("recompute_plans", "revolve_split", *_PLANS),
+        _same("recompute_plans", "revolve_plan", *_PLANS),
+        Twin("binomial_cost", reference="reference.recompute_plans:binomial_cost",
+             claims=_PLANS, why="Griewank-Walther's closed form, the reference's check of "
+                                "revolve_cost: a plan's cost is no torch quantity"),
+        Twin("checkpoints_held", reference="reference.recompute_plans:checkpoints_held",
+             why="the segment inputs a plan stores at once, for check_budget: torch_impl "
+                 "takes the closed form's plan as it is"),
+        Twin("check_budget", reference="reference.recompute_plans:check_budget",
+             why="the reference checks its searched plan against the slots: the closed form "
+                 "torch_impl plans with needs no check"),
+        _same("recompute_gpt", "RecomputedCore", *_GPT),
+        _same("recompute_gpt", "recompute_attention_cores", *_GPT),
+        _same("recompute_gpt", "set_recompute", *_GPT),
+    ),
+    headline="parity/test_recompute.py::"
+             "test_held_bytes_and_recompute_counts_predicted_by_the_reference_match_torch",
 )

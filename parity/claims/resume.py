@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from parity.claims import Claim
+from parity.claims import Claim, Helper, Manifest, Twin
 
 CLAIMS: tuple[Claim, ...] = (
     Claim(
@@ -65,4 +65,39 @@ CLAIMS: tuple[Claim, ...] = (
             "streams restart from the seed (NOTE [ Cross-implementation mapping ])."
         ),
     ),
+)
+
+_same = Twin.same
+_CROSS = ("resume.cross_impl_state", "resume.cross_impl_resume")
+_CRAFTED = ("resume.crafted_refused",)
+_MAPPING = "the mapping between the trees' states: the reference's is the one both map to"
+_LAB = "the lab: the resume check a user points at their own trainer, not half of a twin"
+
+
+MANIFEST = Manifest(
+    topic="resume",
+    modules=("reference.resume", "torch_impl.resume"),
+    rows=(
+        _same("resume", "PAYLOAD", *_CROSS),
+        _same("resume", "WRITER", *_CROSS),
+        _same("resume", "write_state", *_CROSS),
+        _same("resume", "decode_state", *_CROSS, *_CRAFTED),
+        _same("resume", "save_checkpoint", *_CROSS),
+        _same("resume", "load_checkpoint", *_CROSS, *_CRAFTED),
+        _same("resume", "CheckpointManager", "resume.cross_impl_resume"),
+        Twin("MAPPED_KEYS", torch="torch_impl.resume:MAPPED_KEYS", claims=_CROSS, why=_MAPPING),
+        Twin("CONVERTED", torch="torch_impl.resume:CONVERTED", claims=_CROSS, why=_MAPPING),
+        Twin("state_from_reference", torch="torch_impl.resume:state_from_reference",
+             claims=_CROSS, why=_MAPPING),
+        Twin("state_to_reference", torch="torch_impl.resume:state_to_reference",
+             claims=_CROSS, why=_MAPPING),
+    ),
+    helpers=(
+        Helper("torch_impl.resume_check", _LAB + " (N steps straight against a resume)"),
+        Helper("torch_impl.resume_worker", _LAB + " (its child process)"),
+        Helper("torch_impl.resume_state", _LAB + " (what it reads out of a trainer)"),
+        Helper("torch_impl.audit", "the lab: loading a checkpoint someone else wrote "
+                                   "(python -m parity audit), not half of a twin"),
+    ),
+    headline="parity/test_resume.py::test_reference_state_through_torch_and_back_is_bit_identical",
 )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from parity.claims import Claim
+from parity.claims import Claim, Manifest, Twin
 
 CLAIMS: tuple[Claim, ...] = (
     Claim(
@@ -56,4 +56,36 @@ CLAIMS: tuple[Claim, ...] = (
             "Python reprs of the scaler's floats and ints."
         ),
     ),
+)
+
+_RUN = ("train.resume_exact", "train.kill_resume")
+
+_same = Twin.same
+
+
+MANIFEST = Manifest(
+    topic="train",
+    modules=("reference.train", "torch_impl.train", "reference.train_models",
+             "torch_impl.train_models", "reference.state_digest", "torch_impl.state_digest"),
+    rows=(
+        _same("train", "Run", *_RUN),
+        _same("train", "restored", "train.resume_exact"),
+        _same("train", "train", *_RUN),
+        _same("train", "train_step", "train.resume_exact", "loss_scaling.train"),
+        Twin("NextTokenLoss", reference="reference.gpt:NextTokenLoss",
+             torch="torch_impl.train_models:NextTokenLoss", claims=("gpt.loss",)),
+        _same("train_models", "Parts", "train.resume_exact"),
+        _same("train_models", "gpt_config", "train.resume_exact"),
+        _same("train_models", "build", "train.resume_exact"),
+        _same("train_models", "batch_of", "train.resume_exact"),
+        _same("state_digest", "as_array", "train.digest_cross_impl"),
+        _same("state_digest", "state_digest", "train.digest_cross_impl", "train.kill_resume"),
+    ),
+    borrowed=(
+        ("loss_scaling.train", "40 synced steps of each tree's train_step: loss scaling's "
+                               "claim, for the clipping and skipping it exercises"),
+        ("gpt.loss", "the reference computes it inside GPT.forward (reference/gpt.py): the "
+                     "transformer's claim"),
+    ),
+    headline="parity/test_train.py::test_interrupted_and_resumed_equals_uninterrupted_bit_for_bit",
 )
