@@ -10,9 +10,9 @@ NCCL's all_reduce (one GPU per rank, so at least two GPUs).
 
 from __future__ import annotations
 
-from parity.claims import Claim
-from parity.claims.ddp_ckpt import CKPT_CLAIMS
-from parity.claims.ddp_scaler import SCALER_CLAIMS
+from parity.claims import Claim, Manifest, Twin
+from parity.claims.ddp_ckpt import CKPT_CLAIMS, CKPT_ROWS
+from parity.claims.ddp_scaler import SCALER_CLAIMS, SCALER_ROWS
 
 CLAIMS: tuple[Claim, ...] = (
     Claim(
@@ -143,4 +143,75 @@ CLAIMS: tuple[Claim, ...] = (
     ),
     *SCALER_CLAIMS,
     *CKPT_CLAIMS,
+)
+
+_BUCKETS = ("ddp.buckets",)
+_RING = ("ddp.ring_order", "ddp.order_bound")
+_REDUCED = ("ddp.reduced_grads", "ddp.own_reduced")
+_DDP = "torch.nn.parallel.DistributedDataParallel"
+_CPP = "DDP's Reducer does this in C++ (NOTE [ DDP's reducer ]): the reference mirrors it"
+_LAUNCH = "the launcher: process plumbing, not half of a twin (the lab's, later)"
+
+MANIFEST = Manifest(
+    topic="ddp",
+    modules=("reference.ddp", "torch_impl.ddp", "reference.ddp_scaler", "torch_impl.ddp_scaler",
+             "reference.sharded_ckpt", "torch_impl.sharded_ckpt", "reference.ddp_train",
+             "torch_impl.ddp_train"),
+    rows=(
+        Twin("MIB", reference="reference.ddp:MIB", why=_CPP),
+        Twin("MAX_SEGMENT_BYTES", reference="reference.ddp:MAX_SEGMENT_BYTES", claims=_RING,
+             why="gloo's ring segment limit (C++, NOTE [ gloo's ring segments ])"),
+        Twin("FIRST_BUCKET_BYTES", reference="reference.ddp:FIRST_BUCKET_BYTES",
+             claims=_BUCKETS, why=_CPP),
+        Twin("BUCKET_BYTES", reference="reference.ddp:BUCKET_BYTES", claims=_BUCKETS, why=_CPP),
+        Twin("ring_chunks", reference="reference.ddp:ring_chunks", claims=_RING,
+             why="gloo cuts the ring's chunks in C++ (gloo/allreduce.cc)"),
+        Twin("DTYPES", torch="torch_impl.ddp:DTYPES", why=_LAUNCH),
+        Twin("DDPError", torch="torch_impl.ddp:DDPError", why=_LAUNCH),
+        Twin("ring_allreduce", reference="reference.ddp:ring_allreduce",
+             alias="torch.distributed.all_reduce", claims=_RING),
+        Twin("allreduce_job", reference="reference.ddp:ring_allreduce",
+             torch="torch_impl.ddp:allreduce_job", claims=_RING),
+        Twin("naive_sum", reference="reference.ddp:naive_sum", claims=_RING,
+             why="a left-to-right sum: what the ring is not, the claims' control"),
+        Twin("bucket_plan", reference="reference.ddp:bucket_plan",
+             alias="torch.distributed._compute_bucket_assignment_by_size", claims=_BUCKETS),
+        Twin("ready_order", reference="reference.ddp:ready_order", claims=_BUCKETS, why=_CPP),
+        Twin("step_buckets", reference="reference.ddp:step_buckets", alias=_DDP,
+             claims=_BUCKETS),
+        Twin("reduce_gradients", reference="reference.ddp:reduce_gradients", alias=_DDP,
+             claims=_REDUCED),
+        Twin("shard", reference="reference.ddp:shard", torch="torch_impl.ddp:train_job",
+             claims=("ddp.shards",)),
+        Twin("StepRecord", reference="reference.ddp:StepRecord", claims=("ddp.params",),
+             why="what a simulated step records: a torch rank records the same in train_job"),
+        Twin("local_backward", reference="reference.ddp:local_backward",
+             claims=("ddp.own_reduced",),
+             why="every simulated rank's backward: a torch rank runs its own, in train_job"),
+        Twin("reduce_into", reference="reference.ddp:reduce_into", alias=_DDP,
+             claims=_REDUCED),
+        Twin("ddp_step", reference="reference.ddp:ddp_step", torch="torch_impl.ddp:train_job",
+             claims=("ddp.params",)),
+        Twin("fault_job", torch="torch_impl.ddp:fault_job", why=_LAUNCH),
+        Twin("launch", torch="torch_impl.ddp:launch", why=_LAUNCH),
+        Twin("Replica", torch="torch_impl.ddp:Replica", claims=("ddp.params",),
+             why="one torch rank's model under DDP: a simulated rank is an entry of the lists "
+                 "ddp_step takes"),
+        Twin("replica", torch="torch_impl.ddp:replica", claims=("ddp.params",),
+             why="builds a Replica; the reference builds its ranks with train_models.build"),
+        Twin("batches", torch="torch_impl.ddp:batches", claims=("ddp.shards",),
+             why="the loader's global batches, epoch after epoch: reference/ddp_train.py keeps "
+                 "its own (_batches)"),
+        *SCALER_ROWS,
+        *CKPT_ROWS,
+        Twin.same("ddp_train", "PAYLOAD", "ddp.cli_kill_resume"),
+        Twin("Rank", reference="reference.ddp_train:Rank", claims=("ddp.cli_kill_resume",),
+             why="one simulated rank's objects: a torch rank is a process (run)"),
+        Twin("rank_state", reference="reference.ddp_train:rank_state",
+             torch="torch_impl.sharded_ckpt:rank_state", claims=("ddp.ckpt_trees",)),
+        Twin.same("ddp_train", "train", "ddp.cli_kill_resume"),
+        Twin("run", reference="reference.ddp_train:train", torch="torch_impl.ddp_train:run",
+             claims=("ddp.cli_kill_resume",)),
+    ),
+    headline="parity/test_ddp.py::test_reduced_gradients_match_ddp_bitwise_on_every_rank",
 )

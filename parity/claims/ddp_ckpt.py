@@ -4,7 +4,7 @@ NOTE [ Resharding a DDP checkpoint ] in torch_impl/sharded_ckpt.py."""
 
 from __future__ import annotations
 
-from parity.claims import Claim
+from parity.claims import Claim, Twin
 
 CKPT_CLAIMS: tuple[Claim, ...] = (
     Claim(
@@ -111,4 +111,33 @@ CKPT_CLAIMS: tuple[Claim, ...] = (
             "digest is a function of the final bits."
         ),
     ),
+)
+
+# The sharded-checkpoint rows of the ddp manifest (parity/claims/ddp.py).
+_CKPT = ("ddp.ckpt_resume", "ddp.ckpt_reshard", "ddp.ckpt_kill", "ddp.ckpt_trees")
+_DCP = "DCP's versions and notices: the reference writes its own container (ckpt)"
+_JOB = "a launcher job on one rank (process plumbing: the lab's, later)"
+CKPT_ROWS: tuple[Twin, ...] = (
+    Twin.same("sharded_ckpt", "PAYLOAD", "ddp.ckpt_trees"),
+    Twin("FAULTS", torch="torch_impl.sharded_ckpt:FAULTS", claims=("ddp.ckpt_kill",),
+         why="where a seeded kill lands in DCP's save: the reference's container is ckpt's"),
+    Twin("DCP_TAKES_NO_DIST", torch="torch_impl.sharded_ckpt:DCP_TAKES_NO_DIST", why=_DCP),
+    Twin("ONE_PROCESS_WARNING", torch="torch_impl.sharded_ckpt:ONE_PROCESS_WARNING", why=_DCP),
+    Twin("TYPED_STORAGE_WARNING", torch="torch_impl.sharded_ckpt:TYPED_STORAGE_WARNING",
+         why=_DCP),
+    Twin("dcp_notices_ignored", torch="torch_impl.sharded_ckpt:dcp_notices_ignored", why=_DCP),
+    Twin("no_dist_kwargs", torch="torch_impl.sharded_ckpt:no_dist_kwargs", why=_DCP),
+    Twin.same("sharded_ckpt", "save_sharded", *_CKPT),
+    Twin("rank_stream", reference="reference.sharded_ckpt:rank_stream",
+         claims=("ddp.ckpt_reshard",),
+         why="the re-derived per-rank stream: torch's ckpt_job seeds a torch.Generator alike"),
+    Twin.same("sharded_ckpt", "load_sharded", *_CKPT),
+    Twin("rank_state", torch="torch_impl.sharded_ckpt:rank_state", claims=_CKPT,
+         why="this rank's saved table, aliasing live tensors: the reference's is "
+             "ddp_train.rank_state"),
+    Twin("apply_loaded", torch="torch_impl.sharded_ckpt:apply_loaded", claims=_CKPT,
+         why="what DCP loaded put into objects it could not alias: the reference's state is "
+             "plain arrays"),
+    Twin("ckpt_job", torch="torch_impl.sharded_ckpt:ckpt_job", why=_JOB),
+    Twin("run", torch="torch_impl.sharded_ckpt:run", claims=_CKPT, why=_JOB),
 )

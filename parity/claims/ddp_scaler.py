@@ -4,7 +4,7 @@ reference/ddp_scaler.py."""
 
 from __future__ import annotations
 
-from parity.claims import Claim
+from parity.claims import Claim, Twin
 
 SCALER_CLAIMS: tuple[Claim, ...] = (
     Claim(
@@ -57,4 +57,22 @@ SCALER_CLAIMS: tuple[Claim, ...] = (
             "equals the reference's by the argument of ddp.scaler_divergence."
         ),
     ),
+)
+
+# The loss-scaling rows of the ddp manifest (parity/claims/ddp.py).
+_SCALER = ("ddp.scaler_divergence", "ddp.scaler_repair")
+SCALER_ROWS: tuple[Twin, ...] = (
+    Twin.same("ddp_scaler", "REPAIRS", *_SCALER),
+    Twin("CHECKS", torch="torch_impl.ddp_scaler:CHECKS", claims=("ddp.scaler_divergence",),
+         why="how a torch rank reports a parted step, record or raise: the launcher's option"),
+    Twin("check_repair", reference="reference.ddp_scaler:check_repair",
+         why="the reference's check of its argument: torch's job checks its own before launch"),
+    Twin("scaler_job", torch="torch_impl.ddp_scaler:scaler_job",
+         why="the launcher's job description (process plumbing: the lab's, later)"),
+    Twin.same("ddp_scaler", "tamper_", *_SCALER),
+    Twin.same("ddp_scaler", "sync_found_inf", "ddp.scaler_repair"),
+    Twin("ScalerRecord", reference="reference.ddp_scaler:ScalerRecord", claims=_SCALER,
+         why="what a simulated step records: a torch rank records the same in its results"),
+    Twin("scaler_step", reference="reference.ddp_scaler:scaler_step",
+         torch="torch_impl.ddp_scaler:run", claims=_SCALER),
 )

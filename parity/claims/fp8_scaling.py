@@ -10,7 +10,7 @@ delayed scaling (a CUDA library not installed here) by its kernel's formula, wor
 
 from __future__ import annotations
 
-from parity.claims import Claim
+from parity.claims import Claim, Manifest, Twin
 
 CLAIMS: tuple[Claim, ...] = (
     Claim(
@@ -168,4 +168,28 @@ CLAIMS: tuple[Claim, ...] = (
         ),
         library=("torch", "ml_dtypes"),
     ),
+)
+
+_CURRENT = ("fp8_scaling.current_trees",)
+_DELAYED = ("fp8_scaling.delayed_trees", "fp8_scaling.te_vectors")
+_same = Twin.same
+
+MANIFEST = Manifest(
+    topic="fp8_scaling",
+    modules=("reference.fp8_scaling", "torch_impl.fp8_scaling"),
+    rows=(
+        Twin("DTYPES", torch="torch_impl.fp8_scaling:DTYPES",
+             why="torch's fp8 dtypes by name: the reference's formats are ml_dtypes' arrays"),
+        _same("fp8_scaling", "FLT_MAX", *_CURRENT),
+        _same("fp8_scaling", "tensor_amax", *_CURRENT),
+        _same("fp8_scaling", "round_down_to_power_of_2", *_CURRENT, "fp8_scaling.torchao_pow2"),
+        _same("fp8_scaling", "amax_to_scale", *_CURRENT),
+        _same("fp8_scaling", "cast_to_fp8", *_CURRENT, "fp8_scaling.saturation"),
+        _same("fp8_scaling", "current_scaling", *_CURRENT, "fp8_scaling.torchao_current"),
+        _same("fp8_scaling", "delayed_scale", *_DELAYED, "fp8_scaling.margin_order"),
+        _same("fp8_scaling", "delayed_update", *_DELAYED, "fp8_scaling.inf_freeze"),
+        _same("fp8_scaling", "record_amax", *_DELAYED),
+    ),
+    headline="parity/test_fp8_scaling.py::"
+             "test_current_scaling_gives_the_same_data_and_scales_in_both_trees",
 )

@@ -9,7 +9,7 @@ block formats of the mx topic (mx.torchao: to_mx against torchao's).
 
 from __future__ import annotations
 
-from parity.claims import Claim
+from parity.claims import Claim, Manifest, Twin
 
 CLAIMS: tuple[Claim, ...] = (
     Claim(
@@ -136,4 +136,24 @@ CLAIMS: tuple[Claim, ...] = (
             "of the values."
         ),
     ),
+)
+
+_CASTS = ("fp8_train.casts",)
+_GEMM = ("fp8_train.gemm",)
+_same = Twin.same
+
+MANIFEST = Manifest(
+    topic="fp8_train",
+    modules=("reference.fp8_train", "torch_impl.fp8_train"),
+    rows=(
+        _same("fp8_train", "quantize", *_CASTS),
+        _same("fp8_train", "scaled_forward", *_CASTS, *_GEMM),
+        _same("fp8_train", "scaled_backward", *_CASTS, *_GEMM),
+        _same("fp8_train", "ScaledLinear", *_GEMM, "fp8_train.delayed_state",
+              "fp8_train.torchao_emulated", "fp8_train.torchao_scaled_mm", "fp8_train.spike"),
+        _same("fp8_train", "convert", "fp8_train.resume_exact"),
+        Twin("delayed_state", reference="reference.fp8_train:delayed_state",
+             alias="torch.nn.Module.named_buffers", claims=("fp8_train.delayed_state",)),
+    ),
+    headline="parity/test_fp8_train.py::test_every_gemm_operand_is_cast_to_the_same_bits_in_both_trees",
 )

@@ -9,7 +9,7 @@ NCCL's), so the bit-exact reduce-scatter and everything after it would become an
 
 from __future__ import annotations
 
-from parity.claims import Claim
+from parity.claims import Claim, Manifest, Twin
 
 CLAIMS: tuple[Claim, ...] = (
     Claim(
@@ -127,4 +127,41 @@ CLAIMS: tuple[Claim, ...] = (
         ),
         torch_since=(2, 8),
     ),
+)
+
+_SHARDS, _RS = ("fsdp.shards",), ("fsdp.reduce_scatter",)
+_RULE = "which torch states the division rule reference/fsdp.py mirrors (>= 2.8)"
+_INSIDE = "inside fully_shard (FSDP2's private parameter and collective code)"
+
+MANIFEST = Manifest(
+    topic="fsdp",
+    modules=("reference.fsdp", "torch_impl.fsdp"),
+    rows=(
+        Twin("REDUCE_DTYPES", torch="torch_impl.fsdp:REDUCE_DTYPES", claims=("fsdp.reduce_dtype",),
+             why="the reduce dtypes a job takes by name: the reference takes its arrays'"),
+        Twin("RULE_STATED", torch="torch_impl.fsdp:RULE_STATED", claims=_RS, why=_RULE),
+        Twin("NOT_STATED", torch="torch_impl.fsdp:NOT_STATED", claims=_RS, why=_RULE),
+        Twin("OPS", reference="reference.fsdp:OPS", claims=_RS,
+             why="the reduce ops the mirror takes by name: torch's are dist.ReduceOp's"),
+        Twin("chunk_rows", reference="reference.fsdp:chunk_rows", alias="torch.chunk",
+             claims=_SHARDS),
+        Twin("padded_rows", reference="reference.fsdp:padded_rows", claims=_SHARDS, why=_INSIDE),
+        Twin("shard", reference="reference.fsdp:shard",
+             alias="torch.distributed.fsdp.fully_shard", claims=_SHARDS),
+        Twin("unpadded", reference="reference.fsdp:unpadded", claims=("fsdp.params",),
+             why=_INSIDE),
+        Twin("all_gather", reference="reference.fsdp:all_gather",
+             alias="torch.distributed.all_gather_into_tensor", claims=("fsdp.all_gather",)),
+        Twin("divide_factors", reference="reference.fsdp:divide_factors", claims=_RS,
+             why=_INSIDE),
+        Twin("reduce_scatter", reference="reference.fsdp:reduce_scatter",
+             torch="torch_impl.fsdp:fsdp_job", claims=(*_RS, "fsdp.reduce_dtype")),
+        Twin("gloo_reduce_scatter", reference="reference.fsdp:gloo_reduce_scatter",
+             torch="torch_impl.fsdp:reduce_scatter_job", claims=_RS),
+        Twin("copy_in", reference="reference.fsdp:copy_in", alias="torch._chunk_cat",
+             claims=_RS),
+        Twin("run", reference="reference.optim:AdamW", torch="torch_impl.fsdp:run",
+             claims=("fsdp.params", "fsdp.unsharded_state")),
+    ),
+    headline="parity/test_fsdp.py::test_gathered_params_grads_and_adamw_steps_match_bitwise",
 )

@@ -10,7 +10,7 @@ statements; every other step is integer or exactly rounded arithmetic on either 
 
 from __future__ import annotations
 
-from parity.claims import Claim
+from parity.claims import Claim, Manifest, Twin
 
 CLAIMS: tuple[Claim, ...] = (
     Claim(
@@ -118,4 +118,35 @@ CLAIMS: tuple[Claim, ...] = (
             "clip no finite block, rceil_log2f only those of the rounding trap above."
         ),
     ),
+)
+
+_TWINS = ("mx.twins",)
+_same = Twin.same
+
+
+def _constant(name: str) -> Twin:
+    return _same("mx", name, *_TWINS)
+
+
+MANIFEST = Manifest(
+    topic="mx",
+    modules=("reference.mx", "torch_impl.mx"),
+    rows=(
+        *map(_constant, ("ELEMENT_FORMATS", "SCALE_MODES", "ROUNDINGS", "BLOCK_SIZE",
+                         "NVFP4_BLOCK_SIZE", "E8M0_BIAS", "E8M0_NAN", "F32_TINY", "E4M3_TINY",
+                         "E4M3_MAX", "FP4_MAX", "MXTensor", "NVFP4Tensor")),
+        _same("mx", "scale_codes", *_TWINS, "mx.rceil_log2f"),
+        _same("mx", "scaled_blocks", *_TWINS),
+        _same("mx", "round_elements", *_TWINS, "mx.clipping"),
+        _same("mx", "to_mx", *_TWINS, "mx.torchao"),
+        _same("mx", "from_mx", *_TWINS),
+        _same("mx", "clipped_blocks", "mx.clipping"),
+        _same("mx", "per_tensor_scale", *_TWINS, "mx.nvfp4_torchao"),
+        _same("mx", "nvfp4_scaled", *_TWINS),
+        _same("mx", "to_nvfp4", *_TWINS, "mx.nvfp4_torchao"),
+        _same("mx", "from_nvfp4", *_TWINS),
+        _same("mx", "pack_fp4", "mx.torchao"),
+        _same("mx", "unpack_fp4", "mx.torchao"),
+    ),
+    headline="parity/test_mx.py::test_torch_mx_gives_the_reference_bits_for_any_blocks",
 )
