@@ -10,7 +10,7 @@ the accumulator instead (NOTE [ Dequantize, then multiply ] in reference/fp8_gem
 
 from __future__ import annotations
 
-from parity.claims import Claim
+from parity.claims import Claim, Manifest, Twin
 
 _GEMM_REASON = (
     "Both sides multiply the same float32 operands (fp8_gemm.dequantize, mx.twins); torch's "
@@ -114,4 +114,27 @@ CLAIMS: tuple[Claim, ...] = (
             "same BLAS call on the same operands."
         ),
     ),
+)
+
+_same = Twin.same
+
+MANIFEST = Manifest(
+    topic="fp8_gemm",
+    modules=("reference.fp8_gemm", "torch_impl.fp8_gemm"),
+    rows=(
+        Twin("FP8_FORMATS", reference="reference.fp8_gemm:FP8_FORMATS",
+             torch="torch_impl.fp8_gemm:FP8_DTYPES", claims=("fp8_gemm.dequantize",)),
+        _same("fp8_gemm", "dequantize", "fp8_gemm.dequantize"),
+        _same("fp8_gemm", "matmul_f32", "fp8_gemm.reference"),
+        Twin("scaled_mm", reference="reference.fp8_gemm:scaled_mm",
+             torch="torch_impl.fp8_gemm:scaled_mm",
+             claims=("fp8_gemm.scaled_mm_cpu", "fp8_gemm.reference"),
+             why="torch._scaled_mm is the kernel torch_impl's scaled_mm writes out"),
+        Twin("cpu_scaled_mm_support", torch="torch_impl.fp8_gemm:cpu_scaled_mm_support",
+             claims=("fp8_gemm.scaled_mm_cpu",),
+             why="which scales this torch's CPU _scaled_mm takes: the reference's has no "
+                 "version"),
+        _same("fp8_gemm", "mx_matmul", "fp8_gemm.mx_twins", "fp8_gemm.mx_torchao"),
+    ),
+    headline="parity/test_fp8_gemm.py::test_cpu_scaled_mm_is_dequantize_then_float32_matmul_bitwise",
 )
