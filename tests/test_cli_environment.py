@@ -59,6 +59,7 @@ def test_a_missing_required_dependency_is_one_line_naming_it(blocked: str, args:
 @pytest.mark.parametrize(("blocked", "args"), [
     ("pytest", ["report", "--topic", "data"]),  # its tests run in pytest subprocesses
     ("hypothesis", ["report", "--topic", "data"]),
+    ("xdist", ["report", "--topic", "data"]),  # it spreads the tests over the cores
     ("hypothesis", ["fuzz", "--seconds", "1"]),
 ])
 def test_a_missing_test_extra_is_one_line_naming_its_install(blocked: str, args: list[str],
@@ -90,7 +91,7 @@ def test_the_dependencies_named_are_pyprojects() -> None:
         return {re.match(r"[A-Za-z0-9_.-]+", r).group(0) for r in requirements}  # type: ignore[union-attr]
 
     assert set(REQUIRED.values()) == names(project["dependencies"])
-    assert set(TEST_EXTRA) == names(project["optional-dependencies"]["test"])
+    assert set(TEST_EXTRA.values()) == names(project["optional-dependencies"]["test"])
     assert project["scripts"]["mirrortrain"] == "parity.__main__:entry"
 
 

@@ -107,6 +107,12 @@ def _stat(pid: int) -> list[str] | None:
     return text.rsplit(")", 1)[1].split()
 
 
+def _status(pid: int) -> dict[str, str]:
+    """/proc/PID/status as a dict (SigIgn: the ignored signals, a hex mask)."""
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return dict(line.split(":\t", 1) for line in lines if ":\t" in line)
+
+
 def _alive(pid: int, started: str) -> bool:
     fields = _stat(pid)
     return fields is not None and fields[19] == started and fields[0] != "Z"
@@ -132,6 +138,8 @@ def _stop_a_sweep(signals: list[tuple[signal.Signals, bool]], tmp_path: Path
             before += p.stderr.read() or b""  # type: ignore[union-attr]
             workers = _children(p.pid)
         time.sleep(0.3)  # chunks in flight in both workers
+        for pid in workers:  # they ignore SIGINT: a terminal's Ctrl-C is the parent's to answer
+            assert int(_status(pid)["SigIgn"], 16) & 1 << (signal.SIGINT - 1), pid
         before += p.stderr.read() or b""  # type: ignore[union-attr]
         began = time.monotonic()
         for i, (sig, group) in enumerate(signals):
@@ -212,3 +220,58 @@ def test_a_signal_while_the_command_imports_is_one_line(library: str, sig: signa
             p.wait()
     assert (p.returncode, err, out) == (status, f"python -m parity train: {line}\n", "")
     assert not (tmp_path / "run").exists()
+
+
+# -- the first signal decides: before the command line has taken over, and during a cleanup
+
+BEFORE_MAIN = """import sys, time
+class Slow:  # importing the command line takes a while: the moment to be interrupted
+    def find_spec(self, name, path=None, target=None):
+        if name == "parity.lab.cli":
+            print("importing", flush=True)
+            time.sleep(60)
+sys.meta_path.insert(0, Slow())
+sys.argv = ["__main__.py", "tolerances"]
+from parity.__main__ import entry
+sys.exit(entry())
+"""
+
+SIGNAL_IN_CLEANUP = """import os, signal, sys, time
+import parity.lab.cli.tolerances as command
+def run(args):
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)  # the first signal: raised here at once
+        time.sleep(60)
+    finally:  # the command's cleanup, during which a second signal comes
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.2)
+command.run = run
+sys.argv = ["__main__.py", "tolerances"]
+from parity.__main__ import entry
+sys.exit(entry())
+"""
+
+
+@pytest.mark.parametrize(("sig", "status", "line"), [
+    (signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated (SIGTERM)")])
+def test_a_signal_before_the_command_line_has_loaded_is_one_line(
+        sig: signal.Signals, status: int, line: str, tmp_path: Path) -> None:
+    p = subprocess.Popen([sys.executable, "-c", BEFORE_MAIN], cwd=tmp_path, env=ENV,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline() == "importing\n"  # type: ignore[union-attr]
+        p.send_signal(sig)
+        _, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert (p.returncode, err) == (status, f"python -m parity tolerances: {line}\n")
+
+
+def test_a_second_signal_during_the_cleanup_changes_nothing(tmp_path: Path) -> None:
+    """SIGTERM, then SIGINT while the command cleans up: still SIGTERM's one line and 143."""
+    done = subprocess.run([sys.executable, "-c", SIGNAL_IN_CLEANUP], cwd=tmp_path, env=ENV,
+                          capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stderr) == (
+        143, "python -m parity tolerances: terminated (SIGTERM)\n")

@@ -203,38 +203,18 @@ class _PipeSafe(io.TextIOBase):
 # the cleanup that follows (a checkpoint's temporary file removed, a sweep's worker processes
 # ended, the line printed) cannot be interrupted half-way by a second one, which would leave a
 # traceback, or worker processes running until SIGKILL. When main runs the whole process
-# (`exits`: parity/__main__.py's entry), the signals stay ignored until it exits, and a signal
-# that comes before the command runs (while the parser is built: its modules import NumPy)
-# ends the process at once with its line: nothing is written yet, and an exception raised
-# inside an import that a C extension makes (ml_dtypes imports NumPy so) comes out as a failed
-# import with a traceback of its own. Called from Python, main puts the handlers it found
-# back. A signal the process was started ignoring (nohup, a background job) stays ignored.
+# (`exits`: parity/__main__.py's entry, which answers a signal that comes before main), the
+# signals stay ignored until it exits; called from Python, main puts back the handlers it
+# found. A signal the process was started ignoring (nohup, a background job) stays ignored.
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-def signal_line(prog: str, signum: int) -> tuple[str, int]:
-    """The line and the exit status for a run that `signum` ended; `prog` names it."""
-    if signum == signal.SIGTERM:
-        return f"{prog}: terminated (SIGTERM)", EXIT_TERMINATED
-    return f"{prog}: interrupted", EXIT_INTERRUPTED
-
-
-def end_now(prog: str, signum: int) -> NoReturn:
-    """Write `signum`'s line to stderr and end the process, unwinding nothing (what is
-    written to the descriptor cannot meet a half-written line in Python's buffer)."""
-    line, status = signal_line(prog, signum)
-    os.write(2, f"{line}\n".encode())
-    os._exit(status)
-
-
 class _FirstSignal:
-    """NOTE [ The first signal ends the run ], for a `with` block; `running` is set when the
-    command itself starts (before it, with `exits`, a signal ends the process at once)."""
+    """NOTE [ The first signal ends the run ], for a `with` block."""
 
-    def __init__(self, exits: bool, prog: str) -> None:
-        self.exits, self.prog, self.running, self.taken = exits, prog, False, False
+    def __init__(self, exits: bool) -> None:
+        self.exits, self.taken, self.previous = exits, False, {}
         self.active = threading.current_thread() is threading.main_thread()
-        self.previous: dict[int, Any] = {}
 
     def __enter__(self) -> _FirstSignal:
         if self.active:
@@ -248,8 +228,6 @@ class _FirstSignal:
         self.taken = True
         for s in SIGNALS:
             signal.signal(s, signal.SIG_IGN)
-        if self.exits and not self.running:
-            end_now(self.prog, signum)
         raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
 
     def __exit__(self, *exc: object) -> None:
@@ -263,7 +241,7 @@ class _FirstSignal:
 # holds both equal to pyproject.toml).
 REQUIRED = {"numpy": "numpy", "torch": "torch", "ml_dtypes": "ml_dtypes", "tqdm": "tqdm",
             "xxhash": "xxhash"}
-TEST_EXTRA = ("pytest", "hypothesis")
+TEST_EXTRA = {"pytest": "pytest", "hypothesis": "hypothesis", "xdist": "pytest-xdist"}
 
 
 def missing_dependency(e: ModuleNotFoundError) -> str | None:
@@ -298,7 +276,7 @@ def main(argv: list[str] | None = None, prog: str = PROG, exits: bool = False) -
     stdout = sys.stdout
     words = sys.argv[1:] if argv is None else argv
     command = f" {words[0]}" if words and words[0] in COMMANDS else ""  # until it is parsed
-    with _FirstSignal(exits, prog + command) as signals:
+    with _FirstSignal(exits):
         try:
             args = build_parser(prog).parse_args(argv)
             args.prog = prog
@@ -307,16 +285,16 @@ def main(argv: list[str] | None = None, prog: str = PROG, exits: bool = False) -
                 sys.stdout = _PipeSafe(stdout)  # type: ignore[assignment]
             except (AttributeError, OSError, ValueError):  # a captured stdout: no descriptor
                 pass
-            signals.running = True
             return args.run(args)
         except UsageError as e:
             print(f"{prog}{command}: error: {e}", file=sys.stderr)
             return EXIT_USAGE
-        except KeyboardInterrupt as e:  # Terminated included
-            line, status = signal_line(prog + command, signal.SIGTERM if isinstance(
-                e, Terminated) else signal.SIGINT)
-            print(line, file=sys.stderr)
-            return status
+        except Terminated:
+            print(f"{prog}{command}: terminated (SIGTERM)", file=sys.stderr)
+            return EXIT_TERMINATED
+        except KeyboardInterrupt:
+            print(f"{prog}{command}: interrupted", file=sys.stderr)
+            return EXIT_INTERRUPTED
         except ModuleNotFoundError as e:
             line = missing_dependency(e)
             if line is None:
