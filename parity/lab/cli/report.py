@@ -74,8 +74,10 @@ def as_json(rows: list[Any]) -> list[dict[str, Any]]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from parity.lab.cli import UsageError, output_folder, pictures_skipped, require
+
+    require("pytest", "hypothesis", "xdist")  # the test extra: the report runs the tests
     from parity.lab import report
-    from parity.lab.cli import UsageError, output_folder
 
     if args.record and args.topic:
         raise UsageError("--record writes every claim's observation: drop --topic")
@@ -98,8 +100,10 @@ def run(args: argparse.Namespace) -> int:
     elif out:
         from parity.lab.pictures import have_matplotlib
 
-        say("\npictures: none written (" + (f"topic {args.topic} draws none" if
-            have_matplotlib() else "install the 'plot' extra for matplotlib") + ")")
+        if have_matplotlib():
+            say(f"\npictures: none written (topic {args.topic} draws none)")
+        else:
+            pictures_skipped(args)
     skipped = [r for r in rows if r.verdict == "SKIPPED"]
     if args.record and skipped:
         say(f"\nnot recorded: {len(skipped)} claims were skipped (install the optional "
