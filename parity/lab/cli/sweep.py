@@ -63,5 +63,5 @@ def run(args: argparse.Namespace) -> int:
     print(sweep.render(summary, seconds))
     if args.record:
         sweep.record(summary, seconds, args.workers)
-        print(f"  recorded in {sweep.SWEEP_JSON.name} (python -m parity docs renders it)")
+        print(f"  recorded in {sweep.SWEEP_JSON.name} ({args.prog} docs renders it)")
     return 1 if summary.mismatches_torch or summary.mismatches_ml_dtypes else 0
