@@ -6,17 +6,22 @@ Profiles:
     ci    selected automatically when the CI environment variable is set: derandomized, no deadline;
     fuzz  pytest parity/ --hypothesis-profile=fuzz [--fuzz-seconds T]
     report  what `python -m parity report` runs: derandomized, at most REPORT_EXAMPLES
-          examples per @given test (explicit @settings capped), so the report is quick and
-          its table the same on every run of the same test files in the same processes.
-          Not the same across groupings: hypothesis (6.13x on) also draws literal
-          constants found in every local module loaded when an example is made, so the
-          examples of a test, and a claim's n, depend on which other test files (and the
-          modules they import) share its process (loss_scaling.scaler's n moves by a
-          few percent with the file run before test_loss_scaling.py; the verdicts do
-          not). The report's groups come
-          from the committed costs (docs/data/report_cost.json), so its n changes only
-          when they are recorded again, and a --topic run's n can differ from the table
-          docs/claims/ prints.
+          examples per @given test (a test's own budget capped: parity.strategies.examples),
+          so the report is quick and its table the same on every run, whichever files run
+          and however xdist shares them out (NOTE [ A claim's n is the claim's ]).
+
+NOTE [ A claim's n is the claim's ]
+A derandomized profile's examples must be a function of the test alone, so that a claim's n
+is the same in the full report, in a --topic run, under xdist and alone. hypothesis (6.13x
+on) also draws, now and then, a literal constant found in the source of any local module it
+has seen loaded (not a test file, not one under a folder named `tests`), so the examples
+depended on which modules were imported before an example was made: which test files shared
+the process, and which modules their tests had imported lazily by then. Under a derandomized
+profile (ci, report) the conftest therefore imports every module of the project's packages
+(LOCAL_PACKAGES) before any test runs, so every process has seen the same local source from
+its first example on; and the code Inductor generates, which it loads as modules from its
+cache folder, is kept out by giving the report's Inductor cache a folder named `tests`
+(parity/lab/report.py INDUCTOR_CACHE). No hypothesis setting or attribute is touched.
 
 The fuzz profile has a bounded, stated duration. hypothesis settings cannot take a time, and
 the tests' costs per example differ by a factor of ~1000 (a float cast vs a training run),
@@ -84,6 +89,30 @@ settings.register_profile(
 )
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
+# the project's packages, every module of which a derandomized run imports first
+# (NOTE [ A claim's n is the claim's ])
+LOCAL_PACKAGES = ("ckpt", "common", "reference", "torch_impl", "parity")
+
+
+def import_local_modules() -> list[str]:
+    """Import every module of LOCAL_PACKAGES but the test files (NOTE [ A claim's n is the
+    claim's ]); return those that could not be imported here (an optional extra missing),
+    which then are missing in every process alike."""
+    import importlib
+    import pkgutil
+
+    failed = []
+    for package in LOCAL_PACKAGES:
+        root = importlib.import_module(package)
+        for info in pkgutil.walk_packages(root.__path__, package + "."):
+            if info.name.rsplit(".", 1)[-1].startswith("test_"):
+                continue
+            try:
+                importlib.import_module(info.name)
+            except ImportError:
+                failed.append(info.name)
+    return failed
+
 # nodeid -> (examples, seconds, stopped by the time budget), for the fuzz summary
 _FUZZED: dict[str, tuple[int, float, bool]] = {}
 
@@ -116,38 +145,24 @@ def _fuzz_seconds(config: pytest.Config) -> float | None:
     return seconds
 
 
-def _set_explicit_budgets(items: list[pytest.Item], cap: bool = False) -> None:
-    """Under the fuzz profile, give every test with its own @settings(max_examples=n) the
-    profile's max_examples: the time budget, not the small everyday count, ends it (explicit
-    settings otherwise win over the profile); under the report profile (cap), at most the
-    profile's count. hypothesis reads this attribute at call time."""
-    done: set[int] = set()
-    for item in items:
-        fn = getattr(item, "obj", None)
-        own = getattr(fn, "_hypothesis_internal_use_settings", None)
-        if own is None or id(fn) in done:
-            continue
-        done.add(id(fn))
-        examples = settings.default.max_examples
-        if cap:
-            examples = min(own.max_examples, examples)
-        fn._hypothesis_internal_use_settings = settings(  # type: ignore[union-attr]
-            own, max_examples=examples, deadline=None)
-
-
 def pytest_configure(config: pytest.Config) -> None:
     """One intra-op thread for torch's CPU kernels. The tests' tensors are tiny, and on a
     shared 2-core machine two threads per op cost far more in contention than they save
     (small ops measured ~1000x slower under load). No claim depends on the thread count:
-    bit-exact claims compare runs made with the same setting, bounds hold for any order."""
+    bit-exact claims compare runs made with the same setting, bounds hold for any order.
+    Under a derandomized profile, every local module first (NOTE [ A claim's n is the
+    claim's ]); not in xdist's controller, which runs no test."""
     setting.pin_torch()
+    controller = (not hasattr(config, "workerinput")
+                  and config.getoption("numprocesses", None) not in (None, 0))
+    profile = config.getoption("hypothesis_profile", None) or (
+        "ci" if os.environ.get("CI") else "dev")
+    if settings.get_profile(profile).derandomize and not controller:
+        import_local_modules()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if _fuzz_seconds(config) is not None:
-        _set_explicit_budgets(items)
-    elif config.getoption("hypothesis_profile", None) == "report":
-        _set_explicit_budgets(items, cap=True)
+    _fuzz_seconds(config)  # a bad --fuzz-seconds is refused before any test runs
     if config.getoption("--device") != "cuda":
         return
     import torch

@@ -15,6 +15,7 @@ from hypothesis import event, example, given, settings
 from parity.compare import assert_claim
 from parity.drivers import accounting as drv
 from parity.drivers import accounting_gpt as dgpt
+from parity.strategies import examples
 from parity.strategies.accounting import (
     ACCOUNTING_OPTIMIZERS,
     ACCOUNTING_PRECISIONS,
@@ -113,7 +114,7 @@ def test_formula_precisions_and_project_precisions_map_both_ways(optimizer: str)
 
 @given(fields=accounting_mlp_cases())
 @example(fields=CUT)
-@settings(max_examples=15)
+@settings(examples(15))
 def test_flop_counter_equals_mlp_flops_per_phase(fields: dict, device: str) -> None:
     """FlopCounterMode over one torch step, by phase (forward, backward, recompute,
     optimizer) == mlp_flops, any precision, schedule, early stop, dropout; on meta too."""
@@ -140,7 +141,7 @@ def test_flop_counter_on_meta_counts_an_mlp_too_large_to_allocate(recompute: str
 
 @given(fields=accounting_mlp_cases())
 @example(fields=CUT)
-@settings(max_examples=30)
+@settings(examples(30))
 def test_reference_counts_its_own_gemms_and_the_two_named_terms(fields: dict) -> None:
     """The reference's forward (tape shapes and counters), backward and recompute GEMMs ==
     mlp_flops + the first Linear's dx + the GEMMs torch's early stop cuts (float32)."""
@@ -162,7 +163,7 @@ def test_reference_counts_its_own_gemms_and_the_two_named_terms(fields: dict) ->
 
 
 @given(fields=accounting_mlp_cases())
-@settings(max_examples=15)
+@settings(examples(15))
 def test_held_bytes_equal_the_formula_torch_hooks_and_the_reference_tape(fields: dict,
                                                                         device: str) -> None:
     """saved_tensors_hooks' distinct bytes for the model, the loss and fp16's scaler ==
@@ -222,7 +223,7 @@ def _gpt_phases(case: drv.GPTCase) -> np.ndarray:
 @pytest.mark.report
 @given(fields=accounting_gpt_cases())
 @example(fields=EARLY)
-@settings(max_examples=8, deadline=None)
+@settings(examples(8), deadline=None)
 def test_flop_counter_equals_transformer_flops_per_phase_for_every_recompute(fields: dict,
                                                                            device: str) -> None:
     """FlopCounterMode over one torch train_step of the GPT, by phase == transformer_phase_
@@ -272,7 +273,7 @@ def test_sdpa_counts_zero_attention_flops_on_cpu_and_dense_on_meta(recompute: st
 
 
 @given(fields=accounting_gpt_cases())
-@settings(max_examples=25, deadline=None)
+@settings(examples(25), deadline=None)
 def test_reference_tape_counts_the_transformers_forward_gemms(fields: dict) -> None:
     """The reference GPT's tape (Linear inputs, the core's q, k^T, att, v) after a forward
     == transformer_forward_flops, float32 and float64."""
@@ -285,7 +286,7 @@ def test_reference_tape_counts_the_transformers_forward_gemms(fields: dict) -> N
 
 
 @given(fields=accounting_gpt_cases())
-@settings(max_examples=6, deadline=None)
+@settings(examples(6), deadline=None)
 def test_gpt_training_state_bytes_equal_the_formula_in_both_trees(fields: dict,
                                                                   device: str) -> None:
     """training_memory('fp32', no master) + Adam's step per tensor == the bytes of torch's
@@ -305,7 +306,7 @@ def test_gpt_training_state_bytes_equal_the_formula_in_both_trees(fields: dict,
 @given(fields=accounting_gpt_cases())
 @example(fields=EARLY)
 @example(fields={**EARLY, "precision": "fp32", "recompute": "none", "dropout": 0.25})
-@settings(max_examples=8, deadline=None)
+@settings(examples(8), deadline=None)
 def test_gpt_held_bytes_equal_the_formula_torch_hooks_and_the_reference_tape(
         fields: dict, device: str) -> None:
     """saved_tensors_hooks' distinct bytes for the model, the loss and fp16's scaler ==

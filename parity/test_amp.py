@@ -28,11 +28,12 @@ from parity.drivers.amp import (
     toward,
 )
 from parity.drivers.amp_context import nested_states, saved_signatures
+from parity.strategies import examples
 
 FMTS = st.sampled_from(["bfloat16", "float16"])
 
 
-@settings(max_examples=25)
+@settings(examples(25))
 @given(fmt=FMTS, n=st.integers(1, 40), k=st.integers(1, 96), m=st.integers(1, 24),
        seed=st.integers(0, 2**32 - 1))
 def test_linear_under_autocast_within_one_lp_ulp_of_torch(fmt: str, n: int, k: int, m: int,
@@ -81,7 +82,7 @@ def test_linear_reaches_its_one_ulp_bound_where_the_summation_order_decides(fmt:
         assert apart > 0, "no order separated the trees: the bound was not reached"
 
 
-@settings(max_examples=20)
+@settings(examples(20))
 @given(fmt=FMTS, name=st.sampled_from(sorted(ACTIVATIONS)), seed=st.integers(0, 2**32 - 1))
 def test_activations_on_lp_tensors_within_one_lp_ulp_of_torch(fmt: str, name: str, seed: int,
                                                               device: str) -> None:
@@ -112,7 +113,7 @@ def test_gelu_holds_its_one_ulp_bound_at_points_one_ulp_apart(fmt: str, device: 
         assert_claim(f"amp.activation_{SUFFIX[fmt]}", a[ok], b[ok], f"gelu {label} midpoint")
 
 
-@settings(max_examples=20)
+@settings(examples(20))
 @given(fmt=FMTS, p=st.sampled_from([0.1, 0.25, 0.3, 0.5, 0.9]), seed=st.integers(0, 2**32 - 1))
 def test_dropout_on_lp_tensors_is_torchs_bit_for_bit(fmt: str, p: float, seed: int,
                                                      device: str) -> None:
@@ -125,7 +126,7 @@ def test_dropout_on_lp_tensors_is_torchs_bit_for_bit(fmt: str, p: float, seed: i
         assert_claim("amp.dropout", a, b, f"{label} (p={p})")
 
 
-@settings(max_examples=12)
+@settings(examples(12))
 @given(fmt=FMTS, activation=st.sampled_from(["gelu", "gelu_tanh", "tanh", "relu"]),
        seed=st.integers(0, 2**32 - 1))
 def test_compact_model_layers_within_the_rounding_spread_of_torch(fmt: str, activation: str,
@@ -144,7 +145,7 @@ def test_compact_model_layers_within_the_rounding_spread_of_torch(fmt: str, acti
     assert exact >= MODEL_MIN_EXACT * total, f"only {exact} of {total} elements must be exact"
 
 
-@settings(max_examples=12)
+@settings(examples(12))
 @given(fmt=FMTS, activation=st.sampled_from(["gelu", "gelu_tanh", "tanh", "relu"]),
        sizes=st.lists(st.integers(1, 12), min_size=2, max_size=5), batch=st.integers(1, 8))
 def test_tape_holds_what_torch_saves_under_autocast_module_by_module(
@@ -160,7 +161,7 @@ def test_tape_holds_what_torch_saves_under_autocast_module_by_module(
     assert lp_bytes > 0, "nothing 2-byte was saved: the tape is not low precision"
 
 
-@settings(max_examples=40)
+@settings(examples(40))
 @given(contexts=st.lists(st.tuples(st.sampled_from([None, "float16", "bfloat16"]),
                                    st.booleans()), min_size=1, max_size=4))
 def test_nested_autocast_states_are_torchs_at_every_depth(contexts: list, device: str) -> None:

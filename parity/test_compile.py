@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from parity.compare import assert_claim, measure
 from parity.drivers import compile as dc
 from parity.drivers.compile_breaks import CATALOGUE, FULLGRAPH_CAPTURES_SCALARS, Entry
+from parity.strategies import examples
 from parity.tolerances import claim
 from torch_impl import compile as tc
 from torch_impl.nn import make_mlp
@@ -178,7 +179,7 @@ def test_a_compiled_forward_with_a_small_fault_fails_compile_eager(fault, device
 
 @given(entry=st.sampled_from(CATALOGUE), batch=st.integers(1, 12), seed=st.integers(0, 2**32 - 1),
        scale=st.sampled_from((1e-3, 1.0, 30.0)))
-@settings(max_examples=60)
+@settings(examples(60))
 def test_every_repair_computes_the_broken_forwards_values_for_any_input(
         entry: Entry, batch: int, seed: int, scale: float, device: str) -> None:
     """In eager mode each repair's output is bit-identical to its broken forward's, for any

@@ -29,7 +29,7 @@ from parity.drivers.data import (
     stream,
     worker_pipeline,
 )
-from parity.strategies import data_sampler_runs
+from parity.strategies import data_sampler_runs, examples
 from parity.strategies.data import data_length_cases
 from reference import data as ref
 from torch_impl import data as tdata
@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 300), features=st.integers(1, 16),
        hidden=st.integers(1, 32), classes=st.integers(2, 4), dtypes=st.sampled_from(DTYPES))
-@settings(max_examples=40)
+@settings(examples(40))
 def test_task_is_bit_identical_across_implementations(
     seed: int, n: int, features: int, hidden: int, classes: int, dtypes: tuple, device: str
 ) -> None:
@@ -56,7 +56,7 @@ def test_task_is_bit_identical_across_implementations(
 
 
 @given(seed=st.integers(0, 2**32 - 1), epoch=st.integers(0, 2**32 - 1), n=st.integers(1, 512))
-@settings(max_examples=100)  # an explicit budget, so a profile's scaling applies to it once
+@settings(examples(100))  # an explicit budget, so a profile's scaling applies to it once
 def test_epoch_order_is_the_same_permutation_across_implementations(
     seed: int, epoch: int, n: int, device: str
 ) -> None:
@@ -69,7 +69,7 @@ def test_epoch_order_is_the_same_permutation_across_implementations(
 @pytest.mark.slow
 @given(seed=st.integers(0, 2**32 - 1), epoch=st.integers(0, 2**32 - 1),
        n=st.integers(513, 2**16))
-@settings(max_examples=20)
+@settings(examples(20))
 def test_epoch_order_of_large_datasets_is_the_same_permutation_across_implementations(
     seed: int, epoch: int, n: int, device: str
 ) -> None:
@@ -79,7 +79,7 @@ def test_epoch_order_of_large_datasets_is_the_same_permutation_across_implementa
 
 
 @given(run=data_sampler_runs())
-@settings(max_examples=100)  # an explicit budget, so a profile's scaling applies to it once
+@settings(examples(100))  # an explicit budget, so a profile's scaling applies to it once
 def test_reference_resume_from_state_dict_equals_uninterrupted_stream(run: dict) -> None:
     """Reference: cut after any batch, save, load into a fresh sampler: same remaining batches."""
     event(f"interrupt: {run['kind']}")
@@ -91,7 +91,7 @@ def test_reference_resume_from_state_dict_equals_uninterrupted_stream(run: dict)
 
 
 @given(run=data_sampler_runs())
-@settings(max_examples=50)
+@settings(examples(50))
 def test_torch_dataloader_resume_from_state_dict_equals_uninterrupted_stream(
         run: dict, device: str) -> None:
     """torch: cut a DataLoader after any batch, restore the sampler: same remaining batches."""
@@ -104,7 +104,7 @@ def test_torch_dataloader_resume_from_state_dict_equals_uninterrupted_stream(
 
 
 @given(run=data_sampler_runs(), saved_by=st.sampled_from(SIDES))
-@settings(max_examples=50)
+@settings(examples(50))
 def test_loader_stream_and_cross_implementation_resume_are_bit_identical(
     run: dict, saved_by: str, device: str
 ) -> None:
@@ -121,7 +121,7 @@ def test_loader_stream_and_cross_implementation_resume_are_bit_identical(
 
 
 @given(case=data_length_cases())
-@settings(max_examples=60)
+@settings(examples(60))
 def test_sampler_and_loader_lengths_agree_across_trees_and_with_what_they_yield(
         case: dict, device: str) -> None:
     """After any number of samples consumed, len(sampler) and len(loader) are equal in both
@@ -153,7 +153,7 @@ def test_resume_claim_can_fail_when_the_state_is_not_restored() -> None:
 
 @given(seed=st.integers(0, 2**32 - 1), epoch=st.integers(0, 2**32 - 1),
        batch=st.integers(0, 4096))
-@settings(max_examples=50)
+@settings(examples(50))
 def test_batch_seed_is_the_same_word_across_implementations(seed: int, epoch: int,
                                                             batch: int) -> None:
     """batch_seed(seed, epoch, batch), the seed of a batch's randomness: the same 32 bits."""

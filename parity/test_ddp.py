@@ -23,7 +23,7 @@ from hypothesis import event, given, settings
 
 from parity.compare import assert_claim, bit_view
 from parity.drivers import ddp as drv
-from parity.strategies import rank_values
+from parity.strategies import examples, rank_values
 
 # (world size, precision, gradient_as_bucket_view)
 DEFAULT_RUNS = ((2, "fp32", False), (3, "fp32", False), (3, "fp16", False), (3, "fp32", True))
@@ -192,7 +192,7 @@ def test_a_different_summation_order_stays_within_the_order_bound(launched: tupl
 
 
 @given(case=rank_values())
-@settings(max_examples=30)
+@settings(examples(30))
 def test_any_two_summation_orders_stay_within_the_order_bound(case: tuple[str, list]) -> None:
     """For any ranks' values (subnormals, cancellation, 30 binades apart): the ring mirror,
     a left-to-right sum and torch's sum over a rank axis (three orders; NCCL's is another)

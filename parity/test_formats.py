@@ -20,6 +20,7 @@ import torch_impl.formats as tim
 from parity import oracles, strategies
 from parity.compare import assert_claim, assert_observed
 from parity.drivers import formats as drive
+from parity.strategies import examples
 from parity.sweep import sweep_range, sweep_sample
 
 formats = pytest.mark.parametrize("name", oracles.ALL_FORMATS)
@@ -88,7 +89,7 @@ def test_every_bit_pattern_decodes_identically_in_reference_torch_and_ml_dtypes(
 
 
 @formats
-@settings(max_examples=EXAMPLES)
+@settings(examples(EXAMPLES))
 @given(data=st.data())
 def test_encode_float32_matches_torch_bitwise_on_edges(name: str, device: str,
                                                        data: st.DataObject) -> None:
@@ -99,7 +100,7 @@ def test_encode_float32_matches_torch_bitwise_on_edges(name: str, device: str,
 
 
 @storage_formats
-@settings(max_examples=EXAMPLES)
+@settings(examples(EXAMPLES))
 @given(data=st.data())
 def test_encode_float32_matches_ml_dtypes_bitwise_on_edges(name: str,
                                                            data: st.DataObject) -> None:
@@ -112,7 +113,7 @@ def test_encode_float32_matches_ml_dtypes_bitwise_on_edges(name: str,
 @pytest.mark.slow  # the report (the README's first command, CI's install step) runs it
 @pytest.mark.report
 @formats
-@settings(max_examples=EXAMPLES)
+@settings(examples(EXAMPLES))
 @given(data=st.data())
 def test_encode_float64_is_correctly_rounded(name: str, device: str,
                                              data: st.DataObject) -> None:
@@ -142,7 +143,7 @@ ML_DTYPES_ROUNDS_FLOAT64_ONCE = ML_DTYPES_VERSION >= (0, 7)
 
 
 @pytest.mark.parametrize("name", [n for n in oracles.STORAGE_FORMATS if n != "float16"])
-@settings(max_examples=EXAMPLES)
+@settings(examples(EXAMPLES))
 @given(seed=st.integers(0, 2**32 - 1))
 def test_ml_dtypes_float64_cast_rounds_as_the_docs_say_for_its_version(name: str,
                                                                         seed: int) -> None:
@@ -168,7 +169,7 @@ def test_ml_dtypes_float64_cast_rounds_as_the_docs_say_for_its_version(name: str
 
 
 @storage_formats
-@settings(max_examples=EXAMPLES)
+@settings(examples(EXAMPLES))
 @given(data=st.data())
 def test_encode_float64_via_float32_matches_torch_native_cast(name: str, device: str,
                                                               data: st.DataObject) -> None:
@@ -178,7 +179,7 @@ def test_encode_float64_via_float32_matches_torch_native_cast(name: str, device:
 
 
 @formats
-@settings(max_examples=EXAMPLES_ALL_POLICIES)
+@settings(examples(EXAMPLES_ALL_POLICIES))
 @given(data=st.data())
 def test_toward_zero_matches_torch_bitwise(name: str, device: str, data: st.DataObject) -> None:
     """Truncation of the significand equals torch's cast-then-step-back, float32 and float64
@@ -194,7 +195,7 @@ def _policies(name: str) -> list[str]:
 
 
 @formats
-@settings(max_examples=EXAMPLES_ALL_POLICIES)
+@settings(examples(EXAMPLES_ALL_POLICIES))
 @given(data=st.data(), seed=st.integers(0, 2**32 - 1))
 def test_stochastic_rounding_matches_torch_given_the_same_words(
     name: str, device: str, data: st.DataObject, seed: int
@@ -211,7 +212,7 @@ def test_stochastic_rounding_matches_torch_given_the_same_words(
 
 
 @formats
-@settings(max_examples=3)
+@settings(examples(3))
 @given(data=st.data())
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_stochastic_rounding_rounds_up_with_exactly_the_right_probability(

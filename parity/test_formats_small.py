@@ -21,6 +21,7 @@ import reference.formats as ref
 from parity import oracles
 from parity.compare import assert_claim, assert_observed
 from parity.drivers import formats_small as drive
+from parity.strategies import examples
 from parity.sweep import sweep_range, sweep_sample
 from parity.sweep_small import (
     class_edges,
@@ -91,7 +92,7 @@ def test_every_code_decodes_alike(name: str) -> None:
 
 
 @small
-@settings(max_examples=6)
+@settings(examples(6))
 @given(seed=st.integers(0, 2**32 - 1))
 def test_encode_float32_matches_ml_dtypes_and_torch_on_edges(name: str, seed: int) -> None:
     x = drive.edge_inputs(name, seed)
@@ -154,7 +155,7 @@ def test_torch_e8m0_cast_differs_from_ml_dtypes_where_declared() -> None:
 @pytest.mark.slow  # the report (the README's first command, CI's install step) runs it
 @pytest.mark.report
 @small
-@settings(max_examples=1)  # x 600 inputs, every edge class among them; the fuzz profile: more
+@settings(examples(1))  # x 600 inputs, every edge class among them; the fuzz profile: more
 @given(seed=st.integers(0, 2**32 - 1))
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_toward_zero_and_stochastic_match_the_exact_oracle(name: str, dtype: type,

@@ -19,6 +19,7 @@ import torch_impl.formats as tim
 from parity import oracles
 from parity.compare import assert_claim
 from parity.drivers import formats_small as drive
+from parity.strategies import examples
 from parity.sweep_small import small_classes, torch_e8m0_codes
 from torch_impl.small_formats import NATIVE
 
@@ -64,7 +65,7 @@ def reference_codes(x: np.ndarray, name: str, rounding: str, overflow: str | Non
 
 @small
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@settings(max_examples=1)  # x ~2,600-5,200 inputs, every edge class; the fuzz profile: more
+@settings(examples(1))  # x ~2,600-5,200 inputs, every edge class; the fuzz profile: more
 @given(seed=st.integers(0, 2**32 - 1), subnormals=st.booleans())
 def test_torch_twin_encodes_every_edge_class_like_the_reference(name: str, dtype: type,
                                                                 seed: int,

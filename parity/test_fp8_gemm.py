@@ -20,7 +20,7 @@ from hypothesis import event, given, settings
 
 from parity.compare import assert_claim, in_eps_units
 from parity.drivers import fp8_gemm as drv
-from parity.strategies import fp8_gemm_cases
+from parity.strategies import examples, fp8_gemm_cases
 from parity.strategies.fp8_gemm import SCALE_RESULTS, scale_result_edges
 from reference import fp8_gemm as rgemm
 from reference import mx as rmx
@@ -170,7 +170,7 @@ def test_reference_scaled_mm_is_within_the_derived_bound_of_torch(device: str) -
 
 
 @given(drawn=fp8_gemm_cases())
-@settings(max_examples=25)
+@settings(examples(25))
 def test_scaled_mm_of_any_shape_is_torchs_bits_and_within_the_bound_of_the_reference(
         drawn: tuple[dict, list[str]], device: str) -> None:
     """Any shape (K = 1 and odd K included), format pair, scale kind and sign pattern:

@@ -15,7 +15,7 @@ from hypothesis import event, given, settings
 from common.fp8_recipes import recipe_format
 from parity.compare import assert_claim
 from parity.drivers import fp8_scaling as drv
-from parity.strategies import fp8_histories, fp8_tensors
+from parity.strategies import examples, fp8_histories, fp8_tensors
 
 E4M3, E5M2 = "float8_e4m3fn", "float8_e5m2"
 FLT_MAX = float.fromhex("0x1.fffffep127")
@@ -23,7 +23,7 @@ NAN, INF = float("nan"), float("inf")
 
 
 @given(case=fp8_tensors())
-@settings(max_examples=60)
+@settings(examples(60))
 def test_current_scaling_gives_the_same_data_and_scales_in_both_trees(case: tuple,
                                                                       device: str) -> None:
     """Any float32 tensor, any format, tensorwise or rowwise, with or without power-of-2
@@ -39,7 +39,7 @@ def test_current_scaling_gives_the_same_data_and_scales_in_both_trees(case: tupl
 
 
 @given(case=fp8_histories())
-@settings(max_examples=60)
+@settings(examples(60))
 def test_delayed_updates_give_the_same_histories_and_scales_in_both_trees(case: dict,
                                                                           device: str) -> None:
     """Step after step (record the amax, update), both orders: the same bits in both trees."""

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from parity.compare import assert_claim
 from parity.drivers import fp8_scaling as drv
 from parity.extras import import_extra
-from parity.strategies import fp8_tensors
+from parity.strategies import examples, fp8_tensors
 from reference import fp8_scaling as rfp8
 
 torchao = import_extra("torchao", "the oracle of current scaling")
@@ -23,7 +23,7 @@ FORMATS = ("float8_e4m3fn", "float8_e5m2")
 
 
 @given(case=fp8_tensors())
-@settings(max_examples=40)
+@settings(examples(40))
 def test_torchao_dynamic_cast_gives_the_torch_trees_data_and_scale(case: tuple) -> None:
     """Any float32 tensor, tensorwise or rowwise (AXISWISE), without power-of-2 scales, and
     with them where no scale rounds up: torchao's Float8TrainingTensor's _data and _scale."""

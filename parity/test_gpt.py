@@ -21,7 +21,7 @@ from parity.compare import assert_claim, assert_observed, expect_broken
 from parity.drivers import gpt as dg
 from parity.drivers import gpt_learn as gl
 from parity.drivers import gpt_pairs as gp
-from parity.strategies import gpt_batches, gpt_configs
+from parity.strategies import examples, gpt_batches, gpt_configs
 from reference import data as rdata
 from reference import gpt as rgpt
 from torch_impl import attention as tattn
@@ -46,7 +46,7 @@ def _bytes_by_op(counts: dict) -> dict[tuple[str, str], int]:
 
 
 @given(config=gpt_configs(), dtype=st.sampled_from(DTYPES), data=st.data())
-@settings(max_examples=20)
+@settings(examples(20))
 def test_tape_holds_exactly_the_bytes_torchs_hooks_see_per_op_and_in_total(
         device: str, config: dg.GPTConfig, dtype: type, data: st.DataObject) -> None:
     """Every saved tensor (module, node.attr, shape, dtype, bytes) and the distinct storages'
@@ -130,7 +130,7 @@ def test_bad_tokens_raise_the_same_error_class_in_both_trees(device: str, case: 
 
 @given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 64), prefix=st.integers(1, 8),
        vocab=st.integers(3, 40), batch=st.integers(1, 9), stop=st.integers(0, 20))
-@settings(max_examples=30)
+@settings(examples(30))
 def test_copy_task_batches_are_identical_in_both_trees_and_resume_mid_epoch(
         seed: int, n: int, prefix: int, vocab: int, batch: int, stop: int) -> None:
     """The copy task's tokens and the batches read after a mid-epoch resume (a state saved
@@ -166,7 +166,7 @@ def test_the_tiny_gpt_learns_the_copy_task_in_both_trees(tree: str) -> None:
 
 
 @given(config=gpt_configs(dropout=False), data=st.data())
-@settings(max_examples=8)
+@settings(examples(8))
 def test_matmul_list_accounts_for_every_flop_torch_counts(config: dg.GPTConfig,
                                                           data: st.DataObject) -> None:
     """3 x sum 2 b m n k over the reference's matmul list == FlopCounterMode's total."""
@@ -181,7 +181,7 @@ SDPA_CPU = "the budget is the CPU flash kernel's (one block of keys, exp_u20)"
 
 
 @given(config=gpt_configs(dropout=False), dtype=st.sampled_from(DTYPES), data=st.data())
-@settings(max_examples=15)
+@settings(examples(15))
 def test_sdpa_models_logits_match_the_reference_within_carried_bounds(
         device: str, config: dg.GPTConfig, dtype: type, data: st.DataObject) -> None:
     """The attention='sdpa' model's every op up to the logits is within gpt.logits' carried

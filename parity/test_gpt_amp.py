@@ -15,7 +15,7 @@ from parity.compare import assert_claim, assert_observed
 from parity.drivers import gpt as dg
 from parity.drivers import gpt_amp as ga
 from parity.drivers.amp import toward
-from parity.strategies import gpt_batches, gpt_configs
+from parity.strategies import examples, gpt_batches, gpt_configs
 from reference import amp as ramp
 from reference import gpt as rgpt
 
@@ -24,7 +24,7 @@ FMTS = st.sampled_from(ga.FMTS)
 
 
 @given(config=gpt_configs(), fmt=FMTS, data=st.data())
-@settings(max_examples=20)
+@settings(examples(20))
 def test_tape_under_autocast_holds_exactly_what_torchs_hooks_see(
         device: str, config: dg.GPTConfig, fmt: str, data: st.DataObject) -> None:
     """Every saved tensor (module, node.attr, shape, dtype, bytes) and the distinct storages'
@@ -45,7 +45,7 @@ def test_tape_under_autocast_holds_exactly_what_torchs_hooks_see(
 
 
 @given(config=gpt_configs(), fmt=FMTS, data=st.data())
-@settings(max_examples=10, deadline=None)
+@settings(examples(10), deadline=None)
 def test_every_layer_under_autocast_within_the_rounding_spread_of_torch(
         device: str, config: dg.GPTConfig, fmt: str, data: st.DataObject) -> None:
     """Each Linear's output (the logits too), input gradient and parameter gradients within k
@@ -69,7 +69,7 @@ def test_every_layer_under_autocast_within_the_rounding_spread_of_torch(
 
 
 @given(config=gpt_configs(max_layers=2), fmt=FMTS, data=st.data())
-@settings(max_examples=8, deadline=None)
+@settings(examples(8), deadline=None)
 def test_free_running_autocast_differences_are_born_in_a_float32_op(
         device: str, config: dg.GPTConfig, fmt: str, data: st.DataObject) -> None:
     """Each tree runs itself under autocast from the tokens to every gradient: everything up
@@ -128,7 +128,7 @@ _CORE_OPS = {"bmm", "scale", "masked_fill", "softmax", "softmax_backward"}
 
 
 @given(config=gpt_configs(max_layers=2), fmt=FMTS, recompute=st.booleans(), data=st.data())
-@settings(max_examples=10, deadline=None)
+@settings(examples(10), deadline=None)
 def test_attention_core_ops_under_autocast_within_the_rounding_spread_of_torch(
         device: str, config: dg.GPTConfig, fmt: str, recompute: bool,
         data: st.DataObject) -> None:

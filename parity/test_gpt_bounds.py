@@ -22,7 +22,7 @@ from parity.claims import gpt_bounds as gb
 from parity.compare import assert_claim, bit_view
 from parity.drivers import gpt as dg
 from parity.drivers import gpt_pairs as gp
-from parity.strategies import gpt_batches, gpt_configs
+from parity.strategies import examples, gpt_batches, gpt_configs
 
 DTYPES = (np.float32, np.float64)
 CPU_DROPOUT = ("CUDA fuses dropout (native_dropout saves a bool mask and rounds the scale "
@@ -54,7 +54,7 @@ FUZZ_TWO_THREADS = dict(
 
 @given(config=gpt_configs(), dtype=st.sampled_from(DTYPES), data=st.data())
 @example(**FUZZ_TWO_THREADS)
-@settings(max_examples=20)
+@settings(examples(20))
 def test_every_op_and_every_parameter_gradient_within_its_claim(
         device: str, config: dg.GPTConfig, dtype: type, data: st.DataObject) -> None:
     """Each op fed torch's own inputs and incoming gradient (so one op's difference does not
@@ -213,7 +213,7 @@ def test_loss_reduction_orders_reproduce_numpy_and_torch_bit_for_bit(device: str
 
 
 @given(config=gpt_configs(max_layers=3), dtype=st.sampled_from(DTYPES), data=st.data())
-@settings(max_examples=20)
+@settings(examples(20))
 def test_logits_and_loss_along_a_whole_run_within_carried_bounds(
         device: str, config: dg.GPTConfig, dtype: type, data: st.DataObject) -> None:
     """Along one end-to-end forward, every op's output difference (up to the logits) is
@@ -229,7 +229,7 @@ def test_logits_and_loss_along_a_whole_run_within_carried_bounds(
 
 
 @given(config=gpt_configs(max_layers=3), dtype=st.sampled_from(DTYPES), data=st.data())
-@settings(max_examples=15)
+@settings(examples(15))
 def test_every_parameter_gradient_along_a_whole_run_within_carried_bounds(
         device: str, config: dg.GPTConfig, dtype: type, data: st.DataObject) -> None:
     """Along one end-to-end forward and backward, every parameter gradient is within its own
@@ -244,7 +244,7 @@ def test_every_parameter_gradient_along_a_whole_run_within_carried_bounds(
 
 
 @given(config=gpt_configs(dropout=False), dtype=st.sampled_from(DTYPES), data=st.data())
-@settings(max_examples=15)
+@settings(examples(15))
 def test_sdpa_core_matches_the_explicit_core_within_the_attention_budget(
         device: str, config: dg.GPTConfig, dtype: type, data: st.DataObject) -> None:
     """torch's fused scaled_dot_product_attention, given the explicit path's q, k, v, is

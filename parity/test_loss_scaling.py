@@ -30,7 +30,7 @@ from parity.drivers.loss_scaling import (
     update_pair,
 )
 from parity.drivers.loss_scaling_train import loss_reduction, synced_steps
-from parity.strategies import scaler_factors, scaler_scales
+from parity.strategies import examples, scaler_factors, scaler_scales
 from parity.strategies.loss_scaling import clip_grad_lists, clip_norms
 
 
@@ -81,10 +81,11 @@ class _Asserted(ScalerStreams):
         assert_claim("loss_scaling.scaler", a, b, label)
 
 
-def _streams(device: str, examples: int) -> None:
+def _streams(device: str, count: int) -> None:
     machine = type("Streams", (_Asserted,), {"device": device})
+    # a state machine keeps its own budget under every profile (conftest.py)
     run_state_machine_as_test(machine, settings=settings(
-        max_examples=examples, stateful_step_count=30, deadline=None))
+        max_examples=count, stateful_step_count=30, deadline=None))
 
 
 def test_scaler_streams_match_torch_bitwise(device: str) -> None:
@@ -130,7 +131,7 @@ def test_clip_edges_are_reached_exactly(device: str) -> None:
     assert np.array_equal(a[0], np.ones(3)), "below the switch the gradients stay"
 
 
-@settings(max_examples=40)
+@settings(examples(40))
 @given(grads=clip_grad_lists(), max_norm=st.sampled_from([1e-3, 0.1, 1.0, 10.0, 1e4]),
        foreach=st.sampled_from([False, True]))
 @example(grads=[np.array([1.0, np.nan], np.float32), np.ones(3, np.float32)], max_norm=1.0,

@@ -18,7 +18,7 @@ from hypothesis import event, given, settings
 
 from parity.compare import assert_claim
 from parity.drivers import mx as drv
-from parity.strategies import mx_blocks
+from parity.strategies import examples, mx_blocks
 from reference import mx as rmx
 from torch_impl import mx as tmx
 
@@ -52,7 +52,7 @@ def test_torch_mx_gives_the_reference_bits_on_edge_blocks(fmt: str, device: str)
 
 
 @given(case=mx_blocks())
-@settings(max_examples=30)
+@settings(examples(30))
 def test_torch_mx_gives_the_reference_bits_for_any_blocks(
         case: tuple[str, str, list[str], np.ndarray], device: str) -> None:
     """Any mix of edge blocks, any element format and scale mode, both roundings."""

@@ -17,7 +17,7 @@ from hypothesis import event, given, settings
 from parity.compare import assert_claim
 from parity.drivers import mx as drv
 from parity.extras import import_extra
-from parity.strategies import mx_blocks
+from parity.strategies import examples, mx_blocks
 from reference import mx as rmx
 
 torchao = import_extra("torchao", "the MX oracle")
@@ -85,7 +85,7 @@ def test_to_mx_of_bfloat16_input_gives_torchaos_bits(fmt: str) -> None:
 
 
 @given(case=mx_blocks())
-@settings(max_examples=25)
+@settings(examples(25))
 def test_to_mx_gives_torchaos_bits_for_any_blocks(case: tuple[str, str, list[str], np.ndarray]
                                                   ) -> None:
     """Any mix of edge blocks; rceil (exact) is judged by tests of its own, not torchao."""
@@ -148,7 +148,7 @@ def test_to_nvfp4_gives_torchaos_block_scales_and_elements(two_level: bool) -> N
 
 
 @given(case=mx_blocks(block_size=16))
-@settings(max_examples=20)
+@settings(examples(20))
 def test_to_nvfp4_gives_torchaos_bits_for_any_blocks(
         case: tuple[str, str, list[str], np.ndarray]) -> None:
     """Any mix of edge blocks of 16, with and without the per-tensor scale."""

@@ -34,7 +34,7 @@ from parity.drivers.nn import (
     torch_layerwise,
     torch_twin,
 )
-from parity.strategies import NN_DTYPES, mlp_sizes, nn_arrays, nn_shapes
+from parity.strategies import NN_DTYPES, examples, mlp_sizes, nn_arrays, nn_shapes
 from parity.strategies.nn import nn_absorbing_logits, nn_absorbing_residuals
 from reference import nn as ref
 from torch_impl import nn as tnn
@@ -93,7 +93,7 @@ def test_relu_matches_torch_bitwise_including_signed_zeros(device: str, dtype: t
 
 @pytest.mark.parametrize("name", sorted(ACTIVATION_LAYERS))
 @given(dtype=st.sampled_from(NN_DTYPES), data=st.data())
-@settings(max_examples=40)
+@settings(examples(40))
 def test_activation_matches_torch_within_derived_eps_bound(device: str, name: str, dtype: type,
                                                            data: st.DataObject) -> None:
     """Tanh and both GELUs stay within their claimed eps-scaled bounds, forward and backward."""
@@ -108,7 +108,7 @@ def test_activation_matches_torch_within_derived_eps_bound(device: str, name: st
 @given(dtype=st.sampled_from(NN_DTYPES), n_in=st.integers(1, 300), n_out=st.integers(1, 40),
        lead=nn_shapes(1, 2, 12), bias=st.booleans(), seed=st.integers(0, 2**32 - 1),
        data=st.data())
-@settings(max_examples=40)
+@settings(examples(40))
 def test_linear_matches_torch_within_dot_product_bound(device: str, dtype: type, n_in: int,
                                                        n_out: int, lead: tuple[int, ...],
                                                        bias: bool, seed: int,
@@ -123,7 +123,7 @@ def test_linear_matches_torch_within_dot_product_bound(device: str, dtype: type,
 
 @given(dtype=st.sampled_from(NN_DTYPES), p=st.sampled_from((0.0, 0.1, 0.5, 0.9, 1.0)),
        seed=st.integers(0, 2**32 - 1), data=st.data())
-@settings(max_examples=40)
+@settings(examples(40))
 def test_dropout_with_torchs_mask_is_bitwise_identical(device: str, dtype: type, p: float,
                                                        seed: int, data: st.DataObject) -> None:
     """Fed torch's keep-mask, Dropout's output and gradient equal torch's bits (any p)."""
@@ -140,7 +140,7 @@ def test_dropout_with_torchs_mask_is_bitwise_identical(device: str, dtype: type,
 
 
 @given(dtype=st.sampled_from(NN_DTYPES), seed=st.integers(0, 2**32 - 1), data=st.data())
-@settings(max_examples=20)
+@settings(examples(20))
 def test_dropout_in_eval_is_the_identity_like_torch(device: str, dtype: type, seed: int,
                                                    data: st.DataObject) -> None:
     """In eval both Dropouts return the input unchanged and pass the gradient through."""
@@ -154,7 +154,7 @@ def test_dropout_in_eval_is_the_identity_like_torch(device: str, dtype: type, se
 
 @given(dtype=st.sampled_from(NN_DTYPES), reduction=st.sampled_from(("none", "sum", "mean")),
        shape=nn_shapes(1, 3), absorbing=st.booleans(), data=st.data())
-@settings(max_examples=40)
+@settings(examples(40))
 def test_mse_loss_matches_torch_bits_elementwise_and_bound_reduced(
         device: str, dtype: type, reduction: str, shape: tuple[int, ...], absorbing: bool,
         data: st.DataObject) -> None:
@@ -178,7 +178,7 @@ def test_mse_loss_matches_torch_bits_elementwise_and_bound_reduced(
 @given(dtype=st.sampled_from(NN_DTYPES), reduction=st.sampled_from(("none", "sum", "mean")),
        batch=st.integers(0, 40), classes=st.integers(1, 50), seed=st.integers(0, 2**32 - 1),
        absorbing=st.booleans(), offset=st.sampled_from((0.0, 100.0, -3000.0)), data=st.data())
-@settings(max_examples=40)
+@settings(examples(40))
 def test_cross_entropy_matches_torch_within_logsumexp_bound(
         device: str, dtype: type, reduction: str, batch: int, classes: int, seed: int,
         absorbing: bool, offset: float, data: st.DataObject) -> None:
@@ -240,7 +240,7 @@ def test_linear_torch_also_saves_a_view_of_the_weight(device: str) -> None:
 
 @given(dtype=st.sampled_from(NN_DTYPES), sizes=mlp_sizes(),
        activation=st.sampled_from(ref.ACTIVATIONS), seed=st.integers(0, 2**32 - 1))
-@settings(max_examples=30)
+@settings(examples(30))
 def test_state_dict_round_trip_is_bitwise_and_keys_match_torch(
         device: str, dtype: type, sizes: list[int], activation: str, seed: int) -> None:
     """Reference -> torch -> reference keeps every bit; both factories name parameters alike."""
@@ -261,7 +261,7 @@ def test_state_dict_round_trip_is_bitwise_and_keys_match_torch(
 
 @given(dtype=st.sampled_from(NN_DTYPES), sizes=mlp_sizes(), dropout=st.sampled_from((0.0, 0.3)),
        batch=st.integers(1, 16), seed=st.integers(0, 2**32 - 1), data=st.data())
-@settings(max_examples=30)
+@settings(examples(30))
 def test_mlp_matches_torch_end_to_end_and_layer_by_layer(
         device: str, dtype: type, sizes: list[int], dropout: float, batch: int, seed: int,
         data: st.DataObject) -> None:
@@ -294,7 +294,7 @@ def test_mlp_matches_torch_end_to_end_and_layer_by_layer(
 
 @given(dtype=st.sampled_from(NN_DTYPES), sizes=mlp_sizes(3, 16),
        activation=st.sampled_from(ref.ACTIVATIONS), batch=st.integers(1, 8))
-@settings(max_examples=20)
+@settings(examples(20))
 def test_mlp_tape_matches_torchs_saved_tensors_module_by_module(
         device: str, dtype: type, sizes: list[int], activation: str, batch: int) -> None:
     """The model's tape lists, per module path, what torch saves for that module (with Dropout

@@ -29,6 +29,7 @@ from parity.drivers.numerics import (
 )
 from parity.drivers.train import one_thread
 from parity.lab import cli
+from parity.strategies import examples
 from reference.faults import FAULTS
 from reference.numerics import NonFinite
 
@@ -92,7 +93,7 @@ def test_both_trees_name_the_same_first_invalid_value(fault: str, precision: str
     assert out == [WRITES[fault]], out  # the one input already out of range: this fault's
 
 
-@settings(max_examples=15, deadline=None)
+@settings(examples(15), deadline=None)
 @given(seed=st.integers(0, 2**16), hidden=st.tuples(st.integers(1, 24), st.integers(1, 24)),
        fault=st.sampled_from(CASES), fault_step=st.integers(1, 3))
 def test_both_trees_name_the_same_first_invalid_value_for_any_seed_and_size(

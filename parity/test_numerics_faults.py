@@ -26,6 +26,7 @@ from parity.drivers.numerics import (
     underflow_counts,
 )
 from parity.drivers.train import one_thread
+from parity.strategies import examples
 from reference.faults import FAULTS
 from reference.numerics import COLUMNS
 
@@ -82,7 +83,7 @@ def test_both_trees_name_the_catalogued_first_invalid_value_of_a_loss_or_lr_faul
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", CODE_FAULTS)
-@settings(max_examples=20, deadline=None)
+@settings(examples(20), deadline=None)
 @given(seed=st.integers(0, 2**16), hidden=st.tuples(st.integers(1, 24), st.integers(1, 24)),
        fault_step=st.integers(1, 3))
 def test_both_trees_name_the_same_first_invalid_value_of_a_code_fault_for_any_seed_and_size(
@@ -144,7 +145,7 @@ def test_fp16_without_a_scaler_loses_gradients_to_zero_counted_the_same_by_both_
 
 
 @pytest.mark.slow
-@settings(max_examples=30, deadline=None)
+@settings(examples(30), deadline=None)
 @given(seed=st.integers(0, 2**16))
 def test_fp16_without_a_scaler_counts_agree_for_any_seed(
         seed: int, tmp_path_factory: pytest.TempPathFactory) -> None:

@@ -16,7 +16,7 @@ from common.format_spec import get_format
 from parity.compare import assert_claim
 from parity.drivers.numerics import count_rows
 from parity.drivers.train import one_thread
-from parity.strategies import float32_arrays
+from parity.strategies import examples, float32_arrays
 from reference.numerics import COLUMNS, thresholds
 
 # every format the detector views values in: float8_e4m3fn's cast saturates in torch >= 2.13
@@ -36,7 +36,7 @@ def _torch_one_thread() -> Iterator[None]:
 @pytest.mark.parametrize("arithmetic", [False, True, "cast"],
                          ids=["bucketize", "arithmetic", "cast"])
 @pytest.mark.parametrize("fmt", VIEWS)
-@settings(max_examples=60)
+@settings(examples(60))
 @given(data=st.data())
 def test_format_view_counts_match_torch_casts_bitwise(fmt: str, arithmetic: bool | str,
                                                       data: st.DataObject, device: str) -> None:
@@ -77,7 +77,7 @@ def test_format_view_thresholds_are_the_casts_ties(fmt: str, arithmetic: bool | 
 
 
 @pytest.mark.parametrize("fmt", ["float16", "bfloat16", "float32"])
-@settings(max_examples=40)
+@settings(examples(40))
 @given(data=st.data())
 def test_the_cast_counts_clean_and_unclean_tensors_as_the_reference_does(
         fmt: str, data: st.DataObject, device: str) -> None:
@@ -179,7 +179,7 @@ def _edge_values(wide: str, fmt: str) -> np.ndarray:
 
 
 @pytest.mark.parametrize("fmt", ["float16", "bfloat16", "float32"])
-@settings(max_examples=8, deadline=None)
+@settings(examples(8), deadline=None)
 @given(data=st.data())
 def test_the_magnitude_extremes_count_every_edge_class_as_the_bucket_pass(
         fmt: str, data: st.DataObject, device: str) -> None:

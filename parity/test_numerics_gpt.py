@@ -29,6 +29,7 @@ from parity.drivers.numerics import (
 )
 from parity.drivers.train import one_thread
 from parity.lab import cli
+from parity.strategies import examples
 from reference.faults import FAULTS
 from reference.numerics import NonFinite
 
@@ -96,7 +97,7 @@ def test_both_trees_name_the_catalogued_first_invalid_value_on_the_transformer(
     assert out == [r.name for r in got.report.inputs if r.out_of_range()]
 
 
-@settings(max_examples=6, deadline=None)
+@settings(examples(6), deadline=None)
 @given(seed=st.integers(0, 2**16), batch_size=st.integers(1, 12),
        case=st.sampled_from(CASES), fault_step=st.integers(0, 2))
 def test_both_trees_name_the_same_first_invalid_value_on_the_transformer_for_any_seed(

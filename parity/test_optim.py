@@ -24,6 +24,7 @@ from parity.compare import assert_claim
 from parity.drivers.optim import FUSED, SCHEDULERS, run_optimizers, run_schedules, torch_sqrt
 from parity.strategies import (
     OPTIM_TAIL_SIZES,
+    examples,
     optim_adam_hyper,
     optim_grad_scales,
     optim_lrs,
@@ -97,7 +98,7 @@ def test_fma_matches_unfused_torch_kernels_bitwise_under_default_capability() ->
     assert done.returncode == 0, done.stderr
 
 
-@settings(max_examples=40)
+@settings(examples(40))
 @given(hyper=optim_sgd_hyper(), dtype=DTYPES, shapes=optim_shapes(), steps=st.integers(1, 12),
        scale=optim_grad_scales(), new_lr=optim_lrs(), cut=st.integers(0, 12),
        seed=st.integers(0, 2**32 - 1), cross=st.booleans(), two_groups=st.booleans())
@@ -113,7 +114,7 @@ def test_sgd_matches_torch_bitwise_for_any_hyperparameters(
     _assert_all("optim.sgd_bits", pairs)
 
 
-@settings(max_examples=40)
+@settings(examples(40))
 @given(name=st.sampled_from(["Adam", "AdamW"]), hyper=optim_adam_hyper(), dtype=DTYPES,
        shapes=optim_shapes(), steps=st.integers(1, 12), scale=optim_grad_scales(),
        new_lr=optim_lrs(), cut=st.integers(0, 12), seed=st.integers(0, 2**32 - 1),
@@ -130,7 +131,7 @@ def test_adam_matches_torch_bitwise_given_torchs_sqrt(
     _assert_all("optim.adam_bits", pairs)
 
 
-@settings(max_examples=20)
+@settings(examples(20))
 @given(hyper=optim_adam_hyper(), dtype=DTYPES, shapes=optim_shapes(),
        steps=st.integers(1, 20), scale=optim_grad_scales(), seed=st.integers(0, 2**32 - 1))
 def test_adam_moments_match_torch_bitwise_with_ieee_sqrt(
@@ -166,7 +167,7 @@ SCHEDULE_ARGS = {
 }
 
 
-@settings(max_examples=50)
+@settings(examples(50))
 @given(data=st.data(), kind=st.sampled_from(SCHEDULERS), base_lr=st.floats(1e-5, 1.0),
        steps=st.integers(1, 60), cut=st.integers(0, 60), cross=st.booleans())
 def test_schedules_match_torch_bitwise_through_save_and_load(
@@ -195,7 +196,7 @@ def _stepped_torch_optimizer(name: str, dtype: type, shapes: list, seed: int, de
     return opt
 
 
-@settings(max_examples=20)
+@settings(examples(20))
 @given(name=st.sampled_from(["SGD", "Adam", "AdamW"]), dtype=DTYPES, shapes=optim_shapes(),
        seed=st.integers(0, 2**32 - 1))
 def test_optimizer_state_round_trips_bitwise(device: str, name: str, dtype: type, shapes: list,

@@ -22,6 +22,7 @@ from parity.drivers import profile as drv
 from parity.drivers import profile_gaps as gaps
 from parity.drivers import profile_measure as meas
 from parity.lab.runners import profile_run
+from parity.strategies import examples
 from reference import profile as rprof
 from reference import train as rtrain
 
@@ -49,7 +50,7 @@ def profile_cases(draw: st.DrawFn, impl: str, device: str = "cpu") -> drv.Profil
                            optimizer=draw(st.sampled_from(("SGD", "Adam", "AdamW"))), steps=10)
 
 
-@settings(max_examples=15)
+@settings(examples(15))
 @given(data=st.data())
 def test_torch_bytes_at_every_phase_boundary_equal_the_accountants_timeline(
         data: st.DataObject, device: str) -> None:
@@ -59,7 +60,7 @@ def test_torch_bytes_at_every_phase_boundary_equal_the_accountants_timeline(
     assert_claim("profile.boundary_bytes", got, want)
 
 
-@settings(max_examples=30)
+@settings(examples(30))
 @given(case=profile_cases("reference"))
 def test_reference_bytes_at_every_boundary_equal_the_timeline_but_for_two_named_terms(
         case: drv.ProfileCase) -> None:
@@ -215,7 +216,7 @@ def _forward_activations(case: drv.ProfileCase) -> int:
     return dict(drv.formula_timeline(case))["forward"]["activations"]
 
 
-@settings(max_examples=10, deadline=None)
+@settings(examples(10), deadline=None)
 @given(data=st.data())
 def test_torch_gpt_bytes_at_every_phase_boundary_equal_the_accountants_timeline(
         data: st.DataObject, device: str) -> None:
@@ -225,7 +226,7 @@ def test_torch_gpt_bytes_at_every_phase_boundary_equal_the_accountants_timeline(
     assert_claim("profile.gpt_boundary_bytes", got, want)
 
 
-@settings(max_examples=8, deadline=None)
+@settings(examples(8), deadline=None)
 @given(case=gpt_cases("reference"))
 def test_reference_gpt_bytes_at_every_phase_boundary_equal_the_same_timeline_with_no_term(
         case: drv.ProfileCase) -> None:

@@ -30,7 +30,7 @@ from parity.drivers.recompute import (
     torch_case,
 )
 from parity.drivers.recompute_gpt import ref_run, torch_run
-from parity.strategies import gpt_batches, gpt_configs, recompute_models, recompute_specs
+from parity.strategies import examples, gpt_batches, gpt_configs, recompute_models, recompute_specs
 from reference import gpt as rgpt
 from reference import nn as ref
 from reference import recompute as rrc
@@ -43,7 +43,7 @@ from torch_impl.recompute_gpt import set_recompute as torch_set
 
 
 @given(case=recompute_models(), data=st.data())
-@settings(max_examples=25)
+@settings(examples(25))
 def test_reference_gradients_under_any_schedule_are_bitwise_plain(case: dict,
                                                                   data: st.DataObject) -> None:
     """Any schedule, dropout on: the reference's gradients and final RNG state are unchanged."""
@@ -57,7 +57,7 @@ def test_reference_gradients_under_any_schedule_are_bitwise_plain(case: dict,
 
 
 @given(case=recompute_models(), data=st.data())
-@settings(max_examples=15)
+@settings(examples(15))
 def test_torch_gradients_under_any_schedule_are_bitwise_plain(case: dict, data: st.DataObject,
                                                               device: str) -> None:
     """Any schedule with torch.utils.checkpoint on the device: gradients and where the
@@ -72,7 +72,7 @@ def test_torch_gradients_under_any_schedule_are_bitwise_plain(case: dict, data: 
 
 
 @given(case=recompute_models(), fmt=st.sampled_from(["bfloat16", "float16"]), data=st.data())
-@settings(max_examples=15)
+@settings(examples(15))
 def test_gradients_under_autocast_and_any_schedule_are_bitwise_plain_in_each_tree(
         case: dict, fmt: str, data: st.DataObject, device: str) -> None:
     """The forward under fp16/bf16 autocast, dropout on: in each tree, any schedule leaves the
@@ -92,7 +92,7 @@ def test_gradients_under_autocast_and_any_schedule_are_bitwise_plain_in_each_tre
 
 
 @given(case=recompute_models(), fmt=st.sampled_from(["bfloat16", "float16"]), data=st.data())
-@settings(max_examples=15)
+@settings(examples(15))
 def test_held_bytes_under_autocast_predicted_by_the_tape_match_torch(
         case: dict, fmt: str, data: st.DataObject, device: str) -> None:
     """Under fp16/bf16 autocast and any schedule: tape bytes (2-byte lp tensors) ==
@@ -111,7 +111,7 @@ def test_held_bytes_under_autocast_predicted_by_the_tape_match_torch(
 
 
 @given(case=recompute_models(), data=st.data(), early_stop=st.booleans())
-@settings(max_examples=40)
+@settings(examples(40))
 def test_held_bytes_and_recompute_counts_predicted_by_the_reference_match_torch(
         case: dict, data: st.DataObject, early_stop: bool, device: str) -> None:
     """Tape bytes == saved_tensors_hooks bytes; reference recomputes == torch's started
@@ -173,7 +173,7 @@ def test_plans_are_equal_in_both_trees_and_revolve_meets_the_closed_form() -> No
 
 
 @given(case=recompute_models(), data=st.data())
-@settings(max_examples=15)
+@settings(examples(15))
 def test_torch_checkpointed_gradients_meet_the_nn_claims_against_reference_layers(
         case: dict, data: st.DataObject) -> None:
     """torch's checkpointed parameter gradients equal its plain layer-by-layer run's bits, and
@@ -244,7 +244,7 @@ def _same(claim_id: str, run: object, base: object, context: str) -> None:
 @given(config=gpt_configs(max_layers=4, dropout=True), dtype=st.sampled_from([np.float32,
                                                                               np.float64]),
        data=st.data())
-@settings(max_examples=20)
+@settings(examples(20))
 def test_reference_gpt_gradients_under_any_recompute_are_bitwise_plain(
         config: rgpt.GPTConfig, dtype: type, data: st.DataObject) -> None:
     """Any block schedule, selective or both, dropout on: loss, gradients and the dropout
@@ -262,7 +262,7 @@ def test_reference_gpt_gradients_under_any_recompute_are_bitwise_plain(
 @given(config=gpt_configs(max_layers=4, dropout=True), dtype=st.sampled_from([np.float32,
                                                                               np.float64]),
        data=st.data())
-@settings(max_examples=15)
+@settings(examples(15))
 def test_torch_gpt_gradients_under_any_recompute_are_bitwise_plain(
         config: rgpt.GPTConfig, dtype: type, data: st.DataObject, device: str) -> None:
     """torch.utils.checkpoint per block and around the core, dropout on: the same bits."""
@@ -278,7 +278,7 @@ def test_torch_gpt_gradients_under_any_recompute_are_bitwise_plain(
 @pytest.mark.report
 @given(config=gpt_configs(max_layers=3, dropout=True),
        fmt=st.sampled_from(["bfloat16", "float16"]), data=st.data())
-@settings(max_examples=10)
+@settings(examples(10))
 def test_gpt_gradients_under_autocast_and_any_recompute_are_bitwise_plain_in_each_tree(
         config: rgpt.GPTConfig, fmt: str, data: st.DataObject, device: str) -> None:
     """The forward under fp16/bf16 autocast, dropout on: in each tree, recomputation leaves
@@ -298,7 +298,7 @@ def test_gpt_gradients_under_autocast_and_any_recompute_are_bitwise_plain_in_eac
 @pytest.mark.report
 @given(config=gpt_configs(max_layers=4), dtype=st.sampled_from([np.float32, np.float64]),
        data=st.data())
-@settings(max_examples=20)
+@settings(examples(20))
 def test_gpt_held_bytes_read_off_the_tape_match_torch_hooks_under_any_recompute(
         config: rgpt.GPTConfig, dtype: type, data: st.DataObject, device: str) -> None:
     """Block schedules, selective and both: the reference tape's distinct bytes == the

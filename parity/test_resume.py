@@ -33,11 +33,12 @@ from parity.drivers.resume import (
     through_torch,
     torch_objects,
 )
+from parity.strategies import examples
 from reference import resume as ref_resume
 from torch_impl import resume as t_resume
 
 
-@settings(max_examples=30)
+@settings(examples(30))
 @given(optimizer=st.sampled_from(sorted(OPTIMIZERS)), schedule=st.sampled_from(sorted(SCHEDULES)),
        steps=st.integers(0, 9), seed=st.integers(0, 2**32 - 1))
 def test_reference_state_through_torch_and_back_is_bit_identical(
@@ -51,7 +52,7 @@ def test_reference_state_through_torch_and_back_is_bit_identical(
     assert back["rng"] is None  # the one part that does not cross
 
 
-@settings(max_examples=20)
+@settings(examples(20))
 @given(optimizer=st.sampled_from(sorted(OPTIMIZERS)), schedule=st.sampled_from(sorted(SCHEDULES)),
        steps=st.integers(1, 6))
 def test_torch_state_through_reference_and_back_is_bit_identical(

@@ -34,7 +34,7 @@ from parity.drivers.train import (
     resumed_without,
     uninterrupted,
 )
-from parity.strategies import gpt_train_configs, train_configs
+from parity.strategies import examples, gpt_train_configs, train_configs
 from reference import resume as ref_resume
 from reference import train as ref_train
 from reference.recompute_plans import binomial_cost
@@ -62,7 +62,7 @@ def _assert_same_run(actual: dict, expected: dict, context: str) -> None:
 
 
 @pytest.mark.parametrize("name", ["reference", "torch"])
-@settings(max_examples=20)
+@settings(examples(20))
 @given(case=train_configs())
 def test_interrupted_and_resumed_equals_uninterrupted_bit_for_bit(name: str, case: dict,
                                                                   device: str) -> None:
@@ -73,7 +73,7 @@ def test_interrupted_and_resumed_equals_uninterrupted_bit_for_bit(name: str, cas
 @pytest.mark.slow  # the report (the README's first command, CI's install step) runs it
 @pytest.mark.report
 @pytest.mark.parametrize("name", ["reference", "torch"])
-@settings(max_examples=6)  # 1.3 s each on 2 cores; the fuzz profile runs thousands
+@settings(examples(6))  # 1.3 s each on 2 cores; the fuzz profile runs thousands
 @given(case=gpt_train_configs())
 def test_gpt_interrupted_and_resumed_equals_uninterrupted_bit_for_bit(name: str, case: dict,
                                                                       device: str) -> None:

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
+from parity.strategies import examples
 from parity.strategies.accounting import accounting_gpt_configs
 from parity.strategies.recompute import recompute_models, recompute_specs
 from reference import accounting as racc
@@ -227,7 +228,7 @@ def test_korthikanti_terms_sum_to_the_closed_form(cfg: dict) -> None:
 
 # ---------------------------------------------------------------- the MLP, against its run
 @given(case=recompute_models(), data=st.data())
-@settings(max_examples=40)
+@settings(examples(40))
 def test_recompute_runs_predict_the_reference_schedules_counts(case: dict,
                                                                data: st.DataObject) -> None:
     """recompute_runs(plan) == the reference ScheduledRun's recomputed() and interrupted()
@@ -246,7 +247,7 @@ def test_recompute_runs_predict_the_reference_schedules_counts(case: dict,
 
 
 @given(case=recompute_models(), data=st.data())
-@settings(max_examples=40)
+@settings(examples(40))
 def test_mlp_flops_and_held_bytes_agree_with_the_reference_run(case: dict,
                                                                data: st.DataObject) -> None:
     """The reference run's own GEMM count (run_flops) and held tape bytes equal mlp_flops (+

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
+from parity.strategies import examples
 from reference import amp, recompute
 from reference import nn as rnn
 from reference.formats import quantize, ulp_distance
@@ -64,7 +65,7 @@ def test_outputs_and_saved_tensors_are_real_lp_arrays_and_master_weights_stay(
     assert model.tape() == []  # backward consumed every saved tensor
 
 
-@settings(max_examples=40)
+@settings(examples(40))
 @given(fmt=st.sampled_from(["bfloat16", "float16"]), data=st.data())
 def test_cast_is_round_to_nearest_even_like_ml_dtypes_and_numpy(fmt: str,
                                                                 data: st.DataObject) -> None:
@@ -84,7 +85,7 @@ def test_cast_is_round_to_nearest_even_like_ml_dtypes_and_numpy(fmt: str,
     assert np.array_equal(amp.cast(mine, F32), quantize(x, fmt), equal_nan=True)
 
 
-@settings(max_examples=30)
+@settings(examples(30))
 @given(fmt=st.sampled_from(["bfloat16", "float16"]),
        activation=st.sampled_from(["gelu", "tanh", "relu"]), seed=st.integers(0, 2**32 - 1))
 def test_backward_rounds_the_incoming_gradient_first(fmt: str, activation: str,

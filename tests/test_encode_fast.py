@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 import reference.formats as ref
 from parity import oracles, strategies
+from parity.strategies import examples
 
 GENERIC = (ref.FloatFormat("e3m2", 3, 2), ref.FloatFormat("e6m9", 6, 9),
            ref.FloatFormat("e3m4fn", 3, 4, "fn"), ref.FloatFormat("e8m1", 8, 1))
@@ -257,7 +258,7 @@ def test_fast_encode_equals_the_stepwise_statement_on_every_edge_class(
                               words=words)
 
 
-@settings(max_examples=25)
+@settings(examples(25))
 @given(data=st.data(), fmt=st.sampled_from(TARGETS), dtype=st.sampled_from(["32", "64"]),
        policy=st.integers(0, 2**16), seed=st.integers(0, 2**32 - 1))
 def test_fast_encode_equals_the_stepwise_statement_on_drawn_edges(

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 import reference.encode_kernels as kernels
 import reference.formats as ref
 from parity import oracles, strategies
+from parity.strategies import examples
 
 # The IEEE and fn formats, whose identities these tests state; the fnuz, finite and unsigned
 # ones have their own in tests/test_small_formats.py.
@@ -163,7 +164,7 @@ SMALL = [f for f in IEEE_FN if f.bits <= 16] + list(GENERIC)
 
 
 @pytest.mark.parametrize("fmt", SMALL, ids=str)
-@settings(max_examples=40)
+@settings(examples(40))
 @given(data=st.data())
 def test_ulp_distance_counts_nextafter_steps_between_members(fmt: ref.FloatFormat,
                                                              data: st.DataObject) -> None:

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import event, given, settings
 
 from common.fp8_recipes import AMAX_EPS, recipe_format
-from parity.strategies import fp8_amaxes, fp8_histories, fp8_tensors
+from parity.strategies import examples, fp8_amaxes, fp8_histories, fp8_tensors
 from reference import fp8_scaling as rfp8
 from reference.formats import get_format
 
@@ -67,7 +67,7 @@ DELAYED_UPDATE = _pseudocode("delayed_update")
 
 
 @given(case=fp8_amaxes())
-@settings(max_examples=80)
+@settings(examples(80))
 def test_amax_to_scale_is_the_docstring_current_scale(case: tuple[str, np.ndarray]) -> None:
     """Every amax (0, inf, NaN, subnormal, FLT_MAX among them), both formats, with and without
     power-of-2 rounding: the pseudocode's scale, bit for bit."""
@@ -82,7 +82,7 @@ def test_amax_to_scale_is_the_docstring_current_scale(case: tuple[str, np.ndarra
 
 
 @given(case=fp8_tensors())
-@settings(max_examples=60)
+@settings(examples(60))
 def test_current_scaling_is_the_docstring_cast_element_by_element(case: tuple) -> None:
     """Each element: current_cast(x, scale, fp8_max) of the pseudocode with the code's scale
     (itself held to current_scale above), the fp8 rounding by ml_dtypes."""
@@ -97,7 +97,7 @@ def test_current_scaling_is_the_docstring_cast_element_by_element(case: tuple) -
 
 
 @given(case=fp8_histories())
-@settings(max_examples=80)
+@settings(examples(80))
 def test_delayed_update_is_the_docstring_update_per_scale(case: dict) -> None:
     """Each scale's column through one update: the pseudocode's history and scale, bits (NaNs
     included: they are copied, never made)."""

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
+from parity.strategies import examples
 from reference import clip_grad
 from reference import loss_scale_kernels as kernels
 from reference import loss_scaling as rls
@@ -55,7 +56,7 @@ def _iterate(scaler: rls.GradScaler, opt: ropt.SGD, p: Parameter, found_inf: boo
     scaler.update()
 
 
-@settings(max_examples=60)
+@settings(examples(60))
 @given(init=st.floats(2.0**-149, 3e38), growth=st.floats(1.0, 10.0, exclude_min=True),
        backoff=st.floats(0.0, 1.0, exclude_min=True, exclude_max=True),
        interval=st.integers(1, 4), hysteresis=st.integers(1, 3),
@@ -80,7 +81,7 @@ def test_update_matches_docstring_pseudocode(init: float, growth: float, backoff
     event("grew" if scale > np.float32(init) else "did not grow")
 
 
-@settings(max_examples=300)
+@settings(examples(300))
 @given(scale=st.one_of(st.floats(0.0, float(np.finfo(np.float32).max), width=32),
                       st.sampled_from([0.0, 2.0**-149])),
        tracker=st.integers(0, 8), hyst=st.integers(0, 3), found=st.booleans(),
@@ -237,7 +238,7 @@ def test_static_loss_scaler_keeps_its_scale_and_still_skips() -> None:
 
 
 # -- clipping
-@settings(max_examples=50)
+@settings(examples(50))
 @given(seed=st.integers(0, 2**32 - 1), sizes=st.lists(st.integers(1, 400), min_size=1,
                                                        max_size=4), k=st.integers(-20, 20))
 def test_total_norm_within_the_n_term_bound_of_the_exact_norm(seed: int, sizes: list[int],

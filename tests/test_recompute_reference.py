@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parity.strategies import recompute_specs
+from parity.strategies import examples, recompute_specs
 from reference import nn
 from reference import recompute as rc
 
@@ -91,7 +91,7 @@ def test_peak_tape_of_equal_layers_matches_the_slot_count(spec: str) -> None:
     "sizes": st.lists(st.integers(1, 8), min_size=2, max_size=6),
     "activation": st.sampled_from(nn.ACTIVATIONS), "dropout": st.sampled_from((0.1, 0.5)),
     "seed": st.integers(0, 2**32 - 1)}), data=st.data())
-@settings(max_examples=30)
+@settings(examples(30))
 def test_checkpointed_gradients_equal_plain_backward_bitwise(model: dict, data: st.DataObject
                                                               ) -> None:
     """Model.backward without any schedule and every schedule give the same gradient bits."""

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from ckpt import atomic
 from parity.drivers.resume import flatten, small_reference_state, small_torch_state
+from parity.strategies import examples
 from reference import resume as ref_resume
 from torch_impl import resume as t_resume
 
@@ -189,7 +190,7 @@ def _states() -> st.SearchStrategy[dict]:
 
 
 @pytest.mark.parametrize("name", sorted(IMPLS))
-@settings(max_examples=15, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(examples(15), suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(state=_states())
 def test_an_atomic_write_makes_its_system_calls_in_the_documented_order(
         name: str, state: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

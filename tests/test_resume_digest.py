@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 import ckpt
 from ckpt import atomic, container, digest
 from parity.drivers.resume import flatten, small_reference_state, small_torch_state
+from parity.strategies import examples
 from reference import resume as ref_resume
 from torch_impl import resume as t_resume
 
@@ -64,7 +65,7 @@ def test_xxh3_128_is_the_algorithm_of_its_published_test_vector() -> None:
     assert digest.digest_of(b"")[16:] == digest.xxh3_128(b"xxh3-128" + bytes(8))
 
 
-@settings(max_examples=40, deadline=None,
+@settings(examples(40), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.binary(max_size=600), cuts=st.lists(st.integers(0, 600), max_size=6))
 def test_the_seal_is_the_name_and_the_xxh3_128_of_every_byte_before_it_for_any_writes(
@@ -178,7 +179,7 @@ def test_a_digest_that_finishes_after_the_decode_is_still_checked(
     assert late == [True]  # the digest really was computed after the decode finished
 
 
-@settings(max_examples=30, deadline=None)
+@settings(examples(30), deadline=None)
 @given(data=st.binary(max_size=700), piece=st.sampled_from([1, 7, 64, 256]))
 def test_version_2_digest_is_the_piecewise_formula(data: bytes, piece: int) -> None:
     """The kept SHA-256 reader computes NOTE [ Piecewise digest ] (small pieces stand in for

@@ -19,6 +19,7 @@ from hypothesis import event, given, settings, target
 from hypothesis import strategies as st
 
 import ckpt
+from parity.strategies import examples
 from reference import resume
 
 
@@ -72,7 +73,7 @@ def test_numpy_scalars_and_zero_d_arrays_keep_their_kind(tmp_path: Path) -> None
 _HEADER_DTYPES = ("?", "i1", "<u2", ">i4", "<u8", "<f2", ">f4", "<f8", "<c16", ">c8")
 
 
-@settings(max_examples=60, deadline=None)
+@settings(examples(60), deadline=None)
 @given(dtype=st.sampled_from(_HEADER_DTYPES),
        shape=st.lists(st.integers(0, 12), max_size=4).map(tuple), fortran=st.booleans())
 def test_record_headers_read_as_numpy_reads_them(

@@ -13,10 +13,11 @@ import reference.formats as ref
 from parity import strategies
 from parity.oracles import NARROW
 from parity.oracles import position as _position
+from parity.strategies import examples
 
 
 @pytest.mark.parametrize("name", NARROW)
-@settings(max_examples=40)
+@settings(examples(40))
 @given(data=st.data())
 def test_ties_are_exact_midpoints_and_near_ties_are_not(name: str, data: st.DataObject) -> None:
     """Every `ties` value is a float32 halfway between two members; `near_ties` never is."""
@@ -29,7 +30,7 @@ def test_ties_are_exact_midpoints_and_near_ties_are_not(name: str, data: st.Data
 
 
 @pytest.mark.parametrize("name", NARROW)
-@settings(max_examples=40)
+@settings(examples(40))
 @given(data=st.data())
 def test_members_are_fixed_points_of_exact_rounding(name: str, data: st.DataObject) -> None:
     """`members` values are finite, representable, and on the format's grid."""
@@ -39,7 +40,7 @@ def test_members_are_fixed_points_of_exact_rounding(name: str, data: st.DataObje
 
 
 @pytest.mark.parametrize("name", NARROW)
-@settings(max_examples=40)
+@settings(examples(40))
 @given(data=st.data())
 def test_boundary_strategies_stay_near_their_boundary(name: str, data: st.DataObject) -> None:
     """overflow_edge lies within a few float32 ulps of max + ulp/2 (or is a named far value);

@@ -23,11 +23,13 @@ record and each test's outcome to a JSON file this module reads back:
                  fails, since the table must never claim more than the tests check
 
 A test that fails without having asserted any claim is listed under the table and fails the
-report too. The tests run in two fresh processes side by side, which share the files out by
-their CPU seconds in the last recorded report (balance, COSTS) and one Inductor cache made
-empty for the run (INDUCTOR_CACHE), in the setting the claims
-state (conftest.py: one intra-op thread for torch, one for NumPy's BLAS), whatever the
-caller's environment.
+report too, and so does a test whose pytest-xdist worker crashed (report_plugin.py). The tests
+run in one pytest session spread over the cores by pytest-xdist (`--dist loadfile`: a test
+file's tests run on one worker, so a module-scoped fixture, a compiled model or a launch of
+gloo processes, is made once; workers), with one Inductor cache made empty for the run
+(INDUCTOR_CACHE), in the
+setting the claims state (conftest.py: one intra-op thread for torch, one for NumPy's BLAS),
+whatever the caller's environment; each worker hands its record back through xdist.
 Pictures are registered in parity/lab/pictures/ and drawn into --out while the tests run
 (run's `meanwhile`): they are functions of the code and the committed measurements, not of
 the run, and drawn after it they were a serial tail of about 12 s on one core.
@@ -44,7 +46,7 @@ import tempfile
 import textwrap
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -89,7 +91,6 @@ class Result:
     rows: list[Row]
     unclaimed_failures: list[str]
     seconds: float
-    cpu: dict[str, float] = field(default_factory=dict)  # CPU seconds per test file (COSTS)
 
 
 def parity_test_files(topic: str | None = None) -> list[Path]:
@@ -118,38 +119,40 @@ def _number(x: float | str) -> float:
 
 TOLERANCE_COLUMN, MIN_TOLERANCE_WIDTH = 2, 24  # the column folded to fit the terminal
 SELECTION = "not slow or report"  # the default suite, and the slow tests marked `report`
-# Inductor's C++ builds are most of the compile tests' time and run on one core each
-# (parity/drivers/compile.py: compile_threads=1). The compile files (APART) go to different
-# processes, the costliest first, and the other files join them by their measured CPU
-# seconds (COSTS, written by `report --record`), so that the processes cost about the same.
-# The processes share one empty Inductor cache made for the run (INDUCTOR_CACHE): the
-# process of the cheapest compile file starts with it, the others end with theirs, by when
-# the first has built what every process's first compile builds (Inductor's probes of the
-# CPU's vector instructions, about 9 s of CPU), which they then load. So the probes' cost
-# falls on the cheapest compile file, as it did when COSTS was recorded (test_compile.py
-# ran first then, and runs first again).
-APART = ("test_compile",)
-INDUCTOR_CACHE = "MIRRORTRAIN_REPORT_INDUCTOR_CACHE"  # parity/drivers/compile.py's RUN_CACHE
-PROCESSES = 2
-# what starting one more pytest process costs in CPU seconds (importing torch and the test
-# modules: about 3-10 s on 2 cores): a group measured cheaper than this joins the other
-START_COST = 5.0
-COSTS = ROOT / "docs" / "data" / "report_cost.json"  # {test file: CPU seconds}, per file
+# The run's one empty Inductor cache, named to every worker (parity/drivers/compile.py's
+# RUN_CACHE): the run is cold, and what Inductor builds once per cache (its probes of the
+# CPU's vector instructions, about 9 s of CPU) is built once per run. Its folder is named
+# `tests` on purpose: Inductor loads the code it generates as modules from there, and
+# hypothesis draws literal constants from every module of local source it has seen, but
+# not from a folder named tests (NOTE [ A claim's n is the claim's ] in conftest.py).
+INDUCTOR_CACHE = "MIRRORTRAIN_REPORT_INDUCTOR_CACHE"
+
+
+def workers(files: int) -> int:
+    """pytest-xdist workers for a run of `files` test files: one per core, no more than files;
+    0 (no xdist: one process) for a single file or a single core."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+        os.cpu_count() or 1)
+    n = min(cpus, files)
+    return n if n > 1 else 0
 
 
 def _command(files: list[Path] | list[str], extra: tuple[str, ...]) -> list[str]:
+    n = workers(len({str(f).split("::")[0] for f in files}))
+    spread = ["-n", str(n), "--dist", "loadfile"] if n else ["-p", "no:xdist"]
     return [sys.executable, "-m", "pytest", *map(str, files), "-q", "-p",
             "parity.lab.report_plugin", "--hypothesis-profile=report", "-p", "no:cacheprovider",
+            "-p", "no:benchmark",  # (pyproject.toml's addopts say why)
             "-o", "addopts=", "-m", SELECTION, "--strict-markers", "--no-header", "-rN",
-            "--tb=line", *extra]
+            "--tb=line", *spread, *extra]
 
 
 CLAIM_KIND = {c.id: c.kind for c in CLAIMS}
 
 
 def merge(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """One record from several processes' (a claim asserted in two: the worse case, the
-    counts added, held only if it held in both)."""
+    """One record from several processes' (xdist's workers': a claim asserted in two: the
+    worse case, the counts added, held only if it held in both)."""
     claims: dict[str, Any] = {}
     for r in records:
         for cid, o in r["claims"].items():
@@ -173,103 +176,42 @@ def merge(records: list[dict[str, Any]]) -> dict[str, Any]:
             "versions": next((r["versions"] for r in records if "versions" in r), {})}
 
 
-def measured_costs() -> dict[str, float]:
-    """Each parity test file's CPU seconds in the last recorded report (COSTS), or {}."""
-    if not COSTS.exists():
-        return {}
-    return {k: float(v) for k, v in json.loads(COSTS.read_text(encoding="utf-8")).items()}
-
-
-def file_costs(tests: list[dict[str, Any]]) -> dict[str, float]:
-    """CPU seconds per test file from a run's record (the plugin's per-test "cpu")."""
-    costs: dict[str, float] = {}
-    for t in tests:
-        path = t["nodeid"].split("::")[0]
-        costs[path] = round(costs.get(path, 0.0) + float(t.get("cpu", 0.0)), 2)
-    return dict(sorted(costs.items()))
-
-
-def balance(files: list[Path] | list[str], costs: dict[str, float]
-            ) -> list[list[Path] | list[str]]:
-    """The files (paths or node ids) in PROCESSES groups, every file a unit (its node ids
-    together): the compile files (APART) first, the costliest first, each to a group of its
-    own while there are empty groups; then every other file, the costliest first, each to
-    the group with the least measured cost so far (a file not in `costs` costs the median);
-    all in one group when a group would cost less than START_COST. The group of the cheapest
-    compile file runs it first, the others run theirs last (INDUCTOR_CACHE). Without costs:
-    the compile files apart, the rest together before them."""
-    def path(f: Path | str) -> str:  # a node id's or a path's file, as the record names it
-        p = Path(str(f).split("::")[0])
-        return (p.relative_to(ROOT) if p.is_absolute() else p).as_posix()
-
-    apart = [f for f in files if Path(path(f)).name.startswith(APART)]
-    rest = [f for f in files if f not in apart]
-    if not costs:
-        return [rest, apart]
-    typical = sorted(costs.values())[len(costs) // 2]
-    units: dict[str, list] = {}
-    for f in [*apart, *rest]:
-        units.setdefault(path(f), []).append(f)
-    cost = {key: costs.get(key, typical) for key in units}
-    compiling = {path(f) for f in apart}
-
-    groups: list[list] = [[] for _ in range(PROCESSES)]
-    loads = [0.0] * PROCESSES
-    for key in sorted(units, key=lambda k: (k not in compiling, -cost[k], k)):
-        k = loads.index(min(loads))
-        groups[k].extend(units[key])
-        loads[k] += cost[key]
-    if min(loads) < START_COST:  # a process that would start for less: one process
-        return [[f for g in groups for f in g]]
-    cheapest = min(compiling, key=lambda k: (cost[k], k), default=None)
-    return [g if any(path(f) == cheapest for f in g)
-            else [f for f in g if f not in apart] + [f for f in g if f in apart]
-            for g in groups]
-
-
 def run_tests(files: list[Path] | list[str], extra: tuple[str, ...] = (),
               meanwhile: Callable[[], object] | None = None) -> dict[str, Any]:
-    """Run the parity tests in `files` (paths or node ids) under the report profile, in
-    PROCESSES processes side by side balanced by measured cost (balance); return the merged
-    record the plugin wrote ({"claims": ..., "tests": ...}, module docstring). `meanwhile`
-    runs in this process once they have started (the pictures, which depend on no test:
-    drawn after the tests, they were a serial tail of about 12 s on one core)."""
+    """Run the parity tests in `files` (paths or node ids) under the report profile, spread
+    over the cores by pytest-xdist (workers); return the record the plugin wrote
+    ({"claims": ..., "tests": ...}, module docstring). `meanwhile` runs in this process once
+    they have started (the pictures, which depend on no test: drawn after the tests, they
+    were a serial tail of about 12 s on one core)."""
     if not files:
         raise ValueError("run_tests: no test files given (pytest would run every test path)")
     if REPORTING in os.environ:  # a test inside the report's run asked for a report
         raise RuntimeError("the report cannot run inside its own pytest run: a test that "
                            "calls report.run must not be among the parity tests it runs")
-    groups = [g for g in balance(files, measured_costs()) if g]
     with tempfile.TemporaryDirectory(prefix="mirrortrain-report-") as tmp:
-        started = []
-        (Path(tmp) / "inductor").mkdir()  # the run's one empty Inductor cache (balance)
-        for k, group in enumerate(groups):
-            out = Path(tmp) / f"report-{k}.json"
-            env = {**os.environ, REPORTING: str(out), "MIRRORTRAIN_REPORT_BAR": str(k),
-                   INDUCTOR_CACHE: str(Path(tmp) / "inductor")}
-            # pytest's output to a file, not a pipe: nobody reads a pipe while `meanwhile`
-            # runs, and a full one would stop the process
-            with open(Path(tmp) / f"report-{k}.out", "w", encoding="utf-8") as log:
-                started.append((out, subprocess.Popen(_command(group, extra), cwd=ROOT,
-                                                      env=env, stdout=log, text=True)))
-        records = []
+        out = Path(tmp) / "report.json"
+        cache = Path(tmp) / "tests" / "inductor"  # (INDUCTOR_CACHE: why `tests`)
+        cache.mkdir(parents=True)
+        env = {**os.environ, REPORTING: str(out), INDUCTOR_CACHE: str(cache)}
+        # pytest's output to a file, not a pipe: nobody reads a pipe while `meanwhile`
+        # runs, and a full one would stop the process
+        with open(Path(tmp) / "report.out", "w", encoding="utf-8") as log:
+            process = subprocess.Popen(_command(files, extra), cwd=ROOT, env=env, stdout=log,
+                                       text=True)
         try:
             if meanwhile is not None:
                 meanwhile()
-            for k, (out, process) in enumerate(started):
+            process.wait()
+        finally:  # an error or Ctrl-C here ends the run (xdist ends its workers)
+            if process.poll() is None:
+                process.kill()
                 process.wait()
-                if not out.exists():  # pytest itself failed (collection error, bad option)
-                    stdout = (Path(tmp) / f"report-{k}.out").read_text(encoding="utf-8")
-                    tail = "\n".join(stdout.strip().splitlines()[-15:])
-                    raise RuntimeError("the parity tests did not run (pytest exit "
-                                       f"{process.returncode}):\n{tail}")
-                records.append(json.loads(out.read_text(encoding="utf-8")))
-        finally:  # an error or Ctrl-C here ends the other half too
-            for _, process in started:
-                if process.poll() is None:
-                    process.kill()
-                    process.wait()
-    return merge(records)
+        if not out.exists():  # pytest itself failed (collection error, bad option)
+            stdout = (Path(tmp) / "report.out").read_text(encoding="utf-8")
+            tail = "\n".join(stdout.strip().splitlines()[-15:])
+            raise RuntimeError("the parity tests did not run (pytest exit "
+                               f"{process.returncode}):\n{tail}")
+        return json.loads(out.read_text(encoding="utf-8"))
 
 
 def rows_of(claims: tuple[Claim, ...], ran: dict[str, Any]) -> Result:
@@ -341,8 +283,7 @@ def run(topic: str | None = None, only: tuple[str, ...] | None = None,
     start = time.perf_counter()
     ran = run_tests(files, meanwhile=meanwhile)
     result = rows_of(claims, ran)
-    return Result(result.rows, result.unclaimed_failures, time.perf_counter() - start,
-                  file_costs(ran["tests"]))
+    return Result(result.rows, result.unclaimed_failures, time.perf_counter() - start)
 
 
 def render(result: Result, width: int | None = None) -> str:

@@ -7,6 +7,7 @@ every public name, so `from parity.strategies import ties` works for any topic.
 
 from __future__ import annotations
 
+from parity.strategies.budget import examples  # noqa: F401
 from parity.strategies.data import (  # noqa: F401
     DATA_INTERRUPTIONS,
     data_batches_per_epoch,

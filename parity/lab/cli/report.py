@@ -11,8 +11,7 @@ asserting a claim, and when no claim was checked at all; a claim whose tests pyt
 because an optional package it names is not installed (torchao: the oracles extra) reads
 SKIPPED, with pytest's reason, and does not fail the report. --record writes what was observed
 to docs/data/report.json (every claim, so not with --topic), which docs/claims/<topic>.md
-prints beside each bound, and each test file's CPU seconds to docs/data/report_cost.json,
-by which later runs share the files out between their two processes.
+prints beside each bound.
 Pictures go to --out (default report/; '' for none).
 
 --json prints, instead of the table, one JSON array with an object per claim:
@@ -115,9 +114,7 @@ def run(args: argparse.Namespace) -> int:
         OBSERVED_JSON.write_text(json.dumps({o["id"]: {**{k: o[k] for k in (
             "observed", "raw", "n", "verdict")}, "tests": tests[o["id"]]}
             for o in as_json(rows)}, indent=1, allow_nan=False) + "\n", encoding="utf-8")
-        report.COSTS.write_text(json.dumps(result.cpu, indent=1) + "\n", encoding="utf-8")
-        say(f"recorded: {OBSERVED_JSON}, {report.COSTS} (CPU seconds per file: the next "
-            "runs balance their processes by them)")
+        say(f"recorded: {OBSERVED_JSON}")
     failed = [r for r in rows if r.verdict not in ("ok", "SKIPPED")]
     if not rows:
         say(f"\nno claims checked{f' for topic {args.topic}' if args.topic else ''}: "
