@@ -232,7 +232,7 @@ def _check(directory: CheckpointDirectory, newest: Entry, settle: Configure, ste
         raise CheckpointDirectoryError(
             f"cannot resume from {newest.name}: written by {newest.writer} (payload "
             f"{newest.payload!r}) and this run reads {', '.join(map(repr, sorted(readable)))} "
-            "(`python -m parity train --resume` converts between the implementations)")
+            "(the train command's --resume converts between the implementations)")
     if newest.step > steps:
         raise CheckpointDirectoryError(
             f"cannot resume from {newest.name}: it is at step {newest.step}, beyond the "

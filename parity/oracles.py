@@ -25,8 +25,12 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Protocol
 
-import ml_dtypes
+# NumPy first: imported from Python, a missing or broken NumPy is one ImportError; imported
+# by ml_dtypes' C extension, it prints a traceback of its own before that
 import numpy as np
+
+# isort: split
+import ml_dtypes
 
 ALL_FORMATS: tuple[str, ...] = (
     "float32", "tf32", "float16", "bfloat16", "float8_e5m2", "float8_e4m3fn")

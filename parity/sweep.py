@@ -19,28 +19,23 @@ sweep's wall time)."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import multiprocessing
 import os
-import signal
 import sys
-import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from multiprocessing import get_all_start_methods, get_context
-from multiprocessing.context import BaseContext
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 import reference.formats as ref
 from parity.oracles import ML_DTYPES, SWEEP_FORMATS
+from parity.sweep_pool import end_workers, erased_bar, signals_blocked, worker_context, worker_start
 from parity.sweep_small import range_classes, small_classes, small_nan_codes, torch_e8m0_codes
 
 # 2^16 inputs: a chunk's ~40 NumPy and torch calls cost about 70 us fixed, about 1 ns per
@@ -251,7 +246,7 @@ def _run(name: str, tasks: list[tuple[Callable[..., Summary], tuple, int]], work
     if name not in SWEEP_FORMATS:
         raise ValueError(f"sweep formats: {', '.join(SWEEP_FORMATS)}; got {name!r}")
     total = Summary(name)
-    bar = functools.partial(_bar, total=sum(t[2] for t in tasks), desc=name, unit="input",
+    bar = functools.partial(erased_bar, total=sum(t[2] for t in tasks), desc=name, unit="input",
                             unit_scale=True, file=sys.stderr, disable=not progress)
     if workers <= 1:
         with bar() as b:
@@ -260,13 +255,13 @@ def _run(name: str, tasks: list[tuple[Callable[..., Summary], tuple, int]], work
                 b.update(size)
         return total
     before = set(multiprocessing.active_children())
-    with ProcessPoolExecutor(workers, mp_context=_worker_context(),
-                             initializer=_worker_start) as pool:
+    with ProcessPoolExecutor(workers, mp_context=worker_context(),
+                             initializer=worker_start) as pool:
         try:
             # The workers start at the first submit, before the bar starts its monitor thread.
             # The one other thread then is NumPy's OpenBLAS pool, idle, which shuts itself
             # down around a fork (its own fork handler): Python >= 3.12's warning does not apply.
-            with warnings.catch_warnings(), _signals_blocked():
+            with warnings.catch_warnings(), signals_blocked():
                 warnings.filterwarnings("ignore", "This process .* is multi-threaded",
                                         DeprecationWarning)
                 futures = {pool.submit(fn, *args): size for fn, args, size in tasks}
@@ -275,74 +270,9 @@ def _run(name: str, tasks: list[tuple[Callable[..., Summary], tuple, int]], work
                     total.add(f.result())
                     b.update(futures[f])
         except BaseException:
-            _end_workers(pool, set(multiprocessing.active_children()) - before)
+            end_workers(pool, set(multiprocessing.active_children()) - before)
             raise
     return total
-
-
-# NOTE [ Ending the workers ]
-# An interrupt ends the workers at once (left alone, the executor waits at exit for every
-# pending chunk). A terminal's Ctrl-C reaches the whole group: the workers ignore SIGINT, and
-# SIGTERM ends one at once (the default action, not the handler a fork inherits); both are
-# blocked across the fork. The parent, on KeyboardInterrupt (Terminated included), ignores
-# both while it cancels what has not started and kills its workers (a chunk holds nothing to
-# clean up; no lock a killed worker held blocks the executor's reading), then re-raises.
-_STOP = {signal.SIGINT, signal.SIGTERM}
-
-
-def _worker_start() -> None:
-    """A worker's initializer: NOTE [ Ending the workers ]."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    if hasattr(signal, "pthread_sigmask"):
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP)
-
-
-@contextlib.contextmanager
-def _signals_blocked() -> Iterator[None]:
-    """SIGINT and SIGTERM held back from this thread and what it starts, for the block."""
-    blocking = hasattr(signal, "pthread_sigmask")
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP) if blocking else None
-    try:
-        yield
-    finally:
-        if previous is not None:
-            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-
-
-@contextlib.contextmanager
-def _bar(**kwargs: object) -> Iterator[tqdm]:
-    """tqdm's bar, erased (not left) if interrupted: the command's one line says what happened."""
-    with tqdm(**kwargs) as b:
-        try:
-            yield b
-        except BaseException:
-            b.leave = False
-            raise
-
-
-def _end_workers(pool: ProcessPoolExecutor, workers: set[multiprocessing.Process]) -> None:
-    """NOTE [ Ending the workers ], with both signals ignored meanwhile (in the main thread)."""
-    main = threading.current_thread() is threading.main_thread()
-    previous = {s: signal.signal(s, signal.SIG_IGN) for s in _STOP} if main else {}
-    try:
-        pool.shutdown(wait=False, cancel_futures=True)
-        for p in workers:
-            p.kill()
-            p.join()
-        pool.shutdown(wait=True)
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-
-
-def _worker_context() -> BaseContext:
-    """fork where the platform has it: a forked worker starts with this process's modules
-    (torch, ml_dtypes) imported, where a spawned one imports them again, about 1.6 s of CPU
-    time each (a tenth of a float8 sweep's wall time on 2 cores). Each worker sets torch to
-    one thread before its first chunk, so it never enters a parallel region: a thread pool
-    the parent may have started is not used in the child. spawn where fork is unavailable."""
-    return get_context("fork" if "fork" in get_all_start_methods() else "spawn")
 
 
 def sweep_range(name: str, start: int, stop: int, workers: int = 2, progress: bool = False

@@ -89,7 +89,7 @@ def load_replay(name: str, path: Path) -> dict[str, Any]:
         header = dict(c.header)
     if (header.get("meta") or {}).get("kind") != REPLAY_KIND:
         raise ckpt.CheckpointMismatchError(f"{path}: not a replay file (a checkpoint?); "
-                                           "`python -m parity train --check-numerics` writes one")
+                                           "the train command's --check-numerics writes one")
     m = impl(name)
     if header.get("payload") == m.resume.PAYLOAD:
         return m.resume.load_checkpoint(path)
