@@ -8,12 +8,12 @@ are in parity/test_ddp.py).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
+from pseudocode import pseudocode
 
 from common.train_config import TrainConfig
 from common.train_loop import RanksResult
@@ -21,19 +21,7 @@ from parity.compare import assert_claim, bit_view
 from parity.drivers import ddp as drv
 from reference import ddp as rddp
 
-
-def _pseudocode_ring_element():  # type: ignore[no-untyped-def]
-    """The `ring_element` written in reference/ddp.py's docstring, compiled as it stands."""
-    match = re.search(r"\n( +)def ring_element\(.*?(?=\n\n\S)", rddp.__doc__ or "", re.S)
-    assert match, "reference/ddp.py's docstring lost its ring_element pseudocode"
-    indent = len(match.group(1))
-    source = "\n".join(line[indent:] for line in match.group(0).strip("\n").splitlines())
-    namespace: dict = {}
-    exec(source, namespace)  # the docstring is this project's own text
-    return namespace["ring_element"]
-
-
-RING_ELEMENT = _pseudocode_ring_element()
+RING_ELEMENT = pseudocode(rddp.__doc__, "ring_element")
 
 
 @pytest.mark.parametrize("ws", [2, 3, 4, 5])

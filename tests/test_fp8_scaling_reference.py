@@ -1,17 +1,16 @@
 """reference.fp8_scaling against its own docstring: the scalar pseudocode of current scaling
-and of TE's delayed update, compiled as it stands and run on Python floats (f32 by struct,
+and of TE's delayed update, compiled as it stands and run on Python floats (f32 by NumPy,
 fp8 by ml_dtypes), element by element against the vectorized code; and its errors."""
 
 from __future__ import annotations
 
 import math
-import re
-import struct
 
 import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import event, given, settings
+from pseudocode import f32, pseudocode
 
 from common.fp8_recipes import AMAX_EPS, recipe_format
 from parity.strategies import examples, fp8_amaxes, fp8_histories, fp8_tensors
@@ -22,27 +21,10 @@ FLT_MAX = float.fromhex("0x1.fffffep127")
 _ML = {"float8_e4m3fn": ml_dtypes.float8_e4m3fn, "float8_e5m2": ml_dtypes.float8_e5m2}
 
 
-def _f32(v: float) -> float:
-    """Round a Python float to float32, nearest even, overflow to inf (struct's 'f' raises on
-    overflow, so the value beyond FLT_MAX is handled first: only a value at least half an ulp
-    above FLT_MAX rounds to inf)."""
-    if math.isnan(v) or math.isinf(v):
-        return v
-    if abs(v) >= float.fromhex("0x1.ffffffp127"):  # FLT_MAX + half its ulp: the tie goes up
-        return math.copysign(math.inf, v)
-    return struct.unpack("<f", struct.pack("<f", v))[0]
-
-
 def _pseudocode(name: str, fp8: type | None = None):  # type: ignore[no-untyped-def]
     """The function `name` written in reference/fp8_scaling.py's docstring, compiled."""
-    match = re.search(rf"\n( +)def {name}\(.*?(?=\n\n\S|\n\n +def )", rfp8.__doc__ or "", re.S)
-    assert match, f"reference/fp8_scaling.py's docstring lost its {name} pseudocode"
-    indent = len(match.group(1))
-    source = "\n".join(line[indent:] for line in match.group(0).strip("\n").splitlines())
-    namespace = {"math": math, "f32": _f32, "AMAX_EPS": AMAX_EPS, "FLT_MAX": FLT_MAX,
-                 "fmax": _fmax, "fp8": (lambda v: float(fp8(np.float32(v)))) if fp8 else None}
-    exec(source, namespace)  # the docstring is this project's own text
-    return namespace[name]
+    return pseudocode(rfp8.__doc__, name, AMAX_EPS=AMAX_EPS, FLT_MAX=FLT_MAX, fmax=_fmax,
+                      fp8=(lambda v: float(fp8(np.float32(v)))) if fp8 else None)
 
 
 def _fmax(a: float, b: float) -> float:
@@ -113,12 +95,13 @@ def test_delayed_update_is_the_docstring_update_per_scale(case: dict) -> None:
     event(f"slot 0 zero: {bool((h[0] == 0).any())}, NaN: {bool(np.isnan(h).any())}")
 
 
-def test_f32_helper_rounds_as_numpy_does_at_the_overflow_edge() -> None:
-    """The test's own f32: nearest even below, FLT_MAX + half an ulp ties to inf."""
-    assert _f32(FLT_MAX) == FLT_MAX
-    assert _f32(float.fromhex("0x1.fffffefffffffp127")) == FLT_MAX
-    assert _f32(float.fromhex("0x1.ffffffp127")) == math.inf
-    assert _f32(1 + 2.0**-24) == 1.0 and _f32(1 + 3 * 2.0**-24) == 1 + 2.0**-22
+def test_f32_helper_rounds_nearest_even_and_to_inf_at_the_overflow_edge() -> None:
+    """The pseudocode's f32: nearest even below, FLT_MAX + half an ulp ties to inf."""
+    assert f32(FLT_MAX) == FLT_MAX
+    assert f32(float.fromhex("0x1.fffffefffffffp127")) == FLT_MAX
+    assert f32(float.fromhex("0x1.ffffffp127")) == math.inf
+    assert f32(-float.fromhex("0x1.ffffffp127")) == -math.inf
+    assert f32(1 + 2.0**-24) == 1.0 and f32(1 + 3 * 2.0**-24) == 1 + 2.0**-22
 
 
 def test_bad_input_is_refused_naming_the_problem() -> None:

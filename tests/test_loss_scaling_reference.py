@@ -6,12 +6,12 @@ seeded faults (float16 without scaling, clipping before unscale_, bfloat16 range
 from __future__ import annotations
 
 import math
-import re
 
 import numpy as np
 import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
+from pseudocode import pseudocode
 
 from parity.strategies import examples
 from reference import clip_grad
@@ -22,26 +22,7 @@ from reference import optim as ropt
 from reference import train as rtrain
 from reference.nn import Parameter
 
-
-def _f32(v: float) -> float:
-    """Round a Python float to float32 (overflow to inf is part of the rule)."""
-    with np.errstate(over="ignore"):
-        return float(np.float32(v))
-
-
-def _pseudocode_update_rule():  # type: ignore[no-untyped-def]
-    """The `update_rule` written in loss_scale_kernels' docstring, compiled as it stands."""
-    doc = kernels.__doc__ or ""
-    match = re.search(r"\n( +)def update_rule\(.*?(?=\n\n\S)", doc, re.S)
-    assert match, "the kernels' docstring lost its update_rule pseudocode"
-    indent = len(match.group(1))
-    source = "\n".join(line[indent:] for line in match.group(0).strip("\n").splitlines())
-    namespace = {"math": math, "f32": _f32}
-    exec(source, namespace)  # the docstring is this project's own text
-    return namespace["update_rule"]
-
-
-UPDATE_RULE = _pseudocode_update_rule()
+UPDATE_RULE = pseudocode(kernels.__doc__, "update_rule")
 
 
 def _one_param_scaler(**kwargs: object) -> tuple[rls.GradScaler, ropt.SGD, Parameter]:

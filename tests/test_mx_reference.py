@@ -7,41 +7,24 @@ input in both trees (the same messages: a ValueError or TypeError naming the pro
 from __future__ import annotations
 
 import math
-import re
 import struct
 from fractions import Fraction
 
 import numpy as np
 import pytest
 import torch
+from pseudocode import pseudocode
 
 from reference import mx as rmx
 from reference.formats import FORMATS, decode
 from torch_impl import mx as tmx
 
 
-def _f32(v: float) -> float:
-    with np.errstate(over="ignore"):
-        return float(np.float32(v))
-
-
 def _word(v: float) -> int:
     return struct.unpack("<I", struct.pack("<f", v))[0]
 
 
-def _pseudocode_scale_rule():  # type: ignore[no-untyped-def]
-    """The `scale_rule` written in reference.mx.scale_codes' docstring, compiled."""
-    doc = rmx.scale_codes.__doc__ or ""
-    match = re.search(r"\n( +)def scale_rule\(.*?(?=\n\s*$)", doc, re.S)
-    assert match, "scale_codes' docstring lost its scale_rule pseudocode"
-    indent = len(match.group(1))
-    source = "\n".join(line[indent:] for line in match.group(0).strip("\n").splitlines())
-    namespace = {"math": math, "f32": _f32, "word": _word}
-    exec(source, namespace)  # the docstring is this project's own text
-    return namespace["scale_rule"]
-
-
-SCALE_RULE = _pseudocode_scale_rule()
+SCALE_RULE = pseudocode(rmx.scale_codes.__doc__, "scale_rule", word=_word)
 
 
 def _amaxes(top: float) -> np.ndarray:
