@@ -21,7 +21,7 @@ from hypothesis import event, given, settings
 from parity.compare import assert_claim, in_eps_units
 from parity.drivers import fp8_gemm as drv
 from parity.strategies import examples, fp8_gemm_cases
-from parity.strategies.fp8_gemm import SCALE_RESULTS, scale_result_edges
+from parity.strategies.fp8_gemm import FORMAT_PAIRS, SCALE_RESULTS, scale_result_edges
 from reference import fp8_gemm as rgemm
 from reference import mx as rmx
 from torch_impl import fp8_gemm as tgemm
@@ -63,7 +63,7 @@ def _bias(n: int, out_dtype: torch.dtype) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("rowwise", [False, True], ids=["tensorwise", "rowwise"])
-@pytest.mark.parametrize("fmts", drv.FORMAT_PAIRS, ids=lambda f: f"{f[0][7:]}x{f[1][7:]}")
+@pytest.mark.parametrize("fmts", FORMAT_PAIRS, ids=lambda f: f"{f[0][7:]}x{f[1][7:]}")
 def test_cpu_scaled_mm_is_dequantize_then_float32_matmul_bitwise(
         fmts: tuple[str, str], rowwise: bool, device: str) -> None:
     """Every out_dtype, with and without bias, with and without scale_result (which only an
@@ -153,7 +153,7 @@ def test_reference_scaled_mm_is_within_the_derived_bound_of_torch(device: str) -
     the worst case is above 1/100 of the bound (it sees what it bounds)."""
     worst = 0.0
     for k in drv.GEMM_K:
-        for fmts in drv.FORMAT_PAIRS:
+        for fmts in FORMAT_PAIRS:
             for rowwise in (False, True):
                 for same_sign in (True, False):
                     case = drv.fp8_case(16, k, 24, fmts, rowwise, seed=k, same_sign=same_sign)

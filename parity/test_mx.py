@@ -18,7 +18,7 @@ from hypothesis import event, given, settings
 
 from parity.compare import assert_claim
 from parity.drivers import mx as drv
-from parity.strategies import examples, mx_blocks
+from parity.strategies import edge_array, examples, mx_blocks
 from reference import mx as rmx
 from torch_impl import mx as tmx
 
@@ -39,7 +39,7 @@ def _check_twins(x: np.ndarray, fmt: str, mode: str, rounding: str, context: str
 def test_torch_mx_gives_the_reference_bits_on_edge_blocks(fmt: str, device: str) -> None:
     """Every scale mode and both roundings: scale codes, element codes, decoded values;
     and bfloat16 input (widened exactly to float32 by both)."""
-    x = drv.edge_array(fmt, seed=1)
+    x = edge_array(fmt, seed=1)
     for mode in rmx.SCALE_MODES:
         for rounding in rmx.ROUNDINGS:
             _check_twins(x, fmt, mode, rounding, f"{fmt} {mode} {rounding}", device)
@@ -66,7 +66,7 @@ def test_torch_mx_gives_the_reference_bits_for_any_blocks(
 @pytest.mark.parametrize("two_level", [False, True])
 def test_torch_nvfp4_gives_the_reference_bits(two_level: bool, device: str) -> None:
     """Block-scale and fp4 codes, and the decoded values, with one and two scale levels."""
-    x = drv.edge_array("float4_e2m1fn", seed=2).reshape(-1, 16)
+    x = edge_array("float4_e2m1fn", seed=2).reshape(-1, 16)
     ref, tor = drv.both_to_nvfp4(x, two_level, device)
     assert_claim("mx.twins", tor.scales, ref.scales, "nvfp4 scales")
     assert_claim("mx.twins", tor.elements, ref.elements, "nvfp4 elements")

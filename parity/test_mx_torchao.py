@@ -17,7 +17,7 @@ from hypothesis import event, given, settings
 from parity.compare import assert_claim
 from parity.drivers import mx as drv
 from parity.extras import import_extra
-from parity.strategies import examples, mx_blocks
+from parity.strategies import edge_array, edge_block, examples, mx_blocks
 from reference import mx as rmx
 
 torchao = import_extra("torchao", "the MX oracle")
@@ -70,7 +70,7 @@ def _check(x: np.ndarray, fmt: str, mode: str, context: str) -> None:
 @pytest.mark.parametrize("mode", list(MODES))
 def test_to_mx_gives_torchaos_scales_and_elements_on_edge_blocks(fmt: str, mode: str) -> None:
     """Every edge kind 8 times, amax from 2^-100 to 2^100: codes and decoded values."""
-    x = drv.edge_array(fmt, seed=3)
+    x = edge_array(fmt, seed=3)
     _check(x, fmt, mode, f"{fmt} {mode}")
     codes = rmx.to_mx(x, fmt, mode).scales
     assert {0, 255} <= set(codes.ravel().tolist()), "guard: the smallest scale and NaN"
@@ -79,7 +79,7 @@ def test_to_mx_gives_torchaos_scales_and_elements_on_edge_blocks(fmt: str, mode:
 @pytest.mark.parametrize("fmt", rmx.ELEMENT_FORMATS)
 def test_to_mx_of_bfloat16_input_gives_torchaos_bits(fmt: str) -> None:
     """bfloat16 input, widened exactly to float32 by both: floor and rceil_log2f."""
-    x = drv.edge_array(fmt, seed=6).astype(ml_dtypes.bfloat16)
+    x = edge_array(fmt, seed=6).astype(ml_dtypes.bfloat16)
     for mode in ("floor", "rceil_log2f"):
         _check(x, fmt, mode, f"{fmt} {mode} bfloat16")
 
@@ -100,7 +100,7 @@ def test_torchaos_cpu_rceil_is_not_cublass_exact_rule_just_above_powers_of_two()
     """NOTE [ rceil in float32 ]: torchao's RCEIL equals rceil_log2f (above) and differs from
     the exact rceil exactly where the two reference rules differ; there it clips."""
     rng = np.random.default_rng(5)
-    x = np.stack([drv.edge_block("above_elem_max", "float8_e4m3fn", j, rng)
+    x = np.stack([edge_block("above_elem_max", "float8_e4m3fn", j, rng)
                   for j in range(-60, 60)])
     scales, _ = _torchao_to_mx(x, "float8_e4m3fn", "rceil_log2f")
     exact = rmx.to_mx(x, "float8_e4m3fn", "rceil").scales
@@ -135,7 +135,7 @@ def _check_nvfp4(x: np.ndarray, two_level: bool, context: str) -> None:
 @pytest.mark.parametrize("two_level", [False, True])
 def test_to_nvfp4_gives_torchaos_block_scales_and_elements(two_level: bool) -> None:
     """Edge blocks of 16 (two a row), one scale level and two."""
-    x = drv.edge_array("float4_e2m1fn", seed=4)
+    x = edge_array("float4_e2m1fn", seed=4)
     _check_nvfp4(x, two_level, f"two_level={two_level}")
     codes = rmx.to_nvfp4(x).scales
     assert 0x7F in codes and 0x08 in codes and 0x7E in codes, \

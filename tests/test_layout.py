@@ -233,3 +233,13 @@ def test_every_driver_runs_a_tree_and_nothing_else_is_in_drivers() -> None:
         if not any(m.split(".")[0] in trees for m in imported_modules(path)):
             not_drivers.append(path.name)
     assert not not_drivers, f"parity/drivers/ holds modules that run no tree: {not_drivers}"
+
+
+@pytest.mark.parametrize("path", sorted((PARITY / "strategies").glob("*.py")),
+                         ids=lambda p: p.name)
+def test_strategies_never_import_the_drivers(path: Path) -> None:
+    """The drivers and the tests draw their inputs from the strategies, never the other way:
+    an input a driver and a strategy share is defined in parity/strategies/."""
+    up = sorted(m for m in imported_modules(path)
+                if m == "parity.drivers" or m.startswith("parity.drivers."))
+    assert not up, f"{path.relative_to(ROOT)} imports the drivers: {up}"

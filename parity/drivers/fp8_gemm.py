@@ -24,8 +24,6 @@ from torch_impl import fp8_gemm as tgemm
 TORCH_FP8 = {"float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2}
 OUT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float8_e4m3fn,
               torch.float8_e5m2)
-FORMAT_PAIRS = (("float8_e4m3fn", "float8_e4m3fn"), ("float8_e5m2", "float8_e5m2"),
-                ("float8_e4m3fn", "float8_e5m2"))
 GEMM_K = (32, 64, 256)  # short K: where the worst-case bound is exercised
 
 

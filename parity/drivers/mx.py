@@ -1,7 +1,7 @@
-"""MX and NVFP4 in both trees on the same float32 input, and the inputs themselves: edge-case
-blocks (`edge_block`, the kinds the hypothesis strategy draws) and the realistic
-distributions the clipping table counts on (`distributions`: normal, Student-t with 3
-degrees of freedom, and the activations of the compact GPT's linear layers).
+"""MX and NVFP4 in both trees on the same float32 input, and the realistic distributions the
+clipping table counts on (`distributions`: normal, Student-t with 3 degrees of freedom, and
+the activations of the compact GPT's linear layers); the edge-case blocks are strategies
+(parity/strategies/mx.py).
 
 The counts table (`counts`): per distribution, element format and scale mode, how many
 blocks clip (reference.mx.clipped_blocks) and, per element format under the floor mode, how
@@ -17,67 +17,12 @@ import numpy as np
 import torch
 
 from reference import mx as rmx
-from reference.formats import FORMATS
 from torch_impl import mx as tmx
 
-# The kinds of edge block (one block of BLOCK_SIZE values each; `j` a power-of-two shift)
-EDGE_KINDS = ("random", "pow2_amax", "below_pow2", "above_pow2", "elem_max", "above_elem_max",
-              "zero", "signed_zero", "one_nan", "one_inf", "subnormal", "outlier", "ties",
-              "tiny_scale")
 DISTRIBUTIONS = ("normal", "student_t3", "gpt")
 # The full table's size (benchmarks/mx.py) and the default tests' (parity/test_mx.py)
 FULL_BLOCKS = 8192
 QUICK_BLOCKS = 256
-
-
-def edge_block(kind: str, fmt: str, j: int, rng: np.random.Generator,
-               block_size: int = rmx.BLOCK_SIZE) -> np.ndarray:
-    """One float32 block of the given kind, its amax placed at about 2^j (|j| <= 100)."""
-    top = FORMATS[fmt].max
-    x = rng.standard_normal(block_size) * 2.0 ** (j - 2)
-    x = np.clip(x, -(2.0**j) * 0.99, 2.0**j * 0.99)  # below the amax placed next
-    amax = {"pow2_amax": 2.0**j, "elem_max": top * 2.0 ** (j - 3)}.get(kind)
-    x = x.astype(np.float32)
-    i = int(rng.integers(block_size))
-    with np.errstate(over="ignore"):
-        if amax is not None:
-            x[i] = np.float32(amax) * rng.choice([-1, 1])
-        elif kind == "below_pow2":
-            x[i] = np.nextafter(np.float32(2.0**j), np.float32(0))
-        elif kind in ("above_pow2", "above_elem_max"):  # 1 to 3 ulps above: rceil's trap
-            base = np.float32(2.0**j if kind == "above_pow2" else top * 2.0 ** (j - 3))
-            word = base.view(np.uint32) + np.uint32(rng.integers(1, 4))
-            x[i] = word.view(np.float32)
-        elif kind in ("zero", "signed_zero"):
-            x[:] = 0.0 if kind == "zero" else -0.0
-        elif kind == "one_nan":
-            x[i] = np.nan
-        elif kind == "one_inf":
-            x[i] = np.inf * rng.choice([-1, 1])
-        elif kind == "subnormal":  # every value a float32 subnormal (amax < 2^-126)
-            x = (rng.integers(-2**23 + 1, 2**23, block_size) * 2.0**-149).astype(np.float32)
-        elif kind == "outlier":  # one value 2^20 above the rest
-            x[i] = np.float32(2.0 ** (j + 20))
-        elif kind == "ties":  # amax 2^j (scale 2^(j - e_max) in every mode), the rest ties
-            spec = FORMATS[fmt]
-            m = spec.mantissa_bits
-            t = rng.integers(spec.min_exponent, spec.emax, block_size)  # binades below amax
-            odd = 2 * rng.integers(2**m, 2 ** (m + 1), block_size) + 1  # halfway codes
-            q = odd * np.exp2(t - m - 1.0) * rng.choice([-1, 1], block_size)
-            x = (q * 2.0 ** (j - spec.emax)).astype(np.float32)
-            x[i] = np.float32(2.0**j)
-        elif kind == "tiny_scale":  # amax near 2^-127 * max_elem: the scale code 0 or 1
-            x = (x * np.float32(2.0 ** (-120 - j))).astype(np.float32)
-    return x
-
-
-def edge_array(fmt: str, seed: int = 0, per_kind: int = 8) -> np.ndarray:
-    """(rows, BLOCK_SIZE) float32: `per_kind` blocks of every EDGE_KINDS kind, j from -100
-    to 100 (the default inputs of the oracle and twin tests)."""
-    rng = np.random.default_rng(seed)
-    rows = [edge_block(k, fmt, int(rng.integers(-100, 101)), rng)
-            for k in EDGE_KINDS for _ in range(per_kind)]
-    return np.stack(rows)
 
 
 def gpt_activations(seed: int = 0, batch: int = 16) -> np.ndarray:

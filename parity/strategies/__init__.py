@@ -34,7 +34,7 @@ from parity.strategies.formats import (  # noqa: F401
     subnormal_edge,
     ties,
 )
-from parity.strategies.fp8_gemm import GEMM_EDGES, fp8_gemm_cases  # noqa: F401
+from parity.strategies.fp8_gemm import FORMAT_PAIRS, GEMM_EDGES, fp8_gemm_cases  # noqa: F401
 from parity.strategies.fp8_scaling import (  # noqa: F401
     FP8_AMAX_EDGES,
     fp8_amaxes,
@@ -48,7 +48,7 @@ from parity.strategies.loss_scaling import (  # noqa: F401
     scaler_hyper,
     scaler_scales,
 )
-from parity.strategies.mx import mx_blocks  # noqa: F401
+from parity.strategies.mx import EDGE_KINDS, edge_array, edge_block, mx_blocks  # noqa: F401
 from parity.strategies.nn import (  # noqa: F401
     NN_DTYPES,
     mlp_sizes,
