@@ -107,6 +107,15 @@ class Batches:
                 self._items = None
 
 
+def batches(config: TrainConfig, loader: Iterable,
+            batch_of: Callable[[TrainConfig, Any], Any]) -> Iterator[Any]:
+    """The loader's global batches, epoch after epoch (a new epoch starts where the last one
+    ran out: Batches, with no hook), each made by the tree's `batch_of(config, item)`."""
+    items = Batches(loader)
+    while True:
+        yield batch_of(config, items.next())
+
+
 class BaseRun:
     """A training run's counters and its loop; `state_dict()` is its complete checkpoint.
     A tree's Run builds the objects (model, loss_fn, optimizer, scheduler, scaler, sampler,

@@ -35,7 +35,7 @@ bit-equal across the trees (ddp.params) replays the torch ranks' local gradients
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,7 +46,7 @@ from ckpt import commit_policy
 from ckpt.policy import due
 from common.state_digest import sharded_state_digest
 from common.train_config import OPTIMIZERS, TrainConfig
-from common.train_loop import RanksResult
+from common.train_loop import RanksResult, batches
 from reference import ddp as rddp
 from reference import loss_scaling, optim
 from reference import sharded_ckpt as sharded
@@ -108,13 +108,6 @@ def _apply(state: dict[str, Any], r: Rank, rank: int) -> None:
     r.rng.bit_generator.state = state[f"rng/rank{rank}"]
 
 
-def _batches(c: TrainConfig, loader: Any) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """The loader's global batches, epoch after epoch (torch_impl.ddp.batches)."""
-    while True:
-        for item in loader:
-            yield batch_of(c, item)
-
-
 def train(config: TrainConfig, steps: int, world_size: int, directory: str | Path,
           every: int, *, keep: int, start: commit_policy.Start,
           log: Callable[[str], None]) -> RanksResult:
@@ -134,7 +127,7 @@ def train(config: TrainConfig, steps: int, world_size: int, directory: str | Pat
         sampler.load_state_dict({**sampler.state_dict(), "epoch": int(states[0]["data/epoch"]),
                                  "position": int(states[0]["data/position"])})
         step, skipped = int(states[0]["step"]), int(states[0]["skipped"])
-    data = _batches(c, loader)  # from the sampler's (restored) position
+    data = batches(c, loader, batch_of)  # from the sampler's (restored) position
     models = [r.model for r in ranks]
     while step < steps:
         x, y = next(data)

@@ -16,7 +16,7 @@ steps), `fault_job` (a rank raises, is SIGKILLed, or hangs: for the reliability 
 job made in another file names the module whose `run(job, rank, group)` runs it
 (job["runner"]: torch_impl.ddp_scaler's scaler jobs, torch_impl.sharded_ckpt's checkpoint
 jobs, torch_impl.ddp_train's `train --world-size N` ranks, which build on `replica` and
-`batches`).
+common.train_loop's `batches`).
 Any failing rank ends the whole launch with DDPError naming the rank; nothing outlives it.
 """
 
@@ -28,7 +28,6 @@ import signal
 import tempfile
 import time
 import traceback
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -40,6 +39,7 @@ import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel
 
 from common.train_config import TrainConfig
+from common.train_loop import batches
 from torch_impl import amp, loss_scaling
 from torch_impl.train_models import batch_of, build
 
@@ -243,13 +243,6 @@ def replica(job: dict[str, Any], group: Any, gradient_as_bucket_view: bool = Fal
     return Replica(c, parts, params, initial, ddp, optimizer, local)
 
 
-def batches(c: TrainConfig, loader: Any) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """The loader's global batches, epoch after epoch."""
-    while True:
-        for item in loader:
-            yield batch_of(c, item)
-
-
 def _train(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
     """DDP steps; records each step's local gradients, the reduced .grad, and DDP's buckets."""
     ws, as_view = job["world_size"], job["gradient_as_bucket_view"]
@@ -259,7 +252,7 @@ def _train(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
                                       growth_interval=c.growth_interval)
     index = {id(p): i for i, p in enumerate(params)}
     steps: list[dict[str, Any]] = []
-    data = batches(c, rep.parts.loader)
+    data = batches(c, rep.parts.loader, batch_of)
     while len(steps) < job["steps"]:
         x, y = next(data)
         rep.optimizer.zero_grad(set_to_none=not as_view)

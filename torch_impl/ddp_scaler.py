@@ -30,8 +30,10 @@ from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
 from common import rank_check
 from common.train_config import TrainConfig
+from common.train_loop import batches
 from torch_impl import amp, loss_scaling
-from torch_impl.ddp import batches, replica
+from torch_impl.ddp import replica
+from torch_impl.train_models import batch_of
 
 REPAIRS = ("none", "max", "sum", "sharded")  # "sharded": ShardedGradScaler (its SUM)
 CHECKS = ("record", "raise")
@@ -90,7 +92,7 @@ def run(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
     c, loss_fn, params, optimizer = rep.config, rep.parts.loss_fn, rep.params, rep.optimizer
     scaler = _make_scaler(c, repair, group)
     steps: list[dict[str, Any]] = []
-    data = batches(c, rep.parts.loader)
+    data = batches(c, rep.parts.loader, batch_of)
     for step in range(1, job["steps"] + 1):
         x, y = next(data)
         optimizer.zero_grad(set_to_none=True)

@@ -41,11 +41,12 @@ from ckpt import commit_policy
 from ckpt.policy import due
 from common.state_digest import sharded_state_digest
 from common.train_config import TrainConfig
-from common.train_loop import RanksResult
+from common.train_loop import RanksResult, batches
 from torch_impl import amp, loss_scaling
 from torch_impl import ddp as tddp
 from torch_impl import sharded_ckpt as sc
 from torch_impl.state_digest import as_array
+from torch_impl.train_models import batch_of
 
 PAYLOAD = sc.PAYLOAD
 
@@ -150,7 +151,7 @@ def run(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
             torch.manual_seed(ckc.rank_seed(c.seed, rank, step))
         _rebuild_buckets(rep, c.batch_size // ws)
     log = open(job["log"], "a", encoding="utf-8") if rank == 0 else None
-    data = tddp.batches(c, rep.parts.loader)  # from the sampler's (restored) position
+    data = batches(c, rep.parts.loader, batch_of)  # from the sampler's (restored) position
     try:
         while step < steps:
             if _orphaned():

@@ -35,8 +35,9 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from common.train_config import TrainConfig
-from torch_impl.ddp import DTYPES, batches
-from torch_impl.train_models import build
+from common.train_loop import batches
+from torch_impl.ddp import DTYPES
+from torch_impl.train_models import batch_of, build
 
 REDUCE_DTYPES = ("float32", "bfloat16")
 # The rule reference/fsdp.py states is torch >= 2.8's: _get_gradient_divide_factors returns the
@@ -141,7 +142,7 @@ def run(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
     optimizer = torch.optim.AdamW(model.parameters(), lr=c.lr, weight_decay=0.01)
     params = list(model.parameters())
     steps: list[dict[str, Any]] = []
-    data = batches(c, parts.loader)
+    data = batches(c, parts.loader, batch_of)
     while len(steps) < job["steps"]:
         x, y = next(data)
         xr, yr = x[rank::ws], y[rank::ws]  # reference.ddp.shard

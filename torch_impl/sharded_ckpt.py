@@ -61,8 +61,10 @@ from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 
 from ckpt import CheckpointCorruptError
 from ckpt import commit as ckc
+from common.train_loop import batches
 from torch_impl import amp, loss_scaling
-from torch_impl.ddp import Replica, batches, replica
+from torch_impl.ddp import Replica, replica
+from torch_impl.train_models import batch_of
 
 PAYLOAD = "dcp"
 FAULTS = ("after_data", "before_metadata", "before_commit")  # where a save is SIGKILLed
@@ -260,7 +262,7 @@ def run(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
             generator.manual_seed(ckc.rank_seed(c_seed, rank, start))
         loaded = _snapshot(rank_state(rep, scaler, generator, start, rank))
     fault = None if job["fault"] is None else tuple(job["fault"])
-    data = batches(c, rep.parts.loader)  # from the sampler's (restored) position
+    data = batches(c, rep.parts.loader, batch_of)  # from the sampler's (restored) position
     records, saved = [], {}
     for step in range(start + 1, job["steps"] + 1):
         x, y = next(data)

@@ -199,9 +199,6 @@ MANIFEST = Manifest(
                  "ddp_step takes"),
         Twin("replica", torch="torch_impl.ddp:replica", claims=("ddp.params",),
              why="builds a Replica; the reference builds its ranks with train_models.build"),
-        Twin("batches", torch="torch_impl.ddp:batches", claims=("ddp.shards",),
-             why="the loader's global batches, epoch after epoch: reference/ddp_train.py keeps "
-                 "its own (_batches)"),
         *SCALER_ROWS,
         *CKPT_ROWS,
         Twin.same("ddp_train", "PAYLOAD", "ddp.cli_kill_resume"),

@@ -11,7 +11,6 @@ The reference's own local gradients are returned too, for the figure of how far 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +18,7 @@ import ml_dtypes
 import numpy as np
 
 from common.train_config import TrainConfig
+from common.train_loop import batches
 from parity.compare import as_numpy
 from parity.drivers.nn import mlp_forward_with_bound
 from parity.drivers.optim import FUSED
@@ -85,13 +85,6 @@ def np_of(t: Any, dtype: str | None = None) -> np.ndarray:
     return as_numpy(t)
 
 
-def epochs_of(c: TrainConfig, loader: Any) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """The reference loader's batches as (x, y), epoch after epoch, as the torch runs saw
-    them (a new epoch starts where the last one ran out)."""
-    while True:
-        for batch in loader:
-            yield batch_of(c, batch)
-
 _np = np_of
 
 
@@ -144,9 +137,9 @@ def replay(job: dict, results: list[list[dict]], index: int) -> Replay:
     torch_local = [[[_np(g) for g in runs[r]["steps"][s]["local"]] for r in range(ws)]
                    for s in range(steps)]
     reduced, buckets, own, own_reduced, rows, outputs = [], [], [], [], [], []
-    batches = epochs_of(c, parts.loader)
+    data = batches(c, parts.loader, batch_of)
     while len(reduced) < steps:
-        x, y = next(batches)
+        x, y = next(data)
         s = len(reduced)
         if c.precision == "fp32":  # the bound of nn.mlp.forward is stated without autocast
             outputs.append([(_np(runs[r]["steps"][s]["output"]),

@@ -20,12 +20,13 @@ from typing import Any
 import numpy as np
 
 from common.train_config import TrainConfig
-from parity.drivers.ddp import epochs_of, np_of
+from common.train_loop import batches
+from parity.drivers.ddp import np_of
 from parity.drivers.optim import FUSED
 from reference import ddp_scaler as rds
 from reference import loss_scaling as rls
 from reference import optim as ropt
-from reference.train_models import build
+from reference.train_models import batch_of, build
 
 # A small MLP (one DDP bucket): the scaler's bookkeeping is the subject, not the buckets
 SIZES = (8, 64, 64, 3)
@@ -140,9 +141,9 @@ def reference_run(job: dict, initial: list[np.ndarray],
     scalers = [rls.make_scaler(c.precision, init_scale=c.init_scale,
                                growth_interval=c.growth_interval) for _ in range(ws)]
     records, spreads = [], []
-    batches = epochs_of(c, parts.loader)
+    data = batches(c, parts.loader, batch_of)
     while len(records) < steps:
-        x, y = next(batches)
+        x, y = next(data)
         s = len(records)
         records.append(rds.scaler_step(
             replicas, parts.loss_fn, optimizers, scalers, x, y, step=s + 1,
