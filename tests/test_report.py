@@ -480,3 +480,23 @@ def test_a_claims_n_does_not_depend_on_the_files_run_before_it() -> None:
     ns = [{cid: o["n"] for cid, o in ran["claims"].items() if cid.startswith("loss_scaling.")}
           for ran in (alone, after, spread)]
     assert ns[0] and ns[0] == ns[1] == ns[2], ns
+
+
+def test_a_derandomized_pytest_run_has_every_local_module_loaded_at_its_first_test(
+        tmp_path: Path) -> None:
+    """The root conftest, under the report profile, has imported every local module before
+    the first test runs (NOTE [ A claim's n is the claim's ]), in a process of its own: a
+    module no test imports is loaded; under the dev profile nothing is imported for it."""
+    probe = tmp_path / "test_probe.py"
+    probe.write_text("import os\nimport sys\n\n\ndef test_probe() -> None:\n"
+                     "    assert ('parity.lab.gendocs.versions' in sys.modules) == "
+                     "(os.environ['PROBE'] == 'report')\n")
+    for profile in ("report", "dev"):
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "conftest", "-p", "no:cacheprovider",
+             "-p", "no:xdist", "-p", "no:benchmark", "-o", "addopts=", "--rootdir",
+             str(tmp_path), str(probe), f"--hypothesis-profile={profile}"],
+            cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT), "PROBE": profile},
+            capture_output=True,
+            text=True, timeout=300, check=False)
+        assert done.returncode == 0, (profile, done.stdout[-1500:], done.stderr[-1500:])
