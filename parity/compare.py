@@ -64,6 +64,14 @@ def as_numpy(x: Any) -> np.ndarray:
     return np.asarray(x)
 
 
+def numpy_dtype(name: str) -> np.dtype:
+    """The NumPy dtype of a format's name: NumPy's own (float16, float32, float64), or the
+    ml_dtypes type of that name (bfloat16, float8_*, float6_*, float4_*), as in as_numpy."""
+    import ml_dtypes
+
+    return np.dtype(getattr(ml_dtypes, name, None) or name)
+
+
 def bit_view(x: Any) -> np.ndarray:
     """The unsigned-integer view of an array's bytes (same shape)."""
     a = np.ascontiguousarray(as_numpy(x))

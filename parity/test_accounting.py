@@ -339,6 +339,7 @@ def test_gpt_saved_lists_torchs_saves_one_for_one(precision: str, dropout: float
     import torch
 
     from torch_impl import gpt as tgpt
+    from torch_impl.amp import autocast_dtype
 
     case = drv.GPTCase(**{**EARLY, "precision": precision, "dropout": dropout,
                           "recompute": "none"})
@@ -346,7 +347,7 @@ def test_gpt_saved_lists_torchs_saves_one_for_one(precision: str, dropout: float
     model = tgpt.GPT(config, generator=torch.Generator().manual_seed(0),
                      dtype=getattr(torch, dtype))
     idx, targets = (torch.from_numpy(a) for a in dgpt.tokens(case))
-    lp = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    lp = autocast_dtype(precision)
     with torch.autocast("cpu", dtype=lp, enabled=lp is not None):
         entries, held = tgpt.measure_saved(model, idx, targets)
     shape = {k: v for k, v in case.shape().items() if k != "d_ff"}

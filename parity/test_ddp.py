@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from hypothesis import event, given, settings
 
-from parity.compare import assert_claim, bit_view
+from parity.compare import as_numpy, assert_claim, bit_view
 from parity.drivers import ddp as drv
 from parity.strategies import examples, rank_values
 
@@ -199,14 +199,14 @@ def test_any_two_summation_orders_stay_within_the_order_bound(case: tuple[str, l
     pairwise within ddp.order_bound."""
     import torch
 
+    from torch_impl.format_spec import DTYPES
+
     dtype, inputs = case
     ring = drv.rddp.ring_allreduce(inputs)[0]
     naive = drv.rddp.naive_sum(inputs)
     stacked = torch.from_numpy(np.stack([bit_view(x) for x in inputs]))
-    torch_dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16,
-                   "float32": torch.float32, "float64": torch.float64}[dtype]
-    summed = stacked.view(torch_dtype).sum(0)
-    torch_sum = drv.np_of(summed, dtype)
+    summed = stacked.view(DTYPES[dtype]).sum(0)
+    torch_sum = as_numpy(summed)
     scale = drv.order_scale(inputs)
     event(f"{dtype}, orders differ: {not np.array_equal(bit_view(ring), bit_view(naive))}")
     assert_claim("ddp.order_bound", naive, ring, f"{dtype} naive vs ring", scale=scale)

@@ -7,18 +7,17 @@ contexts nest like torch.autocast's, and the policy follows the lists and type p
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
+from parity.compare import numpy_dtype
 from parity.strategies import examples
 from reference import amp, recompute
 from reference import nn as rnn
 from reference.formats import quantize, ulp_distance
 
-LP = {"bfloat16": np.dtype(ml_dtypes.bfloat16), "float16": np.dtype(np.float16)}
 F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
 
 
@@ -52,7 +51,7 @@ def test_outputs_and_saved_tensors_are_real_lp_arrays_and_master_weights_stay(
     before = {k: v.copy() for k, v in model.state_dict().items()}
     with amp.autocast(fmt):
         y = model(np.random.default_rng(2).standard_normal((5, 6)).astype(np.float32))
-    assert y.dtype == LP[fmt]
+    assert y.dtype == numpy_dtype(fmt)
     saved = model.tape()
     assert {s.name for s in saved} >= {"input", "weight", "mask"}
     assert all(s.dtype == fmt and s.nbytes == 2 * int(np.prod(s.shape)) for s in saved), saved
@@ -77,10 +76,10 @@ def test_cast_is_round_to_nearest_even_like_ml_dtypes_and_numpy(fmt: str,
     x = x[~np.isnan(x)]  # NaN payloads are not specified by either
     tie_bit = 1 << (22 - (7 if fmt == "bfloat16" else 10))
     event("a tie" if np.any((x.view(np.uint32) & (2 * tie_bit - 1)) == tie_bit) else "no tie")
-    mine = amp.cast(x, LP[fmt])
-    assert mine.dtype == LP[fmt]
+    mine = amp.cast(x, numpy_dtype(fmt))
+    assert mine.dtype == numpy_dtype(fmt)
     with np.errstate(over="ignore"):
-        theirs = x.astype(LP[fmt])
+        theirs = x.astype(numpy_dtype(fmt))
     assert mine.view(np.uint16).tobytes() == theirs.view(np.uint16).tobytes()
     assert np.array_equal(amp.cast(mine, F32), quantize(x, fmt), equal_nan=True)
 
@@ -162,7 +161,7 @@ def test_a_checkpoint_recomputes_under_the_state_its_forward_ran_in(fmt: str) ->
 
 @pytest.mark.parametrize(("device", "dtype", "op", "inputs", "expected"), [
     ("cpu", "bfloat16", "linear", (F32, F32), ("bfloat16", F32, "bfloat16")),
-    ("cpu", "float16", "linear", (F64, F64), (LP["float16"], F64, F64)),  # not eligible
+    ("cpu", "float16", "linear", (F64, F64), (numpy_dtype("float16"), F64, F64)),  # not eligible
     ("cpu", "bfloat16", "mse_loss", ("bfloat16", F32), (F32, F32, F32)),
     ("cpu", "bfloat16", "gelu", ("bfloat16",), (None, F32, "bfloat16")),
     ("cpu", "bfloat16", "mul", ("bfloat16", F32), (None, F32, F32)),  # promotion
@@ -179,7 +178,7 @@ def test_decide_casts_by_the_lists_and_promotes_like_torch(
         device: str, dtype: str, op: str, inputs: tuple, expected: tuple) -> None:
     """The one policy: (cast, compute, result) per device list; unlisted ops promote."""
     def as_dtype(d: object) -> np.dtype | None:
-        return LP[d] if isinstance(d, str) else d  # type: ignore[return-value]
+        return numpy_dtype(d) if isinstance(d, str) else d  # type: ignore[return-value]
 
     with amp.autocast(dtype, device):
         got = amp.decide(op, *map(as_dtype, inputs))
@@ -191,12 +190,12 @@ def test_cross_entropy_runs_in_float32_on_both_device_lists(device: str) -> None
     """CPU lists cross_entropy_loss as fp32, CUDA only its log_softmax: either way the loss
     saves float32 log-probabilities, returns a float32 loss and an lp input gradient."""
     logits = amp.cast(np.random.default_rng(4).standard_normal((5, 7)).astype(np.float32),
-                      LP["float16"])
+                      numpy_dtype("float16"))
     loss_fn = rnn.CrossEntropyLoss()
     with amp.autocast("float16", device):
         loss = loss_fn(logits, np.arange(5) % 7)
     assert loss.dtype == F32 and loss_fn.saved_tensors()["result"].dtype == F32
-    assert loss_fn.backward().dtype == LP["float16"]
+    assert loss_fn.backward().dtype == numpy_dtype("float16")
 
 
 def test_op_policies_follow_the_lists() -> None:

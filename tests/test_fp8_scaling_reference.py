@@ -6,19 +6,18 @@ from __future__ import annotations
 
 import math
 
-import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import event, given, settings
 from pseudocode import f32, pseudocode
 
 from common.fp8_recipes import AMAX_EPS, recipe_format
+from parity.compare import numpy_dtype
 from parity.strategies import examples, fp8_amaxes, fp8_histories, fp8_tensors
 from reference import fp8_scaling as rfp8
 from reference.formats import get_format
 
 FLT_MAX = float.fromhex("0x1.fffffep127")
-_ML = {"float8_e4m3fn": ml_dtypes.float8_e4m3fn, "float8_e5m2": ml_dtypes.float8_e5m2}
 
 
 def _pseudocode(name: str, fp8: type | None = None):  # type: ignore[no-untyped-def]
@@ -69,7 +68,7 @@ def test_current_scaling_is_the_docstring_cast_element_by_element(case: tuple) -
     """Each element: current_cast(x, scale, fp8_max) of the pseudocode with the code's scale
     (itself held to current_scale above), the fp8 rounding by ml_dtypes."""
     x, fmt, axis, power_of_2 = case
-    cast = _pseudocode("current_cast", _ML[fmt])
+    cast = _pseudocode("current_cast", numpy_dtype(fmt).type)
     data, scale = rfp8.current_scaling(x, fmt, axis, power_of_2)
     s = np.broadcast_to(scale, x.shape)
     fp8_max = get_format(fmt).max

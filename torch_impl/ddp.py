@@ -41,10 +41,10 @@ from torch.nn.parallel import DistributedDataParallel
 from common.train_config import TrainConfig
 from common.train_loop import batches
 from torch_impl import amp, loss_scaling
+from torch_impl.format_spec import DTYPES
 from torch_impl.train_models import batch_of, build
 
-DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
-          "float64": torch.float64}
+RANK_DTYPES = ("float16", "bfloat16", "float32", "float64")  # what a job's ranks reduce
 
 
 class DDPError(RuntimeError):
@@ -54,8 +54,8 @@ class DDPError(RuntimeError):
 def allreduce_job(dtype: str, n: int, seed: int, world_size: int) -> dict[str, Any]:
     """dist.all_reduce (sum) of n elements of `dtype`; rank r's values are seeded by (seed, r):
     N(0, 1) times a power of two in [2^-8, 2^8], finite in every dtype."""
-    if dtype not in DTYPES or n < 1:
-        raise ValueError(f"allreduce_job: dtype one of {tuple(DTYPES)}, n >= 1; got {dtype!r}, {n}")
+    if dtype not in RANK_DTYPES or n < 1:
+        raise ValueError(f"allreduce_job: dtype one of {RANK_DTYPES}, n >= 1; got {dtype!r}, {n}")
     return {"kind": "allreduce", "dtype": dtype, "n": n, "seed": seed, "world_size": world_size}
 
 

@@ -165,3 +165,10 @@ def get_format(fmt: str | TorchFormat) -> TorchFormat:
         f"unknown format {fmt!r}; torch_impl knows {', '.join(FORMATS)} "
         "(generic formats exist only in reference.formats)"
     )
+
+
+# torch's dtype by name: every format torch stores natively, and float64 (the oracle's
+# precision). One map for torch_impl and the proof; the reference's arrays are NumPy's.
+DTYPES: dict[str, torch.dtype] = {
+    **{name: f.dtype for name, f in FORMATS.items() if f.dtype is not None},
+    "float64": torch.float64}

@@ -21,8 +21,8 @@ from __future__ import annotations
 import torch
 
 from common.fp8_recipes import AMAX_EPS, check_delayed_args, check_fp8_format
+from torch_impl.format_spec import DTYPES
 
-DTYPES = {"float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2}
 FLT_MAX = torch.finfo(torch.float32).max  # 0x1.fffffep127
 
 

@@ -36,7 +36,8 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from common.train_config import TrainConfig
 from common.train_loop import batches
-from torch_impl.ddp import DTYPES
+from torch_impl.ddp import RANK_DTYPES
+from torch_impl.format_spec import DTYPES
 from torch_impl.train_models import batch_of, build
 
 REDUCE_DTYPES = ("float32", "bfloat16")
@@ -78,8 +79,8 @@ def reduce_scatter_job(dtype: str, n: int, op: str, seed: int, world_size: int
                        ) -> dict[str, Any]:
     """dist.reduce_scatter_single (op "sum" or "avg") of ws * n elements of `dtype` into n;
     rank r's values seeded by (seed, r) as torch_impl.ddp.allreduce_job's."""
-    if dtype not in DTYPES or n < 1 or op not in ("sum", "avg"):
-        raise ValueError(f"reduce_scatter_job: dtype one of {tuple(DTYPES)}, n >= 1, op 'sum' "
+    if dtype not in RANK_DTYPES or n < 1 or op not in ("sum", "avg"):
+        raise ValueError(f"reduce_scatter_job: dtype one of {RANK_DTYPES}, n >= 1, op 'sum' "
                          f"or 'avg'; got {dtype!r}, {n}, {op!r}")
     return {"kind": "reduce_scatter", "runner": __name__, "dtype": dtype, "n": n, "op": op,
             "seed": seed, "world_size": world_size}

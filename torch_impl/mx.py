@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from common.format_spec import FORMATS  # bit widths and ranges: a plain data spec
+from torch_impl.format_spec import DTYPES  # the formats torch casts to natively
 
 ELEMENT_FORMATS = ("float8_e4m3fn", "float8_e5m2", "float6_e2m3fn", "float6_e3m2fn",
                    "float4_e2m1fn")
@@ -37,7 +38,6 @@ F32_TINY = 2.0**-126
 E4M3_TINY = 2.0**-6
 E4M3_MAX = FORMATS["float8_e4m3fn"].max  # 448
 FP4_MAX = FORMATS["float4_e2m1fn"].max  # 6
-_NATIVE = {"float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2}
 
 
 @dataclass(frozen=True)
@@ -131,8 +131,8 @@ def scaled_blocks(x: torch.Tensor, fmt: str, mode: str = "floor", *,
 def round_elements(q: torch.Tensor, fmt: str, rounding: str = "nearest_even") -> torch.Tensor:
     """float32 q, already within +-max of `fmt`, rounded to `fmt`'s codes (uint8)."""
     spec = FORMATS[fmt]
-    if rounding == "nearest_even" and fmt in _NATIVE:
-        codes = q.to(_NATIVE[fmt]).view(torch.uint8)
+    if rounding == "nearest_even" and fmt in DTYPES:
+        codes = q.to(DTYPES[fmt]).view(torch.uint8)
         nan = (torch.signbit(q).to(torch.uint8) << 7) | spec.nan_code  # the canonical NaN
         return torch.where(torch.isnan(q), nan, codes)
     a = q.to(torch.float64).abs()
@@ -165,8 +165,8 @@ def to_mx(x: torch.Tensor, fmt: str, mode: str = "floor", *, block_size: int = B
 def _decode_elements(codes: torch.Tensor, fmt: str) -> torch.Tensor:
     """The float64 value of each element code (no NaN: a block's NaN is its scale's)."""
     spec = FORMATS[fmt]
-    if fmt in _NATIVE:
-        return codes.view(_NATIVE[fmt]).to(torch.float64)
+    if fmt in DTYPES:
+        return codes.view(DTYPES[fmt]).to(torch.float64)
     c = codes.to(torch.int64)
     m = spec.mantissa_bits
     field = (c >> m) & (2**spec.exponent_bits - 1)

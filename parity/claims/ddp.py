@@ -166,7 +166,7 @@ MANIFEST = Manifest(
         Twin("BUCKET_BYTES", reference="reference.ddp:BUCKET_BYTES", claims=_BUCKETS, why=_CPP),
         Twin("ring_chunks", reference="reference.ddp:ring_chunks", claims=_RING,
              why="gloo cuts the ring's chunks in C++ (gloo/allreduce.cc)"),
-        Twin("DTYPES", torch="torch_impl.ddp:DTYPES", why=_LAUNCH),
+        Twin("RANK_DTYPES", torch="torch_impl.ddp:RANK_DTYPES", why=_LAUNCH),
         Twin("DDPError", torch="torch_impl.ddp:DDPError", why=_LAUNCH),
         Twin("ring_allreduce", reference="reference.ddp:ring_allreduce",
              alias="torch.distributed.all_reduce", claims=_RING),

@@ -173,6 +173,9 @@ MANIFEST = Manifest(
              torch="torch_impl.format_spec:FORMATS", claims=("formats.ranges",)),
         Twin("get_format", reference="common.format_spec:get_format",
              torch="torch_impl.format_spec:get_format", claims=("formats.ranges",)),
+        Twin("DTYPES", torch="torch_impl.format_spec:DTYPES",
+             why="torch's dtypes by format name: the reference's arrays are NumPy's and "
+                 "ml_dtypes'"),
         Twin("ROUNDING_MODES", reference="reference.formats:ROUNDING_MODES",
              torch="torch_impl.formats:ROUNDING_MODES", claims=("formats.contract",)),
         Twin("OVERFLOW_POLICIES", reference="reference.formats:OVERFLOW_POLICIES",

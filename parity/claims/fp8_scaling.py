@@ -178,8 +178,6 @@ MANIFEST = Manifest(
     topic="fp8_scaling",
     modules=("reference.fp8_scaling", "torch_impl.fp8_scaling"),
     rows=(
-        Twin("DTYPES", torch="torch_impl.fp8_scaling:DTYPES",
-             why="torch's fp8 dtypes by name: the reference's formats are ml_dtypes' arrays"),
         _same("fp8_scaling", "FLT_MAX", *_CURRENT),
         _same("fp8_scaling", "tensor_amax", *_CURRENT),
         _same("fp8_scaling", "round_down_to_power_of_2", *_CURRENT, "fp8_scaling.torchao_pow2"),

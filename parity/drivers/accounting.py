@@ -211,9 +211,10 @@ def torch_low_precision_weights_step(case: MLPCase, dtype: str, master: bool
     (their gradient a transient float32 cast of the low-precision one, freed after the step,
     as ZeRO counts it) and the copies are written back; without, it steps the parameters."""
     from torch_impl import accounting as tacc
+    from torch_impl.amp import PRECISIONS
     from torch_impl.nn import make_mlp
 
-    lp = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    lp = PRECISIONS[dtype]  # "bf16" or "fp16"
     model = make_mlp(case.sizes, case.activation, case.dropout,
                      generator=torch.Generator().manual_seed(case.seed)).to(lp)
     params = list(model.parameters())

@@ -15,16 +15,18 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import torch
 
+from parity.compare import as_numpy
 from reference import amp as ramp
 from reference import nn as rnn
 from reference.formats import decode, encode, get_format, quantize
 from torch_impl import nn as tnn
+from torch_impl.format_spec import DTYPES as TORCH_DTYPES
 
-TORCH_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 SUFFIX = {"bfloat16": "bf16", "float16": "fp16"}
 U32 = 2.0**-24  # float32 unit roundoff
 
@@ -86,13 +88,10 @@ def float32_accumulation(device: str) -> Iterator[None]:
         m.allow_fp16_reduced_precision_reduction, m.allow_bf16_reduced_precision_reduction = saved
 
 
-def _np(t: torch.Tensor) -> np.ndarray:
-    return t.detach().float().cpu().numpy()
-
-
-def f32(a: np.ndarray) -> np.ndarray:
-    """A reference array as float32 (an lp array widened exactly) for comparison with _np."""
-    return np.asarray(a).astype(np.float32)
+def f32(a: Any) -> np.ndarray:
+    """Either side as a float32 NumPy array: a reference array or a torch tensor, an lp one
+    widened exactly (bfloat16 by ml_dtypes, as_numpy)."""
+    return as_numpy(a).astype(np.float32)
 
 
 # -- one Linear
@@ -125,21 +124,21 @@ def linear_pairs_at(fmt: str, layer: rnn.Linear, x: np.ndarray, g: np.ndarray,
     with float32_accumulation(device), torch.autocast(torch.device(device).type,
                                                       dtype=TORCH_DTYPES[fmt]):
         ty = tl(tx)
-    t_saved = (_np(ty.grad_fn._saved_mat1), _np(ty.grad_fn._saved_mat2).T)
+    t_saved = (f32(ty.grad_fn._saved_mat1), f32(ty.grad_fn._saved_mat2).T)
     with float32_accumulation(device):
         ty.backward(torch.from_numpy(g).to(device, TORCH_DTYPES[fmt]))
 
     x_lp, w_lp = saved["input"], saved["weight"].T  # mat2 is W_lp^T: (in, out)
     db, t_db = layer.bias.grad, tl.bias.grad  # type: ignore[union-attr]
     pairs: list[Pair] = [
-        ("y", y, _np(ty), reliable(x_lp, w_lp.T, y, fmt)),
-        ("dx", dx, _np(tx.grad), reliable(g, w_lp, dx, fmt)),
-        ("dW", layer.weight.grad, _np(tl.weight.grad), reliable(g.T, x_lp, layer.weight.grad,
+        ("y", y, f32(ty), reliable(x_lp, w_lp.T, y, fmt)),
+        ("dx", dx, f32(tx.grad), reliable(g, w_lp, dx, fmt)),
+        ("dW", layer.weight.grad, f32(tl.weight.grad), reliable(g.T, x_lp, layer.weight.grad,
                                                                   fmt)),
-        ("db", db, _np(t_db), reliable(np.ones((1, n), np.float32), g, db[None], fmt)[0]),
+        ("db", db, f32(t_db), reliable(np.ones((1, n), np.float32), g, db[None], fmt)[0]),
         ("saved input", x_lp, t_saved[0], np.ones_like(x_lp, dtype=bool)),
         ("saved weight", w_lp, t_saved[1], np.ones_like(w_lp, dtype=bool)),
-        ("master weight", w0, _np(tl.weight), np.ones_like(w0, dtype=bool)),
+        ("master weight", w0, f32(tl.weight), np.ones_like(w0, dtype=bool)),
     ]
     for label, a, b, _ in pairs:
         if label != "master weight":
@@ -190,8 +189,8 @@ def activation_pairs_at(name: str, fmt: str, x: np.ndarray, g: np.ndarray,
         else:
             bound_y = c_fwd * eps32 * ax
             bound_dx = c_bwd * eps32 * ag * (1 + ax * (1 + ax * ax))
-    pairs: list[Pair] = [("y", y, _np(ty), bound_y < lp_ulp(y, fmt) / 2),
-                         ("dx", dx, _np(tx.grad), bound_dx < lp_ulp(dx, fmt) / 2)]
+    pairs: list[Pair] = [("y", y, f32(ty), bound_y < lp_ulp(y, fmt) / 2),
+                         ("dx", dx, f32(tx.grad), bound_dx < lp_ulp(dx, fmt) / 2)]
     for label, a, b, _ in pairs:
         require_members(fmt, f"{name} {label}", a, b)
     return pairs
@@ -211,16 +210,16 @@ def dropout_pairs(fmt: str, p: float, n: int, seed: int) -> list[Pair]:
     tx = torch.from_numpy(f32(x)).to(TORCH_DTYPES[fmt]).requires_grad_()
     with torch.autocast("cpu", dtype=TORCH_DTYPES[fmt]):
         ty = torch.nn.functional.dropout(tx, p, training=True)
-    t_mask, keep = _np(ty.grad_fn._saved_other), dropout_keep(ty)
+    t_mask, keep = f32(ty.grad_fn._saved_other), dropout_keep(ty)
     ty.backward(torch.from_numpy(f32(g)).to(TORCH_DTYPES[fmt]))
     layer = rnn.Dropout(p, rng=rng)
     with ramp.autocast(fmt):
         y = layer.forward(x, mask=keep)
     mask = f32(layer.saved_tensors()["mask"])
     dx = f32(layer.backward(g))
-    pairs: list[Pair] = [("y", f32(y), _np(ty), np.ones(n, bool)),
+    pairs: list[Pair] = [("y", f32(y), f32(ty), np.ones(n, bool)),
                          ("saved mask", mask, t_mask, np.ones(n, bool)),
-                         ("dx", dx, _np(tx.grad), np.ones(n, bool))]
+                         ("dx", dx, f32(tx.grad), np.ones(n, bool))]
     for label, a, b, _ in pairs:
         require_members(fmt, f"Dropout {label}", a, b)
     return pairs
@@ -340,7 +339,7 @@ def layerwise_pairs(ref: rnn.Sequential, tm: torch.nn.Sequential, x: np.ndarray,
         loss = torch.nn.functional.mse_loss(t_out, torch.from_numpy(y).to(dev))
     (loss * torch.tensor(scale, dtype=torch.float32, device=dev)).backward()
     g_last = output_grads[-1]
-    pairs: list[Pair] = [("loss gradient", g_last, _np(t_out.grad), np.zeros(g_last.shape,
+    pairs: list[Pair] = [("loss gradient", g_last, f32(t_out.grad), np.zeros(g_last.shape,
                                                                               np.int64))]
     for i, (layer, module) in enumerate(zip(ref, tm, strict=True)):
         first = i == 0
@@ -364,8 +363,8 @@ def layerwise_pairs(ref: rnn.Sequential, tm: torch.nn.Sequential, x: np.ndarray,
             k_dx = rounding_spread(g64 @ w, _gamma2(k_out) * (ag @ aw), fmt)
             k_dw = rounding_spread(g64.T @ x64, _gamma2(nb) * (ag.T @ ax), fmt)
             k_db = rounding_spread(g64.sum(0), _gamma2(nb) * ag.sum(0), fmt)
-            pairs += [(f"{i}.weight grad", layer.weight.grad, _np(module.weight.grad), k_dw),
-                      (f"{i}.bias grad", layer.bias.grad, _np(module.bias.grad), k_db)]
+            pairs += [(f"{i}.weight grad", layer.weight.grad, f32(module.weight.grad), k_dw),
+                      (f"{i}.bias grad", layer.bias.grad, f32(module.bias.grad), k_db)]
         elif isinstance(layer, rnn.ReLU):
             k_y = k_dx = np.zeros(x64.shape, np.int64)  # exact on lp values
         else:
@@ -373,7 +372,7 @@ def layerwise_pairs(ref: rnn.Sequential, tm: torch.nn.Sequential, x: np.ndarray,
             f, df = _exact_activation(module, x64)
             ax, ag = np.abs(x64), np.abs(g64)
             if isinstance(layer, rnn.Tanh):  # backward reads the saved lp output
-                y_r, y_t = outputs[i].astype(np.float64), _np(ty).astype(np.float64)
+                y_r, y_t = outputs[i].astype(np.float64), f32(ty).astype(np.float64)
                 dy = np.abs(y_r - y_t)
                 k_y = rounding_spread(f, c_fwd * eps32 * np.abs(f), fmt)
                 k_dx = rounding_spread(g64 * (1 - y_r * y_r), c_bwd * eps32 * ag
@@ -382,10 +381,10 @@ def layerwise_pairs(ref: rnn.Sequential, tm: torch.nn.Sequential, x: np.ndarray,
                 k_y = rounding_spread(f, c_fwd * eps32 * ax, fmt)
                 k_dx = rounding_spread(g64 * df, c_bwd * eps32 * ag * (1 + ax * (1 + ax * ax)),
                                        fmt)
-        pairs.append((f"layer {i} output", outputs[i], _np(ty), k_y))
+        pairs.append((f"layer {i} output", outputs[i], f32(ty), k_y))
         if not first:
             pairs.append((f"layer {i} input gradient", output_grads[i - 1],
-                          _np(tx.grad), k_dx))
+                          f32(tx.grad), k_dx))
     for label, a, b, _ in pairs:
         require_members(fmt, f"model {label}", a, b)
     return pairs

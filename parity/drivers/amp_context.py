@@ -14,10 +14,10 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from parity.drivers.amp import TORCH_DTYPES
 from reference import amp as ramp
 from reference import nn as rnn
 from torch_impl import nn as tnn
+from torch_impl.format_spec import DTYPES as TORCH_DTYPES
 
 
 # -- what the tape holds under autocast

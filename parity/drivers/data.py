@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from parity.compare import assert_claim, measure
+from parity.compare import as_numpy, assert_claim, measure
 from parity.tolerances import claim
 from reference import data as ref
 from torch_impl import data as tdata
@@ -68,17 +68,13 @@ def worker_pipeline(task: Any, run: dict, workers: int) -> Pipeline:
     return Pipeline("torch", sampler, loader)
 
 
-def _np(x: Any) -> np.ndarray:
-    return x.cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
-
-
 def stream(p: Pipeline, epochs: int, stop_after: int | None = None) -> list[tuple]:
     """Batches (NumPy arrays) until the sampler reaches epoch `epochs`, or `stop_after`
     batches, calling iter(loader) again at every epoch end as a training loop does."""
     out: list[tuple] = []
     while p.sampler.epoch < epochs and len(out) != stop_after:
         for batch in p.loader:
-            out.append(tuple(_np(t) for t in batch))
+            out.append(tuple(as_numpy(t) for t in batch))
             if len(out) == stop_after:
                 break
     return out

@@ -12,9 +12,7 @@ The reference's own local gradients are returned too, for the figure of how far 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 from common.train_config import TrainConfig
@@ -31,8 +29,6 @@ from reference.train_models import batch_of, build
 # close there (the first bucket's 1 MiB cap) and a run has two buckets after step 1.
 SIZES = (8, 512, 512, 3)
 STEPS = 3  # step 1: one bucket in parameter order; steps 2 and 3: the rebuilt buckets
-NP_DTYPES = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "float32": np.float32,
-             "float64": np.float64}
 # The ring probes of the default launch: sizes below, at and far above 2 ws segments
 QUICK_RING = (("float32", 1), ("float32", 1000), ("float16", 7), ("bfloat16", 1000),
               ("float64", 2**18 + 3))
@@ -78,22 +74,12 @@ def order_scale(inputs: list[np.ndarray]) -> np.ndarray:
     return (ws - 1) * total / (1 - (ws - 1) * u)
 
 
-def np_of(t: Any, dtype: str | None = None) -> np.ndarray:
-    """A tensor's values as NumPy, bfloat16 by its bits (NumPy has no bfloat16 of its own)."""
-    if dtype == "bfloat16":
-        return as_numpy(t.view(__import__("torch").int16)).view(ml_dtypes.bfloat16)
-    return as_numpy(t)
-
-
-_np = np_of
-
-
 def ring_case(job: dict, results: list[list[dict]], index: int
               ) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
     """(inputs, gloo's outputs, the mirror's outputs), one each per rank of job `index`."""
-    ws, dtype = job["world_size"], job["dtype"]
-    inputs = [_np(results[r][index]["input"], dtype) for r in range(ws)]
-    outputs = [_np(results[r][index]["output"], dtype) for r in range(ws)]
+    ws = job["world_size"]
+    inputs = [as_numpy(results[r][index]["input"]) for r in range(ws)]
+    outputs = [as_numpy(results[r][index]["output"]) for r in range(ws)]
     return inputs, outputs, rddp.ring_allreduce(inputs)
 
 
@@ -128,13 +114,14 @@ def replay(job: dict, results: list[list[dict]], index: int) -> Replay:
     for _ in range(ws):
         parts = build(c, np.random.default_rng(c.seed))
         names = [name for name, _ in parts.model.named_parameters()]
-        parts.model.load_state_dict(dict(zip(names, map(_np, runs[0]["initial"]), strict=True)))
+        initial = map(as_numpy, runs[0]["initial"])
+        parts.model.load_state_dict(dict(zip(names, initial, strict=True)))
         replicas.append(parts.model)
     assert parts is not None
     optimizers = [ropt.SGD(m.parameters(), lr=c.lr, momentum=0.9, fma=FUSED) for m in replicas]
     scalers = [rls.make_scaler(c.precision, init_scale=c.init_scale,
                                growth_interval=c.growth_interval) for _ in range(ws)]
-    torch_local = [[[_np(g) for g in runs[r]["steps"][s]["local"]] for r in range(ws)]
+    torch_local = [[[as_numpy(g) for g in runs[r]["steps"][s]["local"]] for r in range(ws)]
                    for s in range(steps)]
     reduced, buckets, own, own_reduced, rows, outputs = [], [], [], [], [], []
     data = batches(c, parts.loader, batch_of)
@@ -142,7 +129,7 @@ def replay(job: dict, results: list[list[dict]], index: int) -> Replay:
         x, y = next(data)
         s = len(reduced)
         if c.precision == "fp32":  # the bound of nn.mlp.forward is stated without autocast
-            outputs.append([(_np(runs[r]["steps"][s]["output"]),
+            outputs.append([(as_numpy(runs[r]["steps"][s]["output"]),
                              *mlp_forward_with_bound(replicas[r], rddp.shard(x, r, ws), {}))
                             for r in range(ws)])
         record = rddp.ddp_step(replicas, parts.loss_fn, optimizers, scalers, x, y, step=s + 1,
@@ -155,18 +142,18 @@ def replay(job: dict, results: list[list[dict]], index: int) -> Replay:
         buckets.append(record.buckets)
     return Replay(
         job=job,
-        torch_initial=[_np(p) for p in runs[0]["initial"]],
-        torch_reduced=[[[_np(g) for g in runs[r]["steps"][s]["reduced"]] for r in range(ws)]
+        torch_initial=[as_numpy(p) for p in runs[0]["initial"]],
+        torch_reduced=[[[as_numpy(g) for g in runs[r]["steps"][s]["reduced"]] for r in range(ws)]
                        for s in range(steps)],
         reference_reduced=reduced,
-        torch_final=[[_np(p) for p in runs[r]["final"]] for r in range(ws)],
+        torch_final=[[as_numpy(p) for p in runs[r]["final"]] for r in range(ws)],
         reference_final=[[p.data.copy() for p in m.parameters()] for m in replicas],
         torch_buckets=[runs[0]["steps"][s]["buckets"] for s in range(steps)],
         reference_buckets=buckets,
         torch_local=torch_local,
         reference_local=own,
         reference_own_reduced=own_reduced,
-        torch_rows=[[(_np(runs[r]["steps"][s]["x"]), _np(runs[r]["steps"][s]["y"]))
+        torch_rows=[[(as_numpy(runs[r]["steps"][s]["x"]), as_numpy(runs[r]["steps"][s]["y"]))
                      for r in range(ws)] for s in range(steps)],
         reference_rows=rows,
         outputs=outputs,

@@ -21,7 +21,7 @@ import numpy as np
 
 from common.train_config import TrainConfig
 from common.train_loop import batches
-from parity.drivers.ddp import np_of
+from parity.compare import as_numpy
 from parity.drivers.optim import FUSED
 from reference import ddp_scaler as rds
 from reference import loss_scaling as rls
@@ -120,7 +120,7 @@ def torch_run(job: dict, results: list[list[dict]], index: int) -> Run:
         after=[[st["scale"] for st in states[s]] for s in steps],
         digests=[[st["digest"] for st in states[s]] for s in steps],
         divergence=[runs[0]["steps"][s]["divergence"] for s in steps],
-        final=[[np_of(p) for p in runs[r]["final"]] for r in range(ws)],
+        final=[[as_numpy(p) for p in runs[r]["final"]] for r in range(ws)],
     )
 
 
@@ -167,8 +167,8 @@ def replay(job: dict, results: list[list[dict]], index: int, own: bool = True) -
     """Run `index` of a launch in the torch tree and the reference, replayed and (`own`) on
     its own local gradients."""
     ws = job["world_size"]
-    initial = [np_of(p) for p in results[0][index]["initial"]]
-    local = [[[np_of(g) for g in results[r][index]["steps"][s]["local"]] for r in range(ws)]
+    initial = [as_numpy(p) for p in results[0][index]["initial"]]
+    local = [[[as_numpy(g) for g in results[r][index]["steps"][s]["local"]] for r in range(ws)]
              for s in range(job["steps"])]
     return Replay(job, torch_run(job, results, index), reference_run(job, initial, local),
                   reference_run(job, initial, None) if own else None)

@@ -20,8 +20,8 @@ from parity.claims.fp8_gemm_bounds import gemm_scale
 from reference import fp8_gemm as rgemm
 from reference import fp8_scaling as rfp8
 from torch_impl import fp8_gemm as tgemm
+from torch_impl.format_spec import DTYPES as TORCH_DTYPES
 
-TORCH_FP8 = {"float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2}
 OUT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float8_e4m3fn,
               torch.float8_e5m2)
 GEMM_K = (32, 64, 256)  # short K: where the worst-case bound is exercised
@@ -58,7 +58,7 @@ def to_torch_fp8(x: np.ndarray) -> torch.Tensor:
     """An ml_dtypes fp8 array as the torch fp8 tensor with the same bits."""
     fmt = {np.dtype(ml_dtypes.float8_e4m3fn): "float8_e4m3fn",
            np.dtype(ml_dtypes.float8_e5m2): "float8_e5m2"}[x.dtype]
-    return torch.from_numpy(np.ascontiguousarray(x).view(np.uint8)).view(TORCH_FP8[fmt])
+    return torch.from_numpy(np.ascontiguousarray(x).view(np.uint8)).view(TORCH_DTYPES[fmt])
 
 
 def torch_operands(case: Fp8Case) -> tuple[torch.Tensor, ...]:

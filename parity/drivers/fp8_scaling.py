@@ -65,7 +65,7 @@ def torchao_current(x: np.ndarray, fmt: str, axis: int | None, power_of_2: bool
     from torchao.float8.float8_scaling_utils import hp_tensor_to_float8_dynamic
     from torchao.float8.float8_training_tensor import LinearMMConfig
 
-    from torch_impl.fp8_scaling import DTYPES
+    from torch_impl.format_spec import DTYPES
 
     granularity = (ScalingGranularity.TENSORWISE if axis is None
                    else ScalingGranularity.AXISWISE)
@@ -79,7 +79,7 @@ def torchao_scale(amax: np.ndarray, fmt: str, power_of_2: bool) -> np.ndarray:
     """torchao's amax_to_scale on float32 amaxes."""
     from torchao.float8.float8_utils import amax_to_scale
 
-    from torch_impl.fp8_scaling import DTYPES
+    from torch_impl.format_spec import DTYPES
 
     return as_numpy(amax_to_scale(_torch().from_numpy(amax), DTYPES[fmt], power_of_2))
 
@@ -149,6 +149,7 @@ def saturation(fmt: str, device: str = "cpu") -> dict[str, Any]:
     max + ulp (480, 65536), -FLT_MAX * 4 (-inf in float32), +-inf; and one that does not."""
     from reference.formats import encode
     from torch_impl import fp8_scaling as tfp8
+    from torch_impl.format_spec import DTYPES
     from torch_impl.formats import E4M3FN_SATURATES
 
     torch = _torch()
@@ -159,7 +160,7 @@ def saturation(fmt: str, device: str = "cpu") -> dict[str, Any]:
                   np.inf, -np.inf, 1.0], dtype=np.float32)
     with np.errstate(over="ignore"):
         scaled = x * scale
-    raw = as_numpy(torch.from_numpy(scaled).to(device).to(tfp8.DTYPES[fmt]))
+    raw = as_numpy(torch.from_numpy(scaled).to(device).to(DTYPES[fmt]))
     clamped = np.clip(scaled, np.float32(-fp8.max), np.float32(fp8.max))
     policies = ("saturate", "nan") if fmt == "float8_e4m3fn" else ("saturate", "inf", "nan")
     codes = {p: encode(clamped, fmt, overflow=p).astype(np.uint8).view(raw.dtype)

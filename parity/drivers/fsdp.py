@@ -20,7 +20,7 @@ import ml_dtypes
 import numpy as np
 
 from common.train_config import TrainConfig
-from parity.drivers.ddp import np_of
+from parity.compare import as_numpy, numpy_dtype
 from parity.drivers.optim import FUSED, torch_sqrt
 from reference import fsdp as rfsdp
 from reference import optim as ropt
@@ -31,7 +31,6 @@ from reference.module import Parameter
 SIZES = (8, 33, 32, 5)
 STEPS = 3
 WEIGHT_DECAY = 0.01
-NP_DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16}
 
 
 def config(seed: int = 0) -> TrainConfig:
@@ -64,9 +63,9 @@ def reduce_scatter_jobs(cases: tuple[tuple[str, int, str], ...], world_sizes: tu
 def reduce_scatter_case(job: dict, results: list[list[dict]], index: int
                         ) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """(gloo's outputs, the mirror's), one per rank of reduce_scatter job `index`."""
-    ws, dtype = job["world_size"], job["dtype"]
-    inputs = [np_of(results[r][index]["input"], dtype) for r in range(ws)]
-    outputs = [np_of(results[r][index]["output"], dtype) for r in range(ws)]
+    ws = job["world_size"]
+    inputs = [as_numpy(results[r][index]["input"]) for r in range(ws)]
+    outputs = [as_numpy(results[r][index]["output"]) for r in range(ws)]
     return outputs, rfsdp.gloo_reduce_scatter(inputs, job["op"])
 
 
@@ -103,7 +102,7 @@ class Replay:
 
 
 def _state(state: dict[str, Any]) -> dict[str, np.ndarray]:
-    return {k: np.asarray(np_of(v) if hasattr(v, "numpy") else v) for k, v in state.items()}
+    return {k: np.asarray(as_numpy(v) if hasattr(v, "numpy") else v) for k, v in state.items()}
 
 
 def _concat(shards: list[np.ndarray]) -> np.ndarray:
@@ -118,9 +117,9 @@ def replay(job: dict, results: list[list[dict]], index: int) -> Replay:
 
     ws, steps = job["world_size"], job["steps"]
     c = TrainConfig(**{k: tuple(v) if k == "sizes" else v for k, v in job["config"].items()})
-    reduce_dtype = NP_DTYPES[job["reduce_dtype"]]
+    reduce_dtype = numpy_dtype(job["reduce_dtype"])
     runs = [results[r][index] for r in range(ws)]
-    initial = [np_of(p) for p in runs[0]["initial"]]
+    initial = [as_numpy(p) for p in runs[0]["initial"]]
     shapes = [p.shape for p in initial]
     padded = [[rfsdp.shard(p, r, ws) for p in initial] for r in range(ws)]  # [rank][param]
     params = [[Parameter(rfsdp.unpadded(padded[r][i], shapes[i][0], r, ws))  # views
@@ -136,7 +135,7 @@ def replay(job: dict, results: list[list[dict]], index: int) -> Replay:
         out["gathered"].append([rfsdp.all_gather([padded[r][i] for r in range(ws)], shapes[i],
                                                  ml_dtypes.bfloat16)
                                 for i in range(len(shapes))])
-        local = [[np_of(g, "bfloat16") for g in runs[r]["steps"][s]["local"]]
+        local = [[as_numpy(g) for g in runs[r]["steps"][s]["local"]]
                  for r in range(ws)]
         reduced: list[list[Any]] = [[None] * len(shapes) for _ in range(ws)]
         for group in groups(len(shapes)):
@@ -158,15 +157,15 @@ def replay(job: dict, results: list[list[dict]], index: int) -> Replay:
         full_torch_opt.step()
     return Replay(
         job=job,
-        torch_gathered=[[[np_of(g, "bfloat16") for g in runs[r]["steps"][s]["gathered"]]
+        torch_gathered=[[[as_numpy(g) for g in runs[r]["steps"][s]["gathered"]]
                          for r in range(ws)] for s in range(steps)],
         reference_gathered=out["gathered"],
-        torch_local=[[[np_of(g, "bfloat16") for g in runs[r]["steps"][s]["local"]]
+        torch_local=[[[as_numpy(g) for g in runs[r]["steps"][s]["local"]]
                       for r in range(ws)] for s in range(steps)],
-        torch_grads=[[[np_of(g) for g in runs[r]["steps"][s]["grads"]] for r in range(ws)]
+        torch_grads=[[[as_numpy(g) for g in runs[r]["steps"][s]["grads"]] for r in range(ws)]
                      for s in range(steps)],
         reference_grads=out["grads"],
-        torch_params=[[[np_of(p) for p in runs[r]["steps"][s]["params"]] for r in range(ws)]
+        torch_params=[[[as_numpy(p) for p in runs[r]["steps"][s]["params"]] for r in range(ws)]
                       for s in range(steps)],
         reference_params=out["params"],
         torch_state=[[_state(st) for st in runs[r]["state"]] for r in range(ws)],
@@ -178,11 +177,11 @@ def replay(job: dict, results: list[list[dict]], index: int) -> Replay:
                           for k in full_opt.state[p]}
                          for i, (p, tp) in enumerate(zip(full, full_torch, strict=True))],
         unsharded_params=[(p.data.copy(), tp.detach().numpy().copy(),
-                           _concat([np_of(runs[r]["steps"][-1]["params"][i])
+                           _concat([as_numpy(runs[r]["steps"][-1]["params"][i])
                                     for r in range(ws)]))
                           for i, (p, tp) in enumerate(zip(full, full_torch, strict=True))],
         initial=initial,
-        torch_sharded=[[np_of(p) for p in runs[r]["sharded"]] for r in range(ws)],
+        torch_sharded=[[as_numpy(p) for p in runs[r]["sharded"]] for r in range(ws)],
     )
 
 

@@ -18,9 +18,7 @@ from parity.claims import gpt_bounds as gb
 from parity.drivers import gpt as dg
 from parity.drivers.amp import (
     SUFFIX,
-    TORCH_DTYPES,
     _gamma2,
-    _np,
     f32,
     float32_accumulation,
     require_members,
@@ -32,6 +30,7 @@ from reference import nn as rnn
 from reference.formats import quantize
 from reference.layers import Embedding, LayerNorm
 from torch_impl import gpt as tgpt
+from torch_impl.format_spec import DTYPES as TORCH_DTYPES
 
 FMTS = ("bfloat16", "float16")
 
@@ -119,14 +118,14 @@ def _linear_pairs(path: str, layer: rnn.Linear, module: torch.nn.Linear,
     k_in, k_out = w.shape[1], w.shape[0]
     where = "(logits) " if path == "lm_head" else ""
     out = [
-        (claim, f"{path} y {where}", f32(y).reshape(n, -1), _np(ty).reshape(n, -1),
+        (claim, f"{path} y {where}", f32(y).reshape(n, -1), f32(ty).reshape(n, -1),
          rounding_spread(x64 @ w.T + b, _gamma2(k_in + 1) * (ax @ aw.T + np.abs(b)), fmt)),
-        (claim, f"{path} dx", f32(dx).reshape(n, -1), _np(tx.grad).reshape(n, -1),
+        (claim, f"{path} dx", f32(dx).reshape(n, -1), f32(tx.grad).reshape(n, -1),
          rounding_spread(g64 @ w, _gamma2(k_out) * (ag @ aw), fmt)),
-        (claim, f"{path}.weight grad", layer.weight.grad, _np(module.weight.grad),
+        (claim, f"{path}.weight grad", layer.weight.grad, f32(module.weight.grad),
          rounding_spread(g64.T @ x64, _gamma2(n) * (ag.T @ ax), fmt))]
     if layer.bias is not None:
-        out.append((claim, f"{path}.bias grad", layer.bias.grad, _np(module.bias.grad),
+        out.append((claim, f"{path}.bias grad", layer.bias.grad, f32(module.bias.grad),
                     rounding_spread(g64.sum(0), _gamma2(n) * ag.sum(0), fmt)))
     for _, label, a, bb, _ in out:
         require_members(fmt, f"{path} {label}", a, bb)
@@ -141,20 +140,20 @@ def _float32_pairs(path: str, layer: rnn.Module, module: torch.nn.Module,
     tx = _t(x, device)
     if isinstance(layer, Embedding):
         module(tx).backward(_t(g, device))
-        return [("gpt.embedding", f"{path} y", y, _np(module(tx)), None),
+        return [("gpt.embedding", f"{path} y", y, f32(module(tx)), None),
                 ("gpt.embedding", f"{path}.weight grad", layer.weight.grad,
-                 _np(module.weight.grad), None)]
+                 f32(module.weight.grad), None)]
     tx.requires_grad_()
     ty = module(tx)
     ty.backward(_t(g, device))
     s_dx, s_dw, _ = gb.layer_norm_backward_scales(x, layer.weight.data, g)
-    return [("gpt.layer_norm.forward", f"{path} y", y, _np(ty),
+    return [("gpt.layer_norm.forward", f"{path} y", y, f32(ty),
              gb.layer_norm_forward_scale(x, layer.weight.data, layer.bias.data)),
-            ("gpt.layer_norm.backward", f"{path} dx", dx, _np(tx.grad), s_dx),
+            ("gpt.layer_norm.backward", f"{path} dx", dx, f32(tx.grad), s_dx),
             ("gpt.layer_norm.backward", f"{path}.weight grad", layer.weight.grad,
-             _np(module.weight.grad), s_dw),
+             f32(module.weight.grad), s_dw),
             ("gpt.layer_norm.bias_grad", f"{path}.bias grad", layer.bias.grad,
-             _np(module.bias.grad), None)]
+             f32(module.bias.grad), None)]
 
 
 def layer_pairs(config: dg.GPTConfig, fmt: str, batch: int, seq_len: int, seed: int,

@@ -31,12 +31,13 @@ import numpy as np
 import torch
 
 from parity.drivers import gpt as dg
-from parity.drivers.amp import SUFFIX, TORCH_DTYPES, _gamma2, _np, f32, rounding_spread
+from parity.drivers.amp import SUFFIX, _gamma2, f32, rounding_spread
 from reference import amp as ramp
 from reference import attention as rattn
 from reference import gpt as rgpt
 from reference import nn as rnn
 from reference import recompute_gpt as rrec
+from torch_impl.format_spec import DTYPES as TORCH_DTYPES
 
 Call = tuple[str, str, tuple, np.ndarray]  # (op, core path, operands, result)
 Pair = tuple[str, str, np.ndarray, np.ndarray, np.ndarray]  # claim, where, ref, torch, k
@@ -170,5 +171,5 @@ def core_pairs(config: dg.GPTConfig, fmt: str, batch: int, seq_len: int, seed: i
         k = (np.zeros(out.shape, np.int64) if spread is None
              else rounding_spread(spread[0], spread[1], fmt))
         pairs.append((f"gpt.attention_core_autocast_{SUFFIX[fmt]}", f"{path} #{i} {op}",
-                      f32(out), _np(t).reshape(out.shape), k))
+                      f32(out), f32(t).reshape(out.shape), k))
     return pairs, calls

@@ -37,10 +37,11 @@ import torch
 
 from parity.drivers import gpt as dg
 from parity.drivers import gpt_pairs as gp
-from parity.drivers.amp import TORCH_DTYPES, f32, float32_accumulation
+from parity.drivers.amp import f32, float32_accumulation
 from reference import amp as ramp
 from reference import nn as rnn
 from reference.layers import LayerNorm
+from torch_impl.format_spec import DTYPES as TORCH_DTYPES
 
 _FLOAT32_OPS = (LayerNorm,)  # float32 under CPU autocast, another algorithm: not bits
 

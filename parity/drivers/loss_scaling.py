@@ -18,6 +18,7 @@ from hypothesis.stateful import (
     rule,
 )
 
+from parity.compare import as_numpy
 from parity.drivers.amp import float32_accumulation
 from parity.drivers.optim import FUSED
 from parity.strategies.loss_scaling import scaler_grad_stream, scaler_hyper
@@ -32,10 +33,6 @@ from torch_impl import loss_scaling as tls
 from torch_impl import nn as tnn
 
 U32 = 2.0**-24  # float32 unit roundoff
-
-
-def _np(t: torch.Tensor) -> np.ndarray:
-    return t.detach().cpu().numpy()
 
 
 # -- the kernels, one call each
@@ -57,7 +54,7 @@ def update_pair(scale: float, tracker: int, found_inf: float, growth_factor: flo
     t_tracker = torch.full((), tracker, dtype=torch.int32, device=device)
     torch._amp_update_scale_(t_scale, t_tracker, torch.full((), found_inf, device=device),
                              growth_factor, backoff_factor, growth_interval)
-    theirs = _np(t_scale), _np(t_tracker)
+    theirs = as_numpy(t_scale), as_numpy(t_tracker)
     return (np.array([ours[0].view(np.int32), ours[1]], dtype=np.int64),
             np.array([theirs[0].view(np.int32), theirs[1]], dtype=np.int64))
 
@@ -77,7 +74,7 @@ def unscale_pair(grads: list[np.ndarray], scale: float, device: str = "cpu"
     for dtype in {g.dtype for g in t_grads}:
         torch._amp_foreach_non_finite_check_and_unscale_(
             [g for g in t_grads if g.dtype == dtype], found, inv)
-    return ref_grads, [_np(g) for g in t_grads], float(found_ref), float(found)
+    return ref_grads, [as_numpy(g) for g in t_grads], float(found_ref), float(found)
 
 
 def special_grads(rng: np.random.Generator, shape: tuple[int, ...], dtype: type) -> np.ndarray:
@@ -156,9 +153,9 @@ class ScalerPair:
             ("skipped", np.bool_(self.skips[0]), np.bool_(self.skips[1])),
         ]
         for i, (p, tp) in enumerate(zip(self.ref_params, self.torch_params, strict=True)):
-            pairs.append((f"param {i}", p.data, _np(tp)))
+            pairs.append((f"param {i}", p.data, as_numpy(tp)))
             if p.grad is not None:
-                pairs.append((f"grad {i}", p.grad, _np(tp.grad)))
+                pairs.append((f"grad {i}", p.grad, as_numpy(tp.grad)))
         return pairs
 
 
@@ -230,8 +227,8 @@ def clip_pair(grads: list[np.ndarray], max_norm: float, total_norm: float | None
         t_norm = torch.tensor(total_norm, dtype=torch.float32, device=device)
         rclip.clip_grads_with_norm_(ref_params, max_norm, ref_norm)
         tls.clip_grads_with_norm_(t_params, max_norm, t_norm, foreach=foreach)
-    return (np.asarray(ref_norm), _np(t_norm), [p.grad for p in ref_params],
-            [_np(tp.grad) for tp in t_params])
+    return (np.asarray(ref_norm), as_numpy(t_norm), [p.grad for p in ref_params],
+            [as_numpy(tp.grad) for tp in t_params])
 
 
 def clipped_scale(grads: list[np.ndarray], max_norm: float) -> list[np.ndarray]:
@@ -287,7 +284,7 @@ def underflow_grads(scale: float, dtype: str = "float16", device: str = "cpu"
             loss = torch.nn.functional.mse_loss(tm(torch.from_numpy(x).to(device)),
                                                 torch.from_numpy(y).to(device))
         (loss * torch.tensor(scale, dtype=torch.float32, device=device)).backward()
-    return [(name, p.grad / np.float32(scale), _np(tp.grad) / np.float32(scale))
+    return [(name, p.grad / np.float32(scale), as_numpy(tp.grad) / np.float32(scale))
             for (name, p), tp in zip(ref.named_parameters(), tm.parameters(), strict=True)]
 
 

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from parity.compare import as_numpy
 from parity.drivers.loss_scaling import U32, models
 from parity.drivers.optim import FUSED
 from reference import amp as ramp
@@ -16,10 +17,6 @@ from reference import loss_scaling as rls
 from reference import nn as rnn
 from reference import optim as ropt
 from torch_impl import loss_scaling as tls
-
-
-def _np(t: torch.Tensor) -> np.ndarray:
-    return t.detach().cpu().numpy()
 
 
 def regression_batch(rng: np.random.Generator, n: int = 64) -> tuple[np.ndarray, np.ndarray]:
@@ -77,7 +74,7 @@ class TrainPair:
 
     def params(self) -> list[tuple[str, np.ndarray, np.ndarray]]:
         """(name, reference, torch) copies of the parameters now."""
-        return [(name, p.data.copy(), _np(tp).copy()) for (name, p), tp
+        return [(name, p.data.copy(), as_numpy(tp).copy()) for (name, p), tp
                 in zip(self.ref.named_parameters(), self.tm.parameters(), strict=True)]
 
 
@@ -120,7 +117,7 @@ def step_gradients(pair: TrainPair, x: np.ndarray, y: np.ndarray, scale: float
     pair.tm.zero_grad()
     torch_autocast_run(pair.tm, x, y, fmt, scale, pair.device)
     s = np.float32(scale)
-    return [(p.grad / s, _np(tp.grad) / s)
+    return [(p.grad / s, as_numpy(tp.grad) / s)
             for p, tp in zip(pair.ref.parameters(), pair.tm.parameters(), strict=True)]
 
 

@@ -20,9 +20,9 @@ from reference import nn as ref
 from reference import recompute as rrc
 from torch_impl import nn as tnn
 from torch_impl import recompute as trc
+from torch_impl.format_spec import DTYPES as TORCH_DTYPES
 
 TORCH_DTYPE = {np.dtype(np.float32): torch.float32, np.dtype(np.float64): torch.float64}
-TORCH_LP = {None: None, "float16": torch.float16, "bfloat16": torch.bfloat16}  # autocast
 SPECS_SMALL = ("none", "sqrt", "uniform:1", "uniform:2", "uniform:3", "optimal:1", "optimal:2",
                "optimal:3")
 CASES = (  # the report's fixed cases: dropout on, off and in eval mode, both dtypes
@@ -101,11 +101,12 @@ def torch_case(case: dict, spec: str | rrc.Schedule, device: str = "cpu", *,
     x, g = inputs(case)
     tx = torch.from_numpy(x.copy()).to(device).requires_grad_(input_requires_grad)
     tg = torch.from_numpy(g.copy()).to(device)
+    autocast = case.get("autocast")
     with torch.random.fork_rng():  # the CPU and every CUDA generator
         torch.manual_seed(case["seed"])
         m = trc.measure(twin, tx, tg, spec, preserve_rng_state=preserve_rng_state,
                         early_stop=early_stop, use_reentrant=use_reentrant,
-                        autocast_dtype=TORCH_LP[case.get("autocast")])
+                        autocast_dtype=TORCH_DTYPES[autocast] if autocast else None)
         after = rng_state(device)
     grads = {k: (np.full(p.shape, np.nan) if p.grad is None else p.grad.cpu().numpy())
              for k, p in twin.named_parameters()}

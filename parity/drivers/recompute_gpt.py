@@ -22,9 +22,9 @@ from parity.drivers.recompute import tanh_chain_recomputes
 from reference import amp as ramp
 from reference import gpt as rgpt
 from reference.recompute_gpt import set_recompute as ref_set_recompute
+from torch_impl.format_spec import DTYPES as TORCH_DTYPES
 from torch_impl.recompute_gpt import set_recompute as torch_set_recompute
 
-TORCH_LP = {None: None, "float16": torch.float16, "bfloat16": torch.bfloat16}
 SPECS = ("sqrt", "uniform:2", "optimal:1", "optimal:2", "selective", "optimal:2+selective",
          "uniform:2+selective")
 
@@ -80,7 +80,7 @@ def torch_run(config: rgpt.GPTConfig, spec: str, dtype: type, batch: int, seq_le
     with torch.random.fork_rng():  # the CPU and every CUDA generator
         torch.manual_seed(seed)
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), \
-                torch.autocast(device_type, dtype=TORCH_LP[autocast] or torch.bfloat16,
+                torch.autocast(device_type, dtype=TORCH_DTYPES[autocast or "bfloat16"],
                                enabled=autocast is not None):
             _, loss = model(idx, targets)
         loss.backward()

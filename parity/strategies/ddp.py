@@ -6,9 +6,9 @@ import ml_dtypes
 import numpy as np
 from hypothesis import strategies as st
 
+from parity.compare import numpy_dtype
+
 RANK_DTYPES = ("float16", "bfloat16", "float32", "float64")
-_NP = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "float32": np.float32,
-       "float64": np.float64}
 
 
 @st.composite
@@ -19,7 +19,7 @@ def rank_values(draw: st.DrawFn, max_ws: int = 6, max_n: int = 64) -> tuple[str,
     dtype = draw(st.sampled_from(RANK_DTYPES))
     ws = draw(st.integers(2, max_ws))
     n = draw(st.integers(1, max_n))
-    info = ml_dtypes.finfo(_NP[dtype])
+    info = ml_dtypes.finfo(numpy_dtype(dtype))
     # below max / ws^2: no sum overflows, nor the bound's (ws - 1) sum|x| in float64
     low = int(np.log2(float(info.smallest_subnormal)))
     high = int(np.log2(float(info.max) / ws**2))
@@ -33,5 +33,5 @@ def rank_values(draw: st.DrawFn, max_ws: int = 6, max_n: int = 64) -> tuple[str,
     if draw(st.booleans()):  # rank 1 nearly cancels rank 0 (a sum far below its terms)
         values[1] = -values[0] * (1 + np.ldexp(rng.random(n), -8))
     with np.errstate(over="raise"):
-        arrays = [v.astype(_NP[dtype]) for v in values]
+        arrays = [v.astype(numpy_dtype(dtype)) for v in values]
     return dtype, arrays
