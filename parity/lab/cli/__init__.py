@@ -49,9 +49,9 @@ EXIT_STATUSES: tuple[tuple[int, str], ...] = (
 )
 
 # The commands, in the order `python -m parity --help` lists them; each is parity/lab/cli/<name>.py.
-COMMANDS: tuple[str, ...] = ("report", "ranges", "sweep", "fuzz", "tolerances", "docs", "train",
-                             "replay", "account", "profile", "optimize", "miniproject", "audit",
-                             "resume-check")
+COMMANDS: tuple[str, ...] = ("report", "ranges", "sweep", "fuzz", "tolerances", "docs", "book",
+                             "train", "replay", "account", "profile", "optimize", "miniproject",
+                             "audit", "resume-check")
 
 
 def module_of(command: str) -> str:
