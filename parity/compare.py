@@ -20,6 +20,27 @@ sides here would hide a missing final rounding as 0 ulps). `assert_claim` raises
 AssertionError that names the claim, the observed value, and for `eps` the raw max |a-b|
 beside it.
 
+NOTE [ Which side is expected ]: `assert_claim(claim_id, *, actual=, expected=, context="",
+scale=None)` takes the two arrays by name only (a positional call is a TypeError). `expected`
+is the side the claim holds the other to, the first of:
+    1. a truth the test states: a value worked by hand, a formula or a prediction (memory,
+       FLOPs, recomputation counts), an exact oracle (rational arithmetic, IEEE sqrt), a
+       declared table, a committed figure, a count of 0;
+    2. a library outside the two trees (ml_dtypes, torchao), or the library behaviour a named
+       variant reproduces (the reference's via="float32" or overflow policy against torch's
+       cast, rceil_log2f against torch's float32 log2);
+    3. the reference, against torch (torch_impl, or torch itself): the reference states the
+       mechanism (the math lives once, in the reference);
+    4. within one side, the plain computation against its variant: eager against compiled,
+       uninterrupted against resumed, unsharded against sharded, stored against recomputed,
+       float32 against a low-precision reduction, rank 0 against another rank, the engine's
+       order (the ring) against another order.
+`actual` is the other side. The measurement is symmetric, so which side is which never
+changes a verdict, only the messages' labels (a shape or dtype mismatch, the side holding a
+non-member of an ulps claim): `scale` is passed on its own, both sides must have the same
+shape and dtype (the n recorded and eps(dtype) are the same either way), and |a - b|, the
+ulp distance, the bit and NaN-class comparisons do not depend on the order.
+
 Every `assert_claim` also records what it observed (`record`): per claim, the worst case
 over every call, the number of values compared, the raw max |a-b| behind an eps claim,
  and whether every call held. `python -m parity report` is a quick run of the parity
@@ -318,10 +339,10 @@ def _unverified_note(c: Claim) -> str:
             "; the library may have changed the behaviour the claim states]")
 
 
-def assert_claim(claim_id: str | Claim, actual: Any, expected: Any, context: str = "", *,
+def assert_claim(claim_id: str | Claim, *, actual: Any, expected: Any, context: str = "",
                  scale: Any = None) -> float:
-    """Assert the claim (an id of the registry, or a Claim) for these two arrays; return the
-    observed worst case."""
+    """Assert the claim (an id of the registry, or a Claim) for these two arrays, named by the
+    rule of NOTE [ Which side is expected ]; return the observed worst case."""
     c = claim_id if isinstance(claim_id, Claim) else claim(claim_id)
     observed = measure(c, actual, expected, scale=scale)
     raw = max_abs_difference(actual, expected) if c.kind == "eps" else None

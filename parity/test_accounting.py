@@ -67,10 +67,10 @@ def test_training_state_bytes_equal_the_formula_in_both_trees(precision: str, op
     mine = drv.reference_step(case)["state"]
     theirs = drv.torch_step(case, device)
     assert not theirs["skipped"], "the step was skipped: the optimizer state was never created"
-    assert_claim("accounting.state_bytes", _measured(theirs["state"], STATE), predicted,
-                 f"(torch, {precision}, {optimizer})")
-    assert_claim("accounting.state_bytes", _measured(mine, STATE), predicted,  # type: ignore[arg-type]
-                 f"(reference, {precision}, {optimizer})")
+    assert_claim("accounting.state_bytes", actual=_measured(theirs["state"], STATE),
+                 expected=predicted, context=f"(torch, {precision}, {optimizer})")
+    assert_claim("accounting.state_bytes", actual=_measured(mine, STATE), expected=predicted,
+                 context=f"(reference, {precision}, {optimizer})")
 
 
 @pytest.mark.parametrize("optimizer", ACCOUNTING_OPTIMIZERS)
@@ -106,10 +106,10 @@ def test_formula_precisions_and_project_precisions_map_both_ways(optimizer: str)
             inverse = np.array([name in projects for name in setups], dtype=np.int64)
             autocast = np.array([name.startswith("autocast") for name in setups])
             assert declared.any(), f"no setup realizes ({precision}, master {master})"
-            assert_claim("accounting.state_bytes", matching, declared,
-                         f"(setups {list(setups)} against ({precision}, master {master}))")
-            assert_claim("accounting.state_bytes", inverse, declared * autocast,
-                         f"(project_precisions({precision!r}, {master}))")
+            assert_claim("accounting.state_bytes", actual=matching, expected=declared,
+                         context=f"(setups {list(setups)} against ({precision}, master {master}))")
+            assert_claim("accounting.state_bytes", actual=inverse, expected=declared * autocast,
+                         context=f"(project_precisions({precision!r}, {master}))")
 
 
 @given(fields=accounting_mlp_cases())
@@ -122,9 +122,11 @@ def test_flop_counter_equals_mlp_flops_per_phase(fields: dict, device: str) -> N
     _events(case)
     predicted = _predicted(drv.predict_mlp(case), PHASES)
     measured = drv.torch_step(case, device)["flops"]
-    assert_claim("accounting.flops", _measured(measured, PHASES), predicted, f"({case})")
+    assert_claim("accounting.flops", actual=_measured(measured, PHASES), expected=predicted,
+                 context=f"({case})")
     meta = drv.torch_meta_flops(case)
-    assert_claim("accounting.flops", _measured(meta, PHASES), predicted, f"(meta, {case})")
+    assert_claim("accounting.flops", actual=_measured(meta, PHASES), expected=predicted,
+                 context=f"(meta, {case})")
 
 
 @pytest.mark.parametrize("recompute", ["none", "sqrt", "optimal:2"])
@@ -135,8 +137,8 @@ def test_flop_counter_on_meta_counts_an_mlp_too_large_to_allocate(recompute: str
                        recompute=recompute)
     assert 4 * case.n_params > 16 * 2**30  # counted on meta, never allocated
     predicted = _predicted(drv.predict_mlp(case), PHASES)
-    assert_claim("accounting.flops", _measured(drv.torch_meta_flops(case), PHASES), predicted,
-                 f"({recompute})")
+    assert_claim("accounting.flops", actual=_measured(drv.torch_meta_flops(case), PHASES),
+                 expected=predicted, context=f"({recompute})")
 
 
 @given(fields=accounting_mlp_cases())
@@ -159,7 +161,8 @@ def test_reference_counts_its_own_gemms_and_the_two_named_terms(fields: dict) ->
     if mine["tape_forward"] is not None:
         measured.append(mine["tape_forward"])
         expected.append(predicted["forward"])
-    assert_claim("accounting.tape_flops", np.array(measured), np.array(expected), f"({case})")
+    assert_claim("accounting.tape_flops", actual=np.array(measured), expected=np.array(expected),
+                 context=f"({case})")
 
 
 @given(fields=accounting_mlp_cases())
@@ -176,12 +179,14 @@ def test_held_bytes_equal_the_formula_torch_hooks_and_the_reference_tape(fields:
     predicted = _predicted(drv.predict_mlp(case, device), regions)
     held = drv.torch_step(case, device)["held"]
     theirs = np.array([held["model"], held["loss"], held["other"]], dtype=np.int64)  # type: ignore[index]
-    assert_claim("accounting.activation_bytes", theirs, predicted, f"(torch, {case})")
+    assert_claim("accounting.activation_bytes", actual=theirs, expected=predicted,
+                 context=f"(torch, {case})")
     event(f"the reference keeps a first weight cast: {drv.first_weight_cast(case) > 0}")
     tape = drv.reference_step(case)["held"]
     mine = np.array([tape["model"] - drv.first_weight_cast(case), tape["loss"] + 4,  # type: ignore[index]
                      tape["other"] + drv.scaler_saved(case)], dtype=np.int64)  # type: ignore[index]
-    assert_claim("accounting.activation_bytes", mine, predicted, f"(reference, {case})")
+    assert_claim("accounting.activation_bytes", actual=mine, expected=predicted,
+                 context=f"(reference, {case})")
 
 
 @pytest.mark.parametrize("recompute", ["none", "uniform:2", "optimal:1"])
@@ -195,8 +200,8 @@ def test_float64_models_hold_the_formulas_bytes_in_both_trees(activation: str,
     theirs, mine = drv.held_forward(case, "float64")
     predicted = racc.mlp_activation_bytes(case.sizes, case.batch, activation=activation,
                                           dropout=case.dropout, itemsize=8, recompute=recompute)
-    assert_claim("accounting.activation_bytes", np.array([theirs, mine]),
-                 np.array([predicted, predicted]), f"({activation}, {recompute})")
+    assert_claim("accounting.activation_bytes", actual=np.array([theirs, mine]),
+                 expected=np.array([predicted, predicted]), context=f"({activation}, {recompute})")
 
 
 # ---------------------------------------------------------------- the compact transformer
@@ -231,10 +236,10 @@ def test_flop_counter_equals_transformer_flops_per_phase_for_every_recompute(fie
     case = drv.GPTCase(**fields)
     _gpt_events(case)
     fl = dgpt.torch_gpt_step(case, device)["flops"]
-    assert_claim("accounting.gpt_flops", _measured(fl, PHASES), _gpt_phases(case),  # type: ignore[arg-type]
-                 f"(torch, {case})")
-    assert_claim("accounting.gpt_flops", _measured(dgpt.meta_flops(case), PHASES),
-                 _gpt_phases(case), f"(meta, {case})")
+    assert_claim("accounting.gpt_flops", actual=_measured(fl, PHASES), expected=_gpt_phases(case),
+                 context=f"(torch, {case})")
+    assert_claim("accounting.gpt_flops", actual=_measured(dgpt.meta_flops(case), PHASES),
+                 expected=_gpt_phases(case), context=f"(meta, {case})")
 
 
 GPT2 = {"small": (12, 768, 12), "medium": (24, 1024, 16)}
@@ -253,8 +258,8 @@ def test_flop_counter_on_meta_counts_gpt2_shapes_without_allocating(size: str,
     model = dgpt.meta_gpt(dgpt.config_of(case))
     assert all(p.is_meta for p in model.parameters()), "a parameter was allocated"
     fl = dgpt.gpt_flops(model, case, "meta")
-    assert_claim("accounting.gpt_flops", _measured(fl, PHASES), _gpt_phases(case),
-                 f"({size}, {recompute})")
+    assert_claim("accounting.gpt_flops", actual=_measured(fl, PHASES), expected=_gpt_phases(case),
+                 context=f"({size}, {recompute})")
 
 
 @pytest.mark.parametrize("recompute", ["none", "full_early_stop"])
@@ -266,10 +271,11 @@ def test_sdpa_counts_zero_attention_flops_on_cpu_and_dense_on_meta(recompute: st
     rerun = attention if recompute != "none" else 0
     missing = np.array([attention, 2 * attention, rerun, 0], dtype=np.int64)
     assert attention > 0
-    assert_claim("accounting.gpt_sdpa_flops", _measured(dgpt.sdpa_flops(case), PHASES),
-                 _gpt_phases(case) - missing, f"(cpu, {recompute})")
-    assert_claim("accounting.gpt_sdpa_flops", _measured(dgpt.sdpa_flops(case, "meta"), PHASES),
-                 _gpt_phases(case), f"(meta, {recompute})")
+    assert_claim("accounting.gpt_sdpa_flops", actual=_measured(dgpt.sdpa_flops(case), PHASES),
+                 expected=_gpt_phases(case) - missing, context=f"(cpu, {recompute})")
+    assert_claim("accounting.gpt_sdpa_flops",
+                 actual=_measured(dgpt.sdpa_flops(case, "meta"), PHASES),
+                 expected=_gpt_phases(case), context=f"(meta, {recompute})")
 
 
 @given(fields=accounting_gpt_cases())
@@ -281,8 +287,8 @@ def test_reference_tape_counts_the_transformers_forward_gemms(fields: dict) -> N
     forward = rflops.transformer_forward_flops(**case.shape())["total"]  # type: ignore[arg-type]
     counts = [dgpt.reference_gpt_step(case, dtype)["tape_forward"]
               for dtype in (np.float32, np.float64)]
-    assert_claim("accounting.gpt_tape_flops", np.array(counts, dtype=np.int64),
-                 np.array([forward, forward], dtype=np.int64), f"({case})")
+    assert_claim("accounting.gpt_tape_flops", actual=np.array(counts, dtype=np.int64),
+                 expected=np.array([forward, forward], dtype=np.int64), context=f"({case})")
 
 
 @given(fields=accounting_gpt_cases())
@@ -297,10 +303,10 @@ def test_gpt_training_state_bytes_equal_the_formula_in_both_trees(fields: dict,
     theirs = dgpt.torch_gpt_step(case, device)
     assert not theirs["skipped"], "the step was skipped: the optimizer state was never created"
     mine = dgpt.reference_gpt_step(case)["state"]
-    assert_claim("accounting.gpt_state_bytes", _measured(theirs["state"], STATE), predicted,  # type: ignore[arg-type]
-                 f"(torch, {case})")
-    assert_claim("accounting.gpt_state_bytes", _measured(mine, STATE), predicted,  # type: ignore[arg-type]
-                 f"(reference, {case})")
+    assert_claim("accounting.gpt_state_bytes", actual=_measured(theirs["state"], STATE),
+                 expected=predicted, context=f"(torch, {case})")
+    assert_claim("accounting.gpt_state_bytes", actual=_measured(mine, STATE), expected=predicted,
+                 context=f"(reference, {case})")
 
 
 @given(fields=accounting_gpt_cases())
@@ -319,12 +325,13 @@ def test_gpt_held_bytes_equal_the_formula_torch_hooks_and_the_reference_tape(
     predicted = _predicted(dgpt.gpt_sheet(case, device), regions)
     held = dgpt.torch_gpt_step(case, device)["held"]
     theirs = np.array([held[k] for k in ("model", "loss", "other")], dtype=np.int64)  # type: ignore[index]
-    assert_claim("accounting.gpt_activation_bytes", theirs, predicted, f"(torch, {case})")
+    assert_claim("accounting.gpt_activation_bytes", actual=theirs, expected=predicted,
+                 context=f"(torch, {case})")
     tape = dgpt.reference_gpt_step(case)["held"]
     if tape is not None:
         mine = np.array([tape["model"], tape["loss"]], dtype=np.int64)  # type: ignore[index]
-        assert_claim("accounting.gpt_activation_bytes", mine, predicted[:2],
-                     f"(reference, {case})")
+        assert_claim("accounting.gpt_activation_bytes", actual=mine, expected=predicted[:2],
+                     context=f"(reference, {case})")
 
 
 @pytest.mark.parametrize(("precision", "dropout", "dtype"), [
@@ -357,9 +364,10 @@ def test_gpt_saved_lists_torchs_saves_one_for_one(precision: str, dropout: float
     ours = collections.Counter((str(s.layer), s.name, s.nbytes) for s in saved)
     keys = sorted(theirs.keys() | ours.keys())
     assert_claim("accounting.gpt_activation_bytes",
-                 np.array([theirs[k] for k in keys] + [held], dtype=np.int64),
-                 np.array([ours[k] for k in keys] + [racc.held_bytes(saved)], dtype=np.int64),
-                 f"({precision}, dropout {dropout}, {dtype}; entries {keys})")
+                 actual=np.array([theirs[k] for k in keys] + [held], dtype=np.int64),
+                 expected=np.array([ours[k] for k in keys] + [racc.held_bytes(saved)],
+                                   dtype=np.int64),
+                 context=f"({precision}, dropout {dropout}, {dtype}; entries {keys})")
 
 
 def test_committed_gpt_reconciliation_is_what_a_fresh_step_measures() -> None:
@@ -375,5 +383,6 @@ def test_committed_gpt_reconciliation_is_what_a_fresh_step_measures() -> None:
         return [-1 if v is None else v for r in case["rows"]
                 for v in (r["predicted"], r["measured"]["torch"], r["measured"]["reference"])]
 
-    assert_claim("accounting.gpt_activation_bytes", np.array(numbers(committed)),
-                 np.array(numbers(fresh)), "(docs/data/accounting_gpt.json, case 0)")
+    assert_claim("accounting.gpt_activation_bytes", actual=np.array(numbers(committed)),
+                 expected=np.array(numbers(fresh)),
+                 context="(docs/data/accounting_gpt.json, case 0)")

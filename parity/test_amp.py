@@ -43,10 +43,10 @@ def test_linear_under_autocast_within_one_lp_ulp_of_torch(fmt: str, n: int, k: i
     compared = total = 0
     for label, a, b, ok in linear_pairs(fmt, n, k, m, seed, device):
         if label.startswith(("saved", "master")):
-            assert_claim("amp.casts", a, b, label)
+            assert_claim("amp.casts", actual=b, expected=a, context=label)
             continue
         event(f"{label}: precondition excluded {'some' if not ok.all() else 'none'}")
-        assert_claim(f"amp.linear_{SUFFIX[fmt]}", a[ok], b[ok], label)
+        assert_claim(f"amp.linear_{SUFFIX[fmt]}", actual=b[ok], expected=a[ok], context=label)
         compared, total = compared + int(ok.sum()), total + ok.size
     assert compared >= LINEAR_MIN_COMPARED * total, f"compared {compared} of {total} elements"
 
@@ -73,10 +73,11 @@ def test_linear_reaches_its_one_ulp_bound_where_the_summation_order_decides(fmt:
     for label, a, b, ok in linear_pairs_at(fmt, layer, x, np.ones((len(x), 1), np.float32),
                                            device):
         if label.startswith(("saved", "master")):
-            assert_claim("amp.casts", a, b, label)
+            assert_claim("amp.casts", actual=b, expected=a, context=label)
             continue
         assert ok.all(), label
-        assert_claim(f"amp.linear_{SUFFIX[fmt]}", a, b, f"{label}, order-sensitive midpoint")
+        assert_claim(f"amp.linear_{SUFFIX[fmt]}", actual=b, expected=a,
+                     context=f"{label}, order-sensitive midpoint")
         apart += int((a != b).sum()) if label == "y" else 0
     if device == "cpu":  # CUDA's GEMM order is its own: recorded, not required
         assert apart > 0, "no order separated the trees: the bound was not reached"
@@ -89,7 +90,8 @@ def test_activations_on_lp_tensors_within_one_lp_ulp_of_torch(fmt: str, name: st
     """Forward output and input gradient within 1 lp ulp where the float32 bound allows."""
     for label, a, b, ok in activation_pairs(name, fmt, 512, seed, device):
         assert ok.mean() >= ACTIVATION_MIN_COMPARED, f"{name} {label}: compared {ok.mean():.1%}"
-        assert_claim(f"amp.activation_{SUFFIX[fmt]}", a[ok], b[ok], f"{name} {label}")
+        assert_claim(f"amp.activation_{SUFFIX[fmt]}", actual=b[ok], expected=a[ok],
+                     context=f"{name} {label}")
 
 
 # (x, g) where the trees' float32 GELU lands on either side of an lp rounding midpoint: found
@@ -110,7 +112,8 @@ def test_gelu_holds_its_one_ulp_bound_at_points_one_ulp_apart(fmt: str, device: 
     x, g = (np.repeat(np.array(v, np.float32), 64)
             for v in zip(*MIDPOINT_GELU[fmt], strict=True))
     for label, a, b, ok in activation_pairs_at("gelu", fmt, x, g, device):
-        assert_claim(f"amp.activation_{SUFFIX[fmt]}", a[ok], b[ok], f"gelu {label} midpoint")
+        assert_claim(f"amp.activation_{SUFFIX[fmt]}", actual=b[ok], expected=a[ok],
+                     context=f"gelu {label} midpoint")
 
 
 @settings(examples(20))
@@ -123,7 +126,7 @@ def test_dropout_on_lp_tensors_is_torchs_bit_for_bit(fmt: str, p: float, seed: i
     for label, a, b, _ in dropout_pairs(fmt, p, 256, seed):
         event(f"mask exact in {fmt}: {float(1 / (1 - p)) == float(a.max(initial=0))}"
               if label == "saved mask" else label)
-        assert_claim("amp.dropout", a, b, f"{label} (p={p})")
+        assert_claim("amp.dropout", actual=b, expected=a, context=f"{label} (p={p})")
 
 
 @settings(examples(12))
@@ -138,7 +141,8 @@ def test_compact_model_layers_within_the_rounding_spread_of_torch(fmt: str, acti
     bit-identical."""
     exact = total = 0
     for label, a, b, k in model_pairs(activation, fmt, seed, device):
-        assert_claim(f"amp.model_{SUFFIX[fmt]}", a, toward(b, a, k, fmt), label)
+        assert_claim(f"amp.model_{SUFFIX[fmt]}", actual=toward(b, a, k, fmt), expected=a,
+                     context=label)
         exact, total = exact + int((k == 0).sum()), total + k.size
         if np.any((k > 0) & (a != b)):
             event("an ambiguous element differs by its allowance")
@@ -156,7 +160,7 @@ def test_tape_holds_what_torch_saves_under_autocast_module_by_module(
     lp_bytes = 0
     for path, mine, theirs in saved_signatures(tuple(sizes), activation, dropout, fmt, batch,
                                                device):
-        assert_claim("amp.saved_bytes", mine, theirs, f"(module {path!r})")
+        assert_claim("amp.saved_bytes", actual=theirs, expected=mine, context=f"(module {path!r})")
         lp_bytes += int(mine[mine[:, 6] == 2, 7].sum())
     assert lp_bytes > 0, "nothing 2-byte was saved: the tape is not low precision"
 
@@ -168,7 +172,7 @@ def test_nested_autocast_states_are_torchs_at_every_depth(contexts: list, device
     """Entering and leaving the same nest of contexts in both trees: the same states."""
     mine, theirs = nested_states(contexts, device)
     event(f"depth {len(contexts)}, innermost enabled {bool(mine[-2, 0])}")
-    assert_claim("amp.state", mine, theirs, f"{contexts}")
+    assert_claim("amp.state", actual=theirs, expected=mine, context=f"{contexts}")
 
 
 def test_op_lists_match_what_torch_registers_and_does(device: str) -> None:
@@ -176,4 +180,5 @@ def test_op_lists_match_what_torch_registers_and_does(device: str) -> None:
     is), and every simply callable one gives the list's output dtype on this device."""
     found, checked = amp_lists.mismatches(device)
     assert checked > 100
-    assert_claim("amp.op_lists", np.int64(len(found)), np.int64(0), "; ".join(found))
+    assert_claim("amp.op_lists", actual=np.int64(len(found)), expected=np.int64(0),
+                 context="; ".join(found))

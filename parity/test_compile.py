@@ -56,10 +56,10 @@ def inductor_cache() -> Iterator[None]:
 def _assert_numerics(n: dc.Numerics, context: str) -> None:
     assert n.compiled_backward, f"{context}: the backward did not run compiled code"
     for key in n.eager:
-        assert_claim("compile.eager", n.compiled[key], n.eager[key], f"{context} {key}",
-                     scale=n.bound_eager[key])
-        assert_claim("compile.reference", n.compiled[key], n.reference[key],
-                     f"{context} {key}", scale=n.bound_reference[key])
+        assert_claim("compile.eager", actual=n.compiled[key], expected=n.eager[key],
+                     context=f"{context} {key}", scale=n.bound_eager[key])
+        assert_claim("compile.reference", actual=n.compiled[key], expected=n.reference[key],
+                     context=f"{context} {key}", scale=n.bound_reference[key])
 
 
 @pytest.mark.slow  # 24-32 s of C++ compilation in a fresh cache: the report runs it
@@ -90,7 +90,7 @@ def test_compiled_bf16_autocast_matches_eager_within_its_rounding_bound(device: 
     assert n.compiled_backward, "the backward did not run compiled code"
     assert n.compiled["output"].dtype.itemsize == 2, "the logits are not bfloat16: no autocast"
     for key in n.eager:
-        assert_claim("compile.bf16", n.compiled[key], n.eager[key], key,
+        assert_claim("compile.bf16", actual=n.compiled[key], expected=n.eager[key], context=key,
                      scale=n.bound_eager[key])
 
 
@@ -108,7 +108,8 @@ def test_compiled_train_step_updates_parameters_within_the_propagated_bound(
     moved = sum(int((compiled[k] != eager[k]).sum()) for k in eager)
     assert moved > 0, "compiled and eager steps agree bit for bit: the bound was not exercised"
     for key in eager:
-        assert_claim("compile.train_step", compiled[key], eager[key], key, scale=scale[key])
+        assert_claim("compile.train_step", actual=compiled[key], expected=eager[key], context=key,
+                     scale=scale[key])
 
 
 @pytest.mark.slow
@@ -192,7 +193,8 @@ def test_every_repair_computes_the_broken_forwards_values_for_any_input(
     h = model(x).detach()
     event(f"{entry.name}: mean logit {'>' if h.mean() > 0 else '<='} 0")  # both branches
     event(f"{entry.name}: some |logit| > 1: {bool((h.abs() > 1).any())}")  # the clip bites
-    assert_claim("compile.breaks", entry.repaired(model, x), expected, entry.name)
+    assert_claim("compile.breaks", actual=entry.repaired(model, x), expected=expected,
+                 context=entry.name)
 
 
 # Resuming after a break, Dynamo probes `.grad` of the non-leaf h it hands over (its
@@ -213,17 +215,21 @@ def test_each_seeded_break_is_counted_and_its_repair_captures_one_graph(
     counts = torch.tensor([broken.graph_count, broken.graph_break_count,
                            len(broken.break_reasons), repaired.graph_count,
                            repaired.graph_break_count, len(repaired.break_reasons)])
-    assert_claim("compile.breaks", counts, torch.tensor([2, 1, 1, 1, 0, 0]), entry.name)
+    assert_claim("compile.breaks", actual=counts, expected=torch.tensor([2, 1, 1, 1, 0, 0]),
+                 context=entry.name)
     assert broken.break_reasons[0][1].startswith("compile_breaks.py:"), broken.break_reasons
-    assert_claim("compile.breaks", entry.repaired(model, x), expected, entry.name)
+    assert_claim("compile.breaks", actual=entry.repaired(model, x), expected=expected,
+                 context=entry.name)
     torch._dynamo.reset()
     whole = torch.compile(entry.repaired, backend="eager", fullgraph=True)
-    assert_claim("compile.breaks", whole(model, x), expected, f"{entry.name} fullgraph")
+    assert_claim("compile.breaks", actual=whole(model, x), expected=expected,
+                 context=f"{entry.name} fullgraph")
     torch._dynamo.reset()
     strict = torch.compile(entry.broken, backend="eager", fullgraph=True)
     if entry.fullgraph_captures and TORCH >= FULLGRAPH_CAPTURES_SCALARS:
         with contextlib.redirect_stdout(io.StringIO()):
-            assert_claim("compile.breaks", strict(model, x), expected, f"{entry.name} captured")
+            assert_claim("compile.breaks", actual=strict(model, x), expected=expected,
+                         context=f"{entry.name} captured")
     else:
         with pytest.raises(torch._dynamo.exc.TorchDynamoException), \
                 contextlib.redirect_stdout(io.StringIO()):
@@ -237,8 +243,8 @@ def test_recompiles_over_batch_and_sequence_follow_the_guards(mode: str) -> None
     """Graphs compiled over SHAPES: 4 static, 3 automatic dynamic, 1 marked or dynamic=True;
     every failed guard is a size mismatch of x, one per cached version tried."""
     r = dc.count_shape_recompiles(mode)
-    assert_claim("compile.recompiles", torch.tensor([r.graphs]),
-                 torch.tensor([dc.expected_graphs(mode)]), mode)
+    assert_claim("compile.recompiles", actual=torch.tensor([r.graphs]),
+                 expected=torch.tensor([dc.expected_graphs(mode)]), context=mode)
     assert all("size mismatch" in line and "'x'" in line.replace("L['x']", "'x'")
                for line in r.failed_guards), r.failed_guards
     assert (len(r.failed_guards) > 0) == (r.graphs > 1), r.failed_guards

@@ -47,7 +47,8 @@ def inductor_cache() -> Iterator[None]:
 def _assert_within(n: cg.GptNumerics, cid: str, other: cg.Results, context: str) -> None:
     assert n.compiled_backward, f"{context}: the backward did not run compiled code"
     for key in cg.claimed(other):
-        assert_claim(cid, n.compiled[key], other[key], f"{context} {key}", scale=n.bound[key])
+        assert_claim(cid, actual=n.compiled[key], expected=other[key], context=f"{context} {key}",
+                     scale=n.bound[key])
     if cg.TORCH < cg.WTE_GRAD_RIGHT:  # NOTE [ torch 2.6's compiled token-embedding gradient ]
         wrong = measure(claim(cid), n.compiled[cg.WTE], other[cg.WTE], scale=n.bound[cg.WTE])
         assert wrong > 1, f"{context}: torch {torch.__version__} computes {cg.WTE}'s gradient " \
@@ -174,7 +175,7 @@ def test_the_gpt_compiles_as_one_graph_with_its_token_check_inside(how: str, dev
         idx, targets = (dg.to_torch_tokens(t, device) for t in dg.tokens(TINY.config, 2, T, 0))
         got, want = compiled(idx, targets), eager_model(idx, targets)
         for name, a, b in zip(("logits", "loss"), got, want, strict=True):
-            assert_claim("compile.breaks", a, b, f"{how}, T={T}, {name}")
+            assert_claim("compile.breaks", actual=a, expected=b, context=f"{how}, T={T}, {name}")
     assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
     vocab = TINY.config.vocab_size
     for bad in (vocab, -1):
@@ -216,8 +217,8 @@ def test_gpt_recompiles_over_batch_and_sequence_follow_the_guards(mode: str) -> 
     """Graphs over GPT_SHAPES: 4 static, 3 automatic dynamic, 1 marked or dynamic=True; every
     failed guard a size mismatch of idx."""
     r = cg.count_shape_recompiles(mode)
-    assert_claim("compile.gpt_recompiles", torch.tensor([r.graphs]),
-                 torch.tensor([cg.expected_graphs(mode)]), mode)
+    assert_claim("compile.gpt_recompiles", actual=torch.tensor([r.graphs]),
+                 expected=torch.tensor([cg.expected_graphs(mode)]), context=mode)
     assert all("size mismatch" in line and "'idx'" in line.replace("L['idx']", "'idx'")
                for line in r.failed_guards), r.failed_guards
     assert (len(r.failed_guards) > 0) == (r.graphs > 1), r.failed_guards
@@ -230,5 +231,6 @@ def test_a_full_block_after_a_short_one_compiles_once_when_dynamic() -> None:
         full = cg.count_full_block(mode)
         assert not isinstance(full, str), f"{mode}: {full}"
         assert_claim("compile.gpt_recompiles",
-                     torch.tensor([full.graphs, len(full.failed_guards)]),
-                     torch.tensor([1, 0]), f"{mode}, full block: {full.failed_guards}")
+                     actual=torch.tensor([full.graphs, len(full.failed_guards)]),
+                     expected=torch.tensor([1, 0]),
+                     context=f"{mode}, full block: {full.failed_guards}")

@@ -50,9 +50,9 @@ def test_task_is_bit_identical_across_implementations(
     kw = {"features": features, "hidden": hidden, "classes": classes}
     a = ref.make_task(seed, n, dtype=np_dtype, **kw)
     b = tdata.make_task(seed, n, dtype=torch_dtype, device=device, **kw)
-    assert_claim("data.task", b.inputs.cpu(), a.inputs, context="inputs")
-    assert_claim("data.task", b.labels.cpu(), a.labels, context="labels")
-    assert_claim("data.task", b.values.cpu(), a.values, context="values")
+    assert_claim("data.task", actual=b.inputs.cpu(), expected=a.inputs, context="inputs")
+    assert_claim("data.task", actual=b.labels.cpu(), expected=a.labels, context="labels")
+    assert_claim("data.task", actual=b.values.cpu(), expected=a.values, context="values")
 
 
 @given(seed=st.integers(0, 2**32 - 1), epoch=st.integers(0, 2**32 - 1), n=st.integers(1, 512))
@@ -62,8 +62,8 @@ def test_epoch_order_is_the_same_permutation_across_implementations(
 ) -> None:
     """epoch_order(seed, epoch, n) is one permutation in both implementations (n <= 512 here,
     cheap per example; the slow variant below goes to 2^16)."""
-    assert_claim("data.order", tdata.epoch_order(seed, epoch, n, device).cpu(),
-                 ref.epoch_order(seed, epoch, n))
+    assert_claim("data.order", actual=tdata.epoch_order(seed, epoch, n, device).cpu(),
+                 expected=ref.epoch_order(seed, epoch, n))
 
 
 @pytest.mark.slow
@@ -74,8 +74,8 @@ def test_epoch_order_of_large_datasets_is_the_same_permutation_across_implementa
     seed: int, epoch: int, n: int, device: str
 ) -> None:
     """The same for 513 <= n <= 2^16 (slow: up to ~10 ms per example)."""
-    assert_claim("data.order", tdata.epoch_order(seed, epoch, n, device).cpu(),
-                 ref.epoch_order(seed, epoch, n))
+    assert_claim("data.order", actual=tdata.epoch_order(seed, epoch, n, device).cpu(),
+                 expected=ref.epoch_order(seed, epoch, n))
 
 
 @given(run=data_sampler_runs())
@@ -132,10 +132,11 @@ def test_sampler_and_loader_lengths_agree_across_trees_and_with_what_they_yield(
                 case["consumed"], case["via"])
     b = lengths("torch", make_task("torch", case["seed"], case["num_samples"], device), case,
                 case["consumed"], case["via"])
-    assert_claim("data.length", b, a, "[len(sampler), yielded, len(loader), yielded], torch "
-                 "vs reference")
+    assert_claim("data.length", actual=b, expected=a,
+                 context="[len(sampler), yielded, len(loader), yielded], torch " "vs reference")
     for side, v in (("reference", a), ("torch", b)):
-        assert_claim("data.length", v[[0, 2]], v[[1, 3]], f"{side}: announced vs yielded")
+        assert_claim("data.length", actual=v[[0, 2]], expected=v[[1, 3]],
+                     context=f"{side}: announced vs yielded")
 
 
 def test_resume_claim_can_fail_when_the_state_is_not_restored() -> None:
@@ -157,8 +158,8 @@ def test_resume_claim_can_fail_when_the_state_is_not_restored() -> None:
 def test_batch_seed_is_the_same_word_across_implementations(seed: int, epoch: int,
                                                             batch: int) -> None:
     """batch_seed(seed, epoch, batch), the seed of a batch's randomness: the same 32 bits."""
-    assert_claim("data.loader", np.array([tdata.batch_seed(seed, epoch, batch)], np.uint64),
-                 np.array([ref.batch_seed(seed, epoch, batch)], np.uint64))
+    assert_claim("data.loader", actual=np.array([tdata.batch_seed(seed, epoch, batch)], np.uint64),
+                 expected=np.array([ref.batch_seed(seed, epoch, batch)], np.uint64))
 
 
 @pytest.mark.slow  # the report (the README's first command, CI's install step) runs it

@@ -66,7 +66,8 @@ def test_ring_mirror_gives_every_rank_gloos_bits(launched: tuple) -> None:
         inputs, outputs, mirror = drv.ring_case(job, results, i)
         context = f"ws {job['world_size']} {job['dtype']} n={job['n']}"
         for r in range(job["world_size"]):
-            assert_claim("ddp.ring_order", outputs[r], mirror[r], f"{context} rank {r}")
+            assert_claim("ddp.ring_order", actual=outputs[r], expected=mirror[r],
+                         context=f"{context} rank {r}")
         naive = drv.rddp.naive_sum(inputs)
         differs = not np.array_equal(bit_view(naive), bit_view(outputs[0]))
         naive_differs[job["world_size"]] = naive_differs.get(job["world_size"], False) or differs
@@ -78,8 +79,8 @@ def _check_buckets(rp: drv.Replay) -> None:
     assert len(rp.torch_buckets[-1]) == 2, "guard: the rebuilt buckets must be two"
     for s, (a, b) in enumerate(zip(rp.reference_buckets, rp.torch_buckets, strict=True)):
         assert [len(x) for x in a] == [len(x) for x in b], f"{context} step {s + 1}: {a} vs {b}"
-        assert_claim("ddp.buckets", np.concatenate(a), np.concatenate(b),
-                     f"{context} step {s + 1}")
+        assert_claim("ddp.buckets", actual=np.concatenate(b), expected=np.concatenate(a),
+                     context=f"{context} step {s + 1}")
 
 
 def _check_reduced(rp: drv.Replay) -> None:
@@ -87,15 +88,16 @@ def _check_reduced(rp: drv.Replay) -> None:
     for s, step in enumerate(rp.torch_reduced):
         for r in range(ws):
             for k, (a, b) in enumerate(zip(rp.reference_reduced[s], step[r], strict=True)):
-                assert_claim("ddp.reduced_grads", a, b,
-                             f"ws {ws} {precision} step {s + 1} rank {r} param {k}")
+                assert_claim("ddp.reduced_grads", actual=b, expected=a,
+                             context=f"ws {ws} {precision} step {s + 1} rank {r} param {k}")
 
 
 def _check_params(rp: drv.Replay) -> None:
     ws, precision = rp.job["world_size"], rp.job["config"]["precision"]
     for r in range(ws):
         for k, (a, b) in enumerate(zip(rp.reference_final[r], rp.torch_final[r], strict=True)):
-            assert_claim("ddp.params", a, b, f"ws {ws} {precision} rank {r} param {k}")
+            assert_claim("ddp.params", actual=b, expected=a,
+                         context=f"ws {ws} {precision} rank {r} param {k}")
     assert any(not np.array_equal(a, b) for a, b in
                zip(rp.torch_final[0], rp.torch_initial, strict=True)), "guard: steps were taken"
 
@@ -105,12 +107,12 @@ def _check_shards(rp: drv.Replay) -> None:
     for s, step in enumerate(rp.torch_rows):
         for r, ((tx, ty), (rx, ry)) in enumerate(zip(step, rp.reference_rows[s], strict=True)):
             context = f"ws {ws} {precision} step {s + 1} rank {r}"
-            assert_claim("ddp.shards", rx, tx, context + " inputs")
-            assert_claim("ddp.shards", ry, ty, context + " targets")
+            assert_claim("ddp.shards", actual=tx, expected=rx, context=context + " inputs")
+            assert_claim("ddp.shards", actual=ty, expected=ry, context=context + " targets")
     for s, step in enumerate(rp.outputs):
         for r, (torch_out, ref_out, bound) in enumerate(step):
-            assert_claim("nn.mlp.forward", ref_out, torch_out, f"ws {ws} step {s + 1} rank {r}",
-                         scale=bound)
+            assert_claim("nn.mlp.forward", actual=torch_out, expected=ref_out,
+                         context=f"ws {ws} step {s + 1} rank {r}", scale=bound)
 
 
 def _check_own_reduced(rp: drv.Replay) -> int:
@@ -121,7 +123,8 @@ def _check_own_reduced(rp: drv.Replay) -> int:
         for k, (a, b) in enumerate(zip(rp.reference_own_reduced[s], step[0], strict=True)):
             bound = drv.own_reduced_bound([rp.torch_local[s][r][k] for r in range(ws)],
                                           [rp.reference_local[s][r][k] for r in range(ws)])
-            assert_claim("ddp.own_reduced", a, b, f"ws {ws} {precision} step {s + 1} param {k}",
+            assert_claim("ddp.own_reduced", actual=b, expected=a,
+                         context=f"ws {ws} {precision} step {s + 1} param {k}",
                          scale=bound / np.finfo(np.float32).eps)
             differs += int(np.count_nonzero(a != b))
     return differs
@@ -185,8 +188,8 @@ def test_a_different_summation_order_stays_within_the_order_bound(launched: tupl
             continue
         inputs, outputs, _ = drv.ring_case(job, results, i)
         naive = drv.rddp.naive_sum(inputs)
-        assert_claim("ddp.order_bound", naive, outputs[0], f"{job['dtype']} n={job['n']}",
-                     scale=drv.order_scale(inputs))
+        assert_claim("ddp.order_bound", actual=naive, expected=outputs[0],
+                     context=f"{job['dtype']} n={job['n']}", scale=drv.order_scale(inputs))
         seen += int(np.count_nonzero(bit_view(naive) != bit_view(outputs[0])))
     assert seen > 0, "guard: the two orders must differ somewhere"
 
@@ -209,8 +212,10 @@ def test_any_two_summation_orders_stay_within_the_order_bound(case: tuple[str, l
     torch_sum = as_numpy(summed)
     scale = drv.order_scale(inputs)
     event(f"{dtype}, orders differ: {not np.array_equal(bit_view(ring), bit_view(naive))}")
-    assert_claim("ddp.order_bound", naive, ring, f"{dtype} naive vs ring", scale=scale)
-    assert_claim("ddp.order_bound", torch_sum, ring, f"{dtype} torch.sum vs ring", scale=scale)
+    assert_claim("ddp.order_bound", actual=naive, expected=ring, context=f"{dtype} naive vs ring",
+                 scale=scale)
+    assert_claim("ddp.order_bound", actual=torch_sum, expected=ring,
+                 context=f"{dtype} torch.sum vs ring", scale=scale)
 
 
 @pytest.mark.slow
@@ -241,5 +246,5 @@ def test_nccl_all_reduce_stays_within_the_order_bound_of_the_gloo_mirror(device:
     for i, job in enumerate(jobs):
         inputs, outputs, mirror = drv.ring_case(job, results, i)
         for r in range(ws):
-            assert_claim("ddp.order_bound", outputs[r], mirror[r], f"nccl {job['dtype']}",
-                         scale=drv.order_scale(inputs))
+            assert_claim("ddp.order_bound", actual=outputs[r], expected=mirror[r],
+                         context=f"nccl {job['dtype']}", scale=drv.order_scale(inputs))

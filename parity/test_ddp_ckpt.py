@@ -38,7 +38,8 @@ def _assert_states_equal(claim: str, got: dict, want: dict, context: str,
     assert keys and set(keys) <= set(got), f"{context}: keys {sorted(got)} lack {keys}"
     for k in keys:
         assert got[k].dtype == want[k].dtype and got[k].shape == want[k].shape, (context, k)
-        assert_claim(claim, got[k].numpy(), want[k].numpy(), f"{context}: {k}")
+        assert_claim(claim, actual=got[k].numpy(), expected=want[k].numpy(),
+                     context=f"{context}: {k}")
 
 
 def test_resumed_on_the_same_world_size_every_rank_ends_with_the_uninterrupted_bits(
@@ -55,8 +56,8 @@ def test_resumed_on_the_same_world_size_every_rank_ends_with_the_uninterrupted_b
         assert [s["step"] for s in got["steps"]] == [s["step"] for s in after]
         for a, b in zip(got["steps"], after, strict=True):
             for name in ("draw", "loss"):
-                assert_claim("ddp.ckpt_resume", a[name].numpy(), b[name].numpy(),
-                             f"rank {r} step {a['step']} {name}")
+                assert_claim("ddp.ckpt_resume", actual=a[name].numpy(), expected=b[name].numpy(),
+                             context=f"rank {r} step {a['step']} {name}")
 
 
 def test_the_saving_run_saved_the_uninterrupted_runs_state_at_each_checkpoint(
@@ -91,8 +92,9 @@ def test_resharded_to_1_and_3_ranks_every_rank_holds_the_saved_state_and_derived
             _assert_states_equal("ddp.ckpt_reshard", loaded, saved, f"ws {ws} rank {r}",
                                  replicated)
             rule = torch.Generator().manual_seed(ckc.rank_seed(seed, r, drv.SAVE_AT))
-            assert_claim("ddp.ckpt_reshard", loaded[f"rng/rank{r}"].numpy(),
-                         rule.get_state().numpy(), f"ws {ws} rank {r}: the derived stream")
+            assert_claim("ddp.ckpt_reshard", actual=loaded[f"rng/rank{r}"].numpy(),
+                         expected=rule.get_state().numpy(),
+                         context=f"ws {ws} rank {r}: the derived stream")
     streams = [measured.saving[r]["saved"][drv.SAVE_AT][f"rng/rank{r}"] for r in range(2)]
     assert not torch.equal(streams[0], streams[1]), "the 2 ranks' streams differ"
     resumed3 = measured.resumed[3][0]["loaded"]["rng/rank0"]
@@ -116,8 +118,8 @@ def test_the_reference_sharded_checkpoint_gives_each_rank_what_dcp_gave_the_torc
             keys = sorted(k for k in theirs["loaded"] if ws == 2 or not k.startswith("rng/"))
             assert keys == sorted(k for k in mine if ws == 2 or not k.startswith("rng/"))
             for k in keys:
-                assert_claim("ddp.ckpt_trees", np.asarray(mine[k]),
-                             theirs["loaded"][k].numpy(), f"ws {ws} rank {r}: {k}")
+                assert_claim("ddp.ckpt_trees", actual=theirs["loaded"][k].numpy(),
+                             expected=np.asarray(mine[k]), context=f"ws {ws} rank {r}: {k}")
     with pytest.raises(ckpt.CheckpointDirectoryError, match="payload 'dcp'"):
         ref.load_sharded(measured.directory, 2, 0)
     with pytest.raises(ckpt.CheckpointDirectoryError, match="payload 'npy-records'"):
@@ -167,8 +169,10 @@ def test_the_train_loop_resumed_on_3_ranks_ends_with_the_uninterrupted_digest(
     assert lines[0].startswith(f"step {drv.TRAIN_SAVE_AT + 1} "), "guard: it resumed"
     assert resumed.step == whole.step == drv.TRAIN_STEPS
     assert whole.skipped == resumed.skipped == 0, "guard: step 3's reduction is not skipped"
-    assert_claim("ddp.cli_kill_resume", np.frombuffer(bytes.fromhex(resumed.digest), np.uint8),
-                 np.frombuffer(bytes.fromhex(whole.digest), np.uint8), "3 ranks, from step 2")
+    assert_claim("ddp.cli_kill_resume",
+                 actual=np.frombuffer(bytes.fromhex(resumed.digest), np.uint8),
+                 expected=np.frombuffer(bytes.fromhex(whole.digest), np.uint8),
+                 context="3 ranks, from step 2")
 
 
 @pytest.mark.slow

@@ -42,7 +42,8 @@ def assert_ranks_agree(run: drv.Run, context: str) -> None:
         assert run.divergence[s] is None, context
     for r, params in enumerate(run.final[1:], 1):
         for k, (a, b) in enumerate(zip(params, run.final[0], strict=True)):
-            assert_claim("ddp.scaler_repair", a, b, f"{context}: rank {r} param {k} vs rank 0")
+            assert_claim("ddp.scaler_repair", actual=a, expected=b,
+                         context=f"{context}: rank {r} param {k} vs rank 0")
 
 
 def _digest_bits(digests: list[str]) -> np.ndarray:
@@ -56,16 +57,17 @@ def _check_trees_agree(claim: str, rp: drv.Replay) -> None:
     t, ref, own = rp.torch, rp.replayed, rp.own
     for name in ("found_inf", "scale", "after"):
         for s in range(len(t.scale)):
-            assert_claim(claim, np.array(getattr(ref, name)[s], dtype=np.float32),
-                         np.array(getattr(t, name)[s], dtype=np.float32),
-                         f"{context} step {s + 1} {name}")
+            assert_claim(claim, actual=np.array(getattr(t, name)[s], dtype=np.float32),
+                         expected=np.array(getattr(ref, name)[s], dtype=np.float32),
+                         context=f"{context} step {s + 1} {name}")
     for s in range(len(t.scale)):
-        assert_claim(claim, _digest_bits(ref.digests[s]), _digest_bits(t.digests[s]),
-                     f"{context} step {s + 1} digests")
+        assert_claim(claim, actual=_digest_bits(t.digests[s]),
+                     expected=_digest_bits(ref.digests[s]),
+                     context=f"{context} step {s + 1} digests")
     assert ref.skipped == t.skipped and ref.divergence == t.divergence, context
     for r, (a_rank, b_rank) in enumerate(zip(ref.final, t.final, strict=True)):
         for k, (a, b) in enumerate(zip(a_rank, b_rank, strict=True)):
-            assert_claim(claim, a, b, f"{context} rank {r} param {k}")
+            assert_claim(claim, actual=b, expected=a, context=f"{context} rank {r} param {k}")
     if own is None:
         return
     assert (own.skipped, own.found_inf, own.scale, own.after) == (

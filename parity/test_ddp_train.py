@@ -42,8 +42,8 @@ def _kill_rank(directory: Path, world_size: int, victim: str) -> tuple[int, int]
 
 
 def _assert_digest(actual: str, expected: str, context: str) -> None:
-    assert_claim("ddp.cli_kill_resume", np.frombuffer(bytes.fromhex(actual), np.uint8),
-                 np.frombuffer(bytes.fromhex(expected), np.uint8), context)
+    assert_claim("ddp.cli_kill_resume", actual=np.frombuffer(bytes.fromhex(actual), np.uint8),
+                 expected=np.frombuffer(bytes.fromhex(expected), np.uint8), context=context)
 
 
 def _uninterrupted(impl: str, tmp: Path, world_size: int) -> str:

@@ -73,9 +73,11 @@ def _inputs(data: st.DataObject, name: str, dtype: type, size: int = BATCH) -> n
 def test_range_table_matches_torch_finfo_and_ml_dtypes_exactly(name: str) -> None:
     """Every range property derived from the bits equals torch.finfo's and ml_dtypes.finfo's."""
     r = drive.ranges(name)
-    assert_claim("formats.ranges", r["torch"], r["reference"], f"(torch, {name})")
+    assert_claim("formats.ranges", actual=r["torch"], expected=r["reference"],
+                 context=f"(torch, {name})")
     if "ml_dtypes" in r:
-        assert_claim("formats.ranges", r["ml_dtypes"], r["reference"], f"(ml_dtypes, {name})")
+        assert_claim("formats.ranges", actual=r["reference"], expected=r["ml_dtypes"],
+                     context=f"(ml_dtypes, {name})")
 
 
 @storage_formats
@@ -84,8 +86,10 @@ def test_every_bit_pattern_decodes_identically_in_reference_torch_and_ml_dtypes(
 ) -> None:
     """All 2^8 or 2^16 codes decode to the same float64 in the three libraries."""
     d = drive.decode_every_code(name, device)
-    assert_claim("formats.decode", d["torch"], d["reference"], f"(torch, {name})")
-    assert_claim("formats.decode", d["ml_dtypes"], d["reference"], f"(ml_dtypes, {name})")
+    assert_claim("formats.decode", actual=d["torch"], expected=d["reference"],
+                 context=f"(torch, {name})")
+    assert_claim("formats.decode", actual=d["reference"], expected=d["ml_dtypes"],
+                 context=f"(ml_dtypes, {name})")
 
 
 @formats
@@ -96,7 +100,8 @@ def test_encode_float32_matches_torch_bitwise_on_edges(name: str, device: str,
     """Round-to-nearest-even codes of float32 edge inputs equal torch's native cast's."""
     x = _float32_inputs(data, name)
     _events(x, ref.FORMATS[name])
-    assert_claim("formats.encode_f32", *drive.nearest_vs_torch(x, name, device))
+    ref_values, torch_values = drive.nearest_vs_torch(x, name, device)
+    assert_claim("formats.encode_f32", actual=torch_values, expected=ref_values)
 
 
 @storage_formats
@@ -107,7 +112,8 @@ def test_encode_float32_matches_ml_dtypes_bitwise_on_edges(name: str,
     """Codes equal ml_dtypes' astype (which gives NaN on float8_e4m3fn overflow)."""
     x = _float32_inputs(data, name)
     _events(x, ref.FORMATS[name])
-    assert_claim("formats.encode_f32", *drive.nearest_vs_ml_dtypes(x, name))
+    ref_values, ml_values = drive.nearest_vs_ml_dtypes(x, name)
+    assert_claim("formats.encode_f32", actual=ref_values, expected=ml_values)
 
 
 @pytest.mark.slow  # the report (the README's first command, CI's install step) runs it
@@ -121,8 +127,10 @@ def test_encode_float64_is_correctly_rounded(name: str, device: str,
     x = _float64_inputs(data, name)
     _events(x, ref.FORMATS[name])
     got_ref, got_torch, oracle = drive.correctly_rounded(x, name, device)
-    assert_claim("formats.encode_f64_correct", got_ref, oracle, "(reference)")
-    assert_claim("formats.encode_f64_correct", got_torch, oracle, "(torch, round to odd)")
+    assert_claim("formats.encode_f64_correct", actual=got_ref, expected=oracle,
+                 context="(reference)")
+    assert_claim("formats.encode_f64_correct", actual=got_torch, expected=oracle,
+                 context="(torch, round to odd)")
 
 
 def test_double_rounding_example_bfloat16() -> None:
@@ -130,8 +138,8 @@ def test_double_rounding_example_bfloat16() -> None:
     x = np.array([1 + 2.0**-8 + 2.0**-40])
     once, _, oracle = drive.correctly_rounded(x, "bfloat16")
     twice, torch_cast = drive.via_float32_vs_torch(x, "bfloat16")
-    assert_claim("formats.encode_f64_correct", once, oracle)
-    assert_claim("formats.encode_f64_via_f32", twice, torch_cast)
+    assert_claim("formats.encode_f64_correct", actual=once, expected=oracle)
+    assert_claim("formats.encode_f64_via_f32", actual=twice, expected=torch_cast)
     # The guard that makes the pair meaningful: the two answers really differ.
     assert once[0] == 1.0078125 and torch_cast[0] == 1.0
 
@@ -175,7 +183,8 @@ def test_encode_float64_via_float32_matches_torch_native_cast(name: str, device:
                                                               data: st.DataObject) -> None:
     """Rounding through float32 reproduces torch's float64 -> low-precision cast bit for bit."""
     x = _float64_inputs(data, name)
-    assert_claim("formats.encode_f64_via_f32", *drive.via_float32_vs_torch(x, name, device))
+    via_float32, torch_cast = drive.via_float32_vs_torch(x, name, device)
+    assert_claim("formats.encode_f64_via_f32", actual=via_float32, expected=torch_cast)
 
 
 @formats
@@ -186,8 +195,9 @@ def test_toward_zero_matches_torch_bitwise(name: str, device: str, data: st.Data
     inputs, every overflow policy (each example runs all six)."""
     for x in (_float32_inputs(data, name), _float64_inputs(data, name)):
         for overflow in (None, "saturate", "nan"):
-            assert_claim("formats.toward_zero", *drive.toward_zero(x, name, overflow, device),
-                         f"({x.dtype} input, overflow {overflow})")
+            ref_values, torch_values = drive.toward_zero(x, name, overflow, device)
+            assert_claim("formats.toward_zero", actual=torch_values, expected=ref_values,
+                         context=f"({x.dtype} input, overflow {overflow})")
 
 
 def _policies(name: str) -> list[str]:
@@ -206,9 +216,10 @@ def test_stochastic_rounding_matches_torch_given_the_same_words(
     for x in (_float32_inputs(data, name), _float64_inputs(data, name)):
         words = ref.draw_random_words(x.shape, rng)
         for overflow in _policies(name):
-            assert_claim("formats.stochastic_bits",
-                         *drive.stochastic_same_words(x, name, words, overflow, device),
-                         f"({x.dtype} input, overflow {overflow})")
+            ref_values, torch_values = drive.stochastic_same_words(x, name, words, overflow,
+                                                                   device)
+            assert_claim("formats.stochastic_bits", actual=torch_values, expected=ref_values,
+                         context=f"({x.dtype} input, overflow {overflow})")
 
 
 @formats
@@ -232,10 +243,12 @@ def test_stochastic_rounding_rounds_up_with_exactly_the_right_probability(
     oracle = drive.oracle_words_rounding_up(x, name)
     for side in ("reference", "torch"):
         count, confirmed = drive.words_rounding_up(x, name, side, device, seed=len(x))
-        assert_claim("formats.stochastic_unbiased", count, oracle, f"({side})")
+        assert_claim("formats.stochastic_unbiased", actual=count, expected=oracle,
+                     context=f"({side})")
         # The count is the threshold below which words round up: confirmed at random words.
-        assert_claim("formats.stochastic_unbiased", confirmed, np.ones_like(confirmed),
-                     f"({side}: rounding up is not 'the word is below the count')")
+        assert_claim("formats.stochastic_unbiased", actual=confirmed,
+                     expected=np.ones_like(confirmed),
+                     context=f"({side}: rounding up is not 'the word is below the count')")
 
 
 def test_stochastic_rounding_probability_is_exact_on_named_inputs(device: str) -> None:
@@ -245,12 +258,12 @@ def test_stochastic_rounding_probability_is_exact_on_named_inputs(device: str) -
              ("float16", 2.0**-26, 2**30), ("float8_e4m3fn", 464.0, 2**31)]
     for name, v, expected in cases:
         x = np.array([v, -v], dtype=np.float32)
-        assert_claim("formats.stochastic_unbiased", drive.oracle_words_rounding_up(x, name),
-                     np.array([expected, expected]), f"(oracle, {name} {v})")
+        assert_claim("formats.stochastic_unbiased", actual=drive.oracle_words_rounding_up(x, name),
+                     expected=np.array([expected, expected]), context=f"(oracle, {name} {v})")
         for side in ("reference", "torch"):
             count, _ = drive.words_rounding_up(x, name, side, device)
-            assert_claim("formats.stochastic_unbiased", count, np.array([expected, expected]),
-                         f"({side}, {name} {v})")
+            assert_claim("formats.stochastic_unbiased", actual=count,
+                         expected=np.array([expected, expected]), context=f"({side}, {name} {v})")
 
 
 def test_both_trees_keep_one_contract_for_bad_and_good_inputs(device: str) -> None:
@@ -262,8 +275,8 @@ def test_both_trees_keep_one_contract_for_bad_and_good_inputs(device: str) -> No
                                     for i in (1, 2, 3))
     differ = "; ".join(f"{label}: declared {e}, reference {a}, torch {b}"
                        for label, e, a, b in outcomes if not a == b == e)
-    assert_claim("formats.contract", got_ref, got_torch, differ)
-    assert_claim("formats.contract", got_ref, expected, differ)
+    assert_claim("formats.contract", actual=got_torch, expected=got_ref, context=differ)
+    assert_claim("formats.contract", actual=got_ref, expected=expected, context=differ)
     # Guards: the table holds refusals of both classes and 0-d results that stay 0-d.
     assert {"TypeError", "ValueError"} <= {e for _, e, _, _ in outcomes}
     assert any(e.startswith("() ") for _, e, _, _ in outcomes)
@@ -299,5 +312,6 @@ def test_float8_e4m3fn_native_overflow_is_the_declared_policy_of_this_torch(devi
     policy = tim.DEFAULT_OVERFLOW["float8_e4m3fn"]
     version = tuple(int(part) for part in torch.__version__.split(".")[:2])
     assert policy == ("saturate" if version >= (2, 13) else "nan")
-    assert_claim("formats.encode_f32", ref.quantize(x, "float8_e4m3fn", overflow=policy)
-                 .astype(np.float64), native, f"(torch {torch.__version__}, {policy})")
+    assert_claim("formats.encode_f32",
+                 actual=ref.quantize(x, "float8_e4m3fn", overflow=policy).astype(np.float64),
+                 expected=native, context=f"(torch {torch.__version__}, {policy})")

@@ -57,15 +57,18 @@ def test_range_table_matches_ml_dtypes_and_torch_finfo(name: str) -> None:
     ours = np.array([float(getattr(fmt, f)) for f in fields])
     fi = ml_dtypes.finfo(oracles.ML_DTYPES[name])
     theirs = np.array([float(getattr(fi, oracles.ML_FINFO_NAMES[f])) for f in fields])
-    assert_claim("formats.small_ranges", ours, theirs, f"(ml_dtypes, {name})")
+    assert_claim("formats.small_ranges", actual=ours, expected=theirs,
+                 context=f"(ml_dtypes, {name})")
     v = drive.ml_values(name)
     counts = np.array([fmt.finite_count, fmt.nan_count, 2**fmt.bits])
-    assert_claim("formats.small_ranges", counts,
-                 np.array([np.isfinite(v).sum(), np.isnan(v).sum(), v.size]), f"(counts, {name})")
+    assert_claim("formats.small_ranges", actual=counts,
+                 expected=np.array([np.isfinite(v).sum(), np.isnan(v).sum(), v.size]),
+                 context=f"(counts, {name})")
     if name in TORCH_HAS and name != "float8_e5m2fnuz":
         tf = torch.finfo(getattr(torch, name))
-        assert_claim("formats.small_ranges", np.array([fmt.bits, fmt.eps, fmt.max, fmt.tiny]),
-                     np.array([tf.bits, tf.eps, tf.max, tf.tiny]), f"(torch.finfo, {name})")
+        assert_claim("formats.small_ranges", actual=np.array([tf.bits, tf.eps, tf.max, tf.tiny]),
+                     expected=np.array([fmt.bits, fmt.eps, fmt.max, fmt.tiny]),
+                     context=f"(torch.finfo, {name})")
 
 
 def test_torch_finfo_of_e5m2fnuz_has_e4m3fnuz_eps() -> None:
@@ -74,21 +77,23 @@ def test_torch_finfo_of_e5m2fnuz_has_e4m3fnuz_eps() -> None:
     one = torch.tensor([1.0]).to(torch.float8_e5m2fnuz).view(torch.uint8)
     after_one = (one + 1).view(torch.float8_e5m2fnuz).float().item()
     # torch's own values are spaced eps apart at 1 (the reference's), its finfo says half that
-    assert_claim("formats.torch_finfo_e5m2fnuz", np.array([after_one - 1.0]), np.array([fmt.eps]))
-    assert_claim("formats.torch_finfo_e5m2fnuz", np.array([tf.eps]),
-                 np.array([ref.FORMATS["float8_e4m3fnuz"].eps]))
-    assert_claim("formats.torch_finfo_e5m2fnuz", np.array([tf.max, tf.tiny, tf.bits]),
-                 np.array([fmt.max, fmt.tiny, fmt.bits]))
+    assert_claim("formats.torch_finfo_e5m2fnuz", actual=np.array([after_one - 1.0]),
+                 expected=np.array([fmt.eps]))
+    assert_claim("formats.torch_finfo_e5m2fnuz", actual=np.array([tf.eps]),
+                 expected=np.array([ref.FORMATS["float8_e4m3fnuz"].eps]))
+    assert_claim("formats.torch_finfo_e5m2fnuz", actual=np.array([tf.max, tf.tiny, tf.bits]),
+                 expected=np.array([fmt.max, fmt.tiny, fmt.bits]))
 
 
 @small
 def test_every_code_decodes_alike(name: str) -> None:
     codes = np.arange(2 ** ref.FORMATS[name].bits, dtype=np.uint8)
     ours = ref.decode(codes, name)
-    assert_claim("formats.small_decode", ours, drive.ml_values(name), f"(ml_dtypes, {name})")
+    assert_claim("formats.small_decode", actual=ours, expected=drive.ml_values(name),
+                 context=f"(ml_dtypes, {name})")
     if name in TORCH_HAS:
         t = torch.from_numpy(codes).view(getattr(torch, name)).to(torch.float64).numpy()
-        assert_claim("formats.small_decode", ours, t, f"(torch, {name})")
+        assert_claim("formats.small_decode", actual=t, expected=ours, context=f"(torch, {name})")
 
 
 @small
@@ -97,16 +102,18 @@ def test_every_code_decodes_alike(name: str) -> None:
 def test_encode_float32_matches_ml_dtypes_and_torch_on_edges(name: str, seed: int) -> None:
     x = drive.edge_inputs(name, seed)
     ours = ref.encode(x, name)
-    assert_claim("formats.small_encode", _codes_as_values(ours, name),
-                 _codes_as_values(drive.ml_encode(x, name), name), f"(ml_dtypes, {name})")
+    assert_claim("formats.small_encode", actual=_codes_as_values(ours, name),
+                 expected=_codes_as_values(drive.ml_encode(x, name), name),
+                 context=f"(ml_dtypes, {name})")
     if name in ("float8_e4m3fnuz", "float8_e5m2fnuz"):
-        assert_claim("formats.small_encode", _codes_as_values(ours, name),
-                     _codes_as_values(drive.torch_encode(x, name), name), f"(torch, {name})")
+        assert_claim("formats.small_encode",
+                     actual=_codes_as_values(drive.torch_encode(x, name), name),
+                     expected=_codes_as_values(ours, name), context=f"(torch, {name})")
     if name == "float8_e8m0fnu" and name in TORCH_HAS:
         positive = x[x > 0]  # where formats.e8m0_torch declares no difference but below 2^-127
         positive = positive[(positive <= 2.0**-127) | (positive >= 1.5 * 2.0**-127)]
-        assert_claim("formats.small_encode", ref.encode(positive, name),
-                     drive.torch_encode(positive, name), "(torch, float8_e8m0fnu, x > 0)")
+        assert_claim("formats.small_encode", actual=drive.torch_encode(positive, name),
+                     expected=ref.encode(positive, name), context="(torch, float8_e8m0fnu, x > 0)")
 
 
 @small
@@ -120,8 +127,9 @@ def test_float64_input_is_rounded_once_like_ml_dtypes(name: str) -> None:
         moved = finite + np.spacing(finite) * rng.integers(-3, 4, finite.size) * \
             2.0 ** rng.integers(0, 30, finite.size)
     x = np.concatenate([x, moved])
-    assert_claim("formats.small_encode", _codes_as_values(ref.encode(x, name), name),
-                 _codes_as_values(drive.ml_encode(x, name), name), f"(float64, {name})")
+    assert_claim("formats.small_encode", actual=_codes_as_values(ref.encode(x, name), name),
+                 expected=_codes_as_values(drive.ml_encode(x, name), name),
+                 context=f"(float64, {name})")
 
 
 @pytest.mark.parametrize("name", ["float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn"])
@@ -129,10 +137,11 @@ def test_nan_becomes_a_zero_of_the_inverted_sign_as_ml_dtypes_casts_it(name: str
     nans = np.array([0x7FC00000, 0xFFC00000, 0x7F800001, 0xFF800001, 0x7FFFFFFF, 0xFFFFFFFF],
                     dtype=np.uint32).view(np.float32)
     ours = ref.encode(nans, name)
-    assert_claim("formats.small_nan", ours, drive.ml_encode(nans, name))
+    assert_claim("formats.small_nan", actual=ours, expected=drive.ml_encode(nans, name))
     sign = np.uint8(1 << (ref.FORMATS[name].bits - 1))
     # the guard: the codes are zeros, and their signs are the inputs' inverted
-    assert_claim("formats.small_nan", ours, np.where(np.signbit(nans), 0, sign).astype(np.uint8))
+    assert_claim("formats.small_nan", actual=ours,
+                 expected=np.where(np.signbit(nans), 0, sign).astype(np.uint8))
 
 
 @HAS_E8M0
@@ -142,8 +151,8 @@ def test_torch_e8m0_cast_differs_from_ml_dtypes_where_declared() -> None:
         [-4.0, 0.0, -0.0, 1.2 * 2.0**-127, 1.4 * 2.0**-127, 1.5 * 2.0**-127, 2.0**-127],
         dtype=np.float32)])
     torch_codes = drive.torch_encode(x, "float8_e8m0fnu")
-    assert_claim("formats.e8m0_torch", _codes_as_values(torch_e8m0_codes(x, fmt), fmt.name),
-                 _codes_as_values(torch_codes, fmt.name))
+    assert_claim("formats.e8m0_torch", actual=_codes_as_values(torch_codes, fmt.name),
+                 expected=_codes_as_values(torch_e8m0_codes(x, fmt), fmt.name))
     # the guard: the named points are where torch and ml_dtypes really differ
     named = x[-7:]
     ml = _codes_as_values(drive.ml_encode(named, fmt.name), fmt.name)
@@ -178,8 +187,8 @@ def test_toward_zero_and_stochastic_match_the_exact_oracle(name: str, dtype: typ
         got = ref.quantize(x, name, rounding=rounding, overflow="saturate", **kw)
         want = np.array([drive.oracle_round(v, name, rounding, int(w))
                          for v, w in zip(x.tolist(), words.tolist(), strict=True)])
-        assert_claim("formats.small_rounding", got.astype(np.float64), want,
-                     f"({rounding}, {dtype.__name__}, {name})")
+        assert_claim("formats.small_rounding", actual=got.astype(np.float64), expected=want,
+                     context=f"({rounding}, {dtype.__name__}, {name})")
 
 
 @small

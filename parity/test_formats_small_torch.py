@@ -94,9 +94,9 @@ def test_torch_twin_encodes_every_edge_class_like_the_reference(name: str, dtype
                 got = tim.encode(torch.from_numpy(inputs), name, rounding=rounding,
                                  overflow=overflow, subnormals=subnormals, **kw)
                 assert got.dtype == torch.uint8
-                assert_claim(CLAIM, got.numpy(), want,
-                             f"({name}, {dtype.__name__}, {rounding}, overflow={overflow}, "
-                             f"subnormals={subnormals})")
+                assert_claim(CLAIM, actual=got.numpy(), expected=want,
+                             context=f"({name}, {dtype.__name__}, {rounding}, overflow={overflow}, "
+                                     f"subnormals={subnormals})")
 
 
 @small
@@ -117,8 +117,9 @@ def test_torch_twin_encodes_a_chunk_without_nan_like_the_reference(name: str,
             want = reference_codes(inputs, name, "nearest_even", overflow, subnormals, None)
             got = tim.encode(torch.from_numpy(inputs), name, overflow=overflow,
                              subnormals=subnormals)
-            assert_claim(CLAIM, got.numpy(), want, f"({name}, {inputs!r}, overflow={overflow}, "
-                                                   f"subnormals={subnormals})")
+            assert_claim(CLAIM, actual=got.numpy(), expected=want,
+                         context=f"({name}, {inputs!r}, overflow={overflow}, "
+                                 f"subnormals={subnormals})")
 
 
 @small
@@ -126,7 +127,8 @@ def test_torch_twin_decodes_every_code_like_the_reference(name: str) -> None:
     codes = np.arange(2 ** ref.FORMATS[name].bits, dtype=np.uint8)
     for dtype, np_dtype in ((torch.float64, np.float64), (torch.float32, np.float32)):
         got = tim.decode(torch.from_numpy(codes), name, dtype=dtype).numpy()
-        assert_claim(CLAIM, got, ref.decode(codes, name, dtype=np_dtype), f"({name}, {dtype})")
+        assert_claim(CLAIM, actual=got, expected=ref.decode(codes, name, dtype=np_dtype),
+                     context=f"({name}, {dtype})")
 
 
 @small
@@ -136,7 +138,7 @@ def test_torch_twin_quantize_is_encode_then_decode_like_the_reference(name: str)
         ref.decode(torch_e8m0_codes(x, ref.FORMATS[name]), name).astype(np.float32)
     got = tim.quantize(torch.from_numpy(x), name)
     assert got.dtype == torch.float32
-    assert_claim(CLAIM, got.numpy(), want, f"({name})")
+    assert_claim(CLAIM, actual=got.numpy(), expected=want, context=f"({name})")
 
 
 def test_unknown_formats_and_policies_are_refused_naming_the_known_ones() -> None:

@@ -85,7 +85,8 @@ def test_cpu_scaled_mm_is_dequantize_then_float32_matmul_bitwise(
                                                scale_result=scale_result)
                         context = (f"mkldnn={mkldnn} {out_dtype} bias={bias is not None} "
                                    f"fast={fast} scale_result={scale_result}")
-                        assert_claim("fp8_gemm.scaled_mm_cpu", got, want, context)
+                        assert_claim("fp8_gemm.scaled_mm_cpu", actual=got, expected=want,
+                                     context=context)
             y = torch._scaled_mm(a, b, scale_a=sa, scale_b=sb, out_dtype=torch.float32)
             after = (a.to(torch.float32) @ b.to(torch.float32)) * (sa * sb)  # scale the product
             differ = int(torch.count_nonzero(y != after))
@@ -121,8 +122,8 @@ def test_fp8_output_is_the_product_times_the_float32_reciprocal_of_scale_result(
                     with _mkldnn(mkldnn):
                         got = torch._scaled_mm(a, a, scale_a=sa, scale_b=one,
                                                out_dtype=out_dtype, scale_result=scale_result)
-                    assert_claim("fp8_gemm.scaled_mm_cpu", got, tor,
-                                 f"mkldnn={mkldnn} y={y!r} scale_result={s}")
+                    assert_claim("fp8_gemm.scaled_mm_cpu", actual=got, expected=tor,
+                                 context=f"mkldnn={mkldnn} y={y!r} scale_result={s}")
     assert reached >= 50, f"guard: only {reached} scale_result edges for {fmt}"
 
 
@@ -140,7 +141,8 @@ def test_reference_dequantize_gives_torchs_bits_on_every_code() -> None:
             with np.errstate(over="ignore", invalid="ignore"):
                 ref = rgemm.dequantize(x, s)
             tor = tgemm.dequantize(xt, torch.from_numpy(np.asarray(s, np.float32).copy()))
-            assert_claim("fp8_gemm.dequantize", tor, ref, f"{fmt} scale {np.shape(s)}")
+            assert_claim("fp8_gemm.dequantize", actual=tor, expected=ref,
+                         context=f"{fmt} scale {np.shape(s)}")
         assert np.isnan(ref).any(), "guard: the NaN codes were compared"
     with np.errstate(over="ignore"):
         big = rgemm.dequantize(codes.view(ml_dtypes.float8_e5m2), np.float32(2.0**120))
@@ -159,13 +161,15 @@ def test_reference_scaled_mm_is_within_the_derived_bound_of_torch(device: str) -
                     case = drv.fp8_case(16, k, 24, fmts, rowwise, seed=k, same_sign=same_sign)
                     ref, tor, s = drv.both_scaled_mm(case)
                     context = f"K={k} {fmts} rowwise={rowwise} same_sign={same_sign}"
-                    assert_claim("fp8_gemm.reference", tor, ref, context, scale=s)
+                    assert_claim("fp8_gemm.reference", actual=tor, expected=ref, context=context,
+                                 scale=s)
                     worst = max(worst, float(in_eps_units(tor, ref, s).max()))
                     if device == "cpu" and (ROWWISE if rowwise else TENSORWISE):
                         a, b, sa, sb = drv.torch_operands(case)
                         got = torch._scaled_mm(a, b, scale_a=sa, scale_b=sb,
                                                out_dtype=torch.float32)
-                        assert_claim("fp8_gemm.reference", got, ref, context, scale=s)
+                        assert_claim("fp8_gemm.reference", actual=got, expected=ref,
+                                     context=context, scale=s)
     assert worst > 0.01, f"guard: the bound is blind (worst {worst:.3g} of it)"
 
 
@@ -180,13 +184,14 @@ def test_scaled_mm_of_any_shape_is_torchs_bits_and_within_the_bound_of_the_refer
         event(edge)
     case = drv.fp8_case(**kwargs)
     ref, tor, s = drv.both_scaled_mm(case)
-    assert_claim("fp8_gemm.reference", tor, ref, str(kwargs), scale=s)
+    assert_claim("fp8_gemm.reference", actual=tor, expected=ref, context=str(kwargs), scale=s)
     if device == "cpu" and (ROWWISE if kwargs["rowwise"] else TENSORWISE):
         a, b, sa, sb = drv.torch_operands(case)
         for mkldnn in _emulated_kernels():  # with AMX and mkldnn on, oneDNN: no claim
             with _mkldnn(mkldnn):
                 got = torch._scaled_mm(a, b, scale_a=sa, scale_b=sb, out_dtype=torch.float32)
-            assert_claim("fp8_gemm.scaled_mm_cpu", got, tor, f"mkldnn={mkldnn} {kwargs}")
+            assert_claim("fp8_gemm.scaled_mm_cpu", actual=got, expected=tor,
+                         context=f"mkldnn={mkldnn} {kwargs}")
 
 
 @pytest.mark.parametrize("fmt", rmx.ELEMENT_FORMATS)
@@ -198,8 +203,10 @@ def test_mx_matmuls_of_both_trees_are_within_the_derived_bound(fmt: str) -> None
         for k in (64, 256):
             a, b = drv.mx_operands(16, k, 24, seed=k)
             ref, tor, s = drv.both_mx_matmul(a, b, fmt, mode)
-            assert_claim("fp8_gemm.mx_twins", tor, ref, f"{fmt} {mode} K={k}", scale=s)
+            assert_claim("fp8_gemm.mx_twins", actual=tor, expected=ref,
+                         context=f"{fmt} {mode} K={k}", scale=s)
             worst = max(worst, float(in_eps_units(tor, ref, s).max()))
-            assert_claim("mx.twins", tmx.from_mx(tmx.to_mx(torch.from_numpy(a), fmt, mode)),
-                         rmx.from_mx(rmx.to_mx(a, fmt, mode)), f"{fmt} {mode} operand a")
+            assert_claim("mx.twins", actual=tmx.from_mx(tmx.to_mx(torch.from_numpy(a), fmt, mode)),
+                         expected=rmx.from_mx(rmx.to_mx(a, fmt, mode)),
+                         context=f"{fmt} {mode} operand a")
     assert worst > 0.01, f"guard: the bound is blind (worst {worst:.3g} of it)"

@@ -34,8 +34,10 @@ def test_current_scaling_gives_the_same_data_and_scales_in_both_trees(case: tupl
     event(f"amax has NaN: {bool(np.isnan(amax).any())}, inf: {bool(np.isinf(amax).any())}, "
           f"zero: {bool((amax == 0).any())}")
     context = f"{fmt} axis={axis} power_of_2={power_of_2}"
-    assert_claim("fp8_scaling.current_trees", t_scale, ref_scale, context + " scale")
-    assert_claim("fp8_scaling.current_trees", t_data, ref_data, context + " data")
+    assert_claim("fp8_scaling.current_trees", actual=t_scale, expected=ref_scale,
+                 context=context + " scale")
+    assert_claim("fp8_scaling.current_trees", actual=t_data, expected=ref_data,
+                 context=context + " data")
 
 
 @given(case=fp8_histories())
@@ -50,8 +52,10 @@ def test_delayed_updates_give_the_same_histories_and_scales_in_both_trees(case: 
         t_h, t_s = drv.delayed_run(*args, tree="torch", device=device)
         for step, (a, b, c, d) in enumerate(zip(t_h, ref_h, t_s, ref_s, strict=True)):
             context = f"{case['fmt']} {case['algo']} m={case['margin']} {order} step {step}"
-            assert_claim("fp8_scaling.delayed_trees", a, b, context + " history")
-            assert_claim("fp8_scaling.delayed_trees", c, d, context + " scale")
+            assert_claim("fp8_scaling.delayed_trees", actual=a, expected=b,
+                         context=context + " history")
+            assert_claim("fp8_scaling.delayed_trees", actual=c, expected=d,
+                         context=context + " scale")
     held = any(np.array_equal(s, case["scale"]) for s in ref_s)
     event(f"{case['algo']}: a scale was held: {held}")
 
@@ -112,16 +116,20 @@ def test_te_kernel_cases_worked_by_hand_in_both_trees(vector: tuple) -> None:
     for tree, (h, s) in zip(("reference", "torch"), _both_trees_update(
             history, scale, fmt, margin, algo, order), strict=True):
         # a NaN copied from the input keeps its bits: compare bits, the NaN written the same way
-        assert_claim("fp8_scaling.te_vectors", h, expected_h, f"{name} {tree} history")
-        assert_claim("fp8_scaling.te_vectors", s, expected_s, f"{name} {tree} scale")
+        assert_claim("fp8_scaling.te_vectors", actual=h, expected=expected_h,
+                     context=f"{name} {tree} history")
+        assert_claim("fp8_scaling.te_vectors", actual=s, expected=expected_s,
+                     context=f"{name} {tree} scale")
 
 
 def _parts(amax: np.ndarray, fmt: str, margin: int, device: str) -> np.ndarray:
     """Where the kernel and python orders differ, both trees held to each order's bits."""
     kernel, python = drv.margin_scales(amax, fmt, margin)
     t_kernel, t_python = drv.margin_scales(amax, fmt, margin, "torch", device)
-    assert_claim("fp8_scaling.margin_order", t_kernel, kernel, f"{fmt} m={margin} kernel")
-    assert_claim("fp8_scaling.margin_order", t_python, python, f"{fmt} m={margin} python")
+    assert_claim("fp8_scaling.margin_order", actual=t_kernel, expected=kernel,
+                 context=f"{fmt} m={margin} kernel")
+    assert_claim("fp8_scaling.margin_order", actual=t_python, expected=python,
+                 context=f"{fmt} m={margin} python")
     parts = kernel.view(np.uint32) != python.view(np.uint32)
     assert np.all(python[parts] == np.float32(FLT_MAX)), "the python order overflowed there"
     return parts
@@ -188,8 +196,10 @@ def test_an_infinite_amax_freezes_the_delayed_scale_for_the_history_length(
     t_h, t_s = drv.delayed_run(history, scale, amaxes, E4M3, 0, algo, tree="torch",
                                device=device)
     for step in range(steps):
-        assert_claim("fp8_scaling.inf_freeze", t_s[step], ref_s[step], f"L={length} {step}")
-        assert_claim("fp8_scaling.inf_freeze", t_h[step], ref_h[step], f"L={length} {step}")
+        assert_claim("fp8_scaling.inf_freeze", actual=t_s[step], expected=ref_s[step],
+                     context=f"L={length} {step}")
+        assert_claim("fp8_scaling.inf_freeze", actual=t_h[step], expected=ref_h[step],
+                     context=f"L={length} {step}")
     scales = [float(s[0]) for s in ref_s]
     frozen = sum(1 for s in scales[2:] if s == 112.0)  # the updates from the inf's step on
     assert frozen == (length if algo == "max" else 1), scales
@@ -206,9 +216,11 @@ def test_the_clamp_makes_the_cast_independent_of_the_overflow_policy(fmt: str,
     what its version implies (e4m3: saturating from 2.13, NaN before; e5m2: inf, the tie
     included, since it rounds to the even 2^16)."""
     r = drv.saturation(fmt, device=device)
-    assert_claim("fp8_scaling.saturation", r["recipe_torch"], r["recipe_reference"], fmt)
+    assert_claim("fp8_scaling.saturation", actual=r["recipe_torch"], expected=r["recipe_reference"],
+                 context=fmt)
     for policy, codes in r["policies"].items():
-        assert_claim("fp8_scaling.saturation", r["recipe_torch"], codes, f"{fmt} {policy}")
+        assert_claim("fp8_scaling.saturation", actual=r["recipe_torch"], expected=codes,
+                     context=f"{fmt} {policy}")
     overflowing = np.abs(r["scaled"]) > r["max"]
     raw = r["raw"].astype(np.float32)
     if fmt == E5M2:

@@ -35,8 +35,10 @@ def test_torchao_dynamic_cast_gives_the_torch_trees_data_and_scale(case: tuple) 
         if np.any(drv.log2_rounds_up(plain)):
             return  # torchao's scale rounds up here: the next test's claim
     context = f"{fmt} axis={axis} power_of_2={power_of_2}"
-    assert_claim("fp8_scaling.torchao_current", t_scale, scale, context + " scale")
-    assert_claim("fp8_scaling.torchao_current", t_data, data, context + " data")
+    assert_claim("fp8_scaling.torchao_current", actual=t_scale, expected=scale,
+                 context=context + " scale")
+    assert_claim("fp8_scaling.torchao_current", actual=t_data, expected=data,
+                 context=context + " data")
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -50,8 +52,10 @@ def test_torchao_rowwise_recipe_on_rows_of_every_magnitude(fmt: str) -> None:
     for axis in (-1, 0, None):
         data, scale = drv.torchao_current(x, fmt, axis, False)
         (_, _), (t_data, t_scale) = drv.current(x, fmt, axis, False)
-        assert_claim("fp8_scaling.torchao_current", t_scale, scale, f"{fmt} axis={axis}")
-        assert_claim("fp8_scaling.torchao_current", t_data, data, f"{fmt} axis={axis}")
+        assert_claim("fp8_scaling.torchao_current", actual=t_scale, expected=scale,
+                     context=f"{fmt} axis={axis}")
+        assert_claim("fp8_scaling.torchao_current", actual=t_data, expected=data,
+                     context=f"{fmt} axis={axis}")
 
 
 # (format, scales swept, of them rounded up by torchao): measured, and asserted below
@@ -72,13 +76,14 @@ def test_torchao_power_of_2_scales_round_up_where_float32_log2_reaches_the_next_
     plain = rfp8.amax_to_scale(amax, fmt)
     down = rfp8.amax_to_scale(amax, fmt, power_of_2=True)
     t_down = tfp8.amax_to_scale(torch.from_numpy(amax), fmt, power_of_2=True).numpy()
-    assert_claim("fp8_scaling.current_trees", t_down, down, f"{fmt} power-of-2 sweep")
+    assert_claim("fp8_scaling.current_trees", actual=t_down, expected=down,
+                 context=f"{fmt} power-of-2 sweep")
     up = drv.log2_rounds_up(plain)
     expected = np.where(up, down * np.float32(2), down)
     ao = drv.torchao_scale(amax, fmt, power_of_2=True)
-    assert_claim("fp8_scaling.torchao_pow2", ao, expected, fmt)
-    assert_claim("fp8_scaling.torchao_current", drv.torchao_scale(amax, fmt, False), plain,
-                 f"{fmt} no power-of-2")
+    assert_claim("fp8_scaling.torchao_pow2", actual=ao, expected=expected, context=fmt)
+    assert_claim("fp8_scaling.torchao_current", actual=plain,
+                 expected=drv.torchao_scale(amax, fmt, False), context=f"{fmt} no power-of-2")
     assert (amax.size, int(up.sum())) == POW2_COUNTS[fmt]
     assert np.all(ao[up] > plain[up]), "rounded up: above the scale it should not exceed"
     assert np.all(down <= plain) and np.all(down > plain / 2)

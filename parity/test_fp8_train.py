@@ -33,7 +33,8 @@ def test_every_gemm_operand_is_cast_to_the_same_bits_in_both_trees(layer_runs: t
     for shape, steps in zip(drv.SHAPES, runs, strict=True):
         for i, step in enumerate(steps):
             for name, (r, t) in step.casts.items():
-                assert_claim("fp8_train.casts", t, r, f"{precision} {shape} step {i} {name}")
+                assert_claim("fp8_train.casts", actual=t, expected=r,
+                             context=f"{precision} {shape} step {i} {name}")
 
 
 def test_scaled_gemms_agree_within_the_float32_order_bound(layer_runs: tuple) -> None:
@@ -42,7 +43,8 @@ def test_scaled_gemms_agree_within_the_float32_order_bound(layer_runs: tuple) ->
     for shape, steps in zip(drv.SHAPES, runs, strict=True):
         for i, step in enumerate(steps):
             for name, (r, t) in step.results.items():
-                assert_claim("fp8_train.gemm", t, r, f"{precision} {shape} step {i} {name}",
+                assert_claim("fp8_train.gemm", actual=t, expected=r,
+                             context=f"{precision} {shape} step {i} {name}",
                              scale=step.scales[name])
 
 
@@ -54,7 +56,8 @@ def test_delayed_histories_and_scales_are_the_same_bits_in_both_trees() -> None:
             assert set(step.buffers) == {f"fp8_{kind}_{t}" for kind in ("amax_history", "scale")
                                          for t in drv.DELAYED_TENSORS}
             for name, (r, t) in step.buffers.items():
-                assert_claim("fp8_train.delayed_state", t, r, f"{shape} step {i} {name}")
+                assert_claim("fp8_train.delayed_state", actual=t, expected=r,
+                             context=f"{shape} step {i} {name}")
         assert all(steps[-1].buffers[f"fp8_scale_{t}"][0] != 1 for t in drv.DELAYED_TENSORS)
 
 

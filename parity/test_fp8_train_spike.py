@@ -18,7 +18,7 @@ def runs() -> dict[str, dict]:
 def test_spike_counts_are_the_same_integers_in_both_trees(runs: dict) -> None:
     """Every step's e4m3 format counts of x * s, every recipe of the lesson."""
     for name, r in runs.items():
-        assert_claim("fp8_train.spike", r["torch"], r["reference"], name)
+        assert_claim("fp8_train.spike", actual=r["torch"], expected=r["reference"], context=name)
 
 
 def test_the_stale_delayed_scale_saturates_at_the_spike_and_current_scaling_does_not(

@@ -20,7 +20,8 @@ def test_emulated_float8linear_gives_the_torch_trees_bits(recipe_name: str,
                                                           shape: tuple) -> None:
     """One forward and backward: output, input, weight and bias gradients bit for bit."""
     for name, (ours, theirs) in drv.torchao_layer(recipe_name, True, shape).items():
-        assert_claim("fp8_train.torchao_emulated", ours, theirs, f"{recipe_name} {shape} {name}")
+        assert_claim("fp8_train.torchao_emulated", actual=ours, expected=theirs,
+                     context=f"{recipe_name} {shape} {name}")
 
 
 @pytest.mark.parametrize("shape", drv.SHAPES)
@@ -31,8 +32,9 @@ def test_float8linear_on_cpu_scaled_mm_is_within_the_scaling_bound(shape: tuple)
     scales = drv.torchao_scales(shape)
     for name, (ours, theirs) in got.items():
         if name == "bias":
-            assert_claim("fp8_train.torchao_emulated", ours, theirs, f"{shape} bias")
+            assert_claim("fp8_train.torchao_emulated", actual=ours, expected=theirs,
+                         context=f"{shape} bias")
         else:
-            assert_claim("fp8_train.torchao_scaled_mm", ours, theirs, f"{shape} {name}",
-                         scale=scales[name])
+            assert_claim("fp8_train.torchao_scaled_mm", actual=ours, expected=theirs,
+                         context=f"{shape} {name}", scale=scales[name])
     assert any((got[k][0] != got[k][1]).any() for k in ("y", "dx", "weight"))

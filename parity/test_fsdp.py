@@ -53,9 +53,9 @@ def _check_collective(jobs: list[dict], results: list[list[dict]]) -> int:
             continue
         outputs, mirror = drv.reduce_scatter_case(job, results, i)
         for r in range(job["world_size"]):
-            assert_claim("fsdp.reduce_scatter", mirror[r], outputs[r],
-                         f"ws {job['world_size']} {job['dtype']} {job['op']} n={job['n']} "
-                         f"rank {r}")
+            assert_claim("fsdp.reduce_scatter", actual=outputs[r], expected=mirror[r],
+                         context=f"ws {job['world_size']} {job['dtype']} {job['op']} n={job['n']} "
+                                 f"rank {r}")
         seen += 1
     return seen
 
@@ -75,8 +75,8 @@ def _check_shards(rp: drv.Replay, results_sharded: list[list[np.ndarray]]) -> No
     for r in range(ws):
         for k, p in enumerate(rp.initial):
             mine = rfsdp.unpadded(rfsdp.shard(p, r, ws), p.shape[0], r, ws)
-            assert_claim("fsdp.shards", mine, results_sharded[r][k],
-                         f"{_context(rp)} rank {r} param {k}")
+            assert_claim("fsdp.shards", actual=results_sharded[r][k], expected=mine,
+                         context=f"{_context(rp)} rank {r} param {k}")
 
 
 def _check_steps(rp: drv.Replay) -> None:
@@ -85,12 +85,12 @@ def _check_steps(rp: drv.Replay) -> None:
         for r in range(ws):
             for k in range(len(rp.initial)):
                 where = f"{_context(rp)} step {s + 1} rank {r} param {k}"
-                assert_claim("fsdp.all_gather", rp.reference_gathered[s][k],
-                             rp.torch_gathered[s][r][k], where)
-                assert_claim("fsdp.reduce_scatter", rp.reference_grads[s][r][k],
-                             rp.torch_grads[s][r][k], where)
-                assert_claim("fsdp.params", rp.reference_params[s][r][k],
-                             rp.torch_params[s][r][k], where)
+                assert_claim("fsdp.all_gather", actual=rp.torch_gathered[s][r][k],
+                             expected=rp.reference_gathered[s][k], context=where)
+                assert_claim("fsdp.reduce_scatter", actual=rp.torch_grads[s][r][k],
+                             expected=rp.reference_grads[s][r][k], context=where)
+                assert_claim("fsdp.params", actual=rp.torch_params[s][r][k],
+                             expected=rp.reference_params[s][r][k], context=where)
 
 
 def _check_state(rp: drv.Replay) -> None:
@@ -99,16 +99,21 @@ def _check_state(rp: drv.Replay) -> None:
         for k, state in enumerate(rp.torch_state[r]):
             assert set(state) == {"step", "exp_avg", "exp_avg_sq"}, state.keys()
             for name, value in state.items():
-                assert_claim("fsdp.unsharded_state", rp.reference_state[r][k][name], value,
-                             f"{_context(rp)} rank {r} param {k} {name}")
+                assert_claim("fsdp.unsharded_state", actual=value,
+                             expected=rp.reference_state[r][k][name],
+                             context=f"{_context(rp)} rank {r} param {k} {name}")
     for k, entries in enumerate(rp.unsharded_state):
         for name, (ref, torch_full, joined) in entries.items():
             where = f"{_context(rp)} param {k} {name}"
-            assert_claim("fsdp.unsharded_state", torch_full, joined, where + " torch.optim")
-            assert_claim("fsdp.unsharded_state", ref, joined, where + " reference")
+            assert_claim("fsdp.unsharded_state", actual=joined, expected=torch_full,
+                         context=where + " torch.optim")
+            assert_claim("fsdp.unsharded_state", actual=joined, expected=ref,
+                         context=where + " reference")
         ref, torch_full, joined = rp.unsharded_params[k]
-        assert_claim("fsdp.unsharded_state", torch_full, joined, f"{_context(rp)} param {k}")
-        assert_claim("fsdp.unsharded_state", ref, joined, f"{_context(rp)} param {k}")
+        assert_claim("fsdp.unsharded_state", actual=joined, expected=torch_full,
+                     context=f"{_context(rp)} param {k}")
+        assert_claim("fsdp.unsharded_state", actual=joined, expected=ref,
+                     context=f"{_context(rp)} param {k}")
 
 
 def _check_reduce_dtype(f32: drv.Replay, bf16: drv.Replay) -> tuple[float, int]:
@@ -123,7 +128,7 @@ def _check_reduce_dtype(f32: drv.Replay, bf16: drv.Replay) -> tuple[float, int]:
         a = np.concatenate([bf16.torch_grads[0][r][k] for r in range(ws)])
         b = np.concatenate([f32.torch_grads[0][r][k] for r in range(ws)])
         bound = drv.reduce_dtype_bound(local)
-        assert_claim("fsdp.reduce_dtype", a, b, f"ws {ws} param {k}",
+        assert_claim("fsdp.reduce_dtype", actual=a, expected=b, context=f"ws {ws} param {k}",
                      scale=bound / np.finfo(np.float32).eps)
         worst = max(worst, float(drv.bf16_ulps(a, b).max()))
         differ += int(np.count_nonzero(a != b))

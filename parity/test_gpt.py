@@ -63,10 +63,10 @@ def test_tape_holds_exactly_the_bytes_torchs_hooks_see_per_op_and_in_total(
         f"torch only {sorted((torch_counts - ref_counts).elements())}")
     ref_ops, torch_ops = _bytes_by_op(ref_counts), _bytes_by_op(torch_counts)
     keys = sorted(set(ref_ops) | set(torch_ops))
-    assert_claim("gpt.saved_tensors", np.array([ref_ops.get(k, -1) for k in keys]),
-                 np.array([torch_ops.get(k, -1) for k in keys]), "bytes per op")
-    assert_claim("gpt.saved_tensors", np.array([ref_held]), np.array([torch_held]),
-                 "bytes held (distinct storages)")
+    assert_claim("gpt.saved_tensors", actual=np.array([torch_ops.get(k, -1) for k in keys]),
+                 expected=np.array([ref_ops.get(k, -1) for k in keys]), context="bytes per op")
+    assert_claim("gpt.saved_tensors", actual=np.array([torch_held]), expected=np.array([ref_held]),
+                 context="bytes held (distinct storages)")
 
 
 @pytest.mark.parametrize("dropout", [0.0, 0.1])
@@ -109,11 +109,12 @@ def test_state_dict_converts_losslessly_both_ways(device: str, tie: bool, dtype:
     assert ("lm_head.weight" in state) and (len(ref.parameters()) == len(state) - tie)
     for key, value in state.items():
         assert back[key].dtype == value.dtype and back[key].shape == value.shape, key
-        assert_claim("gpt.state_dict_roundtrip", back[key], value, key)
+        assert_claim("gpt.state_dict_roundtrip", actual=back[key], expected=value, context=key)
     again = rgpt.GPT(config, rng=np.random.default_rng(4), dtype=dtype)
     again.load_state_dict(back)
     for key, value in again.state_dict().items():
-        assert_claim("gpt.state_dict_roundtrip", value, state[key], f"reloaded {key}")
+        assert_claim("gpt.state_dict_roundtrip", actual=value, expected=state[key],
+                     context=f"reloaded {key}")
 
 
 @pytest.mark.parametrize("case", sorted(dg.bad_inputs(dg.GPTConfig(block_size=6))))
@@ -137,8 +138,10 @@ def test_copy_task_batches_are_identical_in_both_trees_and_resume_mid_epoch(
     by one tree, loaded by the other) are the same bits in both trees."""
     ref_task = rdata.make_copy_task(seed, n, prefix=prefix, vocab_size=vocab)
     torch_task = tdata.make_copy_task(seed, n, prefix=prefix, vocab_size=vocab)
-    assert_claim("gpt.copy_task", ref_task.inputs, torch_task.inputs.numpy(), "inputs")
-    assert_claim("gpt.copy_task", ref_task.labels, torch_task.labels.numpy(), "labels")
+    assert_claim("gpt.copy_task", actual=torch_task.inputs.numpy(), expected=ref_task.inputs,
+                 context="inputs")
+    assert_claim("gpt.copy_task", actual=torch_task.labels.numpy(), expected=ref_task.labels,
+                 context="labels")
     assert np.all(ref_task.labels[:, prefix - 1:] == np.concatenate(
         [np.full((n, 1), vocab - 1), ref_task.inputs[:, :prefix]], 1)), "the copy structure"
     sampler = rdata.ResumableSampler(n, seed)
@@ -151,8 +154,8 @@ def test_copy_task_batches_are_identical_in_both_trees_and_resume_mid_epoch(
     torch_rest = list(tdata.make_loader(torch_task, resumed, batch, generator=torch.Generator()))
     assert len(ref_rest) == len(torch_rest)
     for (x, y), (tx, ty) in zip(ref_rest, torch_rest, strict=True):
-        assert_claim("gpt.copy_task", x, tx.numpy(), "resumed inputs")
-        assert_claim("gpt.copy_task", y, ty.numpy(), "resumed labels")
+        assert_claim("gpt.copy_task", actual=tx.numpy(), expected=x, context="resumed inputs")
+        assert_claim("gpt.copy_task", actual=ty.numpy(), expected=y, context="resumed labels")
 
 
 @pytest.mark.slow
@@ -173,8 +176,8 @@ def test_matmul_list_accounts_for_every_flop_torch_counts(config: dg.GPTConfig,
     batch, seq_len, seed = data.draw(gpt_batches(config))
     listed = 3 * sum(2 * b * m * n * k for _, _, b, m, n, k in rgpt.matmuls(config, batch,
                                                                             seq_len))
-    assert_claim("gpt.flops", np.array([listed]),
-                 np.array([dg.torch_flops(config, batch, seq_len, seed)]), "total FLOPs")
+    assert_claim("gpt.flops", actual=np.array([dg.torch_flops(config, batch, seq_len, seed)]),
+                 expected=np.array([listed]), context="total FLOPs")
 
 
 SDPA_CPU = "the budget is the CPU flash kernel's (one block of keys, exp_u20)"
@@ -190,9 +193,10 @@ def test_sdpa_models_logits_match_the_reference_within_carried_bounds(
         pytest.skip(f"CPU-specific: {SDPA_CPU}")
     batch, seq_len, seed = data.draw(gpt_batches(config))
     event("T >= 2: the causal mask decides" if seq_len >= 2 else "T = 1")
-    for claim_id, where, actual, expected, scale in gp.sdpa_carried_pairs(
+    for claim_id, where, ref_value, torch_value, scale in gp.sdpa_carried_pairs(
             config, dtype, batch, seq_len, seed, device):
-        assert_claim(claim_id, actual, expected, where, scale=scale)
+        assert_claim(claim_id, actual=torch_value, expected=ref_value, context=where,
+                     scale=scale)
 
 
 def test_sdpa_logits_claim_breaks_when_is_causal_is_dropped(
@@ -210,9 +214,10 @@ def test_sdpa_logits_claim_breaks_when_is_causal_is_dropped(
     monkeypatch.setattr(tattn.F, "scaled_dot_product_attention", acausal)
     config = dg.GPTConfig(dropout=0.0)
     with expect_broken("gpt.sdpa_logits"):
-        for claim_id, where, actual, expected, scale in gp.sdpa_carried_pairs(
+        for claim_id, where, ref_value, torch_value, scale in gp.sdpa_carried_pairs(
                 config, np.float64, 2, config.block_size, 3, device):
-            assert_claim(claim_id, actual, expected, where, scale=scale)
+            assert_claim(claim_id, actual=torch_value, expected=ref_value, context=where,
+                         scale=scale)
 
 
 INIT_ALPHA = 1e-6  # gpt.init's bound, its false-failure probability per run
@@ -239,4 +244,4 @@ def test_torch_init_draws_the_reference_init_distribution_per_parameter(
     p = min(1.0, m * min(min(t.p_mean, t.p_var) for t in tests))
     assert_observed("gpt.init", p, sum(t.n for t in tests), f"(tied={tie})")
     for name, (x, expected) in constants.items():
-        assert_claim("gpt.init_constants", x, expected, name)
+        assert_claim("gpt.init_constants", actual=x, expected=expected, context=name)

@@ -38,8 +38,8 @@ def test_tape_under_autocast_holds_exactly_what_torchs_hooks_see(
     assert ref == theirs, (
         f"reference only {sorted((ref - theirs).elements())}, "
         f"torch only {sorted((theirs - ref).elements())}")
-    assert_claim("gpt.autocast_saved_tensors", np.array([ref_held]), np.array([torch_held]),
-                 "bytes held (distinct storages)")
+    assert_claim("gpt.autocast_saved_tensors", actual=np.array([torch_held]),
+                 expected=np.array([ref_held]), context="bytes held (distinct storages)")
     lp = sum(n for (_, _, _, dtype, _), n in ref.items() if dtype == fmt)
     assert lp > 0, "nothing low-precision on the tape"
 
@@ -59,12 +59,12 @@ def test_every_layer_under_autocast_within_the_rounding_spread_of_torch(
     exact = total = 0
     for claim_id, where, a, b, k in pairs:
         if claim_id.startswith("gpt.autocast_layers"):
-            assert_claim(claim_id, a, toward(b, a, k, fmt), where)
+            assert_claim(claim_id, actual=toward(b, a, k, fmt), expected=a, context=where)
             exact, total = exact + int((k == 0).sum()), total + k.size
             if np.any((k > 0) & (a != b)):
                 event("an element differs within its allowance")
         else:
-            assert_claim(claim_id, a, b, where, scale=k)
+            assert_claim(claim_id, actual=b, expected=a, context=where, scale=k)
     assert total and exact >= 0.5 * total, f"only {exact} of {total} elements must be exact"
 
 
@@ -84,7 +84,7 @@ def test_free_running_autocast_differences_are_born_in_a_float32_op(
     run = gf.free_running(config, fmt, batch, seq_len, seed, device)
     event(f"first difference at {run.first.rsplit('.', 1)[-1] or 'none'}")
     for claim_id, where, a, b, s in run.residual:
-        assert_claim(claim_id, a, b, where, scale=s)
+        assert_claim(claim_id, actual=b, expected=a, context=where, scale=s)
     assert len(run.residual) == 2 * config.n_layer + 1
     if run.first:
         born_elsewhere = not (run.first_fed_equal and run.first_is_float32)
@@ -121,7 +121,7 @@ def test_free_running_residual_stream_holds_its_bound_where_differences_are_carr
     config = dg.GPTConfig(block_size=12, n_layer=2, **fields)
     run = gf.free_running(config, fmt, batch, seq_len, seed, device)
     for claim_id, where, a, b, s in run.residual:
-        assert_claim(claim_id, a, b, where, scale=s)
+        assert_claim(claim_id, actual=b, expected=a, context=where, scale=s)
 
 
 _CORE_OPS = {"bmm", "scale", "masked_fill", "softmax", "softmax_backward"}
@@ -142,7 +142,7 @@ def test_attention_core_ops_under_autocast_within_the_rounding_spread_of_torch(
     batch, seq_len, seed = data.draw(gpt_batches(config))
     pairs, calls = gc.core_pairs(config, fmt, batch, seq_len, seed, recompute, device)
     for claim_id, where, a, b, k in pairs:
-        assert_claim(claim_id, a, toward(b, a, k, fmt), where)
+        assert_claim(claim_id, actual=toward(b, a, k, fmt), expected=a, context=where)
         if np.any((k > 0) & (a != b)):
             event("an element differs within its allowance")
     ops = {op for op, *_ in calls}
@@ -179,4 +179,5 @@ def test_recomputed_core_reenters_its_forwards_autocast_state_under_cuda_lists(f
         model.backward()
         grads.append({k: p.grad for k, p in model.named_parameters()})
     for name, g in grads[0].items():
-        assert_claim("recompute.gpt_grads_reference", grads[1][name], g, f"{fmt} {name}")
+        assert_claim("recompute.gpt_grads_reference", actual=grads[1][name], expected=g,
+                     context=f"{fmt} {name}")

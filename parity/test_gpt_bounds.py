@@ -65,8 +65,9 @@ def test_every_op_and_every_parameter_gradient_within_its_claim(
     batch, seq_len, seed = data.draw(gpt_batches(config))
     event("dropout on" if config.dropout else "dropout off")
     pairs, compared, names = gp.layerwise_pairs(config, dtype, batch, seq_len, seed)
-    for claim_id, where, actual, expected, scale in pairs:
-        assert_claim(claim_id, actual, expected, where, scale=scale)
+    for claim_id, where, ref_value, torch_value, scale in pairs:
+        assert_claim(claim_id, actual=torch_value, expected=ref_value, context=where,
+                     scale=scale)
     target(_worst_ratio(pairs, "gpt.layer_norm.backward", " dw"), label="LayerNorm dw / bound")
     assert compared == names
 
@@ -103,7 +104,8 @@ def test_layer_norm_bias_grad_adds_rows_in_torchs_order_even_with_one_column(
         tb = torch.zeros(columns, requires_grad=True)
         torch.nn.functional.layer_norm(torch.tensor(x), (columns,), tw, tb, 1e-5).backward(
             torch.tensor(g))
-        assert_claim("gpt.layer_norm.bias_grad", db, tb.grad.numpy(), f"{rows} x {columns}")
+        assert_claim("gpt.layer_norm.bias_grad", actual=tb.grad.numpy(), expected=db,
+                     context=f"{rows} x {columns}")
 
 
 def _layer_norm_grads(x: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -141,7 +143,8 @@ def test_layer_norm_row_sums_follow_torchs_per_thread_chunks(device: str, thread
                 where = f"{rows} x {columns} {np.dtype(dtype).name}, {threads} threads"
                 assert np.array_equal(bit_view(torch_cpu_row_sum(g, threads)), bit_view(db)), where
                 if threads == setting.THREADS:
-                    assert_claim("gpt.layer_norm.bias_grad", torch_cpu_row_sum(g), db, where)
+                    assert_claim("gpt.layer_norm.bias_grad", actual=db,
+                                 expected=torch_cpu_row_sum(g), context=where)
                 one_thread_differs += int(not np.array_equal(bit_view(torch_cpu_row_sum(g)),
                                                              bit_view(db)))
     finally:
@@ -180,7 +183,7 @@ def test_layer_norm_agrees_below_2_to_the_64_where_torch_turns_a_constant_row_to
 
     x, got, want = both(np.nextafter(edge, np.float32(0)))
     assert np.isfinite(want).all() and np.array_equal(got[0], b), "below 2^64"
-    assert_claim("gpt.layer_norm.forward", got, want, "just below 2^64",
+    assert_claim("gpt.layer_norm.forward", actual=want, expected=got, context="just below 2^64",
                  scale=gb.layer_norm_forward_scale(x, w, b))
     _, got, want = both(edge)
     assert np.array_equal(got[0], b), "the reference's constant row at 2^64 is not the bias"
@@ -223,8 +226,9 @@ def test_logits_and_loss_along_a_whole_run_within_carried_bounds(
     batch, seq_len, seed = data.draw(gpt_batches(config))
     event("tied" if config.tie_weights else "untied")
     pairs = gp.carried_pairs(config, dtype, batch, seq_len, seed, device)
-    for claim_id, where, actual, expected, scale in pairs:
-        assert_claim(claim_id, actual, expected, where, scale=scale)
+    for claim_id, where, ref_value, torch_value, scale in pairs:
+        assert_claim(claim_id, actual=torch_value, expected=ref_value, context=where,
+                     scale=scale)
     target(_worst_ratio(pairs, "gpt.loss"), label="loss / bound")
 
 
@@ -238,8 +242,9 @@ def test_every_parameter_gradient_along_a_whole_run_within_carried_bounds(
     config = dataclasses.replace(config, tie_weights=False)
     batch, seq_len, seed = data.draw(gpt_batches(config))
     pairs, compared, names = gp.grad_pairs(config, dtype, batch, seq_len, seed, device)
-    for claim_id, where, actual, expected, scale in pairs:
-        assert_claim(claim_id, actual, expected, where, scale=scale)
+    for claim_id, where, ref_value, torch_value, scale in pairs:
+        assert_claim(claim_id, actual=torch_value, expected=ref_value, context=where,
+                     scale=scale)
     assert compared == names
 
 
@@ -257,7 +262,7 @@ def test_sdpa_core_matches_the_explicit_core_within_the_attention_budget(
         if path.endswith(".core"):
             q, k, v = (torch.from_numpy(a).to(device) for a in ins)
             fused = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-            assert_claim("gpt.sdpa", fused.cpu().numpy(), out, path,
+            assert_claim("gpt.sdpa", actual=fused.cpu().numpy(), expected=out, context=path,
                          scale=gb.attention_forward_scale(*ins, None)[0])
 
 
@@ -272,9 +277,11 @@ def test_larger_models_hold_every_claim(dtype: type, dropout: float) -> None:
     idx, targets = dg.tokens(config, 4, 32, 11)
     ref_counts, ref_held, torch_counts, torch_held = dg.saved_both(config, dtype, idx, targets)
     assert ref_counts == torch_counts
-    assert_claim("gpt.saved_tensors", np.array([ref_held]), np.array([torch_held]), "held")
+    assert_claim("gpt.saved_tensors", actual=np.array([torch_held]), expected=np.array([ref_held]),
+                 context="held")
     pairs = (gp.layerwise_pairs(config, dtype, 4, 32, 11)[0]
              + gp.grad_pairs(config, dtype, 4, 32, 11)[0]
              + gp.carried_pairs(config, dtype, 4, 32, 11))
-    for claim_id, where, actual, expected, scale in pairs:
-        assert_claim(claim_id, actual, expected, where, scale=scale)
+    for claim_id, where, ref_value, torch_value, scale in pairs:
+        assert_claim(claim_id, actual=torch_value, expected=ref_value, context=where,
+                     scale=scale)

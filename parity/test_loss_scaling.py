@@ -42,7 +42,7 @@ def test_update_rule_matches_torch_kernel_bitwise(scale: float, factors: tuple[f
     """One update from any state gives torch._amp_update_scale_'s scale bits and tracker."""
     a, b = update_pair(scale, tracker, float(found_inf), *factors, growth_interval, device)
     event("grew" if b[0] > np.float32(scale).view(np.int32) else "did not grow")
-    assert_claim("loss_scaling.update_rule", a, b)
+    assert_claim("loss_scaling.update_rule", actual=b, expected=a)
 
 
 def test_update_rule_caps_growth_and_collapses_to_zero_like_torch(device: str) -> None:
@@ -50,15 +50,18 @@ def test_update_rule_caps_growth_and_collapses_to_zero_like_torch(device: str) -
     the scale grows on the growth_interval-th finite step, not one before or after."""
     big = float(np.finfo(np.float32).max) / 1.5
     a, b = update_pair(big, 0, 0.0, 2.0, 0.5, 1, device)
-    assert_claim("loss_scaling.update_rule", a, b, "growth past float32 max")
+    assert_claim("loss_scaling.update_rule", actual=b, expected=a,
+                 context="growth past float32 max")
     assert a[0] == np.float32(big).view(np.int32) and a[1] == 0
     tiny = float(np.float32(2.0**-149))
     a, b = update_pair(tiny, 0, 1.0, 2.0, 0.5, 1, device)
-    assert_claim("loss_scaling.update_rule", a, b, "backoff below the smallest subnormal")
+    assert_claim("loss_scaling.update_rule", actual=b, expected=a,
+                 context="backoff below the smallest subnormal")
     assert a[0] == 0
     for tracker, grows in ((2, False), (3, True)):  # growth_interval 4: the 4th success grows
         a, b = update_pair(1024.0, tracker, 0.0, 2.0, 0.5, 4, device)
-        assert_claim("loss_scaling.update_rule", a, b, f"tracker {tracker} of interval 4")
+        assert_claim("loss_scaling.update_rule", actual=b, expected=a,
+                     context=f"tracker {tracker} of interval 4")
         assert bool(a[0] == np.float32(2048.0).view(np.int32)) is grows
 
 
@@ -73,12 +76,12 @@ def test_unscale_matches_torch_kernel_bitwise_for_any_scale(scale: float, seed: 
     event(f"found_inf={found_b}")
     assert found_a == found_b
     for x, y in zip(a, b, strict=True):
-        assert_claim("loss_scaling.unscale", x, y, f"{x.dtype}")
+        assert_claim("loss_scaling.unscale", actual=y, expected=x, context=f"{x.dtype}")
 
 
 class _Asserted(ScalerStreams):
     def judge(self, label: str, a: Any, b: Any) -> None:
-        assert_claim("loss_scaling.scaler", a, b, label)
+        assert_claim("loss_scaling.scaler", actual=b, expected=a, context=label)
 
 
 def _streams(device: str, count: int) -> None:
@@ -111,7 +114,7 @@ def test_clip_with_a_given_norm_matches_torch_bitwise(grads: list[np.ndarray], n
     coef = 1.0 / (np.float32(norm) + np.float32(1e-6))
     event("clamped to 1" if coef >= 1 else "clipped" if coef < 1 else "NaN coefficient")
     for x, y in zip(a, b, strict=True):
-        assert_claim("loss_scaling.clip", x, y, f"norm {norm!r}")
+        assert_claim("loss_scaling.clip", actual=y, expected=x, context=f"norm {norm!r}")
 
 
 def test_clip_edges_are_reached_exactly(device: str) -> None:
@@ -121,7 +124,7 @@ def test_clip_edges_are_reached_exactly(device: str) -> None:
     for norm, expect in ((float(np.float32(1 - 1e-6)), None), (float("inf"), [0.0, -0.0]),
                          (float("nan"), "nan")):
         _, _, a, b = clip_pair(g, 1.0, norm, None, device)
-        assert_claim("loss_scaling.clip", a[0], b[0], f"norm {norm}")
+        assert_claim("loss_scaling.clip", actual=b[0], expected=a[0], context=f"norm {norm}")
         if expect == "nan":
             assert np.all(np.isnan(a[0]))
         elif expect is not None:
@@ -148,15 +151,18 @@ def test_clip_grad_norm_within_the_n_term_bound_of_torch(grads: list[np.ndarray]
     ref_norm, t_norm, a, b = clip_pair(grads, max_norm, None, foreach, device)
     if not all(np.all(np.isfinite(g)) for g in grads):  # a non-finite norm: same bits
         event("non-finite")
-        assert_claim("loss_scaling.clip", ref_norm, t_norm, "non-finite total norm")
+        assert_claim("loss_scaling.clip", actual=t_norm, expected=ref_norm,
+                     context="non-finite total norm")
         for x, y in zip(a, b, strict=True):
-            assert_claim("loss_scaling.clip", x, y, "gradient clipped by a non-finite norm")
+            assert_claim("loss_scaling.clip", actual=y, expected=x,
+                         context="gradient clipped by a non-finite norm")
         return
     event("clipped" if ref_norm > max_norm else "not clipped")
-    assert_claim("loss_scaling.clip_grad_norm", ref_norm, t_norm, "total norm",
-                 scale=norm_scale(grads))
+    assert_claim("loss_scaling.clip_grad_norm", actual=t_norm, expected=ref_norm,
+                 context="total norm", scale=norm_scale(grads))
     for x, y, s in zip(a, b, clipped_scale(grads, max_norm), strict=True):
-        assert_claim("loss_scaling.clip_grad_norm", x, y, "clipped gradient", scale=s)
+        assert_claim("loss_scaling.clip_grad_norm", actual=y, expected=x,
+                     context="clipped gradient", scale=s)
 
 
 @pytest.mark.parametrize("scale", [1.0, 2.0**16])
@@ -166,7 +172,7 @@ def test_fp16_underflow_masks_agree_exactly(scale: float, device: str) -> None:
     at_edge = sum(int(np.sum(np.abs(b * np.float32(scale)) == np.float32(2.0**-24)))
                   for _, _, b in pairs)
     for name, a, b in pairs:
-        assert_claim("loss_scaling.underflow_mask", a == 0, b == 0, name)
+        assert_claim("loss_scaling.underflow_mask", actual=b == 0, expected=a == 0, context=name)
     if scale == 1.0:  # guards: the fault is seeded and the edge (2^-24 next to 0) is reached
         assert any(np.any(b == 0) for _, _, b in pairs), "no underflow: the fault was not seeded"
         assert at_edge > 0, "no gradient at the smallest subnormal: the edge was not reached"
@@ -191,7 +197,8 @@ def test_training_steps_agree_within_the_per_step_bound_and_clip(precision: str,
         assert (r.scale, r.skipped, r.grad_norm > limit) == (
             t.scale, t.skipped, t.grad_norm > limit), f"step {i}: {r} vs {t}"
         for (name, a, b), bound in zip(s["params"], s["bounds"], strict=True):
-            assert_claim("loss_scaling.train", a, b, f"step {i} {name}", scale=bound / 2.0**-23)
+            assert_claim("loss_scaling.train", actual=b, expected=a, context=f"step {i} {name}",
+                         scale=bound / 2.0**-23)
     clipped = sum(s["ref"].grad_norm > limit and not s["ref"].skipped for s in steps)
     unclipped = sum(s["ref"].grad_norm <= limit for s in steps)
     assert clipped >= lsc.TRAIN_MIN_CLIPPED and unclipped >= lsc.TRAIN_MIN_UNCLIPPED, (
@@ -208,8 +215,10 @@ def test_gpt_fp16_scale_trajectory_and_skipped_steps_match_torch(device: str) ->
     from parity.drivers.loss_scaling_gpt import gpt_trajectory
 
     t = gpt_trajectory(device=device)
-    assert_claim("loss_scaling.gpt_trajectory", t.ref_scales, t.torch_scales, "scales")
-    assert_claim("loss_scaling.gpt_trajectory", t.ref_skipped, t.torch_skipped, "skipped")
+    assert_claim("loss_scaling.gpt_trajectory", actual=t.torch_scales, expected=t.ref_scales,
+                 context="scales")
+    assert_claim("loss_scaling.gpt_trajectory", actual=t.torch_skipped, expected=t.ref_skipped,
+                 context="skipped")
     assert t.torch_skipped.sum() >= 2, "the run must overflow at least twice"
     changes = np.diff(np.log2(t.torch_scales))
     assert (changes < 0).any() and (changes > 0).any(), "the scale must back off and grow"

@@ -28,11 +28,13 @@ COUNTS_JSON = Path(__file__).resolve().parents[1] / "docs" / "data" / "mx_counts
 def _check_twins(x: np.ndarray, fmt: str, mode: str, rounding: str, context: str,
                  device: str) -> None:
     ref, tor = drv.both_to_mx(x, fmt, mode, rounding, device)
-    assert_claim("mx.twins", tmx.scaled_blocks(drv.to_torch(x, device), fmt, mode)[1],
-                 rmx.scaled_blocks(x, fmt, mode)[1], f"{context} scaled")
-    assert_claim("mx.twins", tor.scales, ref.scales, f"{context} scales")
-    assert_claim("mx.twins", tor.elements, ref.elements, f"{context} elements")
-    assert_claim("mx.twins", tmx.from_mx(tor), rmx.from_mx(ref), f"{context} from_mx")
+    assert_claim("mx.twins", actual=tmx.scaled_blocks(drv.to_torch(x, device), fmt, mode)[1],
+                 expected=rmx.scaled_blocks(x, fmt, mode)[1], context=f"{context} scaled")
+    assert_claim("mx.twins", actual=tor.scales, expected=ref.scales, context=f"{context} scales")
+    assert_claim("mx.twins", actual=tor.elements, expected=ref.elements,
+                 context=f"{context} elements")
+    assert_claim("mx.twins", actual=tmx.from_mx(tor), expected=rmx.from_mx(ref),
+                 context=f"{context} from_mx")
 
 
 @pytest.mark.parametrize("fmt", rmx.ELEMENT_FORMATS)
@@ -68,18 +70,21 @@ def test_torch_nvfp4_gives_the_reference_bits(two_level: bool, device: str) -> N
     """Block-scale and fp4 codes, and the decoded values, with one and two scale levels."""
     x = edge_array("float4_e2m1fn", seed=2).reshape(-1, 16)
     ref, tor = drv.both_to_nvfp4(x, two_level, device)
-    assert_claim("mx.twins", tor.scales, ref.scales, "nvfp4 scales")
-    assert_claim("mx.twins", tor.elements, ref.elements, "nvfp4 elements")
-    assert_claim("mx.twins", tmx.from_nvfp4(tor), rmx.from_nvfp4(ref), "nvfp4 values")
+    assert_claim("mx.twins", actual=tor.scales, expected=ref.scales, context="nvfp4 scales")
+    assert_claim("mx.twins", actual=tor.elements, expected=ref.elements, context="nvfp4 elements")
+    assert_claim("mx.twins", actual=tmx.from_nvfp4(tor), expected=rmx.from_nvfp4(ref),
+                 context="nvfp4 values")
     assert (ref.per_tensor_scale is not None) == two_level
     assert 0x7F in ref.scales and 0x08 in ref.scales, "guard: a NaN scale and the clamp to 2^-6"
     normal = drv.distributions(64)["student_t3"]  # a tensor's range: S of every significand
     ref, tor = drv.both_to_nvfp4(normal, two_level, device)
     g = None if ref.per_tensor_scale is None else torch.tensor(ref.per_tensor_scale, device=device)
-    assert_claim("mx.twins", tmx.nvfp4_scaled(drv.to_torch(normal, device), g)[1],
-                 rmx.nvfp4_scaled(normal, ref.per_tensor_scale)[1], "nvfp4 x R")
-    assert_claim("mx.twins", tor.elements, ref.elements, "nvfp4 student-t elements")
-    assert_claim("mx.twins", tmx.from_nvfp4(tor), rmx.from_nvfp4(ref), "nvfp4 student-t values")
+    assert_claim("mx.twins", actual=tmx.nvfp4_scaled(drv.to_torch(normal, device), g)[1],
+                 expected=rmx.nvfp4_scaled(normal, ref.per_tensor_scale)[1], context="nvfp4 x R")
+    assert_claim("mx.twins", actual=tor.elements, expected=ref.elements,
+                 context="nvfp4 student-t elements")
+    assert_claim("mx.twins", actual=tmx.from_nvfp4(tor), expected=rmx.from_nvfp4(ref),
+                 context="nvfp4 student-t values")
     assert len(set((ref.scales & 7).ravel().tolist())) == 8, "guard: every e4m3 significand"
 
 
@@ -93,7 +98,7 @@ def _near_powers_of_two(ulps: int) -> np.ndarray:
 def _check_log2f(d: np.ndarray, context: str) -> None:
     ours = np.ceil(np.log2(d.astype(np.float64)).astype(np.float32))  # reference.mx's rule
     theirs = torch.ceil(torch.log2(torch.from_numpy(d))).numpy()
-    assert_claim("mx.rceil_log2f", ours, theirs, context)
+    assert_claim("mx.rceil_log2f", actual=ours, expected=theirs, context=context)
 
 
 def test_float32_log2_ceiling_is_torchs_near_every_power_of_two() -> None:
@@ -107,8 +112,9 @@ def test_float32_log2_ceiling_is_torchs_near_every_power_of_two() -> None:
     amax = (tops[:, None] + np.arange(4)).ravel().astype(np.int32).view(np.float32)  # 448 2^k
     exact = rmx.scale_codes(amax, "float8_e4m3fn", "rceil")
     log2f = rmx.scale_codes(amax, "float8_e4m3fn", "rceil_log2f")
-    assert_claim("mx.twins", tmx.scale_codes(torch.from_numpy(amax), "float8_e4m3fn",
-                                             "rceil_log2f"), log2f, "log2f scale codes")
+    assert_claim("mx.twins",
+                 actual=tmx.scale_codes(torch.from_numpy(amax), "float8_e4m3fn", "rceil_log2f"),
+                 expected=log2f, context="log2f scale codes")
     assert np.count_nonzero(exact != log2f) > 0, "guard: torchao's rceil rounds some down"
 
 
@@ -124,8 +130,8 @@ def _check_counts(table: dict) -> None:
             for fmt, cell in by_fmt.items():
                 pairs = cell.values() if isinstance(cell, dict) else [cell]
                 for ref, tor in pairs:
-                    assert_claim("mx.clipping", np.array(tor), np.array(ref),
-                                 f"{part} {dist} {fmt}")
+                    assert_claim("mx.clipping", actual=np.array(tor), expected=np.array(ref),
+                                 context=f"{part} {dist} {fmt}")
 
 
 def test_both_trees_count_the_same_clipped_blocks_and_ties() -> None:

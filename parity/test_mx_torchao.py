@@ -49,20 +49,20 @@ def _element_codes(data: torch.Tensor, fmt: str) -> np.ndarray:
 def _check(x: np.ndarray, fmt: str, mode: str, context: str) -> None:
     ref = rmx.to_mx(x, fmt, mode)
     scales, data = _torchao_to_mx(x, fmt, mode)
-    assert_claim("mx.torchao", ref.scales, scales, f"{context} scales")
+    assert_claim("mx.torchao", actual=ref.scales, expected=scales, context=f"{context} scales")
     finite = np.repeat(ref.scales != rmx.E8M0_NAN, 32, axis=-1)  # blocks whose scale is a number
-    assert_claim("mx.torchao", ref.elements[finite], _element_codes(data, fmt)[finite],
-                 f"{context} elements")
+    assert_claim("mx.torchao", actual=ref.elements[finite],
+                 expected=_element_codes(data, fmt)[finite], context=f"{context} elements")
     if fmt == "float4_e2m1fn":  # the packing itself: torchao's bytes where no block is NaN
         rows = finite.all(axis=-1)
-        assert_claim("mx.torchao", rmx.pack_fp4(ref.elements)[rows],
-                     data.view(torch.uint8).numpy()[rows], f"{context} packed")
+        assert_claim("mx.torchao", actual=rmx.pack_fp4(ref.elements)[rows],
+                     expected=data.view(torch.uint8).numpy()[rows], context=f"{context} packed")
     e8m0 = torch.from_numpy(scales).view(torch.float8_e8m0fnu)
     values = ao.to_dtype(data, e8m0, ELEM[fmt], 32, torch.float32).numpy()
     ref_values = rmx.from_mx(ref)
     assert np.all(np.isnan(ref_values[~finite])), "a NaN scale makes its block NaN"
-    assert_claim("mx.torchao", np.where(finite, ref_values, 0), np.where(finite, values, 0),
-                 f"{context} from_mx")
+    assert_claim("mx.torchao", actual=np.where(finite, ref_values, 0),
+                 expected=np.where(finite, values, 0), context=f"{context} from_mx")
     assert np.all(np.isnan(values[~finite])), "torchao: a NaN scale makes its block NaN"
 
 
@@ -105,7 +105,7 @@ def test_torchaos_cpu_rceil_is_not_cublass_exact_rule_just_above_powers_of_two()
     scales, _ = _torchao_to_mx(x, "float8_e4m3fn", "rceil_log2f")
     exact = rmx.to_mx(x, "float8_e4m3fn", "rceil").scales
     log2f = rmx.to_mx(x, "float8_e4m3fn", "rceil_log2f").scales
-    assert_claim("mx.torchao", log2f, scales, "rceil_log2f")
+    assert_claim("mx.torchao", actual=log2f, expected=scales, context="rceil_log2f")
     differ = exact != scales
     assert differ.sum() > 10, "guard: the trap is hit"
     assert np.array_equal(scales[differ].astype(int) + 1, exact[differ].astype(int))
@@ -119,17 +119,19 @@ def _check_nvfp4(x: np.ndarray, two_level: bool, context: str) -> None:
         if two_level else None
     ours_g = rmx.per_tensor_scale(finite_x) if two_level else None
     if two_level:
-        assert_claim("mx.nvfp4_torchao", np.float32(ours_g), g.numpy(), f"{context} g")
+        assert_claim("mx.nvfp4_torchao", actual=np.float32(ours_g), expected=g.numpy(),
+                     context=f"{context} g")
     scales, data = ao_nvfp4.nvfp4_quantize(torch.from_numpy(x), 16, g)
     ref = rmx.to_nvfp4(x, ours_g)
-    assert_claim("mx.nvfp4_torchao", ref.scales, scales.view(torch.uint8).numpy(),
-                 f"{context} scales")
+    assert_claim("mx.nvfp4_torchao", actual=ref.scales, expected=scales.view(torch.uint8).numpy(),
+                 context=f"{context} scales")
     # an element is a number where its block's scale is (e4m3's NaN: 0x7F of either sign)
     # and its scaled value is (NOTE [ NVFP4 below 2^-116 ]: 0 * inf is NaN)
     finite = np.repeat(ref.scales & 0x7F != 0x7F, 16, axis=-1)
     finite &= ~np.isnan(rmx.nvfp4_scaled(x, ours_g)[1].reshape(x.shape))
-    assert_claim("mx.nvfp4_torchao", ref.elements[finite],
-                 rmx.unpack_fp4(data.view(torch.uint8).numpy())[finite], f"{context} elements")
+    assert_claim("mx.nvfp4_torchao", actual=ref.elements[finite],
+                 expected=rmx.unpack_fp4(data.view(torch.uint8).numpy())[finite],
+                 context=f"{context} elements")
 
 
 @pytest.mark.parametrize("two_level", [False, True])

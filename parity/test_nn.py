@@ -63,19 +63,20 @@ def assert_layer(layer: ref.Module, x: np.ndarray, g: np.ndarray, y: np.ndarray,
     where = f"({layer!r} {x.dtype})"
     if isinstance(layer, ref.Linear):
         s = linear_scales(layer, x, g)
-        assert_claim("nn.linear", y, ty, f"{where} y", scale=s["y"])
-        assert_claim("nn.linear", dx, tdx, f"{where} dx", scale=s["dx"])
+        assert_claim("nn.linear", actual=ty, expected=y, context=f"{where} y", scale=s["y"])
+        assert_claim("nn.linear", actual=tdx, expected=dx, context=f"{where} dx", scale=s["dx"])
         for key in grads:
-            assert_claim("nn.linear", grads[key], tgrads[key], f"{where} {key}", scale=s[key])
+            assert_claim("nn.linear", actual=tgrads[key], expected=grads[key],
+                         context=f"{where} {key}", scale=s[key])
     elif isinstance(layer, ref.ReLU | ref.Dropout):
         cid = "nn.relu" if isinstance(layer, ref.ReLU) else "nn.dropout"
-        assert_claim(cid, y, ty, f"{where} output")
-        assert_claim(cid, dx, tdx, f"{where} input gradient")
+        assert_claim(cid, actual=ty, expected=y, context=f"{where} output")
+        assert_claim(cid, actual=tdx, expected=dx, context=f"{where} input gradient")
     else:
         fwd, bwd = activation_claims(layer)
         s_fwd, s_bwd = activation_scales(layer, x, y, g)
-        assert_claim(fwd, y, ty, f"{where} y", scale=s_fwd)
-        assert_claim(bwd, dx, tdx, f"{where} dx", scale=s_bwd)
+        assert_claim(fwd, actual=ty, expected=y, context=f"{where} y", scale=s_fwd)
+        assert_claim(bwd, actual=tdx, expected=dx, context=f"{where} dx", scale=s_bwd)
 
 
 @given(dtype=st.sampled_from(NN_DTYPES), data=st.data())
@@ -148,8 +149,8 @@ def test_dropout_in_eval_is_the_identity_like_torch(device: str, dtype: type, se
     layer = ref.Dropout(0.5, rng=np.random.default_rng(seed)).eval()
     y, dx, _ = run_ref(layer, x, x)
     ty, tdx, _, _ = run_torch(torch.nn.Dropout(0.5).eval(), x, x, device)
-    assert_claim("nn.dropout", y, ty)
-    assert_claim("nn.dropout", dx, tdx)
+    assert_claim("nn.dropout", actual=ty, expected=y)
+    assert_claim("nn.dropout", actual=tdx, expected=dx)
 
 
 @given(dtype=st.sampled_from(NN_DTYPES), reduction=st.sampled_from(("none", "sum", "mean")),
@@ -166,11 +167,11 @@ def test_mse_loss_matches_torch_bits_elementwise_and_bound_reduced(
         x, t = data.draw(nn_arrays(shape, dtype)), data.draw(nn_arrays(shape, dtype))
     loss, tloss, dx, tdx, _, _ = loss_pair("mse", x, t, np.random.default_rng(0), reduction,
                                            device)
-    assert_claim("nn.mse_loss.elementwise", dx, tdx, "(input gradient)")
+    assert_claim("nn.mse_loss.elementwise", actual=tdx, expected=dx, context="(input gradient)")
     if reduction == "none":
-        assert_claim("nn.mse_loss.elementwise", loss, tloss, "(loss)")
+        assert_claim("nn.mse_loss.elementwise", actual=tloss, expected=loss, context="(loss)")
     else:
-        seen = assert_claim("nn.mse_loss.reduced", loss, tloss,
+        seen = assert_claim("nn.mse_loss.reduced", actual=tloss, expected=loss,
                             scale=mse_scale(reduction, x, t))
         target(seen, label=f"nn.mse_loss.reduced, absorbing={absorbing}")
 
@@ -191,10 +192,10 @@ def test_cross_entropy_matches_torch_within_logsumexp_bound(
     loss, tloss, dx, tdx, g, classes_t = loss_pair("ce", x, x, np.random.default_rng(seed),
                                                    reduction, device)
     s_loss, s_grad = ce_scales(reduction, x, classes_t, g, dx)
-    seen = assert_claim("nn.cross_entropy", loss, tloss, f"({reduction}, {shape}) loss",
-                        scale=s_loss)
-    seen = max(seen, assert_claim("nn.cross_entropy", dx, tdx, f"({reduction}, {shape}) dx",
-                                  scale=s_grad))
+    seen = assert_claim("nn.cross_entropy", actual=tloss, expected=loss,
+                        context=f"({reduction}, {shape}) loss", scale=s_loss)
+    seen = max(seen, assert_claim("nn.cross_entropy", actual=tdx, expected=dx,
+                                  context=f"({reduction}, {shape}) dx", scale=s_grad))
     target(seen, label=f"nn.cross_entropy, absorbing={absorbing}")
 
 
@@ -223,8 +224,8 @@ def test_saved_tensors_have_torchs_shapes_dtypes_and_bytes(device: str, name: st
     twin = torch_twin(layer, device).train(layer.training)
     with torch.random.fork_rng():
         torch.manual_seed(0)
-        assert_claim("nn.saved_tensors", saved_signature(layer.tape()),
-                     torch_activation_saved(twin, x, device), f"({name})")
+        assert_claim("nn.saved_tensors", actual=torch_activation_saved(twin, x, device),
+                     expected=saved_signature(layer.tape()), context=f"({name})")
     layer.backward(np.ones_like(layer.forward(x)))
     assert layer.tape() == []  # backward frees the tape
 
@@ -251,12 +252,13 @@ def test_state_dict_round_trip_is_bitwise_and_keys_match_torch(
     twin.load_state_dict(tnn.state_dict_to_torch(model.state_dict(), device))
     back = tnn.state_dict_from_torch(twin.state_dict())
     for key, value in model.state_dict().items():
-        assert_claim("nn.state_dict_roundtrip", back[key], value, key)
+        assert_claim("nn.state_dict_roundtrip", actual=back[key], expected=value, context=key)
     other = ref.make_mlp(sizes, activation, 0.1, rng=np.random.default_rng(seed + 1),
                          dtype=dtype)
     other.load_state_dict(back)
     for key, value in model.state_dict().items():
-        assert_claim("nn.state_dict_roundtrip", other.state_dict()[key], value, key)
+        assert_claim("nn.state_dict_roundtrip", actual=other.state_dict()[key], expected=value,
+                     context=key)
 
 
 @given(dtype=st.sampled_from(NN_DTYPES), sizes=mlp_sizes(), dropout=st.sampled_from((0.0, 0.3)),
@@ -284,7 +286,7 @@ def test_mlp_matches_torch_end_to_end_and_layer_by_layer(
         torch.manual_seed(seed)
         assert torch.equal(twin(to_torch(x, device)), acts[-1])  # Sequential == the loop
     y, bound = mlp_forward_with_bound(model, x, dict(enumerate(masks)))
-    assert_claim("nn.mlp.forward", y, to_numpy(acts[-1]), scale=bound)
+    assert_claim("nn.mlp.forward", actual=to_numpy(acts[-1]), expected=y, scale=bound)
     for i, (layer, module) in enumerate(zip(model, twin, strict=True)):
         xi, gi = to_numpy(acts[i]), to_numpy(acts[i + 1].grad)
         tgrads = {k: to_numpy(p.grad) for k, p in module.named_parameters()}
@@ -311,5 +313,6 @@ def test_mlp_tape_matches_torchs_saved_tensors_module_by_module(
                   if not s.is_parameter]
     for path, _ in model.named_modules():
         mine = [s for s in model.tape() if s.module == path]
-        assert_claim("nn.saved_tensors", saved_signature(mine),
-                     saved_signature([s for s in theirs if s.module == path]), f"(module {path})")
+        assert_claim("nn.saved_tensors",
+                     actual=saved_signature([s for s in theirs if s.module == path]),
+                     expected=saved_signature(mine), context=f"(module {path})")

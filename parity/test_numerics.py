@@ -81,13 +81,12 @@ def test_both_trees_name_the_same_first_invalid_value(fault: str, precision: str
     """Same step, phase, module, op, index and value; same non-finite counts per row."""
     ref, got = found("reference", fault, precision), found("torch", fault, precision)
     assert ref.report.step == 3 and ref.report.phase == "forward"  # the seeded step, reached
-    assert_claim("numerics.first_invalid", json_bytes(got.report.identity()),
-                 json_bytes(ref.report.identity()), context=f"{fault} {precision}")
+    assert_claim("numerics.first_invalid", actual=json_bytes(got.report.identity()),
+                 expected=json_bytes(ref.report.identity()), context=f"{fault} {precision}")
     nonfinite = {k: v[:3] for k, v in ref.report.counts.items()}
     assert_claim("numerics.first_invalid",
-                 json_bytes({k: v[:3] for k, v in got.report.counts.items()}),
-                 json_bytes(nonfinite),
-                 context="non-finite counts")
+                 actual=json_bytes({k: v[:3] for k, v in got.report.counts.items()}),
+                 expected=json_bytes(nonfinite), context="non-finite counts")
     out = [r.name for r in ref.report.inputs if r.out_of_range()]
     assert out == [r.name for r in got.report.inputs if r.out_of_range()]
     assert out == [WRITES[fault]], out  # the one input already out of range: this fault's
@@ -110,8 +109,8 @@ def test_both_trees_name_the_same_first_invalid_value_for_any_seed_and_size(
     event(f"{name}: found {found[0] is not None}")
     assert (found[0] is None) == (found[1] is None)
     if found[0] is not None:
-        assert_claim("numerics.first_invalid", json_bytes(found[1].report.identity()),
-                     json_bytes(found[0].report.identity()), context=f"{config} {name}")
+        assert_claim("numerics.first_invalid", actual=json_bytes(found[1].report.identity()),
+                     expected=json_bytes(found[0].report.identity()), context=f"{config} {name}")
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
@@ -140,8 +139,8 @@ def test_replay_names_the_same_backward_node_whichever_tree_wrote_the_file(
     expected = names["torch", "torch"]
     assert expected["node"] is not None  # detect_anomaly raised: the replay reached a NaN
     for key, value in names.items():
-        assert_claim("numerics.replay_node", json_bytes(value), json_bytes(expected),
-                     context=str(key))
+        assert_claim("numerics.replay_node", actual=json_bytes(value),
+                     expected=json_bytes(expected), context=str(key))
 
 
 # ---------------------------------------------------------------- one sync per step
@@ -228,8 +227,8 @@ def test_hooks_see_the_same_leaves_in_the_same_order_with_the_same_op_names(
         run.train_step(phase=record)
         seen[name] = order
     assert len(seen["reference"]) == 8  # 3 Linear, 2 activations, 2 Dropout, the loss
-    assert_claim("numerics.first_invalid", json_bytes(seen["torch"]), json_bytes(seen["reference"]),
-                 context=f"{activation} {precision} {loss}")
+    assert_claim("numerics.first_invalid", actual=json_bytes(seen["torch"]),
+                 expected=json_bytes(seen["reference"]), context=f"{activation} {precision} {loss}")
 
 
 def test_fault_list_bad_fault_and_a_checkpoint_given_to_replay_are_one_line_answers(
@@ -348,7 +347,8 @@ def test_a_nonfinite_gradient_stops_only_a_run_without_a_scaler(scaler_enabled: 
         assert reports == [None, None]
     else:
         assert reports[0] is not None and reports[0]["module"] == "2.bias"  # the rule, reached
-        assert_claim("numerics.first_invalid", json_bytes(reports[1]), json_bytes(reports[0]))
+        assert_claim("numerics.first_invalid", actual=json_bytes(reports[1]),
+                     expected=json_bytes(reports[0]))
 
 
 @pytest.mark.parametrize("impl", ["reference", "torch"])

@@ -73,11 +73,11 @@ def test_both_trees_name_the_catalogued_first_invalid_value_of_a_loss_or_lr_faul
     shown = {p: rest for p, *rest in f.shows}[precision]
     assert [ref.report.phase, ref.report.module, ref.report.op] == shown
     assert ref.report.step == 3 + f.delay  # the regression guard's step
-    assert_claim("numerics.first_invalid", json_bytes(got.report.identity()),
-                 json_bytes(ref.report.identity()), context=f"{fault} {precision}")
+    assert_claim("numerics.first_invalid", actual=json_bytes(got.report.identity()),
+                 expected=json_bytes(ref.report.identity()), context=f"{fault} {precision}")
     assert_claim("numerics.first_invalid",
-                 json_bytes({k: v[:3] for k, v in got.report.counts.items()}),
-                 json_bytes({k: v[:3] for k, v in ref.report.counts.items()}),
+                 actual=json_bytes({k: v[:3] for k, v in got.report.counts.items()}),
+                 expected=json_bytes({k: v[:3] for k, v in ref.report.counts.items()}),
                  context="non-finite counts")
 
 
@@ -101,8 +101,8 @@ def test_both_trees_name_the_same_first_invalid_value_of_a_code_fault_for_any_se
     assert (found[0] is None) == (found[1] is None)
     if found[0] is not None:
         event(f"{name}: shows {found[0].report.step - fault_step} steps after the fault")
-        assert_claim("numerics.first_invalid", json_bytes(found[1].report.identity()),
-                     json_bytes(found[0].report.identity()), context=f"{config} {name}")
+        assert_claim("numerics.first_invalid", actual=json_bytes(found[1].report.identity()),
+                     expected=json_bytes(found[0].report.identity()), context=f"{config} {name}")
 
 
 @pytest.mark.parametrize("fault", ["log_of_zero", "lr_divergence"])
@@ -129,7 +129,7 @@ def _zeros_agree(seed: int, start: Path, work: Path) -> tuple[int, int]:
     for repaired in (False, True):
         ref, got = (underflow_counts(name, seed, start, work, repaired=repaired)
                     for name in ("reference", "torch"))
-        assert_claim("numerics.underflow_counts", json_bytes(got), json_bytes(ref),
+        assert_claim("numerics.underflow_counts", actual=json_bytes(got), expected=json_bytes(ref),
                      context=f"seed {seed} repaired {repaired}")
         assert all(sum(row[:3]) == 0 for row in ref.values())  # nothing non-finite
         totals.append(sum(row[COLUMNS.index("zero")] for row in ref.values()))
@@ -220,6 +220,6 @@ def test_an_inline_residual_add_is_named_add_backward_in_both_trees(device: str)
                 pass
         reports.append(found.value.report)
     assert (reports[0].module, reports[0].op) == ("0", "AddBackward0")  # the inline op, named
-    assert_claim("numerics.first_invalid", json_bytes(reports[1].identity()),
-                 json_bytes(reports[0].identity()))
+    assert_claim("numerics.first_invalid", actual=json_bytes(reports[1].identity()),
+                 expected=json_bytes(reports[0].identity()))
     assert [r.name for r in reports[0].inputs] == [r.name for r in reports[1].inputs]

@@ -48,7 +48,7 @@ def test_format_view_counts_match_torch_casts_bitwise(fmt: str, arithmetic: bool
     for name, v in zip(COLUMNS, ref, strict=True):
         if v:
             event(f"{fmt}: {name} reached")
-    assert_claim("numerics.format_view", got, ref, context=f"{fmt} {x!r}")
+    assert_claim("numerics.format_view", actual=got, expected=ref, context=f"{fmt} {x!r}")
 
 
 def _first_float32_at_or_above(v: float) -> np.float32:
@@ -72,7 +72,7 @@ def test_format_view_thresholds_are_the_casts_ties(fmt: str, arithmetic: bool | 
     specials = [np.inf, -np.inf, np.nan, -np.nan, 0.0, -0.0, np.finfo(np.float32).max]
     x = np.array([overflow, -overflow, underflow, -underflow, *inside, *specials], np.float32)
     ref, got = count_rows(x, fmt, device, arithmetic)
-    assert_claim("numerics.format_view", got, ref, context=fmt)
+    assert_claim("numerics.format_view", actual=got, expected=ref, context=fmt)
     assert ref[COLUMNS.index("over_max")] == 3 and ref[COLUMNS.index("to_zero")] == 2
 
 
@@ -112,7 +112,8 @@ def test_the_cast_counts_clean_and_unclean_tensors_as_the_reference_does(
     zero_made = sum(row[COLUMNS.index("to_zero")] for row in ref[:-3])
     if zero_made:
         event(f"{fmt}: a clean tensor holds values the cast makes zero")
-    assert_claim("numerics.format_view", np.array(got), np.array(ref), context=f"{fmt} {arrays!r}")
+    assert_claim("numerics.format_view", actual=np.array(got), expected=np.array(ref),
+                 context=f"{fmt} {arrays!r}")
 
 
 @pytest.mark.parametrize("fmt", VIEWS)
@@ -218,14 +219,14 @@ def test_the_magnitude_extremes_count_every_edge_class_as_the_bucket_pass(
     readable = t_counts.rows(*t_counts.bucket_counts(tensors, view))
     for each in (True, False):
         got = t_extremes.count_table(tensors, view, each=each)
-        assert_claim("numerics.format_view", np.array(got), np.array(readable),
+        assert_claim("numerics.format_view", actual=np.array(got), expected=np.array(readable),
                      context=f"{fmt} each={each} {wides} {[t.tolist()[:8] for t in tensors]}")
     # the reference counts exact values; torch's float64 cast may round twice: float64 aside
     kept = [i for i, w in enumerate(wides) if w != "float64"]
     ref = ref_numerics.count_rows([tensors[i].double().cpu().numpy() for i in kept],
                                   ref_format(fmt))
     kept_rows = np.array([readable[i] for i in kept], np.int64).reshape(ref.shape)
-    assert_claim("numerics.format_view", kept_rows, ref, context=f"{fmt} {wides}")
+    assert_claim("numerics.format_view", actual=kept_rows, expected=ref, context=f"{fmt} {wides}")
     if any(row[COLUMNS.index("to_zero")] for row in readable):
         event(f"{fmt}: a tensor holds values the view makes zero")
 
@@ -266,6 +267,6 @@ def test_small_tensors_of_the_same_sizes_in_another_type_count_alike(device: str
                    for n in (10, 20)]
         readable = t_counts.rows(*t_counts.bucket_counts(tensors, torch.float16))
         got = t_extremes.count_table(tensors, torch.float16)
-        assert_claim("numerics.format_view", np.array(got), np.array(readable),
+        assert_claim("numerics.format_view", actual=np.array(got), expected=np.array(readable),
                      context=f"{dtype}")
         assert any(row[COLUMNS.index("to_zero")] for row in readable), "no edge reached"

@@ -87,11 +87,11 @@ def test_both_trees_name_the_catalogued_first_invalid_value_on_the_transformer(
     shown = {p: rest for p, *rest in FAULTS[fault].shows}[precision]
     assert [ref.report.phase, ref.report.module, ref.report.op] == shown
     assert ref.report.step == FAULT_STEP
-    assert_claim("numerics.first_invalid", json_bytes(got.report.identity()),
-                 json_bytes(ref.report.identity()), context=f"{fault} {precision}")
+    assert_claim("numerics.first_invalid", actual=json_bytes(got.report.identity()),
+                 expected=json_bytes(ref.report.identity()), context=f"{fault} {precision}")
     assert_claim("numerics.first_invalid",
-                 json_bytes({k: v[:3] for k, v in got.report.counts.items()}),
-                 json_bytes({k: v[:3] for k, v in ref.report.counts.items()}),
+                 actual=json_bytes({k: v[:3] for k, v in got.report.counts.items()}),
+                 expected=json_bytes({k: v[:3] for k, v in ref.report.counts.items()}),
                  context="non-finite counts")
     out = [r.name for r in ref.report.inputs if r.out_of_range()]
     assert out == [r.name for r in got.report.inputs if r.out_of_range()]
@@ -115,8 +115,8 @@ def test_both_trees_name_the_same_first_invalid_value_on_the_transformer_for_any
     event(f"{name} {precision}: found {found[0] is not None}")
     assert (found[0] is None) == (found[1] is None)
     if found[0] is not None:
-        assert_claim("numerics.first_invalid", json_bytes(found[1].report.identity()),
-                     json_bytes(found[0].report.identity()), context=f"{config} {name}")
+        assert_claim("numerics.first_invalid", actual=json_bytes(found[1].report.identity()),
+                     expected=json_bytes(found[0].report.identity()), context=f"{config} {name}")
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
@@ -156,8 +156,8 @@ def test_replay_of_a_gpt_batch_names_the_same_node_whichever_tree_wrote_it(
             names[writer, reader] = [result.node, result.module]
     assert names["torch", "torch"] == list(REPLAYED[fault, precision])  # the guard
     for key, value in names.items():
-        assert_claim("numerics.replay_node", json_bytes(value), json_bytes(names["torch", "torch"]),
-                     context=str(key))
+        assert_claim("numerics.replay_node", actual=json_bytes(value),
+                     expected=json_bytes(names["torch", "torch"]), context=str(key))
 
 
 def test_train_model_gpt_stops_at_the_fault_and_replay_names_the_node(
@@ -226,4 +226,5 @@ def test_a_watched_attention_core_names_only_a_value_made_from_finite_inputs(
         assert ref is None and got is None
         return
     assert ref is not None and got is not None and ref[0] == "BmmBackward0"
-    assert_claim("numerics.first_invalid", json_bytes(list(got[:3])), json_bytes(list(ref[:3])))
+    assert_claim("numerics.first_invalid", actual=json_bytes(list(got[:3])),
+                 expected=json_bytes(list(ref[:3])))

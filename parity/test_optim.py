@@ -53,7 +53,7 @@ def skip_on_cuda(device: str, why: str = CPU_KERNELS) -> None:
 def _assert_all(claim_id: str, pairs: list[tuple[str, np.ndarray, np.ndarray]]) -> None:
     assert pairs, "nothing was compared"
     for label, a, b in pairs:
-        assert_claim(claim_id, a, b, context=label)
+        assert_claim(claim_id, actual=b, expected=a, context=label)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -68,12 +68,15 @@ def test_fma_and_lerp_match_torch_kernels_bitwise_at_every_size(device: str, dty
                .astype(dtype) for _ in range(3))
     lr = float(rng.uniform(0, 1))
     tp = torch.from_numpy(p.copy()).add_(torch.from_numpy(g), alpha=-lr)
-    assert_claim("optim.fma_bits", ref.fma(g, dtype(-lr), p, FUSED), tp, "add(alpha=)")
+    assert_claim("optim.fma_bits", actual=tp, expected=ref.fma(g, dtype(-lr), p, FUSED),
+                 context="add(alpha=)")
     tv = torch.from_numpy(p.copy()).addcmul_(torch.from_numpy(g), torch.from_numpy(e), value=lr)
-    assert_claim("optim.fma_bits", ref.fma(g * dtype(lr), e, p, FUSED), tv, "addcmul_")
+    assert_claim("optim.fma_bits", actual=tv, expected=ref.fma(g * dtype(lr), e, p, FUSED),
+                 context="addcmul_")
     for w in (0.1, 0.5, 0.9):
         te = torch.from_numpy(p.copy()).lerp_(torch.from_numpy(g), w)
-        assert_claim("optim.fma_bits", ref.lerp(p, g, dtype(w), FUSED), te, f"lerp_ w={w}")
+        assert_claim("optim.fma_bits", actual=te, expected=ref.lerp(p, g, dtype(w), FUSED),
+                     context=f"lerp_ w={w}")
 
 
 @pytest.mark.slow
@@ -88,9 +91,9 @@ def test_fma_matches_unfused_torch_kernels_bitwise_under_default_capability() ->
         "for dt in (np.float32, np.float64):\n"
         "    p, g = (rng.standard_normal(4099).astype(dt) for _ in range(2))\n"
         "    t = torch.from_numpy(p.copy()).add_(torch.from_numpy(g), alpha=-0.0123)\n"
-        "    assert_claim('optim.fma_bits', ref.fma(g, dt(-0.0123), p, False), t)\n"
+        "    assert_claim('optim.fma_bits', actual=t, expected=ref.fma(g, dt(-0.0123), p, False))\n"
         "    t = torch.from_numpy(p.copy()).lerp_(torch.from_numpy(g), 0.7)\n"
-        "    assert_claim('optim.fma_bits', ref.lerp(p, g, dt(0.7), False), t)\n"
+        "    assert_claim('optim.fma_bits', actual=t, expected=ref.lerp(p, g, dt(0.7), False))\n"
     )
     env = {**os.environ, "ATEN_CPU_CAPABILITY": "default"}
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
@@ -152,7 +155,7 @@ def test_torch_sqrt_is_within_one_ulp_of_ieee_sqrt(device: str, dtype: type) -> 
     v = np.abs(np.random.default_rng(11).standard_normal(100_000)).astype(dtype)
     t = torch_sqrt(v)
     claim_id = "optim.torch_sqrt_f32_ulps" if dtype == np.float32 else "optim.torch_sqrt_f64_ulps"
-    assert_claim(claim_id, t, np.sqrt(v))
+    assert_claim(claim_id, actual=t, expected=np.sqrt(v))
     assert np.any(t != np.sqrt(v)), "the documented difference was not reached"
 
 
@@ -178,7 +181,7 @@ def test_schedules_match_torch_bitwise_through_save_and_load(
     if kind == "CosineAnnealingLR" and steps > 2 * kw["T_max"]:
         event("cosine: additive restart branch reached")
     r, t = run_schedules(kind, kw, base_lr, steps, save_at=cut, cross=cross, device=device)
-    assert_claim("optim.schedules_bits", r, t)
+    assert_claim("optim.schedules_bits", actual=t, expected=r)
 
 
 def _stepped_torch_optimizer(name: str, dtype: type, shapes: list, seed: int, device: str
@@ -212,8 +215,10 @@ def test_optimizer_state_round_trips_bitwise(device: str, name: str, dtype: type
     for i, entries in sd["state"].items():
         assert sorted(back["state"][i]) == sorted(entries)
         for k, v in entries.items():
-            assert_claim("optim.state_roundtrip_bits", back["state"][i][k], v, f"[{i}][{k}]")
-            assert_claim("optim.state_roundtrip_bits", again["state"][i][k], mid["state"][i][k])
+            assert_claim("optim.state_roundtrip_bits", actual=back["state"][i][k], expected=v,
+                         context=f"[{i}][{k}]")
+            assert_claim("optim.state_roundtrip_bits", actual=again["state"][i][k],
+                         expected=mid["state"][i][k])
 
 
 @pytest.mark.parametrize("name", ["SGD", "Adam", "AdamW"])
@@ -249,8 +254,8 @@ def test_scheduler_state_round_trips_exactly(device: str) -> None:
     ref_sd = ref_sched.state_dict()
     assert set(mid) == set(ref_sd)
     assert topt.scheduler_state_from_torch(topt.scheduler_state_to_torch(ref_sd)) == ref_sd
-    assert_claim("optim.state_roundtrip_bits", np.array(back["_last_lr"]),
-                 np.array(sd["_last_lr"]))
+    assert_claim("optim.state_roundtrip_bits", actual=np.array(back["_last_lr"]),
+                 expected=np.array(sd["_last_lr"]))
 
 
 def test_conversion_refuses_a_non_default_torch_path(device: str) -> None:

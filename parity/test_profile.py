@@ -57,7 +57,7 @@ def test_torch_bytes_at_every_phase_boundary_equal_the_accountants_timeline(
     case = data.draw(profile_cases("torch", device))
     got, want, where = gaps.boundary_arrays(case, meas.boundary_bytes(case))
     assert len(where) == len(drv.BOUNDARIES) * len(rprof.CATEGORIES)  # nothing skipped
-    assert_claim("profile.boundary_bytes", got, want)
+    assert_claim("profile.boundary_bytes", actual=got, expected=want)
 
 
 @settings(examples(30))
@@ -68,7 +68,7 @@ def test_reference_bytes_at_every_boundary_equal_the_timeline_but_for_two_named_
     compared = ("forward", "activations") in where
     event("forward activations compared" if compared else "forward activations skipped")
     assert len(where) >= (len(drv.BOUNDARIES) - 1) * len(rprof.CATEGORIES) - 2
-    assert_claim("profile.reference_boundary_bytes", got, want)
+    assert_claim("profile.reference_boundary_bytes", actual=got, expected=want)
 
 
 def test_the_reference_needs_its_two_named_terms_and_each_has_its_exact_size() -> None:
@@ -91,7 +91,7 @@ def test_a_warm_up_step_that_fp16_skips_does_not_count_as_the_steady_step() -> N
     with np.errstate(over="ignore", invalid="ignore"):
         assert rtrain.Run(case.train_config()).train_step().skipped  # the edge is reached
     got, want, _ = gaps.boundary_arrays(case, meas.boundary_bytes(case))
-    assert_claim("profile.reference_boundary_bytes", got, want)
+    assert_claim("profile.reference_boundary_bytes", actual=got, expected=want)
 
 
 def test_a_byte_no_term_explains_is_printed_unexplained() -> None:
@@ -118,8 +118,9 @@ def test_phases_are_disjoint_ordered_intervals_inside_each_step(impl: str, devic
     phases = tuple(p for p in drv.BOUNDARIES[1:] if impl == "torch" or p != "host-to-device")
     steps = meas.timed_steps(case, 4)
     faults = [meas.interval_faults(s, phases) for s in steps]
-    assert_claim("profile.phase_intervals", np.array([len(f) for f in faults], dtype=np.int64),
-                 np.zeros(len(steps), dtype=np.int64))
+    assert_claim("profile.phase_intervals",
+                 actual=np.array([len(f) for f in faults], dtype=np.int64),
+                 expected=np.zeros(len(steps), dtype=np.int64))
     for s in steps:  # so the phases and what lies outside them sum to the step, exactly
         seconds = s.seconds()
         assert seconds["outside the phases"] >= 0
@@ -150,7 +151,8 @@ def test_the_listed_layers_saved_tensors_are_the_predicted_ones(impl: str, preci
     measured = meas.layer_saves(case)
     assert predicted and measured
     assert_claim("profile.saved_tensors",
-                 np.array([gaps.saves_mismatches(measured, predicted)]), np.array([0]))
+                 actual=np.array([gaps.saves_mismatches(measured, predicted)]),
+                 expected=np.array([0]))
 
 
 def test_a_phase_time_is_as_predicted_explained_or_unexplained_never_hidden() -> None:
@@ -223,7 +225,7 @@ def test_torch_gpt_bytes_at_every_phase_boundary_equal_the_accountants_timeline(
     case = data.draw(gpt_cases("torch", device))
     got, want, where = gaps.boundary_arrays(case, meas.boundary_bytes(case))
     assert len(where) == len(drv.BOUNDARIES) * len(rprof.CATEGORIES)  # nothing skipped
-    assert_claim("profile.gpt_boundary_bytes", got, want)
+    assert_claim("profile.gpt_boundary_bytes", actual=got, expected=want)
 
 
 @settings(examples(8), deadline=None)
@@ -233,7 +235,7 @@ def test_reference_gpt_bytes_at_every_phase_boundary_equal_the_same_timeline_wit
     got, want, where = gaps.boundary_arrays(case, meas.boundary_bytes(case))
     assert gaps.reference_memory_terms(case) == {}  # no named term to hide behind
     assert len(where) == (len(drv.BOUNDARIES) - 1) * len(rprof.CATEGORIES)  # all compared
-    assert_claim("profile.gpt_boundary_bytes", got, want)
+    assert_claim("profile.gpt_boundary_bytes", actual=got, expected=want)
 
 
 def test_a_block_schedule_changes_the_held_bytes_the_timeline_predicts() -> None:
@@ -264,8 +266,8 @@ def test_the_sheets_flops_per_phase_are_what_torch_counts_for_any_block_schedule
     counted, sheet = meter.flops.as_dict(), drv.tree_flops(case)
     phases = ("forward", "backward", "recompute")
     assert (sheet["recompute"] > 0) == (recompute != "none")  # the schedule is exercised
-    assert_claim("profile.gpt_flops", np.array([counted.get(p, 0) for p in phases]),
-                 np.array([sheet[p] for p in phases]))
+    assert_claim("profile.gpt_flops", actual=np.array([counted.get(p, 0) for p in phases]),
+                 expected=np.array([sheet[p] for p in phases]))
 
 
 def test_the_sheets_forward_flops_are_the_reference_tapes_own_gemm_count() -> None:
@@ -275,8 +277,8 @@ def test_the_sheets_forward_flops_are_the_reference_tapes_own_gemm_count() -> No
     run, data, _ = meas.reference_parts(case)
     x, y = data()
     run.model.forward(x, y)
-    assert_claim("profile.gpt_flops", np.array([ragpt.gpt_tape_flops(run.model)]),
-                 np.array([drv.tree_flops(case)["forward"]]))
+    assert_claim("profile.gpt_flops", actual=np.array([ragpt.gpt_tape_flops(run.model)]),
+                 expected=np.array([drv.tree_flops(case)["forward"]]))
 
 
 @pytest.mark.parametrize(("precision", "recompute"), [("fp32", "none"), ("bf16", "sqrt"),
@@ -288,8 +290,8 @@ def test_the_reference_gpts_own_tape_count_reads_the_same_held_bytes(precision: 
     tape = meas.reference_tape_bytes(case)
     formula = gaps.tape_formula(drv.formula_timeline(case))
     assert dict(tape)["forward"] > 0  # the forward's end holds the tape: the edge is reached
-    assert_claim("profile.gpt_reference_tape", np.array([v for _, v in tape]),
-                 np.array([formula[b] for b, _ in tape]))
+    assert_claim("profile.gpt_reference_tape", actual=np.array([v for _, v in tape]),
+                 expected=np.array([formula[b] for b, _ in tape]))
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
@@ -308,7 +310,8 @@ def test_the_first_blocks_saved_tensors_are_the_predicted_ones(impl: str, precis
     # mask, softmax result run between the block's Linears, inside no leaf module)
     assert sum(s["module"].endswith("attn.core") for s in measured) == 6
     assert_claim("profile.saved_tensors",
-                 np.array([gaps.saves_mismatches(measured, predicted)]), np.array([0]))
+                 actual=np.array([gaps.saves_mismatches(measured, predicted)]),
+                 expected=np.array([0]))
 
 
 @pytest.mark.parametrize("impl", drv.IMPLS)
@@ -319,8 +322,9 @@ def test_gpt_phases_are_disjoint_ordered_intervals_inside_each_step(impl: str,
     phases = tuple(p for p in drv.BOUNDARIES[1:] if impl == "torch" or p != "host-to-device")
     steps = meas.timed_steps(case, 3)
     faults = [meas.interval_faults(s, phases) for s in steps]
-    assert_claim("profile.phase_intervals", np.array([len(f) for f in faults], dtype=np.int64),
-                 np.zeros(len(steps), dtype=np.int64))
+    assert_claim("profile.phase_intervals",
+                 actual=np.array([len(f) for f in faults], dtype=np.int64),
+                 expected=np.zeros(len(steps), dtype=np.int64))
 
 
 @pytest.mark.slow  # the report (the README's first command, CI's install step) runs it

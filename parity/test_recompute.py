@@ -53,7 +53,8 @@ def test_reference_gradients_under_any_schedule_are_bitwise_plain(case: dict,
     run, grads = ref_case(case, spec)
     event(f"dropout recomputed: {dropout_recomputed(case, run.recomputed())}")
     for key in base:
-        assert_claim("recompute.grads_reference", grads[key], base[key], f"({spec}, {key})")
+        assert_claim("recompute.grads_reference", actual=grads[key], expected=base[key],
+                     context=f"({spec}, {key})")
 
 
 @given(case=recompute_models(), data=st.data())
@@ -68,7 +69,8 @@ def test_torch_gradients_under_any_schedule_are_bitwise_plain(case: dict, data: 
     m, grads = torch_case(case, spec, device)
     event(f"dropout recomputed: {dropout_recomputed(case, m.started)}")
     for key in base:
-        assert_claim("recompute.grads_torch", grads[key], base[key], f"({spec}, {key})")
+        assert_claim("recompute.grads_torch", actual=grads[key], expected=base[key],
+                     context=f"({spec}, {key})")
 
 
 @given(case=recompute_models(), fmt=st.sampled_from(["bfloat16", "float16"]), data=st.data())
@@ -84,11 +86,13 @@ def test_gradients_under_autocast_and_any_schedule_are_bitwise_plain_in_each_tre
     run, grads = ref_case(case, spec)
     event(f"dropout recomputed: {dropout_recomputed(case, run.recomputed())}")
     for key in base:
-        assert_claim("recompute.grads_reference", grads[key], base[key], f"({fmt}, {spec}, {key})")
+        assert_claim("recompute.grads_reference", actual=grads[key], expected=base[key],
+                     context=f"({fmt}, {spec}, {key})")
     _, base = torch_case(case, "none", device)
     _, grads = torch_case(case, spec, device)
     for key in base:
-        assert_claim("recompute.grads_torch", grads[key], base[key], f"({fmt}, {spec}, {key})")
+        assert_claim("recompute.grads_torch", actual=grads[key], expected=base[key],
+                     context=f"({fmt}, {spec}, {key})")
 
 
 @given(case=recompute_models(), fmt=st.sampled_from(["bfloat16", "float16"]), data=st.data())
@@ -104,10 +108,10 @@ def test_held_bytes_under_autocast_predicted_by_the_tape_match_torch(
     normal = [i for i in run.schedule.plan if isinstance(i, int)]  # layers run normally
     event("a Linear holds its lp input and weight" if any(
         isinstance(run.model[i], ref.Linear) for i in normal) else "every Linear checkpointed")
-    assert_claim("recompute.held_bytes", np.array([predicted_held_bytes(run, device)]),
-                 np.array([m.held_bytes]), f"({fmt}, {spec})")
-    assert_claim("recompute.counts", counts_array(run.recomputed()), counts_array(m.started),
-                 f"({fmt}, {spec})")
+    assert_claim("recompute.held_bytes", actual=np.array([m.held_bytes]),
+                 expected=np.array([predicted_held_bytes(run, device)]), context=f"({fmt}, {spec})")
+    assert_claim("recompute.counts", actual=counts_array(m.started),
+                 expected=counts_array(run.recomputed()), context=f"({fmt}, {spec})")
 
 
 @given(case=recompute_models(), data=st.data(), early_stop=st.booleans())
@@ -126,11 +130,12 @@ def test_held_bytes_and_recompute_counts_predicted_by_the_reference_match_torch(
     event("early stop skipped trailing layers" if any(
         node.recomputes and node.last_saving < len(node.layer_indices) - 1
         for node in run.checkpoints) else "no trailing layer skipped")
-    assert_claim("recompute.held_bytes", np.array([predicted_held_bytes(run, device)]),
-                 np.array([m.held_bytes]), f"({spec})")
-    assert_claim("recompute.counts", recomputed, counts_array(m.started), f"({spec})")
-    assert_claim("recompute.early_stop", finished_predicted(run), counts_array(m.finished),
-                 f"({spec}, early_stop={early_stop})")
+    assert_claim("recompute.held_bytes", actual=np.array([m.held_bytes]),
+                 expected=np.array([predicted_held_bytes(run, device)]), context=f"({spec})")
+    assert_claim("recompute.counts", actual=counts_array(m.started), expected=recomputed,
+                 context=f"({spec})")
+    assert_claim("recompute.early_stop", actual=counts_array(m.finished),
+                 expected=finished_predicted(run), context=f"({spec}, early_stop={early_stop})")
 
 
 @pytest.mark.parametrize("spec", ["uniform:3", "uniform:10", "optimal:2", "sqrt"])
@@ -147,12 +152,12 @@ def test_segments_ending_in_layers_that_save_nothing_recompute_alike_in_both_tre
     if spec == "optimal:2":  # a nested checkpoint is some segment's last saving child
         assert any(node.last_saving >= 0 and node.last_saving_layer is None
                    for node in run.checkpoints)
-    assert_claim("recompute.held_bytes", np.array([predicted_held_bytes(run, device)]),
-                 np.array([m.held_bytes]), f"({spec})")
-    assert_claim("recompute.counts", counts_array(run.recomputed()), counts_array(m.started),
-                 f"({spec})")
-    assert_claim("recompute.early_stop", finished_predicted(run), counts_array(m.finished),
-                 f"({spec}, early_stop={early_stop})")
+    assert_claim("recompute.held_bytes", actual=np.array([m.held_bytes]),
+                 expected=np.array([predicted_held_bytes(run, device)]), context=f"({spec})")
+    assert_claim("recompute.counts", actual=counts_array(m.started),
+                 expected=counts_array(run.recomputed()), context=f"({spec})")
+    assert_claim("recompute.early_stop", actual=counts_array(m.finished),
+                 expected=finished_predicted(run), context=f"({spec}, early_stop={early_stop})")
 
 
 @pytest.mark.slow  # the report (the README's first command, CI's install step) runs it
@@ -166,10 +171,11 @@ def test_plans_are_equal_in_both_trees_and_revolve_meets_the_closed_form() -> No
             a = plan_array(rrc.parse_schedule(spec, n).plan)
             b = plan_array(trc.parse_schedule(spec, n).plan)
             assert a.shape == b.shape, spec
-            assert_claim("recompute.plans", a, b, f"({spec}, n = {n})")
+            assert_claim("recompute.plans", actual=b, expected=a, context=f"({spec}, n = {n})")
         for s in range(1, 9):
-            assert_claim("recompute.plans", np.array([rrc.revolve_cost(n, s)]),
-                         np.array([rrc.binomial_cost(n, s)]), f"(optimal:{s}, n = {n})")
+            assert_claim("recompute.plans", actual=np.array([rrc.revolve_cost(n, s)]),
+                         expected=np.array([rrc.binomial_cost(n, s)]),
+                         context=f"(optimal:{s}, n = {n})")
 
 
 @given(case=recompute_models(), data=st.data())
@@ -199,10 +205,11 @@ def test_torch_checkpointed_gradients_meet_the_nn_claims_against_reference_layer
         scales = linear_scales(layer, xi, gi)
         for name in ("weight", "bias"):
             torch_grad = tgrads[f"{i}.{name}"]
-            assert_claim("recompute.grads_torch", torch_grad,
-                         getattr(plain[i], name).grad.numpy(), f"({spec}, layerwise)")
-            assert_claim("nn.linear", getattr(layer, name).grad, torch_grad,
-                         f"({spec}, {i}.{name})", scale=scales[name])
+            assert_claim("recompute.grads_torch", actual=torch_grad,
+                         expected=getattr(plain[i], name).grad.numpy(),
+                         context=f"({spec}, layerwise)")
+            assert_claim("nn.linear", actual=torch_grad, expected=getattr(layer, name).grad,
+                         context=f"({spec}, {i}.{name})", scale=scales[name])
 
 
 # ---------------------------------------------------------------- the transformer
@@ -233,10 +240,11 @@ def _events(spec: str, config: rgpt.GPTConfig, seq_len: int) -> None:
 
 
 def _same(claim_id: str, run: object, base: object, context: str) -> None:
-    assert_claim(claim_id, run.loss, base.loss, f"{context} loss")
+    assert_claim(claim_id, actual=run.loss, expected=base.loss, context=f"{context} loss")
     assert sorted(run.grads) == sorted(base.grads)
     for key in base.grads:
-        assert_claim(claim_id, run.grads[key], base.grads[key], f"{context} {key}")
+        assert_claim(claim_id, actual=run.grads[key], expected=base.grads[key],
+                     context=f"{context} {key}")
 
 
 @pytest.mark.slow  # the report (the README's first command, CI's install step) runs it
@@ -312,8 +320,8 @@ def test_gpt_held_bytes_read_off_the_tape_match_torch_hooks_under_any_recompute(
     twin = torch_run(config, spec, dtype, batch, seq_len, seed, device)
     base = ref_run(config, "none", dtype, batch, seq_len, seed)
     event("recompute holds less" if ref.held_bytes < base.held_bytes else "holds as much")
-    assert_claim("recompute.gpt_held_bytes", np.array([ref.held_bytes]),
-                 np.array([twin.held_bytes]), f"({spec}, {np.dtype(dtype)})")
+    assert_claim("recompute.gpt_held_bytes", actual=np.array([twin.held_bytes]),
+                 expected=np.array([ref.held_bytes]), context=f"({spec}, {np.dtype(dtype)})")
 
 
 def test_selective_recompute_keeps_one_qkv_buffer_instead_of_the_t_by_t_tensors() -> None:

@@ -81,7 +81,7 @@ def test_torch_state_through_reference_and_back_is_bit_identical(
                       "scheduler": sched2.state_dict()})
     assert sorted(actual) == sorted(expected)
     for key, value in expected.items():
-        assert_claim("resume.cross_impl_state", actual[key], value, context=key)
+        assert_claim("resume.cross_impl_state", actual=actual[key], expected=value, context=key)
 
 
 def test_a_changed_bit_breaks_the_cross_impl_comparison() -> None:
@@ -102,7 +102,7 @@ def test_both_trees_refuse_each_crafted_file_with_the_same_error(case: str,
     deeper than any parser's recursion, a state that is not a dict, a structure that does not
     fit) is a CheckpointCorruptError in both trees; the control case loads in both."""
     codes = crafted_outcomes(case, tmp_path)
-    assert_claim("resume.crafted_refused", codes["actual"], codes["expected"],
+    assert_claim("resume.crafted_refused", actual=codes["actual"], expected=codes["expected"],
                  context=f"{case}: {codes['names']}")
     if not case.startswith("control"):
         assert codes["names"][0] == "CheckpointCorruptError"  # the reference: always

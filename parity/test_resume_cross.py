@@ -39,10 +39,10 @@ def test_resume_from_the_other_implementation_continues_exactly_where_it_can(
     out, err = capsys.readouterr()  # the resume line is a notice: stderr
     lines = out.splitlines()
     assert err.startswith("resumed from ckpt-00000005.ckpt at step 5 (written by ")
-    assert_claim("resume.cross_impl_resume", np.frombuffer(bytes.fromhex(lines[-1].split()[1]),
-                                                           np.uint8),
-                 np.frombuffer(bytes.fromhex(written), np.uint8))
+    assert_claim("resume.cross_impl_resume",
+                 actual=np.frombuffer(bytes.fromhex(lines[-1].split()[1]), np.uint8),
+                 expected=np.frombuffer(bytes.fromhex(written), np.uint8))
     with tempfile.TemporaryDirectory() as tmp:  # the library's path, continued past k
         for what, actual, expected in cross_impl_resume(writer, reader, Path(tmp), device,
                                                         model):
-            assert_claim("resume.cross_impl_resume", actual, expected, context=what)
+            assert_claim("resume.cross_impl_resume", actual=actual, expected=expected, context=what)

@@ -57,7 +57,8 @@ def _assert_same_run(actual: dict, expected: dict, context: str) -> None:
 
         a, b = flatten(actual), flatten(expected)
         for key, value in b.items():
-            assert_claim("train.resume_exact", a[key], value, context=f"{context} {key}")
+            assert_claim("train.resume_exact", actual=a[key], expected=value,
+                         context=f"{context} {key}")
     assert_observed("train.resume_exact", worst, n, context)
 
 
@@ -147,8 +148,8 @@ def test_state_digest_is_the_same_for_a_state_and_its_torch_mapping() -> None:
         state = uninterrupted("reference", {**FP16_SKIPPING, "precision": precision}, 6)
         a = bytes.fromhex(t_train.state_digest(t_resume.state_from_reference(state)))
         b = bytes.fromhex(ref_train.state_digest(state))
-        assert_claim("train.digest_cross_impl", np.frombuffer(a, np.uint8),
-                     np.frombuffer(b, np.uint8))
+        assert_claim("train.digest_cross_impl", actual=np.frombuffer(a, np.uint8),
+                     expected=np.frombuffer(b, np.uint8))
     # guard: the digest sees a one-bit change of one parameter
     state["model"]["0.weight"].view(np.uint32)[0, 0] ^= np.uint32(1)
     assert ref_train.state_digest(state) != b.hex()

@@ -79,8 +79,8 @@ def _kill_and_resume(name: str, tmp: Path, steps: int, delays: list[float],
             mod.load_checkpoint(path)  # every file under a checkpoint name loads
     assert kills >= 1
     actual, _ = run(name, directory, steps, options)
-    assert_claim("train.kill_resume", np.frombuffer(bytes.fromhex(actual), np.uint8),
-                 np.frombuffer(bytes.fromhex(expected), np.uint8))
+    assert_claim("train.kill_resume", actual=np.frombuffer(bytes.fromhex(actual), np.uint8),
+                 expected=np.frombuffer(bytes.fromhex(expected), np.uint8))
     return kills
 
 
@@ -153,6 +153,6 @@ def _kill_and_resume_at_moments(name: str, tmp: Path, steps: int, options: tuple
         kills += kill_at(name, tmp / "killed", steps, options,
                          delay=float(rng.uniform(0.0, 0.03)), after_file=f"ckpt-{step:08d}.ckpt")
     actual, _ = run_to_end(name, tmp / "killed", steps, options)
-    assert_claim("train.kill_resume", np.frombuffer(bytes.fromhex(actual), np.uint8),
-                 np.frombuffer(bytes.fromhex(expected), np.uint8))
+    assert_claim("train.kill_resume", actual=np.frombuffer(bytes.fromhex(actual), np.uint8),
+                 expected=np.frombuffer(bytes.fromhex(expected), np.uint8))
     return kills

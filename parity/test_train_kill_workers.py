@@ -102,5 +102,5 @@ def test_sigkilled_loader_workers_run_resumes_to_the_digest_of_zero_workers(
     resumed = done.stdout.strip().splitlines()
     assert lines[-1] == resumed[-1]
     actual = resumed[-1].removeprefix("state-sha256: ")
-    assert_claim("train.kill_resume", np.frombuffer(bytes.fromhex(actual), np.uint8),
-                 np.frombuffer(bytes.fromhex(expected), np.uint8))
+    assert_claim("train.kill_resume", actual=np.frombuffer(bytes.fromhex(actual), np.uint8),
+                 expected=np.frombuffer(bytes.fromhex(expected), np.uint8))

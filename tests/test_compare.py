@@ -116,13 +116,13 @@ def test_bits_counts_one_ulp_signed_zeros_and_nan_payloads_as_mismatches() -> No
     assert mismatches("bits", a, b).tolist() == [True, True, True, False]
     assert measure(BITS, a, b) == 3
     with pytest.raises(AssertionError, match=r"claim formats\.t_bits .*observed 3.*0x3f800001"):
-        assert_claim(BITS, a, b)
+        assert_claim(BITS, actual=a, expected=b)
 
 
 def test_bits_holds_for_identical_patterns_nan_payloads_included() -> None:
     a = f32_bits(0x3F800000, 0x80000000, 0x7FC00001, 0xFF800000)
     assert measure(BITS, a, a.copy()) == 0
-    assert assert_claim(BITS, a, a.copy()) == 0
+    assert assert_claim(BITS, actual=a, expected=a.copy()) == 0
 
 
 def test_bits_refuses_different_shapes_and_dtypes() -> None:
@@ -150,7 +150,7 @@ def test_nan_class_counts_nan_against_a_number_and_any_differing_number() -> Non
     assert mismatches("nan_class", a, b).tolist() == [True, True, True, True]
     assert measure(NAN_CLASS, a, b) == 4
     with pytest.raises(AssertionError, match=r"claim formats\.t_nan"):
-        assert_claim(NAN_CLASS, a, b)
+        assert_claim(NAN_CLASS, actual=a, expected=b)
 
 
 def test_nan_class_holds_for_nans_of_any_sign_and_payload() -> None:
@@ -167,7 +167,7 @@ def test_ulps_counts_steps_between_members_and_fails_beyond_the_bound() -> None:
     assert measure(ULPS_BF16, one, f32(1.0 + 2.0**-7, -1.0 - 2.0**-7, -0.0)) == 1
     assert measure(ULPS_BF16, one, f32(1.0 + 2.0**-6, -1.0, 0.0)) == 2
     with pytest.raises(AssertionError, match=r"claim formats\.t_ulps .*observed 2"):
-        assert_claim(ULPS_BF16, one, f32(1.0 + 2.0**-6, -1.0, 0.0))
+        assert_claim(ULPS_BF16, actual=one, expected=f32(1.0 + 2.0**-6, -1.0, 0.0))
 
 
 def test_ulps_across_zero_counts_both_sides_steps() -> None:
@@ -225,10 +225,10 @@ def test_eps_units_are_the_difference_over_eps_times_scale() -> None:
 def test_eps_holds_at_c_and_fails_one_float_beyond() -> None:
     b = f32(1.0, 2.0)
     assert measure(EPS, f32(1.0 + 2 * F32_EPS, 2.0), b, scale=np.abs(b)) == 2
-    assert assert_claim(EPS, f32(1.0 + 2 * F32_EPS, 2.0), b, scale=np.abs(b)) == 2
+    assert assert_claim(EPS, actual=f32(1.0 + 2 * F32_EPS, 2.0), expected=b, scale=np.abs(b)) == 2
     assert measure(EPS, f32(1.0 + 3 * F32_EPS, 2.0), b, scale=np.abs(b)) == 3
     with pytest.raises(AssertionError, match=r"claim formats\.t_eps .*observed 3.*max \|a-b\|"):
-        assert_claim(EPS, f32(1.0 + 3 * F32_EPS, 2.0), b, scale=np.abs(b))
+        assert_claim(EPS, actual=f32(1.0 + 3 * F32_EPS, 2.0), expected=b, scale=np.abs(b))
 
 
 def test_eps_with_zero_scale_holds_only_for_equal_values() -> None:

@@ -140,9 +140,10 @@ def test_the_reference_loop_resumed_on_3_ranks_ends_with_the_uninterrupted_diges
     runs = reference_runs
     assert int(runs.saved["scaler/growth_tracker"]) == 2, "guard: a growth tracker to restore"
     assert runs.whole.skipped == runs.resumed.skipped == 0, "guard: step 3 is not skipped"
-    assert_claim("ddp.cli_kill_resume", np.frombuffer(bytes.fromhex(runs.resumed.digest),
-                                                      np.uint8),
-                 np.frombuffer(bytes.fromhex(runs.whole.digest), np.uint8), "from step 2")
+    assert_claim("ddp.cli_kill_resume",
+                 actual=np.frombuffer(bytes.fromhex(runs.resumed.digest), np.uint8),
+                 expected=np.frombuffer(bytes.fromhex(runs.whole.digest), np.uint8),
+                 context="from step 2")
 
 
 def test_bad_input_is_refused_with_one_line() -> None:
@@ -165,8 +166,8 @@ def test_ring_mirror_matches_gloo_all_reduce_over_sizes_and_dtypes(world_size: i
     for i, job in enumerate(jobs):
         inputs, outputs, mirror = drv.ring_case(job, results, i)
         for r in range(world_size):
-            assert_claim("ddp.ring_order", outputs[r], mirror[r],
-                         f"ws {world_size} {job['dtype']} n={job['n']} rank {r}")
+            assert_claim("ddp.ring_order", actual=outputs[r], expected=mirror[r],
+                         context=f"ws {world_size} {job['dtype']} n={job['n']} rank {r}")
         if job["n"] == 3_000_017 and job["dtype"] == "float32" and world_size in (3, 5):
             uncapped = rddp.ring_allreduce(inputs, max_segment_bytes=2**40)[0]
             assert not np.array_equal(bit_view(uncapped), bit_view(outputs[0]))

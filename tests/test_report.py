@@ -33,10 +33,10 @@ def fresh_record() -> Iterator[dict[str, compare.Observed]]:
 def test_the_record_keeps_the_worst_case_the_count_and_whether_every_call_held(
         fresh_record: dict[str, compare.Observed]) -> None:
     c = claim("formats.decode")  # bits: 0 allowed
-    compare.assert_claim(c, np.zeros(3, np.float32), np.zeros(3, np.float32))
+    compare.assert_claim(c, actual=np.zeros(3, np.float32), expected=np.zeros(3, np.float32))
     with pytest.raises(AssertionError):
-        compare.assert_claim(c, np.ones(4, np.float32), np.zeros(4, np.float32))
-    compare.assert_claim(c, np.ones(2, np.float32), np.ones(2, np.float32))
+        compare.assert_claim(c, actual=np.ones(4, np.float32), expected=np.zeros(4, np.float32))
+    compare.assert_claim(c, actual=np.ones(2, np.float32), expected=np.ones(2, np.float32))
     seen = fresh_record["formats.decode"]
     assert (seen.worst, seen.n, seen.held, seen.calls) == (4.0, 9, False, 3)
 
@@ -53,7 +53,8 @@ def test_an_eps_claim_records_the_raw_difference_beside_its_ratio(
         fresh_record: dict[str, compare.Observed]) -> None:
     c = next(x for x in CLAIMS if x.kind == "eps")
     a = np.array([1.0, 2.0], np.float32)
-    compare.assert_claim(c, a, a + np.float32(2**-23), scale=np.ones(2))  # within 1 eps
+    compare.assert_claim(c, actual=a, expected=a + np.float32(2**-23),
+                         scale=np.ones(2))  # within 1 eps
     assert fresh_record[c.id].raw == 2**-23  # 1 + 2^-23 is float32; 2 + 2^-23 ties to 2
 
 
@@ -61,11 +62,11 @@ def test_a_seeded_fault_must_break_its_claim_and_is_not_recorded(
         fresh_record: dict[str, compare.Observed]) -> None:
     c = claim("formats.decode")
     with compare.expect_broken(c.id):
-        compare.assert_claim(c, np.ones(2, np.float32), np.zeros(2, np.float32))
+        compare.assert_claim(c, actual=np.ones(2, np.float32), expected=np.zeros(2, np.float32))
     assert c.id not in fresh_record
     with pytest.raises(AssertionError, match="held where a seeded fault must break it"), \
             compare.expect_broken(c.id):
-        compare.assert_claim(c, np.ones(2, np.float32), np.ones(2, np.float32))
+        compare.assert_claim(c, actual=np.ones(2, np.float32), expected=np.ones(2, np.float32))
     with pytest.raises(AssertionError, match="another"), compare.expect_broken(c.id):
         raise AssertionError("another assertion, not the claim's")
 
@@ -151,7 +152,7 @@ from parity.compare import assert_claim
 
 
 def test_asserts_a_claim_then_its_worker_dies() -> None:
-    assert_claim("formats.decode", np.zeros(3), np.zeros(3))
+    assert_claim("formats.decode", actual=np.zeros(3), expected=np.zeros(3))
     os.kill(os.getpid(), signal.SIGKILL)
 """
 HOLDING = """
@@ -161,7 +162,7 @@ from parity.compare import assert_claim
 
 
 def test_holds() -> None:
-    assert_claim("formats.decode", np.ones(2), np.ones(2))
+    assert_claim("formats.decode", actual=np.ones(2), expected=np.ones(2))
 """
 
 
@@ -433,9 +434,9 @@ def test_a_claim_on_a_library_version_never_verified_runs_and_names_the_version(
     monkeypatch.setattr(claims_module, "installed_versions",
                         lambda: {"torch": "2.99.0", "ml_dtypes": "0.7.0"})
     with pytest.raises(AssertionError, match=r"on torch 2\.99\.0: not a version this claim"):
-        compare.assert_claim(c, np.array([1.0]), np.array([2.0]))
+        compare.assert_claim(c, actual=np.array([1.0]), expected=np.array([2.0]))
     with pytest.raises(AssertionError) as plain:  # a claim of the math names no version
-        compare.assert_claim("formats.decode", np.array([1.0]), np.array([2.0]))
+        compare.assert_claim("formats.decode", actual=np.array([1.0]), expected=np.array([2.0]))
     assert "not a version" not in str(plain.value)
 
 

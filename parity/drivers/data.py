@@ -106,7 +106,7 @@ def assert_streams(claim_id: str, actual: list[tuple], expected: list[tuple]) ->
         f"claim {claim_id} broken: {len(actual)} batches vs {len(expected)} expected")
     columns = flat(actual), flat(expected)
     for name, a, b in zip(STREAM_COLUMNS[:len(columns[1])], *columns, strict=True):
-        assert_claim(claim_id, a, b, context=name)
+        assert_claim(claim_id, actual=a, expected=b, context=name)
 
 
 def stream_mismatches(claim_id: str, actual: list[tuple], expected: list[tuple]) -> float:
