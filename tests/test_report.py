@@ -178,7 +178,11 @@ def test_a_worker_that_crashes_fails_the_report_naming_its_test(tmp_path: Path) 
     (tmp_path / "test_hold.py").write_text(HOLDING)
     files = [tmp_path / "test_crash.py", tmp_path / "test_hold.py"]
     assert report.workers(len(files)) == 2 or os.cpu_count() == 1
-    ran = report.run_tests(files, extra=("--max-worker-restart", "0"))
+    try:
+        ran = report.run_tests(files, extra=("--max-worker-restart", "0"))
+    except report.TestsDidNotRun as e:  # xdist itself failed on the crash (some versions)
+        assert "test_crash.py::test_asserts_a_claim_then_its_worker_dies" in str(e), str(e)
+        return
     result = rows_of((claim("formats.decode"),), ran)
     crashed = [line for line in result.unclaimed_failures if "test_crash.py" in line]
     assert crashed, (result.unclaimed_failures, ran["tests"])

@@ -93,20 +93,21 @@ class Result:
     seconds: float
 
 
+def topic_of(stem: str) -> str | None:
+    """The claim topic a parity test file (its stem, `test_...`) belongs to: the longest topic
+    its name starts with, as `test_TOPIC` or `test_TOPIC_...` (test_gpt_amp is gpt's, there
+    being no topic gpt_amp; topics hold underscores: test_loss_scaling is loss_scaling's);
+    None when no topic matches."""
+    name = stem.removeprefix("test_")
+    matches = [t for t in TOPICS if name == t or name.startswith(t + "_")]
+    return max(matches, key=len, default=None)
+
+
 def parity_test_files(topic: str | None = None) -> list[Path]:
-    """The parity test files of one topic (parity/test_TOPIC.py and test_TOPIC_*.py), or all;
-    a file belongs to the longest topic its name starts with (test_gpt_amp.py is gpt's, there
-    being no topic gpt_amp)."""
+    """The parity test files of one topic (parity/test_TOPIC.py and test_TOPIC_*.py: topic_of),
+    or all; `report --topic` and `fuzz --topic` run these."""
     files = sorted(PARITY.glob("test_*.py"))
-    if topic is None:
-        return files
-
-    def owner(path: Path) -> str | None:
-        stem = path.stem.removeprefix("test_")
-        matches = [t for t in TOPICS if stem == t or stem.startswith(t + "_")]
-        return max(matches, key=len) if matches else None
-
-    return [p for p in files if owner(p) == topic]
+    return files if topic is None else [p for p in files if topic_of(p.stem) == topic]
 
 
 REPORTING = "MIRRORTRAIN_REPORT_JSON"  # set in the report's pytest process (report_plugin.py)
@@ -176,6 +177,10 @@ def merge(records: list[dict[str, Any]]) -> dict[str, Any]:
             "versions": next((r["versions"] for r in records if "versions" in r), {})}
 
 
+class TestsDidNotRun(RuntimeError):
+    """pytest itself failed: the report has no record of the run to show (run_tests)."""
+
+
 def run_tests(files: list[Path] | list[str], extra: tuple[str, ...] = (),
               meanwhile: Callable[[], object] | None = None) -> dict[str, Any]:
     """Run the parity tests in `files` (paths or node ids) under the report profile, spread
@@ -206,11 +211,14 @@ def run_tests(files: list[Path] | list[str], extra: tuple[str, ...] = (),
             if process.poll() is None:
                 process.kill()
                 process.wait()
-        if not out.exists():  # pytest itself failed (collection error, bad option)
+        # pytest's own failure (a collection error, a bad option, an internal error such as
+        # xdist's when a worker ends in the middle of a test): exit 2 to 5, and what the
+        # record holds then is not the run's
+        if not out.exists() or process.returncode not in (0, 1):
             stdout = (Path(tmp) / "report.out").read_text(encoding="utf-8")
             tail = "\n".join(stdout.strip().splitlines()[-15:])
-            raise RuntimeError("the parity tests did not run (pytest exit "
-                               f"{process.returncode}):\n{tail}")
+            raise TestsDidNotRun("the parity tests did not run to their end (pytest exit "
+                                 f"{process.returncode}):\n{tail}")
         return json.loads(out.read_text(encoding="utf-8"))
 
 

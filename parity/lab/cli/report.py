@@ -84,8 +84,12 @@ def run(args: argparse.Namespace) -> int:
     # refuse a bad --out before any work
     folder = output_folder(out, command="report") if out else None
     drawn: list[Any] = []  # the pictures, drawn while the tests run (they depend on none)
-    result = report.run(args.topic, meanwhile=None if folder is None else (
-        lambda: drawn.extend(report.write_pictures(folder, args.topic))))
+    try:
+        result = report.run(args.topic, meanwhile=None if folder is None else (
+            lambda: drawn.extend(report.write_pictures(folder, args.topic))))
+    except report.TestsDidNotRun as e:  # no table: what pytest said, and a failed report
+        print(f"report: {e}", file=sys.stderr)
+        return 1
     rows = result.rows
     say = (lambda text: print(text, file=sys.stderr)) if args.json else print
     if args.json:

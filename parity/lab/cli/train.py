@@ -251,19 +251,19 @@ def run(args: argparse.Namespace) -> int:
     if args.fault is None and args.fault_step is not None:
         raise UsageError(f"--fault-step {args.fault_step} places a seeded fault: it needs "
                          "--fault NAME (--fault list shows them)")
-    fault_step = FAULT_STEP if args.fault_step is None else args.fault_step
-    if args.fault is not None and fault_step >= args.steps:
-        raise UsageError(f"--fault-step {fault_step}: the fault would be seeded after "
-                         f"{fault_step} steps, before the line 'step {fault_step + 1}', and this "
-                         f"run ends at 'step {args.steps}': it would never strike; accepted: 0 "
-                         f"to {args.steps - 1}")
-    if args.fault is not None:
+    if args.fault is not None:  # (another model's fault first: no step can make it fit)
         from common.fault_catalogue import check_model as fault_fits
 
         try:
             fault_fits(args.fault, args.model)
         except ValueError as e:
             raise UsageError(f"--fault {args.fault.name}: {e}") from None
+    fault_step = FAULT_STEP if args.fault_step is None else args.fault_step
+    if args.fault is not None and fault_step >= args.steps:
+        raise UsageError(f"--fault-step {fault_step}: the fault would be seeded after "
+                         f"{fault_step} steps, before the line 'step {fault_step + 1}', and this "
+                         f"run ends at 'step {args.steps}': it would never strike; accepted: 0 "
+                         f"to {args.steps - 1}")
     extra: dict[str, Any] = {}
     if args.impl == "reference":
         if args.device is not None:
