@@ -260,3 +260,31 @@ def test_tolerance_texts_read_as_what_the_bound_means() -> None:
     assert ULPS_BF16.tolerance == "<= 1 ulp of bfloat16"
     assert BITS.tolerance == "bit-identical"
     assert NAN_CLASS.tolerance == "bit-identical, NaN as a class"
+
+
+# -- which side is which: named, and never the verdict ------------------------------------
+
+def test_assert_claim_takes_the_two_sides_by_name_only() -> None:
+    """NOTE [ Which side is expected ]: the positional form of old is a TypeError."""
+    a = f32(1.0, 2.0)
+    with pytest.raises(TypeError):
+        assert_claim(BITS, a, a.copy())  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        assert_claim(BITS, a, expected=a.copy())  # type: ignore[misc]
+    assert assert_claim(BITS, actual=a, expected=a.copy()) == 0
+
+
+@pytest.mark.parametrize(("c", "a", "b", "scale"), [
+    (BITS, f32(1.0, -0.0, 3.0), f32(1.0, 0.0, np.nan), None),
+    (NAN_CLASS, f32(np.nan, 1.0, 2.0), f32(-np.nan, 1.5, np.nan), None),
+    (ULPS_BF16, f32(1.0, -1.0, 0.0, 2.0), f32(1.0 + 2.0**-6, 1.0, -0.0, 2.0 - 2.0**-7), None),
+    (EPS, f32(1.0 + 3 * F32_EPS, 2.0, -4.0), f32(1.0, 2.0 + 4 * F32_EPS, -4.0),
+     np.array([1.0, 2.0, 0.5])),
+])
+def test_every_kind_observes_the_same_worst_case_with_the_sides_swapped(
+        c: Claim, a: np.ndarray, b: np.ndarray, scale: np.ndarray | None) -> None:
+    """The measurement is symmetric (the scale is passed on its own), so naming a side
+    `expected` never changes a verdict; the pairs differ, so the swap is no tautology."""
+    observed = measure(c, a, b, scale=scale)
+    assert observed > 0
+    assert measure(c, b, a, scale=scale) == observed
