@@ -1,5 +1,6 @@
-"""Regenerate every generated part of docs/ (parity/gendocs) and redraw its pictures
-(parity/pictures) from the code and the committed measurements in docs/data/.
+"""Regenerate every generated part of docs/ (parity/gendocs), redraw its pictures
+(parity/pictures) from the code and the committed measurements in docs/data/, and build the
+book into docs/_build/book (parity/lab/book: not committed; it needs Pygments, the book extra).
 
     python -m parity docs [--no-pictures]
 
@@ -11,6 +12,7 @@ stale.
 from __future__ import annotations
 
 import argparse
+import sys
 
 from parity.lab.cli import UsageError, pictures_skipped
 
@@ -31,11 +33,20 @@ def run(args: argparse.Namespace) -> int:
     for path in changed:
         print(f"wrote {path}")
     print(f"{len(gendocs.PARTS)} generated parts, {len(changed)} pages changed")
-    if args.no_pictures:
+    if not args.no_pictures:
+        drawn = pictures.draw_all()
+        if drawn:
+            print(f"drew {len(drawn)} pictures into {pictures.IMG}")
+        else:
+            pictures_skipped(args)
+    import importlib.util
+
+    if importlib.util.find_spec("pygments") is None:
+        print("the book was not built: it needs Pygments (pip install -e \".[book]\")",
+              file=sys.stderr)
         return 0
-    drawn = pictures.draw_all()
-    if drawn:
-        print(f"drew {len(drawn)} pictures into {pictures.IMG}")
-    else:
-        pictures_skipped(args)
+    from parity.lab import book
+
+    site = book.build_docs()
+    print(f"built the book into {book.BUILT} ({len(site.pages) - 1} topic pages)")
     return 0
