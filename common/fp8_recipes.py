@@ -19,6 +19,11 @@ RECIPE_FORMATS: dict[str, tuple[str, str]] = {
 
 AMAX_ALGOS: tuple[str, ...] = ("max", "most_recent")
 
+# the margin's declared range, read by the argument check and by the strategies that draw it
+# (parity/strategies/fp8_scaling.py), so the tests reach both edges: in it, fp8_max * 2^-margin
+# is a normal float32 for both formats (448 * 2^-100 and 57344 * 2^-100 are above 2^-126)
+MARGINS = range(-100, 101)
+
 # torchao.float8.float8_utils.EPS: the floor under an amax before the division (a float64)
 AMAX_EPS = 1e-12
 
@@ -44,7 +49,8 @@ def check_delayed_args(margin: int, algo: str, where: str) -> None:
     in AMAX_ALGOS."""
     if isinstance(margin, bool) or not isinstance(margin, int):
         raise TypeError(f"{where}: margin must be an int, got {type(margin).__name__}")
-    if not -100 <= margin <= 100:
-        raise ValueError(f"{where}: margin must be in [-100, 100], got {margin}")
+    if margin not in MARGINS:
+        raise ValueError(f"{where}: margin must be in [{MARGINS[0]}, {MARGINS[-1]}], got "
+                         f"{margin}")
     if algo not in AMAX_ALGOS:
         raise ValueError(f"{where}: algo must be one of {AMAX_ALGOS}, got {algo!r}")

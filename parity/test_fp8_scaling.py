@@ -231,3 +231,35 @@ def test_the_clamp_makes_the_cast_independent_of_the_overflow_policy(fmt: str,
         assert np.all(np.isnan(raw[overflowing][1:])), (r["torch"], raw)
     assert np.all(np.abs(r["recipe_torch"][overflowing].astype(np.float32)) == r["max"])
     assert np.any(overflowing), "guard: some products overflow the format"
+
+
+@pytest.mark.parametrize("fmt", ["float8_e4m3fn", "float8_e5m2"])
+def test_delayed_scale_at_the_edges_of_the_declared_margin_range_in_both_trees(
+        fmt: str, device: str) -> None:
+    """Every margin the argument check accepts gives the same scale bits in both trees, in
+    both orders, at the range's edges and around 2^63 (where a Python int 2**margin stopped
+    fitting torch's int64); one past each edge is the same one-line error in both."""
+    import torch
+
+    from common.fp8_recipes import MARGINS
+    from reference import fp8_scaling as rfp8
+    from torch_impl import fp8_scaling as tfp8
+
+    amax = np.array([3.0, 2.0**-140, 6.5e4, 1e30], np.float32)
+    scale = np.ones(4, np.float32)
+    for margin in (MARGINS[0], -64, -1, 0, 1, 63, 64, MARGINS[-1]):
+        for order in ("kernel", "python"):
+            ref_scale = rfp8.delayed_scale(amax, scale, fmt, margin, order)
+            torch_scale = tfp8.delayed_scale(torch.from_numpy(amax).to(device),
+                                             torch.from_numpy(scale).to(device), fmt, margin,
+                                             order)
+            assert_claim("fp8_scaling.delayed_trees", actual=torch_scale,
+                         expected=ref_scale, context=f"margin {margin} {order}")
+    for margin in (MARGINS[0] - 1, MARGINS[-1] + 1):
+        errors = []
+        for tree, a, s in ((rfp8, amax, scale), (tfp8, torch.from_numpy(amax),
+                                                 torch.from_numpy(scale))):
+            with pytest.raises(ValueError) as e:
+                tree.delayed_scale(a, s, fmt, margin)
+            errors.append(str(e.value))
+        assert errors[0] == errors[1] and str(margin) in errors[0]

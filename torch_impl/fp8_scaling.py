@@ -81,7 +81,9 @@ def delayed_scale(amax: torch.Tensor, scale: torch.Tensor, fmt: str, margin: int
     if order == "kernel":
         new = (fp8_max * 2.0**-margin) / a  # a Python float operand enters as float32
     else:
-        new = (fp8_max / a) / 2**margin  # TE's _default_sf_compute, line for line
+        # TE's _default_sf_compute, line for line, but 2.0**margin: a Python int 2**margin
+        # from margin 64 on does not fit the int64 torch makes of it (an OverflowError)
+        new = (fp8_max / a) / 2.0**margin
     new = torch.where(torch.isfinite(a) & (a > 0), new, scale.to(torch.float32))
     return torch.where(torch.isinf(new), torch.full_like(new, FLT_MAX), new)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import strategies as st
 
-from common.fp8_recipes import AMAX_ALGOS, FP8_FORMATS
+from common.fp8_recipes import AMAX_ALGOS, FP8_FORMATS, MARGINS
 
 FP8_AMAX_EDGES = ("zero", "inf", "nan", "subnormal", "huge", "tiny_normal")
 _FLT_MAX = float(np.finfo(np.float32).max)
@@ -66,8 +66,9 @@ def fp8_tensors(draw: st.DrawFn) -> tuple[np.ndarray, str, int | None, bool]:
 def fp8_histories(draw: st.DrawFn) -> dict:
     """Arguments of a delayed-scaling run: a float32 amax history (L, n) whose entries mix
     every binade with 0, inf, NaN, subnormals and FLT_MAX, a float32 scale (n,) (positive,
-    sometimes FLT_MAX), fmt, margin in [-8, 24], algo, and `steps` amaxes (steps, n) to
-    record one per update."""
+    sometimes FLT_MAX), fmt, margin over its whole declared range (common.fp8_recipes.MARGINS:
+    hypothesis reaches its edges, where the twin once raised), algo, and `steps` amaxes
+    (steps, n) to record one per update."""
     length, n = draw(st.integers(1, 6)), draw(st.integers(1, 4))
     steps = draw(st.integers(1, 5))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
@@ -81,5 +82,6 @@ def fp8_histories(draw: st.DrawFn) -> dict:
     if draw(st.booleans()):
         scale[0] = np.float32(_FLT_MAX)
     return {"history": history, "scale": scale, "amaxes": amaxes,
-            "fmt": draw(st.sampled_from(FP8_FORMATS)), "margin": draw(st.integers(-8, 24)),
+            "fmt": draw(st.sampled_from(FP8_FORMATS)),
+            "margin": draw(st.integers(MARGINS[0], MARGINS[-1])),
             "algo": draw(st.sampled_from(AMAX_ALGOS))}
