@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import run_state_machine_as_test
@@ -30,8 +31,43 @@ from parity.drivers.loss_scaling import (
     update_pair,
 )
 from parity.drivers.loss_scaling_train import loss_reduction, synced_steps
+from parity.drivers.optim import FUSED
 from parity.strategies import examples, scaler_factors, scaler_scales
 from parity.strategies.loss_scaling import clip_grad_lists, clip_norms
+from reference import loss_scaling as rls
+from reference import optim as ropt
+from reference.nn import Parameter
+from torch_impl import loss_scaling as tls
+
+
+def test_scaler_steps_match_torch_gradscaler_bitwise(device: str) -> None:
+    """Four SGD steps through a GradScaler, the third with an inf gradient: the reference and
+    torch.amp.GradScaler hold the same scale, skip and parameter bits after every step."""
+    rng = np.random.default_rng(0)
+    init = rng.standard_normal((3, 4)).astype(np.float32)  # (3, 4)
+    grads = rng.standard_normal((4, 3, 4)).astype(np.float32)  # (steps, 3, 4)
+    grads[2, 1, 0] = np.inf  # step 2 overflows: skipped, scale backs off
+    ref_p = Parameter(init.copy())
+    torch_p = torch.nn.Parameter(torch.from_numpy(init.copy()).to(device))
+    ref_opt = ropt.SGD([ref_p], lr=0.5, fma=FUSED)
+    torch_opt = torch.optim.SGD([torch_p], lr=0.5)
+    ref_scaler = rls.GradScaler(init_scale=2.0**4, growth_interval=1)
+    torch_scaler = tls.GradScaler(torch.device(device).type, init_scale=2.0**4,
+                                  growth_interval=1)
+    ref_seen, torch_seen = [], []
+    for g in grads:
+        ref_p.grad = ref_scaler.scale(g)  # the backward of a scaled loss: S g
+        torch_p.grad = torch_scaler.scale(torch.from_numpy(g).to(device))
+        ref_scaler.step(ref_opt)
+        torch_scaler.step(torch_opt)
+        ref_seen.append([rls.step_skipped(ref_scaler, ref_opt), ref_scaler.get_scale()])
+        torch_seen.append([tls.step_skipped(torch_scaler, torch_opt),
+                           torch_scaler.get_scale()])
+        ref_scaler.update()
+        torch_scaler.update()
+    assert ref_seen[2][0] and ref_seen[3][1] < ref_seen[2][1]  # the skip and backoff reached
+    assert_claim("loss_scaling.scaler", actual=np.array(torch_seen), expected=np.array(ref_seen))
+    assert_claim("loss_scaling.scaler", actual=torch_p.detach(), expected=ref_p.data)
 
 
 @given(scale=scaler_scales(), factors=scaler_factors(), found_inf=st.booleans(),

@@ -222,5 +222,5 @@ MANIFEST = Manifest(
         Helper("torch_impl.scaler_guard", _LAB + " (ScalerGuard: loss-scaling misuse)"),
         Helper("torch_impl.scaler_guard_probes", _LAB + " (what ScalerGuard observes with)"),
     ),
-    headline="parity/test_loss_scaling.py::test_scaler_streams_match_torch_bitwise",
+    headline="parity/test_loss_scaling.py::test_scaler_steps_match_torch_gradscaler_bitwise",
 )
