@@ -55,6 +55,21 @@ EXAMPLES = 12
 EXAMPLES_ALL_POLICIES = 6  # examples of the tests that run both input dtypes x every policy
 
 
+def test_float16_rounding_matches_torch_cast_bitwise(device: str) -> None:
+    """float32 values across float16's range (ties, subnormals, overflow) round to the same
+    float16 values in the reference's integer arithmetic as in torch's native cast."""
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal(64) * 2.0 ** rng.integers(-26, 18, 64)).astype(np.float32)  # (64,)
+    x[:4] = [1 + 2.0**-11, 1 + 3 * 2.0**-11, 2.0**-25, 65520.0]  # ties to even, overflow to inf
+    ref_codes = ref.encode(x, "float16")  # (64,) uint16
+    torch_codes = tim.encode(torch.from_numpy(x).to(device), "float16")  # (64,)
+    ref_values = ref.decode(ref_codes, "float16")  # (64,) float64
+    torch_values = tim.decode(torch_codes, "float16").cpu().numpy()  # (64,) float64
+    assert_claim("formats.encode_f32", actual=torch_values, expected=ref_values)
+    # the edges were reached: two ties to even and an overflow
+    assert ref_values[0] == 1 and ref_values[1] == 1 + 2.0**-9 and ref_values[3] == np.inf
+
+
 def _float32_inputs(data: st.DataObject, name: str, size: int = BATCH) -> np.ndarray:
     return np.concatenate([data.draw(strategies.float32_arrays(name, max_size=8)),
                            data.draw(strategies.float32_batches(name, size))])

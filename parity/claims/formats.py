@@ -211,5 +211,5 @@ MANIFEST = Manifest(
                "encode_stepwise (tests/test_encode_fast.py); stays beside formats.py, which "
                "runs it"),
     ),
-    headline="parity/test_formats.py::test_encode_float32_matches_torch_bitwise_on_edges",
+    headline="parity/test_formats.py::test_float16_rounding_matches_torch_cast_bitwise",
 )
