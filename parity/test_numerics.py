@@ -150,8 +150,8 @@ def test_torch_detector_hooks_read_nothing_back_to_the_host(device: str) -> None
     aten._local_scalar_dense) on a clean step after the first (which derives the view's
     thresholds once per dtype, by bisection on the host, and caches them): the counts reach
     the host only through the one .tolist() of the stacked rows."""
+    from parity.lab.your_trainer.host_reads import HostReads
     from torch_impl import numerics as t_numerics
-    from torch_impl.host_reads import HostReads
     from torch_impl.nn import make_mlp
 
     model = make_mlp((8, 16, 3), "tanh", generator=torch.Generator().manual_seed(0),

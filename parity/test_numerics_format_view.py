@@ -237,9 +237,9 @@ def test_the_magnitude_extremes_read_the_host_once_off_the_cpu(device: str) -> N
     underflow edge: one .tolist() brings every row; with `each` on (the CPU) it reads."""
     import torch
 
+    from parity.lab.your_trainer.host_reads import HostReads
     from torch_impl import numerics_counts as t_counts
     from torch_impl import numerics_extremes as t_extremes
-    from torch_impl.host_reads import HostReads
 
     x = torch.linspace(-2, 2, t_extremes.EXTREMES_FROM, device=device)
     tensors = [x, x * 1e-9, torch.zeros_like(x)]  # clean; at the underflow edge; zeros

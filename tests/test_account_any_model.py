@@ -1,6 +1,6 @@
-"""account_module on any nn.Module (torch_impl/accounting_any.py): per-module bytes and FLOPs
-of a conv net against their closed forms, a storage saved twice counted once, the GPT-2
-recognizer on this project's transformer (no named term: it IS the formulas' model) and on
+"""account_module on any nn.Module (parity/lab/your_trainer/accounting_any.py): per-module
+bytes and FLOPs of a conv net against their closed forms, a storage saved twice counted once,
+the GPT-2 recognizer on this project's transformer (no named term: it IS the formulas' model) and on
 transformers' GPT2LMHeadModel (each difference a named term, residual 0), and the refusals.
 
 transformers is an optional oracle (the `oracles` extra, which CI installs): its tests skip,
@@ -18,9 +18,9 @@ from common.gpt_config import GPTConfig
 from examples.models import convnet
 from parity.lab import account_any as lab
 from parity.lab.cli import EXIT_OK, EXIT_USAGE, main
+from parity.lab.your_trainer.accounting_any import NotGPT2, account_module, gpt2_shape
 from reference.accounting_gpt import gpt_activation_bytes
 from reference.flops import gpt_param_count, transformer_flops, transformer_forward_flops
-from torch_impl.accounting_any import NotGPT2, account_module, gpt2_shape
 from torch_impl.gpt import GPT
 
 B, T = 2, 8  # sequences, tokens

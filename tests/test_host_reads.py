@@ -1,6 +1,6 @@
-"""torch_impl/host_reads.py: each way of reading a tensor's value to the host is counted at
-the line that wrote it; a read torch makes inside GradScaler.step is attributed to the
-caller's line and names the torch function; integer reads are kept apart."""
+"""parity/lab/your_trainer/host_reads.py: each way of reading a tensor's value to the host
+is counted at the line that wrote it; a read torch makes inside GradScaler.step is attributed
+to the caller's line and names the torch function; integer reads are kept apart."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import inspect
 
 import torch
 
-from torch_impl.host_reads import HostReads
+from parity.lab.your_trainer.host_reads import HostReads
 
 
 def here() -> str:

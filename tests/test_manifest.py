@@ -268,8 +268,8 @@ def test_the_checks_report_each_seeded_defect() -> None:
         "no row names it": claim_problems(_with_row(m, first, claims=())),
         "they do not": name_problems(_with_row(m, first, disorder="seeded")),
         "is not torch.": resolve_problems(_with_row(m, both, alias="torch.optim.SGD")),
-        "in no manifest": coverage_problems({**manifests(), "loss_scaling": dataclasses.replace(
-            m, helpers=m.helpers[1:])}),
+        "in no manifest": coverage_problems({**manifests(), "numerics": dataclasses.replace(
+            manifests()["numerics"], helpers=manifests()["numerics"].helpers[1:])}),
     }
     assert name_problems(m) == resolve_problems(m) == claim_problems(m) == []
     missed = [what for what, problems in seeds.items()

@@ -1,4 +1,4 @@
-"""torch_impl/resume_check.py on trainers written as a user writes them
+"""parity/lab/your_trainer/resume_check.py on trainers written as a user writes them
 (tests/resume_trainers.py): the complete one resumes bit for bit, in a fresh process and
 from a process SIGKILLed while saving; each one that leaves an entry out of its state_dict()
 is caught, with that entry named at the step of the load and the first final entry that
@@ -14,7 +14,7 @@ import resume_trainers
 import torch
 
 from parity.lab.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, main
-from torch_impl.resume_check import (
+from parity.lab.your_trainer.resume_check import (
     ResumeCheckError,
     assert_resumes,
     check_resume,

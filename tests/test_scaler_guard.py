@@ -1,4 +1,4 @@
-"""torch_impl.scaler_guard on a user's loop: each misuse seeded one at a time into one
+"""parity.lab.your_trainer.scaler_guard on a user's loop: each misuse seeded one at a time into one
 realistic loop (an MLP, AdamW, autocast, GradScaler) is reported as exactly that finding, at
 the loop's line; correct loops, and the project's own training step, report nothing.
 
@@ -20,10 +20,10 @@ from torch import nn
 from torch.nn.utils import clip_grad_norm_  # bound before any guard starts: still seen
 
 from common.train_config import TrainConfig
-from torch_impl import scaler_guard_probes as probes
+from parity.lab.your_trainer import scaler_guard_probes as probes
+from parity.lab.your_trainer.scaler_guard import ScalerGuard, ScalerMisuse
 from torch_impl import train as ttrain
 from torch_impl.loss_scaling import make_scaler
-from torch_impl.scaler_guard import ScalerGuard, ScalerMisuse
 
 FP16, BF16 = torch.float16, torch.bfloat16
 

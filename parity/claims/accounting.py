@@ -3,7 +3,7 @@ integers (bytes, FLOPs) exactly: a difference is a missing or extra term, never 
 
 from __future__ import annotations
 
-from parity.claims import Claim, Helper, Manifest, Twin
+from parity.claims import Claim, Manifest, Twin
 
 CLAIMS: tuple[Claim, ...] = (
     Claim(
@@ -275,11 +275,6 @@ MANIFEST = Manifest(
         _formula("flops_published", "chinchilla_flops", why=_PUBLISHED),
         _formula("flops_published", "Approximation", why=_PUBLISHED),
         _formula("flops_published", "flop_approximations", why=_PUBLISHED),
-    ),
-    helpers=(
-        Helper("torch_impl.accounting_any",
-               "the lab: accounting a user's own nn.Module (python -m parity account), not "
-               "half of a twin"),
     ),
     headline="parity/test_accounting.py::"
              "test_held_bytes_equal_the_formula_torch_hooks_and_the_reference_tape",

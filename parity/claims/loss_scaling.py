@@ -12,7 +12,7 @@ reductions off).
 
 from __future__ import annotations
 
-from parity.claims import Claim, Helper, Manifest, Twin
+from parity.claims import Claim, Manifest, Twin
 
 # The training runs of loss_scaling.train: steps, clipping threshold, and the least number
 # of steps that must clip (norm above max_norm) and must not, so both branches are reached.
@@ -178,7 +178,6 @@ CLAIMS: tuple[Claim, ...] = (
     ),
 )
 
-_LAB = "the lab: a check a user points at their own trainer, not half of a twin"
 
 MANIFEST = Manifest(
     topic="loss_scaling",
@@ -217,10 +216,6 @@ MANIFEST = Manifest(
         Twin("clip_grad_norm_", reference="reference.clip_grad:clip_grad_norm_",
              alias="torch.nn.utils.clip_grad_norm_",
              claims=("loss_scaling.clip", "loss_scaling.clip_grad_norm")),
-    ),
-    helpers=(
-        Helper("torch_impl.scaler_guard", _LAB + " (ScalerGuard: loss-scaling misuse)"),
-        Helper("torch_impl.scaler_guard_probes", _LAB + " (what ScalerGuard observes with)"),
     ),
     headline="parity/test_loss_scaling.py::test_scaler_steps_match_torch_gradscaler_bitwise",
 )

@@ -190,8 +190,6 @@ MANIFEST = Manifest(
                "kernel tuning: torch's count of large tensors, row for row the bucket pass "
                "(NOTE [ Counting by the magnitude's extremes ]); stays beside numerics.py, "
                "which runs it"),
-        Helper("torch_impl.host_reads",
-               "the lab: finding the .item() syncs in a user's own loop, not half of a twin"),
     ),
     headline="parity/test_numerics.py::test_both_trees_name_the_same_first_invalid_value",
 )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from parity.claims import Claim, Helper, Manifest, Twin
+from parity.claims import Claim, Manifest, Twin
 
 CLAIMS: tuple[Claim, ...] = (
     Claim(
@@ -71,7 +71,6 @@ _same = Twin.same
 _CROSS = ("resume.cross_impl_state", "resume.cross_impl_resume")
 _CRAFTED = ("resume.crafted_refused",)
 _MAPPING = "the mapping between the trees' states: the reference's is the one both map to"
-_LAB = "the lab: the resume check a user points at their own trainer, not half of a twin"
 
 
 MANIFEST = Manifest(
@@ -91,13 +90,6 @@ MANIFEST = Manifest(
              claims=_CROSS, why=_MAPPING),
         Twin("state_to_reference", torch="torch_impl.resume:state_to_reference",
              claims=_CROSS, why=_MAPPING),
-    ),
-    helpers=(
-        Helper("torch_impl.resume_check", _LAB + " (N steps straight against a resume)"),
-        Helper("torch_impl.resume_worker", _LAB + " (its child process)"),
-        Helper("torch_impl.resume_state", _LAB + " (what it reads out of a trainer)"),
-        Helper("torch_impl.audit", "the lab: loading a checkpoint someone else wrote "
-                                   "(python -m parity audit), not half of a twin"),
     ),
     headline="parity/test_resume.py::test_reference_state_through_torch_and_back_is_bit_identical",
 )

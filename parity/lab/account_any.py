@@ -1,7 +1,7 @@
-"""A user's model beside the closed forms: torch_impl/accounting_any.py measures it; when it
-is GPT-2-shaped (NOTE [ Recognizing a GPT-2-shaped decoder ] there), each measured total is
-set beside the formula this project checks for its own transformer, and every difference is
-a named term with its own closed form, so that
+"""A user's model beside the closed forms: parity/lab/your_trainer/accounting_any.py measures
+it; when it is GPT-2-shaped (NOTE [ Recognizing a GPT-2-shaped decoder ] there), each measured
+total is set beside the formula this project checks for its own transformer, and every
+difference is a named term with its own closed form, so that
 
     measured == formula + sum(named terms)        (the residual, which must be 0)
 
@@ -42,17 +42,17 @@ from typing import Any
 import torch
 from torch import nn
 
-from reference.accounting import activation_bytes
-from reference.accounting_gpt import gpt_activation_bytes
-from reference.flops import gpt_param_count, transformer_flops, transformer_forward_flops
-from reference.flops_published import kaplan_flops
-from torch_impl.accounting_any import (
+from parity.lab.your_trainer.accounting_any import (
     GPT2Shape,
     ModuleAccount,
     NotGPT2,
     account_module,
     gpt2_shape,
 )
+from reference.accounting import activation_bytes
+from reference.accounting_gpt import gpt_activation_bytes
+from reference.flops import gpt_param_count, transformer_flops, transformer_forward_flops
+from reference.flops_published import kaplan_flops
 
 
 @dataclass

@@ -3,7 +3,7 @@ parity/lab/audit_recognize.py: a torch.save file (a dict, a Lightning `.ckpt`) o
 Accelerate `save_state` folder (one entry per file); this project's own checkpoints are
 recognised before these, by parity/lab/audit_own.py.
 
-Nothing here runs a pickle. torch.save files go through torch_impl.audit.load_safely
+Nothing here runs a pickle. torch.save files go through parity.lab.your_trainer.audit.load_safely
 (weights_only=True); a `.pkl` file is not loaded at all: its opcodes are read with
 pickletools (which parses, never executes) for the globals it would import and the names it
 holds. `model.safetensors` is read from its header alone (8 bytes little-endian length N,
@@ -66,7 +66,7 @@ def safetensors_header(path: Path) -> dict[str, TensorInfo]:
 
 
 def _torch_file(path: Path) -> Any:
-    from torch_impl.audit import NotACheckpoint, load_safely
+    from parity.lab.your_trainer.audit import NotACheckpoint, load_safely
 
     try:
         loaded = load_safely(path)

@@ -64,7 +64,7 @@ def _cli(argv: list[str]) -> tuple[int, str]:
 
 
 def scaler_guard(fixed: bool) -> list[str]:
-    from torch_impl.scaler_guard import ScalerGuard
+    from parity.lab.your_trainer.scaler_guard import ScalerGuard
 
     t = example().Trainer(fixed=fixed)
     with ScalerGuard(t.scaler, t.optimizer, model=t.model) as guard:
@@ -74,7 +74,7 @@ def scaler_guard(fixed: bool) -> list[str]:
 
 
 def host_reads(fixed: bool) -> dict[str, int]:
-    from torch_impl.host_reads import HostReads
+    from parity.lab.your_trainer.host_reads import HostReads
 
     t = example().Trainer(fixed=fixed)
     with HostReads() as reads:
@@ -118,7 +118,7 @@ def audit(fixed: bool) -> dict[str, Any]:
 
 
 def resume_check(fixed: bool) -> dict[str, Any]:
-    from torch_impl.resume_check import check_resume
+    from parity.lab.your_trainer.resume_check import check_resume
 
     factory = "make_fixed_trainer" if fixed else "make_trainer"
     report = check_resume(getattr(example(), factory), steps=STEPS, at=AT,

@@ -27,8 +27,8 @@ reference: its tape in fp32 without recompute, its state always) on the CPU; it 
 
 --module: any nn.Module. FACTORY() (or FACTORY(batch_shape=(B, T)) with --batch-shape)
 returns (model, example_batch) or (model, example_batch, loss_fn); one step is measured per
-module path (torch_impl/accounting_any.py) and a GPT-2-shaped model is set beside the closed
-forms, each difference a named term (parity/lab/account_any.py).
+module path (parity/lab/your_trainer/accounting_any.py) and a GPT-2-shaped model is set
+beside the closed forms, each difference a named term (parity/lab/account_any.py).
 Last line: `account: memory B bytes (state S, P bytes/param), flops F, unexplained gaps U`
 (with --json, the one JSON object holds the same: totals, unexplained).
 Exit status: 0; 1 if --measure finds a gap no named term explains; 2 for bad input.

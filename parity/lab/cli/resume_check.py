@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     # off the front of sys.path; the user's module is found at its end
     if os.getcwd() not in sys.path:
         sys.path.append(os.getcwd())
-    from torch_impl.resume_check import ResumeCheckError, TrainerFailed, check_resume
+    from parity.lab.your_trainer.resume_check import ResumeCheckError, TrainerFailed, check_resume
 
     try:
         report = check_resume(args.factory, steps=args.steps, at=args.at, atol=args.atol,

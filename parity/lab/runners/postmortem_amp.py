@@ -114,7 +114,7 @@ def clip_loop(fault: str | None) -> dict[str, Any]:
     the guard's finding kinds."""
     import torch
 
-    from torch_impl.scaler_guard import ScalerGuard
+    from parity.lab.your_trainer.scaler_guard import ScalerGuard
     from torch_impl.train import Run, TrainConfig
 
     run = Run(TrainConfig(**CLIP_CONFIG))
@@ -154,7 +154,8 @@ def clip_before_unscale() -> Postmortem:
         f"hardly learns: over {CLIP_STEPS} steps its parameters move {moved:.3g}x as far as "
         "the same run's with the clip after unscale_, and nothing is inf or NaN.",
         f"the same {CLIP_STEPS} fp16 steps (default MLP, SGD, S = {scale:g}) with the clip "
-        "before and after scaler.unscale_, under torch_impl.scaler_guard.ScalerGuard: the "
+        "before and after scaler.unscale_, under "
+        "parity.lab.your_trainer.scaler_guard.ScalerGuard: the "
         "norm clip_grad_norm_ returned at step 0 (the same weights and batch in both loops), "
         "the steps the scaler skipped, and how far the parameters moved.",
         table,

@@ -1,4 +1,4 @@
-"""What the resume check (torch_impl/resume_check.py) reads out of a user's trainer: its state
+"""What the resume check (resume_check.py) reads out of a user's trainer: its state
 flattened to dotted entries, a digest per entry, what can be observed on the trainer beyond
 the state it saves, and the check that a state loads back under weights_only.
 

@@ -1,10 +1,10 @@
-"""The trainer's side of the resume check (torch_impl/resume_check.py): building a trainer
+"""The trainer's side of the resume check (resume_check.py): building a trainer
 from its factory, the protocol's three calls, the save and the load, the resumed run, and
 the fresh process that runs it.
 
 The fresh process is
 
-    python -c "from torch_impl.resume_worker import main; main()" JOB
+    python -c "from parity.lab.your_trainer.resume_worker import main; main()" JOB
 
 with JOB a JSON object {mode, factory, checkpoint, steps, at, out}: mode "resume" loads
 `checkpoint`, steps to `steps` and torch.saves its digests and final state to `out`; mode
@@ -25,8 +25,8 @@ from typing import Any
 import torch
 
 import ckpt
+from parity.lab.your_trainer.resume_state import check_storable, digests, flatten, observe
 from torch_impl import resume
-from torch_impl.resume_state import check_storable, digests, flatten, observe
 
 SAVING = "resume-check: saving"  # the killed child's line: its payload is written, not renamed
 Factory = Callable[[], Any] | str
@@ -63,7 +63,7 @@ def load_factory(factory: Factory) -> Callable[[], Any]:
 
 class Trainer:
     """The protocol's three calls, from an object or a tuple of callables; `obj` is what is
-    observed (NOTE [ Observed beside the state ] in torch_impl/resume_state.py)."""
+    observed (NOTE [ Observed beside the state ] in resume_state.py)."""
 
     def __init__(self, made: Any) -> None:
         if isinstance(made, tuple) and len(made) == 3 and all(map(callable, made)):

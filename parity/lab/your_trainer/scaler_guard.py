@@ -40,9 +40,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from torch_impl import scaler_guard_probes as probes
+from parity.lab.your_trainer import scaler_guard_probes as probes
+from parity.lab.your_trainer.scaler_guard_probes import KINDS, Finding, ScalerMisuse, user_line
 from torch_impl.loss_scaling import step_skipped
-from torch_impl.scaler_guard_probes import KINDS, Finding, ScalerMisuse, user_line
 
 __all__ = ["KINDS", "SCALE_FLOOR", "Finding", "ScalerGuard", "ScalerMisuse"]
 

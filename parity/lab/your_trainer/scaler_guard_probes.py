@@ -1,4 +1,4 @@
-"""What torch_impl/scaler_guard.py observes a user's loop with, and what it reports: the
+"""What scaler_guard.py observes a user's loop with, and what it reports: the
 finding types, the user's line, the probes on clipping and on the forward, and the
 underflow count. See scaler_guard.py for the checks themselves.
 

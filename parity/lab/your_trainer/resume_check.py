@@ -18,7 +18,7 @@ importable path, `package.module:function`, imported in the child from the worki
 What check_resume does:
   1. in this process: factory(), then N steps; after each step t the digest of every entry
      of state_dict() and of what is observed on the trainer (NOTE [ Observed beside the
-     state ] in torch_impl/resume_state.py); at t = k the state is saved (torch.save's bytes
+     state ] in resume_state.py); at t = k the state is saved (torch.save's bytes
      in this project's checkpoint container, written atomically: torch_impl/resume.py).
   2. a fresh process (with fresh_process=False: this one): factory(), load_state_dict of the
      file read back with torch.load(weights_only=True), the digests right after the load
@@ -50,8 +50,8 @@ from typing import Any
 
 import torch
 
-from torch_impl.resume_state import digests, flatten
-from torch_impl.resume_worker import (
+from parity.lab.your_trainer.resume_state import digests, flatten
+from parity.lab.your_trainer.resume_worker import (
     SAVING,
     Factory,
     ResumeCheckError,
@@ -66,10 +66,11 @@ from torch_impl.resume_worker import (
 __all__ = ["Difference", "ResumeCheckError", "ResumeReport", "TrainerFailed", "assert_resumes",
            "check_resume"]
 
-PROJECT = Path(__file__).resolve().parents[1]  # the folder holding torch_impl/
+PROJECT = Path(__file__).resolve().parents[3]  # the folder holding parity/ and torch_impl/
 # -c puts the child's cwd first on sys.path; it is dropped (a folder ckpt/ there would shadow
 # the project) and this process's sys.path given instead, through PYTHONPATH
-CHILD = "import sys; del sys.path[0]; from torch_impl.resume_worker import main; main()"
+CHILD = ("import sys; del sys.path[0]; "
+         "from parity.lab.your_trainer.resume_worker import main; main()")
 TIMEOUT = 600.0  # seconds a child may take
 
 
