@@ -45,6 +45,28 @@ CPU_KERNELS = (
     "other kernels")
 
 
+def test_adamw_steps_match_torch_adamw_bitwise(device: str) -> None:
+    """Five AdamW steps from the same parameters and gradients leave the reference's
+    parameters and moments bit-identical to torch.optim.AdamW's (given torch's sqrt)."""
+    skip_on_cuda(device)
+    rng = np.random.default_rng(0)
+    init = rng.standard_normal((4, 3)).astype(np.float32)  # (4, 3)
+    grads = rng.standard_normal((5, 4, 3)).astype(np.float32)  # (steps, 4, 3)
+    ref_p = Parameter(init.copy())
+    torch_p = torch.nn.Parameter(torch.from_numpy(init.copy()))
+    ref_opt = ref_optim.AdamW([ref_p], lr=0.01, weight_decay=0.1, fma=FUSED, sqrt=torch_sqrt)
+    torch_opt = torch.optim.AdamW([torch_p], lr=0.01, weight_decay=0.1)
+    for g in grads:
+        ref_p.grad = g.copy()
+        torch_p.grad = torch.from_numpy(g.copy())
+        ref_opt.step()
+        torch_opt.step()
+    ref_v = ref_opt.state[ref_p]["exp_avg_sq"]  # (4, 3)
+    torch_v = torch_opt.state[torch_p]["exp_avg_sq"]  # (4, 3)
+    assert_claim("optim.adam_bits", actual=torch_v, expected=ref_v, context="exp_avg_sq")
+    assert_claim("optim.adam_bits", actual=torch_p.detach(), expected=ref_p.data)
+
+
 def skip_on_cuda(device: str, why: str = CPU_KERNELS) -> None:
     if device != "cpu":
         pytest.skip(f"CPU-specific claim: {why}")

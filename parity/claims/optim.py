@@ -174,5 +174,5 @@ MANIFEST = Manifest(
              reference="reference.lr_scheduler:LRScheduler.load_state_dict",
              torch="torch_impl.optim:scheduler_state_from_torch", claims=_ROUNDTRIP),
     ),
-    headline="parity/test_optim.py::test_adam_matches_torch_bitwise_given_torchs_sqrt",
+    headline="parity/test_optim.py::test_adamw_steps_match_torch_adamw_bitwise",
 )
