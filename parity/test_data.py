@@ -39,6 +39,30 @@ PURPOSE_NAMES = ("ORDER", "INPUTS", "TEACHER", "CALIBRATION", "SEQUENCES", "LOAD
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def test_loader_resumed_mid_epoch_matches_torch_dataloader_bitwise(device: str) -> None:
+    """A loader stopped after one batch and resumed from its sampler's state_dict yields the
+    same batches, bit for bit, in the reference's Loader and in torch's DataLoader."""
+    ref_task = ref.make_task(seed=3, num_samples=10, features=2)
+    torch_task = tdata.make_task(seed=3, num_samples=10, features=2, device=device)
+    ref_loader = ref.make_loader(ref_task, ref.ResumableSampler(10, seed=5), 4)
+    torch_loader = tdata.make_loader(torch_task, tdata.ResumableSampler(10, seed=5), 4,
+                                     generator=torch.Generator().manual_seed(0))
+    ref_head = next(iter(ref_loader))[0]  # (4, 2): the batch before the interruption
+    torch_head = next(iter(torch_loader))[0]
+    ref_state = ref_loader.batch_sampler.sampler.state_dict()  # {'epoch': 0, 'position': 4, ..}
+    torch_state = torch_loader.batch_sampler.sampler.state_dict()
+    ref_sampler = ref.ResumableSampler(10, seed=5)
+    torch_sampler = tdata.ResumableSampler(10, seed=5)
+    ref_sampler.load_state_dict(ref_state)
+    torch_sampler.load_state_dict(torch_state)
+    ref_tail = [x for x, _, _ in ref.make_loader(ref_task, ref_sampler, 4)]  # (4, 2), (2, 2)
+    torch_tail = [x for x, _, _ in tdata.make_loader(torch_task, torch_sampler, 4,
+                                                     generator=torch.Generator())]
+    assert ref_state["position"] == 4 and len(ref_tail) == 2  # resumed mid-epoch, to its end
+    assert_claim("data.loader", actual=torch.cat([torch_head, *torch_tail]).cpu(),
+                 expected=np.concatenate([ref_head, *ref_tail]))
+
+
 @given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 300), features=st.integers(1, 16),
        hidden=st.integers(1, 32), classes=st.integers(2, 4), dtypes=st.sampled_from(DTYPES))
 @settings(examples(40))

@@ -149,6 +149,5 @@ MANIFEST = Manifest(
     ),
     borrowed=(("gpt.copy_task", "the copy task is the transformer's data: gpt claims it, "
                                 "with a resume from the other tree"),),
-    headline="parity/test_data.py::"
-             "test_loader_stream_and_cross_implementation_resume_are_bit_identical",
+    headline="parity/test_data.py::test_loader_resumed_mid_epoch_matches_torch_dataloader_bitwise",
 )
