@@ -22,15 +22,41 @@ from parity.drivers.amp import (
     activation_pairs,
     activation_pairs_at,
     dropout_pairs,
+    f32,
+    float32_accumulation,
     linear_pairs,
     linear_pairs_at,
     model_pairs,
+    reliable,
     toward,
 )
 from parity.drivers.amp_context import nested_states, saved_signatures
 from parity.strategies import examples
+from reference import amp as ramp
+from reference import nn as rnn
+from torch_impl import nn as tnn
 
 FMTS = st.sampled_from(["bfloat16", "float16"])
+
+
+def test_linear_forward_under_bf16_autocast_matches_torch_autocast(device: str) -> None:
+    """A Linear under bfloat16 autocast gives bfloat16 outputs within 1 ulp of torch's where
+    the float32 accumulation bound allows (amp.linear_bf16's precondition)."""
+    rng = np.random.default_rng(0)
+    ref_layer = rnn.Linear(16, 8, rng=rng)
+    torch_layer = torch.nn.Linear(16, 8).to(device)
+    torch_layer.load_state_dict(tnn.state_dict_to_torch(ref_layer.state_dict()))
+    x = rng.standard_normal((4, 16)).astype(np.float32)  # (B, in)
+    with ramp.autocast("bfloat16"):
+        ref_y = f32(ref_layer.forward(x))  # (B, out): bfloat16 values
+    with float32_accumulation(device), torch.autocast(torch.device(device).type,
+                                                      dtype=torch.bfloat16):
+        torch_y = f32(torch_layer(torch.from_numpy(x).to(device)))  # (B, out)
+    lp = ramp.LP_DTYPES["bfloat16"]
+    x_lp, w_lp = f32(ramp.cast(x, lp)), f32(ramp.cast(ref_layer.weight.data, lp))  # the operands
+    ok = reliable(x_lp, w_lp.T, ref_y, "bfloat16")  # (B, out): float32 order cannot flip a rounding
+    assert ok.mean() >= LINEAR_MIN_COMPARED  # the precondition holds where the claim says
+    assert_claim("amp.linear_bf16", actual=torch_y[ok], expected=ref_y[ok])
 
 
 @settings(examples(25))
