@@ -51,6 +51,26 @@ CPU_ONLY_DROPOUT = (
     "neither the saved mask nor the rounding of NOTE [ Dropout mask ] is the CPU kernel's")
 
 
+def test_linear_forward_and_backward_match_torch_linear_within_dot_product_bound(
+        device: str) -> None:
+    """A float32 Linear's output and weight gradient are within (k + 1) eps |A||B| of
+    torch.nn.Linear's (the two BLAS sum in different orders)."""
+    rng = np.random.default_rng(0)
+    ref_layer = ref.Linear(16, 8, rng=rng)
+    torch_layer = torch.nn.Linear(16, 8).to(device)
+    torch_layer.load_state_dict(tnn.state_dict_to_torch(ref_layer.state_dict()))
+    x = rng.standard_normal((4, 16)).astype(np.float32)  # (B, in)
+    g = rng.standard_normal((4, 8)).astype(np.float32)  # (B, out): dL/dy
+    ref_y = ref_layer.forward(x)  # (B, out)
+    torch_y = torch_layer(torch.from_numpy(x).to(device))  # (B, out)
+    ref_layer.backward(g)
+    torch_y.backward(torch.from_numpy(g).to(device))
+    s = linear_scales(ref_layer, x, g)  # the claim's S, per element
+    assert_claim("nn.linear", actual=torch_y.detach(), expected=ref_y, scale=s["y"])
+    assert_claim("nn.linear", actual=torch_layer.weight.grad, expected=ref_layer.weight.grad,
+                 scale=s["weight"])
+
+
 def skip_on_cuda(device: str, why: str) -> None:
     if device != "cpu":
         pytest.skip(f"CPU-specific claim: {why}")
