@@ -4,7 +4,8 @@ budget.
 Profiles:
     dev   default: 100 examples, no deadline (a noisy 2-core machine);
     ci    selected automatically when the CI environment variable is set: derandomized, no deadline;
-    fuzz  pytest parity/ --hypothesis-profile=fuzz [--fuzz-seconds T]
+    fuzz  pytest parity/ --hypothesis-profile=fuzz [--fuzz-seconds T | --fuzz-total S]
+          (registered by parity/fuzz_plugin.py, with its time budget: below);
     report  what `python -m parity report` runs: derandomized, at most REPORT_EXAMPLES
           examples per @given test (a test's own budget capped: parity.strategies.examples),
           so the report is quick and its table the same on every run, whichever files run
@@ -23,24 +24,20 @@ its first example on; and the code Inductor generates, which it loads as modules
 cache folder, is kept out by giving the report's Inductor cache a folder named `tests`
 (parity/lab/report.py INDUCTOR_CACHE). No hypothesis setting or attribute is touched.
 
-The fuzz profile has a bounded, stated duration. hypothesis settings cannot take a time, and
-the tests' costs per example differ by a factor of ~1000 (a float cast vs a training run),
-so a flat example count either barely fuzzes the cheap tests or spends many minutes in one
-expensive test. Instead every @given test gets up to 20,000 examples OR T seconds
-(--fuzz-seconds, default FUZZ_SECONDS), whichever comes first: its own @settings budget is
-raised to the profile's, and while it runs, parity.fuzz_targets.time_slice stops it from
-starting a new example after T seconds (never while a failure is being shrunk; the test then passes
-with the examples it ran). So `pytest parity/ --hypothesis-profile=fuzz` takes at most
-(number of @given tests) x T plus the rest of the suite: 66 tests x 5 s + ~2 minutes, about
-7.5 minutes on 2 cores, and the summary at the end lists the examples each test got.
-State machines keep their own budgets (hypothesis runs them through unittest).
+The fuzz profile and its time budget are a plugin of their own, loaded below
+(parity/fuzz_plugin.py, NOTE [ A fuzz run's time ]): every @given test gets up to 20,000
+examples or its time slice, whichever comes first. `--fuzz-seconds T` gives each @given test T
+seconds (default 5) and runs the rest of the suite as usual; `--fuzz-total S`, what
+`python -m parity fuzz --seconds S` runs, deselects the tests that are not @given tests and
+shares S seconds of wall time among the @given ones, across pytest-xdist's workers, skipping
+(and exiting 4) any it could not reach in time. The summary at the end lists the examples each
+test got, gathered from every worker.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-import time
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -60,8 +57,6 @@ setting.pin_blas()
 for _name in filter(None, os.environ.get("MIRRORTRAIN_WITHOUT", "").split(",")):
     sys.modules[_name.strip()] = None  # type: ignore[assignment]
 
-FUZZ_SECONDS = 5.0  # default time budget per @given test under the fuzz profile
-
 settings.register_profile("dev", max_examples=100, deadline=None)
 settings.register_profile(
     "ci",
@@ -70,12 +65,6 @@ settings.register_profile(
     derandomize=True,
     print_blob=True,
     suppress_health_check=[HealthCheck.too_slow],
-)
-settings.register_profile(
-    "fuzz",
-    max_examples=20_000,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 # `python -m parity report`: the parity tests, quickly and reproducibly (parity/lab/report.py);
 # tests with their own larger @settings(max_examples=n) are capped to this count too.
@@ -113,8 +102,8 @@ def import_local_modules() -> list[str]:
                 failed.append(info.name)
     return failed
 
-# nodeid -> (examples, seconds, stopped by the time budget), for the fuzz summary
-_FUZZED: dict[str, tuple[int, float, bool]] = {}
+# the fuzz profile and its options (--fuzz-seconds, --fuzz-total), time slices and summary
+pytest_plugins = ("parity.fuzz_plugin",)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -125,24 +114,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         choices=("cpu", "cuda"),
         help="device for the torch side of the tests (default: cpu)",
     )
-    parser.addoption(
-        "--fuzz-seconds",
-        action="store",
-        type=float,
-        default=FUZZ_SECONDS,
-        help=f"with --hypothesis-profile=fuzz: seconds per @given test (default "
-             f"{FUZZ_SECONDS:g}); each stops at 20,000 examples or this, whichever is first",
-    )
-
-
-def _fuzz_seconds(config: pytest.Config) -> float | None:
-    """The per-test time budget when the fuzz profile is selected, else None."""
-    if config.getoption("hypothesis_profile", None) != "fuzz":
-        return None
-    seconds = config.getoption("--fuzz-seconds")
-    if not seconds > 0 or seconds == float("inf"):
-        raise pytest.UsageError(f"--fuzz-seconds {seconds}: must be a finite number > 0")
-    return seconds
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -162,7 +133,6 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    _fuzz_seconds(config)  # a bad --fuzz-seconds is refused before any test runs
     if config.getoption("--device") != "cuda":
         return
     import torch
@@ -172,40 +142,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             if "device" in getattr(item, "fixturenames", ()):
                 item.add_marker(skip)
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_pyfunc_call(pyfuncitem: pytest.Function):  # type: ignore[no-untyped-def]
-    """Under the fuzz profile, run each @given test inside its time budget (module docstring);
-    running out of time is a normal end, not a failure."""
-    seconds = _fuzz_seconds(pyfuncitem.config)
-    fn = pyfuncitem.obj
-    if seconds is None or not hasattr(fn, "hypothesis"):
-        yield
-        return
-    from parity.fuzz_targets import TimeUp, time_slice
-
-    began = time.monotonic()
-    with time_slice(fn, seconds) as state:
-        outcome = yield
-    if outcome.excinfo is not None and isinstance(outcome.excinfo[1], TimeUp):
-        outcome.force_result(True)
-    _FUZZED[pyfuncitem.nodeid] = (state.count, time.monotonic() - began, state.stopped)
-
-
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """Under the fuzz profile: how many examples each @given test got, fewest first."""
-    seconds = _fuzz_seconds(terminalreporter.config)
-    if seconds is None or not _FUZZED:
-        return
-    tr = terminalreporter
-    tr.section(f"fuzz profile: up to 20,000 examples or {seconds:g} s per @given test")
-    for nodeid, (count, spent, stopped) in sorted(_FUZZED.items(), key=lambda kv: kv[1][0]):
-        why = "time budget" if stopped else "all examples"
-        tr.write_line(f"{count:>7,} examples {spent:>6.1f} s  ({why})  {nodeid}")
-    total = sum(c for c, _, _ in _FUZZED.values())
-    spent = sum(s for _, s, _ in _FUZZED.values())
-    tr.write_line(f"{len(_FUZZED)} @given tests, {total:,} examples in {spent:.0f} s")
 
 
 @pytest.fixture(scope="session")
