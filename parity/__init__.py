@@ -8,8 +8,9 @@ the tests that hold them to it.
     parity/compare.py   the measurement behind every claim kind (and the record of what
                         each claim observed, which the report prints)
     parity/oracles.py   exact oracles and which library has which format
-    parity/sweep.py     the exhaustive format sweeps; parity/fuzz_targets.py what a fuzz
-                        target is
+    parity/sweep.py     the exhaustive format sweeps
+    parity/fuzz_plugin.py  the hypothesis profile `fuzz` and its time budget, a pytest
+                        plugin (conftest.py loads it; `python -m parity fuzz` runs it)
     parity/test_*.py    the parity tests, each assertion naming its claim
 
 Nothing in here implements a mechanism, and nothing in here imports the lab (parity/lab/:

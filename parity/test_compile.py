@@ -47,8 +47,7 @@ CPU_ONLY = "the compile bounds rest on the nn claims' CPU kernels (parity/claims
 def inductor_cache() -> Iterator[None]:
     """Inductor's caches in a fresh temporary directory (dc.fresh_inductor_cache: removed at
     the process's exit, since Inductor keeps paths into it), Dynamo's caches empty around
-    the module, so no test reuses another process's or another test module's compiled code.
-    (No arguments: `python -m parity fuzz` applies it outside pytest.)"""
+    the module, so no test reuses another process's or another test module's compiled code."""
     with dc.fresh_inductor_cache():
         yield
 
