@@ -306,5 +306,6 @@ MANIFEST = Manifest(
         Twin("CrossEntropyLoss", reference="reference.losses:CrossEntropyLoss",
              alias="torch.nn.CrossEntropyLoss", claims=("nn.cross_entropy",)),
     ),
-    headline="parity/test_nn.py::test_linear_forward_and_backward_match_torch_linear_within_dot_product_bound",
+    headline="parity/test_nn.py::"
+             "test_linear_forward_and_backward_match_torch_linear_within_dot_product_bound",
 )
