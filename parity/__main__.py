@@ -79,8 +79,8 @@ def entry() -> int:
         _drop_cwd_from_path()
         from parity import setting
 
-        if sys.argv[1:2] in (["fuzz"], ["sweep"]):  # claims checked here: their setting,
-            setting.pin_blas()  # before NumPy loads
+        if sys.argv[1:2] == ["sweep"]:  # claims checked in this process: their setting,
+            setting.pin_blas()  # before NumPy loads (fuzz's pytest pins its own: conftest.py)
 
         from parity.lab.cli import main
 

@@ -3,7 +3,9 @@
     parity/lab/cli/       `python -m parity COMMAND`, one module per command
     parity/lab/runners/   the long runs behind the commands: profile, optimize, miniproject
     parity/lab/report.py  the report: a quick run of the parity tests, printed per claim
-    parity/lab/fuzz.py    the parity tests round-robin for a time budget
+    parity/lab/fuzz.py    the fuzz command's pytest run (the fuzz profile, parity/fuzz_plugin.py)
+    parity/lab/book/      the book: each topic's twins side by side, as HTML
+    parity/lab/your_trainer/  the checks a user points at their own trainer
     parity/lab/gendocs/   every generated part of docs/ (`python -m parity docs`)
     parity/lab/pictures/  every picture in docs/img/ and the report's --out
     parity/lab/ranges.py  the format range table, rendered

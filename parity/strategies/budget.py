@@ -3,7 +3,7 @@
 A test whose examples cost more than most says so with `@settings(examples(n))` instead of
 `@settings(max_examples=n)`: n under the everyday profiles (dev, ci), at most the profile's
 own count under `report` (a quick, reproducible run), and the profile's own count under
-`fuzz` (many: its time budget ends each test, conftest.py). An explicit max_examples wins
+`fuzz` (many: its time budget ends each test, parity/fuzz_plugin.py). An explicit max_examples wins
 over any profile; this is how a profile still decides, through hypothesis' public settings
 only (the current profile's name and its settings), read when the test is decorated, after
 pytest loaded the profile it was asked for.
