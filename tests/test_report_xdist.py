@@ -1,0 +1,126 @@
+"""The report on pytest-xdist: a worker that crashes fails the report naming its test, and a
+claim's n does not depend on which files share a process (NOTE [ A claim's n is the claim's ]
+in conftest.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from parity.lab.report import rows_of
+from parity.tolerances import claim
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CRASHING = """
+import os
+import signal
+
+import numpy as np
+
+from parity.compare import assert_claim
+
+
+def test_asserts_a_claim_then_its_worker_dies() -> None:
+    assert_claim("formats.decode", actual=np.zeros(3), expected=np.zeros(3))
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+HOLDING = """
+import numpy as np
+
+from parity.compare import assert_claim
+
+
+def test_holds() -> None:
+    assert_claim("formats.decode", actual=np.ones(2), expected=np.ones(2))
+"""
+
+
+def test_a_worker_that_crashes_fails_the_report_naming_its_test(tmp_path: Path) -> None:
+    """Under xdist each worker hands its record back when it ends; a worker killed while
+    running a test hands back none. The report reads that test as failed, asserting no claim
+    it could see, and names it: the table can never turn a crash into a green row."""
+    from parity.lab import report
+
+    (tmp_path / "conftest.py").write_text(
+        "from hypothesis import settings\nsettings.register_profile('report')\n")
+    (tmp_path / "test_crash.py").write_text(CRASHING)
+    (tmp_path / "test_hold.py").write_text(HOLDING)
+    files = [tmp_path / "test_crash.py", tmp_path / "test_hold.py"]
+    assert report.workers(len(files)) == 2 or os.cpu_count() == 1
+    try:
+        ran = report.run_tests(files, extra=("--max-worker-restart", "0"))
+    except report.TestsDidNotRun as e:  # xdist itself failed on the crash (some versions)
+        assert "test_crash.py::test_asserts_a_claim_then_its_worker_dies" in str(e), str(e)
+        return
+    result = rows_of((claim("formats.decode"),), ran)
+    crashed = [line for line in result.unclaimed_failures if "test_crash.py" in line]
+    assert crashed, (result.unclaimed_failures, ran["tests"])
+    assert "crashed" in crashed[0] or "died" in crashed[0], crashed
+
+
+def test_a_derandomized_run_has_imported_every_local_module_before_its_first_example(
+        ) -> None:
+    """NOTE [ A claim's n is the claim's ] (conftest.py): import_local_modules leaves no
+    module of the project's packages (test files aside) unimported, so hypothesis has seen
+    the same local source in every process; and the report's Inductor cache, from which
+    Inductor loads generated modules, lies under a folder named `tests`."""
+    import importlib.util
+    import sys
+
+    import conftest
+
+    conftest.import_local_modules()
+    missing = []
+    for package in conftest.LOCAL_PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            if path.stem.startswith("test_") or "__pycache__" in path.parts:
+                continue
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            if name not in sys.modules and importlib.util.find_spec(name) is not None:
+                missing.append(name)
+    assert missing == []
+    source = (ROOT / "parity" / "lab" / "report.py").read_text(encoding="utf-8")
+    assert 'Path(tmp) / "tests" / "inductor"' in source
+
+
+@pytest.mark.slow  # two pytest runs of two files each: about 25 s on 2 cores
+def test_a_claims_n_does_not_depend_on_the_files_run_before_it() -> None:
+    """loss_scaling's claims observe the same n run alone and after test_formats_small.py
+    in the same process (where hypothesis' local constants once moved loss_scaling.scaler's n
+    from 10,972 to 10,195), and under xdist."""
+    from parity.lab import report
+
+    alone = report.run_tests([report.PARITY / "test_loss_scaling.py"])
+    after = report.run_tests([report.PARITY / "test_formats_small.py",
+                              report.PARITY / "test_loss_scaling.py"], extra=("-n", "0"))
+    spread = report.run_tests([report.PARITY / "test_formats_small.py",
+                               report.PARITY / "test_loss_scaling.py"])
+    ns = [{cid: o["n"] for cid, o in ran["claims"].items() if cid.startswith("loss_scaling.")}
+          for ran in (alone, after, spread)]
+    assert ns[0] and ns[0] == ns[1] == ns[2], ns
+
+
+def test_a_derandomized_pytest_run_has_every_local_module_loaded_at_its_first_test(
+        tmp_path: Path) -> None:
+    """The root conftest, under the report profile, has imported every local module before
+    the first test runs (NOTE [ A claim's n is the claim's ]), in a process of its own: a
+    module no test imports is loaded; under the dev profile nothing is imported for it."""
+    probe = tmp_path / "test_probe.py"
+    probe.write_text("import os\nimport sys\n\n\ndef test_probe() -> None:\n"
+                     "    assert ('parity.lab.gendocs.versions' in sys.modules) == "
+                     "(os.environ['PROBE'] == 'report')\n")
+    for profile in ("report", "dev"):
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "conftest", "-p", "no:cacheprovider",
+             "-p", "no:xdist", "-p", "no:benchmark", "-o", "addopts=", "--rootdir",
+             str(tmp_path), str(probe), f"--hypothesis-profile={profile}"],
+            cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT), "PROBE": profile},
+            capture_output=True,
+            text=True, timeout=300, check=False)
+        assert done.returncode == 0, (profile, done.stdout[-1500:], done.stderr[-1500:])
