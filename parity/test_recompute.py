@@ -37,9 +37,31 @@ from reference import recompute as rrc
 from reference.recompute_gpt import RecomputedCore as RefCore
 from reference.recompute_gpt import set_recompute as ref_set
 from torch_impl import gpt as tgpt
+from torch_impl import nn as tnn
 from torch_impl import recompute as trc
 from torch_impl.recompute_gpt import RecomputedCore as TorchCore
 from torch_impl.recompute_gpt import set_recompute as torch_set
+
+
+def test_checkpointed_mlp_holds_and_recomputes_what_torch_checkpoint_does(device: str) -> None:
+    """An MLP checkpointed in segments of two: the reference tape's held bytes and per-layer
+    recomputes are what torch.utils.checkpoint's saved_tensors_hooks and forward hooks see."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 6))  # (batch, d_in) float64
+    g = rng.standard_normal((4, 3))  # (batch, d_out)
+    ref_model = ref.make_mlp([6, 8, 8, 3], "tanh", rng=rng, dtype=np.float64)  # L A L A L
+    torch_model = tnn.make_mlp([6, 8, 8, 3], "tanh", generator=torch.Generator().manual_seed(0),
+                               dtype=torch.float64, device=device)
+    torch_model.load_state_dict(tnn.state_dict_to_torch(ref_model.state_dict(), device))
+    ref_ckpt = rrc.forward_with_schedule(ref_model, x, "uniform:2")
+    ref_ckpt.backward(g)
+    torch_ckpt = trc.measure(torch_model, torch.from_numpy(x).to(device).requires_grad_(),
+                             torch.from_numpy(g).to(device), "uniform:2")
+    assert counts_array(ref_ckpt.recomputed()).sum() > 0  # something was recomputed
+    assert_claim("recompute.held_bytes", actual=np.array([torch_ckpt.held_bytes]),
+                 expected=np.array([predicted_held_bytes(ref_ckpt, device)]))
+    assert_claim("recompute.counts", actual=counts_array(torch_ckpt.started),
+                 expected=counts_array(ref_ckpt.recomputed()))
 
 
 @given(case=recompute_models(), data=st.data())

@@ -225,5 +225,5 @@ MANIFEST = Manifest(
         _same("recompute_gpt", "set_recompute", *_GPT),
     ),
     headline="parity/test_recompute.py::"
-             "test_held_bytes_and_recompute_counts_predicted_by_the_reference_match_torch",
+             "test_checkpointed_mlp_holds_and_recomputes_what_torch_checkpoint_does",
 )
