@@ -91,5 +91,6 @@ MANIFEST = Manifest(
         Twin("state_to_reference", torch="torch_impl.resume:state_to_reference",
              claims=_CROSS, why=_MAPPING),
     ),
-    headline="parity/test_resume.py::test_reference_state_through_torch_and_back_is_bit_identical",
+    headline="parity/test_resume.py::"
+             "test_an_adamw_state_saved_and_restored_by_either_tree_comes_back_alike",
 )
