@@ -10,16 +10,36 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import event, given, settings
 
 from common.fp8_recipes import recipe_format
 from parity.compare import assert_claim
 from parity.drivers import fp8_scaling as drv
 from parity.strategies import examples, fp8_histories, fp8_tensors
+from reference import fp8_scaling as rfp8
+from torch_impl import fp8_scaling as tfp8
 
 E4M3, E5M2 = "float8_e4m3fn", "float8_e5m2"
 FLT_MAX = float.fromhex("0x1.fffffep127")
 NAN, INF = float("nan"), float("inf")
+
+
+def test_rowwise_current_scaling_casts_to_the_same_e4m3_bits_in_both_trees(device: str) -> None:
+    """Rowwise current scaling of one tensor to float8_e4m3fn: both trees' amaxes, scales and
+    fp8 data are the same bits."""
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((4, 8)) * 2.0 ** rng.integers(-12, 12, (4, 1))).astype(np.float32)
+    ref_amax = rfp8.tensor_amax(x, axis=-1)  # (4, 1)
+    torch_amax = tfp8.tensor_amax(torch.from_numpy(x).to(device), axis=-1)  # (4, 1)
+    ref_scale = rfp8.amax_to_scale(ref_amax, E4M3)  # (4, 1) float32
+    torch_scale = tfp8.amax_to_scale(torch_amax, E4M3)  # (4, 1) float32
+    ref_data = rfp8.cast_to_fp8(x, ref_scale, E4M3)  # (4, 8) float8_e4m3fn
+    torch_data = tfp8.cast_to_fp8(torch.from_numpy(x).to(device), torch_scale, E4M3)  # (4, 8)
+    assert_claim("fp8_scaling.current_trees", actual=torch_scale, expected=ref_scale,
+                 context="scale")
+    assert_claim("fp8_scaling.current_trees", actual=torch_data, expected=ref_data,
+                 context="data")
 
 
 @given(case=fp8_tensors())

@@ -189,5 +189,5 @@ MANIFEST = Manifest(
         _same("fp8_scaling", "record_amax", *_DELAYED),
     ),
     headline="parity/test_fp8_scaling.py::"
-             "test_current_scaling_gives_the_same_data_and_scales_in_both_trees",
+             "test_rowwise_current_scaling_casts_to_the_same_e4m3_bits_in_both_trees",
 )
