@@ -25,6 +25,21 @@ from torch_impl import mx as tmx
 COUNTS_JSON = Path(__file__).resolve().parents[1] / "docs" / "data" / "mx_counts.json"
 
 
+def test_one_tensor_to_mxfp8_and_back_gives_the_same_bits_in_both_trees(device: str) -> None:
+    """One float32 tensor through to_mx (float8_e4m3fn, floor scales) and from_mx: both trees
+    give the same scale codes, element codes and decoded values."""
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((2, 64)) * 2.0 ** rng.integers(-20, 20, (2, 64))).astype(np.float32)
+    ref_mx = rmx.to_mx(x, "float8_e4m3fn", "floor")  # scales (2, 2), elements (2, 64)
+    torch_mx = tmx.to_mx(torch.from_numpy(x).to(device), "float8_e4m3fn", "floor")
+    ref_back = rmx.from_mx(ref_mx)  # (2, 64) float32
+    torch_back = tmx.from_mx(torch_mx)  # (2, 64) float32
+    assert_claim("mx.twins", actual=torch_mx.scales, expected=ref_mx.scales, context="scales")
+    assert_claim("mx.twins", actual=torch_mx.elements, expected=ref_mx.elements,
+                 context="elements")
+    assert_claim("mx.twins", actual=torch_back, expected=ref_back, context="values")
+
+
 def _check_twins(x: np.ndarray, fmt: str, mode: str, rounding: str, context: str,
                  device: str) -> None:
     ref, tor = drv.both_to_mx(x, fmt, mode, rounding, device)
