@@ -33,7 +33,7 @@ def policies(name: str) -> tuple[str | None, ...]:
     if fmt.convention == "finite":
         return (None, "saturate")
     if fmt.convention == "ieee":
-        return (None, "inf", "saturate", "nan")
+        return (None, "inf", "saturate", "nan", "saturate_finite")
     return (None, "saturate", "nan")
 
 

@@ -79,7 +79,7 @@ from reference.encode_kernels import encode_blocks
 from reference.small_formats import decode_values, encode_unsigned, pack
 
 ROUNDING_MODES = ("nearest_even", "toward_zero", "stochastic")
-OVERFLOW_POLICIES = ("inf", "saturate", "nan")
+OVERFLOW_POLICIES = ("inf", "saturate", "nan", "saturate_finite")
 
 # NOTE [ float8_e4m3fn overflow ]
 # float8_e4m3fn has no infinity, so what a value beyond max (or +-inf) becomes is a policy.
@@ -128,6 +128,9 @@ def encode(
     times faster; tests/test_encode_fast.py holds the two bit-equal.
     """
     fmt, x, overflow, words = _prepare(x, fmt, rounding, rng, random_bits, overflow, via)
+    if overflow == "saturate_finite":  # NOTE [ Toward zero keeps infinities ]
+        return _infinities_kept(encode_blocks(x, fmt, rounding, words, "saturate",
+                                              subnormals), x, fmt)
     return encode_blocks(x, fmt, rounding, words, overflow, subnormals)
 
 
@@ -145,7 +148,29 @@ def encode_stepwise(
     """`encode`, written as the module docstring states it: decompose, round, pack, each a
     plain NumPy expression over the whole array. The same arguments and the same codes."""
     fmt, x, overflow, words = _prepare(x, fmt, rounding, rng, random_bits, overflow, via)
+    if overflow == "saturate_finite":  # NOTE [ Toward zero keeps infinities ]
+        return _infinities_kept(_stepwise(x, fmt, rounding, words, "saturate", subnormals),
+                                x, fmt)
     return _stepwise(x, fmt, rounding, words, overflow, subnormals)
+
+
+# NOTE [ Toward zero keeps infinities ]
+# IEEE 754-2019 7.4: "roundTowardZero shall carry all overflows to the format's largest
+# finite number": a finite x beyond max becomes +-max. An infinite x is no overflow: the
+# conversion of an infinity is exact (5.4.2), so +-inf stays +-inf. That is the policy
+# "saturate_finite", toward_zero's default in a format with an infinity ("saturate", which
+# this project's toward_zero defaulted to before, also turns +-inf into +-max: the OCP OFP8
+# saturating conversion, still there to be asked for). A format without an infinity
+# saturates both.
+
+
+def _infinities_kept(codes: np.ndarray, x: np.ndarray, fmt: FloatFormat) -> np.ndarray:
+    """codes with +-inf's code wherever x is +-inf (NOTE [ Toward zero keeps infinities ])."""
+    inf = np.isinf(x)
+    if not inf.any():
+        return codes
+    sign = np.signbit(x).astype(codes.dtype) << codes.dtype.type(fmt.bits - 1)
+    return np.where(inf, codes.dtype.type(fmt.inf_code) | sign, codes)
 
 
 def _stepwise(x: np.ndarray, fmt: FloatFormat, rounding: str, words: np.ndarray | None,
@@ -235,13 +260,15 @@ def _check_policies(fmt: FloatFormat, rounding: str, overflow: str | None,
     if rounding != "stochastic" and (rng is not None or random_bits is not None):
         raise ValueError("rng= and random_bits= apply to rounding='stochastic' only")
     if overflow is None:
-        # IEEE 754 7.4: rounding toward zero carries overflow to the largest finite value.
+        # IEEE 754 7.4: rounding toward zero carries overflow to the largest finite value
+        # (NOTE [ Toward zero keeps infinities ]).
         default = DEFAULT_OVERFLOW.get(fmt.name, "inf" if fmt.inf_code is not None else "saturate")
-        overflow = "saturate" if rounding == "toward_zero" else default
+        finite = "saturate_finite" if fmt.inf_code is not None else "saturate"
+        overflow = finite if rounding == "toward_zero" else default
     if overflow not in OVERFLOW_POLICIES:
         raise ValueError(
             f"unknown overflow {overflow!r}; accepted: {', '.join(OVERFLOW_POLICIES)}")
-    if overflow == "inf" and fmt.inf_code is None:
+    if overflow in ("inf", "saturate_finite") and fmt.inf_code is None:
         raise ValueError(f"{fmt.name} has no infinity; use overflow='saturate' or 'nan'")
     if overflow == "nan" and fmt.convention == "finite":
         raise ValueError(f"{fmt.name} has no NaN and no infinity; overflow saturates")
@@ -321,9 +348,12 @@ def quantize(
     rounding     "nearest_even" (default), "toward_zero", or "stochastic" (unbiased; needs
                  rng= a numpy Generator, or random_bits= integers in [0, 2^32) of x's shape).
     overflow     what a result beyond `fmt.max` becomes: "inf", "saturate" (+-max, +-inf
-                 included), or "nan". Default: PyTorch's behaviour for the format (inf for
-                 IEEE formats, saturate for float8_e4m3fn; NOTE [ float8_e4m3fn overflow ];
-                 saturate for other fn formats), and "saturate" for toward_zero (IEEE 754).
+                 included), "nan", or "saturate_finite" (+-max, +-inf kept: formats with an
+                 infinity). Default: PyTorch's behaviour for the format (inf for IEEE
+                 formats, saturate for float8_e4m3fn; NOTE [ float8_e4m3fn overflow ];
+                 saturate for other fn formats), and for toward_zero IEEE 754's:
+                 "saturate_finite" (NOTE [ Toward zero keeps infinities ]), "saturate" in a
+                 format without an infinity.
     subnormals   False flushes results that would be subnormal to signed zero.
     via          "float32": round float64 input to float32 first, as torch and ml_dtypes
                  <= 0.6 do (double rounding; NOTE [ Double rounding in the libraries ]).

@@ -60,7 +60,7 @@ def _policies(fmt: ref.FloatFormat) -> Iterator[tuple[str, str | None, bool]]:
     """Every (rounding, overflow, subnormals) the format accepts, the default policy too."""
     for rounding in ref.ROUNDING_MODES:
         for overflow in (None, *ref.OVERFLOW_POLICIES):
-            if overflow == "inf" and fmt.inf_code is None:
+            if overflow in ("inf", "saturate_finite") and fmt.inf_code is None:
                 continue
             if overflow == "nan" and fmt.convention == "finite":  # no NaN: it saturates
                 continue

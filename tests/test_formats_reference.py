@@ -253,3 +253,25 @@ def test_bad_input_gets_a_clear_error(call: object, error: type, words: str) -> 
     """Unknown formats, non-float input, unknown modes and missing generators are named."""
     with pytest.raises(error, match=words):
         call()  # type: ignore[operator]
+
+
+@pytest.mark.parametrize("name", ["float32", "bfloat16", "float16", "float8_e5m2",
+                                  "float8_e4m3", "float8_e3m4", "float8_e4m3fn",
+                                  "float8_e4m3fnuz", "float6_e2m3fn"])
+def test_toward_zero_carries_finite_overflow_to_max_and_keeps_infinities(name: str) -> None:
+    """IEEE 754-2019 7.4 (roundTowardZero carries all overflows to the largest finite number)
+    and 5.4.2 (an infinity converts exactly): by default, toward_zero turns a finite x beyond
+    max into +-max and keeps +-inf infinite where the format has an infinity; without one,
+    +-inf saturates too. Explicit overflow="saturate" still sends +-inf to +-max."""
+    fmt = ref.FORMATS[name]
+    big = min(float(fmt.max) * 4, float(np.finfo(np.float64).max))
+    x = np.array([np.inf, -np.inf, big, -big], np.float64)
+    got = ref.quantize(x, name, rounding="toward_zero")
+    infinite = fmt.inf_code is not None
+    want = [np.inf, -np.inf] if infinite else [fmt.max, -fmt.max]
+    assert got.tolist() == [*want, fmt.max, -fmt.max]
+    saturated = ref.quantize(x, name, rounding="toward_zero", overflow="saturate")
+    assert saturated.tolist() == [fmt.max, -fmt.max, fmt.max, -fmt.max]
+    if not infinite:
+        with pytest.raises(ValueError, match="has no infinity"):
+            ref.quantize(x, name, rounding="toward_zero", overflow="saturate_finite")

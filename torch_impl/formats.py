@@ -44,7 +44,7 @@ from torch_impl import small_formats as small
 from torch_impl.format_spec import FORMATS, TorchFormat, get_format  # noqa: F401
 
 ROUNDING_MODES = ("nearest_even", "toward_zero", "stochastic")
-OVERFLOW_POLICIES = ("inf", "saturate", "nan")
+OVERFLOW_POLICIES = ("inf", "saturate", "nan", "saturate_finite")
 
 
 def _torch_version() -> tuple[int, int]:
@@ -112,7 +112,12 @@ def _encode_small(x: torch.Tensor, fmt: TorchFormat, rounding: str, rng: object,
     elif rounding == "nearest_even" and small.sibling_applies(fmt, overflow, subnormals):
         code = small.encode_sibling(x32, fmt, overflow)
     else:
-        code = small.encode_ops(source, fmt, rounding, words, overflow, subnormals)
+        finite = overflow == "saturate_finite"  # an infinity converts exactly: after
+        code = small.encode_ops(source, fmt, rounding, words,
+                                "saturate" if finite else overflow, subnormals)
+        if finite:
+            inf = (fmt.inf_code | (1 << (fmt.bits - 1)) * torch.signbit(source).to(code.dtype))
+            code = torch.where(torch.isinf(source), inf.to(code.dtype), code)
     return code.to(torch.uint8)
 
 
@@ -131,11 +136,12 @@ def _check_policies(fmt: TorchFormat, rounding: str, overflow: str | None,
         raise ValueError(f"unknown rounding {rounding!r}; accepted: {', '.join(ROUNDING_MODES)}")
     if rounding != "stochastic" and (rng is not None or random_bits is not None):
         raise ValueError("rng= and random_bits= apply to rounding='stochastic' only")
-    if overflow is None:
-        overflow = "saturate" if rounding == "toward_zero" else DEFAULT_OVERFLOW[fmt.name]
+    if overflow is None:  # (toward_zero: NOTE [ Toward zero keeps infinities ], reference)
+        finite = "saturate_finite" if fmt.has_infinity else "saturate"
+        overflow = finite if rounding == "toward_zero" else DEFAULT_OVERFLOW[fmt.name]
     if overflow not in OVERFLOW_POLICIES:
         raise ValueError(f"unknown overflow {overflow!r}; accepted: {', '.join(OVERFLOW_POLICIES)}")
-    if overflow == "inf" and not fmt.has_infinity:
+    if overflow in ("inf", "saturate_finite") and not fmt.has_infinity:
         raise ValueError(f"{fmt.name} has no infinity; use overflow='saturate' or 'nan'")
     if overflow == "nan" and fmt.convention == "finite":
         raise ValueError(f"{fmt.name} has no NaN and no infinity; overflow saturates")
@@ -233,9 +239,13 @@ def _overflow(r: torch.Tensor, source: torch.Tensor, fmt: TorchFormat, rounding:
         # (IEEE: 1.11...1) and stays at max when it is even (fn: 1.11...10).
         bound, max_is_odd = fmt.max + ulp_max / 2, (fmt.max / ulp_max) % 2 == 1
         over = (magnitude > bound) | ((magnitude == bound) & max_is_odd)
-    replacement = {"inf": math.inf, "saturate": fmt.max, "nan": math.nan}[overflow]
+    replacement = {"inf": math.inf, "saturate": fmt.max, "nan": math.nan,
+                   "saturate_finite": fmt.max}[overflow]
     signed = torch.full_like(r, replacement).copysign(source.to(torch.float64))
-    return torch.where(over, signed, r)
+    r = torch.where(over, signed, r)
+    if overflow == "saturate_finite":  # an infinity converts exactly
+        r = torch.where(torch.isinf(source), source.to(r.dtype), r)
+    return r
 
 
 def _random_words(x: torch.Tensor, rng: torch.Generator | None,
@@ -307,7 +317,9 @@ def quantize(
 
     Arguments as in reference.formats.quantize; `rng` is a torch.Generator, `random_bits`
     an integer tensor of x's shape with values in [0, 2^32). Default overflow: what the
-    installed torch's cast does (DEFAULT_OVERFLOW), "saturate" for toward_zero (IEEE 754).
+    installed torch's cast does (DEFAULT_OVERFLOW); for toward_zero IEEE 754's,
+    "saturate_finite" where the format has an infinity (NOTE [ Toward zero keeps infinities ]
+    in reference/formats.py).
     """
     fmt = get_format(fmt)
     x = _check_input(x)
