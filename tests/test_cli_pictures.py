@@ -67,7 +67,9 @@ def test_profile_links_exactly_the_pictures_it_drew(matplotlib: bool, tmp_path: 
     assert said == ([] if matplotlib else [SKIPPED.format("profile")]), done.stderr
 
 
-def test_optimize_without_matplotlib_says_so_and_links_no_picture(tmp_path: Path) -> None:
+@pytest.mark.slow  # a whole optimize run, about 9 s; profile's test above covers the same
+def test_optimize_without_matplotlib_says_so_and_links_no_picture(  # path in the default run
+        tmp_path: Path) -> None:
     done = _run(["optimize", "--what", "autocast-bf16", "--repeats", "3", "--steps", "1",
                  "--out", "out"], tmp_path, matplotlib=False)
     assert done.returncode in (0, 1), done.stderr  # the verdict is the gauntlet's
