@@ -191,6 +191,10 @@ def _worker(rank: int, world_size: int, tmp: str, jobs: list[dict[str, Any]],
                 continue
             results.append(_runner(job)(job, rank, groups[w]))
         torch.save(results, os.path.join(tmp, f"rank{rank}.pt"))
+        # every rank reaches the teardown together: a rank that destroyed its group while a
+        # peer still held it once left that peer waiting in destroy_process_group for good
+        # (torch 2.6, under load, in a 3-rank train), where no collective timeout applies
+        dist.barrier()
         dist.destroy_process_group()
     except BaseException as error:  # reported to the parent, then exit 1
         last = traceback.format_exception_only(type(error), error)[-1].strip()

@@ -53,9 +53,12 @@ PAYLOAD = sc.PAYLOAD
 
 def train(config: TrainConfig, steps: int, world_size: int, directory: str | Path,
           every: int, *, keep: int, start: commit_policy.Start,
-          log: Callable[[str], None], collective_timeout: float = 30.0) -> RanksResult:
+          log: Callable[[str], None], collective_timeout: float = 30.0,
+          timeout: float = math.inf) -> RanksResult:
     """Run the N-rank training (the module docstring) from `start` (ckpt.commit_policy's
-    decision, taken before) to `steps`; tddp.DDPError if a rank fails."""
+    decision, taken before) to `steps`; tddp.DDPError if a rank fails, or if the ranks are
+    still running after `timeout` seconds (none by default: a run takes as long as it takes;
+    a hung collective ends at collective_timeout)."""
     job = {"kind": "cli-train", "runner": __name__, "config": config.to_dict(),
            "steps": steps, "world_size": world_size, "directory": str(directory),
            "every": every, "keep": keep,
@@ -67,7 +70,7 @@ def train(config: TrainConfig, steps: int, world_size: int, directory: str | Pat
         tail = threading.Thread(target=_tail, args=(Path(job["log"]), log, stop), daemon=True)
         tail.start()
         try:
-            results = tddp.launch([job], world_size, timeout=math.inf,
+            results = tddp.launch([job], world_size, timeout=timeout,
                                   collective_timeout=collective_timeout)
         finally:
             stop.set()

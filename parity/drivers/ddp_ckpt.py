@@ -114,13 +114,14 @@ def train_resume(tmp: Path) -> tuple[RanksResult, RanksResult, list[str]]:
 
     c, ws, fresh = train_config(), TRAIN_WORLD_SIZE, commit_policy.Start(None, None)
     ignore: list[str] = []
+    bounded = {"timeout": 120.0}  # a hung rank fails the test instead of stalling the run
     whole = ddp_train.train(c, TRAIN_STEPS, ws, tmp / "whole", TRAIN_STEPS, keep=2,
-                            start=fresh, log=ignore.append)
+                            start=fresh, log=ignore.append, **bounded)
     ddp_train.train(c, TRAIN_SAVE_AT, ws, tmp / "saved", TRAIN_SAVE_AT, keep=2, start=fresh,
-                    log=ignore.append)
+                    log=ignore.append, **bounded)
     start = commit_policy.start(tmp / "saved", ddp_train.PAYLOAD, resume=True,
                                 overwrite=False, notify=ignore.append)
     lines: list[str] = []
     resumed = ddp_train.train(c, TRAIN_STEPS, ws, tmp / "saved", TRAIN_SAVE_AT, keep=2,
-                              start=start, log=lines.append)
+                              start=start, log=lines.append, **bounded)
     return whole, resumed, lines
