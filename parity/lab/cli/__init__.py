@@ -214,6 +214,7 @@ class _FirstSignal:
 
     def __init__(self, exits: bool) -> None:
         self.exits, self.taken, self.previous = exits, False, {}
+        self.signum: int | None = None  # the signal taken
         self.active = threading.current_thread() is threading.main_thread()
 
     def __enter__(self) -> _FirstSignal:
@@ -225,7 +226,7 @@ class _FirstSignal:
         return self
 
     def _stop(self, signum: int, frame: object) -> NoReturn:
-        self.taken = True
+        self.taken, self.signum = True, signum
         for s in SIGNALS:
             signal.signal(s, signal.SIG_IGN)
         raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
@@ -276,7 +277,7 @@ def main(argv: list[str] | None = None, prog: str = PROG, exits: bool = False) -
     stdout = sys.stdout
     words = sys.argv[1:] if argv is None else argv
     command = f" {words[0]}" if words and words[0] in COMMANDS else ""  # until it is parsed
-    with _FirstSignal(exits):
+    with _FirstSignal(exits) as first:
         try:
             args = build_parser(prog).parse_args(argv)
             args.prog = prog
@@ -295,8 +296,16 @@ def main(argv: list[str] | None = None, prog: str = PROG, exits: bool = False) -
         except KeyboardInterrupt:
             print(f"{prog}{command}: interrupted", file=sys.stderr)
             return EXIT_INTERRUPTED
-        except ModuleNotFoundError as e:
-            line = missing_dependency(e)
+        except Exception as e:
+            # A signal's KeyboardInterrupt raised inside a C extension's import can come back
+            # as another exception (NumPy's "multiarray failed to import"): the signal is what
+            # happened, and it gets its own line and status.
+            if first.signum is not None:
+                terminated = first.signum == signal.SIGTERM
+                print(f"{prog}{command}: " + ("terminated (SIGTERM)" if terminated
+                                              else "interrupted"), file=sys.stderr)
+                return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
+            line = missing_dependency(e) if isinstance(e, ModuleNotFoundError) else None
             if line is None:
                 raise
             print(f"{prog}{command}: error: {line}", file=sys.stderr)
