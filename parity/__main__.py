@@ -89,7 +89,14 @@ def entry() -> int:
         for s in SIGNALS:
             signal.signal(s, signal.SIG_IGN)
     if status in (EXIT_INTERRUPTED, EXIT_TERMINATED):
+        # ended by a signal: the line is printed, files are closed, workers ended; the exit
+        # hooks left are the interpreter's and the libraries' (concurrent.futures' wakes a
+        # sweep executor whose pipe the kill may have closed, printing "Exception ignored"
+        # now and then), so flush and leave without them
         gc.freeze()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
     return status
 
 
