@@ -1,8 +1,10 @@
 """The report's bookkeeping: what compare records per claim, and the verdict each record
-gets (parity/lab/report.py). The end-to-end run is tests/test_cli.py's --topic resume."""
+gets (parity/lab/report.py). The end-to-end run, below, is `report --topic mx --json` with a
+broken oracle."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import subprocess
@@ -14,6 +16,7 @@ import numpy as np
 import pytest
 
 from parity import compare
+from parity.lab.cli import EXIT_FAILED, EXIT_OK
 from parity.lab.report import parity_test_files, rows_of
 from parity.tolerances import CLAIMS, TOPICS, claim
 
@@ -261,26 +264,58 @@ def test_an_extra_whose_import_raises_is_a_skip_naming_the_error_and_counts_as_m
     assert report_plugin.missing_extras() == ["torchao"]
 
 
-def test_report_of_a_topic_with_a_broken_oracle_checks_what_needs_none_and_says_why(
-        tmp_path: Path) -> None:
-    """`python -m parity report --topic mx` with a torchao whose import raises: the claims
-    that need no torchao are checked (ok), the torchao ones read SKIPPED quoting the error,
-    and the report exits 0; before, a collection error left all five NOT CHECKED, no reason."""
-    fake = tmp_path / "torchao"
+@pytest.fixture(scope="module")
+def broken_oracle_report(tmp_path_factory: pytest.TempPathFactory
+                         ) -> subprocess.CompletedProcess[str]:
+    """`python -m parity report --topic mx --json --out ''` as a user runs it, with a torchao
+    whose import raises (a package of that name first on PYTHONPATH): one run, read by the
+    two tests below (a report of a topic is a pytest session of its own, ~10 s)."""
+    fake = tmp_path_factory.mktemp("broken") / "torchao"
     fake.mkdir()
     (fake / "__init__.py").write_text('raise ImportError("a broken install of torchao")\n')
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(tmp_path), str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-m", "parity", "report", "--topic", "mx", "--out",
-                           ""], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
-                          check=False)
+        [str(fake.parent), str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-m", "parity", "report", "--topic", "mx", "--json",
+                           "--out", ""], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300, check=False)
+
+
+def test_report_of_a_topic_with_a_broken_oracle_checks_what_needs_none_and_says_why(
+        broken_oracle_report: subprocess.CompletedProcess[str]) -> None:
+    """With a torchao whose import raises, the claims that need no torchao are checked (ok),
+    the torchao ones read SKIPPED quoting the error, and the report exits 0; before, a
+    collection error left all five NOT CHECKED, no reason."""
+    done = broken_oracle_report
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    rows = {ln.split()[0]: ln for ln in done.stdout.splitlines() if ln.startswith("mx.")}
-    assert {cid for cid, ln in rows.items() if " ok " in ln} == {
+    rows = {r["id"]: r for r in json.loads(done.stdout)}
+    assert {cid for cid, r in rows.items() if r["verdict"] == "ok"} == {
         "mx.twins", "mx.rceil_log2f", "mx.clipping"}
-    assert {cid for cid, ln in rows.items() if " SKIPPED " in ln} == {
-        "mx.torchao", "mx.nvfp4_torchao"}
-    assert "a broken install of torchao" in done.stdout
+    skipped = {cid for cid, r in rows.items() if r["verdict"] == "SKIPPED"}
+    assert skipped == {"mx.torchao", "mx.nvfp4_torchao"}
+    assert all("a broken install of torchao" in rows[cid]["note"] for cid in skipped)
+
+
+def test_report_json_has_one_object_per_claim_and_the_same_verdicts(
+        broken_oracle_report: subprocess.CompletedProcess[str]) -> None:
+    """--json prints a JSON array (one claim per line), nothing else on stdout; the summary
+    goes to stderr, and the exit status is the table's (a SKIPPED claim fails nothing)."""
+    from parity.tolerances import topic_claims
+
+    out, err = broken_oracle_report.stdout, broken_oracle_report.stderr
+    rows = json.loads(out)
+    assert [r["id"] for r in rows] == [c.id for c in topic_claims("mx")]
+    assert len(out.strip().splitlines()) == len(rows) + 2
+    for r in rows:
+        assert set(r) == {"id", "kind", "tolerance", "bound", "observed", "raw", "n", "verdict",
+                          "note", "unverified", "seconds"}
+        assert r["verdict"] in ("ok", "FAIL", "ERROR", "NOT CHECKED", "SKIPPED")
+        if r["verdict"] == "ok":
+            assert isinstance(r["observed"], float | int) and math.isfinite(r["observed"])
+    held = sum(r["verdict"] == "ok" for r in rows)
+    skipped = sum(r["verdict"] == "SKIPPED" for r in rows)
+    assert broken_oracle_report.returncode == (
+        EXIT_OK if held + skipped == len(rows) else EXIT_FAILED)
+    assert f"{held}/{len(rows)} claims hold, {skipped} skipped" in err
 
 
 @pytest.mark.slow  # a pytest process of its own: about 4 s on 2 cores
