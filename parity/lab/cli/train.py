@@ -290,7 +290,7 @@ def run(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(line, flush=True)
 
-    from reference.numerics import NonFinite
+    from common.numerics_report import NonFinite
 
     try:
         result = impl.train(configuration(args, impl), args.steps, args.checkpoint_dir,
@@ -355,7 +355,7 @@ def _duration(seconds: float) -> str:
 def _table(history: list[dict[str, list[int]]], title: str) -> str:
     """The counts summed over `history`'s steps, one line per activation and gradient, the
     name column as wide as the longest name."""
-    from reference.numerics import COLUMNS
+    from common.numerics_report import COLUMNS
 
     names = list(dict.fromkeys(name for counts in history for name in counts))
     width = max([len(title), *map(len, names)]) + 2
