@@ -8,12 +8,29 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+
+
+@pytest.fixture(autouse=True)
+def ctrl_c_as_in_a_terminal() -> Iterator[None]:
+    """The commands these tests start take SIGINT as a terminal's ctrl-c: at its default.
+    A test run started as a background job (`cmd &` in a script, nohup) inherits SIGINT
+    ignored, its children too, and the command line rightly keeps an ignored SIGINT ignored
+    (parity/__main__.py): every ctrl-c test would then wait out a whole sweep. So the test
+    process takes SIGINT back for the test (children inherit it at its default on exec)."""
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _piped_into_head(args: list[str], cwd: Path) -> tuple[int, str, str]:
