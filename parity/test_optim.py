@@ -36,6 +36,7 @@ from reference import lr_scheduler as ref_lr
 from reference import optim as ref_optim
 from reference.module import Parameter
 from torch_impl import optim as topt
+from torch_impl import state_mapping as tstate
 
 DTYPES = st.sampled_from([np.float32, np.float64])
 
@@ -55,7 +56,7 @@ def test_adamw_steps_match_torch_adamw_bitwise(device: str) -> None:
     ref_p = Parameter(init.copy())
     torch_p = torch.nn.Parameter(torch.from_numpy(init.copy()))
     ref_opt = ref_optim.AdamW([ref_p], lr=0.01, weight_decay=0.1, fma=FUSED, sqrt=torch_sqrt)
-    torch_opt = torch.optim.AdamW([torch_p], lr=0.01, weight_decay=0.1)
+    torch_opt = topt.AdamW([torch_p], lr=0.01, weight_decay=0.1)
     for g in grads:
         ref_p.grad = g.copy()
         torch_p.grad = torch.from_numpy(g.copy())
@@ -213,7 +214,7 @@ def _stepped_torch_optimizer(name: str, dtype: type, shapes: list, seed: int, de
     params = [torch.nn.Parameter(torch.from_numpy(np.asarray(rng.standard_normal(s))
                                                   .astype(dtype)).to(device)) for s in shapes]
     hyper = {"lr": 0.1, "momentum": 0.9} if name == "SGD" else {"lr": 0.1, "amsgrad": True}
-    opt = getattr(torch.optim, name)(params, **hyper)
+    opt = getattr(topt, name)(params, **hyper)
     for p in params:
         p.grad = torch.from_numpy(np.asarray(rng.standard_normal(p.shape)).astype(dtype)).to(
             device)
@@ -228,9 +229,9 @@ def test_optimizer_state_round_trips_bitwise(device: str, name: str, dtype: type
                                              seed: int) -> None:
     """torch -> reference -> torch and reference -> torch -> reference change no bit."""
     sd = _stepped_torch_optimizer(name, dtype, shapes, seed, device).state_dict()
-    mid = topt.optimizer_state_from_torch(sd, name)
-    back = topt.optimizer_state_to_torch(mid, name)
-    again = topt.optimizer_state_from_torch(back, name)
+    mid = tstate.optimizer_state_from_torch(sd, name)
+    back = tstate.optimizer_state_to_torch(mid, name)
+    again = tstate.optimizer_state_from_torch(back, name)
     assert back["param_groups"] == sd["param_groups"]
     assert again["param_groups"] == mid["param_groups"]
     assert sorted(back["state"]) == sorted(sd["state"]) == sorted(again["state"])
@@ -246,11 +247,11 @@ def test_optimizer_state_round_trips_bitwise(device: str, name: str, dtype: type
 @pytest.mark.parametrize("name", ["SGD", "Adam", "AdamW"])
 def test_converted_groups_hold_exactly_each_sides_keys(device: str, name: str) -> None:
     """to_torch writes exactly the installed torch's group keys, from_torch exactly the
-    reference's (whatever the torch version: NOTE in torch_impl/optim.py)."""
+    reference's (whatever the torch version: the table in torch_impl/state_mapping.py)."""
     ref_opt = getattr(ref_optim, name)([Parameter(np.zeros(3))], lr=0.1)
     sd = _stepped_torch_optimizer(name, np.float64, [(3,)], 0, device).state_dict()
-    to_torch = topt.optimizer_state_to_torch(ref_opt.state_dict(), name)
-    from_torch = topt.optimizer_state_from_torch(sd, name)
+    to_torch = tstate.optimizer_state_to_torch(ref_opt.state_dict(), name)
+    from_torch = tstate.optimizer_state_from_torch(sd, name)
     assert set(to_torch["param_groups"][0]) == set(sd["param_groups"][0])
     assert set(from_torch["param_groups"][0]) == set(ref_opt.state_dict()["param_groups"][0])
 
@@ -268,14 +269,14 @@ def test_scheduler_state_round_trips_exactly(device: str) -> None:
     """A torch scheduler's state survives torch -> reference -> torch unchanged, and the
     reference's survives reference -> torch -> reference; each holds exactly its side's keys."""
     sd = _stepped_torch_scheduler(device).state_dict()
-    mid = topt.scheduler_state_from_torch(sd)
-    back = topt.scheduler_state_to_torch(mid)
+    mid = tstate.scheduler_state_from_torch(sd)
+    back = tstate.scheduler_state_to_torch(mid)
     assert back == sd
     ref_sched = ref_lr.CosineAnnealingLR(ref_optim.SGD([Parameter(np.zeros(1))], lr=0.3), T_max=5)
     ref_sched.step()
     ref_sd = ref_sched.state_dict()
     assert set(mid) == set(ref_sd)
-    assert topt.scheduler_state_from_torch(topt.scheduler_state_to_torch(ref_sd)) == ref_sd
+    assert tstate.scheduler_state_from_torch(tstate.scheduler_state_to_torch(ref_sd)) == ref_sd
     assert_claim("optim.state_roundtrip_bits", actual=np.array(back["_last_lr"]),
                  expected=np.array(sd["_last_lr"]))
 
@@ -284,16 +285,16 @@ def test_conversion_refuses_a_non_default_torch_path(device: str) -> None:
     """A torch state_dict saved with foreach=True names the switch the reference lacks."""
     opt = torch.optim.Adam([torch.nn.Parameter(torch.zeros(2, device=device))], foreach=True)
     with pytest.raises(ValueError, match="foreach"):
-        topt.optimizer_state_from_torch(opt.state_dict(), "Adam")
+        tstate.optimizer_state_from_torch(opt.state_dict(), "Adam")
 
 
 # -- torch versions: a torch without decoupled_weight_decay, with `verbose`, without
 # `_is_initial` (2.6.0), simulated on whichever torch is installed
 def _as_torch_2_6(monkeypatch: pytest.MonkeyPatch) -> None:
-    real_groups, real_sched = topt.torch_group_keys, topt.torch_scheduler_keys
-    monkeypatch.setattr(topt, "torch_group_keys",
+    real_groups, real_sched = tstate.torch_group_keys, tstate.torch_scheduler_keys
+    monkeypatch.setattr(tstate, "torch_group_keys",
                         lambda name: real_groups(name) - {"decoupled_weight_decay"})
-    monkeypatch.setattr(topt, "torch_scheduler_keys",
+    monkeypatch.setattr(tstate, "torch_scheduler_keys",
                         lambda: (real_sched() - {"_is_initial"}) | {"verbose"})
 
 
@@ -305,11 +306,11 @@ def test_conversion_to_a_torch_without_decoupled_weight_decay_round_trips(
     _as_torch_2_6(monkeypatch)
     sd = ref_optim.AdamW([Parameter(np.zeros(2))]).state_dict() if name == "AdamW" else \
         ref_optim.Adam([Parameter(np.zeros(2))]).state_dict()
-    theirs = topt.optimizer_state_to_torch(sd, name)
+    theirs = tstate.optimizer_state_to_torch(sd, name)
     assert "decoupled_weight_decay" not in theirs["param_groups"][0]
-    assert topt.optimizer_state_from_torch(theirs, name) == sd
+    assert tstate.optimizer_state_from_torch(theirs, name) == sd
     with pytest.raises(ValueError, match="pass optimizer='Adam' or 'AdamW'"):
-        topt.optimizer_state_from_torch(theirs)
+        tstate.optimizer_state_from_torch(theirs)
 
 
 def test_conversion_refuses_decoupled_decay_a_torch_adam_cannot_express(
@@ -318,7 +319,7 @@ def test_conversion_refuses_decoupled_decay_a_torch_adam_cannot_express(
     _as_torch_2_6(monkeypatch)
     sd = ref_optim.Adam([Parameter(np.zeros(2))], decoupled_weight_decay=True).state_dict()
     with pytest.raises(ValueError, match="always behaves as decoupled_weight_decay=False"):
-        topt.optimizer_state_to_torch(sd, "Adam")
+        tstate.optimizer_state_to_torch(sd, "Adam")
 
 
 def test_scheduler_conversion_for_a_torch_with_verbose_and_without_is_initial(
@@ -327,8 +328,8 @@ def test_scheduler_conversion_for_a_torch_with_verbose_and_without_is_initial(
     _as_torch_2_6(monkeypatch)
     ref_sd = ref_lr.StepLR(ref_optim.SGD([Parameter(np.zeros(1))], lr=0.3), step_size=2
                            ).state_dict()
-    theirs = topt.scheduler_state_to_torch(ref_sd)
+    theirs = tstate.scheduler_state_to_torch(ref_sd)
     assert "_is_initial" not in theirs and theirs["verbose"] is False
-    assert topt.scheduler_state_from_torch(theirs) == ref_sd
+    assert tstate.scheduler_state_from_torch(theirs) == ref_sd
     with pytest.raises(ValueError, match="verbose=True cannot be mapped"):
-        topt.scheduler_state_from_torch({**theirs, "verbose": True})
+        tstate.scheduler_state_from_torch({**theirs, "verbose": True})

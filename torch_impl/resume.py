@@ -44,7 +44,7 @@ from ckpt import (  # the one family, re-exported: torch_impl.resume.CheckpointE
     check_matches,
 )
 from torch_impl.nn import state_dict_from_torch, state_dict_to_torch
-from torch_impl.optim import (
+from torch_impl.state_mapping import (
     optimizer_state_from_torch,
     optimizer_state_to_torch,
     scheduler_state_from_torch,
@@ -157,7 +157,7 @@ def CheckpointManager(directory: str | os.PathLike | Path, keep: int = 3,
 # Mapped losslessly, bit for bit:
 #   model      same keys and (out, in) layouts: torch_impl.nn.state_dict_{to,from}_torch
 #   optimizer  same structure; torch adds its kernel switches (foreach, fused, ...):
-#              torch_impl.optim.optimizer_state_{to,from}_torch
+#              torch_impl.state_mapping.optimizer_state_{to,from}_torch
 #   scheduler  torch adds `_get_lr_called_within_step`: scheduler_state_{to,from}_torch
 #   scaler     plain numbers (scale, growth tracker, factors, interval): copied
 #   data       the sampler's (seed, num_samples, epoch, position): plain ints, copied; the

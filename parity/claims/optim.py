@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from parity.claims import Claim, Manifest, Twin
+from parity.claims import Claim, Helper, Manifest, Twin
 
 CLAIMS: tuple[Claim, ...] = (
     Claim(
@@ -123,8 +123,6 @@ CLAIMS: tuple[Claim, ...] = (
     ),
 )
 
-_KEYS = ("torch's side of the state conversion (its keys by version): the reference's state "
-         "has one shape")
 _ROUNDTRIP = ("optim.state_roundtrip_bits",)
 
 MANIFEST = Manifest(
@@ -136,17 +134,24 @@ MANIFEST = Manifest(
              why="torch rounds a*b+c once in its CPU kernels: addcmul_, add(alpha=)"),
         Twin("lerp", reference="reference.fma:lerp", alias="torch.lerp",
              claims=("optim.fma_bits",)),
-        Twin("Optimizer", reference="reference.optim:Optimizer", alias="torch.optim.Optimizer",
+        Twin("Optimizer", reference="reference.optim:Optimizer",
+             torch="torch_impl.optim:Optimizer", alias="torch.optim.Optimizer",
              claims=_ROUNDTRIP),
-        Twin("SGD", reference="reference.optim:SGD", alias="torch.optim.SGD",
-             claims=("optim.sgd_bits",)),
-        Twin("Adam", reference="reference.optim:Adam", alias="torch.optim.Adam",
+        Twin("SGD", reference="reference.optim:SGD", torch="torch_impl.optim:SGD",
+             alias="torch.optim.SGD", claims=("optim.sgd_bits",)),
+        Twin("Adam", reference="reference.optim:Adam", torch="torch_impl.optim:Adam",
+             alias="torch.optim.Adam",
              claims=("optim.adam_bits", "optim.adam_moments_bits", "optim.torch_sqrt_f32_ulps",
                      "optim.torch_sqrt_f64_ulps")),
-        Twin("AdamW", reference="reference.optim:AdamW", alias="torch.optim.AdamW",
-             claims=("optim.adam_bits",)),
+        Twin("AdamW", reference="reference.optim:AdamW", torch="torch_impl.optim:AdamW",
+             alias="torch.optim.AdamW", claims=("optim.adam_bits",)),
+        Twin("optimizer_state_to_torch", reference="reference.optim:Optimizer.state_dict",
+             torch="torch_impl.state_mapping:optimizer_state_to_torch", claims=_ROUNDTRIP),
+        Twin("optimizer_state_from_torch", reference="reference.optim:Optimizer.load_state_dict",
+             torch="torch_impl.state_mapping:optimizer_state_from_torch", claims=_ROUNDTRIP),
         Twin("LRScheduler", reference="reference.lr_scheduler:LRScheduler",
-             alias="torch.optim.lr_scheduler.LRScheduler", claims=("optim.schedules_bits",)),
+             alias="torch.optim.lr_scheduler.LRScheduler",
+             claims=("optim.schedules_bits", *_ROUNDTRIP)),
         Twin("StepLR", reference="reference.lr_scheduler:StepLR",
              alias="torch.optim.lr_scheduler.StepLR", claims=("optim.schedules_bits",)),
         Twin("LinearLR", reference="reference.lr_scheduler:LinearLR",
@@ -154,25 +159,16 @@ MANIFEST = Manifest(
         Twin("CosineAnnealingLR", reference="reference.lr_scheduler:CosineAnnealingLR",
              alias="torch.optim.lr_scheduler.CosineAnnealingLR",
              claims=("optim.schedules_bits",)),
-        Twin("OPTIMIZERS", torch="torch_impl.optim:OPTIMIZERS", why=_KEYS),
-        Twin("SWITCHES", torch="torch_impl.optim:SWITCHES", claims=_ROUNDTRIP,
-             why="torch's kernel switches, held at the default CPU path the reference models"),
-        Twin("IMPLIED", torch="torch_impl.optim:IMPLIED", claims=_ROUNDTRIP, why=_KEYS),
-        Twin("REFERENCE_SCHEDULER_KEYS", reference="reference.lr_scheduler:LRScheduler.state_dict",
-             torch="torch_impl.optim:REFERENCE_SCHEDULER_KEYS", claims=_ROUNDTRIP),
-        Twin("TORCH_SCHEDULER_EXTRAS", torch="torch_impl.optim:TORCH_SCHEDULER_EXTRAS",
-             claims=_ROUNDTRIP, why=_KEYS),
-        Twin("torch_group_keys", torch="torch_impl.optim:torch_group_keys", why=_KEYS),
-        Twin("torch_scheduler_keys", torch="torch_impl.optim:torch_scheduler_keys", why=_KEYS),
-        Twin("optimizer_state_to_torch", reference="reference.optim:Optimizer.state_dict",
-             torch="torch_impl.optim:optimizer_state_to_torch", claims=_ROUNDTRIP),
-        Twin("optimizer_state_from_torch", reference="reference.optim:Optimizer.load_state_dict",
-             torch="torch_impl.optim:optimizer_state_from_torch", claims=_ROUNDTRIP),
         Twin("scheduler_state_to_torch", reference="reference.lr_scheduler:LRScheduler.state_dict",
-             torch="torch_impl.optim:scheduler_state_to_torch", claims=_ROUNDTRIP),
+             torch="torch_impl.state_mapping:scheduler_state_to_torch", claims=_ROUNDTRIP),
         Twin("scheduler_state_from_torch",
              reference="reference.lr_scheduler:LRScheduler.load_state_dict",
-             torch="torch_impl.optim:scheduler_state_from_torch", claims=_ROUNDTRIP),
+             torch="torch_impl.state_mapping:scheduler_state_from_torch", claims=_ROUNDTRIP),
+    ),
+    helpers=(
+        Helper("torch_impl.state_mapping",
+               "the state mapping, not a twin: optimizer and LR-scheduler state between the "
+               "trees, by the installed torch's keys"),
     ),
     headline="parity/test_optim.py::test_adamw_steps_match_torch_adamw_bitwise",
 )

@@ -15,6 +15,7 @@ from reference import lr_scheduler as ref_sched
 from reference import optim as ref
 from reference.module import Parameter
 from torch_impl import optim as topt
+from torch_impl import state_mapping as tstate
 
 # NOTE [ FMA in torch's CPU kernels ]: the kernels fuse unless the capability is DEFAULT.
 FUSED = torch.backends.cpu.get_cpu_capability() != "DEFAULT"
@@ -33,7 +34,8 @@ def run_optimizers(name: str, hyper: dict[str, Any], dtype: type, shapes: list[t
                    lr_changes: dict[int, float] | None = None, save_at: int | None = None,
                    cross: bool = False, two_groups: bool = False, sqrt: str = "torch",
                    ) -> list[tuple[str, np.ndarray, np.ndarray]]:
-    """Run reference.optim.<name> and torch.optim.<name> on the same parameters and gradients.
+    """Run reference.optim.<name> and its twin torch_impl.optim.<name> (torch.optim's own) on
+    the same parameters and gradients.
 
     At step `lr_changes` keys every group's lr is set to the value; at `save_at` both
     optimizers are rebuilt from their state_dicts (from the OTHER side's, converted, when
@@ -53,9 +55,9 @@ def run_optimizers(name: str, hyper: dict[str, Any], dtype: type, shapes: list[t
             return [{"params": params[:1]}, {"params": params[1:], "lr": hyper["lr"] / 2}]
         return params
 
-    def build() -> tuple[ref.Optimizer, torch.optim.Optimizer]:
+    def build() -> tuple[ref.Optimizer, topt.Optimizer]:
         return (getattr(ref, name)(groups(ref_params), **hyper, **options),
-                getattr(torch.optim, name)(groups(torch_params), **hyper))
+                getattr(topt, name)(groups(torch_params), **hyper))
 
     ref_opt, torch_opt = build()
     for step in range(steps):
@@ -66,8 +68,8 @@ def run_optimizers(name: str, hyper: dict[str, Any], dtype: type, shapes: list[t
             ref_sd, torch_sd = ref_opt.state_dict(), torch_opt.state_dict()
             ref_opt, torch_opt = build()
             if cross:
-                ref_sd, torch_sd = (topt.optimizer_state_from_torch(torch_sd, name),
-                                    topt.optimizer_state_to_torch(ref_sd, name))
+                ref_sd, torch_sd = (tstate.optimizer_state_from_torch(torch_sd, name),
+                                    tstate.optimizer_state_to_torch(ref_sd, name))
             ref_opt.load_state_dict(ref_sd)
             torch_opt.load_state_dict(torch_sd)
         for i, (rp, tp) in enumerate(zip(ref_params, torch_params, strict=True)):
@@ -83,7 +85,7 @@ def run_optimizers(name: str, hyper: dict[str, Any], dtype: type, shapes: list[t
     out = [(f"param {i}", rp.data, tp.detach().numpy())
            for i, (rp, tp) in enumerate(zip(ref_params, torch_params, strict=True))]
     ref_state = ref_opt.state_dict()["state"]
-    torch_state = topt.optimizer_state_from_torch(torch_opt.state_dict(), name)["state"]
+    torch_state = tstate.optimizer_state_from_torch(torch_opt.state_dict(), name)["state"]
     if {i: sorted(s) for i, s in ref_state.items()} != {i: sorted(s) for i, s in
                                                          torch_state.items()}:
         raise AssertionError(f"state entries differ: {ref_state.keys()} vs {torch_state.keys()}")
@@ -108,19 +110,19 @@ def run_schedules(kind: str, kw: dict[str, Any], base_lr: float, steps: int,
     ref_param = Parameter(np.zeros(1))
     torch_param = torch.nn.Parameter(torch.zeros(1, dtype=torch.float64, device=device))
     r_opt, r_sched = build(ref_sched, ref, ref_param)
-    t_opt, t_sched = build(torch.optim.lr_scheduler, torch.optim, torch_param)
+    t_opt, t_sched = build(torch.optim.lr_scheduler, topt, torch_param)
     ref_lrs, torch_lrs = [r_sched.get_last_lr()[0]], [t_sched.get_last_lr()[0]]
     for step in range(steps):
         if step == save_at:
             r_sd = (r_opt.state_dict(), r_sched.state_dict())
             t_sd = (t_opt.state_dict(), t_sched.state_dict())
             r_opt, r_sched = build(ref_sched, ref, ref_param)
-            t_opt, t_sched = build(torch.optim.lr_scheduler, torch.optim, torch_param)
+            t_opt, t_sched = build(torch.optim.lr_scheduler, topt, torch_param)
             if cross:
-                r_sd, t_sd = ((topt.optimizer_state_from_torch(t_sd[0], "SGD"),
-                               topt.scheduler_state_from_torch(t_sd[1])),
-                              (topt.optimizer_state_to_torch(r_sd[0], "SGD"),
-                               topt.scheduler_state_to_torch(r_sd[1])))
+                r_sd, t_sd = ((tstate.optimizer_state_from_torch(t_sd[0], "SGD"),
+                               tstate.scheduler_state_from_torch(t_sd[1])),
+                              (tstate.optimizer_state_to_torch(r_sd[0], "SGD"),
+                               tstate.scheduler_state_to_torch(r_sd[1])))
             r_opt.load_state_dict(r_sd[0])
             r_sched.load_state_dict(r_sd[1])
             t_opt.load_state_dict(t_sd[0])
