@@ -57,7 +57,7 @@ def test_linear_forward_and_backward_match_torch_linear_within_dot_product_bound
     torch.nn.Linear's (the two BLAS sum in different orders)."""
     rng = np.random.default_rng(0)
     ref_layer = ref.Linear(16, 8, rng=rng)
-    torch_layer = torch.nn.Linear(16, 8).to(device)
+    torch_layer = tnn.Linear(16, 8).to(device)
     torch_layer.load_state_dict(tnn.state_dict_to_torch(ref_layer.state_dict()))
     x = rng.standard_normal((4, 16)).astype(np.float32)  # (B, in)
     g = rng.standard_normal((4, 8)).astype(np.float32)  # (B, out): dL/dy
@@ -109,7 +109,7 @@ def test_relu_matches_torch_bitwise_including_signed_zeros(device: str, dtype: t
     event("signed zero in input" if np.any((x == 0) & np.signbit(x)) else "no -0")
     layer = ref.ReLU()
     assert_layer(layer, x, g, *run_ref(layer, x, g),
-                 *run_torch(torch.nn.ReLU(), x, g, device)[:3])
+                 *run_torch(tnn.ReLU(), x, g, device)[:3])
 
 
 @pytest.mark.parametrize("name", sorted(ACTIVATION_LAYERS))
@@ -154,7 +154,7 @@ def test_dropout_with_torchs_mask_is_bitwise_identical(device: str, dtype: type,
     layer = ref.Dropout(p, rng=np.random.default_rng(seed))
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        ty, tdx, tgrads, keep = run_torch(torch.nn.Dropout(p), x, g)
+        ty, tdx, tgrads, keep = run_torch(tnn.Dropout(p), x, g)
     if 0 < p < 1:
         event("some dropped" if np.any(~keep) else "none dropped")
     assert_layer(layer, x, g, *run_ref(layer, x, g, keep), ty, tdx, tgrads)
@@ -168,7 +168,7 @@ def test_dropout_in_eval_is_the_identity_like_torch(device: str, dtype: type, se
     x = data.draw(nn_arrays(data.draw(nn_shapes()), dtype))
     layer = ref.Dropout(0.5, rng=np.random.default_rng(seed)).eval()
     y, dx, _ = run_ref(layer, x, x)
-    ty, tdx, _, _ = run_torch(torch.nn.Dropout(0.5).eval(), x, x, device)
+    ty, tdx, _, _ = run_torch(tnn.Dropout(0.5).eval(), x, x, device)
     assert_claim("nn.dropout", actual=ty, expected=y)
     assert_claim("nn.dropout", actual=tdx, expected=dx)
 

@@ -37,18 +37,19 @@ def to_numpy(t: torch.Tensor) -> np.ndarray:
 
 # -- running one layer on both sides
 def torch_twin(layer: ref.Module, device: str = "cpu") -> torch.nn.Module:
-    """The torch module matching a reference layer, with the same weights (bit copies)."""
+    """The torch module matching a reference layer (its twin in torch_impl.nn: torch.nn's
+    own), with the same weights (bit copies)."""
     if isinstance(layer, ref.Linear):
-        twin: torch.nn.Module = torch.nn.Linear(
+        twin: torch.nn.Module = tnn.Linear(
             layer.in_features, layer.out_features, bias=layer.bias is not None, device="meta",
             dtype=TORCH_DTYPE[layer.weight.data.dtype]).to_empty(device=device)
         twin.load_state_dict(tnn.state_dict_to_torch(layer.state_dict(), device))
         return twin
     if isinstance(layer, ref.GELU):
-        return torch.nn.GELU(approximate=layer.approximate)
+        return tnn.GELU(approximate=layer.approximate)
     if isinstance(layer, ref.Dropout):
-        return torch.nn.Dropout(layer.p)
-    return {"ReLU": torch.nn.ReLU, "Tanh": torch.nn.Tanh}[type(layer).__name__]()
+        return tnn.Dropout(layer.p)
+    return {"ReLU": tnn.ReLU, "Tanh": tnn.Tanh}[type(layer).__name__]()
 
 
 def dropout_keep(out: torch.Tensor) -> np.ndarray:
