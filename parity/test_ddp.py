@@ -55,6 +55,35 @@ def replays(launched: tuple[list[dict], list[list[dict]]]) -> list[drv.Replay]:
     return list(_runs(*launched))
 
 
+def test_two_ddp_steps_match_the_simulated_ranks_bitwise() -> None:
+    """Two gloo ranks take two DDP steps of an MLP; the reference's ddp_step from the same
+    weights on the same batches, replaying each rank's local gradient (nn.linear: not
+    bit-equal), takes each rank's shard, reduces to DDP's .grad bits and steps to its
+    parameters."""
+    c, ws, steps = drv.config("fp32"), 2, 2
+    # torch: 2 processes, each torch_impl.ddp.ddp_step twice (torch_impl/ddp_jobs.py's run)
+    runs = [rank[0] for rank in drv.launch(drv.train_jobs((ws,), ("fp32",), steps=steps), ws)]
+    # reference: 2 simulated ranks from torch's initial weights, reference.ddp.ddp_step twice
+    sim = drv.simulated_ranks(c, ws, runs[0]["initial"])
+    for s in range(steps):
+        x, y = next(sim.data)
+        local = [[as_numpy(g) for g in runs[r]["steps"][s]["local"]] for r in range(ws)]
+        ref = drv.rddp.ddp_step(sim.replicas, sim.loss_fn, sim.optimizers, sim.scalers, x, y,
+                                step=s + 1, precision=c.precision, local_grads=local.__getitem__)
+        for r, run in enumerate(runs):
+            torch_step, where = run["steps"][s], f"step {s + 1} rank {r}"
+            assert_claim("ddp.shards", actual=torch_step["x"], expected=ref.rows[r][0],
+                         context=where)
+            for k, (t, a) in enumerate(zip(torch_step["reduced"], ref.reduced, strict=True)):
+                assert_claim("ddp.reduced_grads", actual=t, expected=a,
+                             context=f"{where} param {k}")
+    for r, run in enumerate(runs):
+        for k, (t, p) in enumerate(zip(run["final"], sim.replicas[r].parameters(),
+                                       strict=True)):
+            assert_claim("ddp.params", actual=t, expected=p.data, context=f"rank {r} param {k}")
+    assert len(runs[0]["steps"][1]["buckets"]) == 2, "guard: step 2 reduces two buckets"
+
+
 def test_ring_mirror_gives_every_rank_gloos_bits(launched: tuple) -> None:
     """Every rank's dist.all_reduce result equals reference.ddp.ring_allreduce's, bit for
     bit, and from three ranks on a left-to-right sum differs (the order is what is mirrored)."""

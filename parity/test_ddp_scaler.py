@@ -121,7 +121,7 @@ def test_the_rank_guard_fails_on_the_unrepaired_loop_and_passes_on_the_repaired_
 def test_the_cross_rank_check_set_to_raise_ends_an_unrepaired_run_naming_step_and_rank(
 ) -> None:
     """Every rank raises RankDivergence at step 2; the launch ends with it, nothing left."""
-    from torch_impl.ddp import DDPError
+    from ranks import DDPError
 
     with pytest.raises(DDPError, match=r"RankDivergence: ranks diverge at step 2: rank 2 "
                                        r"found inf/NaN alone"):

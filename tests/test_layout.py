@@ -1,5 +1,6 @@
 """The import direction docs/layout.md draws:
-lab -> parity (proof) -> torch_impl -> reference -> common, ckpt (and torch_impl -> common, ckpt).
+lab -> parity (proof) -> torch_impl -> reference -> common, ckpt (and torch_impl -> common, ckpt);
+ranks/ (the process launcher) beside them, imported by torch_impl and parity, importing none.
 
 Read from the source with `ast` (no import runs), plus subprocesses proving the transitive
 rules: importing every reference module leaves torch unimported, every torch_impl module
@@ -75,6 +76,15 @@ def test_common_imports_only_the_standard_library_numpy_ckpt_and_itself(path: Pa
     assert not foreign, f"common/{path.name} imports {sorted(foreign)}"
 
 
+@pytest.mark.parametrize("path", sources("ranks"), ids=lambda p: p.name)
+def test_ranks_imports_only_the_standard_library_torch_and_itself(path: Path) -> None:
+    """The launcher is no twin and no proof: the modules its jobs run are named as strings
+    (job["runner"], the forkserver's preload list), never imported."""
+    foreign = {m for m in imported_modules(path)
+               if top(m) not in STDLIB and top(m) not in ("ranks", "torch")}
+    assert not foreign, f"ranks/{path.name} imports {sorted(foreign)}"
+
+
 def loaded_after_importing(package: str, prefixes: tuple[str, ...]) -> list[str]:
     """The modules under `prefixes` in sys.modules after a fresh interpreter imports every
     module of `package` (one interpreter for all: what any one loads, the union holds)."""
@@ -104,7 +114,14 @@ def test_importing_every_common_module_loads_neither_torch_nor_reference() -> No
     assert loaded_after_importing("common", ("torch", "reference", "torch_impl", "parity")) == []
 
 
-PROJECT = ("reference", "torch_impl", "common", "ckpt", "parity")
+def test_importing_every_ranks_module_loads_no_project_tree() -> None:
+    loaded = loaded_after_importing("ranks", ("ranks", "reference", "torch_impl", "common",
+                                              "ckpt", "parity"))
+    assert "ranks.launcher" in loaded  # the probe sees what it imports
+    assert [m for m in loaded if not m.startswith("ranks")] == []
+
+
+PROJECT = ("reference", "torch_impl", "common", "ckpt", "parity", "ranks")
 
 
 def module_name(path: Path) -> str:
@@ -187,7 +204,7 @@ def test_cycles_finds_a_circle_it_is_given_and_none_in_a_chain() -> None:
 
 
 def test_no_import_cycle_among_the_project_modules() -> None:
-    """No module of reference, torch_impl, common, ckpt or parity (the lab included) imports
+    """No module of reference, torch_impl, common, ckpt, parity (the lab included) or ranks imports
     itself back through others (see import_graph for what counts as an edge)."""
     graph = import_graph()
     assert "reference.train" in graph and "parity.lab.cli.train" in graph

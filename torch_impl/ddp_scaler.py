@@ -1,7 +1,7 @@
 """Loss scaling across data-parallel ranks on the real engine: DDP over gloo, a
 torch.amp.GradScaler per rank. See reference/ddp_scaler.py for the mechanism (NOTE
 [ found_inf is per rank ]: the divergence, the fault, the repair); this file runs it in
-torch_impl.ddp's launch, and states only what torch does.
+ranks.launch, and states only what torch does.
 
 What torch does:
 - GradScaler keeps found_inf per optimizer per device, a float32 tensor filled by unscale_

@@ -5,7 +5,7 @@ commit. See reference/ddp_train.py for the run both trees train and what is exac
 file says only how the engine runs it.
 
 What the engine adds:
-- Each rank is a process of torch_impl.ddp.launch (forkserver, a FileStore rendezvous,
+- Each rank is a process of ranks.launch (forkserver, a FileStore rendezvous,
   gloo on the loopback); rank r names itself `mtrain-rank<r>` (/proc/self/comm, what `ps`
   shows) and ends at its next step once the process that launched it is gone (a SIGKILLed
   command leaves no rank behind writing checkpoints).
@@ -36,6 +36,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+import ranks
 from ckpt import commit as ckc
 from ckpt import commit_policy
 from ckpt.policy import due
@@ -56,7 +57,7 @@ def train(config: TrainConfig, steps: int, world_size: int, directory: str | Pat
           log: Callable[[str], None], collective_timeout: float = 30.0,
           timeout: float = math.inf) -> RanksResult:
     """Run the N-rank training (the module docstring) from `start` (ckpt.commit_policy's
-    decision, taken before) to `steps`; tddp.DDPError if a rank fails, or if the ranks are
+    decision, taken before) to `steps`; ranks.DDPError if a rank fails, or if the ranks are
     still running after `timeout` seconds (none by default: a run takes as long as it takes;
     a hung collective ends at collective_timeout)."""
     job = {"kind": "cli-train", "runner": __name__, "config": config.to_dict(),
@@ -70,14 +71,14 @@ def train(config: TrainConfig, steps: int, world_size: int, directory: str | Pat
         tail = threading.Thread(target=_tail, args=(Path(job["log"]), log, stop), daemon=True)
         tail.start()
         try:
-            results = tddp.launch([job], world_size, timeout=timeout,
+            results = ranks.launch([job], world_size, timeout=timeout,
                                   collective_timeout=collective_timeout)
         finally:
             stop.set()
             tail.join()
     digests = [r[0]["digest"] for r in results]
     if len(set(digests)) != 1:
-        raise tddp.DDPError(f"ddp: the ranks end in different states: digests {digests}")
+        raise ranks.DDPError(f"ddp: the ranks end in different states: digests {digests}")
     first = results[0][0]
     return RanksResult(first["step"], digests[0], first["skipped"])
 

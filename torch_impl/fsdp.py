@@ -1,5 +1,5 @@
 """FSDP2 on the real engine: `torch.distributed.fsdp.fully_shard` with a MixedPrecisionPolicy,
-N gloo processes on this machine (torch_impl.ddp's launch). See reference/fsdp.py for the
+N gloo processes on this machine (ranks.launch). See reference/fsdp.py for the
 arithmetic (NOTE [ FSDP2's shards ], NOTE [ FSDP2's reduce-scatter on gloo ]); this file
 only runs it and records what each rank saw.
 
@@ -36,7 +36,7 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from common.train_config import TrainConfig
 from common.train_loop import batches
-from torch_impl.ddp import RANK_DTYPES
+from torch_impl.ddp_jobs import RANK_DTYPES, seeded
 from torch_impl.format_spec import DTYPES
 from torch_impl.train_models import batch_of, build
 
@@ -78,7 +78,7 @@ def fsdp_job(config: TrainConfig, steps: int, world_size: int, reduce_dtype: str
 def reduce_scatter_job(dtype: str, n: int, op: str, seed: int, world_size: int
                        ) -> dict[str, Any]:
     """dist.reduce_scatter_single (op "sum" or "avg") of ws * n elements of `dtype` into n;
-    rank r's values seeded by (seed, r) as torch_impl.ddp.allreduce_job's."""
+    rank r's values seeded by (seed, r) as torch_impl.ddp_jobs.allreduce_job's."""
     if dtype not in RANK_DTYPES or n < 1 or op not in ("sum", "avg"):
         raise ValueError(f"reduce_scatter_job: dtype one of {RANK_DTYPES}, n >= 1, op 'sum' "
                          f"or 'avg'; got {dtype!r}, {n}, {op!r}")
@@ -87,12 +87,7 @@ def reduce_scatter_job(dtype: str, n: int, op: str, seed: int, world_size: int
 
 
 def _reduce_scatter(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
-    ws = job["world_size"]
-    g = torch.Generator().manual_seed(job["seed"] * 1_000_003 + rank)
-    total = ws * job["n"]
-    values = torch.randn(total, generator=g, dtype=torch.float64)
-    values = values * torch.exp2(torch.randint(-8, 9, (total,), generator=g).double())
-    t = values.to(DTYPES[job["dtype"]])
+    t = seeded(job["seed"], rank, job["world_size"] * job["n"], job["dtype"])
     out = torch.empty(job["n"], dtype=t.dtype)
     op = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG}[job["op"]]
     _reduce_scatter_single(out, t.clone(), op=op, group=group)

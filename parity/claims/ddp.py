@@ -10,7 +10,7 @@ NCCL's all_reduce (one GPU per rank, so at least two GPUs).
 
 from __future__ import annotations
 
-from parity.claims import Claim, Manifest, Twin
+from parity.claims import Claim, Helper, Manifest, Twin
 from parity.claims.ddp_ckpt import CKPT_CLAIMS, CKPT_ROWS
 from parity.claims.ddp_scaler import SCALER_CLAIMS, SCALER_ROWS
 
@@ -150,7 +150,6 @@ _RING = ("ddp.ring_order", "ddp.order_bound")
 _REDUCED = ("ddp.reduced_grads", "ddp.own_reduced")
 _DDP = "torch.nn.parallel.DistributedDataParallel"
 _CPP = "DDP's Reducer does this in C++ (NOTE [ DDP's reducer ]): the reference mirrors it"
-_LAUNCH = "the launcher: process plumbing, not half of a twin (the lab's, later)"
 
 MANIFEST = Manifest(
     topic="ddp",
@@ -166,12 +165,8 @@ MANIFEST = Manifest(
         Twin("BUCKET_BYTES", reference="reference.ddp:BUCKET_BYTES", claims=_BUCKETS, why=_CPP),
         Twin("ring_chunks", reference="reference.ddp:ring_chunks", claims=_RING,
              why="gloo cuts the ring's chunks in C++ (gloo/allreduce.cc)"),
-        Twin("RANK_DTYPES", torch="torch_impl.ddp:RANK_DTYPES", why=_LAUNCH),
-        Twin("DDPError", torch="torch_impl.ddp:DDPError", why=_LAUNCH),
         Twin("ring_allreduce", reference="reference.ddp:ring_allreduce",
              alias="torch.distributed.all_reduce", claims=_RING),
-        Twin("allreduce_job", reference="reference.ddp:ring_allreduce",
-             torch="torch_impl.ddp:allreduce_job", claims=_RING),
         Twin("naive_sum", reference="reference.ddp:naive_sum", claims=_RING,
              why="a left-to-right sum: what the ring is not, the claims' control"),
         Twin("bucket_plan", reference="reference.ddp:bucket_plan",
@@ -181,24 +176,20 @@ MANIFEST = Manifest(
              claims=_BUCKETS),
         Twin("reduce_gradients", reference="reference.ddp:reduce_gradients", alias=_DDP,
              claims=_REDUCED),
-        Twin("shard", reference="reference.ddp:shard", torch="torch_impl.ddp:train_job",
-             claims=("ddp.shards",)),
-        Twin("StepRecord", reference="reference.ddp:StepRecord", claims=("ddp.params",),
-             why="what a simulated step records: a torch rank records the same in train_job"),
+        Twin.same("ddp", "shard", "ddp.shards"),
+        Twin.same("ddp", "StepRecord", "ddp.reduced_grads", "ddp.buckets"),
         Twin("local_backward", reference="reference.ddp:local_backward",
              claims=("ddp.own_reduced",),
-             why="every simulated rank's backward: a torch rank runs its own, in train_job"),
+             why="every simulated rank's backward: a torch rank runs its own, in ddp_step"),
         Twin("reduce_into", reference="reference.ddp:reduce_into", alias=_DDP,
              claims=_REDUCED),
-        Twin("ddp_step", reference="reference.ddp:ddp_step", torch="torch_impl.ddp:train_job",
-             claims=("ddp.params",)),
-        Twin("fault_job", torch="torch_impl.ddp:fault_job", why=_LAUNCH),
-        Twin("launch", torch="torch_impl.ddp:launch", why=_LAUNCH),
         Twin("Replica", torch="torch_impl.ddp:Replica", claims=("ddp.params",),
              why="one torch rank's model under DDP: a simulated rank is an entry of the lists "
                  "ddp_step takes"),
         Twin("replica", torch="torch_impl.ddp:replica", claims=("ddp.params",),
-             why="builds a Replica; the reference builds its ranks with train_models.build"),
+             why="builds a Replica on a process group; the reference builds its ranks with "
+                 "train_models.build"),
+        Twin.same("ddp", "ddp_step", "ddp.params", "ddp.reduced_grads"),
         *SCALER_ROWS,
         *CKPT_ROWS,
         Twin.same("ddp_train", "PAYLOAD", "ddp.cli_kill_resume"),
@@ -210,5 +201,9 @@ MANIFEST = Manifest(
         Twin("run", reference="reference.ddp_train:train", torch="torch_impl.ddp_train:run",
              claims=("ddp.cli_kill_resume",)),
     ),
-    headline="parity/test_ddp.py::test_reduced_gradients_match_ddp_bitwise_on_every_rank",
+    helpers=(
+        Helper("torch_impl.ddp_jobs", "how a torch rank runs the ddp jobs (their constructors "
+               "and run(job, rank, group)): harness the drivers call, not mechanism"),
+    ),
+    headline="parity/test_ddp.py::test_two_ddp_steps_match_the_simulated_ranks_bitwise",
 )

@@ -1,4 +1,4 @@
-"""Data parallel in both trees: one launch of gloo processes (torch_impl.ddp.launch) and the
+"""Data parallel in both trees: one launch of gloo processes (ranks.launch) and the
 reference's simulated ranks (reference.ddp) on what the launch recorded.
 
 The launch's jobs: raw dist.all_reduce probes (the ring's oracle) and DDP training runs.
@@ -11,7 +11,9 @@ The reference's own local gradients are returned too, for the figure of how far 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -45,25 +47,25 @@ def config(precision: str, seed: int = 0) -> TrainConfig:
 
 
 def train_jobs(world_sizes: tuple[int, ...], precisions: tuple[str, ...],
-               gradient_as_bucket_view: bool = False) -> list[dict]:
-    from torch_impl import ddp as tddp
+               gradient_as_bucket_view: bool = False, steps: int = STEPS) -> list[dict]:
+    from torch_impl import ddp_jobs
 
-    return [tddp.train_job(config(p), STEPS, w, gradient_as_bucket_view)
+    return [ddp_jobs.train_job(config(p), steps, w, gradient_as_bucket_view)
             for w in world_sizes for p in precisions]
 
 
 def ring_jobs(cases: tuple[tuple[str, int], ...], world_sizes: tuple[int, ...]) -> list[dict]:
-    from torch_impl import ddp as tddp
+    from torch_impl import ddp_jobs
 
-    return [tddp.allreduce_job(dtype, n, seed, w) for w in world_sizes
+    return [ddp_jobs.allreduce_job(dtype, n, seed, w) for w in world_sizes
             for seed, (dtype, n) in enumerate(cases)]
 
 
 def launch(jobs: list[dict], world_size: int, timeout: float = 120.0, backend: str = "gloo"
            ) -> list[list[dict]]:
-    from torch_impl import ddp as tddp
+    import ranks
 
-    return tddp.launch(jobs, world_size, timeout=timeout, backend=backend)
+    return ranks.launch(jobs, world_size, timeout=timeout, backend=backend)
 
 
 def order_scale(inputs: list[np.ndarray]) -> np.ndarray:
@@ -105,26 +107,44 @@ class Replay:
     outputs: list[list[tuple[np.ndarray, np.ndarray, np.ndarray]]]
 
 
+@dataclass
+class Ranks:
+    """world_size simulated ranks of a DDP run: a replica, an SGD and a GradScaler each, as
+    torch_impl.ddp.replica builds them; the loss; the loader's global batches."""
+
+    replicas: list
+    loss_fn: Any
+    optimizers: list
+    scalers: list
+    data: Iterator
+
+
+def simulated_ranks(c: TrainConfig, world_size: int, initial: list) -> Ranks:
+    """The reference's ranks of config `c`, every replica loaded with the torch run's
+    `initial` parameters (the two trees draw their inits from different generators)."""
+    replicas, parts = [], None
+    for _ in range(world_size):
+        parts = build(c, np.random.default_rng(c.seed))
+        names = [name for name, _ in parts.model.named_parameters()]
+        parts.model.load_state_dict(dict(zip(names, map(as_numpy, initial), strict=True)))
+        replicas.append(parts.model)
+    assert parts is not None
+    optimizers = [ropt.SGD(m.parameters(), lr=c.lr, momentum=0.9, fma=FUSED) for m in replicas]
+    scalers = [rls.make_scaler(c.precision, init_scale=c.init_scale,
+                               growth_interval=c.growth_interval) for _ in range(world_size)]
+    return Ranks(replicas, parts.loss_fn, optimizers, scalers, batches(c, parts.loader, batch_of))
+
+
 def replay(job: dict, results: list[list[dict]], index: int) -> Replay:
     """The reference's simulated ranks on run `index` of a launch (module docstring)."""
     ws, steps = job["world_size"], job["steps"]
     c = TrainConfig(**{k: tuple(v) if k == "sizes" else v for k, v in job["config"].items()})
     runs = [results[r][index] for r in range(ws)]
-    replicas, parts = [], None
-    for _ in range(ws):
-        parts = build(c, np.random.default_rng(c.seed))
-        names = [name for name, _ in parts.model.named_parameters()]
-        initial = map(as_numpy, runs[0]["initial"])
-        parts.model.load_state_dict(dict(zip(names, initial, strict=True)))
-        replicas.append(parts.model)
-    assert parts is not None
-    optimizers = [ropt.SGD(m.parameters(), lr=c.lr, momentum=0.9, fma=FUSED) for m in replicas]
-    scalers = [rls.make_scaler(c.precision, init_scale=c.init_scale,
-                               growth_interval=c.growth_interval) for _ in range(ws)]
+    sim = simulated_ranks(c, ws, runs[0]["initial"])
+    replicas, optimizers, scalers, data = sim.replicas, sim.optimizers, sim.scalers, sim.data
     torch_local = [[[as_numpy(g) for g in runs[r]["steps"][s]["local"]] for r in range(ws)]
                    for s in range(steps)]
     reduced, buckets, own, own_reduced, rows, outputs = [], [], [], [], [], []
-    data = batches(c, parts.loader, batch_of)
     while len(reduced) < steps:
         x, y = next(data)
         s = len(reduced)
@@ -132,7 +152,7 @@ def replay(job: dict, results: list[list[dict]], index: int) -> Replay:
             outputs.append([(as_numpy(runs[r]["steps"][s]["output"]),
                              *mlp_forward_with_bound(replicas[r], rddp.shard(x, r, ws), {}))
                             for r in range(ws)])
-        record = rddp.ddp_step(replicas, parts.loss_fn, optimizers, scalers, x, y, step=s + 1,
+        record = rddp.ddp_step(replicas, sim.loss_fn, optimizers, scalers, x, y, step=s + 1,
                                precision=c.precision, local_grads=torch_local[s].__getitem__,
                                gradient_as_bucket_view=job["gradient_as_bucket_view"])
         reduced.append(record.reduced)

@@ -63,10 +63,10 @@ def _jobs(tmp: Path) -> list[dict]:
 
 def measure(tmp: Path) -> Measured:
     """The default launch (3 processes); checkpoints under tmp."""
-    from torch_impl import ddp as tddp
+    import ranks
 
     jobs = _jobs(tmp)
-    results = tddp.launch(jobs, 3, timeout=120.0)
+    results = ranks.launch(jobs, 3, timeout=120.0)
     per_job = [[results[r][i] for r in range(j["world_size"])] for i, j in enumerate(jobs)]
     return Measured(per_job[0], per_job[1],
                     {j["world_size"]: per_job[i] for i, j in enumerate(jobs) if j["resume"]},
@@ -76,25 +76,25 @@ def measure(tmp: Path) -> Measured:
 def kill(tmp: Path, where: str, victim: int) -> str:
     """The saving run with `victim` SIGKILLed at `where` of the step-SAVE_AT save; returns
     the launch's error (DDPError: the launch must fail). Checkpoints in tmp/saves."""
-    from torch_impl import ddp as tddp
+    import ranks
     from torch_impl import sharded_ckpt as sc
 
     job = sc.ckpt_job(config(), SAVE_AT, 2, str(tmp / "saves"), EVERY,
                       fault=(where, victim, SAVE_AT))
     try:
-        tddp.launch([job], 2, timeout=60.0, collective_timeout=10.0)
-    except tddp.DDPError as e:
+        ranks.launch([job], 2, timeout=60.0, collective_timeout=10.0)
+    except ranks.DDPError as e:
         return str(e)
     raise AssertionError(f"kill {where} on rank {victim}: the launch did not fail")
 
 
 def resume(directory: Path, world_size: int) -> list[dict[str, Any]]:
     """A launch resuming `directory`'s newest commit to STEPS on world_size ranks."""
-    from torch_impl import ddp as tddp
+    import ranks
     from torch_impl import sharded_ckpt as sc
 
     job = sc.ckpt_job(config(), STEPS, world_size, str(directory), STEPS + 1, resume=True)
-    return [r[0] for r in tddp.launch([job], world_size, timeout=60.0)]
+    return [r[0] for r in ranks.launch([job], world_size, timeout=60.0)]
 
 
 def train_config(seed: int = 0) -> TrainConfig:

@@ -67,9 +67,9 @@ def jobs(runs: tuple[tuple[int, str], ...], check: str = "record", steps: int = 
 
 
 def launch(job_list: list[dict], world_size: int, timeout: float = 120.0) -> list[list[dict]]:
-    from torch_impl import ddp as tddp
+    import ranks
 
-    return tddp.launch(job_list, world_size, timeout=timeout)
+    return ranks.launch(job_list, world_size, timeout=timeout)
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""FSDP2 in both trees: one launch of gloo processes (torch_impl.ddp.launch running
+"""FSDP2 in both trees: one launch of gloo processes (ranks.launch running
 torch_impl.fsdp's jobs) and the reference's simulated ranks (reference.fsdp) on what it
 recorded.
 
@@ -70,9 +70,9 @@ def reduce_scatter_case(job: dict, results: list[list[dict]], index: int
 
 
 def launch(jobs: list[dict], world_size: int, timeout: float = 120.0) -> list[list[dict]]:
-    from torch_impl import ddp as tddp
+    import ranks
 
-    return tddp.launch(jobs, world_size, timeout=timeout)
+    return ranks.launch(jobs, world_size, timeout=timeout)
 
 
 def groups(n_params: int) -> list[list[int]]:

@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         result = impl.train(config, args.steps, n, args.checkpoint_dir, args.checkpoint_every,
                             keep=args.keep, start=start, log=log)
     else:
-        from torch_impl.ddp import DDPError
+        from ranks import DDPError
 
         try:
             result = impl.train(config, args.steps, n, args.checkpoint_dir,
