@@ -87,5 +87,6 @@ MANIFEST = Manifest(
         ("gpt.loss", "the reference computes it inside GPT.forward (reference/gpt.py): the "
                      "transformer's claim"),
     ),
-    headline="parity/test_train.py::test_interrupted_and_resumed_equals_uninterrupted_bit_for_bit",
+    headline="parity/test_train.py::"
+             "test_a_run_interrupted_at_step_2_of_4_and_resumed_is_the_straight_run_in_each_tree",
 )
