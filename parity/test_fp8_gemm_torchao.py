@@ -36,5 +36,5 @@ def test_torch_mx_matmul_gives_torchaos_emulated_mm_bits(fmt: str, device: str) 
         bt_mx = MXTensor.to_mx(b.t().contiguous(), ELEM[fmt], 32, ao_mode)
         theirs = torch.mm(a_mx, bt_mx.t())
         assert type(theirs) is torch.Tensor and theirs.dtype == torch.float32
-        assert_claim("fp8_gemm.mx_torchao", actual=tgemm.mx_matmul(a, b, fmt, mode),
+        assert_claim("fp8_gemm.mx_torchao", actual=tgemm.mx_matmul(a, b, fmt, mode, "torchao"),
                      expected=theirs, context=f"{fmt} {mode}")

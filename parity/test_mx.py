@@ -8,6 +8,7 @@ torchao: parity/test_mx_torchao.py. Driver: parity/drivers/mx.py.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import ml_dtypes
@@ -41,10 +42,12 @@ def test_one_tensor_to_mxfp8_and_back_gives_the_same_bits_in_both_trees(device: 
 
 
 def _check_twins(x: np.ndarray, fmt: str, mode: str, rounding: str, context: str,
-                 device: str) -> None:
-    ref, tor = drv.both_to_mx(x, fmt, mode, rounding, device)
-    assert_claim("mx.twins", actual=tmx.scaled_blocks(drv.to_torch(x, device), fmt, mode)[1],
-                 expected=rmx.scaled_blocks(x, fmt, mode)[1], context=f"{context} scaled")
+                 device: str, variant: str = "ocp") -> None:
+    ref, tor = drv.both_to_mx(x, fmt, mode, rounding, device, variant)
+    assert_claim("mx.twins", actual=tmx.scaled_blocks(drv.to_torch(x, device), fmt, mode,
+                                                      variant=variant)[1],
+                 expected=rmx.scaled_blocks(x, fmt, mode, variant=variant)[1],
+                 context=f"{context} scaled")
     assert_claim("mx.twins", actual=tor.scales, expected=ref.scales, context=f"{context} scales")
     assert_claim("mx.twins", actual=tor.elements, expected=ref.elements,
                  context=f"{context} elements")
@@ -59,7 +62,9 @@ def test_torch_mx_gives_the_reference_bits_on_edge_blocks(fmt: str, device: str)
     x = edge_array(fmt, seed=1)
     for mode in rmx.SCALE_MODES:
         for rounding in rmx.ROUNDINGS:
-            _check_twins(x, fmt, mode, rounding, f"{fmt} {mode} {rounding}", device)
+            for variant in rmx.VARIANTS:
+                _check_twins(x, fmt, mode, rounding, f"{fmt} {mode} {rounding} {variant}",
+                             device, variant)
     _check_twins(x.astype(ml_dtypes.bfloat16), fmt, "floor", "nearest_even", "bfloat16",
                  device)
     ref = rmx.to_mx(x, fmt, "floor")
@@ -77,7 +82,9 @@ def test_torch_mx_gives_the_reference_bits_for_any_blocks(
     for kind in set(kinds):
         event(kind)
     for rounding in rmx.ROUNDINGS:
-        _check_twins(x, fmt, mode, rounding, f"{fmt} {mode} {rounding} {kinds}", device)
+        for variant in rmx.VARIANTS:
+            _check_twins(x, fmt, mode, rounding, f"{fmt} {mode} {rounding} {variant} {kinds}",
+                         device, variant)
 
 
 @pytest.mark.parametrize("two_level", [False, True])
@@ -167,3 +174,64 @@ def test_the_committed_counts_table_is_what_both_trees_count_now() -> None:
     _check_counts(table)
     committed = json.loads(COUNTS_JSON.read_text(encoding="utf-8"))
     assert committed["table"] == table, "docs/data/mx_counts.json is stale: run benchmarks/mx.py"
+
+
+ML_DTYPES = {"float8_e4m3fn": ml_dtypes.float8_e4m3fn, "float8_e5m2": ml_dtypes.float8_e5m2,
+             "float6_e2m3fn": ml_dtypes.float6_e2m3fn, "float6_e3m2fn": ml_dtypes.float6_e3m2fn,
+             "float4_e2m1fn": ml_dtypes.float4_e2m1fn}
+
+
+def ocp_conversion(x: np.ndarray, fmt: str) -> tuple[np.ndarray, np.ndarray]:
+    """OCP MX 1.0's conversion (section 6.3) of float32 x, a block of 32 at a time, computed
+    apart from the reference: X = 2^(floor(log2 amax) - e_max), clamped to 2^-127 .. 2^127
+    (math.frexp of the float64 amax), NaN for a block holding an inf or a NaN; P_i = V_i / X
+    in float64 (exact), clamped to +-max_elem, cast by ml_dtypes; the value X P_i.
+    (E8M0 codes (..., n), float32 values shaped as x.)"""
+    spec = rmx.FORMATS[fmt]
+    codes, values = [], []
+    for block in x.astype(np.float64).reshape(-1, rmx.BLOCK_SIZE):
+        amax = float(np.max(np.abs(block)))  # NaN if the block holds one
+        if not math.isfinite(amax):
+            codes.append(rmx.E8M0_NAN)
+            values.append(np.full(rmx.BLOCK_SIZE, np.nan))
+            continue
+        floor_log2 = math.frexp(amax)[1] - 1 if amax > 0 else -1000
+        s = min(max(floor_log2 - spec.emax, -127), 127)
+        p = np.clip(block / 2.0**s, -spec.max, spec.max).astype(ML_DTYPES[fmt])
+        codes.append(s + 127)
+        values.append(p.astype(np.float64) * 2.0**s)
+    return (np.array(codes, np.uint8).reshape(*x.shape[:-1], -1),
+            np.array(values).astype(np.float32).reshape(x.shape))
+
+
+def _check_ocp(x: np.ndarray, fmt: str, context: str) -> None:
+    codes, values = ocp_conversion(x, fmt)
+    ref = rmx.to_mx(x, fmt)  # the defaults: FLOOR, the specification
+    assert_claim("mx.ocp", actual=ref.scales, expected=codes, context=f"{context} scales")
+    assert_claim("mx.ocp", actual=rmx.from_mx(ref), expected=values, context=f"{context} values")
+
+
+@pytest.mark.parametrize("fmt", rmx.ELEMENT_FORMATS)
+def test_the_default_is_the_ocp_conversion_at_the_smallest_scale_and_at_inf(fmt: str) -> None:
+    """Every edge kind: the reference's default equals the specification's conversion; the
+    blocks that tell it from torchao's variant (code 0, +-inf) are reached."""
+    x = edge_array(fmt, seed=4)
+    x[0, :] = np.float32(2.0**-126)  # code 0 in every format (e_max >= 2): P = 2 at X = 2^-127
+    x[1, 3] = np.float32(np.inf)
+    _check_ocp(x, fmt, fmt)
+    torchao = rmx.from_mx(rmx.to_mx(x, fmt, variant="torchao"))
+    spec = rmx.from_mx(rmx.to_mx(x, fmt))
+    assert np.isnan(spec[1]).all() and not np.isnan(torchao[1]).all(), "guard: an inf block"
+    assert np.array_equal(spec[0], x[0]) and not np.array_equal(torchao[0], x[0]), (
+        "guard: a code-0 block the specification keeps and torchao halves")
+
+
+@given(case=mx_blocks())
+@settings(examples(30))
+def test_the_default_is_the_ocp_conversion_for_any_blocks(
+        case: tuple[str, str, list[str], np.ndarray]) -> None:
+    """Any mix of edge blocks and element formats (the FLOOR scale: OCP's)."""
+    fmt, _, kinds, x = case
+    for kind in set(kinds):
+        event(kind)
+    _check_ocp(x, fmt, f"{fmt} {kinds}")

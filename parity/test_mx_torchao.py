@@ -47,7 +47,7 @@ def _element_codes(data: torch.Tensor, fmt: str) -> np.ndarray:
 
 
 def _check(x: np.ndarray, fmt: str, mode: str, context: str) -> None:
-    ref = rmx.to_mx(x, fmt, mode)
+    ref = rmx.to_mx(x, fmt, mode, variant="torchao")  # NOTE [ torchao's variant ]
     scales, data = _torchao_to_mx(x, fmt, mode)
     assert_claim("mx.torchao", actual=ref.scales, expected=scales, context=f"{context} scales")
     finite = np.repeat(ref.scales != rmx.E8M0_NAN, 32, axis=-1)  # blocks whose scale is a number
@@ -72,7 +72,7 @@ def test_to_mx_gives_torchaos_scales_and_elements_on_edge_blocks(fmt: str, mode:
     """Every edge kind 8 times, amax from 2^-100 to 2^100: codes and decoded values."""
     x = edge_array(fmt, seed=3)
     _check(x, fmt, mode, f"{fmt} {mode}")
-    codes = rmx.to_mx(x, fmt, mode).scales
+    codes = rmx.to_mx(x, fmt, mode, variant="torchao").scales
     assert {0, 255} <= set(codes.ravel().tolist()), "guard: the smallest scale and NaN"
 
 
@@ -103,8 +103,8 @@ def test_torchaos_cpu_rceil_is_not_cublass_exact_rule_just_above_powers_of_two()
     x = np.stack([edge_block("above_elem_max", "float8_e4m3fn", j, rng)
                   for j in range(-60, 60)])
     scales, _ = _torchao_to_mx(x, "float8_e4m3fn", "rceil_log2f")
-    exact = rmx.to_mx(x, "float8_e4m3fn", "rceil").scales
-    log2f = rmx.to_mx(x, "float8_e4m3fn", "rceil_log2f").scales
+    exact = rmx.to_mx(x, "float8_e4m3fn", "rceil", variant="torchao").scales
+    log2f = rmx.to_mx(x, "float8_e4m3fn", "rceil_log2f", variant="torchao").scales
     assert_claim("mx.torchao", actual=log2f, expected=scales, context="rceil_log2f")
     differ = exact != scales
     assert differ.sum() > 10, "guard: the trap is hit"

@@ -109,14 +109,15 @@ def scaled_mm(a: np.ndarray, b: np.ndarray, scale_a: object, scale_b: object) ->
     return matmul_f32(dequantize(a, sa), dequantize(b, sb))
 
 
-def mx_matmul(a: np.ndarray, b: np.ndarray, fmt: str, mode: str = "floor") -> np.ndarray:
+def mx_matmul(a: np.ndarray, b: np.ndarray, fmt: str, mode: str = "floor",
+              variant: str = "ocp") -> np.ndarray:
     """The emulated MX product of float32 a (M, K) and b (K, N): both quantized to MX along
-    K (block size 32, element format `fmt`, scale mode `mode`: reference/mx.py),
+    K (block size 32, element format `fmt`, scale mode `mode`, `variant`: reference/mx.py),
     dequantized, and multiplied by `matmul_f32`. Returns float32 (M, N)."""
     a, b = np.asarray(a), np.asarray(b)
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
         raise ValueError(f"mx_matmul: a (M, K) and b (K, N) expected, got shapes {a.shape} "
                          f"and {b.shape}")
-    a_hp = mx.from_mx(mx.to_mx(a, fmt, mode))  # (M, K), blocks along K
-    b_hp = mx.from_mx(mx.to_mx(np.ascontiguousarray(b.T), fmt, mode)).T  # (K, N)
+    a_hp = mx.from_mx(mx.to_mx(a, fmt, mode, variant=variant))  # (M, K), blocks along K
+    b_hp = mx.from_mx(mx.to_mx(np.ascontiguousarray(b.T), fmt, mode, variant=variant)).T
     return matmul_f32(a_hp, b_hp)

@@ -19,9 +19,22 @@ largest exponent (8, 15, 2, 4, 2):
                     255; rceil gives 254 for an infinite d
 
 floor, ceil and even leave E = 0 (a zero or subnormal amax) as s = -127 - e_max, clamped:
-the code 0. The elements (NOTE [ torchao's divisors ]):
+the code 0. The elements, as the specification states them (OCP MX 1.0's conversion,
+section 6.3: P_i = quantize(V_i / X), X the stored scale):
 
-    floor, ceil, even   P_i = round(clamp(x_i / max(X, 2^-126), +-max_elem))
+    every mode          P_i = round(clamp(x_i / X, +-max_elem)),  X = 2^(code - 127)
+                        (2^-127 at code 0: a float32 subnormal, exact), NaN at code 255
+
+A block holding +-inf has no scale by the specification: floor(log2 amax) has no finite
+value, and E8M0's only non-finite code is NaN, so floor, ceil and even give it the code 255
+and the block decodes to NaN (as microxcaling's emulation does). rceil and rceil_log2f are
+not OCP's: they state cuBLAS's cvt.rp.satfinite, which saturates an infinite d to 254.
+
+`variant="torchao"` is torchao 0.18's to_mx instead (NOTE [ torchao's variant ]): the
+same codes but for inf, and other divisors:
+
+    floor, ceil, even   P_i = round(clamp(x_i / max(X, 2^-126), +-max_elem)); a block
+                        holding +-inf takes the code of inf's exponent field (247 for e4m3)
     rceil, rceil_log2f  P_i = round(clamp(x_i * R, +-max_elem)),  R = 2^(127 - code), but
                         R = 1 at code 0, 2^-127 at code 254, NaN at code 255
 
@@ -42,12 +55,14 @@ optional float32 per-tensor scale g = f32(amax_tensor / 2688), 2688 = 448 * 6:
     R = f32(1 / S)                                        f32(f32(1 / g) / S)
     P_i = fp4(clamp(f32(x_i * R), +-6)),  value = P_i * f32(S g)
 
-NOTE [ torchao's divisors ]: torchao 0.18's to_mx divides floor/ceil/even blocks by the
+NOTE [ torchao's variant ]: torchao 0.18's to_mx divides floor/ceil/even blocks by the
 stored scale raised to at least 2^-126 (float32's smallest normal; its comment cites Triton's
 subnormals), so a block whose code is 0 (scale 2^-127) is divided by 2^-126 and decodes at
 half its value. Its rceil follows TransformerEngine: R = 1 at code 0, so such a block's
-elements are its raw values, all of which round to 0. The reference does the same, to be
-held bit for bit to torchao; docs/mx.md counts what it costs.
+elements are its raw values, all of which round to 0. It reads a block's scale off amax's
+exponent field with no case for inf (field 255). Until this project stated the
+specification first, these were the reference's defaults; `variant="torchao"` keeps them,
+held bit for bit to torchao (claim mx.torchao), and docs/mx.md counts where the two differ.
 
 NOTE [ rceil in float32 ]: cuBLAS rounds d up to a power of two exactly (cvt.rp.satfinite
 .ue8m0x2.f32). torchao's eager path computes ceil(torch.log2(d)) in float32, and log2 of a
@@ -74,6 +89,7 @@ ELEMENT_FORMATS = ("float8_e4m3fn", "float8_e5m2", "float6_e2m3fn", "float6_e3m2
                    "float4_e2m1fn")
 SCALE_MODES = ("floor", "ceil", "even", "rceil", "rceil_log2f")
 ROUNDINGS = ("nearest_even", "nearest_away")
+VARIANTS = ("ocp", "torchao")  # the specification, and torchao 0.18's to_mx
 BLOCK_SIZE = 32
 NVFP4_BLOCK_SIZE = 16
 E8M0_BIAS = 127
@@ -103,7 +119,8 @@ class NVFP4Tensor:
     per_tensor_scale: np.float32 | None
 
 
-def _check(x: object, fmt: str, mode: str, rounding: str, block_size: int) -> np.ndarray:
+def _check(x: object, fmt: str, mode: str, rounding: str, block_size: int,
+           variant: str = "ocp") -> np.ndarray:
     a = np.asarray(x)
     if a.dtype == ml_dtypes.bfloat16:
         a = a.astype(np.float32)  # exact
@@ -115,6 +132,7 @@ def _check(x: object, fmt: str, mode: str, rounding: str, block_size: int) -> np
         raise ValueError(f"unknown scale mode {mode!r}; known: {', '.join(SCALE_MODES)}")
     if rounding not in ROUNDINGS:
         raise ValueError(f"unknown rounding {rounding!r}; known: {', '.join(ROUNDINGS)}")
+    _check_variant(variant)
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise ValueError(f"block_size must be a positive int, got {block_size!r}")
     if a.ndim == 0 or a.shape[-1] % block_size:
@@ -123,17 +141,22 @@ def _check(x: object, fmt: str, mode: str, rounding: str, block_size: int) -> np
     return a
 
 
+def _check_variant(variant: str) -> None:
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown MX variant {variant!r}; known: {', '.join(VARIANTS)}")
+
+
 def _blocks(a: np.ndarray, block_size: int) -> np.ndarray:
     return a.reshape(*a.shape[:-1], a.shape[-1] // block_size, block_size)  # (..., n, k)
 
 
-def scale_codes(amax: np.ndarray, fmt: str, mode: str) -> np.ndarray:
+def scale_codes(amax: np.ndarray, fmt: str, mode: str, variant: str = "ocp") -> np.ndarray:
     """The E8M0 code of each block's float32 amax under `mode`. One amax, as scalar code
     (executable: tests/test_mx_reference.py compiles this text and holds this function to
     it; `f32` rounds to float32, `word` is a float32's bits as an int, and amax / max_elem in
     Python's float64 rounded to float32 is the float32 quotient, 53 >= 2 * 24 + 2):
 
-        def scale_rule(amax, mode, e_max, m, max_elem):
+        def scale_rule(amax, mode, e_max, m, max_elem, variant):
             if amax != amax:
                 return 255
             if mode in ("rceil", "rceil_log2f"):
@@ -148,6 +171,8 @@ def scale_codes(amax: np.ndarray, fmt: str, mode: str) -> np.ndarray:
                 else:
                     s = math.ceil(f32(math.log2(d)))
                 return min(max(s, -127), 127) + 127
+            if amax == math.inf and variant == "ocp":
+                return 255
             bits = word(amax)
             if mode == "even":
                 bits = (bits + 2 ** (22 - m)) & 0xFF800000
@@ -156,9 +181,11 @@ def scale_codes(amax: np.ndarray, fmt: str, mode: str) -> np.ndarray:
                 s = s + 1
             return min(max(s, -127), 128) + 127
     """
+    _check_variant(variant)
     spec = FORMATS[fmt]
     bits = amax.view(np.uint32).astype(np.int64)
-    nan = np.isnan(amax)
+    nan = np.isnan(amax) | (np.isinf(amax) & (variant == "ocp")
+                            & (mode not in ("rceil", "rceil_log2f")))
     if mode in ("rceil", "rceil_log2f"):
         with np.errstate(over="ignore"):
             d = amax / np.float32(spec.max)  # float32 division, rounded once
@@ -182,14 +209,18 @@ def scale_codes(amax: np.ndarray, fmt: str, mode: str) -> np.ndarray:
     return np.where(nan, E8M0_NAN, code).astype(np.uint8)
 
 
-def scaled_blocks(x: object, fmt: str, mode: str = "floor", *, block_size: int = BLOCK_SIZE
-                  ) -> tuple[np.ndarray, np.ndarray]:
+def scaled_blocks(x: object, fmt: str, mode: str = "floor", *, block_size: int = BLOCK_SIZE,
+                  variant: str = "ocp") -> tuple[np.ndarray, np.ndarray]:
     """(scale codes (..., n), x scaled by its block's scale, before the clamp (..., n, k))."""
-    a = _blocks(_check(x, fmt, mode, "nearest_even", block_size), block_size)
+    a = _blocks(_check(x, fmt, mode, "nearest_even", block_size, variant), block_size)
     amax = np.max(np.abs(a), axis=-1)  # (..., n), float32; NaN if the block holds one
-    code = scale_codes(amax, fmt, mode)
+    code = scale_codes(amax, fmt, mode, variant)
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
-        if mode in ("rceil", "rceil_log2f"):
+        if variant == "ocp":  # V_i / X, X the stored scale: 2^-127 at code 0 is exact
+            scale = np.ldexp(np.float32(1), code.astype(np.int32) - E8M0_BIAS)  # float32
+            scale = np.where(code == E8M0_NAN, np.float32(np.nan), scale)
+            q = a / scale[..., None]
+        elif mode in ("rceil", "rceil_log2f"):
             r = np.ldexp(np.float32(1), E8M0_BIAS - code.astype(np.int32)).astype(np.float32)
             r = np.where(code == 0, np.float32(1), r)
             r = np.where(code == 254, np.float32(float.fromhex("0x1p-127")), r)
@@ -215,15 +246,16 @@ def round_elements(q: np.ndarray, fmt: str, rounding: str = "nearest_even") -> n
 
 
 def to_mx(x: object, fmt: str, mode: str = "floor", *, block_size: int = BLOCK_SIZE,
-          rounding: str = "nearest_even") -> MXTensor:
+          rounding: str = "nearest_even", variant: str = "ocp") -> MXTensor:
     """float32/bfloat16 x (last dimension a multiple of block_size) as an MX tensor.
 
     fmt: one of ELEMENT_FORMATS; mode: one of SCALE_MODES; rounding: "nearest_even"
-    (default) or "nearest_away". ValueError for an unknown name or a last dimension that the
+    (default) or "nearest_away"; variant: "ocp" (the specification, default) or "torchao"
+    (NOTE [ torchao's variant ]). ValueError for an unknown name or a last dimension that the
     block size does not divide; TypeError for another dtype.
     """
-    a = _check(x, fmt, mode, rounding, block_size)
-    code, q = scaled_blocks(a, fmt, mode, block_size=block_size)
+    a = _check(x, fmt, mode, rounding, block_size, variant)
+    code, q = scaled_blocks(a, fmt, mode, block_size=block_size, variant=variant)
     top = np.float32(FORMATS[fmt].max)
     elements = round_elements(np.clip(q, -top, top), fmt, rounding)  # clip keeps NaN
     return MXTensor(code, elements.reshape(a.shape), fmt, block_size)
@@ -239,9 +271,10 @@ def from_mx(mx: MXTensor) -> np.ndarray:
     return x.reshape(mx.elements.shape)
 
 
-def clipped_blocks(x: object, fmt: str, mode: str, *, block_size: int = BLOCK_SIZE) -> int:
+def clipped_blocks(x: object, fmt: str, mode: str, *, block_size: int = BLOCK_SIZE,
+                   variant: str = "ocp") -> int:
     """How many blocks clip: their scaled amax lies beyond the element format's max."""
-    _, q = scaled_blocks(x, fmt, mode, block_size=block_size)
+    _, q = scaled_blocks(x, fmt, mode, block_size=block_size, variant=variant)
     with np.errstate(invalid="ignore"):
         beyond = np.abs(q) > np.float32(FORMATS[fmt].max)
     return int(np.count_nonzero(beyond.any(axis=-1)))

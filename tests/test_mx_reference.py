@@ -41,15 +41,19 @@ def _amaxes(top: float) -> np.ndarray:
     return words.astype(np.uint32).view(np.float32)
 
 
+@pytest.mark.parametrize("variant", rmx.VARIANTS)
 @pytest.mark.parametrize("fmt", rmx.ELEMENT_FORMATS)
 @pytest.mark.parametrize("mode", rmx.SCALE_MODES)
-def test_scale_codes_follow_the_docstring_pseudocode(fmt: str, mode: str) -> None:
-    """Every amax of _amaxes (about 2,700): scale_codes gives scale_rule's code."""
+def test_scale_codes_follow_the_docstring_pseudocode(fmt: str, mode: str, variant: str
+                                                     ) -> None:
+    """Every amax of _amaxes (about 2,700, +inf and NaN among them): scale_codes gives
+    scale_rule's code, for the specification and torchao's variant."""
     spec = FORMATS[fmt]
     amax = _amaxes(spec.max)
-    expected = [SCALE_RULE(float(a), mode, spec.emax, spec.mantissa_bits, spec.max)
+    expected = [SCALE_RULE(float(a), mode, spec.emax, spec.mantissa_bits, spec.max, variant)
                 for a in amax]
-    assert np.array_equal(rmx.scale_codes(amax, fmt, mode), np.array(expected, np.uint8))
+    assert np.array_equal(rmx.scale_codes(amax, fmt, mode, variant),
+                          np.array(expected, np.uint8))
 
 
 @pytest.mark.parametrize("fmt", rmx.ELEMENT_FORMATS)

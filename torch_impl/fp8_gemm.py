@@ -100,12 +100,12 @@ def cpu_scaled_mm_support() -> tuple[bool, bool]:
     return found[0], found[1]
 
 
-def mx_matmul(a: torch.Tensor, b: torch.Tensor, fmt: str, mode: str = "floor"
-              ) -> torch.Tensor:
+def mx_matmul(a: torch.Tensor, b: torch.Tensor, fmt: str, mode: str = "floor",
+              variant: str = "ocp") -> torch.Tensor:
     """The emulated MX product of float32 a (M, K) and b (K, N) (reference: the same)."""
     if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
         raise ValueError(f"mx_matmul: a (M, K) and b (K, N) expected, got shapes "
                          f"{tuple(a.shape)} and {tuple(b.shape)}")
-    a_hp = mx.from_mx(mx.to_mx(a, fmt, mode))  # (M, K), blocks along K
-    b_hp = mx.from_mx(mx.to_mx(b.t().contiguous(), fmt, mode)).t()  # (K, N), column-major
+    a_hp = mx.from_mx(mx.to_mx(a, fmt, mode, variant=variant))  # (M, K), blocks along K
+    b_hp = mx.from_mx(mx.to_mx(b.t().contiguous(), fmt, mode, variant=variant)).t()  # (K, N)
     return torch.mm(a_hp, b_hp)

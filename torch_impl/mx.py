@@ -30,6 +30,7 @@ ELEMENT_FORMATS = ("float8_e4m3fn", "float8_e5m2", "float6_e2m3fn", "float6_e3m2
                    "float4_e2m1fn")
 SCALE_MODES = ("floor", "ceil", "even", "rceil", "rceil_log2f")
 ROUNDINGS = ("nearest_even", "nearest_away")
+VARIANTS = ("ocp", "torchao")  # the specification, and torchao 0.18's to_mx
 BLOCK_SIZE = 32
 NVFP4_BLOCK_SIZE = 16
 E8M0_BIAS = 127
@@ -59,7 +60,8 @@ class NVFP4Tensor:
     per_tensor_scale: torch.Tensor | None
 
 
-def _check(x: object, fmt: str, mode: str, rounding: str, block_size: int) -> torch.Tensor:
+def _check(x: object, fmt: str, mode: str, rounding: str, block_size: int,
+           variant: str = "ocp") -> torch.Tensor:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"expected a torch.Tensor, got {type(x).__name__}")
     if x.dtype not in (torch.float32, torch.bfloat16):
@@ -70,6 +72,7 @@ def _check(x: object, fmt: str, mode: str, rounding: str, block_size: int) -> to
         raise ValueError(f"unknown scale mode {mode!r}; known: {', '.join(SCALE_MODES)}")
     if rounding not in ROUNDINGS:
         raise ValueError(f"unknown rounding {rounding!r}; known: {', '.join(ROUNDINGS)}")
+    _check_variant(variant)
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise ValueError(f"block_size must be a positive int, got {block_size!r}")
     if x.dim() == 0 or x.shape[-1] % block_size:
@@ -78,15 +81,25 @@ def _check(x: object, fmt: str, mode: str, rounding: str, block_size: int) -> to
     return x.to(torch.float32).contiguous()  # bfloat16 -> float32 is exact
 
 
+def _check_variant(variant: str) -> None:
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown MX variant {variant!r}; known: {', '.join(VARIANTS)}")
+
+
 def _blocks(a: torch.Tensor, block_size: int) -> torch.Tensor:
     return a.reshape(*a.shape[:-1], a.shape[-1] // block_size, block_size)  # (..., n, k)
 
 
-def scale_codes(amax: torch.Tensor, fmt: str, mode: str) -> torch.Tensor:
-    """The E8M0 code of each block's float32 amax under `mode` (reference/mx.py)."""
+def scale_codes(amax: torch.Tensor, fmt: str, mode: str, variant: str = "ocp"
+                ) -> torch.Tensor:
+    """The E8M0 code of each block's float32 amax under `mode` (reference/mx.py): for the
+    specification ("ocp"), a block holding +-inf has the NaN code under floor/ceil/even."""
+    _check_variant(variant)
     spec = FORMATS[fmt]
     bits = amax.view(torch.int32).to(torch.int64)
     nan = torch.isnan(amax)
+    if variant == "ocp" and mode not in ("rceil", "rceil_log2f"):
+        nan = nan | torch.isinf(amax)
     if mode in ("rceil", "rceil_log2f"):
         d = amax / spec.max  # float32 division, rounded once
         if mode == "rceil":
@@ -110,13 +123,19 @@ def scale_codes(amax: torch.Tensor, fmt: str, mode: str) -> torch.Tensor:
 
 
 def scaled_blocks(x: torch.Tensor, fmt: str, mode: str = "floor", *,
-                  block_size: int = BLOCK_SIZE) -> tuple[torch.Tensor, torch.Tensor]:
+                  block_size: int = BLOCK_SIZE, variant: str = "ocp"
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """(scale codes (..., n), x scaled by its block's scale, before the clamp (..., n, k))."""
-    a = _blocks(_check(x, fmt, mode, "nearest_even", block_size), block_size)
+    a = _blocks(_check(x, fmt, mode, "nearest_even", block_size, variant), block_size)
     amax = a.abs().amax(dim=-1)  # (..., n), float32; NaN if the block holds one
-    code = scale_codes(amax, fmt, mode)
+    code = scale_codes(amax, fmt, mode, variant)
     c = code.to(torch.int32)
-    if mode in ("rceil", "rceil_log2f"):
+    if variant == "ocp":  # V_i / X: X's float32 word is code << 23, or 2^22 (2^-127) at 0
+        word = torch.where(c == 0, torch.full_like(c, 1 << 22), torch.bitwise_left_shift(c, 23))
+        scale = word.view(torch.float32)  # code 255: +inf's word, made NaN below
+        scale = torch.where(c == E8M0_NAN, torch.full_like(scale, float("nan")), scale)
+        q = a / scale.unsqueeze(-1)
+    elif mode in ("rceil", "rceil_log2f"):
         r = torch.exp2((E8M0_BIAS - c).to(torch.float32))
         r = torch.where(c == 0, torch.ones_like(r), r)
         r = torch.where(c == 254, torch.full_like(r, 2.0**-127), r)
@@ -153,10 +172,10 @@ def round_elements(q: torch.Tensor, fmt: str, rounding: str = "nearest_even") ->
 
 
 def to_mx(x: torch.Tensor, fmt: str, mode: str = "floor", *, block_size: int = BLOCK_SIZE,
-          rounding: str = "nearest_even") -> MXTensor:
+          rounding: str = "nearest_even", variant: str = "ocp") -> MXTensor:
     """float32/bfloat16 x as an MX tensor (reference.mx.to_mx: the same arguments)."""
-    a = _check(x, fmt, mode, rounding, block_size)
-    code, q = scaled_blocks(a, fmt, mode, block_size=block_size)
+    a = _check(x, fmt, mode, rounding, block_size, variant)
+    code, q = scaled_blocks(a, fmt, mode, block_size=block_size, variant=variant)
     top = FORMATS[fmt].max
     elements = round_elements(q.clamp(-top, top), fmt, rounding)  # clamp keeps NaN
     return MXTensor(code, elements.reshape(a.shape), fmt, block_size)
@@ -185,10 +204,10 @@ def from_mx(mx: MXTensor) -> torch.Tensor:
     return x.to(torch.float32).reshape(mx.elements.shape)
 
 
-def clipped_blocks(x: torch.Tensor, fmt: str, mode: str, *, block_size: int = BLOCK_SIZE
-                   ) -> int:
+def clipped_blocks(x: torch.Tensor, fmt: str, mode: str, *, block_size: int = BLOCK_SIZE,
+                   variant: str = "ocp") -> int:
     """How many blocks clip: their scaled amax lies beyond the element format's max."""
-    _, q = scaled_blocks(x, fmt, mode, block_size=block_size)
+    _, q = scaled_blocks(x, fmt, mode, block_size=block_size, variant=variant)
     return int((q.abs() > FORMATS[fmt].max).any(dim=-1).sum())
 
 

@@ -17,9 +17,9 @@ CLAIMS: tuple[Claim, ...] = (
         id="mx.torchao",
         extra="torchao",
         statement=(
-            "reference.mx.to_mx gives the E8M0 scale codes and the element codes of torchao "
-            "0.18's to_mx (fp4 unpacked from torchao's two-per-byte packing, and the packed "
-            "bytes themselves), for float32 and bfloat16 input and every "
+            "reference.mx.to_mx(variant='torchao') gives the E8M0 scale codes and the element "
+            "codes of torchao 0.18's to_mx (fp4 unpacked from torchao's two-per-byte "
+            "packing, and the packed bytes themselves), for float32 and bfloat16 input and every "
             "element format (float8_e4m3fn, float8_e5m2, fp6 e2m3 and e3m2, fp4 e2m1) under "
             "FLOOR, CEIL, EVEN and RCEIL (the reference's rceil_log2f), on edge blocks (amax "
             "at, just below and just above a power of two and the element max, zero blocks, "
@@ -65,7 +65,8 @@ CLAIMS: tuple[Claim, ...] = (
         statement=(
             "torch_impl.mx gives the reference's bits: the scaled values before the clamp "
             "(scaled_blocks, nvfp4_scaled), to_mx's scale and element codes (NaN blocks "
-            "included) for every element format, scale mode and rounding, from_mx's float32 "
+            "included) for every element format, scale mode, rounding and variant (the "
+            "specification and torchao's), from_mx's float32 "
             "values, to_nvfp4's codes (one and two levels) and from_nvfp4's values, NaN as a "
             "class."
         ),
@@ -78,6 +79,30 @@ CLAIMS: tuple[Claim, ...] = (
             "two computations of one correct rounding. A NaN is given the same canonical code "
             "in both; NaN values in a decoded NaN block are one class (their payloads are "
             "whatever the multiplication propagates)."
+        ),
+    ),
+    Claim(
+        id="mx.ocp",
+        statement=(
+            "reference.mx.to_mx's default (variant 'ocp', FLOOR scales) is OCP MX 1.0's "
+            "conversion (section 6.3) computed apart from it, per block: X = 2^(floor(log2 "
+            "amax) - e_max) clamped to 2^-127 .. 2^127 from math.frexp of the float64 amax, "
+            "NaN for a block holding an inf or a NaN; P_i = V_i / X in float64, clamped to "
+            "+-max_elem and cast by ml_dtypes to the element type; the value X P_i. Scale "
+            "codes and decoded values agree, NaN as a class, for every element format on "
+            "edge blocks (the smallest scale 2^-127 and +-inf among them) and under "
+            "hypothesis."
+        ),
+        kind="nan_class",
+        bound=0,
+        reason=(
+            "Both divide by the same power of two (float32 in the reference, float64 here: "
+            "exact either way, bar float32 quotients below 2^-149 that every element format "
+            "rounds to a zero of the same sign) and round once to the element format "
+            "(the reference's encoder, ml_dtypes' cast: the same rounding, formats.small_*); "
+            "the scale is the float32 word's exponent field in the reference and frexp of a "
+            "float64 here. torchao's variant fails this claim at the code 0 (a block at half "
+            "its value) and at +-inf (a finite scale): docs/mx.md counts both."
         ),
     ),
     Claim(
@@ -132,13 +157,13 @@ MANIFEST = Manifest(
     topic="mx",
     modules=("reference.mx", "torch_impl.mx"),
     rows=(
-        *map(_constant, ("ELEMENT_FORMATS", "SCALE_MODES", "ROUNDINGS", "BLOCK_SIZE",
+        *map(_constant, ("ELEMENT_FORMATS", "SCALE_MODES", "ROUNDINGS", "VARIANTS", "BLOCK_SIZE",
                          "NVFP4_BLOCK_SIZE", "E8M0_BIAS", "E8M0_NAN", "F32_TINY", "E4M3_TINY",
                          "E4M3_MAX", "FP4_MAX", "MXTensor", "NVFP4Tensor")),
         _same("mx", "scale_codes", *_TWINS, "mx.rceil_log2f"),
         _same("mx", "scaled_blocks", *_TWINS),
         _same("mx", "round_elements", *_TWINS, "mx.clipping"),
-        _same("mx", "to_mx", *_TWINS, "mx.torchao"),
+        _same("mx", "to_mx", *_TWINS, "mx.ocp", "mx.torchao"),
         _same("mx", "from_mx", *_TWINS),
         _same("mx", "clipped_blocks", "mx.clipping"),
         _same("mx", "per_tensor_scale", *_TWINS, "mx.nvfp4_torchao"),

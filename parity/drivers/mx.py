@@ -70,10 +70,10 @@ def to_torch(x: np.ndarray, device: str = "cpu") -> torch.Tensor:
 
 
 def both_to_mx(x: np.ndarray, fmt: str, mode: str, rounding: str = "nearest_even",
-               device: str = "cpu") -> tuple[rmx.MXTensor, tmx.MXTensor]:
+               device: str = "cpu", variant: str = "ocp") -> tuple[rmx.MXTensor, tmx.MXTensor]:
     """The reference's and torch_impl's MX tensors of the same float32 (or bfloat16) x."""
-    return (rmx.to_mx(x, fmt, mode, rounding=rounding),
-            tmx.to_mx(to_torch(x, device), fmt, mode, rounding=rounding))
+    return (rmx.to_mx(x, fmt, mode, rounding=rounding, variant=variant),
+            tmx.to_mx(to_torch(x, device), fmt, mode, rounding=rounding, variant=variant))
 
 
 def both_to_nvfp4(x: np.ndarray, two_level: bool, device: str = "cpu"

@@ -57,3 +57,41 @@ def _() -> str:
     return (f"Elements (of {n:,} per distribution, floor scale mode) whose code under "
             "`rounding=\"nearest_away\"` differs from nearest-even's, the same count in both "
             "trees:\n\n" + "\n".join(lines))
+
+
+@section("mx.md", "variants")
+def _() -> str:
+    """Where torchao's variant leaves the specification, by class of block, computed here on
+    the edge blocks of the tests (parity/strategies/mx.py: 64 of each kind per format)."""
+    import numpy as np
+
+    from parity.strategies.mx import edge_array
+    from reference import mx as rmx
+
+    classes = ("code 0 (scale 2^-127)", "holds +-inf", "any other")
+    head = ("| element format | mode | " + " | ".join(classes)
+            + " |\n|---|---|" + "---:|" * len(classes))
+    lines, blocks = [head], 0
+    for fmt in FORMATS:
+        x = edge_array(fmt, seed=0, per_kind=64)
+        blocks = len(x)
+        for mode in ("floor", "rceil"):
+            spec = rmx.to_mx(x, fmt, mode)
+            ocp, ao = rmx.from_mx(spec), rmx.from_mx(rmx.to_mx(x, fmt, mode, variant="torchao"))
+            differ = (~((ocp == ao) | (np.isnan(ocp) & np.isnan(ao)))).any(axis=-1)
+            inf = np.isinf(x).any(axis=-1)
+            code0 = (spec.scales[:, 0] == 0) & ~inf
+            cells = [f"{int((differ & c).sum())} of {int(c.sum())}"
+                     for c in (code0, inf, ~code0 & ~inf)]
+            lines.append(f"| `{fmt}` | `{mode}` | " + " | ".join(cells) + " |")
+    return (f"Blocks (of {blocks:,} edge blocks of 32 per element format: every kind of "
+            "`parity/strategies/mx.py`, 64 each) whose decoded values differ between the "
+            "specification (`variant=\"ocp\"`, the default) and torchao 0.18's variant, by "
+            "class. Who is right by the text, per class: at code 0 the specification "
+            "(P_i = V_i / X with the stored X = 2^-127; torchao divides by 2^-126 under "
+            "floor and multiplies by 1 under rceil, so the block decodes at half its value "
+            "or at zero); for a block holding +-inf the specification (floor(log2 amax) has "
+            "no finite value and E8M0's only non-finite code is NaN: the block is NaN, as "
+            "in microxcaling; torchao reads a finite scale off inf's exponent field under "
+            "floor, and both saturate d to 2^127 under rceil, cuBLAS's rule); elsewhere they "
+            "agree (claims `mx.ocp` and `mx.torchao`):\n\n" + "\n".join(lines))
