@@ -30,8 +30,16 @@ from parity.drivers.numerics import (
 from parity.drivers.train import one_thread
 from parity.lab import cli
 from parity.strategies import examples
-from reference.faults import FAULTS
+from reference import amp as ramp
+from reference import faults as rfaults
+from reference import nn as rnn
+from reference import numerics as rnumerics
+from reference.faults import FAULTS, fault_named
 from reference.numerics import NonFinite
+from torch_impl import amp as tamp
+from torch_impl import faults as tfaults
+from torch_impl import nn as tnn
+from torch_impl import numerics as tnumerics
 
 
 @pytest.fixture(autouse=True)
@@ -41,6 +49,46 @@ def _torch_one_thread() -> Iterator[None]:
 
 
 # ---------------------------------------------------------------- seeded faults
+
+def test_an_fp16_weight_overflow_is_named_alike_by_both_trees_detectors(device: str) -> None:
+    """One MLP, the same weights in each tree, the catalogue's weight_overflow written into
+    both (2^17, finite in float32, beyond float16): one step under fp16 autocast and each
+    tree's detector stops it naming the same step, phase, module, op, index and value."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 8)).astype(np.float32)  # (batch, features)
+    y = rng.integers(0, 3, 4)  # (batch,) int64 classes
+    ref_model = rnn.make_mlp([8, 16, 16, 3], "tanh", rng=rng)  # Linear Tanh Linear Tanh Linear
+    torch_model = tnn.make_mlp([8, 16, 16, 3], "tanh", generator=torch.Generator(),
+                               device=device)
+    torch_model.load_state_dict(tnn.state_dict_to_torch(ref_model.state_dict(), device))
+    ref_loss_fn, torch_loss_fn = rnn.CrossEntropyLoss(), torch.nn.CrossEntropyLoss()
+    x, y = rfaults.apply_fault(ref_model, fault_named("weight_overflow"), (x, y))
+    tx, ty = tfaults.apply_fault(torch_model, fault_named("weight_overflow"),
+                                 (torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)))
+    ref_detector = rnumerics.Detector(ref_model, ref_loss_fn, "float16", scaler_enabled=False)
+    torch_detector = tnumerics.Detector(torch_model, torch_loss_fn, "float16",
+                                        scaler_enabled=False)
+    with pytest.raises(NonFinite) as ref_found:
+        with ref_detector.phase("forward"), ramp.autocast("float16"):
+            ref_loss = ref_loss_fn(ref_model.forward(x), y)
+        with ref_detector.phase("backward"), np.errstate(over="ignore", invalid="ignore"):
+            ref_model.backward(ref_loss_fn.backward(np.ones_like(ref_loss)))  # dloss/dloss = 1
+        with ref_detector.phase("optimizer"):  # the step's counts: NonFinite, before an update
+            pass
+    with pytest.raises(NonFinite) as torch_found:
+        with torch_detector.phase("forward"), tamp.autocast(torch.float16, tx.device.type):
+            torch_loss = torch_loss_fn(torch_model(tx), ty)
+        with torch_detector.phase("backward"):
+            torch_loss.backward()
+        with torch_detector.phase("optimizer"):
+            pass
+    ref, got = ref_found.value.report, torch_found.value.report
+    weight = dict(ref_model.named_parameters())["2.weight"].data  # (16, 16) float32
+    assert np.isfinite(weight).all() and ref.module == "2"  # the fp16 cast made the inf
+    assert [r.name for r in ref.inputs if r.out_of_range()] == ["weight"]  # named as the cause
+    assert_claim("numerics.first_invalid", actual=json_bytes(got.identity()),
+                 expected=json_bytes(ref.identity()), context=ref.line())
+
 
 # what each fault writes out of range: the op where it first shows has that as its input
 WRITES = {"weight_overflow": "weight", "inf_weight": "weight", "poisoned_batch": "input"}

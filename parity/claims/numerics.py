@@ -191,5 +191,6 @@ MANIFEST = Manifest(
                "(NOTE [ Counting by the magnitude's extremes ]); stays beside numerics.py, "
                "which runs it"),
     ),
-    headline="parity/test_numerics.py::test_both_trees_name_the_same_first_invalid_value",
+    headline="parity/test_numerics.py::"
+             "test_an_fp16_weight_overflow_is_named_alike_by_both_trees_detectors",
 )
