@@ -121,6 +121,8 @@ BAD = [
     (dict(fmt="float16"), ValueError, "unknown MX element format"),
     (dict(mode="round"), ValueError, "unknown scale mode"),
     (dict(rounding="stochastic"), ValueError, "unknown rounding"),
+    (dict(variant="microxcaling"), ValueError, "unknown MX variant 'microxcaling'; known: ocp, "
+     "torchao"),
     (dict(block_size=0), ValueError, "block_size must be a positive int"),
     (dict(shape=(4, 48)), ValueError, "must be divisible by the block size 32"),
     (dict(dtype="float64"), TypeError, "float32 or bfloat16"),
@@ -131,13 +133,28 @@ BAD = [
 @pytest.mark.parametrize(("bad", "error", "message"), BAD)
 def test_bad_input_is_refused_naming_the_problem(tree: str, bad: dict, error: type,
                                                  message: str) -> None:
+    with pytest.raises(error, match=message):
+        _to_mx(tree, bad)
+
+
+def _to_mx(tree: str, bad: dict) -> object:
     args = {"fmt": "float8_e4m3fn", "mode": "floor", "rounding": "nearest_even",
-            "block_size": 32, "shape": (4, 64), "dtype": "float32"} | bad
+            "block_size": 32, "shape": (4, 64), "dtype": "float32", "variant": "ocp"} | bad
     x = np.ones(args["shape"], dtype=args["dtype"])
     module, data = (rmx, x) if tree == "reference" else (tmx, torch.from_numpy(x))
-    with pytest.raises(error, match=message):
-        module.to_mx(data, args["fmt"], args["mode"], block_size=args["block_size"],
-                     rounding=args["rounding"])
+    return module.to_mx(data, args["fmt"], args["mode"], block_size=args["block_size"],
+                        rounding=args["rounding"], variant=args["variant"])
+
+
+@pytest.mark.parametrize(("bad", "error", "message"), BAD[:-1])  # a dtype is the tree's own
+def test_both_trees_refuse_bad_input_with_the_same_line(bad: dict, error: type, message: str
+                                                        ) -> None:
+    lines = []
+    for tree in ("reference", "torch"):
+        with pytest.raises(error) as refused:
+            _to_mx(tree, bad)
+        lines.append(str(refused.value))
+    assert lines[0] == lines[1], lines
 
 
 @pytest.mark.parametrize("tree", ["reference", "torch"])
