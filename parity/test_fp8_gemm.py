@@ -18,13 +18,16 @@ import pytest
 import torch
 from hypothesis import event, given, settings
 
+from parity.claims.fp8_gemm_bounds import gemm_scale
 from parity.compare import assert_claim, in_eps_units
 from parity.drivers import fp8_gemm as drv
 from parity.strategies import examples, fp8_gemm_cases
 from parity.strategies.fp8_gemm import FORMAT_PAIRS, SCALE_RESULTS, scale_result_edges
 from reference import fp8_gemm as rgemm
+from reference import fp8_scaling as rfp8
 from reference import mx as rmx
 from torch_impl import fp8_gemm as tgemm
+from torch_impl import fp8_scaling as tfp8
 from torch_impl import mx as tmx
 
 TENSORWISE, ROWWISE = tgemm.cpu_scaled_mm_support()
@@ -60,6 +63,28 @@ def _mkldnn(enabled: bool) -> Iterator[None]:
 def _bias(n: int, out_dtype: torch.dtype) -> torch.Tensor:
     b = torch.linspace(-3.0, 5.0, n)
     return b.to(out_dtype) if out_dtype in (torch.bfloat16, torch.float16) else b
+
+
+def test_two_e4m3_matrices_multiply_within_the_gemm_bound_of_torch_scaled_mm(device: str
+                                                                             ) -> None:
+    """Two float32 matrices cast to float8_e4m3fn by current tensorwise scaling in each tree:
+    the reference's dequantize-then-matmul (float64 sum, one rounding) is within
+    fp8_gemm.reference's bound of torch._scaled_mm on torch's own cast of the same values."""
+    _require(False, device)
+    rng = np.random.default_rng(0)
+    x = np.exp2(rng.uniform(-6, 6, (8, 32))).astype(np.float32)  # (M, K), same sign
+    w = np.exp2(rng.uniform(-6, 6, (32, 16))).astype(np.float32)  # (K, N)
+    ref_a, ref_sa = rfp8.current_scaling(x, "float8_e4m3fn")  # fp8 (M, K), float32 ()
+    ref_b, ref_sb = rfp8.current_scaling(w, "float8_e4m3fn")  # fp8 (K, N), float32 ()
+    ref_y = rgemm.scaled_mm(ref_a, ref_b, 1 / ref_sa, 1 / ref_sb)  # (M, N) float32
+    torch_a, torch_sa = tfp8.current_scaling(torch.from_numpy(x), "float8_e4m3fn")
+    torch_b, torch_sb = tfp8.current_scaling(torch.from_numpy(w), "float8_e4m3fn")
+    torch_y = torch._scaled_mm(torch_a, torch_b, scale_a=1 / torch_sa, scale_b=1 / torch_sb,
+                               out_dtype=torch.float32)  # (M, N)
+    assert ref_sa != 1 and ref_sb != 1  # the casts really scaled
+    assert np.array_equal(ref_a.view(np.uint8), torch_a.view(torch.uint8).numpy())  # same codes
+    s = gemm_scale(rgemm.dequantize(ref_a, 1 / ref_sa), rgemm.dequantize(ref_b, 1 / ref_sb))
+    assert_claim("fp8_gemm.reference", actual=torch_y, expected=ref_y, scale=s)
 
 
 @pytest.mark.parametrize("rowwise", [False, True], ids=["tensorwise", "rowwise"])

@@ -136,5 +136,6 @@ MANIFEST = Manifest(
                  "version"),
         _same("fp8_gemm", "mx_matmul", "fp8_gemm.mx_twins", "fp8_gemm.mx_torchao"),
     ),
-    headline="parity/test_fp8_gemm.py::test_cpu_scaled_mm_is_dequantize_then_float32_matmul_bitwise",
+    headline="parity/test_fp8_gemm.py::"
+             "test_two_e4m3_matrices_multiply_within_the_gemm_bound_of_torch_scaled_mm",
 )
