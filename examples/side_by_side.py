@@ -9,11 +9,12 @@ import reference.nn as rnn
 import reference.optim as roptim
 import torch_impl.data as tdata
 import torch_impl.nn as tnn
+import torch_impl.state_mapping as tstate
 
 # One model, one dataset, one data order: reference weights copied into torch, bit for bit.
 ref_model = rnn.make_mlp([8, 32, 32, 3], activation="gelu", rng=np.random.default_rng(0))
 torch_model = tnn.make_mlp([8, 32, 32, 3], activation="gelu", generator=torch.Generator())
-torch_model.load_state_dict(tnn.state_dict_to_torch(ref_model.state_dict()))
+torch_model.load_state_dict(tstate.state_dict_to_torch(ref_model.state_dict()))
 
 ref_task, torch_task = rdata.make_task(0, 1024), tdata.make_task(0, 1024)
 ref_loader = rdata.make_loader(ref_task, rdata.ResumableSampler(1024, seed=0), 64)

@@ -34,7 +34,7 @@ from parity.drivers.amp_context import nested_states, saved_signatures
 from parity.strategies import examples
 from reference import amp as ramp
 from reference import nn as rnn
-from torch_impl import nn as tnn
+from torch_impl import state_mapping as tstate
 
 FMTS = st.sampled_from(["bfloat16", "float16"])
 
@@ -45,7 +45,7 @@ def test_linear_forward_under_bf16_autocast_matches_torch_autocast(device: str) 
     rng = np.random.default_rng(0)
     ref_layer = rnn.Linear(16, 8, rng=rng)
     torch_layer = torch.nn.Linear(16, 8).to(device)
-    torch_layer.load_state_dict(tnn.state_dict_to_torch(ref_layer.state_dict()))
+    torch_layer.load_state_dict(tstate.state_dict_to_torch(ref_layer.state_dict()))
     x = rng.standard_normal((4, 16)).astype(np.float32)  # (B, in)
     with ramp.autocast("bfloat16"):
         ref_y = f32(ref_layer.forward(x))  # (B, out): bfloat16 values

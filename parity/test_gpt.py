@@ -26,7 +26,7 @@ from reference import data as rdata
 from reference import gpt as rgpt
 from torch_impl import attention as tattn
 from torch_impl import data as tdata
-from torch_impl import module as tmodule
+from torch_impl import saved_tensors as tsaved
 
 DTYPES = (np.float32, np.float64)
 CPU_DROPOUT = ("CUDA fuses dropout (native_dropout saves a bool mask and rounds the scale "
@@ -72,7 +72,7 @@ def test_tape_holds_exactly_the_bytes_torchs_hooks_see_per_op_and_in_total(
 @pytest.mark.parametrize("dropout", [0.0, 0.1])
 def test_measure_saved_tensors_names_every_save_in_its_innermost_module_the_core_included(
         device: str, dropout: float) -> None:
-    """torch_impl.module.measure_saved_tensors on the transformer lists the reference's tape:
+    """torch_impl.saved_tensors.measure_saved_tensors on the transformer lists the reference's tape:
     every save named, in its innermost module -- the attention core's q, k^T, mask, softmax
     and att @ v operands in `attn.core` itself, which runs them in its own forward between
     its children -- parameters flagged, nothing unnamed, and a tensor two nodes save named
@@ -82,8 +82,8 @@ def test_measure_saved_tensors_names_every_save_in_its_innermost_module_the_core
     ref, twin = dg.make_pair(config, np.float32, 0, device)
     idx, targets = dg.tokens(config, 2, config.block_size, 0)
     ref.forward(idx, targets)
-    saved = tmodule.measure_saved_tensors(twin, dg.to_torch_tokens(idx, device),
-                                          dg.to_torch_tokens(targets, device))
+    saved = tsaved.measure_saved_tensors(twin, dg.to_torch_tokens(idx, device),
+                                         dg.to_torch_tokens(targets, device))
     assert [s for s in saved if s.name == "?"] == []
     activations = [s for s in saved if not s.is_parameter]
     for i in range(config.n_layer):

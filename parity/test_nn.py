@@ -38,6 +38,8 @@ from parity.strategies import NN_DTYPES, examples, mlp_sizes, nn_arrays, nn_shap
 from parity.strategies.nn import nn_absorbing_logits, nn_absorbing_residuals
 from reference import nn as ref
 from torch_impl import nn as tnn
+from torch_impl import saved_tensors as tsaved
+from torch_impl import state_mapping as tstate
 
 ACTIVATION_LAYERS = {"tanh": ref.Tanh, "gelu_tanh": lambda: ref.GELU("tanh"), "gelu": ref.GELU}
 
@@ -58,7 +60,7 @@ def test_linear_forward_and_backward_match_torch_linear_within_dot_product_bound
     rng = np.random.default_rng(0)
     ref_layer = ref.Linear(16, 8, rng=rng)
     torch_layer = tnn.Linear(16, 8).to(device)
-    torch_layer.load_state_dict(tnn.state_dict_to_torch(ref_layer.state_dict()))
+    torch_layer.load_state_dict(tstate.state_dict_to_torch(ref_layer.state_dict()))
     x = rng.standard_normal((4, 16)).astype(np.float32)  # (B, in)
     g = rng.standard_normal((4, 8)).astype(np.float32)  # (B, out): dL/dy
     ref_y = ref_layer.forward(x)  # (B, out)
@@ -254,7 +256,7 @@ def test_linear_torch_also_saves_a_view_of_the_weight(device: str) -> None:
     """torch's addmm keeps weight.t() (a parameter view) besides the input; the tape does not."""
     layer = ref.Linear(7, 5, rng=np.random.default_rng(0), dtype=np.float64)
     tx = torch.zeros(4, 7, dtype=torch.float64, device=device, requires_grad=True)
-    saved = tnn.measure_saved_tensors(torch_twin(layer, device), tx)
+    saved = tsaved.measure_saved_tensors(torch_twin(layer, device), tx)
     params = [s for s in saved if s.is_parameter]
     assert [(s.name, s.shape) for s in params] == [("AddmmBackward0.mat2", (7, 5))]
 
@@ -269,8 +271,8 @@ def test_state_dict_round_trip_is_bitwise_and_keys_match_torch(
     twin = tnn.make_mlp(sizes, activation, 0.1, generator=torch.Generator().manual_seed(seed),
                         dtype=TORCH_DTYPE[np.dtype(dtype)], device=device)
     assert list(model.state_dict()) == list(twin.state_dict())
-    twin.load_state_dict(tnn.state_dict_to_torch(model.state_dict(), device))
-    back = tnn.state_dict_from_torch(twin.state_dict())
+    twin.load_state_dict(tstate.state_dict_to_torch(model.state_dict(), device))
+    back = tstate.state_dict_from_torch(twin.state_dict())
     for key, value in model.state_dict().items():
         assert_claim("nn.state_dict_roundtrip", actual=back[key], expected=value, context=key)
     other = ref.make_mlp(sizes, activation, 0.1, rng=np.random.default_rng(seed + 1),
@@ -296,7 +298,7 @@ def test_mlp_matches_torch_end_to_end_and_layer_by_layer(
     model = ref.make_mlp(sizes, activation, dropout, rng=np.random.default_rng(seed), dtype=dtype)
     twin = tnn.make_mlp(sizes, activation, dropout, generator=torch.Generator().manual_seed(0),
                         dtype=TORCH_DTYPE[np.dtype(dtype)], device=device)
-    twin.load_state_dict(tnn.state_dict_to_torch(model.state_dict(), device))
+    twin.load_state_dict(tstate.state_dict_to_torch(model.state_dict(), device))
     x = data.draw(nn_arrays((batch, sizes[0]), dtype, max_magnitude=4.0))
     g = data.draw(nn_arrays((batch, sizes[-1]), dtype))
     with torch.random.fork_rng(devices=[] if cpu else None):
@@ -329,7 +331,7 @@ def test_mlp_tape_matches_torchs_saved_tensors_module_by_module(
     model.forward(x)
     with torch.random.fork_rng(devices=[] if device == "cpu" else None):
         torch.manual_seed(0)
-        theirs = [s for s in tnn.measure_saved_tensors(twin, to_torch(x, device, grad=True))
+        theirs = [s for s in tsaved.measure_saved_tensors(twin, to_torch(x, device, grad=True))
                   if not s.is_parameter]
     for path, _ in model.named_modules():
         mine = [s for s in model.tape() if s.module == path]

@@ -39,6 +39,7 @@ from reference.recompute_gpt import set_recompute as ref_set
 from torch_impl import gpt as tgpt
 from torch_impl import nn as tnn
 from torch_impl import recompute as trc
+from torch_impl import state_mapping as tstate
 from torch_impl.recompute_gpt import RecomputedCore as TorchCore
 from torch_impl.recompute_gpt import set_recompute as torch_set
 
@@ -52,7 +53,7 @@ def test_checkpointed_mlp_holds_and_recomputes_what_torch_checkpoint_does(device
     ref_model = ref.make_mlp([6, 8, 8, 3], "tanh", rng=rng, dtype=np.float64)  # L A L A L
     torch_model = tnn.make_mlp([6, 8, 8, 3], "tanh", generator=torch.Generator().manual_seed(0),
                                dtype=torch.float64, device=device)
-    torch_model.load_state_dict(tnn.state_dict_to_torch(ref_model.state_dict(), device))
+    torch_model.load_state_dict(tstate.state_dict_to_torch(ref_model.state_dict(), device))
     ref_ckpt = rrc.forward_with_schedule(ref_model, x, "uniform:2")
     ref_ckpt.backward(g)
     torch_ckpt = trc.measure(torch_model, torch.from_numpy(x).to(device).requires_grad_(),

@@ -9,6 +9,8 @@ import pytest
 import torch
 
 from torch_impl import nn as tnn
+from torch_impl import saved_tensors as tsaved
+from torch_impl import state_mapping as tstate
 
 
 @pytest.mark.parametrize("activation", tnn.ACTIVATIONS)
@@ -72,7 +74,7 @@ def test_state_dict_conversion_round_trips_bits(device: str) -> None:
     """torch -> NumPy -> torch keeps keys, dtypes and every bit (NaN payloads included)."""
     state = {"0.weight": torch.tensor([[1.5, -0.0], [float("nan"), 3e-45]], device=device),
              "0.bias": torch.tensor([1e300, -1e-310], dtype=torch.float64, device=device)}
-    back = tnn.state_dict_to_torch(tnn.state_dict_from_torch(state), device)
+    back = tstate.state_dict_to_torch(tstate.state_dict_from_torch(state), device)
     assert list(back) == list(state)
     for key in state:
         assert back[key].dtype == state[key].dtype and back[key].device == state[key].device
@@ -80,7 +82,7 @@ def test_state_dict_conversion_round_trips_bits(device: str) -> None:
                                           else torch.int64),
                            state[key].view(torch.int32 if state[key].dtype == torch.float32
                                            else torch.int64))
-    assert isinstance(tnn.state_dict_from_torch(state)["0.bias"], np.ndarray)
+    assert isinstance(tstate.state_dict_from_torch(state)["0.bias"], np.ndarray)
 
 
 def test_measure_saved_tensors_names_what_autograd_keeps(device: str) -> None:
@@ -91,7 +93,7 @@ def test_measure_saved_tensors_names_what_autograd_keeps(device: str) -> None:
     model = tnn.make_mlp((4, 6, 2), "relu", 0.5, generator=torch.Generator().manual_seed(0))
     with torch.random.fork_rng():
         torch.manual_seed(0)
-        saved = tnn.measure_saved_tensors(model, torch.ones(3, 4, requires_grad=True))
+        saved = tsaved.measure_saved_tensors(model, torch.ones(3, 4, requires_grad=True))
     assert [(s.module, s.name, s.shape, s.dtype, s.nbytes, s.is_parameter) for s in saved] == [
         ("0", "AddmmBackward0.mat1", (3, 4), "float32", 48, False),
         ("0", "AddmmBackward0.mat2", (4, 6), "float32", 96, True),

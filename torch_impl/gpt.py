@@ -1,7 +1,7 @@
 """The compact transformer from torch.nn modules. See reference/gpt.py for the math and the tape.
 
 Same classes, names, parameter layouts and statement order as the reference (nanoGPT's
-names, so state_dicts convert losslessly with torch_impl.module's functions). GPTConfig is
+names, so state_dicts convert losslessly with torch_impl.state_mapping's functions). GPTConfig is
 the reference's dataclass (plain data). What PyTorch does differently or hides:
 - The tape is autograd's. The explicit attention path is written as matmul, a multiplication
   by a Python float, masked_fill and softmax, so saved_tensors_hooks and FlopCounterMode see
@@ -29,8 +29,8 @@ from torch import nn
 
 from common.gpt_config import GPTConfig  # plain data: the shared config
 from torch_impl.attention import CausalSelfAttention
-from torch_impl.module import SavedTensor, saved_during
 from torch_impl.recompute import Schedule, forward_with_schedule
+from torch_impl.saved_tensors import SavedTensor, saved_during
 
 
 class MLP(nn.Module):
@@ -171,7 +171,7 @@ class GPT(nn.Module):
 # -- what autograd saves: the twin of the reference's GPT.tape() and GPT.held_bytes()
 def measure_saved(model: GPT, idx: torch.Tensor, targets: torch.Tensor | None = None
                   ) -> tuple[list[SavedTensor], int]:
-    """Run model(idx, targets) under saved_tensors_hooks (torch_impl.module.saved_during):
+    """Run model(idx, targets) under saved_tensors_hooks (torch_impl.saved_tensors.saved_during):
     every tensor autograd saved, parameters excluded, as SavedTensor(innermost module path,
     "Node.attr", shape, dtype, bytes), and the bytes held: the DISTINCT storages those
     tensors live in, each counted once at its full size (a view saves no bytes of its own)."""

@@ -19,7 +19,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from torch_impl.accounting import cuda_allocated
-from torch_impl.module import measure_saved_tensors
+from torch_impl.saved_tensors import measure_saved_tensors
 
 
 # ---------------------------------------------------------------- bytes at the boundaries
@@ -173,7 +173,7 @@ def item_in_forward(model: nn.Module) -> Iterator[list[int]]:
 
 # ---------------------------------------------------------------- one module's saves, listed
 def saved_by_module(model: nn.Module, *inputs: torch.Tensor) -> list[dict[str, Any]]:
-    """Run model(*inputs) and list every tensor autograd saved (torch_impl.module.
+    """Run model(*inputs) and list every tensor autograd saved (torch_impl.saved_tensors.
     measure_saved_tensors): the INNERMOST module running when it was saved (containers
     included: the attention core's matmuls, mask and softmax run in its own forward), the
     node and attribute that hold it, shape, dtype, bytes, and whether it shares a

@@ -43,12 +43,13 @@ from ckpt import (  # the one family, re-exported: torch_impl.resume.CheckpointE
     CheckpointWriteError,
     check_matches,
 )
-from torch_impl.nn import state_dict_from_torch, state_dict_to_torch
 from torch_impl.state_mapping import (
     optimizer_state_from_torch,
     optimizer_state_to_torch,
     scheduler_state_from_torch,
     scheduler_state_to_torch,
+    state_dict_from_torch,
+    state_dict_to_torch,
 )
 
 __all__ = [
@@ -154,10 +155,10 @@ def CheckpointManager(directory: str | os.PathLike | Path, keep: int = 3,
 # NOTE [ Cross-implementation mapping ]
 # A complete training state (reference/train.py, torch_impl/train.py) has the keys
 #   config, step, epoch, model, optimizer, scheduler, scaler, data, rng.
-# Mapped losslessly, bit for bit:
-#   model      same keys and (out, in) layouts: torch_impl.nn.state_dict_{to,from}_torch
+# Mapped losslessly, bit for bit (the functions: torch_impl/state_mapping.py):
+#   model      same keys and (out, in) layouts: state_dict_{to,from}_torch
 #   optimizer  same structure; torch adds its kernel switches (foreach, fused, ...):
-#              torch_impl.state_mapping.optimizer_state_{to,from}_torch
+#              optimizer_state_{to,from}_torch
 #   scheduler  torch adds `_get_lr_called_within_step`: scheduler_state_{to,from}_torch
 #   scaler     plain numbers (scale, growth tracker, factors, interval): copied
 #   data       the sampler's (seed, num_samples, epoch, position): plain ints, copied; the

@@ -1,11 +1,14 @@
-"""The state mapping: optimizer and LR-scheduler state between the reference and torch.optim.
+"""The state mapping: a model's, an optimizer's and an LR scheduler's state between the trees.
 
-Not half of a twin: the optimizers and schedules are torch.optim's own (torch_impl/optim.py
-names them; reference/optim.py and reference/lr_scheduler.py state the math). What differs
-between the trees is the state's shape, and it differs by torch version: each conversion
-maps exactly the keys the installed torch has (read off a fresh torch optimizer or scheduler
-once), and refuses what it cannot map without loss. Every value is copied, never recomputed:
-arrays <-> tensors of the same dtype and bits, Python scalars as they are.
+Not half of a twin: the modules, optimizers and schedules are torch's own (torch_impl/module.py,
+nn.py and optim.py name them; reference/ states the math). Every value is copied, never
+recomputed: arrays <-> tensors of the same dtype and bits, Python scalars as they are.
+
+A model's state_dict has the same keys and the same layouts ((out, in) weights) on both
+sides: `state_dict_to_torch` and `state_dict_from_torch` are copies. An optimizer's and a
+scheduler's state differ in shape, and by torch version: each conversion maps exactly the
+keys the installed torch has (read off a fresh torch optimizer or scheduler once), and
+refuses what it cannot map without loss.
 
 Optimizer param groups (tensors <-> arrays of the same bits in "state"):
     both sides       the hyperparameters (lr, momentum, dampening, weight_decay, nesterov,
@@ -32,11 +35,26 @@ Scheduler state (plain Python values):
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import torch
 
+
+# -- a model: same keys, same layouts, same bits
+def state_dict_to_torch(ref_state: Mapping[str, np.ndarray],
+                        device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
+    """A reference state_dict as torch tensors (copies; bit-exact; keys unchanged)."""
+    return {k: torch.from_numpy(np.array(v, copy=True)).to(device) for k, v in ref_state.items()}
+
+
+def state_dict_from_torch(torch_state: Mapping[str, torch.Tensor]) -> dict[str, np.ndarray]:
+    """A torch state_dict as NumPy arrays (copies; bit-exact; keys unchanged)."""
+    return {k: v.detach().cpu().numpy().copy() for k, v in torch_state.items()}
+
+
+# -- an optimizer and its scheduler: the keys of the installed torch
 OPTIMIZERS = ("SGD", "Adam", "AdamW")
 
 # Param-group keys torch adds: the values the default CPU path has (the first is written).

@@ -167,8 +167,8 @@ MANIFEST = Manifest(
     ),
     helpers=(
         Helper("torch_impl.state_mapping",
-               "the state mapping, not a twin: optimizer and LR-scheduler state between the "
-               "trees, by the installed torch's keys"),
+               "the state mapping, not a twin: a model's, an optimizer's and a scheduler's "
+               "state between the trees, by the installed torch's keys"),
     ),
     headline="parity/test_optim.py::test_adamw_steps_match_torch_adamw_bitwise",
 )

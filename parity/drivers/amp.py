@@ -25,6 +25,7 @@ from reference import amp as ramp
 from reference import nn as rnn
 from reference.formats import decode, encode, get_format, quantize
 from torch_impl import nn as tnn
+from torch_impl import state_mapping as tstate
 from torch_impl.format_spec import DTYPES as TORCH_DTYPES
 
 SUFFIX = {"bfloat16": "bf16", "float16": "fp16"}
@@ -118,7 +119,7 @@ def linear_pairs_at(fmt: str, layer: rnn.Linear, x: np.ndarray, g: np.ndarray,
     dx = f32(layer.backward(ramp.cast(g, ramp.LP_DTYPES[fmt])))
 
     tl = torch.nn.Linear(k, m)
-    tl.load_state_dict(tnn.state_dict_to_torch(layer.state_dict()))
+    tl.load_state_dict(tstate.state_dict_to_torch(layer.state_dict()))
     tl.to(device)
     tx = torch.from_numpy(x).to(device).requires_grad_()
     with float32_accumulation(device), torch.autocast(torch.device(device).type,
@@ -395,7 +396,7 @@ def model_pairs(activation: str, fmt: str, seed: int, device: str = "cpu",
     """layerwise_pairs for the compact model make_mlp(sizes, activation), seeded."""
     ref = rnn.make_mlp(sizes, activation, rng=np.random.default_rng(seed))
     tm = tnn.make_mlp(sizes, activation, generator=torch.Generator().manual_seed(seed))
-    tm.load_state_dict(tnn.state_dict_to_torch(ref.state_dict()))
+    tm.load_state_dict(tstate.state_dict_to_torch(ref.state_dict()))
     tm.to(device)
     rng = np.random.default_rng(seed + 1)
     x = rng.standard_normal((batch, sizes[0])).astype(np.float32)

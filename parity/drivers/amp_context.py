@@ -17,6 +17,7 @@ import torch
 from reference import amp as ramp
 from reference import nn as rnn
 from torch_impl import nn as tnn
+from torch_impl import saved_tensors as tsaved
 from torch_impl.format_spec import DTYPES as TORCH_DTYPES
 
 
@@ -40,7 +41,7 @@ def saved_signatures(sizes: tuple[int, ...], activation: str, dropout: float, fm
     with torch.random.fork_rng(devices=[] if device == "cpu" else None):
         torch.manual_seed(0)
         with torch.autocast(torch.device(device).type, dtype=TORCH_DTYPES[fmt]):
-            theirs = [s for s in tnn.measure_saved_tensors(twin, tx) if not s.is_parameter]
+            theirs = [s for s in tsaved.measure_saved_tensors(twin, tx) if not s.is_parameter]
     return [(path, saved_signature([s for s in model.tape() if s.module == path]),
              saved_signature([s for s in theirs if s.module == path]))
             for path, _ in model.named_modules()]

@@ -26,6 +26,7 @@ from reference import losses as rloss
 from reference import nn as ref
 from torch_impl import compile as tc
 from torch_impl import nn as tnn
+from torch_impl import state_mapping as tstate
 
 _CACHE_ROOT: list[tempfile.TemporaryDirectory] = []
 # Kernels compiled in this process, one after another, not by a pool of worker processes:
@@ -98,7 +99,7 @@ def build(case: Case, device: str = "cpu"
     model = tnn.make_mlp(case.sizes, case.activation,
                          generator=torch.Generator().manual_seed(case.seed), device=device)
     reference = ref.make_mlp(case.sizes, case.activation, rng=np.random.default_rng(0))
-    reference.load_state_dict(tnn.state_dict_from_torch(model.state_dict()))
+    reference.load_state_dict(tstate.state_dict_from_torch(model.state_dict()))
     rng = np.random.default_rng(case.seed)
     x = rng.standard_normal((case.batch, case.sizes[0])).astype(np.float32)
     y = rng.integers(0, case.sizes[-1], case.batch)
@@ -184,7 +185,7 @@ def held_to_eager(eager_model: torch.nn.Module, compiled_model: torch.nn.Module,
     compiled_forward): forward, cross-entropy (eager on both sides) and backward on (x, y).
     (worst |a - b| / (eps S) over logits, loss and gradients, values compared)."""
     reference = ref.make_mlp(case.sizes, case.activation, rng=np.random.default_rng(0))
-    reference.load_state_dict(tnn.state_dict_from_torch(eager_model.state_dict()))
+    reference.load_state_dict(tstate.state_dict_from_torch(eager_model.state_dict()))
     loss_fn = torch.nn.CrossEntropyLoss()
 
     def forward_loss(model: torch.nn.Module) -> Callable[..., tuple[torch.Tensor, ...]]:

@@ -24,7 +24,7 @@ from reference import nn as rnn
 from reference.layers import LayerNorm
 from torch_impl import attention as tattn
 from torch_impl import gpt as tgpt
-from torch_impl.module import state_dict_from_torch, state_dict_to_torch
+from torch_impl.state_mapping import state_dict_from_torch, state_dict_to_torch
 
 GPTConfig = rgpt.GPTConfig
 

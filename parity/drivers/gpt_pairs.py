@@ -34,7 +34,7 @@ from reference import gpt as rgpt
 from reference import nn as rnn
 from reference.layers import Embedding, LayerNorm, layer_norm
 from torch_impl import gpt as tgpt
-from torch_impl.module import state_dict_to_torch
+from torch_impl.state_mapping import state_dict_to_torch
 
 _RECORDED = (rnn.Linear, rnn.GELU, LayerNorm, rattn.AttentionCore)
 

@@ -31,6 +31,7 @@ from reference import optim as ropt
 from reference.nn import Parameter
 from torch_impl import loss_scaling as tls
 from torch_impl import nn as tnn
+from torch_impl import state_mapping as tstate
 
 U32 = 2.0**-24  # float32 unit roundoff
 
@@ -249,7 +250,7 @@ def models(sizes: tuple[int, ...] = (8, 32, 32, 1), seed: int = 1, device: str =
     """The same compact model twice (reference weights copied into torch)."""
     ref = rnn.make_mlp(sizes, "gelu", rng=np.random.default_rng(seed))
     tm = tnn.make_mlp(sizes, "gelu", generator=torch.Generator().manual_seed(seed))
-    tm.load_state_dict(tnn.state_dict_to_torch(ref.state_dict()))
+    tm.load_state_dict(tstate.state_dict_to_torch(ref.state_dict()))
     return ref, tm.to(device)
 
 
@@ -260,7 +261,7 @@ def underflow_models(seed: int = 1, device: str = "cpu"
     layers do): the gradients reaching the earlier layers are ~2^-10 smaller."""
     ref, tm = models((16, 64, 64, 4), seed)
     ref[4].weight.data *= np.float32(2.0**-10)
-    tm.load_state_dict(tnn.state_dict_to_torch(ref.state_dict()))
+    tm.load_state_dict(tstate.state_dict_to_torch(ref.state_dict()))
     return ref, tm.to(device)
 
 

@@ -15,6 +15,8 @@ from parity.tolerances import claim
 from reference import losses as rloss
 from reference import nn as ref
 from torch_impl import nn as tnn
+from torch_impl import saved_tensors as tsaved
+from torch_impl import state_mapping as tstate
 
 LIPSCHITZ = {"ReLU": 1.0, "Tanh": 1.0, "GELU": 1.13}  # max |f'|; GELU's is 1.12899...
 TORCH_DTYPE = {np.dtype(np.float32): torch.float32, np.dtype(np.float64): torch.float64}
@@ -43,7 +45,7 @@ def torch_twin(layer: ref.Module, device: str = "cpu") -> torch.nn.Module:
         twin: torch.nn.Module = tnn.Linear(
             layer.in_features, layer.out_features, bias=layer.bias is not None, device="meta",
             dtype=TORCH_DTYPE[layer.weight.data.dtype]).to_empty(device=device)
-        twin.load_state_dict(tnn.state_dict_to_torch(layer.state_dict(), device))
+        twin.load_state_dict(tstate.state_dict_to_torch(layer.state_dict(), device))
         return twin
     if isinstance(layer, ref.GELU):
         return tnn.GELU(approximate=layer.approximate)
@@ -201,7 +203,7 @@ def loss_pair(kind: str, x: np.ndarray, t: np.ndarray, rng: np.random.Generator,
 
 
 # -- saved tensors
-def saved_signature(entries: Sequence[ref.SavedTensor | tnn.SavedTensor]) -> np.ndarray:
+def saved_signature(entries: Sequence[ref.SavedTensor | tsaved.SavedTensor]) -> np.ndarray:
     """One int64 row per saved tensor: ndim, shape (padded to 4), dtype kind, itemsize, bytes."""
     rows = []
     for e in entries:
@@ -214,7 +216,7 @@ def saved_signature(entries: Sequence[ref.SavedTensor | tnn.SavedTensor]) -> np.
 def torch_activation_saved(module: torch.nn.Module, x: np.ndarray, device: str = "cpu"
                            ) -> np.ndarray:
     """The signature of what torch saves, parameters excluded (the reference reads those)."""
-    entries = [s for s in tnn.measure_saved_tensors(module.to(device), to_torch(x, device, True))
+    entries = [s for s in tsaved.measure_saved_tensors(module.to(device), to_torch(x, device, True))
                if not s.is_parameter]
     return saved_signature(entries)
 

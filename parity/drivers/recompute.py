@@ -20,6 +20,7 @@ from reference import nn as ref
 from reference import recompute as rrc
 from torch_impl import nn as tnn
 from torch_impl import recompute as trc
+from torch_impl import state_mapping as tstate
 from torch_impl.format_spec import DTYPES as TORCH_DTYPES
 
 TORCH_DTYPE = {np.dtype(np.float32): torch.float32, np.dtype(np.float64): torch.float64}
@@ -80,7 +81,7 @@ def make_twin(case: dict, device: str = "cpu") -> torch.nn.Sequential:
     twin = tnn.make_mlp(case["sizes"], case["activation"], case["dropout"],
                         generator=torch.Generator().manual_seed(0),
                         dtype=TORCH_DTYPE[np.dtype(case["dtype"])], device=device)
-    twin.load_state_dict(tnn.state_dict_to_torch(make_ref(case).state_dict(), device))
+    twin.load_state_dict(tstate.state_dict_to_torch(make_ref(case).state_dict(), device))
     return twin.train(case.get("training", True))
 
 

@@ -10,6 +10,7 @@ import torch
 from parity.lab.gendocs import section
 from reference import nn as ref
 from torch_impl import nn as tnn
+from torch_impl import saved_tensors as tsaved
 
 
 def tape_table_markdown(batch: int = 32, sizes: Sequence[int] = (16, 64, 64, 4),
@@ -21,7 +22,7 @@ def tape_table_markdown(batch: int = 32, sizes: Sequence[int] = (16, 64, 64, 4),
     model.forward(x)
     with torch.random.fork_rng():
         torch.manual_seed(0)
-        theirs = tnn.measure_saved_tensors(twin, torch.from_numpy(x).requires_grad_(True))
+        theirs = tsaved.measure_saved_tensors(twin, torch.from_numpy(x).requires_grad_(True))
     lines = [
         f"make_mlp({tuple(sizes)}, {activation!r}, dropout={dropout}), float32, batch {batch}:",
         "",
