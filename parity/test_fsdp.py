@@ -17,7 +17,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from parity.compare import assert_claim, bit_view
+from parity.compare import as_numpy, assert_claim, bit_view
 from parity.drivers import fsdp as drv
 from reference import ddp as rddp
 from reference import fsdp as rfsdp
@@ -43,6 +43,34 @@ def launched() -> tuple[list[dict], list[list[dict]]]:
 @pytest.fixture(scope="module")
 def replays(launched: tuple[list[dict], list[list[dict]]]) -> list[drv.Replay]:
     return _replays(*launched)
+
+
+def test_two_fsdp_steps_match_the_simulated_ranks_bitwise() -> None:
+    """Two gloo ranks take two FSDP2 steps of an MLP (bf16 parameters, float32 reduction);
+    the reference's fsdp_step from the same weights, replaying each rank's local gradient,
+    all-gathers the bf16 parameters each rank used, reduce-scatters to each rank's sharded
+    gradient bits and steps AdamW to its shards' bits."""
+    c, ws, steps = drv.config(), 2, 2
+    # torch: 2 processes, each torch_impl.fsdp.fsdp_step twice (torch_impl.fsdp.run)
+    runs = [rank[0] for rank in drv.launch(drv.jobs(((ws, "float32"),), steps=steps), ws)]
+    # reference: 2 simulated ranks sharding torch's initial weights, rfsdp.fsdp_step twice
+    sim = drv.simulated_ranks(c, ws, [as_numpy(p) for p in runs[0]["initial"]])
+    for s in range(steps):
+        local = [[as_numpy(g) for g in run["steps"][s]["local"]] for run in runs]
+        ref = rfsdp.fsdp_step(sim.padded, sim.shards, sim.optimizers, local,
+                              drv.groups(len(local[0])), param_dtype=ml_dtypes.bfloat16,
+                              reduce_dtype=np.float32)
+        for r, run in enumerate(runs):
+            for k, torch_grad in enumerate(run["steps"][s]["grads"]):
+                where = f"step {s + 1} rank {r} param {k}"
+                assert_claim("fsdp.all_gather", actual=run["steps"][s]["gathered"][k],
+                             expected=ref.gathered[k], context=where)
+                assert_claim("fsdp.reduce_scatter", actual=torch_grad,
+                             expected=ref.grads[r][k], context=where)
+                assert_claim("fsdp.params", actual=run["steps"][s]["params"][k],
+                             expected=sim.shards[r][k].data, context=where)
+    rows = [run["steps"][0]["grads"][0].shape[0] for run in runs]
+    assert rows == [17, 16], f"guard: the 33-row weight splits unevenly (padding): {rows}"
 
 
 def _check_collective(jobs: list[dict], results: list[list[dict]]) -> int:

@@ -43,6 +43,8 @@ _fsdp_collectives.foreach_reduce, per fully_shard module (its own parameters onl
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -169,3 +171,40 @@ def copy_in(g: Sequence[np.ndarray], ws: int, dt: type) -> np.ndarray:
     padded chunk r, concatenated over the parameters; the rows flattened in order."""
     return np.concatenate([shard(np.asarray(x).astype(dt), r, ws).reshape(-1)
                            for r in range(ws) for x in g])
+
+
+@dataclass
+class StepRecord:
+    """One FSDP2 step over the simulated ranks: each unsharded parameter as every rank's
+    forward used it (param_dtype, [param]), and each rank's sharded gradients [rank][param]."""
+
+    gathered: list[np.ndarray]
+    grads: list[list[np.ndarray]]
+
+
+def fsdp_step(padded: Sequence[Sequence[np.ndarray]], shards: Sequence[Sequence[Any]],
+              optimizers: Sequence[Any], local: Sequence[Sequence[np.ndarray]],
+              groups: Sequence[Sequence[int]], *, param_dtype: type, reduce_dtype: type
+              ) -> StepRecord:
+    """One FSDP2 step over len(padded) simulated ranks, on the ranks' local (unsharded,
+    param_dtype) gradients local[rank][param] (the forward and backward each rank runs on
+    the gathered parameters are the model's, not FSDP's):
+    1. all_gather: every parameter from the ranks' padded shards padded[rank][param];
+    2. reduce_scatter per fully_shard module (`groups`: each module's parameter indices);
+    3. each rank's optimizer steps on its shards (shards[rank]: Parameters viewing the
+       unpadded rows of padded[rank], so step 1 of the next call sees the update).
+    """
+    ws, shapes = len(padded), [np.shape(g) for g in local[0]]
+    gathered = [all_gather([padded[r][i] for r in range(ws)], shape, param_dtype)
+                for i, shape in enumerate(shapes)]
+    grads: list[list[Any]] = [[None] * len(shapes) for _ in range(ws)]
+    for group in groups:
+        rows = reduce_scatter([[local[r][i] for i in group] for r in range(ws)], reduce_dtype)
+        for r in range(ws):
+            for i, g in zip(group, rows[r], strict=True):
+                grads[r][i] = g
+    for r in range(ws):
+        for p, g in zip(shards[r], grads[r], strict=True):
+            p.grad = g.copy()
+        optimizers[r].step()
+    return StepRecord(gathered, grads)

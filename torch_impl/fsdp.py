@@ -14,8 +14,16 @@ What the engine does that the reference states:
 - The optimizer (torch.optim.AdamW, for-loop path) steps on the sharded DTensors: every op
   runs on the rank's local shard.
 
-Jobs: `fsdp_job` (training steps of the MLP, every Linear fully_shard'ed, then the root),
-`reduce_scatter_job` (dist.reduce_scatter_single of seeded tensors: the collective alone).
+Names shared with the reference: OPS, gloo_reduce_scatter (the collective alone, one
+rank's side), StepRecord and fsdp_step (one rank's step; the reference's steps every
+simulated rank at once). The rest of the reference (shard, all_gather, reduce_scatter) is
+inside fully_shard and has no Python of ours.
+
+How a rank runs this (the last section, harness rather than mechanism): `fsdp_job`
+(training steps of the MLP, every Linear fully_shard'ed, then the root) and
+`reduce_scatter_job` (gloo_reduce_scatter of seeded tensors), and `run(job, rank, group)`,
+which the launcher (ranks/) calls. They stay here, a few lines beside the step they drive,
+because every one of them is FSDP2's: a job module of their own would hold nothing else.
 Runs on CPU with gloo in torch 2.13: both reduce_dtype float32 and bfloat16 (gloo gained
 ReduceOp.AVG and reduce_scatter; nothing falls back).
 
@@ -27,6 +35,7 @@ the installed torch has: the same collective under either name.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -50,6 +59,51 @@ NOT_STATED = (f"torch {torch.__version__}'s FSDP2 divides gradients by its pre/p
               "not the torch >= 2.8 rule reference/fsdp.py mirrors (torch_impl/fsdp.py)")
 # torch >= 2.13's name, else the older one (module docstring: Versions)
 _reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """This rank's shard of a DTensor (a plain tensor as it is), cloned."""
+    return (t.to_local() if hasattr(t, "to_local") else t).detach().clone()
+
+
+OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG}
+
+
+def gloo_reduce_scatter(t: torch.Tensor, op: str = "sum", group: Any = None) -> torch.Tensor:
+    """This rank's output of dist.reduce_scatter_single (OPS[op]) of its flat buffer `t` of
+    ws * n elements: n elements, what reference.fsdp.gloo_reduce_scatter gives rank r."""
+    out = torch.empty(t.numel() // dist.get_world_size(group), dtype=t.dtype)
+    _reduce_scatter_single(out, t.clone(), op=OPS[op], group=group)
+    return out
+
+
+@dataclass
+class StepRecord:
+    """One FSDP2 step on this rank: its sharded gradients [param] (this rank's rows,
+    unpadded, float32) and its loss."""
+
+    grads: list[torch.Tensor]
+    loss: torch.Tensor
+
+
+def fsdp_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Any,
+              x: torch.Tensor, y: torch.Tensor, *, rank: int, world_size: int) -> StepRecord:
+    """One FSDP2 step on rank `rank` of a fully_shard'ed model, on rows rank::ws of the
+    global batch (reference.ddp.shard). FSDP2 does reference.fsdp.fsdp_step's three parts
+    inside: the all-gather before each module's forward, the reduce-scatter after its
+    backward, and the optimizer steps on the sharded DTensors (every op on this rank's rows).
+    """
+    xr, yr = x[rank::world_size], y[rank::world_size]
+    output = model(xr)  # the root casts xr to param_dtype (cast_forward_inputs)
+    loss = loss_fn(output.float(), yr)
+    loss.backward()  # 1. and 2. happen here, module by module
+    grads = [_local(p.grad) for p in model.parameters()]
+    optimizer.step()  # 3.
+    optimizer.zero_grad(set_to_none=True)
+    return StepRecord(grads, loss.detach().clone())
+
+
+# -- How a rank runs this: the drivers' jobs and the launcher's entry point (harness) -------
 
 
 def fsdp_job(config: TrainConfig, steps: int, world_size: int, reduce_dtype: str
@@ -86,26 +140,14 @@ def reduce_scatter_job(dtype: str, n: int, op: str, seed: int, world_size: int
             "seed": seed, "world_size": world_size}
 
 
-def _reduce_scatter(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
-    t = seeded(job["seed"], rank, job["world_size"] * job["n"], job["dtype"])
-    out = torch.empty(job["n"], dtype=t.dtype)
-    op = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG}[job["op"]]
-    _reduce_scatter_single(out, t.clone(), op=op, group=group)
-    return {"input": t, "output": out}
-
-
-def _local(t: torch.Tensor) -> torch.Tensor:
-    """This rank's shard of a DTensor (a plain tensor as it is), cloned."""
-    return (t.to_local() if hasattr(t, "to_local") else t).detach().clone()
-
-
 def run(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
     """The FSDP2 job on this rank: per step the unsharded parameters each Linear's forward
     used (param_dtype), the local unsharded gradients (a tensor hook, before FSDP's
     reduce-scatter), the sharded gradients, the sharded parameters after AdamW; at the end
     AdamW's sharded state. A reduce_scatter_job runs the collective alone."""
     if job["kind"] == "reduce_scatter":
-        return _reduce_scatter(job, rank, group)
+        t = seeded(job["seed"], rank, job["world_size"] * job["n"], job["dtype"])
+        return {"input": t, "output": gloo_reduce_scatter(t, job["op"], group)}
     ws = job["world_size"]
     c = TrainConfig(**{k: tuple(v) if k == "sizes" else v for k, v in job["config"].items()})
     parts = build(c, torch.Generator().manual_seed(c.seed), torch.device("cpu"),
@@ -141,18 +183,12 @@ def run(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
     data = batches(c, parts.loader, batch_of)
     while len(steps) < job["steps"]:
         x, y = next(data)
-        xr, yr = x[rank::ws], y[rank::ws]  # reference.ddp.shard
-        output = model(xr)  # the root casts xr to bfloat16 (cast_forward_inputs)
-        loss = loss_fn(output.float(), yr)
-        loss.backward()
+        rec = fsdp_step(model, optimizer, loss_fn, x, y, rank=rank, world_size=ws)
         for h in handles:
             h.remove()
         handles.clear()
-        grads = [_local(p.grad) for p in params]
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
         steps.append({"gathered": [gathered[i] for i in range(len(params))],
-                      "local": [local[i] for i in range(len(params))], "grads": grads,
-                      "params": [_local(p) for p in params], "loss": loss.detach().clone()})
+                      "local": [local[i] for i in range(len(params))], "grads": rec.grads,
+                      "params": [_local(p) for p in params], "loss": rec.loss})
     state = [{name: _local(v) for name, v in optimizer.state[p].items()} for p in params]
     return {"initial": initial, "sharded": sharded, "steps": steps, "state": state}

@@ -133,6 +133,8 @@ _SHARDS, _RS = ("fsdp.shards",), ("fsdp.reduce_scatter",)
 _RULE = "which torch states the division rule reference/fsdp.py mirrors (>= 2.8)"
 _INSIDE = "inside fully_shard (FSDP2's private parameter and collective code)"
 
+_JOB = "how a torch rank runs this (the drivers' job, the launcher's entry): harness"
+
 MANIFEST = Manifest(
     topic="fsdp",
     modules=("reference.fsdp", "torch_impl.fsdp"),
@@ -141,8 +143,7 @@ MANIFEST = Manifest(
              why="the reduce dtypes a job takes by name: the reference takes its arrays'"),
         Twin("RULE_STATED", torch="torch_impl.fsdp:RULE_STATED", claims=_RS, why=_RULE),
         Twin("NOT_STATED", torch="torch_impl.fsdp:NOT_STATED", claims=_RS, why=_RULE),
-        Twin("OPS", reference="reference.fsdp:OPS", claims=_RS,
-             why="the reduce ops the mirror takes by name: torch's are dist.ReduceOp's"),
+        Twin.same("fsdp", "OPS", *_RS),
         Twin("chunk_rows", reference="reference.fsdp:chunk_rows", alias="torch.chunk",
              claims=_SHARDS),
         Twin("padded_rows", reference="reference.fsdp:padded_rows", claims=_SHARDS, why=_INSIDE),
@@ -155,13 +156,17 @@ MANIFEST = Manifest(
         Twin("divide_factors", reference="reference.fsdp:divide_factors", claims=_RS,
              why=_INSIDE),
         Twin("reduce_scatter", reference="reference.fsdp:reduce_scatter",
-             torch="torch_impl.fsdp:fsdp_job", claims=(*_RS, "fsdp.reduce_dtype")),
-        Twin("gloo_reduce_scatter", reference="reference.fsdp:gloo_reduce_scatter",
-             torch="torch_impl.fsdp:reduce_scatter_job", claims=_RS),
+             claims=(*_RS, "fsdp.reduce_dtype"), why=_INSIDE),
+        Twin.same("fsdp", "gloo_reduce_scatter", *_RS),
         Twin("copy_in", reference="reference.fsdp:copy_in", alias="torch._chunk_cat",
              claims=_RS),
+        Twin.same("fsdp", "StepRecord", *_RS),
+        Twin.same("fsdp", "fsdp_step", "fsdp.all_gather", *_RS, "fsdp.params"),
+        Twin("fsdp_job", torch="torch_impl.fsdp:fsdp_job", claims=("fsdp.params",), why=_JOB),
+        Twin("reduce_scatter_job", torch="torch_impl.fsdp:reduce_scatter_job", claims=_RS,
+             why=_JOB),
         Twin("run", reference="reference.optim:AdamW", torch="torch_impl.fsdp:run",
              claims=("fsdp.params", "fsdp.unsharded_state")),
     ),
-    headline="parity/test_fsdp.py::test_gathered_params_grads_and_adamw_steps_match_bitwise",
+    headline="parity/test_fsdp.py::test_two_fsdp_steps_match_the_simulated_ranks_bitwise",
 )

@@ -101,6 +101,27 @@ class Replay:
     torch_sharded: list[list[np.ndarray]]  # [rank][param], each rank's shard after fully_shard
 
 
+@dataclass
+class Ranks:
+    """world_size simulated FSDP ranks: each one's padded shards [rank][param], its
+    Parameters viewing their unpadded rows, and an AdamW on them, as the torch job's."""
+
+    padded: list[list[np.ndarray]]
+    shards: list[list[Parameter]]
+    optimizers: list[ropt.AdamW]
+
+
+def simulated_ranks(c: TrainConfig, world_size: int, initial: list[np.ndarray]) -> Ranks:
+    """The reference's ranks sharding the torch run's `initial` full parameters."""
+    ws = world_size
+    padded = [[rfsdp.shard(p, r, ws) for p in initial] for r in range(ws)]  # [rank][param]
+    shards = [[Parameter(rfsdp.unpadded(padded[r][i], p.shape[0], r, ws))  # views
+               for i, p in enumerate(initial)] for r in range(ws)]
+    optimizers = [ropt.AdamW(ps, lr=c.lr, weight_decay=WEIGHT_DECAY, fma=FUSED,
+                             sqrt=torch_sqrt) for ps in shards]
+    return Ranks(padded, shards, optimizers)
+
+
 def _state(state: dict[str, Any]) -> dict[str, np.ndarray]:
     return {k: np.asarray(as_numpy(v) if hasattr(v, "numpy") else v) for k, v in state.items()}
 
@@ -120,35 +141,21 @@ def replay(job: dict, results: list[list[dict]], index: int) -> Replay:
     reduce_dtype = numpy_dtype(job["reduce_dtype"])
     runs = [results[r][index] for r in range(ws)]
     initial = [as_numpy(p) for p in runs[0]["initial"]]
-    shapes = [p.shape for p in initial]
-    padded = [[rfsdp.shard(p, r, ws) for p in initial] for r in range(ws)]  # [rank][param]
-    params = [[Parameter(rfsdp.unpadded(padded[r][i], shapes[i][0], r, ws))  # views
-               for i in range(len(shapes))] for r in range(ws)]
+    sim = simulated_ranks(c, ws, initial)
+    padded, params, optimizers = sim.padded, sim.shards, sim.optimizers
     hyper = {"lr": c.lr, "weight_decay": WEIGHT_DECAY}
-    optimizers = [ropt.AdamW(ps, **hyper, fma=FUSED, sqrt=torch_sqrt) for ps in params]
     full = [Parameter(p.copy()) for p in initial]
     full_opt = ropt.AdamW(full, **hyper, fma=FUSED, sqrt=torch_sqrt)
     full_torch = [torch.nn.Parameter(torch.from_numpy(p.copy())) for p in initial]
     full_torch_opt = torch.optim.AdamW(full_torch, **hyper)
     out: dict[str, list] = {k: [] for k in ("gathered", "grads", "params")}
     for s in range(steps):
-        out["gathered"].append([rfsdp.all_gather([padded[r][i] for r in range(ws)], shapes[i],
-                                                 ml_dtypes.bfloat16)
-                                for i in range(len(shapes))])
-        local = [[as_numpy(g) for g in runs[r]["steps"][s]["local"]]
-                 for r in range(ws)]
-        reduced: list[list[Any]] = [[None] * len(shapes) for _ in range(ws)]
-        for group in groups(len(shapes)):
-            rows = rfsdp.reduce_scatter([[local[r][i] for i in group] for r in range(ws)],
-                                        reduce_dtype)
-            for r in range(ws):
-                for i, g in zip(group, rows[r], strict=True):
-                    reduced[r][i] = g
+        local = [[as_numpy(g) for g in runs[r]["steps"][s]["local"]] for r in range(ws)]
+        record = rfsdp.fsdp_step(padded, params, optimizers, local, groups(len(initial)),
+                                 param_dtype=ml_dtypes.bfloat16, reduce_dtype=reduce_dtype)
+        reduced = record.grads
+        out["gathered"].append(record.gathered)
         out["grads"].append(reduced)
-        for r in range(ws):
-            for p, g in zip(params[r], reduced[r], strict=True):
-                p.grad = g.copy()
-            optimizers[r].step()
         out["params"].append([[p.data.copy() for p in ps] for ps in params])
         for i, (p, tp) in enumerate(zip(full, full_torch, strict=True)):
             g = np.concatenate([reduced[r][i] for r in range(ws)])
