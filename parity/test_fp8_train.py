@@ -9,17 +9,66 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+import torch
 
-from common.fp8_train import SCALED_PRECISIONS
+from common.fp8_train import SCALED_PRECISIONS, Recipe, recipe
 from common.gpt_config import TRAIN_SHAPE
 from parity.compare import as_numpy, assert_claim, assert_observed
 from parity.drivers import fp8_train as drv
 from parity.drivers import gpt_learn as gl
 from parity.drivers.fp8_train_learn import LEARN_PRECISIONS, learn
 from parity.drivers.train import compare_runs, interrupted, one_thread, uninterrupted
+from reference import fp8_train as rfp8
+from reference.nn import Linear
+from torch_impl import fp8_train as tfp8
+
+
+def _casts(quantize: Any, x2: Any, w: Any, g2: Any, r: Recipe) -> dict[str, Any]:
+    """q of each GEMM operand by one tree's quantize, K on the axis that GEMM sums over."""
+    return {"output.x": quantize(x2, r.forward, r, 1), "output.W": quantize(w, r.forward, r, 1),
+            "grad_input.g": quantize(g2, r.backward, r, 1),
+            "grad_input.W": quantize(w, r.forward, r, 0),
+            "grad_weight.g": quantize(g2, r.backward, r, 0),
+            "grad_weight.x": quantize(x2, r.forward, r, 0)}
+
+
+def test_one_fp8_linear_forward_and_backward_match_in_both_trees(device: str) -> None:
+    """One Linear with the same weights in each tree, converted to a ScaledLinear of
+    fp8-tensorwise: one forward and backward casts every GEMM operand to the same bits
+    (fp8_train.casts), and the output and the three gradients agree within the float32 order
+    bound of those cast operands (fp8_train.gemm)."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((8, 16)).astype(np.float32)  # (N, in)
+    g = (rng.standard_normal((8, 4)) * 1e-3).astype(np.float32)  # (N, out): dL/dy
+    ref_linear = Linear(16, 4, rng=rng)
+    torch_linear = torch.nn.Linear(16, 4, device=device)
+    torch_linear.load_state_dict({k: torch.from_numpy(v).to(device)
+                                  for k, v in ref_linear.state_dict().items()})
+    ref_layer = rfp8.ScaledLinear(ref_linear, "fp8-tensorwise")  # x, W in e4m3; g in e5m2
+    torch_layer = tfp8.ScaledLinear(torch_linear, "fp8-tensorwise")
+    ref_y = ref_layer.forward(x)  # (N, out)
+    ref_dx = ref_layer.backward(g)  # (N, in)
+    tx, tg = torch.from_numpy(x).to(device).requires_grad_(), torch.from_numpy(g).to(device)
+    torch_y = torch_layer(tx)
+    torch_y.backward(tg)
+    r = recipe("fp8-tensorwise")
+    ref_q = _casts(rfp8.quantize, x, ref_layer.weight.data, g, r)
+    with torch.no_grad():
+        torch_q = _casts(tfp8.quantize, tx, torch_layer.weight, tg, r)
+    assert not np.array_equal(ref_q["output.x"], x)  # the casts rounded
+    for name, q in ref_q.items():
+        assert_claim("fp8_train.casts", actual=torch_q[name], expected=q, context=name)
+    s = drv.gemm_scales(ref_q, ref_layer.bias.data, g)  # (k + 1)(|q(A)| |q(B)| + |b|)
+    for name, ref_value, torch_value in (
+            ("y", ref_y, torch_y), ("dx", ref_dx, tx.grad),
+            ("weight", ref_layer.weight.grad, torch_layer.weight.grad),
+            ("bias", ref_layer.bias.grad, torch_layer.bias.grad)):
+        assert_claim("fp8_train.gemm", actual=torch_value, expected=ref_value, context=name,
+                     scale=s[name])
 
 
 @pytest.fixture(scope="module", params=SCALED_PRECISIONS)
