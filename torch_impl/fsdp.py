@@ -45,6 +45,7 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from common.train_config import TrainConfig
 from common.train_loop import batches
+from torch_impl.ddp import shard
 from torch_impl.ddp_jobs import RANK_DTYPES, seeded
 from torch_impl.format_spec import DTYPES
 from torch_impl.train_models import batch_of, build
@@ -89,11 +90,11 @@ class StepRecord:
 def fsdp_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Any,
               x: torch.Tensor, y: torch.Tensor, *, rank: int, world_size: int) -> StepRecord:
     """One FSDP2 step on rank `rank` of a fully_shard'ed model, on rows rank::ws of the
-    global batch (reference.ddp.shard). FSDP2 does reference.fsdp.fsdp_step's three parts
+    global batch (torch_impl.ddp.shard, DDP's). FSDP2 does reference.fsdp.fsdp_step's three parts
     inside: the all-gather before each module's forward, the reduce-scatter after its
     backward, and the optimizer steps on the sharded DTensors (every op on this rank's rows).
     """
-    xr, yr = x[rank::world_size], y[rank::world_size]
+    xr, yr = shard(x, rank, world_size), shard(y, rank, world_size)
     output = model(xr)  # the root casts xr to param_dtype (cast_forward_inputs)
     loss = loss_fn(output.float(), yr)
     loss.backward()  # 1. and 2. happen here, module by module
