@@ -10,6 +10,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import event, example, given, settings
 
 from parity.compare import assert_claim
@@ -25,10 +26,42 @@ from parity.strategies.accounting import (
 from reference import accounting as racc
 from reference import accounting_gpt as ragpt
 from reference import flops as rflops
+from reference import nn as rnn
 from reference.recompute import parse_schedule
+from torch_impl import accounting as tacc
+from torch_impl import nn as tnn
 
 STATE = ("weights", "grads", "master", "grad_buffer", "optimizer_state", "optimizer_step")
 PHASES = ("forward", "backward", "recompute", "optimizer")
+
+
+def test_a_tanh_mlp_holds_the_formulas_bytes_in_torchs_hooks_and_the_reference_tape(
+        device: str) -> None:
+    """One forward and loss of a tanh MLP: the bytes held for backward (model, loss) are
+    mlp_activation_bytes and loss_saved's by the formula, what torch's saved_tensors_hooks
+    see (StepMeter) and what the reference's tape holds."""
+    sizes, batch = (4, 6, 6, 3), 5
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((batch, 4)).astype(np.float32)  # (N, d_in)
+    y = rng.integers(0, 3, batch)  # (N,) int64 classes
+    kind = torch.device(device).type
+    predicted = np.array([racc.mlp_activation_bytes(sizes, batch, activation="tanh", device=kind),
+                          racc.held_bytes(racc.loss_saved(batch, 3))])
+    ref_model, ref_loss_fn = rnn.make_mlp(sizes, "tanh", rng=rng), rnn.CrossEntropyLoss()
+    ref_loss_fn(ref_model.forward(x), y)
+    # + 4: nll_loss's 0-dim float32 total_weight, which torch saves and the reference lacks
+    ref_held = np.array([racc.tape_bytes(ref_model.modules()), racc.tape_bytes([ref_loss_fn]) + 4])
+    torch_model = tnn.make_mlp(sizes, "tanh", generator=torch.Generator(), device=device)
+    torch_loss_fn = torch.nn.CrossEntropyLoss()
+    with tacc.StepMeter(torch_model, loss_fn=torch_loss_fn, device=device) as meter:
+        torch_loss_fn(torch_model(torch.from_numpy(x).to(device)), torch.from_numpy(y).to(device))
+    torch_held = np.array([meter.held("model"), meter.held("loss")])
+    saved, _ = racc.mlp_saved(sizes, batch, activation="tanh")
+    assert predicted[0] < sum(e.nbytes for e in saved)  # a Tanh's result and the next input: once
+    assert_claim("accounting.activation_bytes", actual=torch_held, expected=predicted,
+                 context="torch")
+    assert_claim("accounting.activation_bytes", actual=ref_held, expected=predicted,
+                 context="reference")
 
 
 def _predicted(rows: list[drv.Row], names: tuple[str, ...]) -> np.ndarray:

@@ -277,5 +277,5 @@ MANIFEST = Manifest(
         _formula("flops_published", "flop_approximations", why=_PUBLISHED),
     ),
     headline="parity/test_accounting.py::"
-             "test_held_bytes_equal_the_formula_torch_hooks_and_the_reference_tape",
+             "test_a_tanh_mlp_holds_the_formulas_bytes_in_torchs_hooks_and_the_reference_tape",
 )
