@@ -23,7 +23,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from common.train_config import TrainConfig
-from torch_impl import amp
+from torch_impl import amp, loss_scaling
 from torch_impl.train_models import build
 
 
@@ -39,7 +39,8 @@ def shard(x: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
 class StepRecord:
     """One DDP step on this rank: its rows (x, y), its local gradient (scaled, before the
     reduction), the reduced gradient DDP wrote into .grad (the same on every rank), the
-    buckets DDP reduced it in (parameter indices), and the rank's loss and output."""
+    buckets DDP reduced it in (parameter indices), the rank's loss and output, and, as the
+    reference's `results` hold per rank, the scale the step used and whether it skipped."""
 
     rows: tuple[torch.Tensor, torch.Tensor]
     local: list[torch.Tensor]
@@ -47,6 +48,8 @@ class StepRecord:
     buckets: list[list[int]]
     loss: torch.Tensor
     output: torch.Tensor
+    scale: float = 1.0
+    skipped: bool = False
 
 
 @dataclass
@@ -105,9 +108,10 @@ def ddp_step(rep: Replica, scaler: torch.amp.GradScaler, x: torch.Tensor, y: tor
                for b in rep.ddp.reducer._get_zeros_like_grad_buckets()]
     record = StepRecord((xr, yr), [rep.local[i] for i in range(len(rep.params))],
                         [p.grad.detach().clone() for p in rep.params], buckets,
-                        loss.detach().clone(), output.detach().clone())
+                        loss.detach().clone(), output.detach().clone(), scaler.get_scale())
     scaler.unscale_(rep.optimizer)
     scaler.step(rep.optimizer)
+    record.skipped = loss_scaling.step_skipped(scaler, rep.optimizer)
     scaler.update()
     return record
 

@@ -161,17 +161,10 @@ def run(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
             if _orphaned():
                 raise RuntimeError("the process that launched this rank is gone")
             x, y = next(data)
-            rep.optimizer.zero_grad(set_to_none=True)
-            xr, yr = x[rank::ws], y[rank::ws]  # reference.ddp.shard
-            with amp.autocast(amp.autocast_dtype(c.precision), "cpu"):
-                loss = rep.parts.loss_fn(rep.ddp(xr), yr)
-            scale = scaler.get_scale()
-            scaler.scale(loss).backward()  # DDP: every rank's .grad is the same reduced g
-            scaler.step(rep.optimizer)
-            skip = loss_scaling.step_skipped(scaler, rep.optimizer)
-            scaler.update()
+            record = tddp.ddp_step(rep, scaler, x, y, rank=rank, world_size=ws)
+            scale, skip = record.scale, record.skipped
             step, skipped = step + 1, skipped + int(skip)
-            mean = loss.detach().double()
+            mean = record.loss.double()
             dist.all_reduce(mean, group=group)  # the global batch's loss: the shards' mean
             if log is not None:
                 log.write(f"step {step} loss {float(mean) / ws:.6g} scale {scale:g} "
