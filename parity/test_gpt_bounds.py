@@ -25,7 +25,7 @@ from parity.drivers import gpt_pairs as gp
 from parity.strategies import examples, gpt_batches, gpt_configs
 from reference import gpt as rgpt
 from torch_impl import gpt as tgpt
-from torch_impl import nn as tnn
+from torch_impl.state_mapping import state_dict_to_torch
 
 DTYPES = (np.float32, np.float64)
 
@@ -44,7 +44,7 @@ def test_one_block_forward_and_loss_match_torch_within_the_cross_entropy_budget(
     ref_model.load_state_dict({k: rng.standard_normal(v.shape).astype(np.float32)
                                for k, v in ref_model.state_dict().items()})
     torch_model = tgpt.GPT(config, generator=torch.Generator().manual_seed(0), device=device)
-    torch_model.load_state_dict(tnn.state_dict_to_torch(ref_model.state_dict(), device))
+    torch_model.load_state_dict(state_dict_to_torch(ref_model.state_dict(), device))
     ref_logits, ref_loss = ref_model.forward(idx, targets)  # (B, T, V), ()
     torch_logits, torch_loss = torch_model(torch.from_numpy(idx).to(device),
                                            torch.from_numpy(targets).to(device))

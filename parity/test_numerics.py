@@ -40,6 +40,7 @@ from torch_impl import amp as tamp
 from torch_impl import faults as tfaults
 from torch_impl import nn as tnn
 from torch_impl import numerics as tnumerics
+from torch_impl.state_mapping import state_dict_to_torch
 
 
 @pytest.fixture(autouse=True)
@@ -60,7 +61,7 @@ def test_an_fp16_weight_overflow_is_named_alike_by_both_trees_detectors(device: 
     ref_model = rnn.make_mlp([8, 16, 16, 3], "tanh", rng=rng)  # Linear Tanh Linear Tanh Linear
     torch_model = tnn.make_mlp([8, 16, 16, 3], "tanh", generator=torch.Generator(),
                                device=device)
-    torch_model.load_state_dict(tnn.state_dict_to_torch(ref_model.state_dict(), device))
+    torch_model.load_state_dict(state_dict_to_torch(ref_model.state_dict(), device))
     ref_loss_fn, torch_loss_fn = rnn.CrossEntropyLoss(), torch.nn.CrossEntropyLoss()
     x, y = rfaults.apply_fault(ref_model, fault_named("weight_overflow"), (x, y))
     tx, ty = tfaults.apply_fault(torch_model, fault_named("weight_overflow"),
