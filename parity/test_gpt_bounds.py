@@ -56,6 +56,8 @@ def test_one_block_forward_and_loss_match_torch_within_the_cross_entropy_budget(
     assert s_loss - s_own < s_own  # the forwards agree: no logits difference holds the bound
     assert_claim("gpt.loss", actual=torch_loss.detach().cpu().numpy(),
                  expected=np.asarray(ref_loss), scale=np.asarray(s_loss))
+
+
 CPU_DROPOUT = ("CUDA fuses dropout (native_dropout saves a bool mask and rounds the scale "
                "separately): neither the saved bytes nor the replayed mask is the CPU kernel's")
 
