@@ -8,7 +8,7 @@ schedules ]); the closed forms they follow:
     LinearLR           lr_t = base_lr * (start + (end - start) * min(t, total_iters) / total_iters)
     CosineAnnealingLR  lr_t = eta_min + (base_lr - eta_min) (1 + cos(pi t / T_max)) / 2
 
-torch's twins are torch.optim.lr_scheduler's classes themselves; torch_impl/optim.py
+torch's twins are torch.optim.lr_scheduler's classes themselves; torch_impl/state_mapping.py
 converts their state.
 """
 

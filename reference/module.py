@@ -11,8 +11,9 @@ A `Module` is a Node with parameters and children (named "0", "1", ... in a Sequ
 `tape()` lists every tensor a model holds now, module by module: memory accounting falls out
 of it, and activation checkpointing (reference/recompute.py) drops and re-records it. The
 layers are in reference/nn.py, the losses in reference/losses.py; torch's twin of this file
-is torch.nn.Module plus torch_impl/module.py (what autograd saves, measured by hooks, and the
-state_dict conversion).
+is torch.nn.Module, bound under this file's names in torch_impl/module.py; what autograd
+saves is measured by hooks in torch_impl/saved_tensors.py, and torch_impl/state_mapping.py
+converts a state_dict.
 
 Global hooks, as torch.nn.modules.module.register_module_forward_pre_hook /
 register_module_forward_hook / register_module_full_backward_hook: each fires around EVERY
@@ -226,7 +227,7 @@ class Module(Node):
     def tape(self, prefix: str = "") -> list[SavedTensor]:
         """Every saved tensor held now, with module path, name, shape, dtype and bytes: each
         module's own saves, containers' included (the attention core's scores and softmax),
-        as torch_impl.module.measure_saved_tensors attributes torch's."""
+        as torch_impl.saved_tensors.measure_saved_tensors attributes torch's."""
         return [s for path, m in self.named_modules(prefix) for s in Node.tape(m, path)]
 
     # -- structure

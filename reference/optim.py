@@ -29,8 +29,9 @@ in reference/fma.py). `sqrt` is IEEE's (np.sqrt) unless Adam is given another; t
 builds round it differently (NOTE [ torch's CPU sqrt is MKL's ]).
 
 The learning-rate schedules are in reference/lr_scheduler.py (built on this module's
-Optimizer; this module does not import it). torch's twins are torch.optim's classes themselves;
-torch_impl/optim.py only converts state between the two.
+Optimizer; this module does not import it). torch's twins are torch.optim's classes themselves,
+bound under these names in torch_impl/optim.py; torch_impl/state_mapping.py converts state
+between the two.
 """
 
 from __future__ import annotations

@@ -31,9 +31,6 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-# kept for parity/test_gpt_bounds.py, which reads it here: the conversion is a helper's
-from torch_impl.state_mapping import state_dict_to_torch  # noqa: F401
-
 # torch's own: the twin of reference.nn.matmul
 matmul = torch.matmul
 
