@@ -89,7 +89,8 @@ def test_torch_mx_gives_the_reference_bits_for_any_blocks(
 
 @pytest.mark.parametrize("two_level", [False, True])
 def test_torch_nvfp4_gives_the_reference_bits(two_level: bool, device: str) -> None:
-    """Block-scale and fp4 codes, and the decoded values, with one and two scale levels."""
+    """torchao's variant: block-scale and fp4 codes, and the decoded values, with one and two
+    scale levels."""
     x = edge_array("float4_e2m1fn", seed=2).reshape(-1, 16)
     ref, tor = drv.both_to_nvfp4(x, two_level, device)
     assert_claim("mx.twins", actual=tor.scales, expected=ref.scales, context="nvfp4 scales")
@@ -101,8 +102,10 @@ def test_torch_nvfp4_gives_the_reference_bits(two_level: bool, device: str) -> N
     normal = drv.distributions(64)["student_t3"]  # a tensor's range: S of every significand
     ref, tor = drv.both_to_nvfp4(normal, two_level, device)
     g = None if ref.per_tensor_scale is None else torch.tensor(ref.per_tensor_scale, device=device)
-    assert_claim("mx.twins", actual=tmx.nvfp4_scaled(drv.to_torch(normal, device), g)[1],
-                 expected=rmx.nvfp4_scaled(normal, ref.per_tensor_scale)[1], context="nvfp4 x R")
+    assert_claim("mx.twins", actual=tmx.nvfp4_scaled(drv.to_torch(normal, device), g,
+                                                     variant="torchao")[1],
+                 expected=rmx.nvfp4_scaled(normal, ref.per_tensor_scale, variant="torchao")[1],
+                 context="nvfp4 x R")
     assert_claim("mx.twins", actual=tor.elements, expected=ref.elements,
                  context="nvfp4 student-t elements")
     assert_claim("mx.twins", actual=tmx.from_nvfp4(tor), expected=rmx.from_nvfp4(ref),
@@ -235,3 +238,86 @@ def test_the_default_is_the_ocp_conversion_for_any_blocks(
     for kind in set(kinds):
         event(kind)
     _check_ocp(x, fmt, f"{fmt} {kinds}")
+
+
+def te_nvfp4(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Transformer Engine's NVFP4 quantizer (its reference_nvfp4.py, 1x16 blocks) computed
+    apart from the reference: every float32 operation as the float64 result of its float32
+    operands rounded by np.float32 (exact for + - * /: 53 >= 2 * 24 + 2), the e4m3 and fp4
+    casts by ml_dtypes, block by block in Python scalars. (e4m3 scale codes (..., n), fp4
+    codes shaped as x, float32 values.)"""
+    f32 = np.float32
+    a = float(np.max(np.abs(x)))  # float32's amax, NaN if any
+    enc = f32(min(float(f32(2688.0 / a)) if a else math.inf, float(rmx.F32_MAX)))
+    if a == 0 or enc == 0:
+        enc = f32(1.0)
+    dec, sixth = f32(1.0 / float(enc)), f32(1.0 / 6.0)
+    scales, codes, values = [], [], []
+    for block in x.astype(np.float64).reshape(-1, 16):
+        b = f32(float(np.max(np.abs(block))) * float(f32(float(enc) * float(sixth))))
+        s = np.array([min(b, 448.0)], np.float32).astype(ml_dtypes.float8_e4m3fn)
+        sv = float(s.astype(np.float64)[0])
+        denominator = float(f32(sv * float(dec)))
+        r = min(float(f32(1.0 / denominator)) if denominator else math.inf, float(rmx.F32_MAX))
+        q = np.array([f32(v * r) for v in block], np.float64)
+        p = np.clip(q, -6.0, 6.0).astype(ml_dtypes.float4_e2m1fn)
+        final = f32(float(f32(sv * a)) * float(f32(1.0 / 2688.0)))
+        scales.append(s.view(np.uint8)[0])
+        codes.append(p.view(np.uint8) & 0xF)
+        with np.errstate(invalid="ignore"):  # A = inf: 0 * inf, as TE's dequantize gives
+            values.append(np.array([f32(v * float(final)) for v in p.astype(np.float64)]))
+    return (np.array(scales, np.uint8).reshape(*x.shape[:-1], -1),
+            np.array(codes, np.uint8).reshape(x.shape),
+            np.array(values, np.float32).reshape(x.shape))
+
+
+def _check_te(x: np.ndarray, context: str) -> rmx.NVFP4Tensor:
+    scales, codes, values = te_nvfp4(x)
+    ref = rmx.to_nvfp4(x)  # the default: Transformer Engine's recipe
+    assert_claim("mx.nvfp4_te", actual=ref.scales, expected=scales, context=f"{context} scales")
+    kept = np.repeat((scales & 0x7F) != 0x7F, 16, axis=-1)  # blocks whose scale is a number
+    assert_claim("mx.nvfp4_te", actual=np.where(kept, ref.elements, 0),
+                 expected=np.where(kept, codes, 0), context=f"{context} elements")
+    assert_claim("mx.nvfp4_te", actual=rmx.from_nvfp4(ref), expected=values,
+                 context=f"{context} values")
+    return ref
+
+
+def test_the_default_nvfp4_is_transformer_engines_recipe_on_its_own_edge_cases() -> None:
+    """TE's edge cases: an all-zero tensor is zeros (torchao's two levels: NaN), a block whose
+    scale rounds to 0 saturates its nonzero elements to +-6, an inf element gives S_enc = 1;
+    then edge blocks of every kind, and a Student-t tensor."""
+    zeros = np.zeros((2, 32), np.float32)
+    ref = _check_te(zeros, "zeros")
+    assert not ref.scales.any() and not ref.elements.any() and not rmx.from_nvfp4(ref).any()
+    torchao = rmx.to_nvfp4(zeros, rmx.per_tensor_scale(zeros), variant="torchao")
+    assert np.isnan(rmx.from_nvfp4(torchao)).all(), "torchao's 0 / 0, named in docs/mx.md"
+    tiny = np.zeros((1, 32), np.float32)
+    tiny[0, :16] = 1000.0  # A = 1000: a block of amax 1e-4 has S = e4m3(1e-4 * 0.448) = 0
+    tiny[0, 16:] = np.float32(1e-4) * np.sign(np.arange(16) - 7.5).astype(np.float32)
+    ref = _check_te(tiny, "a scale rounded to 0")
+    assert ref.scales[0, 1] == 0 and set((ref.elements[0, 16:] & 7).tolist()) == {7}
+    inf = np.ones((1, 32), np.float32)
+    inf[0, 3] = np.inf
+    ref = _check_te(inf, "inf")
+    assert rmx.global_scales(np.float32(np.inf))[0] == 1 and ref.scales[0, 0] == 0x7E
+    _check_te(edge_array("float4_e2m1fn", seed=7).reshape(-1, 32)[~np.isnan(
+        edge_array("float4_e2m1fn", seed=7).reshape(-1, 32)).any(axis=-1)], "edge blocks")
+    _check_te(drv.distributions(32)["student_t3"], "student-t")
+
+
+@pytest.mark.parametrize("case", ["edge", "zeros", "student_t3"])
+def test_torch_nvfp4_gives_the_reference_bits_under_transformer_engines_recipe(
+        case: str, device: str) -> None:
+    """The default variant in both trees: scale codes, element codes, values, A."""
+    x = {"edge": edge_array("float4_e2m1fn", seed=2).reshape(-1, 16),
+         "zeros": np.zeros((2, 32), np.float32),
+         "student_t3": drv.distributions(32)["student_t3"]}[case]
+    ref, tor = rmx.to_nvfp4(x), tmx.to_nvfp4(drv.to_torch(x, device))
+    assert_claim("mx.twins", actual=tor.scales, expected=ref.scales, context=f"te {case} scales")
+    assert_claim("mx.twins", actual=tor.elements, expected=ref.elements,
+                 context=f"te {case} elements")
+    assert_claim("mx.twins", actual=tmx.from_nvfp4(tor), expected=rmx.from_nvfp4(ref),
+                 context=f"te {case} values")
+    assert_claim("mx.twins", actual=tmx.nvfp4_scaled(drv.to_torch(x, device))[1],
+                 expected=rmx.nvfp4_scaled(x)[1], context=f"te {case} x R")

@@ -122,13 +122,13 @@ def _check_nvfp4(x: np.ndarray, two_level: bool, context: str) -> None:
         assert_claim("mx.nvfp4_torchao", actual=np.float32(ours_g), expected=g.numpy(),
                      context=f"{context} g")
     scales, data = ao_nvfp4.nvfp4_quantize(torch.from_numpy(x), 16, g)
-    ref = rmx.to_nvfp4(x, ours_g)
+    ref = rmx.to_nvfp4(x, ours_g, variant="torchao")
     assert_claim("mx.nvfp4_torchao", actual=ref.scales, expected=scales.view(torch.uint8).numpy(),
                  context=f"{context} scales")
     # an element is a number where its block's scale is (e4m3's NaN: 0x7F of either sign)
     # and its scaled value is (NOTE [ NVFP4 below 2^-116 ]: 0 * inf is NaN)
     finite = np.repeat(ref.scales & 0x7F != 0x7F, 16, axis=-1)
-    finite &= ~np.isnan(rmx.nvfp4_scaled(x, ours_g)[1].reshape(x.shape))
+    finite &= ~np.isnan(rmx.nvfp4_scaled(x, ours_g, variant="torchao")[1].reshape(x.shape))
     assert_claim("mx.nvfp4_torchao", actual=ref.elements[finite],
                  expected=rmx.unpack_fp4(data.view(torch.uint8).numpy())[finite],
                  context=f"{context} elements")
@@ -139,13 +139,14 @@ def test_to_nvfp4_gives_torchaos_block_scales_and_elements(two_level: bool) -> N
     """Edge blocks of 16 (two a row), one scale level and two."""
     x = edge_array("float4_e2m1fn", seed=4)
     _check_nvfp4(x, two_level, f"two_level={two_level}")
-    codes = rmx.to_nvfp4(x).scales
+    codes = rmx.to_nvfp4(x, variant="torchao").scales
     assert 0x7F in codes and 0x08 in codes and 0x7E in codes, \
         "guard: a NaN block, the clamp to 2^-6 and the clamp to 448"
     normal = drv.distributions(64)["student_t3"]  # a tensor's range: S of every significand
     _check_nvfp4(normal, two_level, f"student-t two_level={two_level}")
     g = rmx.per_tensor_scale(normal) if two_level else None
-    assert len(set((rmx.to_nvfp4(normal, g).scales & 7).ravel().tolist())) == 8, \
+    assert len(set((rmx.to_nvfp4(normal, g, variant="torchao").scales & 7).ravel().tolist())) \
+           == 8, \
         "guard: block scales of every e4m3 significand"
 
 

@@ -47,13 +47,27 @@ rounding, sets its largest element (`clipped_blocks`). floor clips every block w
 has a significand above max_elem's (1.75 for e4m3, 1.5 for fp4); ceil and rceil never clip
 a finite block.
 
-NVFP4 (NVIDIA): blocks of 16, float4_e2m1fn elements, a float8_e4m3fn block scale and an
-optional float32 per-tensor scale g = f32(amax_tensor / 2688), 2688 = 448 * 6:
+NVFP4 (NVIDIA): blocks of 16, float4_e2m1fn elements, a float8_e4m3fn block scale, and by
+default (variant "transformer_engine") a float32 global scale from the tensor's amax A, as
+Transformer Engine's training recipe (NVFP4BlockScaling) states it in its reference
+quantizer (transformer_engine/pytorch/custom_recipes/reference_nvfp4.py; 1x16 blocks), every
+step rounded once in float32, 2688 = 448 * 6:
+
+    S_enc = min(f32(2688 / A), FLT_MAX), but 1 where A = 0 or S_enc = 0 (A = inf)
+    S_dec = f32(1 / S_enc)
+    S = e4m3(min(f32(amax * f32(S_enc * f32(1/6))), 448))     no lower clamp: 0 and subnormals
+    R = min(f32(1 / f32(S * S_dec)), FLT_MAX)                  S = 0 gives FLT_MAX
+    P_i = fp4(clamp(f32(x_i * R), +-6)),  value = P_i * f32(f32(S * A) * f32(1/2688))
+
+An all-zero tensor is all zeros (S_enc = 1, every S = 0). variant "torchao" is torchao 0.18's
+nvfp4_quantize, with one level, or two with its per-tensor scale g = f32(A / 2688):
 
     b = f32(amax / 6)           one level                 two levels (g given)
     S = e4m3(clamp(b, 2^-6, 448))                         e4m3(clamp(f32(b / g), 2^-6, 448))
     R = f32(1 / S)                                        f32(f32(1 / g) / S)
     P_i = fp4(clamp(f32(x_i * R), +-6)),  value = P_i * f32(S g)
+
+so an all-zero tensor gives g = 0 and 0 / 0: every scale and value NaN.
 
 NOTE [ torchao's variant ]: torchao 0.18's to_mx divides floor/ceil/even blocks by the
 stored scale raised to at least 2^-126 (float32's smallest normal; its comment cites Triton's
@@ -90,6 +104,7 @@ ELEMENT_FORMATS = ("float8_e4m3fn", "float8_e5m2", "float6_e2m3fn", "float6_e3m2
 SCALE_MODES = ("floor", "ceil", "even", "rceil", "rceil_log2f")
 ROUNDINGS = ("nearest_even", "nearest_away")
 VARIANTS = ("ocp", "torchao")  # the specification, and torchao 0.18's to_mx
+NVFP4_VARIANTS = ("transformer_engine", "torchao")  # TE's training recipe, torchao 0.18's
 BLOCK_SIZE = 32
 NVFP4_BLOCK_SIZE = 16
 E8M0_BIAS = 127
@@ -98,6 +113,7 @@ F32_TINY = np.float32(float.fromhex("0x1p-126"))  # float32's smallest normal
 E4M3_TINY = np.float32(float.fromhex("0x1p-6"))  # 0.015625, float8_e4m3fn's smallest normal
 E4M3_MAX = np.float32(FORMATS["float8_e4m3fn"].max)  # 448
 FP4_MAX = np.float32(FORMATS["float4_e2m1fn"].max)  # 6
+F32_MAX = np.float32(np.finfo(np.float32).max)
 
 
 @dataclass(frozen=True)
@@ -112,11 +128,13 @@ class MXTensor:
 
 @dataclass(frozen=True)
 class NVFP4Tensor:
-    """NVFP4: e4m3 block-scale codes (..., K / 16), fp4 codes (..., K), g or None."""
+    """NVFP4: e4m3 block-scale codes (..., K / 16), fp4 codes (..., K), and torchao's g (None:
+    one level) or Transformer Engine's global amax A (the default variant's)."""
 
     scales: np.ndarray  # uint8, float8_e4m3fn codes
     elements: np.ndarray  # uint8, float4_e2m1fn codes
-    per_tensor_scale: np.float32 | None
+    per_tensor_scale: np.float32 | None  # torchao's g
+    global_amax: np.float32 | None = None  # Transformer Engine's A
 
 
 def _check(x: object, fmt: str, mode: str, rounding: str, block_size: int,
@@ -286,14 +304,44 @@ def per_tensor_scale(x: object) -> np.float32:
     return np.float32(np.max(np.abs(a)) / np.float32(E4M3_MAX * FP4_MAX))
 
 
-def nvfp4_scaled(x: object, per_tensor: np.float32 | float | None = None
+def global_scales(global_amax: np.float32 | float) -> tuple[np.float32, np.float32]:
+    """Transformer Engine's (S_enc, S_dec) of a float32 global amax A (the module docstring)."""
+    a = np.float32(global_amax)
+    with np.errstate(divide="ignore", over="ignore"):
+        enc = np.minimum(np.float32(2688) / a, F32_MAX)  # NaN stays NaN
+    if a == 0 or enc == 0:
+        enc = np.float32(1)
+    return enc, np.float32(1) / enc
+
+
+def _check_nvfp4(variant: str, per_tensor: object, global_amax: object) -> None:
+    if variant not in NVFP4_VARIANTS:
+        raise ValueError(f"unknown NVFP4 variant {variant!r}; known: {', '.join(NVFP4_VARIANTS)}")
+    if (per_tensor, global_amax)[variant == "torchao"] is not None:  # the other variant's
+        raise ValueError("per_tensor is torchao's g, global_amax Transformer Engine's A: "
+                         f"the {variant} variant takes only its own")
+
+
+def nvfp4_scaled(x: object, per_tensor: np.float32 | float | None = None, *,
+                 variant: str = "transformer_engine",
+                 global_amax: np.float32 | float | None = None
                  ) -> tuple[np.ndarray, np.ndarray, np.float32 | None]:
     """(e4m3 block-scale codes (..., n), x times its block's R before the clamp (..., n, 16),
-    g or None): NVFP4's steps up to the elements (the module docstring)."""
+    and A (transformer_engine) or g or None (torchao)): NVFP4's steps up to the elements
+    (the module docstring)."""
+    _check_nvfp4(variant, per_tensor, global_amax)
     a = _blocks(_check(x, "float4_e2m1fn", "floor", "nearest_even", NVFP4_BLOCK_SIZE),
                 NVFP4_BLOCK_SIZE)
     amax = np.max(np.abs(a), axis=-1)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        if variant == "transformer_engine":
+            top = np.max(amax) if global_amax is None else np.float32(global_amax)
+            enc, dec = global_scales(top)
+            b = np.minimum(amax * (enc * np.float32(1 / 6)), E4M3_MAX)  # no lower clamp
+            scale = formats.encode(b, "float8_e4m3fn")
+            s = formats.decode(scale, "float8_e4m3fn", dtype=np.float32)
+            r = np.minimum(np.float32(1) / (s * dec), F32_MAX)
+            return scale, a * r[..., None], np.float32(top)
         b = amax / FP4_MAX
         g = None if per_tensor is None else np.float32(per_tensor)
         if g is not None:
@@ -309,22 +357,32 @@ def nvfp4_scaled(x: object, per_tensor: np.float32 | float | None = None
     return scale, q, g
 
 
-def to_nvfp4(x: object, per_tensor: np.float32 | float | None = None) -> NVFP4Tensor:
-    """float32/bfloat16 x (last dimension a multiple of 16) as NVFP4: one scale level, or
-    two with per_tensor = g (`per_tensor_scale`)."""
-    scale, q, g = nvfp4_scaled(x, per_tensor)
+def to_nvfp4(x: object, per_tensor: np.float32 | float | None = None, *,
+             variant: str = "transformer_engine",
+             global_amax: np.float32 | float | None = None) -> NVFP4Tensor:
+    """float32/bfloat16 x (last dimension a multiple of 16) as NVFP4: Transformer Engine's
+    two levels (default; global_amax: another tensor's A, e.g. a weight's across ranks), or
+    torchao's one level, or two with per_tensor = g (`per_tensor_scale`)."""
+    scale, q, level = nvfp4_scaled(x, per_tensor, variant=variant, global_amax=global_amax)
     elements = formats.encode(np.clip(q, -FP4_MAX, FP4_MAX), "float4_e2m1fn")
-    return NVFP4Tensor(scale, elements.reshape(np.shape(x)), g)
+    elements = elements.reshape(np.shape(x))
+    if variant == "transformer_engine":
+        return NVFP4Tensor(scale, elements, None, level)
+    return NVFP4Tensor(scale, elements, level)
 
 
 def from_nvfp4(t: NVFP4Tensor) -> np.ndarray:
-    """The float32 values P_i * f32(S g) (S alone with one level)."""
+    """The float32 values: P_i * f32(f32(S A) * f32(1/2688)) (Transformer Engine's dequantize),
+    P_i * f32(S g) (torchao's two levels), P_i * S (one level)."""
     p = _blocks(formats.decode(t.elements, "float4_e2m1fn", dtype=np.float32),
                 NVFP4_BLOCK_SIZE)
     s = formats.decode(t.scales, "float8_e4m3fn", dtype=np.float32)
-    if t.per_tensor_scale is not None:
-        s = s * t.per_tensor_scale
-    return (p * s[..., None]).reshape(t.elements.shape)
+    with np.errstate(over="ignore", invalid="ignore"):
+        if t.global_amax is not None:
+            s = (s * t.global_amax) * np.float32(1 / 2688)
+        elif t.per_tensor_scale is not None:
+            s = s * t.per_tensor_scale
+        return (p * s[..., None]).reshape(t.elements.shape)
 
 
 def pack_fp4(codes: np.ndarray) -> np.ndarray:

@@ -177,3 +177,21 @@ def test_nvfp4_per_tensor_scale_is_amax_over_2688_rounded_once() -> None:
             np.float32(g), np.float32(np.inf))
         assert abs(Fraction(g) - exact) <= abs(Fraction(float(below)) - exact)
         assert abs(Fraction(g) - exact) <= abs(Fraction(float(above)) - exact)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"variant": "nvidia"}, "unknown NVFP4 variant 'nvidia'; known: transformer_engine, torchao"),
+    ({"per_tensor": 0.5}, "the transformer_engine variant takes only its own"),
+    ({"variant": "torchao", "global_amax": 2.0}, "the torchao variant takes only its own"),
+])
+def test_nvfp4_refuses_another_variants_argument_with_the_same_line_in_both_trees(
+        kwargs: dict, message: str) -> None:
+    x = np.ones((2, 32), np.float32)
+    lines = []
+    for module, data, wrap in ((rmx, x, np.float32), (tmx, torch.from_numpy(x), torch.tensor)):
+        given = {k: wrap(v) if k in ("per_tensor", "global_amax") else v
+                 for k, v in kwargs.items()}
+        with pytest.raises(ValueError, match=message) as refused:
+            module.to_nvfp4(data, **given)
+        lines.append(str(refused.value))
+    assert lines[0] == lines[1]

@@ -31,6 +31,7 @@ ELEMENT_FORMATS = ("float8_e4m3fn", "float8_e5m2", "float6_e2m3fn", "float6_e3m2
 SCALE_MODES = ("floor", "ceil", "even", "rceil", "rceil_log2f")
 ROUNDINGS = ("nearest_even", "nearest_away")
 VARIANTS = ("ocp", "torchao")  # the specification, and torchao 0.18's to_mx
+NVFP4_VARIANTS = ("transformer_engine", "torchao")  # TE's training recipe, torchao 0.18's
 BLOCK_SIZE = 32
 NVFP4_BLOCK_SIZE = 16
 E8M0_BIAS = 127
@@ -39,6 +40,7 @@ F32_TINY = 2.0**-126
 E4M3_TINY = 2.0**-6
 E4M3_MAX = FORMATS["float8_e4m3fn"].max  # 448
 FP4_MAX = FORMATS["float4_e2m1fn"].max  # 6
+F32_MAX = torch.finfo(torch.float32).max
 
 
 @dataclass(frozen=True)
@@ -53,11 +55,13 @@ class MXTensor:
 
 @dataclass(frozen=True)
 class NVFP4Tensor:
-    """NVFP4: e4m3 block-scale codes (..., K / 16), fp4 codes (..., K), g or None."""
+    """NVFP4: e4m3 block-scale codes (..., K / 16), fp4 codes (..., K), and torchao's g (None:
+    one level) or Transformer Engine's global amax A (the default variant's)."""
 
     scales: torch.Tensor  # uint8, float8_e4m3fn codes
     elements: torch.Tensor  # uint8, float4_e2m1fn codes
-    per_tensor_scale: torch.Tensor | None
+    per_tensor_scale: torch.Tensor | None  # torchao's g
+    global_amax: torch.Tensor | None = None  # Transformer Engine's A
 
 
 def _check(x: object, fmt: str, mode: str, rounding: str, block_size: int,
@@ -216,12 +220,39 @@ def per_tensor_scale(x: torch.Tensor) -> torch.Tensor:
     return x.to(torch.float32).abs().amax() / (E4M3_MAX * FP4_MAX)
 
 
-def nvfp4_scaled(x: torch.Tensor, per_tensor: torch.Tensor | None = None
+def global_scales(global_amax: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Transformer Engine's (S_enc, S_dec) of a 0-d float32 global amax A, as its reference
+    quantizer computes them: torch.div, torch.min with FLT_MAX, 1 where A = 0 or S_enc = 0."""
+    a = global_amax.to(torch.float32)
+    enc = torch.minimum(2688.0 / a, torch.tensor(F32_MAX, device=a.device))
+    enc = torch.where((a == 0) | (enc == 0), torch.ones_like(enc), enc)
+    return enc, 1.0 / enc
+
+
+def _check_nvfp4(variant: str, per_tensor: object, global_amax: object) -> None:
+    if variant not in NVFP4_VARIANTS:
+        raise ValueError(f"unknown NVFP4 variant {variant!r}; known: {', '.join(NVFP4_VARIANTS)}")
+    if (per_tensor, global_amax)[variant == "torchao"] is not None:  # the other variant's
+        raise ValueError("per_tensor is torchao's g, global_amax Transformer Engine's A: "
+                         f"the {variant} variant takes only its own")
+
+
+def nvfp4_scaled(x: torch.Tensor, per_tensor: torch.Tensor | None = None, *,
+                 variant: str = "transformer_engine", global_amax: torch.Tensor | None = None
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """(e4m3 block-scale codes, x times its block's R before the clamp, g or None)."""
+    """(e4m3 block-scale codes, x times its block's R before the clamp, A or g or None)."""
+    _check_nvfp4(variant, per_tensor, global_amax)
     a = _blocks(_check(x, "float4_e2m1fn", "floor", "nearest_even", NVFP4_BLOCK_SIZE),
                 NVFP4_BLOCK_SIZE)
     amax = a.abs().amax(dim=-1)
+    if variant == "transformer_engine":
+        top = amax.amax() if global_amax is None else global_amax.to(torch.float32)
+        enc, dec = global_scales(top)
+        b = torch.clamp(amax * (enc * torch.reciprocal(torch.tensor(6.0))), max=E4M3_MAX)
+        scale = b.to(torch.float8_e4m3fn)  # no lower clamp: 0 and subnormals
+        s = scale.to(torch.float32)
+        r = torch.clamp(1.0 / (s * dec), max=F32_MAX)  # S = 0: 1 / 0 = inf -> FLT_MAX
+        return scale.view(torch.uint8), a * r.unsqueeze(-1), top
     b = amax / FP4_MAX
     g = None if per_tensor is None else per_tensor.to(torch.float32)
     if g is not None:
@@ -233,19 +264,26 @@ def nvfp4_scaled(x: torch.Tensor, per_tensor: torch.Tensor | None = None
     return scale.view(torch.uint8), q, g
 
 
-def to_nvfp4(x: torch.Tensor, per_tensor: torch.Tensor | None = None) -> NVFP4Tensor:
-    """float32/bfloat16 x as NVFP4 (reference.mx.to_nvfp4: the same steps)."""
-    scale, q, g = nvfp4_scaled(x, per_tensor)
-    elements = round_elements(q.clamp(-FP4_MAX, FP4_MAX), "float4_e2m1fn")
-    return NVFP4Tensor(scale, elements.reshape(x.shape), g)
+def to_nvfp4(x: torch.Tensor, per_tensor: torch.Tensor | None = None, *,
+             variant: str = "transformer_engine", global_amax: torch.Tensor | None = None
+             ) -> NVFP4Tensor:
+    """float32/bfloat16 x as NVFP4 (reference.mx.to_nvfp4: the same steps and arguments)."""
+    scale, q, level = nvfp4_scaled(x, per_tensor, variant=variant, global_amax=global_amax)
+    elements = round_elements(q.clamp(-FP4_MAX, FP4_MAX), "float4_e2m1fn").reshape(x.shape)
+    if variant == "transformer_engine":
+        return NVFP4Tensor(scale, elements, None, level)
+    return NVFP4Tensor(scale, elements, level)
 
 
 def from_nvfp4(t: NVFP4Tensor) -> torch.Tensor:
-    """The float32 values P_i * f32(S g) (S alone with one level)."""
+    """The float32 values (reference.mx.from_nvfp4: Transformer Engine's dequantize, torchao's
+    P_i * f32(S g), or P_i * S with one level)."""
     p = _blocks(_decode_elements(t.elements, "float4_e2m1fn").to(torch.float32),
                 NVFP4_BLOCK_SIZE)
     s = t.scales.view(torch.float8_e4m3fn).to(torch.float32)
-    if t.per_tensor_scale is not None:
+    if t.global_amax is not None:
+        s = (s * t.global_amax) * torch.reciprocal(torch.tensor(2688.0))
+    elif t.per_tensor_scale is not None:
         s = s * t.per_tensor_scale
     return (p * s.unsqueeze(-1)).reshape(t.elements.shape)
 

@@ -44,7 +44,8 @@ CLAIMS: tuple[Claim, ...] = (
         id="mx.nvfp4_torchao",
         extra="torchao",
         statement=(
-            "reference.mx.to_nvfp4 gives the float8_e4m3fn block-scale codes and the fp4 codes "
+            "reference.mx.to_nvfp4(variant='torchao') gives the float8_e4m3fn block-scale codes "
+            "and the fp4 codes "
             "of torchao 0.18's nvfp4_quantize, with one scale level and with the per-tensor "
             "scale amax / (448 * 6) (per_tensor_amax_to_scale), on edge blocks and under "
             "hypothesis; elements compared wherever the block's scale and the element's scaled "
@@ -58,6 +59,32 @@ CLAIMS: tuple[Claim, ...] = (
             "both (amax / 6, the clamp, the e4m3 cast, 1 / S or (1 / g) / S, x * R, the clamp, "
             "the fp4 rounding): NumPy's float32 arithmetic and torch's CPU kernels both round "
             "correctly, so no step can differ."
+        ),
+    ),
+    Claim(
+        id="mx.nvfp4_te",
+        statement=(
+            "reference.mx.to_nvfp4's default (variant 'transformer_engine') is Transformer "
+            "Engine's NVFP4 training recipe (1x16 blocks) as its reference quantizer states "
+            "it (transformer_engine/pytorch/custom_recipes/reference_nvfp4.py, read at "
+            "d0067d0, 2.20.0.dev0), computed apart from it block by block: S_enc = "
+            "min(2688 / A, FLT_MAX), 1 at A = 0 or S_enc = 0; S = e4m3(min(amax (S_enc "
+            "f32(1/6)), 448)) with no lower clamp; R = min(1 / (S S_dec), FLT_MAX); the fp4 "
+            "codes of clamp(x R, +-6); from_nvfp4 is its dequantize, (S A) f32(1/2688). Scale "
+            "codes, element codes and values agree, NaN as a class, on edge blocks, on "
+            "Student-t tensors and on TE's own edge cases: an all-zero tensor (zeros, where "
+            "torchao's two levels give NaN), a block whose scale rounds to 0 (its nonzero "
+            "elements saturate to +-6) and an infinite element (S_enc = 1)."
+        ),
+        kind="nan_class",
+        bound=0,
+        reason=(
+            "Each step is one IEEE float32 operation (the oracle: the exact float64 result of "
+            "two float32 operands, rounded to float32 by NumPy, which is the float32 "
+            "operation's result since 53 >= 2 * 24 + 2) or a cast to e4m3 or fp4 (ml_dtypes "
+            "in the oracle, the reference's encoder: one rounding to nearest even, "
+            "formats.small_*). NaN into fp4 is a choice (TE's table writes +0, the "
+            "reference the zero of the opposite sign), in a block whose scale is NaN anyway."
         ),
     ),
     Claim(
@@ -157,9 +184,10 @@ MANIFEST = Manifest(
     topic="mx",
     modules=("reference.mx", "torch_impl.mx"),
     rows=(
-        *map(_constant, ("ELEMENT_FORMATS", "SCALE_MODES", "ROUNDINGS", "VARIANTS", "BLOCK_SIZE",
-                         "NVFP4_BLOCK_SIZE", "E8M0_BIAS", "E8M0_NAN", "F32_TINY", "E4M3_TINY",
-                         "E4M3_MAX", "FP4_MAX", "MXTensor", "NVFP4Tensor")),
+        *map(_constant, ("ELEMENT_FORMATS", "SCALE_MODES", "ROUNDINGS", "VARIANTS",
+                         "NVFP4_VARIANTS", "BLOCK_SIZE", "NVFP4_BLOCK_SIZE", "E8M0_BIAS",
+                         "E8M0_NAN", "F32_TINY", "E4M3_TINY", "E4M3_MAX", "FP4_MAX", "F32_MAX",
+                         "MXTensor", "NVFP4Tensor")),
         _same("mx", "scale_codes", *_TWINS, "mx.rceil_log2f"),
         _same("mx", "scaled_blocks", *_TWINS),
         _same("mx", "round_elements", *_TWINS, "mx.clipping"),
@@ -167,9 +195,10 @@ MANIFEST = Manifest(
         _same("mx", "from_mx", *_TWINS),
         _same("mx", "clipped_blocks", "mx.clipping"),
         _same("mx", "per_tensor_scale", *_TWINS, "mx.nvfp4_torchao"),
+        _same("mx", "global_scales", *_TWINS, "mx.nvfp4_te"),
         _same("mx", "nvfp4_scaled", *_TWINS),
-        _same("mx", "to_nvfp4", *_TWINS, "mx.nvfp4_torchao"),
-        _same("mx", "from_nvfp4", *_TWINS),
+        _same("mx", "to_nvfp4", *_TWINS, "mx.nvfp4_te", "mx.nvfp4_torchao"),
+        _same("mx", "from_nvfp4", *_TWINS, "mx.nvfp4_te"),
         _same("mx", "pack_fp4", "mx.torchao"),
         _same("mx", "unpack_fp4", "mx.torchao"),
     ),

@@ -78,12 +78,13 @@ def both_to_mx(x: np.ndarray, fmt: str, mode: str, rounding: str = "nearest_even
 
 def both_to_nvfp4(x: np.ndarray, two_level: bool, device: str = "cpu"
                   ) -> tuple[rmx.NVFP4Tensor, tmx.NVFP4Tensor]:
-    """NVFP4 in both trees; two_level: with each tree's own per-tensor scale of the finite
-    values."""
+    """torchao's NVFP4 in both trees; two_level: with each tree's own per-tensor scale of the
+    finite values."""
     finite = np.where(np.isfinite(x), x, np.float32(0))
     g = rmx.per_tensor_scale(finite) if two_level else None
     gt = tmx.per_tensor_scale(to_torch(finite, device)) if two_level else None
-    return rmx.to_nvfp4(x, g), tmx.to_nvfp4(to_torch(x, device), gt)
+    return (rmx.to_nvfp4(x, g, variant="torchao"),
+            tmx.to_nvfp4(to_torch(x, device), gt, variant="torchao"))
 
 
 def away_differs(x: np.ndarray, fmt: str, torch_side: bool) -> int:
