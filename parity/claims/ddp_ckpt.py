@@ -116,7 +116,7 @@ CKPT_CLAIMS: tuple[Claim, ...] = (
 # The sharded-checkpoint rows of the ddp manifest (parity/claims/ddp.py).
 _CKPT = ("ddp.ckpt_resume", "ddp.ckpt_reshard", "ddp.ckpt_kill", "ddp.ckpt_trees")
 _DCP = "DCP's versions and notices: the reference writes its own container (ckpt)"
-_JOB = "a launcher job on one rank (process plumbing: the lab's, later)"
+_JOB = "a job one rank runs under ranks/launcher.py (how a rank runs this, not a mechanism)"
 CKPT_ROWS: tuple[Twin, ...] = (
     Twin.same("sharded_ckpt", "PAYLOAD", "ddp.ckpt_trees"),
     Twin("FAULTS", torch="torch_impl.sharded_ckpt:FAULTS", claims=("ddp.ckpt_kill",),

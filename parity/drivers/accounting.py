@@ -94,6 +94,22 @@ class Row:
         return None if m is None or self.predicted is None else m - self.predicted
 
 
+# the state rows and the FLOP phases, in the order the tests compare them
+STATE = ("weights", "grads", "master", "grad_buffer", "optimizer_state", "optimizer_step")
+PHASES = ("forward", "backward", "recompute", "optimizer")
+
+
+def predicted(rows: list[Row], names: tuple[str, ...]) -> np.ndarray:
+    """The rows' predicted bytes (or FLOPs) of `names`, in that order, as int64."""
+    by_name = {r.name: r.predicted for r in rows}
+    return np.array([by_name[n] for n in names], dtype=np.int64)
+
+
+def measured(state: dict[str, int], names: tuple[str, ...]) -> np.ndarray:
+    """A measurement's entries of `names`, in that order (0 for one it lacks), as int64."""
+    return np.array([state.get(n, 0) for n in names], dtype=np.int64)
+
+
 def _memory_rows(n_params: int, n_tensors: int, optimizer: str, precision: str,
                  master: bool) -> list[Row]:
     args = racc.memory_arguments(precision) if precision in racc.PROJECT_PRECISIONS else {
