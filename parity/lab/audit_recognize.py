@@ -95,6 +95,8 @@ class Audit:
     refused: str | None = None  # why no exact resume, whatever the rows: the file needs
     # pickle, or it is one rank's file, an uncommitted step, a step without its config
     needs: tuple[str, ...] = ()  # the globals its pickle needs
+    unknown: str | None = None  # why the rows cannot settle an exact resume, when nothing
+    # required is missing (a data position that cannot be verified)
 
     def gaps(self) -> list[Row]:
         """The required rows an exact resume cannot use."""
@@ -102,8 +104,8 @@ class Audit:
 
     @property
     def exact(self) -> bool:
-        """Exact resume is possible: the file was read and every required item is there."""
-        return self.refused is None and not self.gaps()
+        """Exact resume is possible: read, every required item there, nothing unknown."""
+        return self.refused is None and not self.gaps() and self.unknown is None
 
     def row(self, item: str) -> Row:
         return next(r for r in self.rows if r.item == item)
@@ -177,7 +179,7 @@ def _is_int(v: Any) -> bool:
 
 
 def _under(path: str, roots: list[str]) -> bool:
-    return any(path == r or path.startswith(r + "/") for r in roots)
+    return any(r == "" or path == r or path.startswith(r + "/") for r in roots)  # "": the file
 
 
 def _fp16(state: Any) -> bool | None:
@@ -258,6 +260,8 @@ def _kind(top: Mapping[str, Any], state: Any) -> str:
         return "Lightning checkpoint"
     if "model" in top and "model_args" in top and "iter_num" in top:
         return "nanoGPT-style checkpoint"
+    if _is_optimizer(top):
+        return "optimizer state (a torch.optim state_dict alone)"
     return "torch.save dict"
 
 

@@ -1,7 +1,10 @@
 """Reading what `python -m parity audit FILE` is given, safely, into one object tree for
-parity/lab/audit_recognize.py: a torch.save file (a dict, a Lightning `.ckpt`) or an
-Accelerate `save_state` folder (one entry per file); this project's own checkpoints are
-recognised before these, by parity/lab/audit_own.py.
+parity/lab/audit_recognize.py: a torch.save file (a dict, a Lightning `.ckpt`, an optimizer's
+state_dict alone), a `.safetensors` file alone (weights only), a Hugging Face Trainer
+`checkpoint-<step>/` folder (parity/lab/audit_hf.py) or an Accelerate `save_state` folder
+(one entry per file); this project's own checkpoints are recognised before these, by
+parity/lab/audit_own.py. A folder is taken for one layout only by files that layout alone
+writes; a folder of neither, or of both, is an "unknown layout" listing what it holds.
 
 Nothing here runs a pickle. torch.save files go through parity.lab.your_trainer.audit.load_safely
 (weights_only=True); a `.pkl` file is not loaded at all: its opcodes are read with
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import struct
 from dataclasses import dataclass
@@ -28,6 +32,9 @@ MAX_HEADER = 100 << 20  # safetensors' own limit on its JSON header
 SHOWN = 8  # names an unknown folder's message lists
 ACCELERATE_FILES = ("model.safetensors", "pytorch_model.bin", "optimizer.bin", "scheduler.bin",
                     "scaler.pt", "random_states_0.pkl", "sampler.bin")
+# the files only Accelerate's save_state writes (the weights and scaler.pt Trainer writes too)
+ACCELERATE_MARKERS = re.compile(r"optimizer(_\d+)?\.bin|scheduler(_\d+)?\.bin|sampler(_\d+)?\.bin"
+                                r"|random_states_\d+\.pkl|custom_checkpoint_\d+\.pkl")
 SAFETENSORS_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
                       "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2", "I64": "int64",
                       "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8",
@@ -65,11 +72,13 @@ def safetensors_header(path: Path) -> dict[str, TensorInfo]:
             for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)}
 
 
-def _torch_file(path: Path) -> Any:
+def torch_file(path: Path, allow: tuple[Any, ...] = ()) -> Any:
+    """A torch.save file loaded with weights_only (its allowlist widened by `allow`), or an
+    Unloadable saying why not; AuditInputError for a file that is no torch checkpoint."""
     from parity.lab.your_trainer.audit import NotACheckpoint, load_safely
 
     try:
-        loaded = load_safely(path)
+        loaded = load_safely(path, allow)
     except NotACheckpoint as e:
         raise AuditInputError(str(e)) from None
     if loaded.refused is not None:
@@ -100,7 +109,9 @@ def audit_path(text: str) -> Audit:
         raise AuditInputError(f"{text}: one rank's file of a torch.distributed.checkpoint "
                               "(DCP); not supported (its entries are located by the "
                               "folder's .metadata)")
-    value = _torch_file(path)
+    if path.suffix == ".safetensors":
+        return _weights_only(path)
+    value = torch_file(path)
     if isinstance(value, Unloadable):
         audit = Audit("torch.save file", refused=value.reason, needs=value.needs)
         if any("numpy" in g for g in value.needs):
@@ -108,23 +119,51 @@ def audit_path(text: str) -> Audit:
                                "np.random.get_state() (an ndarray inside a tuple); save "
                                "np.random.default_rng(...).bit_generator.state instead")
         return audit
-    return recognize(value)
+    audit = recognize(value)
+    if audit.kind.startswith("optimizer state"):
+        per = [s for s in value["state"].values() if isinstance(s, dict)]
+        keys = sorted({k for s in per for k in s if k != "step"})
+        steps = sorted({float(s["step"]) for s in per if "step" in s})
+        audit.flags.append(
+            f"an optimizer's state alone, not a model: {', '.join(keys) or 'no moments'} for "
+            f"{len(per)} parameter(s), step {', '.join(f'{x:g}' for x in steps) or 'none'}; "
+            "the weights, scheduler, RNG and data position are in other files, if anywhere")
+    return audit
+
+
+def _weights_only(path: Path) -> Audit:
+    """A .safetensors file alone: tensors by its header, and nothing else a resume needs."""
+    header = safetensors_header(path)
+    if not header:
+        raise AuditInputError(f"{path}: a .safetensors file holding no tensors")
+    audit = recognize({path.name: header}, "safetensors file: weights only")
+    audit.flags.append("weights only: a .safetensors file holds named tensors (read from its "
+                       "header) and no optimizer, scheduler, scaler, RNG or data position")
+    return audit
 
 
 def _folder(path: Path) -> Audit:
-    """A foreign folder: a DCP folder (refused) or an Accelerate save_state folder."""
+    """A foreign folder: a DCP folder (refused), a Hugging Face Trainer checkpoint-<step>
+    folder or an Accelerate save_state folder, each by the files only it writes."""
+    from parity.lab.audit_hf import MARKERS, audit_trainer, is_trainer_folder
+
     names = sorted(p.name for p in path.iterdir())
     if ".metadata" in names:
         raise AuditInputError(f"{path}: a torch.distributed.checkpoint (DCP) folder; not "
                               "supported (pass a torch.save file or an Accelerate folder)")
-    if not set(names) & set(ACCELERATE_FILES) and not any(
-            n.startswith(("model", "pytorch_model", "optimizer", "random_states")) for n in names):
+    trainer = is_trainer_folder(names)
+    accelerate = any(ACCELERATE_MARKERS.fullmatch(n) for n in names)
+    if trainer == accelerate:
         shown = ", ".join(names[:SHOWN]) + (f", ... ({len(names)} in all)"
                                             if len(names) > SHOWN else "")
         raise AuditInputError(
-            f"{path}: unknown layout: it holds {shown or 'nothing'}; audit reads this "
-            "project's run, step and checkpoint files, an Accelerate save_state folder "
-            f"({', '.join(ACCELERATE_FILES)}) or one torch.save file")
+            f"{path}: unknown layout: it holds {shown or 'nothing'}"
+            + ("; files of both Trainer and Accelerate" if trainer else "")
+            + "; audit reads this project's run, step and checkpoint files, a Hugging Face "
+            f"Trainer checkpoint folder ({', '.join(MARKERS)}, rng_state.pth), an Accelerate "
+            f"save_state folder ({', '.join(ACCELERATE_FILES)}) or one torch.save file")
+    if trainer:
+        return audit_trainer(path)
     tree: dict[str, Any] = {}
     for p in sorted(path.iterdir()):
         if not p.is_file() or p.is_symlink():
@@ -134,5 +173,5 @@ def _folder(path: Path) -> Audit:
         elif p.suffix == ".pkl":
             tree[p.name] = unloadable(p, "a pickle: loading it would run its globals")
         elif p.suffix in (".bin", ".pt", ".pth"):
-            tree[p.name] = _torch_file(p)
+            tree[p.name] = torch_file(p)
     return recognize(tree, "Accelerate save_state folder")

@@ -23,13 +23,21 @@ An N-rank checkpoint is exact when its commit record verifies and every rank's s
 holds what the N-rank resume reads. A rank file alone is "impossible": the resume takes a
 whole committed step, never one rank's file (it names the step to audit instead); so is a
 step folder no commit record names (a save that did not finish).
-Last line: `audit: exact resume possible` or `audit: exact resume impossible: ...`. With
---json, stdout is one JSON object and nothing else: file, kind, exact, refused, needs,
-rows, flags, verdict (the last line's text), measured_on.
+A Hugging Face Trainer checkpoint-<step> folder is read as Trainer writes it: weights,
+optimizer.pt, scheduler.pt, scaler.pt, rng_state.pth (rng_state_<r>.pth a process; loaded
+with numpy's array globals allowed), trainer_state.json (global_step, epoch: the batches
+the resume skips), training_args.bin (read by an unpickler that imports nothing). A
+.safetensors file alone is weights only; an optimizer's state_dict alone is named so.
+Last line: `audit: exact resume possible`, `audit: exact resume impossible: ...` or `audit:
+unknown: WHY` (nothing required is missing, but the files cannot settle it: Trainer's
+training_args.bin missing or unreadable). With --json, stdout is one JSON object and nothing
+else: file, kind, exact, unknown, refused, needs, rows, flags, verdict (the last line's
+text), measured_on.
 Exit status: 0 exact resume possible; 1 impossible (a required entry missing, incomplete or
 loadable only with pickle, the whole file needs pickle, a rank file alone, an uncommitted
 step); 2 bad input (no such path, not a checkpoint, truncated or damaged (a step's file
-that does not match its commit record too), a foreign DCP folder, an unknown layout).
+that does not match its commit record too), a foreign DCP folder, an unknown layout); 5
+unknown.
 """
 
 from __future__ import annotations
@@ -40,12 +48,14 @@ from typing import Any
 
 from parity.lab.cli import EXIT_FAILED, EXIT_OK, UsageError
 
+EXIT_UNKNOWN = 5  # the audit cannot tell: never "exact resume possible" by default
 HELP = "what a checkpoint holds for an exact resume, and what each missing entry costs"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE",
-                   help="a torch.save / Lightning file, an Accelerate folder, or a "
+                   help="a torch.save / Lightning file, a .safetensors file, a Hugging Face "
+                        "Trainer checkpoint-<step> folder, an Accelerate folder, or a "
                         "mirrortrain checkpoint")
     p.add_argument("--json", action="store_true", help="one JSON object instead of the table")
 
@@ -89,18 +99,24 @@ def run(args: argparse.Namespace) -> int:
     rows = [{"item": r.item, "status": r.status, "where": r.where, "detail": r.detail,
              "need": r.need, "consequence": consequence(r.item, r.status, measured)}
             for r in audit.rows]
-    verdict = ("exact resume possible" if audit.exact else "exact resume impossible: " + (
-        audit.refused + (f" ({', '.join(audit.needs)})" if audit.needs else "")
-        if audit.refused else _gaps(audit.gaps())))
+    impossible = audit.refused is not None or bool(audit.gaps())
+    if audit.refused is not None:
+        verdict = "exact resume impossible: " + audit.refused + (
+            f" ({', '.join(audit.needs)})" if audit.needs else "")
+    elif impossible:
+        verdict = f"exact resume impossible: {_gaps(audit.gaps())}"
+    else:
+        verdict = f"unknown: {audit.unknown}" if audit.unknown else "exact resume possible"
     if args.json:
         print(json.dumps({"file": args.file, "kind": audit.kind, "exact": audit.exact,
+                          "unknown": audit.unknown if not impossible else None,
                           "refused": audit.refused, "needs": list(audit.needs),
                           "rows": rows, "flags": audit.flags,
                           "verdict": verdict, "measured_on": measured["case"]}, indent=1))
     else:  # --json prints the object alone: a line after it would break json.load(stdout)
         _table(args.file, audit.kind, rows, audit.flags, measured["case"])
         print(f"audit: {verdict}")
-    return EXIT_OK if audit.exact else EXIT_FAILED
+    return EXIT_OK if audit.exact else EXIT_FAILED if impossible else EXIT_UNKNOWN
 
 
 def _gaps(gaps: list[Any]) -> str:

@@ -9,6 +9,12 @@ formats torch.save writes are offered to torch.load: its zip (b"PK\\x03\\x04") a
 pickle that opens with torch's magic number. Any other pickle is refused unread (the
 weights-only unpickler would parse it, but a file that is not torch.save's is not a torch
 checkpoint); anything else is not a checkpoint.
+
+`allow` widens the weights-only allowlist for one load, through
+`torch.serialization.safe_globals`, and for nothing else: Hugging Face's rng_state.pth holds
+`np.random.get_state()`, whose array needs exactly NUMPY_ARRAY (numpy's `_reconstruct`,
+`ndarray`, `dtype` and the uint32 dtype's class; none of them runs code of the file's
+choosing), the list Trainer itself loads it with.
 """
 
 from __future__ import annotations
@@ -20,12 +26,16 @@ import stat
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 ZIP_MAGIC = b"PK\x03\x04"
 # torch.save's legacy format: pickle protocol 2, then the LONG1 0x1950a86a20f9469cfc6c
 LEGACY_MAGIC = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19"
 PICKLE_OPCODE = 0x80  # PROTO: the first byte of a pickle of protocol 2 or later
+# what an ndarray inside a weights_only load needs (a uint32 array: np.random.get_state())
+NUMPY_ARRAY = (np._core.multiarray._reconstruct, np.ndarray, np.dtype,
+               type(np.dtype(np.uint32)))
 _GLOBAL = re.compile(r"GLOBAL ([A-Za-z_][\w.]*)")
 
 
@@ -54,9 +64,10 @@ def file_kind(head: bytes) -> str:
     return "other"
 
 
-def load_safely(path: str | os.PathLike) -> Loaded:
-    """`path` loaded with weights_only=True on the CPU, or the refusal; NotACheckpoint for a
-    file torch.save did not write or that is damaged (one line saying which)."""
+def load_safely(path: str | os.PathLike, allow: tuple[Any, ...] = ()) -> Loaded:
+    """`path` loaded with weights_only=True on the CPU (its allowlist widened by `allow`),
+    or the refusal; NotACheckpoint for a file torch.save did not write or that is damaged
+    (one line saying which)."""
     if not stat.S_ISREG(os.stat(path).st_mode):
         raise NotACheckpoint(f"{path}: not a regular file")
     with open(path, "rb") as f:
@@ -70,8 +81,9 @@ def load_safely(path: str | os.PathLike) -> Loaded:
                               "without running pickle")
     try:
         # a zip's storages are mapped, not read: a 10 GB checkpoint is audited in place
-        return Loaded(torch.load(path, weights_only=True, map_location="cpu",
-                                 mmap=kind == "zip"))
+        with torch.serialization.safe_globals(list(allow)):
+            return Loaded(torch.load(path, weights_only=True, map_location="cpu",
+                                     mmap=kind == "zip"))
     except pickle.UnpicklingError as e:
         needs = tuple(dict.fromkeys(_GLOBAL.findall(str(e))))
         if needs:
