@@ -104,19 +104,15 @@ def torch_e8m0_codes(x: np.ndarray, fmt: ref.FloatFormat, overflow: str | None =
                      ours: np.ndarray | None = None) -> np.ndarray:
     """What torch 2.13's float8_e8m0fnu cast gives, stated through the reference (claim
     formats.e8m0_torch): the code of |x|, where ml_dtypes 0.7 and the reference give the NaN
-    for every negative; 2^-127's (code 0) for +-0, where they give the NaN; and 2^-126's
-    (code 1) for |x| strictly between 2^-127 and 1.5 * 2^-127, float32 subnormals that are
-    nearer 2^-127 (torch rounds a subnormal's fraction bits as if its hidden bit were 0, so
-    anything above the guard bit's half rounds up). `overflow`: the reference's policy
-    ("saturate" turns the cast's NaN code for an overflow or +-inf into max). `ours`: the
-    reference's codes of x where no x has its sign bit set (a sweep's chunk below 2^31), which
-    are |x|'s but at +0: they are used, where encoding |x| again was E8M0's sweep's costliest
-    pass."""
+    for every negative; and 2^-126's (code 1) for |x| strictly between 2^-127 and
+    1.5 * 2^-127, float32 subnormals that are nearer 2^-127 (torch rounds a subnormal's
+    fraction bits as if its hidden bit were 0, so anything above the guard bit's half rounds
+    up); +-0 gives 2^-127 in the reference too (NOTE [ E8M0 at zero ]). `overflow`: the
+    reference's policy ("saturate" turns the cast's NaN code for an overflow or +-inf into
+    max). `ours`: the reference's codes of x where no x has its sign bit set (a sweep's chunk
+    below 2^31), which are |x|'s: they are used, where encoding |x| again was E8M0's sweep's
+    costliest pass."""
     magnitude = np.abs(x)
-    if ours is not None:
-        codes = np.where(x == 0, ours.dtype.type(0), ours)  # 2^-127's code for +0
-    else:
-        codes = ref.encode(np.where(x == 0, np.float32(2.0**-127), magnitude), fmt,
-                           overflow=overflow)
+    codes = ours if ours is not None else ref.encode(magnitude, fmt, overflow=overflow)
     low = (magnitude > np.float32(2.0**-127)) & (magnitude < np.float32(1.5 * 2.0**-127))
     return np.where(low, codes.dtype.type(1), codes)

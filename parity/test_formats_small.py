@@ -103,7 +103,7 @@ def test_encode_float32_matches_ml_dtypes_and_torch_on_edges(name: str, seed: in
     x = drive.edge_inputs(name, seed)
     ours = ref.encode(x, name)
     assert_claim("formats.small_encode", actual=_codes_as_values(ours, name),
-                 expected=_codes_as_values(drive.ml_encode(x, name), name),
+                 expected=_codes_as_values(drive.ml_encode_stated(x, name), name),
                  context=f"(ml_dtypes, {name})")
     if name in ("float8_e4m3fnuz", "float8_e5m2fnuz"):
         assert_claim("formats.small_encode",
@@ -128,7 +128,7 @@ def test_float64_input_is_rounded_once_like_ml_dtypes(name: str) -> None:
             2.0 ** rng.integers(0, 30, finite.size)
     x = np.concatenate([x, moved])
     assert_claim("formats.small_encode", actual=_codes_as_values(ref.encode(x, name), name),
-                 expected=_codes_as_values(drive.ml_encode(x, name), name),
+                 expected=_codes_as_values(drive.ml_encode_stated(x, name), name),
                  context=f"(float64, {name})")
 
 
@@ -155,9 +155,9 @@ def test_torch_e8m0_cast_differs_from_ml_dtypes_where_declared() -> None:
                  expected=_codes_as_values(torch_e8m0_codes(x, fmt), fmt.name))
     # the guard: the named points are where torch and ml_dtypes really differ
     named = x[-7:]
-    ml = _codes_as_values(drive.ml_encode(named, fmt.name), fmt.name)
+    ml = _codes_as_values(drive.ml_encode_stated(named, fmt.name), fmt.name)
     tv = _codes_as_values(torch_codes[-7:], fmt.name)
-    assert np.isnan(ml[:3]).all() and tv[:3].tolist() == [4.0, 2.0**-127, 2.0**-127]
+    assert np.isnan(ml[0]) and tv[:3].tolist() == [4.0, 2.0**-127, 2.0**-127]
     assert ml[3:5].tolist() == [2.0**-127] * 2 and tv[3:5].tolist() == [2.0**-126] * 2
 
 
@@ -260,3 +260,18 @@ def test_bad_policies_are_refused_in_one_line() -> None:
     with pytest.raises(ValueError, match="no infinity"):
         ref.encode(x, "float8_e4m3fnuz", overflow="inf")
     assert math.isnan(ref.quantize(np.array([-1.0]), "float8_e8m0fnu")[0])
+
+
+def test_e8m0_differs_from_ml_dtypes_at_zero_only_and_zero_is_the_smallest_value() -> None:
+    """NOTE [ E8M0 at zero ]: +-0 gives 2^-127 as every x below it does (1e-300, 2^-149),
+    where ml_dtypes gives NaN; on the edge inputs nothing else differs."""
+    name = "float8_e8m0fnu"
+    x = np.concatenate([drive.edge_inputs(name), np.array([0.0, -0.0, 2.0**-149, 1e-40],
+                                                          dtype=np.float32)])
+    ours, theirs = ref.encode(x, name), drive.ml_encode(x, name)
+    differ = ours != theirs
+    assert_claim("formats.e8m0_ml_dtypes", actual=np.array([np.count_nonzero(differ & (x != 0))]),
+                 expected=np.array([0]))
+    assert differ[x == 0].all() and (ours[x == 0] == 0).all(), "guard: the stated difference"
+    tiny = np.array([0.0, -0.0, 1e-300, 2.0**-140], np.float64)
+    assert ref.encode(tiny, name).tolist() == [0, 0, 0, 0]

@@ -393,8 +393,9 @@ def round_unsigned(word: np.ndarray, plan: Plan, rounding: str, u: np.ndarray | 
     bias_src - bias is plan.lowest, the target's lowest binade, so taking the maximum with
     `s.smallest` (lowest << m_src) before subtracting it sends everything below 2^-bias to
     code 0, the smallest value; the overflow minimum sends the rest beyond max (+inf too) to
-    the policy's code. x <= 0 and NaN are the words w with w - 1 >= inf's bits (unsigned:
-    0 wraps around, the sign bit and NaNs are above): the NaN code."""
+    the policy's code. x < 0 and NaN are the words w with w - 1 >= inf's bits (unsigned:
+    the sign bit and NaNs are above) but for -0 and +0 (0 wraps around too), which are below
+    2^-bias: code 0 (NOTE [ E8M0 at zero ])."""
     fmt = plan.fmt
     bad = np.subtract(word, plan.one, out=s.carry)
     np.greater_equal(bad, plan.inf, out=s.nan)  # +-0, negatives, NaN: no such value
@@ -412,6 +413,7 @@ def round_unsigned(word: np.ndarray, plan: Plan, rounding: str, u: np.ndarray | 
     np.minimum(code, s.limit, out=code)
     if s.nan.any():
         code[s.nan] = fmt.nan_code
+        code[(word & plan.magnitude_mask) == 0] = 0  # +-0: the smallest value, not NaN
     return code
 
 

@@ -10,14 +10,22 @@ specials, and rounds to float8_e8m0fnu, whose values are powers of two only.
     finite     no NaN: overflow (+-inf included) saturates; a NaN input gives a zero of the
                opposite sign (NOTE [ NaN to a finite format ])
     unsigned   E8M0: |code| = floor(log2 x) + bias, plus one where the significand's dropped
-               bits call for it; x <= 0, NaN and -x give the NaN (the format has no zero and
-               no sign); below 2^-bias every positive x gives 2^-bias (there is nothing lower)
+               bits call for it; below 2^-bias every x >= 0, +-0 included, gives 2^-bias
+               (NOTE [ E8M0 at zero ]); a negative x and NaN give the NaN (no sign)
 
 NOTE [ NaN to a finite format ]: float6/float4 have no NaN, so what a NaN becomes is a
 choice. ml_dtypes 0.7 gives a zero whose sign bit is the NaN's sign bit inverted (measured:
 0x7FC00000, NumPy's nan, gives -0.0, 0xFFC00000 gives +0.0; claim formats.small_nan); torch
 2.13 has no cast to these formats. The reference does the same, so that the three-way
 sweep compares every input; a caller who needs NaN kept must keep it beside the codes.
+
+NOTE [ E8M0 at zero ]: E8M0 has no zero and no sign (OCP MX 1.0: 2^-127 .. 2^127 and NaN).
+Rounding to nearest sends every x below 2^-127 to 2^-127, the member nearest it, and 0 is
+such an x: so +-0 gives 2^-127 (code 0), as 1e-300 does, and as MX's scale rule gives a
+block whose amax is 0. A negative x is not below the range but outside it (no sign): NaN.
+ml_dtypes 0.7 gives NaN for +-0 (claim formats.e8m0_ml_dtypes: its one difference); torch's
+cast gives code 0 there too (its differences: formats.e8m0_torch). Until this was decided,
+the reference followed ml_dtypes and was inconsistent at zero.
 
 NOTE [ E8M0 ties ]: with no mantissa both neighbours of a tie, 2^k and 2^(k+1), have the
 significand 1, so "to even" has no even side; nearest rounds ties up, as torch 2.13's cast
@@ -62,8 +70,8 @@ def encode_unsigned(x: np.ndarray, fmt: FloatFormat, rounding: str, words: np.nd
     """float64 x (or float32) rounded to an exponent-only unsigned format's codes."""
     with np.errstate(invalid="ignore"):  # a signalling NaN quiets: still a NaN
         xd = x.astype(np.float64)
-        bad = ~(xd > 0)  # NaN, zeros, negatives: no such value
-    safe = np.where(bad | np.isinf(xd), 1.0, xd)
+        bad = ~(xd >= 0)  # NaN and negatives: no such value (NOTE [ E8M0 at zero ])
+    safe = np.where(bad | np.isinf(xd) | (xd == 0), 1.0, xd)
     f, e = np.frexp(safe)  # safe = f * 2^e, 0.5 <= f < 1: floor(log2) = e - 1
     t = e.astype(np.int64) - 1
     frac = 2 * f - 1  # the significand's dropped part, in [0, 1): exact
@@ -75,7 +83,7 @@ def encode_unsigned(x: np.ndarray, fmt: FloatFormat, rounding: str, words: np.nd
     else:
         up = np.zeros(x.shape, bool)
     code = t + fmt.bias + up
-    code = np.where(t + fmt.bias < 0, 0, code)  # below 2^-bias: the smallest value
+    code = np.where((t + fmt.bias < 0) | (xd == 0), 0, code)  # below 2^-bias: the smallest
     beyond = (code > fmt.max_code) | np.isinf(xd)
     code = np.where(beyond, fmt.max_code if overflow == "saturate" else fmt.nan_code, code)
     code = np.where(bad, fmt.nan_code, code)

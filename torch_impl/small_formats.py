@@ -9,9 +9,9 @@ float6s, float4_e2m1fn, float8_e4m3 and float8_e3m4 have no dtype at all. So:
 - Round to nearest to a NATIVE format is torch's cast and a bit view (`encode_native`), and
   does what torch does. The fnuz casts do what the reference does (overflow and +-inf give
   the NaN 0x80, -0 gives +0; claim formats.small_encode). The float8_e8m0fnu cast differs
-  in three places (claim formats.e8m0_torch): a negative x gives |x|'s code (-4 -> 4), +-0
-  gives 2^-127 (code 0), and |x| strictly between 2^-127 and 1.5 * 2^-127 gives 2^-126,
-  where the reference and ml_dtypes give NaN, NaN and 2^-127. Its ties round up as theirs
+  in two places (claim formats.e8m0_torch): a negative x gives |x|'s code (-4 -> 4), and |x|
+  strictly between 2^-127 and 1.5 * 2^-127 gives 2^-126, where the reference gives NaN and
+  2^-127; +-0 gives 2^-127 (code 0) in both (NOTE [ E8M0 at zero ]). Its ties round up as theirs
   do (1.5 -> 2; NOTE [ E8M0 ties ]).
 - Round to nearest to four of the other six is torch's cast to a sibling, a torch format
   with the same mantissa width, of x scaled by a power of two (`encode_sibling`, NOTE [ A
@@ -161,7 +161,8 @@ def encode_ops(x: torch.Tensor, fmt: TorchFormat, rounding: str, words: torch.Te
         code = torch.clamp(code - 1, min=0)  # below 2^-bias: the smallest value
         code = torch.where(beyond, fmt.max_code if overflow == "saturate" else fmt.nan_code,
                            code)
-        return torch.where(~(x > 0), fmt.nan_code, code)  # NaN, zeros, negatives
+        code = torch.where(x == 0, 0, code)  # +-0: the smallest value (reference/small_formats)
+        return torch.where(~(x >= 0), fmt.nan_code, code)  # NaN, negatives
     return pack(code, torch.signbit(x).to(torch.int32), nan, beyond, fmt, overflow, subnormals)
 
 
