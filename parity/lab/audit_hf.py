@@ -4,7 +4,8 @@
 
     file                       piece                               read with
     model.safetensors          weights (or model-<i>-of-<n>.       its header: names, dtypes,
-                               safetensors shards)                 shapes
+                               safetensors shards; PEFT's          shapes
+                               adapter_model.safetensors)
     pytorch_model.bin          weights (safetensors off)           weights_only=True
     optimizer.pt               optimizer moments, per-param step   weights_only=True
     scheduler.pt               LR scheduler                        weights_only=True
@@ -67,7 +68,7 @@ from parity.lab.audit_sources import safetensors_header, torch_file
 
 KIND = "Hugging Face Trainer checkpoint"
 RNG_FILE = re.compile(r"rng_state(?:_(\d+))?\.pth")
-WEIGHTS = re.compile(r"(model|pytorch_model)(-\d+-of-\d+)?\.(safetensors|bin)")
+WEIGHTS = re.compile(r"(model|pytorch_model|adapter_model)(-\d+-of-\d+)?\.(safetensors|bin)")
 MARKERS = ("trainer_state.json", "training_args.bin", "optimizer.pt", "scheduler.pt")
 # what a Trainer folder written by DeepSpeed or FSDP holds instead of optimizer.pt
 SHARDED = re.compile(r"global_step\d+|pytorch_model_fsdp_\d+|optimizer_\d+")
@@ -220,7 +221,7 @@ def _position(audit: Audit, path: Path, args: dict[str, Any] | None) -> None:
         _set(audit, "epoch", PRESENT, where, f"{epoch:g}")
         _set(audit, "data position", PRESENT, where, "no step taken: nothing to skip")
         return
-    per_epoch = round(step / epoch)
+    per_epoch = max(1, round(step / epoch))  # epoch = step / per_epoch, as Trainer counts
     done, skip = divmod(step, per_epoch)
     accumulate = int((args or {}).get("gradient_accumulation_steps", 1))
     _set(audit, "epoch", PRESENT, where,
