@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from parity.lab import audit_consequences as consequences
+from parity.lab.audit_files import safetensors_header
 from parity.lab.audit_pickle import pickle_names
 from parity.lab.audit_recognize import (
     INCOMPLETE,
@@ -27,7 +28,6 @@ from parity.lab.audit_recognize import (
     UNSAFE,
     recognize,
 )
-from parity.lab.audit_sources import safetensors_header
 from parity.lab.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, main
 
 CACHED = consequences.load()

@@ -22,8 +22,7 @@ import torch
 
 from parity.lab.audit_pickle import read_inert
 from parity.lab.audit_recognize import INCOMPLETE, MISSING, NOT_NEEDED, PRESENT, UNSAFE
-from parity.lab.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from parity.lab.cli.audit import EXIT_UNKNOWN
+from parity.lab.cli import EXIT_FAILED, EXIT_OK, EXIT_UNKNOWN, EXIT_USAGE
 from tests.test_audit import audit, rows, trained, write_safetensors
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -49,6 +49,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from parity.lab.audit_files import safetensors_header, torch_file
 from parity.lab.audit_pickle import Inert, pickle_of, read_inert
 from parity.lab.audit_recognize import (
     DISABLED,
@@ -64,7 +65,6 @@ from parity.lab.audit_recognize import (
     Unloadable,
     recognize,
 )
-from parity.lab.audit_sources import safetensors_header, torch_file
 
 KIND = "Hugging Face Trainer checkpoint"
 RNG_FILE = re.compile(r"rng_state(?:_(\d+))?\.pth")

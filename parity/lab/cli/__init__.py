@@ -30,7 +30,7 @@ import threading
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_FOUND, EXIT_INCOMPLETE = 0, 1, 2, 3, 4
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_FOUND, EXIT_INCOMPLETE, EXIT_UNKNOWN = 0, 1, 2, 3, 4, 5
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143  # 128 + SIGTERM, as a shell reports a process SIGTERM ended
 EXIT_STATUSES: tuple[tuple[int, str], ...] = (
@@ -43,6 +43,8 @@ EXIT_STATUSES: tuple[tuple[int, str], ...] = (
                  "--check-numerics stopped at the first invalid value"),
     (EXIT_INCOMPLETE, "incomplete: the time budget ran out before all the work was reached "
                       "(fuzz: some target never ran); nothing that ran failed"),
+    (EXIT_UNKNOWN, "unknown: the command cannot tell, and says why in one line (audit: the "
+                   "files cannot settle whether the resume is exact); never a guess"),
     (EXIT_INTERRUPTED, "interrupted (Ctrl-C), with one line saying so"),
     (EXIT_TERMINATED, "terminated (SIGTERM), handled like Ctrl-C: one line, and a checkpoint "
                       "being written is either whole or not there"),

@@ -46,9 +46,8 @@ import argparse
 import json
 from typing import Any
 
-from parity.lab.cli import EXIT_FAILED, EXIT_OK, UsageError
+from parity.lab.cli import EXIT_FAILED, EXIT_OK, EXIT_UNKNOWN, UsageError
 
-EXIT_UNKNOWN = 5  # the audit cannot tell: never "exact resume possible" by default
 HELP = "what a checkpoint holds for an exact resume, and what each missing entry costs"
 
 
