@@ -121,13 +121,143 @@ CLAIMS: tuple[Claim, ...] = (
             "nothing is recomputed or rounded."
         ),
     ),
+    Claim(
+        id="optim.sr_bf16_formats",
+        statement=(
+            "reference.optim_sr.round_bf16_stochastic(x, r) equals reference.formats.encode(x, "
+            "'bfloat16', rounding='stochastic', random_bits=r << 16) bit for bit, on every "
+            "float32 input (ties, subnormals, the largest finite, +-inf and NaN included)."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "NOTE [ SR to bfloat16 is the formats' stochastic rounding ]: with u = r << 16, "
+            "r < low iff u < low 2^16 = floor(2^32 low / 2^16), the 32-bit-word rule for the 16 "
+            "bits bfloat16 drops; both round +-inf to itself, the largest finite up to inf, and "
+            "NaN to the quiet NaN of its sign. Two computations: integer masks on the float32 "
+            "bits against the encoder's decompose-round-pack."
+        ),
+    ),
+    Claim(
+        id="optim.sr_bf16_torchao",
+        statement=(
+            "round_bf16_stochastic equals torchao 0.18.0's _fp32_to_bf16_sr bit for bit on every "
+            "non-NaN float32 input, fed the draws torchao draws (torch.manual_seed, then "
+            "torch.randint(0, 2^16, shape, dtype=int32): the same values and the generator "
+            "left in the same state)."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "The same rule (round away from zero iff r < the low 16 bits, else truncate) on the "
+            "same draws: torchao's int32 arithmetic and the reference's uint32 masks give the "
+            "same bits on numbers and infinities (a carry out of the largest finite is inf in "
+            "both); a seeded generator replays its randint."
+        ),
+        extra="torchao",
+    ),
+    Claim(
+        id="optim.sr_bf16_torchao_nan",
+        statement=(
+            "round_bf16_stochastic(variant='torchao') equals torchao's _fp32_to_bf16_sr on every "
+            "float32 input as a NaN class: torchao turns a NaN whose payload lies in the low 16 "
+            "bits into inf, and 0x7FFFFFFF / 0xFFFFFFFF into -0 / +0, when the int32 carry wraps."
+        ),
+        kind="nan_class",
+        bound=0,
+        reason=(
+            "The variant is torchao's int32 arithmetic verbatim (a uint32 wrap mod 2^32 is the "
+            "int32 wrap); the NaNs it leaves are then cast by torch's .bfloat16(), which writes "
+            "its own NaN pattern (0xFFFF on this CPU), so NaN compares as a class."
+        ),
+        extra="torchao",
+    ),
+    Claim(
+        id="optim.sr_bf16_unbiased",
+        statement=(
+            "Stochastic rounding to bfloat16 is unbiased: over N = 8192 uniform draws for each "
+            "of 64 float32 values of every class of p (the rounded-up fraction), the mean of "
+            "SR(x) equals x within sampling error."
+        ),
+        kind="statistical",
+        bound=1e-6,
+        reason=(
+            "For each x, SR(x) is a (x rounded down) or a + s (up), up iff r < low, with "
+            "probability p = low / 2^16 exactly for r uniform on [0, 2^16): E[SR(x)] = a + p s "
+            "= x. The up-counts K_x are Binomial(N, p_x), independent; z = sum (K_x - N p_x) / "
+            "sqrt(N sum p_x (1 - p_x)) is N(0, 1) to within Berry-Esseen's 0.56 rho / sigma^3 "
+            "< 1e-3 at n = 524288 draws; the observation is the two-sided p-value erfc(|z| / "
+            "sqrt 2), failing a correct rule with probability 1e-6 (|z| > 4.89) per seed (fixed "
+            "seed: a pass stays a pass). Power: the per-draw sd is <= 1/2, so a bias of 0.01 "
+            "in the probability of rounding up moves z by >= 0.01 sqrt(524288) / 0.5 = 14.5, "
+            "seen with probability > 1 - 1e-15; rounding always toward zero moves it by ~700. "
+            "A bias of one draw in 2^16 (r <= low) is below any sample's reach: the bits "
+            "claims see it."
+        ),
+    ),
+    Claim(
+        id="optim.adamw_sr_torchao",
+        statement=(
+            "reference.optim_sr.AdamWSR (IEEE sqrt) leaves bf16 parameters and every state "
+            "entry (step, bf16 exp_avg, exp_avg_sq, max_exp_avg_sq) bit-identical to torchao "
+            "0.18.0's _AdamW(bf16_stochastic_round=True) over several steps with weight decay "
+            "and amsgrad, fed torchao's draws, when inductor draws them with torch's own randint "
+            "(torch._inductor.config.fallback_random = True)."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "torchao's step is single_param_adam compiled by inductor: the same float32 ops in "
+            "the same order (lerp, square, pow of a float32 step, sqrt, two divisions), each "
+            "rounded once, inductor's sqrt IEEE's. With fallback_random it calls aten randint "
+            "on the global generator, one draw per parameter per step, which the test replays. "
+            "With inductor's default random (its own Philox stream seeded from the global "
+            "generator) the draws are not torch.randint's and cannot be replayed: then "
+            "optim.adamw_sr_torchao_moments holds what does not read them."
+        ),
+        extra="torchao",
+    ),
+    Claim(
+        id="optim.adamw_sr_torchao_moments",
+        statement=(
+            "Under inductor's default random numbers, torchao's _AdamW(bf16_stochastic_round="
+            "True) keeps step, exp_avg and exp_avg_sq bit-identical to AdamWSR's for every "
+            "step, though its parameters part from AdamWSR's once the draws differ."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "The moments read only the gradients and the step, never the parameter or the "
+            "draws, so different draws leave them equal (the test also guards that some "
+            "parameter did part, or the claim would not be about other draws)."
+        ),
+        extra="torchao",
+    ),
+    Claim(
+        id="optim.sr_twins",
+        statement=(
+            "torch_impl.optim_sr equals reference.optim_sr bit for bit: round_bf16_stochastic "
+            "on every float32 input (variant 'torchao' as a NaN class there, on NaN), and "
+            "AdamWSR's parameters and state over steps, when the reference is given torch's "
+            "sqrt."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "The same masks on the same bits (int32 vs uint32 wraps alike), and every step op "
+            "one rounding in float32 as torch's eager CPU kernels round it (lerp fused, "
+            "optim.fma_bits); torch's sqrt is MKL's (optim.torch_sqrt_f32_ulps), so it is the "
+            "one op passed in."
+        ),
+    ),
 )
 
 _ROUNDTRIP = ("optim.state_roundtrip_bits",)
 
 MANIFEST = Manifest(
     topic="optim",
-    modules=("reference.fma", "reference.optim", "reference.lr_scheduler", "torch_impl.optim"),
+    modules=("reference.fma", "reference.optim", "reference.lr_scheduler", "torch_impl.optim",
+             "reference.optim_sr", "torch_impl.optim_sr"),
     rows=(
         Twin("fma", reference="reference.fma:fma", alias="torch.addcmul",
              claims=("optim.fma_bits",),
@@ -164,6 +294,16 @@ MANIFEST = Manifest(
         Twin("scheduler_state_from_torch",
              reference="reference.lr_scheduler:LRScheduler.load_state_dict",
              torch="torch_impl.state_mapping:scheduler_state_from_torch", claims=_ROUNDTRIP),
+        Twin("VARIANTS", reference="reference.optim_sr:VARIANTS",
+             torch="torch_impl.optim_sr:VARIANTS", claims=("optim.sr_twins",)),
+        Twin("round_bf16_stochastic", reference="reference.optim_sr:round_bf16_stochastic",
+             torch="torch_impl.optim_sr:round_bf16_stochastic",
+             claims=("optim.sr_twins", "optim.sr_bf16_formats", "optim.sr_bf16_torchao",
+                     "optim.sr_bf16_torchao_nan", "optim.sr_bf16_unbiased")),
+        Twin("AdamWSR", reference="reference.optim_sr:AdamWSR",
+             torch="torch_impl.optim_sr:AdamWSR",
+             claims=("optim.sr_twins", "optim.adamw_sr_torchao",
+                     "optim.adamw_sr_torchao_moments")),
     ),
     helpers=(
         Helper("torch_impl.state_mapping",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 import torch
 
@@ -26,7 +27,8 @@ SCHEDULERS = ("StepLR", "CosineAnnealingLR", "LinearLR")
 
 def torch_sqrt(a: np.ndarray) -> np.ndarray:
     """torch's CPU square root on a NumPy array (NOTE [ torch's CPU sqrt is MKL's ])."""
-    return torch.sqrt(torch.from_numpy(np.ascontiguousarray(a))).numpy()
+    # reshaped: ascontiguousarray makes a 0-d array or a NumPy scalar 1-d
+    return torch.sqrt(torch.from_numpy(np.ascontiguousarray(a))).numpy().reshape(np.shape(a))
 
 
 def run_optimizers(name: str, hyper: dict[str, Any], dtype: type, shapes: list[tuple[int, ...]],
@@ -134,3 +136,14 @@ def run_schedules(kind: str, kw: dict[str, Any], base_lr: float, steps: int,
         ref_lrs.append(r_sched.get_last_lr()[0])
         torch_lrs.append(t_sched.get_last_lr()[0])
     return np.array(ref_lrs, dtype=np.float64), np.array(torch_lrs, dtype=np.float64)
+
+
+def bf16_to_torch(a: np.ndarray) -> torch.Tensor:
+    """An ml_dtypes.bfloat16 array as a torch.bfloat16 tensor, the same codes."""
+    codes = np.array(a, order="C").view(np.int16).reshape(np.shape(a))
+    return torch.from_numpy(codes).view(torch.bfloat16)
+
+
+def bf16_from_torch(t: torch.Tensor) -> np.ndarray:
+    """A torch.bfloat16 tensor as an ml_dtypes.bfloat16 array, the same codes."""
+    return t.detach().cpu().contiguous().view(torch.int16).numpy().view(ml_dtypes.bfloat16)

@@ -57,11 +57,14 @@ from parity.strategies.nn import (  # noqa: F401
 )
 from parity.strategies.optim import (  # noqa: F401
     OPTIM_TAIL_SIZES,
+    SR_EDGES,
     optim_adam_hyper,
     optim_grad_scales,
     optim_lrs,
     optim_sgd_hyper,
     optim_shapes,
+    sr_bf16_inputs,
+    sr_edge_bits,
 )
 from parity.strategies.recompute import (  # noqa: F401
     RECOMPUTE_KINDS,

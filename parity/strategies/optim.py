@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from hypothesis import strategies as st
 
 # torch's CPU kernels process 2 vectors per iteration (32 float32 / 16 float64 with AVX512,
@@ -55,3 +56,30 @@ def optim_adam_hyper() -> st.SearchStrategy[dict]:
         "amsgrad": st.booleans(),
         "maximize": st.booleans(),
     })
+
+
+# float32 inputs of stochastic rounding to bfloat16, by the bits that make each an edge: the
+# rule reads only the low 16 bits (what bfloat16 drops) and the carry into the upper 16
+SR_EDGES: dict[str, tuple[int, ...]] = {
+    "exact bf16 values (never move)": (0x3F800000, 0xBF800000, 0x00000000, 0x80000000,
+                                       0x7F7F0000, 0x00010000),
+    "ties (low = 0x8000, p = 1/2)": (0x3F808000, 0xBF808000, 0x3F818000),
+    "one draw from either end": (0x3F800001, 0x3F80FFFF, 0xBF800001, 0xBF80FFFF),
+    "carry into the exponent": (0x3FFFFFFF, 0xBFFFFFFF, 0x007FFFFF),
+    "subnormals": (0x00000001, 0x80000001, 0x0000FFFF, 0x00008000, 0x807FFFFF),
+    "largest finite float32 (up is inf)": (0x7F7FFFFF, 0xFF7FFFFF),
+    "infinities": (0x7F800000, 0xFF800000),
+    "NaN": (0x7FC00000, 0xFFC00000, 0x7F800001, 0x7FFFFFFF, 0xFFFFFFFF, 0x7FC08000),
+}
+
+
+def sr_edge_bits() -> np.ndarray:
+    """Every SR_EDGES entry once, as uint32 float32 bit patterns."""
+    return np.array([b for group in SR_EDGES.values() for b in group], dtype=np.uint32)
+
+
+def sr_bf16_inputs() -> st.SearchStrategy[np.ndarray]:
+    """float32 bit patterns (uint32, up to 64) of any class: uniform bits reach every binade,
+    NaN and inf, with the edges of SR_EDGES mixed in."""
+    word = st.one_of(st.integers(0, 2**32 - 1), st.sampled_from(list(sr_edge_bits())))
+    return st.lists(word, min_size=1, max_size=64).map(lambda w: np.array(w, dtype=np.uint32))
