@@ -90,6 +90,10 @@ NOT_RUN: dict[str, str] = {
         "needs a CUDA device",
     "python -m parity audit out/ckpt.pt": "the reader's own nanoGPT checkpoint",
     "python -m parity audit output/checkpoint_3": "the reader's own Accelerate folder",
+    "python -m parity audit output/checkpoint-500": "the reader's own Trainer folder "
+                                                    "(tests/test_audit_hf.py writes one)",
+    "python -m parity audit model.safetensors": "the reader's own weights file "
+                                                "(tests/test_audit.py writes one)",
     "python -m parity audit runs/a --json": "the reader's own run folder",
     "python -m parity audit runs/ddp": "the reader's own --world-size run folder",
     "python -m parity resume-check mytrain:make_trainer --steps 8 --at 4":
