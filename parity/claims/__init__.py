@@ -24,8 +24,8 @@ KINDS: tuple[str, ...] = ("bits", "nan_class", "ulps", "eps", "statistical")
 # The topics, in the order the report and docs/tolerances.md list them.
 TOPICS: tuple[str, ...] = (
     "formats", "nn", "optim", "data", "amp", "loss_scaling", "recompute", "resume", "train",
-    "accounting", "gpt", "numerics", "profile", "compile", "ddp", "fsdp", "fp8_scaling", "mx",
-    "fp8_gemm", "fp8_train",
+    "accounting", "gpt", "numerics", "profile", "compile", "ddp", "fsdp", "fp8_scaling",
+    "fp8_blockwise", "mx", "fp8_gemm", "fp8_train",
 )
 
 

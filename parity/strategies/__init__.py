@@ -34,6 +34,11 @@ from parity.strategies.formats import (  # noqa: F401
     subnormal_edge,
     ties,
 )
+from parity.strategies.fp8_blockwise import (  # noqa: F401
+    blockwise_edge_matrix,
+    blockwise_edge_tiles,
+    blockwise_tensors,
+)
 from parity.strategies.fp8_gemm import FORMAT_PAIRS, GEMM_EDGES, fp8_gemm_cases  # noqa: F401
 from parity.strategies.fp8_scaling import (  # noqa: F401
     FP8_AMAX_EDGES,
