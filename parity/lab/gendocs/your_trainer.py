@@ -69,8 +69,9 @@ def _() -> str:
         "**2. A checkpoint without the scaler and the RNG: the audit** (`python -m parity "
         f"audit out-my-trainer/ckpt.pt`, the file saved after {GUARD_STEPS} steps):", "",
         _block(audit["buggy"]["text"]),
-        f"With `--fixed`: {rows}; exit status {audit['fixed']['status']} all the same, "
-        "for the rows it cannot settle without the code (see \"Reading them\" below).", "",
+        f"With `--fixed`: {rows}; exit status {audit['fixed']['status']}, unknown: "
+        f"`{audit['fixed']['text'].strip().splitlines()[-1]}` (the file cannot show where "
+        "the batches come from; see \"Reading them\" below).", "",
         f"**2, again: the resume check** (`cd examples && {resume['buggy']['command']}`):", "",
         _block(resume["buggy"]["text"]),
         f"With `--fixed` (`my_trainer:make_fixed_trainer`): "
