@@ -9,6 +9,10 @@ saying so, without it. Its import (about 2 s once torch is loaded) is paid once 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -192,3 +196,17 @@ def test_gpt2_small_has_the_published_parameter_count(hf: object) -> None:
     n = sum(p.numel() for p in model.parameters())
     assert n == gpt_param_count(shape.n_layer, shape.d_model, shape.vocab, shape.n_positions,
                                 tie_weights=shape.tied) == 124_439_808
+
+
+def test_the_factorys_module_is_found_in_the_current_folder_as_resume_check_finds_it(
+        tmp_path: Path) -> None:
+    """`python -m parity account --module mymodels:convnet` run where mymodels.py is: the
+    command imports it from the current folder (before, only resume-check did)."""
+    source = Path(__file__).resolve().parents[1] / "examples" / "models.py"
+    (tmp_path / "mymodels.py").write_text(source.read_text(encoding="utf-8"), encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "parity", "account", "--module",
+                           "mymodels:convnet", "--batch-shape", "4,8", "--json"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(source.parents[1])})
+    assert done.returncode == EXIT_OK, done.stderr[-2000:]
+    assert json.loads(done.stdout)["totals"]["activations"] == 3072 + 8256 + 8192 + 196

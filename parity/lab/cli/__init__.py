@@ -56,6 +56,14 @@ COMMANDS: tuple[str, ...] = ("report", "ranges", "sweep", "fuzz", "tolerances", 
                              "audit", "resume-check")
 
 
+def find_users_modules() -> None:
+    """Let the user's own module (`mytrain:make_trainer`, `mymodels:convnet`) be imported from
+    the current folder: it goes at the end of sys.path, after the project's packages (NOTE
+    [ A folder in the cwd shadows the project ] in parity/__main__.py took it off the front)."""
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
+
+
 def module_of(command: str) -> str:
     """The module of a command: parity/lab/cli/<name>.py, a dash in the name an underscore."""
     return f"parity.lab.cli.{command.replace('-', '_')}"

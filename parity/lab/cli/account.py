@@ -40,7 +40,14 @@ import argparse
 import json
 import re
 
-from parity.lab.cli import EXIT_FAILED, EXIT_OK, UsageError, finite_float, int_at_least
+from parity.lab.cli import (
+    EXIT_FAILED,
+    EXIT_OK,
+    UsageError,
+    find_users_modules,
+    finite_float,
+    int_at_least,
+)
 
 HELP = "predict bytes and FLOPs of one step; --measure reconciles both trees term by term"
 
@@ -166,6 +173,7 @@ def render(rows: list, trees: tuple[str, ...]) -> str:
 
 def run_module(args: argparse.Namespace) -> int:
     """--module: measure the factory's model; reconcile it when it is GPT-2-shaped."""
+    find_users_modules()  # the factory's module, from the current folder as resume-check
     from parity.lab import account_any
 
     try:

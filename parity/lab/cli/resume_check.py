@@ -31,10 +31,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
-import sys
 
-from parity.lab.cli import EXIT_FAILED, EXIT_OK, UsageError, finite_float, int_at_least
+from parity.lab.cli import (
+    EXIT_FAILED,
+    EXIT_OK,
+    UsageError,
+    find_users_modules,
+    finite_float,
+    int_at_least,
+)
 
 HELP = "does your trainer resume exactly? N steps straight against k, a save, a fresh process"
 
@@ -61,10 +66,7 @@ def run(args: argparse.Namespace) -> int:
     if ":" not in args.factory:
         raise UsageError(f"{args.factory!r}: expected module:function (e.g. "
                          "mytrain:make_trainer)")
-    # NOTE [ A folder in the cwd shadows the project ] (parity/__main__.py): the cwd was taken
-    # off the front of sys.path; the user's module is found at its end
-    if os.getcwd() not in sys.path:
-        sys.path.append(os.getcwd())
+    find_users_modules()
     from parity.lab.your_trainer.resume_check import ResumeCheckError, TrainerFailed, check_resume
 
     try:
