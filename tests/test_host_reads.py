@@ -1,6 +1,8 @@
 """parity/lab/your_trainer/host_reads.py: each way of reading a tensor's value to the host
 is counted at the line that wrote it; a read torch makes inside GradScaler.step is attributed
-to the caller's line and names the torch function; integer reads are kept apart."""
+to the caller's line and names the torch function; integer reads are kept apart (a bool of
+values, `if torch.isnan(loss):`, is a value's read); ScalerGuard's wrappers are looked
+through."""
 
 from __future__ import annotations
 
@@ -28,9 +30,9 @@ def test_item_float_bool_and_an_index_are_read_at_their_lines() -> None:
         bool(t[1] > 0)
         at.append(here())
         torch.arange(5)[: torch.tensor(2)]  # a 0-d integer tensor as a slice bound
-    assert reads.in_user_code() == {at[0]: 1, at[1]: 1}
+    assert reads.in_user_code() == {at[0]: 1, at[1]: 1, at[2]: 1}  # the bool a value's
     assert reads.sites[(at[2], "", "bool")] == 1
-    assert reads.in_user_code(floating=False) == {at[2]: 1, at[3]: 1}
+    assert reads.in_user_code(floating=False) == {at[3]: 1}
     assert reads.in_user_code(at_least=2) == {}
 
 
@@ -47,3 +49,27 @@ def test_grad_scaler_reads_are_torch_s_and_not_the_loop_s() -> None:
     vias = {via for (where, via, _) in reads.sites if where == at}
     assert vias == {"grad_scaler.py:GradScaler.step"}
     assert reads.in_user_code() == {}
+
+
+def test_an_isnan_check_is_the_loops_read_and_scaler_guard_is_looked_through() -> None:
+    """`if torch.isnan(loss):` counts at its line by default; with ScalerGuard wrapping
+    GradScaler.step, the scaler's reads are still at the loop's scaler.step line, via
+    grad_scaler.py, not at scaler_guard.py."""
+    from parity.lab.your_trainer.scaler_guard import ScalerGuard
+
+    model = torch.nn.Linear(3, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu")
+    with ScalerGuard(scaler, optimizer), HostReads() as reads:
+        loss = model(torch.ones(2, 3)).sum()
+        at = [here()]
+        if torch.isnan(loss):
+            pass
+        scaler.scale(loss).backward()
+        at.append(here())
+        scaler.step(optimizer)
+        scaler.update()
+    assert reads.in_user_code() == {at[0]: 1}
+    assert {via for (where, via, _) in reads.sites if where == at[1]} == {
+        "grad_scaler.py:GradScaler.step"}
+    assert not any("scaler_guard" in where for (where, _, _) in reads.sites)

@@ -25,7 +25,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 TORCH = Path(torch.__file__).resolve().parent
-THIS = Path(__file__).resolve()
+# the checks a user runs around their loop (this one, ScalerGuard's wrappers of GradScaler's
+# methods): frames here are neither the user's line nor torch's, and are looked through
+CHECKS = Path(__file__).resolve().parent
 # between a read and the code that asked for it: torch's dunders (Tensor.__float__, ...), its
 # dispatch machinery, and torch._dynamo's wrapper around every __torch_dispatch__
 MACHINERY = ("_tensor.py", "overrides.py", "_compile.py", "utils/_python_dispatch.py",
@@ -57,7 +59,7 @@ class HostReads(TorchDispatchMode):
         frame = sys._getframe(2)
         while frame is not None:
             file = Path(frame.f_code.co_filename).resolve()
-            if file != THIS and not file.is_relative_to(TORCH):
+            if not file.is_relative_to(CHECKS) and not file.is_relative_to(TORCH):
                 return f"{frame.f_code.co_filename}:{frame.f_lineno}", via
             inside = file.relative_to(TORCH).as_posix() if file.is_relative_to(TORCH) else ""
             if inside and not inside.startswith(MACHINERY) and not inside.endswith(MACHINERY):
@@ -68,11 +70,13 @@ class HostReads(TorchDispatchMode):
 
     def in_user_code(self, at_least: int = 1, floating: bool = True) -> dict[str, int]:
         """file:line -> count of the reads the user's own code made (not torch's), at least
-        `at_least` times (the number of steps: every step); `floating`: of floating-point
-        values only (a loss, a norm), not integer ones (indexing with a tensor, which syncs
-        only where the index lives on the device)."""
+        `at_least` times (the number of steps: every step); `floating`: of values (a loss, a
+        norm, and a bool of them: `if torch.isnan(loss):`), not integers (indexing with a
+        tensor, which syncs only where the index lives on the device)."""
         out: Counter[str] = Counter()
         for (where, via, dtype), n in self.sites.items():
-            if not via and getattr(torch, dtype).is_floating_point == floating:
+            kind = getattr(torch, dtype)
+            value = kind.is_floating_point or kind == torch.bool
+            if not via and value == floating:
                 out[where] += n
         return {where: n for where, n in out.items() if n >= at_least}
