@@ -283,3 +283,53 @@ def test_delayed_scale_at_the_edges_of_the_declared_margin_range_in_both_trees(
                 tree.delayed_scale(a, s, fmt, margin)
             errors.append(str(e.value))
         assert errors[0] == errors[1] and str(margin) in errors[0]
+
+
+# one past an edge of each declared range, as (function, reference args, torch args): the
+# arrays are the same values in each tree's type
+_A = np.array([[1.0, -2.0], [3.0, 0.5]], np.float32)
+_S = np.ones(2, np.float32)
+BAD_EDGES = {
+    "axis past the last": ("tensor_amax", (_A,), {"axis": 2}),
+    "an empty tensor": ("tensor_amax", (np.zeros((0,), np.float32),), {}),
+    "an unknown order": ("delayed_scale", (_S, _S, "float8_e4m3fn", 0, "fused"), {}),
+    "an unknown algo": ("delayed_update", (_A, _S, "float8_e4m3fn", 0, "mean"), {}),
+    "a history of length 0": ("delayed_update", (np.zeros((0, 2), np.float32), _S,
+                                                 "float8_e4m3fn"), {}),
+    "a scale of another shape": ("delayed_update", (_A, np.ones(3, np.float32),
+                                                    "float8_e4m3fn"), {}),
+    "a margin past the range": ("delayed_update", (_A, _S, "float8_e4m3fn", 101), {}),
+    "a format that is not fp8": ("amax_to_scale", (_S, "float16"), {}),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_EDGES))
+def test_one_past_each_declared_edge_is_the_same_one_line_error_in_both_trees(case: str
+                                                                              ) -> None:
+    """Every argument range the checks declare, one step outside it: both trees refuse
+    with the same ValueError line."""
+    name, args, kwargs = BAD_EDGES[case]
+    lines = []
+    for tree, wrap in ((rfp8, lambda a: a), (tfp8, torch.from_numpy)):
+        given_args = tuple(wrap(a) if isinstance(a, np.ndarray) else a for a in args)
+        with pytest.raises(ValueError) as refused:
+            getattr(tree, name)(*given_args, **kwargs)
+        lines.append(str(refused.value))
+    assert lines[0] == lines[1] and "\n" not in lines[0], lines
+
+
+@pytest.mark.parametrize("length", [1, 2, 1024])
+def test_a_history_of_any_length_updates_alike_in_both_trees(length: int) -> None:
+    """History lengths at the declared range's lower edge (1) and far past TE's default
+    (1024): the same history and scale bits from both trees."""
+    rng = np.random.default_rng(length)
+    history = (rng.random((length, 3)) * 2.0 ** rng.integers(-20, 20, (length, 3))).astype(
+        np.float32)
+    scale = np.ones(3, np.float32)
+    ref = rfp8.delayed_update(history, scale, "float8_e4m3fn")
+    tor = tfp8.delayed_update(torch.from_numpy(history), torch.from_numpy(scale),
+                              "float8_e4m3fn")
+    assert_claim("fp8_scaling.delayed_trees", actual=tor[0], expected=ref[0],
+                 context=f"history, L = {length}")
+    assert_claim("fp8_scaling.delayed_trees", actual=tor[1], expected=ref[1],
+                 context=f"scale, L = {length}")
