@@ -95,3 +95,42 @@ def _() -> str:
             "in microxcaling; torchao reads a finite scale off inf's exponent field under "
             "floor, and both saturate d to 2^127 under rceil, cuBLAS's rule); elsewhere they "
             "agree (claims `mx.ocp` and `mx.torchao`):\n\n" + "\n".join(lines))
+
+
+@section("mx.md", "nvfp4-variants")
+def _() -> str:
+    """Where torchao's two-level NVFP4 leaves Transformer Engine's recipe (the default), by
+    class of tensor, computed here (seeded inputs; torchao's g from the finite values)."""
+    import numpy as np
+
+    from reference import mx as rmx
+
+    rng = np.random.default_rng(0)
+    cases = {"all-zero tensor": np.zeros((4, 64), np.float32),
+             "N(0, 1) tensor": rng.standard_normal((64, 64)).astype(np.float32),
+             "Student-t (3 dof) tensor": rng.standard_t(3, (64, 64)).astype(np.float32)}
+    far = rng.standard_normal((8, 64)).astype(np.float32)
+    far[0, :16] *= np.float32(1e-7)
+    cases["a block at 1e-7 of the tensor's amax"] = far
+    for name, value in (("one inf element", np.inf), ("one NaN element", np.nan)):
+        x = rng.standard_normal((8, 64)).astype(np.float32)
+        x[0, 3] = value
+        cases[name] = x
+    lines = ["| tensor | values that differ | NaN (TE) | NaN (torchao) |", "|---|---:|---:|---:|"]
+    for name, x in cases.items():
+        te = rmx.from_nvfp4(rmx.to_nvfp4(x))
+        g = rmx.per_tensor_scale(np.where(np.isfinite(x), x, np.float32(0)))
+        ao = rmx.from_nvfp4(rmx.to_nvfp4(x, g, variant="torchao"))
+        differ = ~((te == ao) | (np.isnan(te) & np.isnan(ao)))
+        lines.append(f"| {name} | {int(differ.sum()):,} of {x.size:,} | "
+                     f"{int(np.isnan(te).sum()):,} | {int(np.isnan(ao).sum()):,} |")
+    return ("Decoded values of two-level NVFP4 under Transformer Engine's recipe (the default) "
+            "and torchao 0.18's `nvfp4_quantize` (`variant=\"torchao\"`), by class of tensor. "
+            "Who follows NVIDIA's training recipe: TE's, by definition (it is the recipe's "
+            "reference). The two differ by construction in the scale chain (TE: one rounding "
+            "of amax S_enc / 6, no lower clamp, the dequantize (S A) / 2688; torchao: b / g "
+            "then 1 / g / S, S clamped to 2^-6, the dequantize S g), so values differ on "
+            "ordinary tensors too; at an all-zero tensor torchao's g = 0 makes every value "
+            "NaN, and a block far below the tensor's amax keeps TE's subnormal or zero scale "
+            "where torchao pins it at 2^-6; an inf or NaN element follows each library's "
+            "propagation (TE dequantizes through A):\n\n" + "\n".join(lines))
