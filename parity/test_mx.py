@@ -321,3 +321,25 @@ def test_torch_nvfp4_gives_the_reference_bits_under_transformer_engines_recipe(
                  context=f"te {case} values")
     assert_claim("mx.twins", actual=tmx.nvfp4_scaled(drv.to_torch(x, device))[1],
                  expected=rmx.nvfp4_scaled(x)[1], context=f"te {case} x R")
+
+
+@pytest.mark.parametrize("block_size", [1, 2, 256])
+def test_block_sizes_at_and_past_the_usual_give_the_same_bits_in_both_trees(
+        block_size: int, device: str) -> None:
+    """The block size's declared range is every positive int: at its lower edge (1: each
+    element its own scale), 2, and past the usual 32 (256), every format, mode and variant
+    give the same codes in both trees."""
+    rng = np.random.default_rng(block_size)
+    x = (rng.standard_normal((2, 512)) * 2.0 ** rng.integers(-30, 30, (2, 512))).astype(
+        np.float32)
+    t = drv.to_torch(x, device)
+    for fmt in rmx.ELEMENT_FORMATS:
+        for mode in rmx.SCALE_MODES:
+            for variant in rmx.VARIANTS:
+                ref = rmx.to_mx(x, fmt, mode, block_size=block_size, variant=variant)
+                tor = tmx.to_mx(t, fmt, mode, block_size=block_size, variant=variant)
+                context = f"block {block_size} {fmt} {mode} {variant}"
+                assert_claim("mx.twins", actual=tor.scales, expected=ref.scales,
+                             context=f"{context} scales")
+                assert_claim("mx.twins", actual=tor.elements, expected=ref.elements,
+                             context=f"{context} elements")
