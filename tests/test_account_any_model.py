@@ -210,3 +210,35 @@ def test_the_factorys_module_is_found_in_the_current_folder_as_resume_check_find
                           env={**os.environ, "PYTHONPATH": str(source.parents[1])})
     assert done.returncode == EXIT_OK, done.stderr[-2000:]
     assert json.loads(done.stdout)["totals"]["activations"] == 3072 + 8256 + 8192 + 196
+
+
+class LayerNorm(nn.Module):
+    """nanoGPT's LayerNorm (its model.py): an optional bias, F.layer_norm."""
+
+    def __init__(self, ndim: int, bias: bool) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(ndim))
+        self.bias = nn.Parameter(torch.zeros(ndim)) if bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.layer_norm(x, self.weight.shape, self.weight, self.bias, 1e-5)
+
+
+def test_nanogpts_own_layernorm_class_is_a_layernorm_and_the_model_reconciles() -> None:
+    """Our GPT with every nn.LayerNorm swapped for nanoGPT's own class (the same F.layer_norm):
+    still GPT-2-shaped, and every line equals its closed form with no term; before, rule 2
+    refused it, and its attention core's FLOPs went unaccounted."""
+    model, batch = _our_gpt(False)
+    for path, m in list(model.named_modules()):
+        if isinstance(m, nn.LayerNorm):
+            parent, _, name = path.rpartition(".")
+            swapped = LayerNorm(m.normalized_shape[0], bias=m.bias is not None)
+            swapped.load_state_dict(m.state_dict())
+            setattr(model.get_submodule(parent) if parent else model, name, swapped)
+    assert not any(isinstance(m, nn.LayerNorm) for m in model.modules())
+    account = account_module(model, batch)
+    shape = gpt2_shape(model, batch)
+    lines = {ln.name: ln for ln in lab.gpt2_lines(shape, account)}
+    assert lines["flops"].measured == transformer_flops(**GPT_SHAPE)
+    assert lines["activations"].measured == gpt_activation_bytes(**GPT_SHAPE)["total"]
+    assert all(not lines[n].terms and lines[n].residual == 0 for n in lab.RECONCILED)

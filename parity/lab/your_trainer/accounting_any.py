@@ -36,7 +36,8 @@ the class names, and returns a GPT2Shape or raises NotGPT2 with the first rule b
      an `nf` attribute and weight (in, nf) (transformers' Conv1D layout); each block holds,
      in registration order, exactly [d -> 3d, d -> d, d -> f, f -> d] (fused q, k, v) or
      [d -> d, d -> d, d -> d, d -> d, d -> f, f -> d] (separate q, k, v), and two
-     LayerNorm(d);
+     LayerNorm(d): nn.LayerNorm, or a leaf of a class named *LayerNorm whose only
+     parameters are weight (d,) and maybe bias (d,) (nanoGPT's, over F.layer_norm);
   3. the attention module (the parent of the first projection) names its head count in
      `n_head`, `num_heads` or `num_attention_heads`, and it divides d;
   4. outside the blocks: two nn.Embedding of width d (the token table is the one with as
@@ -299,6 +300,22 @@ def _token_shape(batch: Any) -> tuple[int, int]:
     return int(ids[0].shape[0]), int(ids[0].shape[1])
 
 
+def norm_width(m: nn.Module) -> int | None:
+    """d for a LayerNorm over d features (rule 2's), else None."""
+    if isinstance(m, nn.LayerNorm):
+        shape = tuple(m.normalized_shape)
+        return shape[0] if len(shape) == 1 else None
+    if not type(m).__name__.endswith("LayerNorm") or next(m.children(), None) is not None:
+        return None
+    own = dict(m.named_parameters(recurse=False))
+    weight = own.pop("weight", None)
+    bias = own.pop("bias", None)
+    if weight is None or weight.dim() != 1 or own or (
+            bias is not None and bias.shape != weight.shape):
+        return None
+    return int(weight.shape[0])
+
+
 def gpt2_shape(model: nn.Module, example_batch: Any) -> GPT2Shape:
     """The decoder's shape, or NotGPT2 (NOTE [ Recognizing a GPT-2-shaped decoder ])."""
     lists = [(p, m) for p, m in model.named_modules() if isinstance(m, nn.ModuleList)]
@@ -310,7 +327,7 @@ def gpt2_shape(model: nn.Module, example_batch: Any) -> GPT2Shape:
         raise NotGPT2("rule 1: the blocks are not all of one type")
     first = list(blocks[0].named_modules())
     projs = [(p, projection(m)) for p, m in first if projection(m) is not None]
-    norms = [m for _, m in first if isinstance(m, nn.LayerNorm)]
+    norms = [m for _, m in first if norm_width(m) is not None]
     if not projs:
         raise NotGPT2("rule 2: block 0 holds no projection (nn.Linear or Conv1D layout)")
     d = projs[0][1][0]  # type: ignore[index]
@@ -321,7 +338,7 @@ def gpt2_shape(model: nn.Module, example_batch: Any) -> GPT2Shape:
     if shapes not in (fused, apart):
         raise NotGPT2(f"rule 2: block 0's projections are {shapes}; accepted {fused} (fused "
                       f"q, k, v) or {apart} (q, k, v apart)")
-    if len(norms) != 2 or any(n.normalized_shape != (d,) for n in norms):
+    if len(norms) != 2 or any(norm_width(n) != d for n in norms):
         raise NotGPT2(f"rule 2: block 0 holds {len(norms)} LayerNorm(s); accepted: two of "
                       f"width {d}")
     attn_path = projs[0][0].rpartition(".")[0]
@@ -342,9 +359,9 @@ def gpt2_shape(model: nn.Module, example_batch: Any) -> GPT2Shape:
                if not p.startswith(list_path + ".") and p != list_path
                and any(True for _ in m.parameters(recurse=False))]
     embeddings = [m for _, m in outside if isinstance(m, nn.Embedding)]
-    final_norms = [m for _, m in outside if isinstance(m, nn.LayerNorm)]
+    final_norms = [m for _, m in outside if norm_width(m) is not None]
     heads_out = [(p, m) for p, m in outside if projection(m) is not None]
-    others = [p for p, m in outside if not isinstance(m, nn.Embedding | nn.LayerNorm)
+    others = [p for p, m in outside if not isinstance(m, nn.Embedding) and norm_width(m) is None
               and projection(m) is None]
     if (len(embeddings) != 2 or any(e.embedding_dim != d for e in embeddings)
             or len(final_norms) != 1 or len(heads_out) != 1 or others
@@ -361,7 +378,7 @@ def gpt2_shape(model: nn.Module, example_batch: Any) -> GPT2Shape:
                       f"{d} -> V with V the rows of one embedding")
     positions = embeddings[1] if embeddings[0] is tokens[0] else embeddings[0]
     modules = [m for b in blocks for m in b.modules()
-               if projection(m) is not None or isinstance(m, nn.LayerNorm)] + final_norms
+               if projection(m) is not None or norm_width(m) is not None] + final_norms
     biases = {_has_bias(m) for m in modules}
     if len(biases) != 1:
         raise NotGPT2("rule 5: some projections or LayerNorms have biases, others not")
