@@ -97,13 +97,16 @@ def _wait(procs: list, tmp: Path, timeout: float) -> None:
     while True:
         codes = [p.exitcode for p in procs]
         failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
-        if failed:
-            running = [r for r, c in enumerate(codes) if c is None]
+        running = [r for r, c in enumerate(codes) if c is None]
+        # a rank that failed at the teardown barrier only waited for a peer: while a peer
+        # still runs its job, wait for that peer's own failure (the culprit) or the deadline
+        waiting = running and all(_errors(tmp, [r]) and _errors(tmp, [r])[0][1] == TEARDOWN
+                                  for r in failed)
+        if failed and not (waiting and time.monotonic() <= deadline):
             raise DDPError(_failure(failed, codes, tmp, running))
         if all(c == 0 for c in codes):
             return
         if time.monotonic() > deadline:
-            running = [r for r, c in enumerate(codes) if c is None]
             raise DDPError(f"ddp: ranks {running} still running after {timeout:g} s "
                            "(a hung peer?): killed")
         time.sleep(0.02)
@@ -115,22 +118,33 @@ def _failure(failed: list[int], codes: list, tmp: Path, running: list[int]) -> s
     for r in failed:
         if codes[r] < 0:
             return f"ddp: rank {r} was killed by {signal.Signals(-codes[r]).name}{still}"
+    errors = _errors(tmp, failed)
+    if not errors:
+        return f"ddp: rank {failed[0]} exited with code {codes[failed[0]]}{still}"
+    job_errors = [e for e in errors if e[1] != TEARDOWN] or errors  # a job's error first
+    _, _, r, message = min(job_errors)
+    return f"ddp: rank {r} failed: {message}{still}"
+
+
+TEARDOWN = "teardown"  # a rank's error at the barrier every rank meets before leaving
+
+
+def _errors(tmp: Path, failed: list[int]) -> list[tuple[float, str, int, str]]:
+    """(time, stage, rank, last line) of each failed rank's rank<r>.err that exists."""
     errors = []
     for r in failed:
         path = tmp / f"rank{r}.err"
         if path.exists():
-            when, _, message = path.read_text(encoding="utf-8").partition("\n")
-            errors.append((float(when), r, message.strip()))
-    if not errors:
-        return f"ddp: rank {failed[0]} exited with code {codes[failed[0]]}{still}"
-    _, r, message = min(errors)
-    return f"ddp: rank {r} failed: {message}{still}"
+            when, stage, message = path.read_text(encoding="utf-8").split("\n", 2)
+            errors.append((float(when), stage, r, message.strip()))
+    return errors
 
 
 def _worker(rank: int, world_size: int, tmp: str, jobs: list[dict[str, Any]],
             collective_timeout: float, backend: str) -> None:
-    """One rank: rendezvous, run the jobs, save the results; on an error write its time and
-    last line to rank<r>.err and exit 1."""
+    """One rank: rendezvous, run the jobs, save the results; on an error write its time, the
+    stage (the job, or the teardown barrier) and the last line to rank<r>.err and exit 1."""
+    stage = "job"
     try:
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # gloo's sockets on the loopback
         torch.set_num_threads(1)  # the claims' setting (parity/setting.py)
@@ -155,9 +169,11 @@ def _worker(rank: int, world_size: int, tmp: str, jobs: list[dict[str, Any]],
         # every rank reaches the teardown together: a rank that destroyed its group while a
         # peer still held it once left that peer waiting in destroy_process_group for good
         # (torch 2.6, under load, in a 3-rank train), where no collective timeout applies
+        stage = TEARDOWN
         dist.barrier()
         dist.destroy_process_group()
     except BaseException as error:  # reported to the parent, then exit 1
         last = traceback.format_exception_only(type(error), error)[-1].strip()
-        Path(tmp, f"rank{rank}.err").write_text(f"{time.time()!r}\n{last}\n", encoding="utf-8")
+        Path(tmp, f"rank{rank}.err").write_text(f"{time.time()!r}\n{stage}\n{last}\n",
+                                                encoding="utf-8")
         os._exit(1)
