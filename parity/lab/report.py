@@ -37,9 +37,11 @@ the run, and drawn after it they were a serial tail of about 12 s on one core.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -200,16 +202,19 @@ def run_tests(files: list[Path] | list[str], extra: tuple[str, ...] = (),
         env = {**os.environ, REPORTING: str(out), INDUCTOR_CACHE: str(cache)}
         # pytest's output to a file, not a pipe: nobody reads a pipe while `meanwhile`
         # runs, and a full one would stop the process
+        # a session of its own: its xdist workers are its children, and ending the run ends
+        # the whole group (killing pytest alone left its workers running)
         with open(Path(tmp) / "report.out", "w", encoding="utf-8") as log:
             process = subprocess.Popen(_command(files, extra), cwd=ROOT, env=env, stdout=log,
-                                       text=True)
+                                       text=True, start_new_session=True)
         try:
             if meanwhile is not None:
                 meanwhile()
             process.wait()
-        finally:  # an error or Ctrl-C here ends the run (xdist ends its workers)
+        finally:  # an error or Ctrl-C here ends the run, workers included
             if process.poll() is None:
-                process.kill()
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
         # pytest's own failure (a collection error, a bad option, an internal error such as
         # xdist's when a worker ends in the middle of a test): exit 2 to 5, and what the
