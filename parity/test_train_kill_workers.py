@@ -62,8 +62,8 @@ def _kill_after(directory: Path, after_file: str, delay: float) -> list[int]:
             assert proc.poll() is None, "the run ended before the kill"
             assert time.monotonic() < deadline, f"{after_file} never appeared"
             time.sleep(0.0005)
+        workers = _children(proc.pid)  # at the file, before a step's time has passed
         time.sleep(delay)
-        workers = _children(proc.pid)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=60)
     finally:
@@ -84,8 +84,10 @@ def test_sigkilled_loader_workers_run_resumes_to_the_digest_of_zero_workers(
     assert with_workers == expected, "an uninterrupted run with workers drifted from 0 workers"
     rng = np.random.default_rng()
     step = int(rng.integers(13, 16))  # 2 workers x prefetch 2 run 4 batches ahead: epoch 1
+    # within a step (~4 ms on 2 cores): 30 ms once reached past the epoch's end, where the
+    # epoch's workers had left and the next epoch's were not started yet
     workers = _kill_after(tmp_path / "killed", f"ckpt-{step:08d}.ckpt",
-                          float(rng.uniform(0.0, 0.03)))
+                          float(rng.uniform(0.0, 0.002)))
     try:
         assert len(workers) >= 2, f"guard: the killed run had worker processes ({workers})"
     finally:
