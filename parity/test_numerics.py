@@ -1,12 +1,12 @@
 """The numerics detector is the same in both trees: a seeded fault is found at the same
 step, module, op and index with the same counts (numerics.first_invalid), and the anomaly
 replay names the same backward node (numerics.replay_node). The format view's tests are in
-parity/test_numerics_format_view.py. Drivers: parity/drivers/numerics.py.
+parity/test_numerics_format_view.py, the command line's in parity/test_numerics_cli.py.
+Drivers: parity/drivers/numerics.py.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,13 +28,12 @@ from parity.drivers.numerics import (
     seed_directory,
 )
 from parity.drivers.train import one_thread
-from parity.lab import cli
 from parity.strategies import examples
 from reference import amp as ramp
 from reference import faults as rfaults
 from reference import nn as rnn
 from reference import numerics as rnumerics
-from reference.faults import FAULTS, fault_named
+from reference.faults import fault_named
 from reference.numerics import NonFinite
 from torch_impl import amp as tamp
 from torch_impl import faults as tfaults
@@ -224,27 +223,6 @@ def test_torch_detector_hooks_read_nothing_back_to_the_host(device: str) -> None
     assert sum(mode.sites.values()) == 0, mode.sites
 
 
-# ---------------------------------------------------------------- the command line
-
-def test_train_command_stops_at_the_fault_and_replay_names_the_node(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """`train --check-numerics --fault` exits 3 with `first-invalid:` last; the replay file it
-    wrote replays (exit 3) naming the node, from both trees."""
-    status = cli.main(["train", "--impl", "reference", "--steps", "5", "--checkpoint-dir",
-                       str(tmp_path / "run"), "--precision", "fp16", "--check-numerics",
-                       "--fault", "weight_overflow", "--fault-step", "2", "--quiet"])
-    lines = capsys.readouterr().out.strip().splitlines()
-    assert status == cli.EXIT_FOUND and lines[-1].startswith("first-invalid: ")
-    identity = json.loads(lines[-1].removeprefix("first-invalid: "))
-    assert (identity["step"], identity["module"]) == (2, FAULTS["weight_overflow"].module)
-    path = tmp_path / "run" / "first-invalid-step2.replay"
-    nodes = []
-    for impl in ("reference", "torch"):
-        assert cli.main(["replay", str(path), "--impl", impl]) == cli.EXIT_FOUND
-        nodes.append(capsys.readouterr().out.strip().splitlines()[-1])
-    assert nodes[0] == nodes[1] and nodes[0].startswith("replay-node: ")
-
-
 # ---------------------------------------------------------------- the hooks themselves
 
 @pytest.mark.parametrize("activation", ["relu", "tanh", "gelu", "gelu_tanh"])
@@ -278,28 +256,6 @@ def test_hooks_see_the_same_leaves_in_the_same_order_with_the_same_op_names(
     assert len(seen["reference"]) == 8  # 3 Linear, 2 activations, 2 Dropout, the loss
     assert_claim("numerics.first_invalid", actual=json_bytes(seen["torch"]),
                  expected=json_bytes(seen["reference"]), context=f"{activation} {precision} {loss}")
-
-
-def test_fault_list_bad_fault_and_a_checkpoint_given_to_replay_are_one_line_answers(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """--fault list prints the catalogue (exit 0); an unknown fault and a file that is not a
-    replay file are one-line errors (exit 2)."""
-    with pytest.raises(SystemExit) as listed:
-        cli.main(["train", "--fault", "list"])
-    out = capsys.readouterr().out
-    assert listed.value.code == 0
-    assert all(f"{n} (--model {f.model}): " in out for n, f in FAULTS.items())
-    with pytest.raises(SystemExit) as bad:
-        cli.main(["train", "--impl", "reference", "--steps", "2", "--checkpoint-dir",
-                  str(tmp_path), "--fault", "nope"])
-    err = capsys.readouterr().err.strip()
-    assert bad.value.code == cli.EXIT_USAGE and len(err.splitlines()) == 1 and "nope" in err
-    assert cli.main(["train", "--impl", "reference", "--steps", "1", "--checkpoint-dir",
-                     str(tmp_path / "run"), "--quiet"]) == cli.EXIT_OK
-    checkpoint = next((tmp_path / "run").glob("ckpt-*.ckpt"))
-    assert cli.main(["replay", str(checkpoint), "--impl", "reference"]) == cli.EXIT_USAGE
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "not a replay file" in err
 
 
 @pytest.mark.parametrize(("name", "precision"), [("reference", "fp32"), ("torch", "fp16")])
@@ -400,12 +356,3 @@ def test_a_nonfinite_gradient_stops_only_a_run_without_a_scaler(scaler_enabled: 
                      expected=json_bytes(reports[0]))
 
 
-@pytest.mark.parametrize("impl", ["reference", "torch"])
-def test_a_fault_the_run_would_never_reach_is_refused(impl: str, tmp_path: Path,
-                                                      capsys: pytest.CaptureFixture[str]
-                                                      ) -> None:
-    """--fault-step past the run's last step: one line, exit 2, not a clean run."""
-    status = cli.main(["train", "--impl", impl, "--steps", "3", "--checkpoint-dir",
-                       str(tmp_path), "--fault", "inf_weight", "--fault-step", "3"])
-    err = capsys.readouterr().err.strip()
-    assert status == cli.EXIT_USAGE and len(err.splitlines()) == 1 and "never strike" in err

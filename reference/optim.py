@@ -69,6 +69,19 @@ class Optimizer:
     `fma`: the rounding model of the kernels mirrored (NOTE [ FMA in torch's CPU kernels ]).
     """
 
+    @staticmethod
+    def _check_adam(lr: float, betas: tuple[float, float], eps: float) -> None:
+        """torch.optim.Adam's checks of lr, betas and eps, with its messages (every Adam-like
+        optimizer here, optim_sr's AdamWSR too, makes them)."""
+        if not 0.0 <= lr:
+            raise ValueError(f"Invalid learning rate: {lr}")
+        if not 0.0 <= eps:
+            raise ValueError(f"Invalid epsilon value: {eps}")
+        if not 0.0 <= betas[0] < 1.0:
+            raise ValueError(f"Invalid beta parameter at index 0: {betas[0]}")
+        if not 0.0 <= betas[1] < 1.0:
+            raise ValueError(f"Invalid beta parameter at index 1: {betas[1]}")
+
     def __init__(self, params: Iterable[Any], defaults: dict[str, Any], fma: bool) -> None:
         if isinstance(params, (Parameter, np.ndarray)):
             raise TypeError(f"{type(self).__name__}: params should be an iterable of Parameters "
@@ -224,14 +237,7 @@ class Adam(Optimizer):
                  weight_decay: float = 0, amsgrad: bool = False, *, maximize: bool = False,
                  decoupled_weight_decay: bool = False, fma: bool = True,
                  sqrt: Callable[[np.ndarray], np.ndarray] = np.sqrt) -> None:
-        if not 0.0 <= lr:
-            raise ValueError(f"Invalid learning rate: {lr}")
-        if not 0.0 <= eps:
-            raise ValueError(f"Invalid epsilon value: {eps}")
-        if not 0.0 <= betas[0] < 1.0:
-            raise ValueError(f"Invalid beta parameter at index 0: {betas[0]}")
-        if not 0.0 <= betas[1] < 1.0:
-            raise ValueError(f"Invalid beta parameter at index 1: {betas[1]}")
+        self._check_adam(lr, betas, eps)
         if not 0.0 <= weight_decay:
             raise ValueError(f"Invalid weight_decay value: {weight_decay}")
         defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay,

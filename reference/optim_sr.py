@@ -147,7 +147,7 @@ class AdamWSR(Optimizer):
                  weight_decay: float = 1e-2, amsgrad: bool = False, *,
                  fma: bool = True,
                  sqrt: Callable[[np.ndarray], np.ndarray] = np.sqrt) -> None:
-        _check_hyperparameters(lr, betas, eps)
+        self._check_adam(lr, betas, eps)  # torchao's checks are torch's Adam's
         defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay,
                     "amsgrad": amsgrad}
         super().__init__(params, defaults, fma)
@@ -184,18 +184,6 @@ class AdamWSR(Optimizer):
             denom = self.sqrt(v32) / self.sqrt(c2) + f32(group["eps"])
             p32 = p32 - (lr * (m32 / c1)) / denom
             np.copyto(p.data, round_bf16_stochastic(p32, r))
-
-
-def _check_hyperparameters(lr: float, betas: tuple[float, float], eps: float) -> None:
-    """torchao's checks, its messages."""
-    if not 0.0 <= lr:
-        raise ValueError(f"Invalid learning rate: {lr}")
-    if not 0.0 <= eps:
-        raise ValueError(f"Invalid epsilon value: {eps}")
-    if not 0.0 <= betas[0] < 1.0:
-        raise ValueError(f"Invalid beta parameter at index 0: {betas[0]}")
-    if not 0.0 <= betas[1] < 1.0:
-        raise ValueError(f"Invalid beta parameter at index 1: {betas[1]}")
 
 
 def _check_step(n_params: int, n_draws: int, dtypes: list[object]) -> None:
