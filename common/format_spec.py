@@ -232,4 +232,12 @@ def get_format(fmt: str | FloatFormat) -> FloatFormat:
         return FORMATS[fmt]
     if fmt == "float64":
         return FLOAT64
-    raise ValueError(f"unknown format {fmt!r}; known: {', '.join([*FORMATS, 'float64'])}")
+    raise unknown_format(fmt)
+
+
+def unknown_format(fmt: object) -> ValueError:
+    """The one refusal, in both trees, of a format name neither knows (FORMATS is the
+    declared range of a format argument; the reference also takes "float64", the oracle's
+    precision, and any FloatFormat)."""
+    return ValueError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)} (and float64 in "
+                      "the reference: the oracle's precision)")

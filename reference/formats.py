@@ -68,6 +68,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from common import arg_ranges
 from common.format_spec import (  # noqa: F401  (the formats, re-exported)
     FLOAT64,
     FORMATS,
@@ -78,8 +79,9 @@ from common.format_spec import (  # noqa: F401  (the formats, re-exported)
 from reference.encode_kernels import encode_blocks
 from reference.small_formats import decode_values, encode_unsigned, pack
 
-ROUNDING_MODES = ("nearest_even", "toward_zero", "stochastic")
-OVERFLOW_POLICIES = ("inf", "saturate", "nan", "saturate_finite")
+# the declared ranges (common/arg_ranges.py), which the strategies read too
+ROUNDING_MODES = arg_ranges.ROUNDING_MODES
+OVERFLOW_POLICIES = arg_ranges.OVERFLOW_POLICIES
 
 # NOTE [ float8_e4m3fn overflow ]
 # float8_e4m3fn has no infinity, so what a value beyond max (or +-inf) becomes is a policy.
@@ -127,7 +129,8 @@ def encode(
     block by block in reference/encode_kernels.py (NOTE [ Encoding in blocks ]), several
     times faster; tests/test_encode_fast.py holds the two bit-equal.
     """
-    fmt, x, overflow, words = _prepare(x, fmt, rounding, rng, random_bits, overflow, via)
+    fmt, x, overflow, words = _prepare(x, fmt, rounding, rng, random_bits, overflow, via,
+                                       subnormals)
     if overflow == "saturate_finite":  # NOTE [ Toward zero keeps infinities ]
         return _infinities_kept(encode_blocks(x, fmt, rounding, words, "saturate",
                                               subnormals), x, fmt)
@@ -147,7 +150,8 @@ def encode_stepwise(
 ) -> np.ndarray:
     """`encode`, written as the module docstring states it: decompose, round, pack, each a
     plain NumPy expression over the whole array. The same arguments and the same codes."""
-    fmt, x, overflow, words = _prepare(x, fmt, rounding, rng, random_bits, overflow, via)
+    fmt, x, overflow, words = _prepare(x, fmt, rounding, rng, random_bits, overflow, via,
+                                       subnormals)
     if overflow == "saturate_finite":  # NOTE [ Toward zero keeps infinities ]
         return _infinities_kept(_stepwise(x, fmt, rounding, words, "saturate", subnormals),
                                 x, fmt)
@@ -232,13 +236,13 @@ def _round(w: np.ndarray, shift: np.ndarray, rounding: str,
 
 
 def _prepare(x: object, fmt: str | FloatFormat, rounding: str, rng: object,
-             random_bits: object, overflow: str | None,
-             via: str | None) -> tuple[FloatFormat, np.ndarray, str, np.ndarray | None]:
+             random_bits: object, overflow: str | None, via: str | None,
+             subnormals: object) -> tuple[FloatFormat, np.ndarray, str, np.ndarray | None]:
     """encode's checks: (the format, x as the rounding reads it, the overflow policy that
     applies, the uint64 words of stochastic rounding or None)."""
     fmt = get_format(fmt)
     x = _check_input(x)
-    overflow = _check_policies(fmt, rounding, overflow, rng, random_bits)
+    overflow = _check_policies(fmt, rounding, overflow, rng, random_bits, subnormals)
     words = _random_words(x.shape, rng, random_bits) if rounding == "stochastic" else None
     return fmt, _source(x, fmt, via), overflow, words
 
@@ -253,8 +257,10 @@ def _check_input(x: object) -> np.ndarray:
 
 
 def _check_policies(fmt: FloatFormat, rounding: str, overflow: str | None,
-                    rng: object, random_bits: object) -> str:
-    """Refuse unknown modes and policies; return the overflow policy that applies."""
+                    rng: object, random_bits: object, subnormals: object) -> str:
+    """Refuse unknown modes and policies and a subnormals flag that is no bool; return the
+    overflow policy that applies."""
+    arg_ranges.check_flag("encode", "subnormals", subnormals)
     if rounding not in ROUNDING_MODES:
         raise ValueError(f"unknown rounding {rounding!r}; accepted: {', '.join(ROUNDING_MODES)}")
     if rounding != "stochastic" and (rng is not None or random_bits is not None):

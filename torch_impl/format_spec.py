@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from common.format_spec import EXTENDED
+from common.format_spec import EXTENDED, unknown_format
 from common.format_spec import FORMATS as _SPECS  # bit widths only: a plain data spec
 
 SMALL: tuple[str, ...] = tuple(f.name for f in EXTENDED)
@@ -161,10 +161,7 @@ def get_format(fmt: str | TorchFormat) -> TorchFormat:
         return fmt
     if isinstance(fmt, str) and fmt in FORMATS:
         return FORMATS[fmt]
-    raise ValueError(
-        f"unknown format {fmt!r}; torch_impl knows {', '.join(FORMATS)} "
-        "(generic formats exist only in reference.formats)"
-    )
+    raise unknown_format(fmt)  # generic formats exist only in reference.formats
 
 
 # torch's dtype by name: every format torch stores natively, and float64 (the oracle's

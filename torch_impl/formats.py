@@ -40,11 +40,13 @@ import math
 
 import torch
 
+from common import arg_ranges
 from torch_impl import small_formats as small
 from torch_impl.format_spec import FORMATS, TorchFormat, get_format  # noqa: F401
 
-ROUNDING_MODES = ("nearest_even", "toward_zero", "stochastic")
-OVERFLOW_POLICIES = ("inf", "saturate", "nan", "saturate_finite")
+# the declared ranges (common/arg_ranges.py), which the strategies read too
+ROUNDING_MODES = arg_ranges.ROUNDING_MODES
+OVERFLOW_POLICIES = arg_ranges.OVERFLOW_POLICIES
 
 
 def _torch_version() -> tuple[int, int]:
@@ -104,7 +106,7 @@ def _encode_small(x: torch.Tensor, fmt: TorchFormat, rounding: str, rng: object,
     """`encode` for the small formats: torch's cast to nearest where it has one, exact ops
     otherwise (torch_impl/small_formats.py)."""
     x = _check_input(x)
-    overflow = _check_policies(fmt, rounding, overflow, rng, random_bits)
+    overflow = _check_policies(fmt, rounding, overflow, rng, random_bits, subnormals)
     words = _random_words(x, rng, random_bits) if rounding == "stochastic" else None
     x32, source = _source(x, fmt, via)
     if rounding == "nearest_even" and fmt.name in small.NATIVE:
@@ -130,8 +132,10 @@ def _check_input(x: object) -> torch.Tensor:
 
 
 def _check_policies(fmt: TorchFormat, rounding: str, overflow: str | None,
-                    rng: object, random_bits: object) -> str:
-    """Refuse unknown modes and policies; return the overflow policy that applies."""
+                    rng: object, random_bits: object, subnormals: object) -> str:
+    """Refuse unknown modes and policies and a subnormals flag that is no bool; return the
+    overflow policy that applies."""
+    arg_ranges.check_flag("encode", "subnormals", subnormals)
     if rounding not in ROUNDING_MODES:
         raise ValueError(f"unknown rounding {rounding!r}; accepted: {', '.join(ROUNDING_MODES)}")
     if rounding != "stochastic" and (rng is not None or random_bits is not None):
@@ -291,7 +295,8 @@ def decode(codes: torch.Tensor, fmt: str | TorchFormat,
         raise ValueError(f"codes out of range for the {fmt.bits}-bit format {fmt.name}: "
                          f"expected [0, 2^{fmt.bits})")
     if dtype not in (torch.float32, torch.float64):
-        raise TypeError(f"decode produces float32 or float64, got {dtype}")
+        raise TypeError(f"decode produces float32 or float64, got "
+                        f"{str(dtype).removeprefix('torch.')}")
     if fmt.small:  # every small format's values are float32 values
         return small.decode_values(c, fmt).to(dtype)
     width = 32 if fmt.dtype is None else fmt.bits  # tf32: the top 19 bits of float32's word
@@ -327,7 +332,7 @@ def quantize(
         codes = encode(x, fmt, rounding=rounding, rng=rng, random_bits=random_bits,
                        overflow=overflow, subnormals=subnormals, via=via)
         return decode(codes, fmt, dtype=torch.float64).to(x.dtype)
-    overflow = _check_policies(fmt, rounding, overflow, rng, random_bits)
+    overflow = _check_policies(fmt, rounding, overflow, rng, random_bits, subnormals)
     words = _random_words(x, rng, random_bits) if rounding == "stochastic" else None
     x32, source = _source(x, fmt, via)
     if rounding == "nearest_even":

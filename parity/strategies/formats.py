@@ -7,7 +7,9 @@ import math
 import numpy as np
 from hypothesis import strategies as st
 
+from common.arg_ranges import OVERFLOW_POLICIES, RANDOM_WORDS, ROUNDING_MODES
 from parity.oracles import Spec, member_value
+from parity.strategies.edges import declared_values
 from reference.formats import FloatFormat, get_format
 
 # Values are built from a format's bit widths with Python's exact float arithmetic (math.ldexp
@@ -252,3 +254,19 @@ def float32_batches(fmt: str | FloatFormat, size: int = 256) -> st.SearchStrateg
 def float64_batches(fmt: str | FloatFormat, size: int = 256) -> st.SearchStrategy[np.ndarray]:
     """`float64_batch` of a drawn seed."""
     return st.integers(0, 2**32 - 1).map(lambda seed: float64_batch(fmt, seed, size))
+
+
+@st.composite
+def rounding_arguments(draw: st.DrawFn) -> dict:
+    """{rounding, overflow, subnormals, word}: encode's and quantize's ranged arguments over
+    their declared ranges (common/arg_ranges.py): any rounding mode, overflow None (the
+    format's default) or any policy (some refused by some formats: the same refusal in both
+    trees), either subnormals flag, and for stochastic rounding one random word, every
+    element's, anywhere in [0, 2^32) (its edges included)."""
+    rounding = draw(declared_values(ROUNDING_MODES))
+    args = {"rounding": rounding,
+            "overflow": draw(st.none() | declared_values(OVERFLOW_POLICIES)),
+            "subnormals": draw(st.booleans())}
+    if rounding == "stochastic":
+        args["word"] = draw(declared_values(RANDOM_WORDS))
+    return args

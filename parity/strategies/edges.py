@@ -1,0 +1,60 @@
+"""The edges of a declared range (common/arg_ranges.py, common/fp8_recipes.py), and the
+strategy that draws over all of it, so a strategy built on `declared_values` reaches both
+edges of the range its argument check reads.
+
+    declared            edges (label, value, inside)
+    range(lo, hi + 1)   lo, hi inside; lo - 1, hi + 1 outside
+    (a, b, ...)         each member inside; one unknown name outside
+    FloatRange          each finite bound or its neighbour inside, one past it outside;
+                        an infinite bound itself inside where the range is closed there
+"""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import strategies as st
+
+from common.arg_ranges import FloatRange
+
+UNKNOWN = "no-such-name"  # an enumeration's one unknown member
+
+Edge = tuple[str, object, bool]  # (label, value, whether the check must accept it)
+
+
+def edges(declared: range | tuple[str, ...] | FloatRange) -> list[Edge]:
+    """Every edge of `declared` and one step past each (module docstring's table)."""
+    if isinstance(declared, range):
+        lo, hi = declared[0], declared[-1]
+        return [("the lower edge", lo, True), ("the upper edge", hi, True),
+                ("one below the lower edge", lo - 1, False),
+                ("one above the upper edge", hi + 1, False)]
+    if isinstance(declared, tuple):
+        return [(f"member {m!r}", m, True) for m in declared] + [
+            ("an unknown member", UNKNOWN, False)]
+    found: list[Edge] = []
+    for end, bound, is_open, inward in (("lower", declared.low, declared.low_open, math.inf),
+                                        ("upper", declared.high, declared.high_open,
+                                         -math.inf)):
+        if math.isinf(bound):
+            if not is_open:
+                found.append((f"the {end} edge", bound, True))
+            continue
+        inside = math.nextafter(bound, inward) if is_open else bound
+        outside = bound if is_open else math.nextafter(bound, -inward)
+        found += [(f"the {end} edge", inside, True), (f"one past the {end} edge", outside, False)]
+    if declared.nan or not found:
+        found.append(("NaN", math.nan, declared.nan))
+    return found
+
+
+def declared_values(declared: range | tuple[str, ...] | FloatRange) -> st.SearchStrategy:
+    """Any value of `declared`: integers lo..hi, a member, or a float between the bounds
+    (open ends excluded, infinite closed ends included; NaN not drawn)."""
+    if isinstance(declared, range):
+        return st.integers(declared[0], declared[-1])
+    if isinstance(declared, tuple):
+        return st.sampled_from(declared)
+    return st.floats(min_value=declared.low, max_value=declared.high,
+                     exclude_min=declared.low_open, exclude_max=declared.high_open,
+                     allow_nan=False)
