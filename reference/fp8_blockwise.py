@@ -55,11 +55,12 @@ from __future__ import annotations
 import numpy as np
 from ml_dtypes import float8_e4m3fn
 
+from common.arg_ranges import BLOCKWISE_VARIANTS, TILE_SIDES
 from reference.formats import encode, get_format
 
 TILE_1x128 = (1, 128)  # activations and gradients: one scale per row per 128 columns
 TILE_128x128 = (128, 128)  # weights
-VARIANTS = ("deepseek", "torchao", "transformer_engine")
+VARIANTS = BLOCKWISE_VARIANTS  # the declared range (common/arg_ranges.py)
 E4M3_MAX = 448.0  # 0x1.cp8, float8_e4m3fn's largest finite
 DEEPSEEK_EPS = np.float32(1e-4)  # DeepGEMM's clamp(min=1e-4) on a float32 amax
 TORCHAO_EPS = 1e-12  # torchao's EPS, a float64 clamp
@@ -111,6 +112,7 @@ def quantize_blockwise(x: np.ndarray, tile: tuple[int, int], variant: str = "dee
 def dequantize_blockwise(codes: np.ndarray, scales: np.ndarray, tile: tuple[int, int]
                          ) -> np.ndarray:
     """f32(q * scale), each code times its tile's decode scale."""
+    _check_tile(tile, "dequantize_blockwise")
     q = np.asarray(codes).astype(np.float32)
     if q.ndim != 2 or np.shape(scales) != _grid(q.shape, tile):
         raise ValueError(f"dequantize_blockwise: codes {q.shape} and scales "
@@ -123,9 +125,15 @@ def _grid(shape: tuple[int, ...], tile: tuple[int, int]) -> tuple[int, int]:
     return (-(-shape[0] // tile[0]), -(-shape[1] // tile[1]))
 
 
+def _within(tile: tuple[int, int], shape: tuple[int, ...]) -> tuple[int, int]:
+    """The tile cut to the matrix: a side longer than the matrix's covers all of it, one
+    tile, whose zero padding changes no amax, so it is never allocated."""
+    return min(tile[0], shape[0]), min(tile[1], shape[1])
+
+
 def _tiles(a: np.ndarray, tile: tuple[int, int]) -> np.ndarray:
     """(M/r, N/c, r*c): x zero-padded to whole tiles, each tile's elements on the last axis."""
-    (gm, gn), (r, c) = _grid(a.shape, tile), tile
+    (gm, gn), (r, c) = _grid(a.shape, tile), _within(tile, a.shape)
     padded = np.zeros((gm * r, gn * c), dtype=np.float32)
     padded[: a.shape[0], : a.shape[1]] = a
     return padded.reshape(gm, r, gn, c).transpose(0, 2, 1, 3).reshape(gm, gn, r * c)
@@ -133,8 +141,8 @@ def _tiles(a: np.ndarray, tile: tuple[int, int]) -> np.ndarray:
 
 def _expand(per_tile: np.ndarray, tile: tuple[int, int], shape: tuple[int, int]) -> np.ndarray:
     """(M, N): each tile's value at each of its elements."""
-    return np.repeat(np.repeat(per_tile, tile[0], axis=0), tile[1], axis=1)[: shape[0],
-                                                                           : shape[1]]
+    r, c = _within(tile, shape)
+    return np.repeat(np.repeat(per_tile, r, axis=0), c, axis=1)[: shape[0], : shape[1]]
 
 
 def _check(x: object, tile: object, variant: str, where: str) -> np.ndarray:
@@ -144,9 +152,15 @@ def _check(x: object, tile: object, variant: str, where: str) -> np.ndarray:
     if a.ndim != 2 or a.size == 0:
         raise ValueError(f"{where}: x must be a non-empty (M, N) matrix, got shape "
                          f"{tuple(a.shape)}")
-    if (not isinstance(tile, tuple) or len(tile) != 2
-            or not all(type(t) is int and t > 0 for t in tile)):
-        raise ValueError(f"{where}: tile must be two positive ints (rows, columns), got {tile!r}")
+    _check_tile(tile, where)
     if variant not in VARIANTS:
         raise ValueError(f"{where}: variant must be one of {VARIANTS}, got {variant!r}")
     return a
+
+
+def _check_tile(tile: object, where: str) -> None:
+    """ValueError unless `tile` is two ints (rows, columns) in TILE_SIDES."""
+    if (not isinstance(tile, tuple) or len(tile) != 2
+            or not all(type(t) is int and t in TILE_SIDES for t in tile)):
+        raise ValueError(f"{where}: tile must be two ints (rows, columns) in [{TILE_SIDES[0]}, "
+                         f"2^63), got {tile!r}")

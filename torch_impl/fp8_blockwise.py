@@ -19,9 +19,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from common.arg_ranges import BLOCKWISE_VARIANTS, TILE_SIDES
+
 TILE_1x128 = (1, 128)
 TILE_128x128 = (128, 128)
-VARIANTS = ("deepseek", "torchao", "transformer_engine")
+VARIANTS = BLOCKWISE_VARIANTS  # the declared range (common/arg_ranges.py)
 E4M3_MAX = torch.finfo(torch.float8_e4m3fn).max  # 448.0
 DEEPSEEK_EPS = 1e-4  # clamp(min=1e-4) on a float32 amax: the bound is f32(1e-4)
 TORCHAO_EPS = 1e-12
@@ -68,6 +70,7 @@ def quantize_blockwise(x: torch.Tensor, tile: tuple[int, int], variant: str = "d
 def dequantize_blockwise(codes: torch.Tensor, scales: torch.Tensor, tile: tuple[int, int]
                          ) -> torch.Tensor:
     """f32(q * scale), each code times its tile's decode scale."""
+    _check_tile(tile, "dequantize_blockwise")
     q = codes.to(torch.float32)
     if q.ndim != 2 or tuple(scales.shape) != _grid(tuple(q.shape), tile):
         raise ValueError(f"dequantize_blockwise: codes {tuple(q.shape)} and scales "
@@ -79,9 +82,14 @@ def _grid(shape: tuple[int, ...], tile: tuple[int, int]) -> tuple[int, int]:
     return (-(-shape[0] // tile[0]), -(-shape[1] // tile[1]))
 
 
+def _within(tile: tuple[int, int], shape: tuple[int, ...]) -> tuple[int, int]:
+    """The tile cut to the matrix (reference: the same)."""
+    return min(tile[0], shape[0]), min(tile[1], shape[1])
+
+
 def _tiles(a: torch.Tensor, tile: tuple[int, int]) -> torch.Tensor:
     """(M/r, N/c, r*c): x zero-padded to whole tiles, each tile's elements on the last axis."""
-    (gm, gn), (r, c) = _grid(tuple(a.shape), tile), tile
+    (gm, gn), (r, c) = _grid(tuple(a.shape), tile), _within(tile, tuple(a.shape))
     padded = F.pad(a, (0, gn * c - a.shape[1], 0, gm * r - a.shape[0]))
     return padded.reshape(gm, r, gn, c).permute(0, 2, 1, 3).reshape(gm, gn, r * c)
 
@@ -89,7 +97,8 @@ def _tiles(a: torch.Tensor, tile: tuple[int, int]) -> torch.Tensor:
 def _expand(per_tile: torch.Tensor, tile: tuple[int, int], shape: tuple[int, ...]
             ) -> torch.Tensor:
     """(M, N): each tile's value at each of its elements."""
-    expanded = per_tile.repeat_interleave(tile[0], dim=0).repeat_interleave(tile[1], dim=1)
+    r, c = _within(tile, shape)
+    expanded = per_tile.repeat_interleave(r, dim=0).repeat_interleave(c, dim=1)
     return expanded[: shape[0], : shape[1]]
 
 
@@ -100,9 +109,15 @@ def _check(x: object, tile: object, variant: str, where: str) -> torch.Tensor:
     if x.ndim != 2 or x.numel() == 0:
         raise ValueError(f"{where}: x must be a non-empty (M, N) matrix, got shape "
                          f"{tuple(x.shape)}")
-    if (not isinstance(tile, tuple) or len(tile) != 2
-            or not all(type(t) is int and t > 0 for t in tile)):
-        raise ValueError(f"{where}: tile must be two positive ints (rows, columns), got {tile!r}")
+    _check_tile(tile, where)
     if variant not in VARIANTS:
         raise ValueError(f"{where}: variant must be one of {VARIANTS}, got {variant!r}")
     return x
+
+
+def _check_tile(tile: object, where: str) -> None:
+    """ValueError unless `tile` is two ints (rows, columns) in TILE_SIDES."""
+    if (not isinstance(tile, tuple) or len(tile) != 2
+            or not all(type(t) is int and t in TILE_SIDES for t in tile)):
+        raise ValueError(f"{where}: tile must be two ints (rows, columns) in [{TILE_SIDES[0]}, "
+                         f"2^63), got {tile!r}")

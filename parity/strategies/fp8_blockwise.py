@@ -6,6 +6,9 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import strategies as st
 
+from common.arg_ranges import BLOCKWISE_VARIANTS, TILE_SIDES
+from parity.strategies.edges import declared_values
+
 _TILE = 128  # one 1x128 tile per row of an edge matrix
 _FLT_MAX = float(np.finfo(np.float32).max)  # 0x1.fffffep127
 
@@ -54,11 +57,12 @@ def blockwise_edge_matrix(seed: int = 0) -> np.ndarray:
 
 
 @st.composite
-def blockwise_tensors(draw: st.DrawFn) -> tuple[np.ndarray, tuple[int, int], str]:
-    """(x, tile, variant): a float32 matrix of 1..300 x 1..300 values across many binades
+def blockwise_tensors(draw: st.DrawFn, max_size: int = 300
+                      ) -> tuple[np.ndarray, tuple[int, int], str]:
+    """(x, tile, variant): a float32 matrix of 1..max_size x 1..max_size values across many binades
     (shapes not divisible by the tile included), a few of them 0, +-inf, NaN or subnormal;
-    tile 1x128, 128x128 or a small one; any variant."""
-    m, n = draw(st.integers(1, 300)), draw(st.integers(1, 300))
+    tile 1x128, 128x128, a small one or any two sides of TILE_SIDES; any variant."""
+    m, n = draw(st.integers(1, max_size)), draw(st.integers(1, max_size))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     e = rng.integers(draw(st.integers(-149, 0)), draw(st.integers(0, 127)) + 1, (m, 1))
     with np.errstate(over="ignore", under="ignore"):
@@ -66,6 +70,9 @@ def blockwise_tensors(draw: st.DrawFn) -> tuple[np.ndarray, tuple[int, int], str
     for value in draw(st.lists(st.sampled_from([0.0, np.inf, -np.inf, np.nan, 2.0**-149]),
                                max_size=4)):
         x[rng.integers(0, m), rng.integers(0, n)] = value
-    tile = draw(st.sampled_from([(1, 128), (128, 128), (1, 16), (3, 5)]))
-    variant = draw(st.sampled_from(("deepseek", "torchao", "transformer_engine")))
+    # DeepSeek's tiles, small ones, and any side of the declared range (a side past the
+    # matrix's covers all of it)
+    side = declared_values(TILE_SIDES)
+    tile = draw(st.sampled_from([(1, 128), (128, 128), (1, 16), (3, 5)]) | st.tuples(side, side))
+    variant = draw(declared_values(BLOCKWISE_VARIANTS))
     return x, tile, variant
