@@ -63,12 +63,20 @@ class FirstInvalid:
     value: str  # "inf", "-inf", "nan"
     fmt: str  # the view format
     inputs: tuple[InputRange, ...] = ()
-    counts: dict[str, list[int]] = field(default_factory=dict, compare=False)
+    counts: dict[str, list[int]] = field(default_factory=dict, compare=False)  # the step's
+    micro_step: int = 0  # which micro-step made it, from 0 (the `i` of `for i in range(k)`)
+    micro_steps: int = 1  # how many the step took (1: no gradient accumulation)
+    skipped: bool = False  # a gradient's value: the GradScaler skips the step (not raised)
+    scale: float | None = None  # the scale of the skipped step (the scaler lowers it)
+    grad_norm: float | None = None  # the pre-clip gradient norm the step was given
 
     def identity(self) -> dict[str, Any]:
-        """The identifying part, printed as `first-invalid: {json}` (compared across trees)."""
-        return {"step": self.step, "phase": self.phase, "module": self.module, "op": self.op,
-                "index": list(self.index), "value": self.value}
+        """The identifying part, printed as `first-invalid: {json}` (compared across trees);
+        the micro-step only where the step took several."""
+        micro = ({} if self.micro_steps == 1 else
+                 {"micro_step": self.micro_step, "micro_steps": self.micro_steps})
+        return {"step": self.step, **micro, "phase": self.phase, "module": self.module,
+                "op": self.op, "index": list(self.index), "value": self.value}
 
     def line(self) -> str:
         return "first-invalid: " + json.dumps(self.identity(), sort_keys=True)
@@ -76,8 +84,15 @@ class FirstInvalid:
     def describe(self) -> str:
         """The report a person reads: where, and which input was already out of range."""
         where = f"{self.module!r}" + (f" ({self.op})" if self.op else "")
-        lines = [f"first non-finite value at step {self.step}, {self.phase}, in {where}: "
+        when = f"step {self.step}" + ("" if self.micro_steps == 1 else
+                                      f", micro-step {self.micro_step} of {self.micro_steps}")
+        lines = [f"first non-finite value at {when}, {self.phase}, in {where}: "
                  f"{self.value} at index {list(self.index)}"]
+        if self.grad_norm is not None:
+            lines.append(f"  pre-clip gradient norm: {self.grad_norm:g}")
+        if self.skipped:
+            lines.append("  the GradScaler skips this step" + (
+                "" if self.scale is None else f" and lowers its scale from {self.scale:g}"))
         overflow = thresholds(get_format(self.fmt))[0]
         for r in self.inputs:
             span = ("no finite value" if r.low is None

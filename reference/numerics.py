@@ -52,6 +52,7 @@ this module supplies the reference's calls. The torch twin is torch_impl/numeric
 
 from __future__ import annotations
 
+import functools
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -78,6 +79,7 @@ from reference import amp, numerics_locate
 from reference.module import (
     Module,
     Node,
+    Parameter,
     register_module_forward_hook,
     register_module_full_backward_hook,
 )
@@ -166,8 +168,8 @@ class Detector(numerics_detect.Detector):
 
     locate = numerics_locate
 
-    def __init__(self, model: Module, loss_fn: Node, fmt: str, *, scaler_enabled: bool
-                 ) -> None:
+    def __init__(self, model: Module, loss_fn: Node, fmt: str, *,
+                 scaler_enabled: bool = False) -> None:
         super().__init__(model, get_format(fmt), all_paths(model, loss_fn),
                          set(leaf_paths(model, loss_fn)), scaler_enabled=scaler_enabled,
                          autocast=amp.autocast_state())
@@ -181,6 +183,11 @@ class Detector(numerics_detect.Detector):
     def _grads(self) -> list[tuple[str, np.ndarray]]:
         return [(name, p.grad) for name, p in self.model.named_parameters()
                 if p.grad is not None]
+
+    def _register_grad_hooks(self, hook: Callable[[str, np.ndarray], None]
+                             ) -> list[tuple[str, Any]]:
+        return [(name, GradHook(p, functools.partial(hook, name)))
+                for name, p in self.model.named_parameters()]
 
     def _count(self, tensors: list[np.ndarray]) -> list[list[int]]:
         return count_rows(tensors, self.fmt).tolist()
@@ -201,6 +208,35 @@ class Detector(numerics_detect.Detector):
     def _made(self, *where: Any) -> FirstInvalid:
         report = super()._made(*where)
         return report if report.module else replace(report, module=model_name(self.model))
+
+
+class GradHook:
+    """torch's Tensor.register_hook on a parameter, for the reference: hook(g) with each
+    gradient g a backward accumulates into `param`, before it is added (NOTE [ Counting the
+    increment ] in common/numerics_detect.py); remove() unhooks. The reference's layers call
+    Parameter.accumulate(g); the hook wraps that one parameter's, as torch keeps a tensor's
+    hooks on the tensor."""
+
+    def __init__(self, param: Parameter, hook: Callable[[np.ndarray], None]) -> None:
+        self.param, self._before, self.active = param, vars(param).get("accumulate"), True
+        accumulate = param.accumulate  # the class's, or an earlier hook's
+
+        def hooked(grad: np.ndarray) -> None:
+            if self.active:
+                hook(grad)
+            accumulate(grad)
+
+        self._hooked = hooked
+        param.accumulate = hooked  # type: ignore[method-assign]
+
+    def remove(self) -> None:
+        self.active = False
+        if vars(self.param).get("accumulate") is not self._hooked:
+            return  # removed already, or a later hook wraps this one (and calls this one on)
+        if self._before is None:
+            del self.param.accumulate
+        else:
+            self.param.accumulate = self._before  # type: ignore[method-assign]
 
 
 # NOTE [ The model's own name ]

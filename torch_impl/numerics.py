@@ -6,14 +6,18 @@ What PyTorch does differently or hides:
 - The hooks are torch's own global module hooks
   (torch.nn.modules.module.register_module_forward_hook), fired by Module.__call__; the op
   is `output.grad_fn.name()`, read off the autograd graph (the reference looks its name up).
+  A micro-step's gradients are taken by Tensor.register_hook on each parameter, which
+  AccumulateGrad calls with the gradient before adding it (the reference wraps
+  Parameter.accumulate).
 - The format view casts: `x.to(float16)` is inf (or zero) exactly where the reference's
   thresholds say it is, so the two count the same values by different means.
-- No host synchronization in the hooks: they only keep references; at the step's end each
-  large output and gradient is counted on its integer bits, the extremes of its magnitude
-  deciding its row (NOTE [ Counting by the magnitude's extremes ] in
-  torch_impl/numerics_extremes.py), the small ones by the one-pass bucket count (NOTE [ One
-  pass of counting ]), which also recounts any tensor with something non-finite. Off the
-  CPU a clean step reads the host once (`.tolist()` in `count_table`); on the CPU, where
+- No host synchronization in the hooks: they only keep references; when a micro-step is
+  counted (the next begins or the step ends) each large output and gradient is counted on
+  its integer bits, the extremes of its magnitude deciding its row (NOTE [ Counting by the
+  magnitude's extremes ] in torch_impl/numerics_extremes.py), the small ones by the one-pass
+  bucket count (NOTE [ One pass of counting ]), which also recounts any tensor with
+  something non-finite. Off the CPU a clean micro-step reads the host once (`.tolist()` in
+  `count_table`); on the CPU, where
   there is no device to wait for, each large tensor's extremes are read as they are made.
   The failing element and the input ranges are read only in a step that found something.
 - The backward check is torch.autograd.detect_anomaly(check_nan=True) itself: it raises
@@ -23,6 +27,7 @@ What PyTorch does differently or hides:
 
 from __future__ import annotations
 
+import functools
 import re
 import warnings
 from collections.abc import Callable, Iterator
@@ -113,7 +118,7 @@ def all_paths(model: nn.Module, loss_fn: nn.Module | None) -> dict[int, str]:
 
 class Detector(numerics_detect.Detector):
     """common/numerics_detect.py's Detector on torch's global forward hook: torch's calls
-    only, the counts read with one sync per step (`_count`).
+    only, the counts read with one sync per micro-step (`_count`).
 
     Any nn.Module: it knows no layer names, only module paths. `loss_fn` is the loss module
     (reported as "loss") or None when the model computes its loss itself (transformers'
@@ -124,7 +129,7 @@ class Detector(numerics_detect.Detector):
     locate = numerics_locate
 
     def __init__(self, model: nn.Module, loss_fn: nn.Module | None, fmt: str, *,
-                 scaler_enabled: bool) -> None:
+                 scaler_enabled: bool = False) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"Detector: model must be an nn.Module, got "
                             f"{type(model).__name__}")
@@ -151,6 +156,13 @@ class Detector(numerics_detect.Detector):
     def _grads(self) -> list[tuple[str, torch.Tensor]]:
         return [(name, p.grad) for name, p in self._params if p.grad is not None]
 
+    def _register_grad_hooks(self, hook: Callable[[str, torch.Tensor], None]
+                             ) -> list[tuple[str, Any]]:
+        """Tensor.register_hook on each parameter: a leaf's hook gets the gradient before
+        AccumulateGrad adds it to .grad (NOTE [ Counting the increment ])."""
+        return [(name, p.register_hook(functools.partial(_give, hook, name)))
+                for name, p in self._params if p.requires_grad]
+
     def _count(self, tensors: list[torch.Tensor]) -> list[list[int]]:
         return count_table(tensors, self.dtype)  # one sync in a clean step
 
@@ -170,6 +182,10 @@ class Detector(numerics_detect.Detector):
     def _made(self, *where: Any) -> FirstInvalid:
         report = super()._made(*where)
         return report if report.module else replace(report, module=model_name(self.model))
+
+
+def _give(hook: Callable[[str, torch.Tensor], None], name: str, grad: torch.Tensor) -> None:
+    hook(name, grad)  # None: the gradient goes on unchanged
 
 
 def model_name(model: nn.Module) -> str:
@@ -229,17 +245,16 @@ def anomaly_replay(model: nn.Module, loss_fn: nn.Module | None,
 # ---------------------------------------------------------------- any trainer's step
 def checked_step(detector: Detector, step: int, loss_of: Callable[[], torch.Tensor],
                  optimizer: torch.optim.Optimizer) -> torch.Tensor:
-    """One step of any trainer under `detector`: loss_of() (the forward, its autocast inside
-    it), loss.backward(), optimizer.step() and zero_grad. NonFinite leaves from the
-    optimizer phase, before the update, naming step, module path, op and the inputs."""
+    """One step of any trainer under `detector`, one micro-step: loss_of() (the forward, its
+    autocast inside it), loss.backward(), optimizer.step() and zero_grad. NonFinite leaves
+    from end_step, before the update, naming step, module path, op and the inputs."""
     detector.step = step
-    with detector.phase("forward"):
+    with detector.micro_step():
         loss = loss_of()
-    with detector.phase("backward"):
-        loss.backward()
-    with detector.phase("optimizer"):
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    detector.end_step()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
     return loss
 
 

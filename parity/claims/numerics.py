@@ -152,6 +152,10 @@ MANIFEST = Manifest(
         _same("numerics", "leaf_paths", *_FIRST),
         _same("numerics", "all_paths", *_FIRST),
         _same("numerics", "Detector", *_COUNTS),
+        Twin("GradHook", reference="reference.numerics:GradHook",
+             alias="torch.Tensor.register_hook",
+             why="a micro-step's gradient before it is added to .grad (NOTE [ Counting the "
+                 "increment ]): the reference's Parameter has no hooks of its own"),
         _same("numerics", "model_name", *_FIRST),
         Twin("backward_name", reference="reference.numerics:backward_name",
              alias="torch.autograd.detect_anomaly", claims=_REPLAY),
