@@ -51,6 +51,18 @@ from parity import setting
 # (parity/drivers/train.py). An explicit setting is kept.
 setting.pin_blas()
 
+# NOTE [ The suite keeps its bytecode ]
+# The suite starts the project in about a hundred subprocesses (the command line as users run
+# it, the report's and fuzz's own pytest sessions, the ranks), and each xdist worker imports
+# every test file. Under PYTHONDONTWRITEBYTECODE=1 (set on some machines, this project's CI
+# machine among them) each of those processes compiled every module from source again, and
+# pytest rewrote every test file's asserts again: about 14% of the suite's CPU time, measured.
+# The suite therefore writes bytecode, for itself (test files imported from here on) and for
+# the processes it starts, into the __pycache__ folders git ignores; a folder that cannot be
+# written is skipped by Python as usual.
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
 # MIRRORTRAIN_WITHOUT=torchao[,name...]: run as if those packages were not installed (each
 # import of one raises ImportError: None in sys.modules), so the suite's and the report's
 # behaviour without an optional extra is checked without uninstalling it (tests/test_report.py).
