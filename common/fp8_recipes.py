@@ -19,6 +19,13 @@ RECIPE_FORMATS: dict[str, tuple[str, str]] = {
 
 AMAX_ALGOS: tuple[str, ...] = ("max", "most_recent")
 
+# the scale's formula in delayed scaling: TE's CUDA kernel or its unfused Python update
+# (reference/fp8_scaling.py, NOTE [ The margin's two orders ])
+DELAYED_ORDERS: tuple[str, ...] = ("kernel", "python")
+
+# an amax history's length: one slot or more (TE's default 1024; no upper bound but memory)
+HISTORY_LENGTHS = range(1, 2**63)
+
 # the margin's declared range, read by the argument check and by the strategies that draw it
 # (parity/strategies/fp8_scaling.py), so the tests reach both edges: in it, fp8_max * 2^-margin
 # is a normal float32 for both formats (448 * 2^-100 and 57344 * 2^-100 are above 2^-126)
@@ -54,3 +61,9 @@ def check_delayed_args(margin: int, algo: str, where: str) -> None:
                          f"{margin}")
     if algo not in AMAX_ALGOS:
         raise ValueError(f"{where}: algo must be one of {AMAX_ALGOS}, got {algo!r}")
+
+
+def check_order(order: str, where: str) -> None:
+    """ValueError for an order not in DELAYED_ORDERS."""
+    if order not in DELAYED_ORDERS:
+        raise ValueError(f"{where}: order must be 'kernel' or 'python', got {order!r}")

@@ -69,7 +69,8 @@ from __future__ import annotations
 import numpy as np
 from ml_dtypes import float8_e4m3fn, float8_e5m2
 
-from common.fp8_recipes import AMAX_EPS, check_delayed_args, check_fp8_format
+from common.arg_ranges import check_flag
+from common.fp8_recipes import AMAX_EPS, check_delayed_args, check_fp8_format, check_order
 from reference.formats import encode, get_format
 
 FLT_MAX = np.float32(np.finfo(np.float32).max)  # 0x1.fffffep127
@@ -119,6 +120,7 @@ def amax_to_scale(amax: np.ndarray, fmt: str, power_of_2: bool = False) -> np.nd
     """The float32 scale f32(fp8_max / max(f64(amax), 1e-12)), rounded down to a power of 2
     when `power_of_2` (torchao's round_scales_to_power_of_2, done exactly)."""
     fp8_max = get_format(check_fp8_format(fmt, "amax_to_scale")).max
+    check_flag("amax_to_scale", "power_of_2", power_of_2)
     a64 = np.asarray(amax).astype(np.float64)
     with np.errstate(invalid="ignore"):  # NaN amax: a NaN scale
         scale = (fp8_max / np.maximum(a64, AMAX_EPS)).astype(np.float32)
@@ -153,8 +155,7 @@ def delayed_scale(amax: np.ndarray, scale: np.ndarray, fmt: str, margin: int = 0
     scaled_max = f32(fp8_max * 2^-margin) (TE's CUDA kernel); "python": (fp8_max / amax) /
     2^margin (TE's unfused update and docstring; NOTE [ The margin's two orders ])."""
     check_delayed_args(margin, "max", "delayed_scale")
-    if order not in ("kernel", "python"):
-        raise ValueError(f"delayed_scale: order must be 'kernel' or 'python', got {order!r}")
+    check_order(order, "delayed_scale")
     fp8_max = np.float32(get_format(check_fp8_format(fmt, "delayed_scale")).max)
     a = np.asarray(amax, dtype=np.float32)
     previous = np.asarray(scale, dtype=np.float32)

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import torch
 
-from common.fp8_recipes import AMAX_EPS, check_delayed_args, check_fp8_format
+from common.arg_ranges import check_flag
+from common.fp8_recipes import AMAX_EPS, check_delayed_args, check_fp8_format, check_order
 from torch_impl.format_spec import DTYPES
 
 FLT_MAX = torch.finfo(torch.float32).max  # 0x1.fffffep127
@@ -52,6 +53,7 @@ def round_down_to_power_of_2(scale: torch.Tensor) -> torch.Tensor:
 def amax_to_scale(amax: torch.Tensor, fmt: str, power_of_2: bool = False) -> torch.Tensor:
     """f32(fp8_max / max(f64(amax), 1e-12)), rounded down to a power of 2 if `power_of_2`."""
     fp8_max = _max(fmt, "amax_to_scale")
+    check_flag("amax_to_scale", "power_of_2", power_of_2)
     scale = (fp8_max / torch.clamp(amax.to(torch.float64), min=AMAX_EPS)).to(torch.float32)
     return round_down_to_power_of_2(scale) if power_of_2 else scale
 
@@ -74,8 +76,7 @@ def delayed_scale(amax: torch.Tensor, scale: torch.Tensor, fmt: str, margin: int
                   order: str = "kernel") -> torch.Tensor:
     """The new float32 scale from the chosen amax (order "kernel" or "python")."""
     check_delayed_args(margin, "max", "delayed_scale")
-    if order not in ("kernel", "python"):
-        raise ValueError(f"delayed_scale: order must be 'kernel' or 'python', got {order!r}")
+    check_order(order, "delayed_scale")
     fp8_max = torch.tensor(_max(fmt, "delayed_scale"), dtype=torch.float32, device=amax.device)
     a = amax.to(torch.float32)
     if order == "kernel":

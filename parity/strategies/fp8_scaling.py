@@ -7,6 +7,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from common.fp8_recipes import AMAX_ALGOS, FP8_FORMATS, MARGINS
+from parity.strategies.edges import declared_values
 
 FP8_AMAX_EDGES = ("zero", "inf", "nan", "subnormal", "huge", "tiny_normal")
 _FLT_MAX = float(np.finfo(np.float32).max)
@@ -57,7 +58,7 @@ def fp8_tensors(draw: st.DrawFn) -> tuple[np.ndarray, str, int | None, bool]:
             x[r, :] = np.float32(_EDGE_VALUES[edge]) * rng.choice([-1, 1], cols)
         else:
             x[r, c] = _EDGE_VALUES[edge] * float(rng.choice([-1, 1]))
-    fmt = draw(st.sampled_from(FP8_FORMATS))
+    fmt = draw(declared_values(FP8_FORMATS))
     axis = draw(st.sampled_from([None, 0, -1]))
     return x, fmt, axis, draw(st.booleans())
 
@@ -82,6 +83,6 @@ def fp8_histories(draw: st.DrawFn) -> dict:
     if draw(st.booleans()):
         scale[0] = np.float32(_FLT_MAX)
     return {"history": history, "scale": scale, "amaxes": amaxes,
-            "fmt": draw(st.sampled_from(FP8_FORMATS)),
-            "margin": draw(st.integers(MARGINS[0], MARGINS[-1])),
-            "algo": draw(st.sampled_from(AMAX_ALGOS))}
+            "fmt": draw(declared_values(FP8_FORMATS)),
+            "margin": draw(declared_values(MARGINS)),
+            "algo": draw(declared_values(AMAX_ALGOS))}
