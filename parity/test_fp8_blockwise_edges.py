@@ -24,6 +24,8 @@ from torch_impl import fp8_blockwise as tbw
 _RNG = np.random.default_rng(5)
 X = (_RNG.standard_normal((5, 7)) * 2.0 ** _RNG.integers(-10, 10, (5, 7))).astype(np.float32)
 X[1, 2] = np.inf
+X_NAN = X.copy()
+X_NAN[3, 4] = np.nan
 FUNCTIONS = ("block_amax", "block_scales", "quantize_blockwise")
 
 # (function, positional arguments, whether every argument is inside its declared range)
@@ -42,6 +44,9 @@ def _cases() -> dict[str, Case]:
                                  ("no rows", X[:0], False), ("a vector", X[0], False),
                                  ("three dimensions", X[None], False)):
             cases[f"{fn} x {label}"] = fn, (x, (2, 3), "transformer_engine"), inside
+        for variant in BLOCKWISE_VARIANTS:  # a strided reduction: torch's NaN was 0xffffffff
+            cases[f"{fn} a NaN in a tile one column wide {variant}"] = fn, (
+                X_NAN, (TILE_SIDES[-1], 1), variant), True
         cases[f"{fn} tile of a bool side"] = fn, (X, (True, 3), "deepseek"), False
         cases[f"{fn} tile of three sides"] = fn, (X, (1, 2, 3), "deepseek"), False
     for label, side, inside in edges(TILE_SIDES):

@@ -37,7 +37,10 @@ def block_amax(x: torch.Tensor, tile: tuple[int, int], variant: str = "deepseek"
     a = _tiles(_check(x, tile, variant, "block_amax"), tile)  # (M/r, N/c, r*c)
     if variant == "transformer_engine":
         return torch.amax(torch.where(torch.isnan(a), 0.0, torch.abs(a)), dim=-1)
-    return torch.amax(torch.abs(a), dim=-1)
+    amax = torch.amax(torch.abs(a), dim=-1)
+    # a NaN amax as the quiet NaN 0x7fc00000 (NumPy's): torch's strided reduction of a tile
+    # one column wide gives the NaN 0xffffffff, and the scales are compared bit for bit
+    return torch.where(torch.isnan(amax), torch.nan, amax)
 
 
 def block_scales(x: torch.Tensor, tile: tuple[int, int], variant: str = "deepseek"
