@@ -250,6 +250,65 @@ CLAIMS: tuple[Claim, ...] = (
             "one op passed in."
         ),
     ),
+    Claim(
+        id="optim.kahan_twins",
+        statement=(
+            "torch_impl.optim_kahan.AdamWKahan equals reference.optim_kahan.AdamWKahan bit for "
+            "bit: parameters and every state entry (step, exp_avg, exp_avg_sq, compensation) "
+            "over steps, bf16 parameters (0-d included) with weight decay, both variants, "
+            "Kahan on and off, float32 parameters with it off, when the reference is given "
+            "torch's sqrt and pow."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "Every op is one torch CPU kernel computing in float32 and rounding once to the "
+            "tensor it writes (bf16 nearest-even, or float32), which the reference rounds "
+            "alike; add(alpha=), addcmul and lerp fused (optim.fma_bits), addcdiv not; the "
+            "bf16 sqrt is IEEE's. torch's float32 sqrt (MKL) and pow (glibc powf) are not "
+            "correctly rounded, so they are the ops passed in."
+        ),
+    ),
+    Claim(
+        id="optim.kahan_rule",
+        statement=(
+            "reference.optim_kahan.AdamWKahan (IEEE sqrt, pow32) equals each source's step "
+            "written apart in the test (AnyPrecisionAdamW's and optimi's lines, each op on "
+            "exact rationals rounded as its kernel rounds) bit for bit over steps with weight "
+            "decay, Kahan on and off; and hand-derived test vectors."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "Two computations of one rule: the reference's float32 NumPy ops and "
+            "reference.fma against Fractions rounded once to float32 by parity.oracles"
+            ".round_exact (then to bfloat16, as a kernel writing a bf16 tensor rounds its "
+            "float32 result). Exact: +, -, *, / and fma of floats are rationals; a sqrt is "
+            "float64's, rounded once more to float32, correct since 53 >= 2 * 24 + 2."
+        ),
+    ),
+    Claim(
+        id="optim.kahan_tracks_master",
+        statement=(
+            "Over k = 256 AdamW steps (anyprecision, no weight decay) of updates below half a "
+            "bf16 spacing s, plain bf16 AdamW (kahan=False) leaves every weight unchanged, "
+            "while Kahan's weight + compensation stays within (2^-9 + 2^-17 + 2^-25) k s of "
+            "the fp32 master run's weight (the same AdamW on float32 parameters)."
+        ),
+        kind="eps",
+        bound=2.0**14 + 2.0**6 + 2.0**-2,  # (2^-9 + 2^-17 + 2^-25) / eps(float32), eps = 2^-23
+        scale="k s: the steps times the bf16 spacing at the weight",
+        reason=(
+            "With no weight decay the update u = -step_size m / d reads only the gradients, "
+            "so the three runs compute the same float32 u each step. NOTE [ What the "
+            "compensation holds ]: while |c + u| < s, p + c moves by exactly the bf16 rounding "
+            "of f32(c + u), at most 2^-9 s + 2^-25 s (bf16's spacing below s is s 2^-8, "
+            "float32's s 2^-24); the master's f32(W + u) errs by at most half float32's "
+            "spacing in the binade, 2^-17 s. Summed over k steps (every weight kept in one "
+            "binade, asserted). The errors are signed and partly cancel, so the observed "
+            "worst case sits near 1/10 of this sum; plain's |w - W| is ~75 bounds."
+        ),
+    ),
 )
 
 _ROUNDTRIP = ("optim.state_roundtrip_bits",)
@@ -257,7 +316,8 @@ _ROUNDTRIP = ("optim.state_roundtrip_bits",)
 MANIFEST = Manifest(
     topic="optim",
     modules=("reference.fma", "reference.optim", "reference.lr_scheduler", "torch_impl.optim",
-             "reference.optim_sr", "torch_impl.optim_sr"),
+             "reference.optim_sr", "torch_impl.optim_sr", "reference.optim_kahan",
+             "torch_impl.optim_kahan"),
     rows=(
         Twin("fma", reference="reference.fma:fma", alias="torch.addcmul",
              claims=("optim.fma_bits",),
@@ -304,6 +364,14 @@ MANIFEST = Manifest(
              torch="torch_impl.optim_sr:AdamWSR",
              claims=("optim.sr_twins", "optim.adamw_sr_torchao",
                      "optim.adamw_sr_torchao_moments")),
+        Twin("VARIANTS", reference="reference.optim_kahan:VARIANTS",
+             torch="torch_impl.optim_kahan:VARIANTS", claims=("optim.kahan_twins",)),
+        Twin("pow32", reference="reference.optim_kahan:pow32", alias="torch.pow",
+             claims=("optim.kahan_twins",),
+             why="torch's float32 pow of a 0-d tensor is glibc's powf, passed in for the twins"),
+        Twin("AdamWKahan", reference="reference.optim_kahan:AdamWKahan",
+             torch="torch_impl.optim_kahan:AdamWKahan",
+             claims=("optim.kahan_twins", "optim.kahan_rule", "optim.kahan_tracks_master")),
     ),
     helpers=(
         Helper("torch_impl.state_mapping",
