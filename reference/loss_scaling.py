@@ -34,6 +34,12 @@ from typing import Any
 
 import numpy as np
 
+from common.arg_ranges import (
+    BACKOFF_FACTOR_ERROR,
+    BACKOFF_FACTORS,
+    GROWTH_FACTOR_ERROR,
+    GROWTH_FACTORS,
+)
 from reference import amp
 from reference.clip_grad import clip_grad_norm_, clip_grads_with_norm_, get_total_norm
 from reference.loss_scale_kernels import inv_scale, non_finite_check_and_unscale_, update_scale_
@@ -55,6 +61,7 @@ def _refresh_per_optimizer_state() -> dict[str, Any]:
     return {"stage": OptState.READY, "found_inf": None}
 
 
+_FLT_MAX = float(np.finfo(np.float32).max)  # 0x1.fffffep127
 _FIX = ("This may indicate your script did not use scaler.scale(loss or outputs) earlier "
         "in the iteration.")
 
@@ -78,10 +85,11 @@ class GradScaler:
         self.last_step_skipped: bool | None = None
         if not enabled:
             return
-        if growth_factor <= 1.0:
-            raise AssertionError("The growth factor must be > 1.0.")
-        if backoff_factor >= 1.0:
-            raise AssertionError("The backoff factor must be < 1.0.")
+        # torch's two checks, as torch writes them (common/arg_ranges.py: NaN passes)
+        if growth_factor <= GROWTH_FACTORS.low:
+            raise AssertionError(GROWTH_FACTOR_ERROR)
+        if backoff_factor >= BACKOFF_FACTORS.high:
+            raise AssertionError(BACKOFF_FACTOR_ERROR)
         if min_scale is not None and not (math.isfinite(min_scale) and min_scale > 0):
             raise ValueError(f"GradScaler: min_scale must be a positive finite float or None, "
                              f"got {min_scale!r}")
@@ -108,6 +116,9 @@ class GradScaler:
         return self._scale, self._growth_tracker
 
     def _lazy_init_scale_growth_tracker(self) -> None:
+        # torch's torch.full refuses a finite init_scale past float32's (c10's overflows<float>)
+        if math.isfinite(self._init_scale) and abs(self._init_scale) > _FLT_MAX:
+            raise RuntimeError("value cannot be converted to type float without overflow")
         self._scale = np.array(self._init_scale, dtype=np.float32)
         self._growth_tracker = np.array(self._init_growth_tracker, dtype=np.int32)
 

@@ -7,6 +7,9 @@ import math
 import numpy as np
 from hypothesis import strategies as st
 
+from common.arg_ranges import BACKOFF_FACTORS, GROWTH_FACTORS
+from parity.strategies.edges import declared_values
+
 
 # Scales are float32 (the scaler's dtype): powers of two, arbitrary values, the subnormal
 # floor and the float32 ceiling, where growth is capped (NOTE [ Scale update rounding ]).
@@ -23,10 +26,14 @@ def scaler_scales() -> st.SearchStrategy[float]:
 
 
 def scaler_factors() -> st.SearchStrategy[tuple[float, float]]:
-    """(growth_factor > 1, backoff_factor in (0, 1)): torch's defaults, powers of two, any."""
+    """(growth_factor > 1, backoff_factor < 1): torch's defaults, factors near 1 and 16 and
+    0, and any of the declared ranges (common/arg_ranges.py: growth up to inf, backoff in
+    (0, 1) here, the ranges' negative backoffs being parity/test_loss_scaling_edges.py's)."""
     return st.tuples(
-        st.one_of(st.just(2.0), st.floats(1.0, 16.0, exclude_min=True)),
-        st.one_of(st.just(0.5), st.floats(0.0, 1.0, exclude_min=True, exclude_max=True)),
+        st.one_of(st.just(2.0), st.floats(1.0, 16.0, exclude_min=True),
+                  declared_values(GROWTH_FACTORS)),
+        st.one_of(st.just(0.5), st.floats(0.0, 1.0, exclude_min=True, exclude_max=True),
+                  declared_values(BACKOFF_FACTORS).filter(lambda b: b > 0)),
     )
 
 
