@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from common.arg_ranges import WORLD_SIZES, check_int
 from reference import amp
 from reference.losses import Loss
 from reference.nn import Module
@@ -206,6 +207,8 @@ def reduce_gradients(grads: Sequence[Sequence[np.ndarray]], buckets: Sequence[Se
 def shard(x: np.ndarray, rank: int, world_size: int) -> np.ndarray:
     """Rank `rank`'s rows of a global batch: x[rank::ws], DistributedSampler's stride (its
     indices[rank:total:num_replicas]) applied to the batch; rows must divide evenly."""
+    world_size = check_int("shard", "world_size", world_size, WORLD_SIZES)
+    rank = check_int("shard", "rank", rank, range(world_size))
     if len(x) % world_size:
         raise ValueError(f"shard: a batch of {len(x)} rows does not split into {world_size} "
                          "equal shards")

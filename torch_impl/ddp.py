@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
+from common.arg_ranges import WORLD_SIZES, check_int
 from common.train_config import TrainConfig
 from torch_impl import amp, loss_scaling
 from torch_impl.train_models import build
@@ -29,6 +30,8 @@ from torch_impl.train_models import build
 
 def shard(x: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
     """Rank `rank`'s rows of a global batch: x[rank::ws] (reference.ddp.shard)."""
+    world_size = check_int("shard", "world_size", world_size, WORLD_SIZES)
+    rank = check_int("shard", "rank", rank, range(world_size))
     if len(x) % world_size:
         raise ValueError(f"shard: a batch of {len(x)} rows does not split into {world_size} "
                          "equal shards")
