@@ -23,8 +23,8 @@ from parity.claims import TOPICS
 from parity.lab.book import math, source
 from parity.lab.book.prose import Prose
 from parity.lab.book.render import build, manifest
-from parity.lab.cli import main
 from parity.tolerances import CLAIMS
+from tests.book_site import built_site
 from tests.test_cli import assert_one_line_error, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -126,9 +126,8 @@ def site_problems(site: Path, pages: dict[str, Element] | None = None) -> list[s
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("book") / "site"
-    assert main(["book", "--out", str(out)]) == 0
-    return out
+    """The whole book, built once per run (tests/book_site.py); read, never written."""
+    return built_site(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

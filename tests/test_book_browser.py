@@ -4,9 +4,10 @@ browser of its own), every page served from 127.0.0.1 and opened at 1440x900 and
 
 At 1440 px each manifest row's two columns sit side by side (the same top, reference left of
 torch, both inside the viewport); at 800 px they stack (torch under reference, each nearly the
-full width); at neither does the page scroll sideways. Every link and anchor lands in the
-browser's own resolution of it (other pages fetched and parsed by the page), every image
-loads, nothing is requested outside the site and the console shows no error.
+full width); at neither does the page scroll sideways. Every link and anchor of every page
+lands in the browser's own resolution of it against that page's address (each page fetched
+and parsed once, in one test, for all the pages linking to it), every image loads, nothing is
+requested outside the site and the console shows no error.
 
 The test also takes a screenshot of the loss_scaling page at 1440x900 (compared with nothing);
 with MIRRORTRAIN_BOOK_SCREENSHOT=1 it writes it to docs/img/book/loss_scaling.png, the
@@ -29,7 +30,7 @@ from typing import Any
 import pytest
 
 from parity.claims import TOPICS
-from parity.lab.cli import main
+from tests.book_site import built_site
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = Path("/usr/bin/chromium")
@@ -55,37 +56,48 @@ _LAYOUT = """() => {
   return {boxes, scroll: document.documentElement.scrollWidth, width: window.innerWidth};
 }"""
 
-# Every link and SVG reference as the browser resolves it: a same-page anchor must be an
-# element, another page must load and hold the anchor; every image must have loaded.
-_LINKS = """async () => {
-  const bad = [], pages = {};
-  const refs = [...document.querySelectorAll('a[href], link[href]')].map(
-      e => [e.getAttribute('href'), e.href]);
-  for (const u of document.querySelectorAll('use')) {
-    const h = u.getAttribute('xlink:href') || u.getAttribute('href');
-    refs.push([h, new URL(h, location.href).href]);
-  }
-  for (const [written, full] of refs) {
-    const url = new URL(full);
-    if (url.origin !== location.origin) { bad.push('leaves the site: ' + written); continue; }
-    let doc = document;
-    if (url.pathname !== location.pathname) {
-      if (!(url.pathname in pages)) {
-        const r = await fetch(url.pathname);
-        pages[url.pathname] = !r.ok ? null : r.headers.get('content-type').includes('html')
-          ? new DOMParser().parseFromString(await r.text(), 'text/html') : 'file';
-      }
-      doc = pages[url.pathname];
-      if (doc === null) { bad.push('no such file: ' + written); continue; }
+# Every link and SVG reference of every page, as the browser resolves it against that page's
+# own address: a same-page anchor must be an element of it, another page must load and hold
+# the anchor. Each page is fetched and parsed once, for all the pages that link to it.
+_LINKS = """async (names) => {
+  const bad = [], docs = {};
+  const load = async (path) => {
+    if (!(path in docs)) {
+      const r = await fetch(path);
+      docs[path] = !r.ok ? null : r.headers.get('content-type').includes('html')
+        ? new DOMParser().parseFromString(await r.text(), 'text/html') : 'file';
     }
-    const id = decodeURIComponent(url.hash.slice(1));
-    if (id && (doc === 'file' || !doc.getElementById(id))) bad.push('no anchor: ' + written);
-  }
-  for (const img of document.images) {
-    if (!img.complete || img.naturalWidth === 0) bad.push('image: ' + img.getAttribute('src'));
+    return docs[path];
+  };
+  for (const name of names) {
+    const here = new URL(name + '.html', location.href);
+    const page = await load(here.pathname);
+    const refs = [...page.querySelectorAll('a[href], link[href]')].map(
+        e => [e.getAttribute('href'), new URL(e.getAttribute('href'), here).href]);
+    for (const u of page.querySelectorAll('use')) {
+      const h = u.getAttribute('xlink:href') || u.getAttribute('href');
+      refs.push([h, new URL(h, here).href]);
+    }
+    for (const [written, full] of refs) {
+      const url = new URL(full);
+      if (url.origin !== location.origin) {
+        bad.push(name + ': leaves the site: ' + written);
+        continue;
+      }
+      const doc = await load(url.pathname);
+      if (doc === null) { bad.push(name + ': no such file: ' + written); continue; }
+      const id = decodeURIComponent(url.hash.slice(1));
+      if (id && (doc === 'file' || !doc.getElementById(id))) {
+        bad.push(name + ': no anchor: ' + written);
+      }
+    }
   }
   return bad;
 }"""
+
+# Every image of the open page has loaded.
+_IMAGES = """() => [...document.images].filter(i => !i.complete || i.naturalWidth === 0).map(
+    i => 'image: ' + i.getAttribute('src'))"""
 
 
 def _why_not() -> str | None:
@@ -111,8 +123,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     why = _why_not()
     if why is not None:
         pytest.skip(why)
-    site = tmp_path_factory.mktemp("book") / "site"
-    assert main(["book", "--out", str(site)]) == 0
+    site = built_site(tmp_path_factory)  # shared with tests/test_book.py
     server = ThreadingHTTPServer(("127.0.0.1", 0),
                                  functools.partial(_Quiet, directory=str(site)))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -172,8 +183,7 @@ def _layout_problems(layout: dict[str, Any], wide: bool) -> list[str]:
 def test_each_page_reads_side_by_side_wide_and_stacked_narrow(
         name: str, served: str, browser: Any, tmp_path: Path) -> None:
     """Two columns side by side at 1440 px and stacked at 800 px, no sideways scroll at
-    either, every link, anchor and image resolved by the browser, no request outside the
-    site, no console error."""
+    either, every image loaded, no request outside the site, no console error."""
     page = browser.new_page()
     errors: list[str] = []
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
@@ -186,7 +196,7 @@ def test_each_page_reads_side_by_side_wide_and_stacked_narrow(
         wide = page.evaluate(_LAYOUT)
         assert name == "index" or len(wide["boxes"]) > 1, "no two-column rows"
         problems = _layout_problems(wide, wide=True)
-        problems += page.evaluate(_LINKS)
+        problems += page.evaluate(_IMAGES)
         if name == "loss_scaling":
             page.goto(f"{served}{name}.html#row-step_skipped", wait_until="load")
             shot = page.screenshot()
@@ -200,3 +210,18 @@ def test_each_page_reads_side_by_side_wide_and_stacked_narrow(
         page.close()
     assert problems == []
     assert errors == [] and browser.outside == []
+
+
+def test_every_link_and_anchor_of_every_page_lands_as_the_browser_resolves_it(
+        served: str, browser: Any) -> None:
+    """Each page's links, anchors and SVG references, resolved by the browser against the
+    page's own address: each lands on a file of the site and, with a #fragment, on an element
+    of that id; nothing leaves the site."""
+    page = browser.new_page()
+    try:
+        page.goto(f"{served}index.html", wait_until="load")
+        problems = page.evaluate(_LINKS, list(PAGES))
+    finally:
+        page.close()
+    assert problems == []
+    assert browser.outside == []
