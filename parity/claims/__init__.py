@@ -25,7 +25,7 @@ KINDS: tuple[str, ...] = ("bits", "nan_class", "ulps", "eps", "statistical")
 TOPICS: tuple[str, ...] = (
     "formats", "nn", "optim", "data", "amp", "loss_scaling", "recompute", "resume", "train",
     "accounting", "gpt", "numerics", "profile", "compile", "ddp", "fsdp", "fp8_scaling",
-    "fp8_blockwise", "mx", "fp8_gemm", "fp8_train",
+    "fp8_blockwise", "mx", "nvfp4", "fp8_gemm", "fp8_train",
 )
 
 

@@ -60,6 +60,11 @@ from parity.strategies.nn import (  # noqa: F401
     nn_arrays,
     nn_shapes,
 )
+from parity.strategies.nvfp4 import (  # noqa: F401
+    NVFP4_EDGE_SHAPE,
+    nvfp4_cases,
+    nvfp4_edge_tensors,
+)
 from parity.strategies.optim import (  # noqa: F401
     OPTIM_TAIL_SIZES,
     SR_EDGES,
