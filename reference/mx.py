@@ -3,7 +3,11 @@
 An MX tensor splits the last dimension into blocks of k = 32 values; each block stores one
 shared scale X = 2^s as a float8_e8m0fnu code (s + 127; 255 is NaN) and k elements
 P_i in a small format (float8_e4m3fn, float8_e5m2, float6_e2m3fn, float6_e3m2fn,
-float4_e2m1fn; OCP Microscaling 1.0). The value is X * P_i. With amax = max_i |x_i| (a
+float4_e2m1fn; OCP Microscaling 1.0). The value is X * P_i. The default, `variant="ocp"`
+with mode "floor", is the specification's conversion (OCP MX 1.0, section 6.3, in its
+words' substance: shared_exp = floor(log2(max_i |V_i|)) - emax_elem, X = 2^shared_exp, each
+P_i = V_i / X quantized to the element format, normal values clamped to its largest
+magnitude). With amax = max_i |x_i| (a
 float32, E its biased exponent field, F its fraction field) and e_max the element format's
 largest exponent (8, 15, 2, 4, 2):
 
@@ -14,7 +18,7 @@ largest exponent (8, 15, 2, 4, 2):
                     to the element's m bits, half up: bits(amax) + 2^(22 - m), then masked
     rceil  (cuBLAS) d = f32(amax / max_elem);  s = ceil(log2 d), exactly
     rceil_log2f     d as above;  s = ceil(f32(log2 d)): torchao's eager fallback (NOTE
-                    [ rceil in float32 ])
+                    [ rceil in float32 ] in reference/mx_variants.py)
     every mode      code = clamp(s, -127, 128) + 127 (rceil: clamp to 127); NaN amax gives
                     255; rceil gives 254 for an infinite d
 
@@ -30,13 +34,9 @@ value, and E8M0's only non-finite code is NaN, so floor, ceil and even give it t
 and the block decodes to NaN (as microxcaling's emulation does). rceil and rceil_log2f are
 not OCP's: they state cuBLAS's cvt.rp.satfinite, which saturates an infinite d to 254.
 
-`variant="torchao"` is torchao 0.18's to_mx instead (NOTE [ torchao's variant ]): the
-same codes but for inf, and other divisors:
-
-    floor, ceil, even   P_i = round(clamp(x_i / max(X, 2^-126), +-max_elem)); a block
-                        holding +-inf takes the code of inf's exponent field (247 for e4m3)
-    rceil, rceil_log2f  P_i = round(clamp(x_i * R, +-max_elem)),  R = 2^(127 - code), but
-                        R = 1 at code 0, 2^-127 at code 254, NaN at code 255
+Each library's MX differs from this somewhere; the difference is a named variant
+(`variant=`: "torchao", "microxcaling", "microxcaling_cpp", "transformer_engine"), its rule
+and source in reference/mx_variants.py, its argument ranges in common/mx_ranges.py.
 
 `round` is round to nearest, ties to even (the project's encoder, reference/formats.py), or
 with rounding="nearest_away" ties away from zero (microxcaling's `_round_mantissa`):
@@ -69,22 +69,6 @@ nvfp4_quantize, with one level, or two with its per-tensor scale g = f32(A / 268
 
 so an all-zero tensor gives g = 0 and 0 / 0: every scale and value NaN.
 
-NOTE [ torchao's variant ]: torchao 0.18's to_mx divides floor/ceil/even blocks by the
-stored scale raised to at least 2^-126 (float32's smallest normal; its comment cites Triton's
-subnormals), so a block whose code is 0 (scale 2^-127) is divided by 2^-126 and decodes at
-half its value. Its rceil follows TransformerEngine: R = 1 at code 0, so such a block's
-elements are its raw values, all of which round to 0. It reads a block's scale off amax's
-exponent field with no case for inf (field 255). Until this project stated the
-specification first, these were the reference's defaults; `variant="torchao"` keeps them,
-held bit for bit to torchao (claim mx.torchao), and docs/mx.md counts where the two differ.
-
-NOTE [ rceil in float32 ]: cuBLAS rounds d up to a power of two exactly (cvt.rp.satfinite
-.ue8m0x2.f32). torchao's eager path computes ceil(torch.log2(d)) in float32, and log2 of a
-d a few ulps above 2^j rounds to exactly j (j + f/ln 2 is below half an ulp of j): the
-scale is then 2^j, the block's scaled amax lands just above max_elem, and the block clips.
-"rceil_log2f" is that rule, with the log2 correctly rounded to float32 (float64's log2,
-rounded once: equal to torch.log2's on CPU at every d tested, claim mx.rceil_log2f).
-
 Codes are returned unpacked, one uint8 per element (`pack_fp4` packs two per byte as
 torchao does: the first element in the low nibble).
 """
@@ -96,15 +80,16 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
+from common import mx_ranges
 from common.format_spec import FORMATS, FloatFormat
 from reference import formats
+from reference import mx_variants as mxv
 
-ELEMENT_FORMATS = ("float8_e4m3fn", "float8_e5m2", "float6_e2m3fn", "float6_e3m2fn",
-                   "float4_e2m1fn")
-SCALE_MODES = ("floor", "ceil", "even", "rceil", "rceil_log2f")
-ROUNDINGS = ("nearest_even", "nearest_away")
-VARIANTS = ("ocp", "torchao")  # the specification, and torchao 0.18's to_mx
-NVFP4_VARIANTS = ("transformer_engine", "torchao")  # TE's training recipe, torchao 0.18's
+ELEMENT_FORMATS = mx_ranges.ELEMENT_FORMATS
+SCALE_MODES = mx_ranges.SCALE_MODES
+ROUNDINGS = mx_ranges.ROUNDINGS
+VARIANTS = mx_ranges.VARIANTS  # the specification first, then the libraries' (mx_variants)
+NVFP4_VARIANTS = mx_ranges.NVFP4_VARIANTS  # TE's training recipe, torchao 0.18's
 BLOCK_SIZE = 32
 NVFP4_BLOCK_SIZE = 16
 E8M0_BIAS = 127
@@ -137,48 +122,47 @@ class NVFP4Tensor:
     global_amax: np.float32 | None = None  # Transformer Engine's A
 
 
-def _check(x: object, fmt: str, mode: str, rounding: str, block_size: int,
-           variant: str = "ocp") -> np.ndarray:
+def _check(x: object, fmt: str, mode: str | None, rounding: str | None, block_size: int,
+           variant: str = "ocp") -> tuple[np.ndarray, str, str]:
+    """(x as float32, the mode, the rounding): common/mx_ranges.py's checks, one line each."""
     a = np.asarray(x)
     if a.dtype == ml_dtypes.bfloat16:
         a = a.astype(np.float32)  # exact
     if a.dtype != np.float32:
         raise TypeError(f"MX quantization takes float32 or bfloat16 input, got {a.dtype}")
-    if fmt not in ELEMENT_FORMATS:
-        raise ValueError(f"unknown MX element format {fmt!r}; known: {', '.join(ELEMENT_FORMATS)}")
-    if mode not in SCALE_MODES:
-        raise ValueError(f"unknown scale mode {mode!r}; known: {', '.join(SCALE_MODES)}")
-    if rounding not in ROUNDINGS:
-        raise ValueError(f"unknown rounding {rounding!r}; known: {', '.join(ROUNDINGS)}")
-    _check_variant(variant)
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-        raise ValueError(f"block_size must be a positive int, got {block_size!r}")
+    mode, rounding = mx_ranges.variant_settings(variant, fmt, mode, rounding)
+    mx_ranges.check_block_size(block_size)
     if a.ndim == 0 or a.shape[-1] % block_size:
         raise ValueError(f"the last dimension of shape {a.shape} must be divisible by the "
                          f"block size {block_size}")
-    return a
-
-
-def _check_variant(variant: str) -> None:
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown MX variant {variant!r}; known: {', '.join(VARIANTS)}")
+    return a, mode, rounding
 
 
 def _blocks(a: np.ndarray, block_size: int) -> np.ndarray:
     return a.reshape(*a.shape[:-1], a.shape[-1] // block_size, block_size)  # (..., n, k)
 
 
-def scale_codes(amax: np.ndarray, fmt: str, mode: str, variant: str = "ocp") -> np.ndarray:
-    """The E8M0 code of each block's float32 amax under `mode`. One amax, as scalar code
-    (executable: tests/test_mx_reference.py compiles this text and holds this function to
-    it; `f32` rounds to float32, `word` is a float32's bits as an int, and amax / max_elem in
-    Python's float64 rounded to float32 is the float32 quotient, 53 >= 2 * 24 + 2):
+def scale_codes(amax: np.ndarray, fmt: str, mode: str | None = None, variant: str = "ocp"
+                ) -> np.ndarray:
+    """The E8M0 code of each block's float32 amax under `mode` (None: the variant's own). One
+    amax, as scalar code (executable: tests/test_mx_reference.py compiles this text and holds
+    this function to it; `f32` rounds to float32, `word` is a float32's bits as an int, and
+    a quotient or product of two float32 in Python's float64, rounded to float32, is the
+    float32 operation's result, 53 >= 2 * 24 + 2):
 
         def scale_rule(amax, mode, e_max, m, max_elem, variant):
             if amax != amax:
                 return 255
+            if variant == "microxcaling":  # floor(torch.log2(amax)) in float32
+                if amax == math.inf:
+                    return 255
+                e = math.floor(f32(math.log2(amax if amax > 0 else 2.0**-126))) - e_max
+                return min(max(e, -127), 127) + 127
             if mode in ("rceil", "rceil_log2f"):
-                d = f32(amax / max_elem)
+                if variant == "transformer_engine":
+                    d = f32(amax * f32(1 / max_elem))
+                else:
+                    d = f32(amax / max_elem)
                 if d == math.inf:
                     return 254
                 if d == 0:
@@ -189,7 +173,7 @@ def scale_codes(amax: np.ndarray, fmt: str, mode: str, variant: str = "ocp") -> 
                 else:
                     s = math.ceil(f32(math.log2(d)))
                 return min(max(s, -127), 127) + 127
-            if amax == math.inf and variant == "ocp":
+            if amax == math.inf and variant != "torchao":
                 return 255
             bits = word(amax)
             if mode == "even":
@@ -199,14 +183,21 @@ def scale_codes(amax: np.ndarray, fmt: str, mode: str, variant: str = "ocp") -> 
                 s = s + 1
             return min(max(s, -127), 128) + 127
     """
-    _check_variant(variant)
+    mode, _ = mx_ranges.variant_settings(variant, fmt, mode, None)
+    amax = np.asarray(amax)
+    if amax.dtype != np.float32:
+        raise TypeError(f"scale_codes takes a float32 amax, got {amax.dtype}")
     spec = FORMATS[fmt]
     bits = amax.view(np.uint32).astype(np.int64)
-    nan = np.isnan(amax) | (np.isinf(amax) & (variant == "ocp")
+    nan = np.isnan(amax) | (np.isinf(amax) & (variant != "torchao")
                             & (mode not in ("rceil", "rceil_log2f")))
-    if mode in ("rceil", "rceil_log2f"):
+    if variant == "microxcaling":
+        e = mxv.log2_floor_f32(amax) - spec.emax  # NaN and inf kept: the NaN code below
+        code = np.clip(np.where(nan, 0, e), -E8M0_BIAS, E8M0_BIAS).astype(np.int64) + E8M0_BIAS
+    elif mode in ("rceil", "rceil_log2f"):
         with np.errstate(over="ignore"):
-            d = amax / np.float32(spec.max)  # float32 division, rounded once
+            d = (mxv.te_quotient(amax, fmt) if variant == "transformer_engine"
+                 else amax / np.float32(spec.max))  # float32, rounded once
         if mode == "rceil":
             m, e = np.frexp(np.where(np.isfinite(d) & (d > 0), d, 1).astype(np.float64))
             s = e - (m == 0.5)  # ceil(log2 d): e - 1 for an exact power of two
@@ -227,31 +218,32 @@ def scale_codes(amax: np.ndarray, fmt: str, mode: str, variant: str = "ocp") -> 
     return np.where(nan, E8M0_NAN, code).astype(np.uint8)
 
 
-def scaled_blocks(x: object, fmt: str, mode: str = "floor", *, block_size: int = BLOCK_SIZE,
-                  variant: str = "ocp") -> tuple[np.ndarray, np.ndarray]:
+def scaled_blocks(x: object, fmt: str, mode: str | None = None, *,
+                  block_size: int = BLOCK_SIZE, variant: str = "ocp"
+                  ) -> tuple[np.ndarray, np.ndarray]:
     """(scale codes (..., n), x scaled by its block's scale, before the clamp (..., n, k))."""
-    a = _blocks(_check(x, fmt, mode, "nearest_even", block_size, variant), block_size)
-    amax = np.max(np.abs(a), axis=-1)  # (..., n), float32; NaN if the block holds one
+    a, mode, _ = _check(x, fmt, mode, None, block_size, variant)
+    a = _blocks(a, block_size)
+    amax = mxv.block_amax(a, variant)  # (..., n), float32; NaN if the block holds one
     code = scale_codes(amax, fmt, mode, variant)
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
-        if variant == "ocp":  # V_i / X, X the stored scale: 2^-127 at code 0 is exact
+        if variant == "torchao":
+            q = mxv.torchao_scaled(a, code, mode)
+        elif variant == "transformer_engine":  # x times exp2f_rcp(code)
+            q = a * mxv.te_multiplier(code)[..., None]
+        else:  # V_i / X, X the stored scale: 2^-127 at code 0 is exact (OCP MX 1.0, 6.3)
             scale = np.ldexp(np.float32(1), code.astype(np.int32) - E8M0_BIAS)  # float32
             scale = np.where(code == E8M0_NAN, np.float32(np.nan), scale)
             q = a / scale[..., None]
-        elif mode in ("rceil", "rceil_log2f"):
-            r = np.ldexp(np.float32(1), E8M0_BIAS - code.astype(np.int32)).astype(np.float32)
-            r = np.where(code == 0, np.float32(1), r)
-            r = np.where(code == 254, np.float32(float.fromhex("0x1p-127")), r)
-            r = np.where(code == E8M0_NAN, np.float32(np.nan), r)
-            q = a * r[..., None]
-        else:  # the divisor: the code's float32 (255 << 23 is +inf), at least 2^-126
-            divisor = np.maximum((code.astype(np.uint32) << 23).view(np.float32), F32_TINY)
-            q = a / divisor[..., None]
     return code, q.astype(np.float32)
 
 
 def round_elements(q: np.ndarray, fmt: str, rounding: str = "nearest_even") -> np.ndarray:
     """float32 q, already within +-max of `fmt`, rounded to `fmt`'s codes (uint8)."""
+    mx_ranges.variant_settings("ocp", fmt, None, rounding)
+    q = np.asarray(q)
+    if q.dtype != np.float32:
+        raise TypeError(f"round_elements takes float32 q, got {q.dtype}")
     if rounding == "nearest_even":
         return formats.encode(q, fmt)
     spec: FloatFormat = FORMATS[fmt]
@@ -263,19 +255,27 @@ def round_elements(q: np.ndarray, fmt: str, rounding: str = "nearest_even") -> n
     return formats.encode(np.where(np.isnan(q), q.astype(np.float64), value), fmt)
 
 
-def to_mx(x: object, fmt: str, mode: str = "floor", *, block_size: int = BLOCK_SIZE,
-          rounding: str = "nearest_even", variant: str = "ocp") -> MXTensor:
+def to_mx(x: object, fmt: str, mode: str | None = None, *, block_size: int = BLOCK_SIZE,
+          rounding: str | None = None, variant: str = "ocp") -> MXTensor:
     """float32/bfloat16 x (last dimension a multiple of block_size) as an MX tensor.
 
-    fmt: one of ELEMENT_FORMATS; mode: one of SCALE_MODES; rounding: "nearest_even"
-    (default) or "nearest_away"; variant: "ocp" (the specification, default) or "torchao"
-    (NOTE [ torchao's variant ]). ValueError for an unknown name or a last dimension that the
-    block size does not divide; TypeError for another dtype.
+    fmt: one of ELEMENT_FORMATS; mode: one of SCALE_MODES; rounding: "nearest_even" or
+    "nearest_away"; variant: one of VARIANTS, "ocp" (the specification) by default. mode and
+    rounding None take the variant's own ("floor" and "nearest_even" for "ocp", OCP MX 1.0
+    section 6.3; common/mx_ranges.py). ValueError for an unknown name, a mode or rounding the
+    variant does not take, or a last dimension that the block size does not divide;
+    TypeError for another dtype.
     """
-    a = _check(x, fmt, mode, rounding, block_size, variant)
+    a, mode, rounding = _check(x, fmt, mode, rounding, block_size, variant)
     code, q = scaled_blocks(a, fmt, mode, block_size=block_size, variant=variant)
     top = np.float32(FORMATS[fmt].max)
-    elements = round_elements(np.clip(q, -top, top), fmt, rounding)  # clip keeps NaN
+    q = np.clip(q, -top, top)  # clip keeps NaN
+    if variant == "microxcaling":
+        elements = mxv.round_microxcaling(q, fmt)
+    else:
+        elements = round_elements(q, fmt, rounding)
+    if variant == "microxcaling_cpp":
+        elements = mxv.unsigned_zeros(elements, fmt)
     return MXTensor(code, elements.reshape(a.shape), fmt, block_size)
 
 
@@ -289,7 +289,7 @@ def from_mx(mx: MXTensor) -> np.ndarray:
     return x.reshape(mx.elements.shape)
 
 
-def clipped_blocks(x: object, fmt: str, mode: str, *, block_size: int = BLOCK_SIZE,
+def clipped_blocks(x: object, fmt: str, mode: str | None, *, block_size: int = BLOCK_SIZE,
                    variant: str = "ocp") -> int:
     """How many blocks clip: their scaled amax lies beyond the element format's max."""
     _, q = scaled_blocks(x, fmt, mode, block_size=block_size, variant=variant)
@@ -301,25 +301,18 @@ def clipped_blocks(x: object, fmt: str, mode: str, *, block_size: int = BLOCK_SI
 def per_tensor_scale(x: object) -> np.float32:
     """NVFP4's per-tensor scale g = f32(amax / (448 * 6)) of float32/bfloat16 x."""
     a = np.asarray(x).astype(np.float32)
-    return np.float32(np.max(np.abs(a)) / np.float32(E4M3_MAX * FP4_MAX))
+    top = np.max(np.abs(a), initial=np.float32(0))  # an empty tensor's amax: 0
+    return np.float32(top / np.float32(E4M3_MAX * FP4_MAX))
 
 
 def global_scales(global_amax: np.float32 | float) -> tuple[np.float32, np.float32]:
     """Transformer Engine's (S_enc, S_dec) of a float32 global amax A (the module docstring)."""
-    a = np.float32(global_amax)
+    a = np.float32(mx_ranges.check_amax("global_amax", global_amax))
     with np.errstate(divide="ignore", over="ignore"):
         enc = np.minimum(np.float32(2688) / a, F32_MAX)  # NaN stays NaN
     if a == 0 or enc == 0:
         enc = np.float32(1)
     return enc, np.float32(1) / enc
-
-
-def _check_nvfp4(variant: str, per_tensor: object, global_amax: object) -> None:
-    if variant not in NVFP4_VARIANTS:
-        raise ValueError(f"unknown NVFP4 variant {variant!r}; known: {', '.join(NVFP4_VARIANTS)}")
-    if (per_tensor, global_amax)[variant == "torchao"] is not None:  # the other variant's
-        raise ValueError("per_tensor is torchao's g, global_amax Transformer Engine's A: "
-                         f"the {variant} variant takes only its own")
 
 
 def nvfp4_scaled(x: object, per_tensor: np.float32 | float | None = None, *,
@@ -329,13 +322,13 @@ def nvfp4_scaled(x: object, per_tensor: np.float32 | float | None = None, *,
     """(e4m3 block-scale codes (..., n), x times its block's R before the clamp (..., n, 16),
     and A (transformer_engine) or g or None (torchao)): NVFP4's steps up to the elements
     (the module docstring)."""
-    _check_nvfp4(variant, per_tensor, global_amax)
-    a = _blocks(_check(x, "float4_e2m1fn", "floor", "nearest_even", NVFP4_BLOCK_SIZE),
-                NVFP4_BLOCK_SIZE)
+    mx_ranges.check_nvfp4(variant, per_tensor, global_amax)
+    a = _blocks(_check(x, "float4_e2m1fn", None, None, NVFP4_BLOCK_SIZE)[0], NVFP4_BLOCK_SIZE)
     amax = np.max(np.abs(a), axis=-1)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         if variant == "transformer_engine":
-            top = np.max(amax) if global_amax is None else np.float32(global_amax)
+            top = (np.max(amax, initial=np.float32(0)) if global_amax is None
+                   else np.float32(global_amax))  # an empty tensor's A: 0
             enc, dec = global_scales(top)
             b = np.minimum(amax * (enc * np.float32(1 / 6)), E4M3_MAX)  # no lower clamp
             scale = formats.encode(b, "float8_e4m3fn")
@@ -396,4 +389,7 @@ def pack_fp4(codes: np.ndarray) -> np.ndarray:
 def unpack_fp4(packed: np.ndarray) -> np.ndarray:
     """The inverse of pack_fp4."""
     p = np.asarray(packed, dtype=np.uint8)
-    return np.stack([p & np.uint8(15), p >> np.uint8(4)], axis=-1).reshape(*p.shape[:-1], -1)
+    if p.ndim == 0:
+        raise ValueError("unpack_fp4 takes packed bytes with a last dimension")
+    return np.stack([p & np.uint8(15), p >> np.uint8(4)], axis=-1).reshape(
+        *p.shape[:-1], 2 * p.shape[-1])

@@ -14,6 +14,8 @@ The same public names in the same order. What torch does differently or lacks:
 - a NaN into fp6/fp4 (formats without NaN) gives the zero of the opposite sign, as the
   reference's encoder does (NOTE [ NaN to a finite format ] in reference/small_formats.py).
 - "rceil_log2f" is torch.log2 in float32 itself: torchao's eager rule, word for word.
+- the variants' rules are torch_impl/mx_variants.py (reference/mx_variants.py states them);
+  the argument ranges, and the checks both trees share, are common/mx_ranges.py.
 Works on CPU and CUDA tensors alike.
 """
 
@@ -23,15 +25,16 @@ from dataclasses import dataclass
 
 import torch
 
+from common import mx_ranges  # the declared ranges and the checks of both trees
 from common.format_spec import FORMATS  # bit widths and ranges: a plain data spec
+from torch_impl import mx_variants as mxv
 from torch_impl.format_spec import DTYPES  # the formats torch casts to natively
 
-ELEMENT_FORMATS = ("float8_e4m3fn", "float8_e5m2", "float6_e2m3fn", "float6_e3m2fn",
-                   "float4_e2m1fn")
-SCALE_MODES = ("floor", "ceil", "even", "rceil", "rceil_log2f")
-ROUNDINGS = ("nearest_even", "nearest_away")
-VARIANTS = ("ocp", "torchao")  # the specification, and torchao 0.18's to_mx
-NVFP4_VARIANTS = ("transformer_engine", "torchao")  # TE's training recipe, torchao 0.18's
+ELEMENT_FORMATS = mx_ranges.ELEMENT_FORMATS
+SCALE_MODES = mx_ranges.SCALE_MODES
+ROUNDINGS = mx_ranges.ROUNDINGS
+VARIANTS = mx_ranges.VARIANTS  # the specification first, then the libraries' (mx_variants)
+NVFP4_VARIANTS = mx_ranges.NVFP4_VARIANTS  # TE's training recipe, torchao 0.18's
 BLOCK_SIZE = 32
 NVFP4_BLOCK_SIZE = 16
 E8M0_BIAS = 127
@@ -64,48 +67,45 @@ class NVFP4Tensor:
     global_amax: torch.Tensor | None = None  # Transformer Engine's A
 
 
-def _check(x: object, fmt: str, mode: str, rounding: str, block_size: int,
-           variant: str = "ocp") -> torch.Tensor:
+def _check(x: object, fmt: str, mode: str | None, rounding: str | None, block_size: int,
+           variant: str = "ocp") -> tuple[torch.Tensor, str, str]:
+    """(x as contiguous float32, the mode, the rounding): common/mx_ranges.py's checks."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"expected a torch.Tensor, got {type(x).__name__}")
     if x.dtype not in (torch.float32, torch.bfloat16):
-        raise TypeError(f"MX quantization takes float32 or bfloat16 input, got {x.dtype}")
-    if fmt not in ELEMENT_FORMATS:
-        raise ValueError(f"unknown MX element format {fmt!r}; known: {', '.join(ELEMENT_FORMATS)}")
-    if mode not in SCALE_MODES:
-        raise ValueError(f"unknown scale mode {mode!r}; known: {', '.join(SCALE_MODES)}")
-    if rounding not in ROUNDINGS:
-        raise ValueError(f"unknown rounding {rounding!r}; known: {', '.join(ROUNDINGS)}")
-    _check_variant(variant)
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-        raise ValueError(f"block_size must be a positive int, got {block_size!r}")
+        raise TypeError(f"MX quantization takes float32 or bfloat16 input, got "
+                        f"{str(x.dtype).removeprefix('torch.')}")
+    mode, rounding = mx_ranges.variant_settings(variant, fmt, mode, rounding)
+    mx_ranges.check_block_size(block_size)
     if x.dim() == 0 or x.shape[-1] % block_size:
         raise ValueError(f"the last dimension of shape {tuple(x.shape)} must be divisible by "
                          f"the block size {block_size}")
-    return x.to(torch.float32).contiguous()  # bfloat16 -> float32 is exact
-
-
-def _check_variant(variant: str) -> None:
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown MX variant {variant!r}; known: {', '.join(VARIANTS)}")
+    return x.to(torch.float32).contiguous(), mode, rounding  # bfloat16 -> float32 is exact
 
 
 def _blocks(a: torch.Tensor, block_size: int) -> torch.Tensor:
     return a.reshape(*a.shape[:-1], a.shape[-1] // block_size, block_size)  # (..., n, k)
 
 
-def scale_codes(amax: torch.Tensor, fmt: str, mode: str, variant: str = "ocp"
+def scale_codes(amax: torch.Tensor, fmt: str, mode: str | None = None, variant: str = "ocp"
                 ) -> torch.Tensor:
     """The E8M0 code of each block's float32 amax under `mode` (reference/mx.py): for the
     specification ("ocp"), a block holding +-inf has the NaN code under floor/ceil/even."""
-    _check_variant(variant)
+    mode, _ = mx_ranges.variant_settings(variant, fmt, mode, None)
+    if amax.dtype != torch.float32:
+        raise TypeError(f"scale_codes takes a float32 amax, got "
+                        f"{str(amax.dtype).removeprefix('torch.')}")
     spec = FORMATS[fmt]
     bits = amax.view(torch.int32).to(torch.int64)
     nan = torch.isnan(amax)
-    if variant == "ocp" and mode not in ("rceil", "rceil_log2f"):
+    if variant != "torchao" and mode not in ("rceil", "rceil_log2f"):
         nan = nan | torch.isinf(amax)
-    if mode in ("rceil", "rceil_log2f"):
-        d = amax / spec.max  # float32 division, rounded once
+    if variant == "microxcaling":
+        e = mxv.log2_floor_f32(amax) - spec.emax  # NaN and inf kept: the NaN code below
+        e = torch.where(nan, torch.zeros_like(e), e)
+        code = e.clamp(-E8M0_BIAS, E8M0_BIAS).to(torch.int64) + E8M0_BIAS
+    elif mode in ("rceil", "rceil_log2f"):
+        d = mxv.te_quotient(amax, fmt) if variant == "transformer_engine" else amax / spec.max
         if mode == "rceil":
             safe = torch.where(torch.isfinite(d) & (d > 0), d, torch.ones_like(d))
             m, e = torch.frexp(safe.to(torch.float64))
@@ -126,33 +126,33 @@ def scale_codes(amax: torch.Tensor, fmt: str, mode: str, variant: str = "ocp"
     return torch.where(nan, torch.full_like(code, E8M0_NAN), code).to(torch.uint8)
 
 
-def scaled_blocks(x: torch.Tensor, fmt: str, mode: str = "floor", *,
+def scaled_blocks(x: torch.Tensor, fmt: str, mode: str | None = None, *,
                   block_size: int = BLOCK_SIZE, variant: str = "ocp"
                   ) -> tuple[torch.Tensor, torch.Tensor]:
     """(scale codes (..., n), x scaled by its block's scale, before the clamp (..., n, k))."""
-    a = _blocks(_check(x, fmt, mode, "nearest_even", block_size, variant), block_size)
-    amax = a.abs().amax(dim=-1)  # (..., n), float32; NaN if the block holds one
+    a, mode, _ = _check(x, fmt, mode, None, block_size, variant)
+    a = _blocks(a, block_size)
+    amax = mxv.block_amax(a, variant)  # (..., n), float32; NaN if the block holds one
     code = scale_codes(amax, fmt, mode, variant)
     c = code.to(torch.int32)
-    if variant == "ocp":  # V_i / X: X's float32 word is code << 23, or 2^22 (2^-127) at 0
+    if variant == "torchao":
+        q = mxv.torchao_scaled(a, code, mode)
+    elif variant == "transformer_engine":  # x times exp2f_rcp(code)
+        q = a * mxv.te_multiplier(code).unsqueeze(-1)
+    else:  # V_i / X: X's float32 word is code << 23, or 2^22 (2^-127) at 0
         word = torch.where(c == 0, torch.full_like(c, 1 << 22), torch.bitwise_left_shift(c, 23))
         scale = word.view(torch.float32)  # code 255: +inf's word, made NaN below
         scale = torch.where(c == E8M0_NAN, torch.full_like(scale, float("nan")), scale)
         q = a / scale.unsqueeze(-1)
-    elif mode in ("rceil", "rceil_log2f"):
-        r = torch.exp2((E8M0_BIAS - c).to(torch.float32))
-        r = torch.where(c == 0, torch.ones_like(r), r)
-        r = torch.where(c == 254, torch.full_like(r, 2.0**-127), r)
-        r = torch.where(c == E8M0_NAN, torch.full_like(r, float("nan")), r)
-        q = a * r.unsqueeze(-1)
-    else:  # the divisor: the code's float32 (255 << 23 is +inf), at least 2^-126
-        divisor = torch.bitwise_left_shift(c, 23).view(torch.float32).clamp(min=F32_TINY)
-        q = a / divisor.unsqueeze(-1)
     return code, q
 
 
 def round_elements(q: torch.Tensor, fmt: str, rounding: str = "nearest_even") -> torch.Tensor:
     """float32 q, already within +-max of `fmt`, rounded to `fmt`'s codes (uint8)."""
+    mx_ranges.variant_settings("ocp", fmt, None, rounding)
+    if q.dtype != torch.float32:
+        raise TypeError(f"round_elements takes float32 q, got "
+                        f"{str(q.dtype).removeprefix('torch.')}")
     spec = FORMATS[fmt]
     if rounding == "nearest_even" and fmt in DTYPES:
         codes = q.to(DTYPES[fmt]).view(torch.uint8)
@@ -175,13 +175,20 @@ def round_elements(q: torch.Tensor, fmt: str, rounding: str = "nearest_even") ->
     return ((sign << (spec.bits - 1)) | magnitude).to(torch.uint8)
 
 
-def to_mx(x: torch.Tensor, fmt: str, mode: str = "floor", *, block_size: int = BLOCK_SIZE,
-          rounding: str = "nearest_even", variant: str = "ocp") -> MXTensor:
+def to_mx(x: torch.Tensor, fmt: str, mode: str | None = None, *,
+          block_size: int = BLOCK_SIZE, rounding: str | None = None, variant: str = "ocp"
+          ) -> MXTensor:
     """float32/bfloat16 x as an MX tensor (reference.mx.to_mx: the same arguments)."""
-    a = _check(x, fmt, mode, rounding, block_size, variant)
+    a, mode, rounding = _check(x, fmt, mode, rounding, block_size, variant)
     code, q = scaled_blocks(a, fmt, mode, block_size=block_size, variant=variant)
     top = FORMATS[fmt].max
-    elements = round_elements(q.clamp(-top, top), fmt, rounding)  # clamp keeps NaN
+    q = q.clamp(-top, top)  # clamp keeps NaN
+    if variant == "microxcaling":
+        elements = mxv.round_microxcaling(q, fmt)
+    else:
+        elements = round_elements(q, fmt, rounding)
+    if variant == "microxcaling_cpp":
+        elements = mxv.unsigned_zeros(elements, fmt)
     return MXTensor(code, elements.reshape(a.shape), fmt, block_size)
 
 
@@ -208,7 +215,7 @@ def from_mx(mx: MXTensor) -> torch.Tensor:
     return x.to(torch.float32).reshape(mx.elements.shape)
 
 
-def clipped_blocks(x: torch.Tensor, fmt: str, mode: str, *, block_size: int = BLOCK_SIZE,
+def clipped_blocks(x: torch.Tensor, fmt: str, mode: str | None, *, block_size: int = BLOCK_SIZE,
                    variant: str = "ocp") -> int:
     """How many blocks clip: their scaled amax lies beyond the element format's max."""
     _, q = scaled_blocks(x, fmt, mode, block_size=block_size, variant=variant)
@@ -217,36 +224,40 @@ def clipped_blocks(x: torch.Tensor, fmt: str, mode: str, *, block_size: int = BL
 
 def per_tensor_scale(x: torch.Tensor) -> torch.Tensor:
     """NVFP4's per-tensor scale g = f32(amax / (448 * 6)), a 0-d float32 tensor."""
-    return x.to(torch.float32).abs().amax() / (E4M3_MAX * FP4_MAX)
+    a = x.to(torch.float32).abs()
+    top = a.amax() if a.numel() else a.new_zeros(())  # an empty tensor's amax: 0
+    return top / (E4M3_MAX * FP4_MAX)
 
 
 def global_scales(global_amax: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Transformer Engine's (S_enc, S_dec) of a 0-d float32 global amax A, as its reference
     quantizer computes them: torch.div, torch.min with FLT_MAX, 1 where A = 0 or S_enc = 0."""
+    mx_ranges.check_amax("global_amax", _number(global_amax))
     a = global_amax.to(torch.float32)
     enc = torch.minimum(2688.0 / a, torch.tensor(F32_MAX, device=a.device))
     enc = torch.where((a == 0) | (enc == 0), torch.ones_like(enc), enc)
     return enc, 1.0 / enc
 
 
-def _check_nvfp4(variant: str, per_tensor: object, global_amax: object) -> None:
-    if variant not in NVFP4_VARIANTS:
-        raise ValueError(f"unknown NVFP4 variant {variant!r}; known: {', '.join(NVFP4_VARIANTS)}")
-    if (per_tensor, global_amax)[variant == "torchao"] is not None:  # the other variant's
-        raise ValueError("per_tensor is torchao's g, global_amax Transformer Engine's A: "
-                         f"the {variant} variant takes only its own")
+def _number(value: object) -> object:
+    """A 0-d tensor as its Python number for common/mx_ranges.py's check; anything else as
+    it is (a tensor of another shape, or no number, is refused there by its type)."""
+    if isinstance(value, torch.Tensor) and value.dim() == 0 and not value.dtype.is_complex \
+            and value.dtype != torch.bool:
+        return value.item()
+    return value
 
 
 def nvfp4_scaled(x: torch.Tensor, per_tensor: torch.Tensor | None = None, *,
                  variant: str = "transformer_engine", global_amax: torch.Tensor | None = None
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """(e4m3 block-scale codes, x times its block's R before the clamp, A or g or None)."""
-    _check_nvfp4(variant, per_tensor, global_amax)
-    a = _blocks(_check(x, "float4_e2m1fn", "floor", "nearest_even", NVFP4_BLOCK_SIZE),
-                NVFP4_BLOCK_SIZE)
+    mx_ranges.check_nvfp4(variant, _number(per_tensor), _number(global_amax))
+    a = _blocks(_check(x, "float4_e2m1fn", None, None, NVFP4_BLOCK_SIZE)[0], NVFP4_BLOCK_SIZE)
     amax = a.abs().amax(dim=-1)
     if variant == "transformer_engine":
-        top = amax.amax() if global_amax is None else global_amax.to(torch.float32)
+        top = ((amax.amax() if amax.numel() else amax.new_zeros(())) if global_amax is None
+               else global_amax.to(torch.float32))  # an empty tensor's A: 0
         enc, dec = global_scales(top)
         b = torch.clamp(amax * (enc * torch.reciprocal(torch.tensor(6.0))), max=E4M3_MAX)
         scale = b.to(torch.float8_e4m3fn)  # no lower clamp: 0 and subnormals
@@ -298,5 +309,7 @@ def pack_fp4(codes: torch.Tensor) -> torch.Tensor:
 
 def unpack_fp4(packed: torch.Tensor) -> torch.Tensor:
     """The inverse of pack_fp4."""
+    if packed.dim() == 0:
+        raise ValueError("unpack_fp4 takes packed bytes with a last dimension")
     p = packed.to(torch.uint8)
-    return torch.stack([p & 15, p >> 4], dim=-1).reshape(*p.shape[:-1], -1)
+    return torch.stack([p & 15, p >> 4], dim=-1).reshape(*p.shape[:-1], 2 * p.shape[-1])

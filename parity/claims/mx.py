@@ -133,10 +133,89 @@ CLAIMS: tuple[Claim, ...] = (
         ),
     ),
     Claim(
+        id="mx.microxcaling",
+        statement=(
+            "reference.mx.to_mx(variant='microxcaling') is microxcaling v1.1.0's default "
+            "(Python) path, _quantize_mx with custom_cuda=False, computed apart in torch ops "
+            "as the library calls them (torch.log2 in float32 for the shared and the private "
+            "exponents, sign(A) floor(|A| + 0.5) in float32, the clamp, A * 2**e): decoded "
+            "values agree, NaN as a class, for every element format on edge blocks, under "
+            "hypothesis and on the notes' rows: an inf or NaN block is NaN, a zero block "
+            "zeros, ties go away (0.25 -> 0.5, 2.5 -> 3, 5 -> 6 in fp4), FLT_MAX -> inf, a "
+            "block max 2^20 (1 - 2^-24) under fp4 -> 2^20, -0 -> +0."
+        ),
+        kind="nan_class",
+        bound=0,
+        reason=(
+            "Both sides take the same float32 steps, each exact or rounded once: the "
+            "division and multiplication by 2^e are exact, the float32 log2 is the "
+            "correctly rounded one in the reference and torch's on CPU (the same at every "
+            "input measured, mx.rceil_log2f, which holds floor as well as ceil), the "
+            "private exponent cannot change a nearest rounding (reference/mx_variants.py), "
+            "and |A| + 0.5 is the same float32 addition. On CUDA log2f was not measured."
+        ),
+    ),
+    Claim(
+        id="mx.microxcaling_cpp",
+        statement=(
+            "reference.mx.to_mx(variant='microxcaling_cpp') is microxcaling v1.1.0's C++ "
+            "path (mx/cpp: mx_get_shared_scale, quantize_mx_elem, quantize_elemwise with "
+            "rd_away, saturate_normals) transcribed apart on the float32 bits in Python "
+            "scalars: decoded values agree bit for bit (NaN as a class) for every element "
+            "format on edge blocks and under hypothesis, every zero +0."
+        ),
+        kind="nan_class",
+        bound=0,
+        reason=(
+            "The transcription shifts the mantissa as the C++ does (a guard bit, +1 for ties "
+            "away, then the shift); the reference rounds by exact float64 frexp / ldexp and "
+            "floor(q / u + 1/2): two computations of one rounding, both of exact inputs "
+            "(x / 2^e is exact in float32)."
+        ),
+    ),
+    Claim(
+        id="mx.transformer_engine",
+        statement=(
+            "reference.mx.to_mx(variant='transformer_engine') is Transformer Engine's MXFP8 "
+            "quantize (d0067d0: quantize_mxfp8.cuh, ptx.cuh exp2f_rcp, ptx_arch_spec.cuh "
+            "float_to_e8m0's software path, utils.cuh max_norm_rcp) computed apart in "
+            "Python scalars with ml_dtypes casts: scale codes, element codes (NaN elements "
+            "as a class) and decoded values agree for e4m3 and e5m2 on edge blocks, under "
+            "hypothesis and on its rows: a NaN element leaves the block's other values, an "
+            "inf one gives the code 254 and +-max_elem, a zero block zeros, a code-0 block "
+            "multiplied by 2^127."
+        ),
+        kind="nan_class",
+        bound=0,
+        reason=(
+            "Each float32 operation of the kernel (amax * max_norm_rcp, x * R) is its "
+            "float64 result rounded once by np.float32 (exact: 53 >= 2 * 24 + 2); "
+            "float_to_e8m0 and exp2f_rcp are integer steps on the word, transcribed; the "
+            "satfinite cast is ml_dtypes' nearest-even cast of the clamped value, the "
+            "reference's encoder: the same rounding (formats.small_*)."
+        ),
+    ),
+    Claim(
+        id="mx.variants_table",
+        statement=(
+            "The table in docs/mx.md (generated: variants) is what the reference computes "
+            "on the edge blocks: for each pair of variants and each class of block, how "
+            "many blocks decode to different values (NaN as one value)."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "Counts are integers computed from the reference's codes on a fixed seed's edge "
+            "blocks (parity/drivers/mx.py variant_disagreements) and compared with the "
+            "committed table: a rule or an edge kind that moves a count shows."
+        ),
+    ),
+    Claim(
         id="mx.rceil_log2f",
         statement=(
             "ceil(f32(log2 d)) with float64's log2 rounded once to float32 (the reference's "
-            "rceil_log2f) equals ceil(torch.log2(d)) in float32 on CPU for every float32 d "
+            "rceil_log2f), and floor of it (microxcaling's variant), equal "
+            "ceil(torch.log2(d)) and floor(torch.log2(d)) in float32 on CPU for every float32 d "
             "within 20,000 ulps of each power of two 2^-149 .. 2^127 and for 200,000 random "
             "words; the exact rceil (cuBLAS) differs from it just above powers of two."
         ),
@@ -182,7 +261,7 @@ def _constant(name: str) -> Twin:
 
 MANIFEST = Manifest(
     topic="mx",
-    modules=("reference.mx", "torch_impl.mx"),
+    modules=("reference.mx", "torch_impl.mx", "reference.mx_variants", "torch_impl.mx_variants"),
     rows=(
         *map(_constant, ("ELEMENT_FORMATS", "SCALE_MODES", "ROUNDINGS", "VARIANTS",
                          "NVFP4_VARIANTS", "BLOCK_SIZE", "NVFP4_BLOCK_SIZE", "E8M0_BIAS",
@@ -191,7 +270,8 @@ MANIFEST = Manifest(
         _same("mx", "scale_codes", *_TWINS, "mx.rceil_log2f"),
         _same("mx", "scaled_blocks", *_TWINS),
         _same("mx", "round_elements", *_TWINS, "mx.clipping"),
-        _same("mx", "to_mx", *_TWINS, "mx.ocp", "mx.torchao"),
+        _same("mx", "to_mx", *_TWINS, "mx.ocp", "mx.torchao", "mx.microxcaling",
+              "mx.microxcaling_cpp", "mx.transformer_engine", "mx.variants_table"),
         _same("mx", "from_mx", *_TWINS),
         _same("mx", "clipped_blocks", "mx.clipping"),
         _same("mx", "per_tensor_scale", *_TWINS, "mx.nvfp4_torchao"),
@@ -201,6 +281,14 @@ MANIFEST = Manifest(
         _same("mx", "from_nvfp4", *_TWINS, "mx.nvfp4_te"),
         _same("mx", "pack_fp4", "mx.torchao"),
         _same("mx", "unpack_fp4", "mx.torchao"),
+        _same("mx_variants", "block_amax", "mx.twins", "mx.transformer_engine"),
+        _same("mx_variants", "log2_floor_f32", "mx.twins", "mx.microxcaling",
+              "mx.rceil_log2f"),
+        _same("mx_variants", "te_quotient", "mx.twins", "mx.transformer_engine"),
+        _same("mx_variants", "te_multiplier", "mx.twins", "mx.transformer_engine"),
+        _same("mx_variants", "torchao_scaled", "mx.twins", "mx.torchao"),
+        _same("mx_variants", "round_microxcaling", "mx.twins", "mx.microxcaling"),
+        _same("mx_variants", "unsigned_zeros", "mx.twins", "mx.microxcaling_cpp"),
     ),
     headline="parity/test_mx.py::"
              "test_one_tensor_to_mxfp8_and_back_gives_the_same_bits_in_both_trees",

@@ -16,6 +16,7 @@ import ml_dtypes
 import numpy as np
 import torch
 
+from common.mx_ranges import VARIANT_RANGES
 from reference import mx as rmx
 from torch_impl import mx as tmx
 
@@ -62,6 +63,15 @@ def distributions(blocks: int, seed: int = 0) -> dict[str, np.ndarray]:
     }
 
 
+def settings(fmt: str, modes: tuple[str, ...] = rmx.SCALE_MODES
+             ) -> list[tuple[str, str, str]]:
+    """(variant, mode, rounding): every variant that takes the element format `fmt`, with each
+    of its scale modes among `modes` and each of its roundings (common/mx_ranges.py)."""
+    return [(variant, mode, rounding) for variant, taken in VARIANT_RANGES.items()
+            if fmt in taken.formats for mode in taken.modes if mode in modes
+            for rounding in taken.roundings]
+
+
 def to_torch(x: np.ndarray, device: str = "cpu") -> torch.Tensor:
     """float32 x, or bfloat16 x (ml_dtypes) by its bits, as a torch tensor on `device`."""
     if x.dtype == ml_dtypes.bfloat16:
@@ -69,7 +79,7 @@ def to_torch(x: np.ndarray, device: str = "cpu") -> torch.Tensor:
     return torch.from_numpy(x).to(device)
 
 
-def both_to_mx(x: np.ndarray, fmt: str, mode: str, rounding: str = "nearest_even",
+def both_to_mx(x: np.ndarray, fmt: str, mode: str | None, rounding: str | None = None,
                device: str = "cpu", variant: str = "ocp") -> tuple[rmx.MXTensor, tmx.MXTensor]:
     """The reference's and torch_impl's MX tensors of the same float32 (or bfloat16) x."""
     return (rmx.to_mx(x, fmt, mode, rounding=rounding, variant=variant),
@@ -120,4 +130,71 @@ def counts(blocks: int, seed: int = 0) -> dict:
                             for fmt in rmx.ELEMENT_FORMATS}
         table["away_bf16"][d] = {fmt: [away_differs(b, fmt, False), away_differs(b, fmt, True)]
                                  for fmt in rmx.ELEMENT_FORMATS}
+    return table
+
+
+# The classes of block the variants' table counts, in the order a block is classed (the first
+# that holds): reference/mx_variants.py says who departs where
+CLASSES = ("NaN in the block", "inf in the block", "-0 elements", "zero block",
+           "code 0 (scale 2^-127)", "float32 log2 near 2^k", "ties", "any other")
+PAIR_MODES = ("floor", "rceil")
+
+
+def _classes(x: np.ndarray, fmt: str, mode: str) -> np.ndarray:
+    """The class (an index into CLASSES) of each block of x (rows of one block), read off
+    the specification's conversion under `mode`."""
+    from reference import mx_variants
+
+    spec = rmx.to_mx(x, fmt, mode)
+    amax = np.max(np.abs(x), axis=-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        exact = np.floor(np.log2(amax.astype(np.float64)))
+    code, q = rmx.scaled_blocks(x, fmt, mode)
+    top = np.float32(rmx.FORMATS[fmt].max)
+    q = np.clip(q, -top, top)[:, 0]
+    ties = (rmx.round_elements(q, fmt) != rmx.round_elements(q, fmt, "nearest_away")).any(-1)
+    tests = (np.isnan(x).any(-1), np.isinf(x).any(-1),
+             (spec.elements == 1 << (rmx.FORMATS[fmt].bits - 1)).any(axis=-1), ~x.any(-1),
+             code[:, 0] == 0, (mx_variants.log2_floor_f32(amax) != exact) & (amax > 0), ties)
+    cls = np.full(len(x), len(CLASSES) - 1)
+    for i, holds in reversed(list(enumerate(tests))):
+        cls = np.where(holds, i, cls)
+    return cls
+
+
+def variant_disagreements(per_kind: int = 16) -> dict[tuple[str, str], dict[str, list[int]]]:
+    """{(pair "a vs b", mode): {class: [blocks whose decoded values differ (NaN as one
+    value), blocks of the class]}}: every pair of variants, at floor and rceil where both
+    take the mode (else each at its own), over the element formats both take, on
+    edge_array(fmt, seed=0, per_kind) blocks."""
+    from parity.strategies.mx import edge_array
+
+    data = {fmt: edge_array(fmt, seed=0, per_kind=per_kind) for fmt in rmx.ELEMENT_FORMATS}
+    values: dict[tuple[str, str, str], np.ndarray] = {}
+    classes: dict[tuple[str, str], np.ndarray] = {}
+
+    def decoded(variant: str, mode: str, fmt: str) -> np.ndarray:
+        if (variant, mode, fmt) not in values:
+            mx = rmx.to_mx(data[fmt], fmt, mode, variant=variant)
+            values[(variant, mode, fmt)] = rmx.from_mx(mx)
+        return values[(variant, mode, fmt)]
+
+    table: dict[tuple[str, str], dict[str, list[int]]] = {}
+    for i, a in enumerate(rmx.VARIANTS):
+        for b in rmx.VARIANTS[i + 1:]:
+            ra, rb = VARIANT_RANGES[a], VARIANT_RANGES[b]
+            common = [m for m in PAIR_MODES if m in ra.modes and m in rb.modes]
+            for ma, mb in [(m, m) for m in common] or [(ra.modes[0], rb.modes[0])]:
+                row = {c: [0, 0] for c in CLASSES}
+                for fmt in (f for f in rmx.ELEMENT_FORMATS if f in ra.formats and f in rb.formats):
+                    va, vb = decoded(a, ma, fmt), decoded(b, mb, fmt)
+                    same = (va.view(np.uint32) == vb.view(np.uint32)) | (np.isnan(va)
+                                                                           & np.isnan(vb))
+                    differ = ~same.all(axis=-1)
+                    if (fmt, ma) not in classes:
+                        classes[(fmt, ma)] = _classes(data[fmt], fmt, ma)
+                    for k, name in enumerate(CLASSES):
+                        row[name][0] += int((differ & (classes[(fmt, ma)] == k)).sum())
+                        row[name][1] += int((classes[(fmt, ma)] == k).sum())
+                table[(f"{a} vs {b}", ma if ma == mb else f"{ma} vs {mb}")] = row
     return table

@@ -1,6 +1,7 @@
 """Strategies for the mx claims: arrays of MX blocks built from edge kinds (EDGE_KINDS: amax
 exactly at, just below and 1-3 ulps above a power of two or the element max, zero and -0
-blocks, a single NaN or inf, subnormal-only blocks, an outlier, ties, the smallest scales),
+blocks, a single NaN or inf, subnormal-only blocks, an outlier, ties, the smallest scales,
+an amax 1 to 48 ulps below a power of two, -0 elements),
 each block placed at its own power of two; `edge_block` builds one, `edge_array` every kind
 for the fixed inputs of the oracle and twin tests, `mx_blocks` draws them."""
 
@@ -15,7 +16,7 @@ from reference.mx import BLOCK_SIZE, ELEMENT_FORMATS, SCALE_MODES
 # The kinds of edge block (one block of BLOCK_SIZE values each; `j` a power-of-two shift)
 EDGE_KINDS = ("random", "pow2_amax", "below_pow2", "above_pow2", "elem_max", "above_elem_max",
               "zero", "signed_zero", "one_nan", "one_inf", "subnormal", "outlier", "ties",
-              "tiny_scale")
+              "tiny_scale", "ulps_below_pow2", "negative_zeros")
 
 
 def edge_block(kind: str, fmt: str, j: int, rng: np.random.Generator,
@@ -54,6 +55,12 @@ def edge_block(kind: str, fmt: str, j: int, rng: np.random.Generator,
             q = odd * np.exp2(t - m - 1.0) * rng.choice([-1, 1], block_size)
             x = (q * 2.0 ** (j - spec.emax)).astype(np.float32)
             x[i] = np.float32(2.0**j)
+        elif kind == "ulps_below_pow2":  # 1 to 48 ulps below 2^j: float32 log2 rounds to j
+            word = np.float32(2.0**j).view(np.uint32) - np.uint32(rng.integers(1, 49))
+            x[i] = word.view(np.float32)
+        elif kind == "negative_zeros":  # -0 elements, and negatives that round to zero
+            x[rng.integers(block_size, size=block_size // 4)] = -0.0
+            x[rng.integers(block_size, size=4)] = np.float32(-(2.0 ** (j - 40)))
         elif kind == "tiny_scale":  # amax near 2^-127 * max_elem: the scale code 0 or 1
             x = (x * np.float32(2.0 ** (-120 - j))).astype(np.float32)
     return x

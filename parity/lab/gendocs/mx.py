@@ -61,40 +61,40 @@ def _() -> str:
 
 @section("mx.md", "variants")
 def _() -> str:
-    """Where torchao's variant leaves the specification, by class of block, computed here on
-    the edge blocks of the tests (parity/strategies/mx.py: 64 of each kind per format)."""
-    import numpy as np
+    """Where each pair of MX variants parts, by class of block, computed here on the edge
+    blocks (parity/drivers/mx.py variant_disagreements; parity/test_mx_variants.py recomputes
+    it against this page)."""
+    from parity.drivers.mx import CLASSES, variant_disagreements
 
-    from parity.strategies.mx import edge_array
-    from reference import mx as rmx
-
-    classes = ("code 0 (scale 2^-127)", "holds +-inf", "any other")
-    head = ("| element format | mode | " + " | ".join(classes)
-            + " |\n|---|---|" + "---:|" * len(classes))
-    lines, blocks = [head], 0
-    for fmt in FORMATS:
-        x = edge_array(fmt, seed=0, per_kind=64)
-        blocks = len(x)
-        for mode in ("floor", "rceil"):
-            spec = rmx.to_mx(x, fmt, mode)
-            ocp, ao = rmx.from_mx(spec), rmx.from_mx(rmx.to_mx(x, fmt, mode, variant="torchao"))
-            differ = (~((ocp == ao) | (np.isnan(ocp) & np.isnan(ao)))).any(axis=-1)
-            inf = np.isinf(x).any(axis=-1)
-            code0 = (spec.scales[:, 0] == 0) & ~inf
-            cells = [f"{int((differ & c).sum())} of {int(c.sum())}"
-                     for c in (code0, inf, ~code0 & ~inf)]
-            lines.append(f"| `{fmt}` | `{mode}` | " + " | ".join(cells) + " |")
-    return (f"Blocks (of {blocks:,} edge blocks of 32 per element format: every kind of "
-            "`parity/strategies/mx.py`, 64 each) whose decoded values differ between the "
-            "specification (`variant=\"ocp\"`, the default) and torchao 0.18's variant, by "
-            "class. Who is right by the text, per class: at code 0 the specification "
-            "(P_i = V_i / X with the stored X = 2^-127; torchao divides by 2^-126 under "
-            "floor and multiplies by 1 under rceil, so the block decodes at half its value "
-            "or at zero); for a block holding +-inf the specification (floor(log2 amax) has "
-            "no finite value and E8M0's only non-finite code is NaN: the block is NaN, as "
-            "in microxcaling; torchao reads a finite scale off inf's exponent field under "
-            "floor, and both saturate d to 2^127 under rceil, cuBLAS's rule); elsewhere they "
-            "agree (claims `mx.ocp` and `mx.torchao`):\n\n" + "\n".join(lines))
+    table = variant_disagreements()
+    lines = ["| variants (scale mode) | " + " | ".join(CLASSES) + " |",
+             "|---|" + "---:|" * len(CLASSES)]
+    for (pair, mode), row in table.items():
+        lines.append(f"| {pair} ({mode}) | "
+                     + " | ".join(f"{n} of {total}" for n, total in row.values()) + " |")
+    return (
+        "Blocks whose decoded values differ (NaN as one value) between two variants, by "
+        "class of block, over the element formats both take (the edge blocks of "
+        "`parity/strategies/mx.py`, 16 of each kind per format; a block is counted in the "
+        "first class that holds, read off the specification's conversion; claim "
+        "`mx.variants_table`). Who is right by the text of OCP MX 1.0 (section 6.3), per "
+        "class: NaN in the block: the specification (and microxcaling, torchao) make the "
+        "block NaN, Transformer Engine drops the NaN from the amax and keeps the other "
+        "values (a choice the text does not make: its conversion has no NaN input case); "
+        "inf in the block: the specification, NaN (floor(log2 inf) has no finite value; "
+        "torchao reads a finite scale off inf's exponent field under floor; rceil is not "
+        "OCP's and saturates to 2^127 in every variant); -0 elements: the specification "
+        "keeps -0 (the element formats have it), microxcaling's Python path makes an "
+        "element -0 into +0 (torch.sign) and its C++ path every zero +0; code 0: the "
+        "specification's X = 2^-127 is exact, torchao divides by 2^-126 under floor and "
+        "multiplies by 1 under rceil (Transformer Engine before v2.13 did too; at d0067d0 it "
+        "multiplies by 2^127, as the text does); float32 log2 near 2^k: the specification's "
+        "floor(log2 amax) is exact, microxcaling's Python path rounds log2 up to k a few "
+        "ulps below 2^k and takes a scale one binade too high; ties: the specification "
+        "leaves the element rounding to the format's conversion (nearest even here), "
+        "microxcaling rounds ties away (both are roundings to nearest); any other: a pair "
+        "under different scale modes (microxcaling's floor against Transformer Engine's "
+        "rceil) differs wherever floor clips.\n\n" + "\n".join(lines))
 
 
 @section("mx.md", "nvfp4-variants")
