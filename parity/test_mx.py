@@ -21,6 +21,7 @@ from parity.compare import assert_claim
 from parity.drivers import mx as drv
 from parity.strategies import edge_array, examples, mx_blocks
 from reference import mx as rmx
+from reference import mx_variants as rmx_variants
 from torch_impl import mx as tmx
 
 COUNTS_JSON = Path(__file__).resolve().parents[1] / "docs" / "data" / "mx_counts.json"
@@ -121,6 +122,9 @@ def _check_log2f(d: np.ndarray, context: str) -> None:
     ours = np.ceil(np.log2(d.astype(np.float64)).astype(np.float32))  # reference.mx's rule
     theirs = torch.ceil(torch.log2(torch.from_numpy(d))).numpy()
     assert_claim("mx.rceil_log2f", actual=ours, expected=theirs, context=context)
+    floor = rmx_variants.log2_floor_f32(d).astype(np.float32)  # microxcaling's floor
+    assert_claim("mx.rceil_log2f", actual=floor, context=f"{context} floor",
+                 expected=torch.floor(torch.log2(torch.from_numpy(d))).numpy())
 
 
 def test_float32_log2_ceiling_is_torchs_near_every_power_of_two() -> None:
