@@ -147,6 +147,27 @@ def test_clipping_does_not_hide_an_inf_gradient_of_the_last_micro_step(device: s
     assert torch.isnan(model[2].bias.grad).any()  # what counting after the clip would see
 
 
+def test_a_sum_of_finite_increments_that_overflows_is_named_by_the_pre_clip_norm(
+        device: str) -> None:
+    """w x with x = 1 and a loss of 2^127 w: each micro-step adds 2^127 to w's gradient,
+    finite; the second makes .grad 2^128, past float32 (inf). No increment has a non-finite
+    value; the pre-clip norm does, and end_step raises naming it at micro-step 1 of 2."""
+    model = nn.Linear(1, 1, bias=False).to(device)
+    detector = Detector(model, None, "float32")
+    for _ in range(2):
+        with detector.micro_step():
+            loss = model(torch.ones(1, 1, device=device)).sum() * 2.0 ** 127
+        loss.backward()
+    norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
+    with pytest.raises(NonFinite) as e:
+        detector.end_step(grad_norm=norm)
+    r = e.value.report
+    assert len(detector.micro_counts) == 2 and all(  # every increment finite
+        sum(row[:3]) == 0 for counts in detector.micro_counts for row in counts.values())
+    assert (r.micro_step, r.micro_steps, r.phase, r.module, r.value) == (
+        1, 2, "backward", "grad_norm", "inf")
+
+
 # NOTE: the oracle below casts with torch's own .to(float16); the detector counts on bits.
 def _row(x: torch.Tensor) -> list[int]:
     """(nan, +inf, -inf, zero, over_max, to_zero) of x viewed in float16, by the cast."""
