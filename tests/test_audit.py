@@ -79,18 +79,6 @@ def complete(t: dict[str, Any]) -> dict[str, Any]:
             "sampler": {"epoch": 1, "position": 16}, "epoch": 1, "global_step": 2}
 
 
-def lightning(t: dict[str, Any]) -> dict[str, Any]:
-    """What Lightning's Trainer.save_checkpoint writes for 16-mixed precision (no RNG)."""
-    return {"epoch": 1, "global_step": 2, "pytorch-lightning_version": "2.4.0",
-            "state_dict": {f"net.{k}": v for k, v in t["model"].items()},
-            "loops": {"fit_loop": {"state_dict": {}, "epoch_loop.batch_progress": {
-                "total": {"ready": 2, "completed": 2}, "current": {"ready": 1,
-                                                                   "completed": 1}}}},
-            "callbacks": {}, "optimizer_states": [t["optimizer"]],
-            "lr_schedulers": [t["scheduler"]], "MixedPrecision": t["scaler"],
-            "hyper_parameters": {"precision": "16-mixed"}}
-
-
 def write_safetensors(path: Path, tensors: dict[str, torch.Tensor]) -> None:
     """The safetensors layout by its spec: u64 little-endian N, N bytes of JSON, the data."""
     header, data, offset = {}, b"", 0
@@ -174,24 +162,6 @@ def test_the_table_names_each_row_and_ends_with_the_verdict(
     assert [line.split("  ")[0] for line in out[2:2 + len(ITEMS)]] == list(ITEMS)
     assert out[-1] == ("audit: exact resume impossible: scaler, torch CPU RNG, "
                        "data position, epoch missing")  # nanoGPT's lr is get_lr(iter_num)
-
-
-def test_lightning_checkpoint_lacks_only_the_rng(tmp_path: Path,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    state = lightning(trained())
-    torch.save(state, tmp_path / "last.ckpt")
-    status, report, _ = audit(tmp_path / "last.ckpt", capsys)
-    r = rows(report)
-    assert (status, report["kind"]) == (EXIT_FAILED, "Lightning checkpoint")
-    assert {i: r[i]["where"] for i in ("model", "optimizer", "scheduler", "scaler",
-                                       "data position")} == {
-        "model": "state_dict", "optimizer": "optimizer_states/0",
-        "scheduler": "lr_schedulers/0", "scaler": "MixedPrecision", "data position": "loops"}
-    assert [row["item"] for row in report["rows"]
-            if row["need"] == "required" and row["status"] != PRESENT] == ["torch CPU RNG"]
-    torch.save({**state, "rng_states": {"torch": torch.get_rng_state()}},
-               tmp_path / "with_rng.ckpt")
-    assert audit(tmp_path / "with_rng.ckpt", capsys)[0] == EXIT_OK
 
 
 def test_accelerate_folder_lists_its_files_and_its_pickles_unloaded(

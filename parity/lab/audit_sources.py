@@ -21,6 +21,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from parity.lab import audit_lightning as lightning
 from parity.lab import audit_nanogpt as nanogpt
 from parity.lab.audit_files import safetensors_header, torch_file
 from parity.lab.audit_own import own
@@ -69,6 +70,8 @@ def audit_path(text: str) -> Audit:
     audit = recognize(value)
     if audit.kind == nanogpt.KIND:
         audit = nanogpt.adjust(audit, value)
+    if audit.kind == lightning.KIND:
+        audit = lightning.adjust(audit, value)
     if audit.kind.startswith("optimizer state"):
         per = [s for s in value["state"].values() if isinstance(s, dict)]
         keys = sorted({k for s in per for k in s if k != "step"})

@@ -1,0 +1,125 @@
+"""A Lightning `.ckpt` read as what `Trainer.fit(ckpt_path=...)` restores (lightning 2.6).
+
+audit_recognize.py finds the model ("state_dict"), the optimizers ("optimizer_states"), the
+schedulers ("lr_schedulers"), the precision plugin's scaler, "epoch" and "global_step" by
+their structure. Lightning saves no RNG: the user adds it, the usual way being the
+LightningModule's hooks,
+
+    def on_save_checkpoint(self, checkpoint):
+        checkpoint["torch_rng_state"] = torch.get_rng_state()
+    def on_load_checkpoint(self, checkpoint):
+        torch.set_rng_state(checkpoint["torch_rng_state"])
+
+(a 5056-byte uint8 tensor: the torch CPU RNG row). What the rules cannot see is the data
+position. Lightning restores its loop counters ("loops"/"fit_loop": the epoch's progress,
+the batches done in it), but the batches come from the user's DataLoader, and a plain
+DataLoader is not resumable: on resume it starts its epoch over (Lightning warns "your
+dataloader is not resumable"). A loader with `state_dict`/`load_state_dict` (torchdata's
+StatefulDataLoader) has its state saved under fit_loop's "state_dict"/"combined_loader".
+
+Where in the epoch the file was written, from fit_loop's "epoch_progress" totals (the same
+tests Lightning's `_FitLoop.update_restart_stage` makes):
+
+    saved                       epoch_progress.total             the resume
+    at an epoch's end           processed == started,            starts the next epoch: its
+    (on_train_epoch_end)        completed == processed - 1       order is drawn afresh
+    after the epoch's last      processed == started - 1,        the same (Lightning treats
+    batch (on_train_batch_end)  batch_progress.is_last_batch     it as the epoch's end)
+    mid-epoch                   processed == started - 1         restarts the loader's epoch,
+                                                                 or a stateful loader's state
+
+At an epoch boundary the data position is the epoch itself: the next epoch's order is drawn
+from the torch CPU generator, exact when that is restored. Mid-epoch the verdict is
+"unknown", never "exact": with no loader state, a plain DataLoader restarts its epoch; with
+one, the new loader iterator draws its base seed from the torch CPU generator after the hook
+above restored it, so a model that draws from it too (dropout) resumes on other masks.
+MEASURED holds what tests/test_audit_lightning_resume.py measures for each (it asserts
+these numbers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from parity.lab.audit_recognize import MISSING, PRESENT, Audit, Row
+
+KIND = "Lightning checkpoint"
+# max |Δw| of the resumed run's weights against a straight run's, and the tensors differing
+# (of 4): a tiny MLP with dropout 0.2, AdamW, cosine lr, DataLoader(shuffle=True) of 6
+# batches an epoch, 3 epochs, RNG saved by the hooks above, checkpoint after 4 batches
+MEASURED = {"plain": (0.0375, 4), "stateful": (0.0152, 4), "boundary": (0.0, 0)}
+FIX = ("checkpoint at epoch ends (ModelCheckpoint(every_n_epochs=1): measured exact); "
+       "torchdata's StatefulDataLoader saves the loader's position (Lightning keeps its "
+       "state_dict) but, with dropout, not the masks")
+
+
+def _get(value: Any, *keys: str) -> Any:
+    for key in keys:
+        if not isinstance(value, Mapping) or key not in value:
+            return None
+        value = value[key]
+    return value
+
+
+def where_in_epoch(top: Mapping[str, Any]) -> tuple[str, int | None]:
+    """("boundary" | "mid-epoch" | "unknown", batches done in the epoch) from the fit loop's
+    progress counters (the table above)."""
+    fit = _get(top, "loops", "fit_loop")
+    total = _get(fit, "epoch_progress", "total")
+    batches = _get(fit, "epoch_loop.batch_progress")
+    if not isinstance(total, Mapping) or not isinstance(batches, Mapping):
+        return "unknown", None
+    try:
+        started, processed, completed = (int(total[k]) for k in ("started", "processed",
+                                                                    "completed"))
+        done = int(batches["current"]["processed"])
+    except (KeyError, TypeError, ValueError):
+        return "unknown", None
+    if processed == started and completed in (processed, processed - 1):
+        return "boundary", done
+    if processed == started - 1 and batches.get("is_last_batch") is True:
+        return "boundary", done  # saved in the last batch's on_train_batch_end
+    return "mid-epoch", done
+
+
+def adjust(audit: Audit, top: Mapping[str, Any]) -> Audit:
+    """`audit` with the data position read as the table above says, and the verdict unknown
+    mid-epoch."""
+    i = next(n for n, r in enumerate(audit.rows) if r.item == "data position")
+    stage, done = where_in_epoch(top)
+    epoch = top.get("epoch")
+    loader = _get(top, "loops", "fit_loop", "state_dict", "combined_loader")
+    where = "loops/fit_loop/epoch_progress"
+    if stage == "boundary":
+        audit.rows[i] = Row("data position", PRESENT, where,
+                            f"saved at the end of epoch {epoch}: the resume starts the next "
+                            "epoch, whose order a shuffling DataLoader draws from the torch "
+                            "CPU generator")
+        return audit
+    if stage == "unknown":
+        audit.rows[i] = Row("data position", MISSING, "", "no fit loop progress to read")
+        return audit
+    if loader:
+        audit.rows[i] = Row("data position", PRESENT, "loops/fit_loop/state_dict/"
+                            "combined_loader", f"a stateful loader's state, {done} batches "
+                            f"into epoch {epoch}")
+        cost = MEASURED["stateful"]
+        audit.unknown = (
+            f"saved {done} batches into epoch {epoch} with a stateful loader's state: on "
+            "resume the new loader iterator draws its base seed from the torch CPU generator "
+            "after on_load_checkpoint restored it, so a model drawing from it (dropout) gets "
+            f"other masks (measured: max |Δw| {cost[0]:g}, {cost[1]} tensors differing); "
+            f"exact only if nothing else draws from it. Fix: {FIX}")
+        return audit
+    audit.rows[i] = Row("data position", MISSING, "loops/fit_loop",
+                        f"Lightning's counters say {done} batches into epoch {epoch}, but no "
+                        "loader state was saved (no fit_loop combined_loader)",
+                        "if the DataLoader is not resumable (a plain one is not)")
+    cost = MEASURED["plain"]
+    audit.unknown = (
+        f"saved {done} batches into epoch {epoch}: the loader's position cannot be seen. "
+        "Lightning restores its loop counters, but a plain DataLoader restarts its epoch "
+        "(Lightning warns 'your dataloader is not resumable'; measured after a mid-epoch "
+        f"resume: max |Δw| {cost[0]:g}, {cost[1]} tensors differing). Fix: {FIX}")
+    return audit

@@ -1,0 +1,129 @@
+"""`python -m parity audit` on Lightning `.ckpt` files written here by torch.save with the keys
+and loop counters lightning 2.6.6's Trainer writes (copied from the real files of
+tests/test_audit_lightning_resume.py's runs: 6 batches an epoch, checkpoints after batch 4,
+at the end of epoch 0, after the last batch of epoch 1), no lightning needed. The slow test
+holds each verdict to Lightning's own resume."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from parity.lab.audit_lightning import MEASURED
+from parity.lab.audit_recognize import MISSING, PRESENT
+from parity.lab.cli import EXIT_FAILED, EXIT_OK, EXIT_UNKNOWN
+from tests.test_audit import audit, rows, trained
+
+
+def progress(n: int, done: int | None = None) -> dict[str, int]:
+    """Lightning's _ReadyCompletedTracker dict: n ready, started and processed, `done`
+    completed (n unless said)."""
+    return {"ready": n, "started": n, "processed": n, "completed": n if done is None else done}
+
+
+def fit_loop(stage: str, loader: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """loops/fit_loop of a real checkpoint saved at `stage`: "mid-epoch" (after batch 4 of
+    epoch 0), "epoch end" (epoch 0's on_train_epoch_end), "last batch" (after batch 6 of
+    epoch 1, in on_train_batch_end)."""
+    epoch, batches, last = {
+        "mid-epoch": ({**progress(1, 0), "processed": 0}, (4, 4, 3), False),
+        "epoch end": (progress(1, 0), (6, 6, 6), True),
+        "last batch": ({**progress(2, 1), "processed": 1}, (12, 6, 5), True),
+    }[stage]
+    total, current, done = batches
+    return {"state_dict": {} if loader is None else {"combined_loader": loader},
+            "epoch_loop.state_dict": {"_batches_that_stepped": done},
+            "epoch_loop.batch_progress": {"total": progress(total, total - (current > done)),
+                                          "current": progress(current, done),
+                                          "is_last_batch": last},
+            "epoch_progress": {"total": epoch, "current": epoch}}
+
+
+def lightning_ckpt(stage: str, rng: bool = True,
+                   loader: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A .ckpt of a LightningModule with the RNG hooks of parity/lab/audit_lightning.py."""
+    t = trained()
+    state = {"epoch": 0 if stage != "last batch" else 1, "global_step": 4,
+             "pytorch-lightning_version": "2.6.6",
+             "state_dict": {f"net.{k}": v for k, v in t["model"].items()},
+             "loops": {"fit_loop": fit_loop(stage, loader)}, "callbacks": {},
+             "optimizer_states": [t["optimizer"]], "lr_schedulers": [t["scheduler"]]}
+    return {**state, "torch_rng_state": torch.get_rng_state()} if rng else state
+
+
+def run_audit(tmp_path: Path, state: dict[str, Any], capsys: pytest.CaptureFixture[str]
+              ) -> tuple[int, dict[str, Any]]:
+    torch.save(state, tmp_path / "epoch=0-step=4.ckpt")
+    status, report, err = audit(tmp_path / "epoch=0-step=4.ckpt", capsys)
+    assert report["kind"] == "Lightning checkpoint", err
+    return status, report
+
+
+@pytest.mark.parametrize("stage", ["epoch end", "last batch"])
+def test_a_lightning_checkpoint_at_an_epoch_boundary_with_its_rng_is_exact(
+        stage: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """At an epoch's end (or after its last batch) the next epoch's order is drawn from the
+    torch CPU generator the hook saved: exact, as Lightning's resume measured (0)."""
+    status, report = run_audit(tmp_path, lightning_ckpt(stage), capsys)
+    r = rows(report)
+    assert (status, report["verdict"]) == (EXIT_OK, "exact resume possible")
+    assert (r["data position"]["status"], r["data position"]["where"]) == (
+        PRESENT, "loops/fit_loop/epoch_progress")
+    assert r["torch CPU RNG"]["where"] == "torch_rng_state"
+
+
+def test_a_16_mixed_lightning_checkpoint_names_where_each_piece_is(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """16-mixed: the precision plugin's GradScaler state is required and found."""
+    state = {**lightning_ckpt("epoch end"), "MixedPrecision": trained()["scaler"],
+             "hyper_parameters": {"precision": "16-mixed"}}
+    status, report = run_audit(tmp_path, state, capsys)
+    r = rows(report)
+    assert status == EXIT_OK
+    assert {i: (r[i]["status"], r[i]["where"]) for i in ("model", "optimizer", "scheduler",
+                                                          "scaler", "global step")} == {
+        "model": (PRESENT, "state_dict"), "optimizer": (PRESENT, "optimizer_states/0"),
+        "scheduler": (PRESENT, "lr_schedulers/0"), "scaler": (PRESENT, "MixedPrecision"),
+        "global step": (PRESENT, "global_step")}
+    del state["MixedPrecision"]
+    assert run_audit(tmp_path, state, capsys)[1]["verdict"] == \
+        "exact resume impossible: scaler missing"
+
+
+def test_a_lightning_checkpoint_without_its_rng_is_impossible(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status, report = run_audit(tmp_path, lightning_ckpt("epoch end", rng=False), capsys)
+    assert (status, report["verdict"]) == (EXIT_FAILED,
+                                           "exact resume impossible: torch CPU RNG missing")
+
+
+def test_mid_epoch_with_a_plain_dataloader_is_unknown_never_possible(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Lightning's loop counters say batch 4, but no loader state is saved: a plain
+    DataLoader restarts its epoch, so the verdict is unknown (exit 5), naming the fix and
+    the measured cost; the data position row is not taken from the counters."""
+    status, report = run_audit(tmp_path, lightning_ckpt("mid-epoch"), capsys)
+    row = rows(report)["data position"]
+    assert (status, report["exact"]) == (EXIT_UNKNOWN, False)
+    assert (row["status"], row["where"]) == (MISSING, "loops/fit_loop")
+    assert row["need"] != "required" and "4 batches into epoch 0" in row["detail"]
+    text = report["unknown"]
+    assert report["verdict"] == f"unknown: {text}"
+    assert "plain DataLoader restarts its epoch" in text and "every_n_epochs=1" in text
+    assert f"max |Δw| {MEASURED['plain'][0]:g}" in text
+
+
+def test_mid_epoch_with_a_stateful_loader_is_unknown_for_its_seed_draw(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A StatefulDataLoader's state saved (fit_loop's combined_loader): the position is
+    there, but the new iterator's seed draw moves the restored generator: unknown."""
+    loader = [{"_num_yielded": 4, "_sampler_iter_yielded": 4}]
+    status, report = run_audit(tmp_path, lightning_ckpt("mid-epoch", loader=loader), capsys)
+    row = rows(report)["data position"]
+    assert status == EXIT_UNKNOWN
+    assert (row["status"], row["where"]) == (PRESENT,
+                                             "loops/fit_loop/state_dict/combined_loader")
+    assert "base seed" in report["unknown"]
