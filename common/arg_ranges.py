@@ -17,6 +17,8 @@ A range is one of
     range(lo, hi + 1)      integers lo..hi, both edges accepted (r[0], r[-1])
     a tuple of names       an enumeration: each member accepted, anything else refused
     FloatRange             floats between two bounds, each end open or closed
+    IntsFrom               integers lo, lo + 1, ... with no upper edge (where torch checks
+                           only the lower one, as its BatchSampler's batch_size)
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from __future__ import annotations
 import math
 import operator
 from dataclasses import dataclass
+
+from common.fp8_recipes import FP8_FORMATS
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,17 @@ class FloatRange:
         above = v > self.low if self.low_open else v >= self.low
         below = v < self.high if self.high_open else v <= self.high
         return above and below
+
+
+@dataclass(frozen=True)
+class IntsFrom:
+    """The integers v >= low, unbounded above: a range whose twin (a torch check written
+    `v <= 0: refuse`) has no upper edge to hold the reference to."""
+
+    low: int
+
+    def __contains__(self, v: int) -> bool:
+        return v >= self.low
 
 
 # -- formats (reference/formats.py, torch_impl/formats.py, and the small formats' encoders)
@@ -77,6 +92,8 @@ BACKOFF_FACTOR_ERROR = "The backoff factor must be < 1.0."
 SEEDS = range(0, 2**32)
 EPOCHS = range(0, 2**32)
 BATCH_INDICES = range(0, 2**32)
+HASH_PURPOSES = range(0, 2**32)  # a purpose is xored into a 32-bit word
+HASH_COUNTS = range(0, 2**32 + 1)  # word_i is a bijection for i < 2^32: at most 2^32 words
 SAMPLER_SAMPLES = range(1, 2**32)  # a sampler's num_samples: an index is a 32-bit word
 TASK_SAMPLES = range(1, 2**32 // 64)  # a task's rows are drawn 64 words at a time
 TASK_FEATURES = range(1, 65)
@@ -84,6 +101,37 @@ TASK_HIDDEN = range(1, 257)
 TASK_CLASSES = range(2, 17)
 COPY_PREFIXES = range(1, 1025)
 COPY_VOCAB_SIZES = range(3, 2**16)
+TASK_DTYPES: tuple[str, ...] = ("float32", "float64")
+# the batch sampler is torch.utils.data.BatchSampler in the twin, so its checks are torch's
+# (torch/utils/data/sampler.py): a Python int above 0 (no upper edge), a bool drop_last,
+# each refused with torch's ValueError text, which the reference's BatchSampler gives too
+BATCH_SIZES = IntsFrom(1)
+BATCH_SIZE_ERROR = "batch_size should be a positive integer value, but got batch_size={}"
+DROP_LAST_ERROR = "drop_last should be a boolean value, but got drop_last={}"
+
+# -- ddp_scaler: how found_inf is repaired across ranks (reference/ddp_scaler.py): not at
+# all, all-reduced by MAX or SUM by hand, or by torch's ShardedGradScaler (its unscale_'s
+# SUM, which the reference runs as its SUM); how a torch rank reports a parted step
+SCALER_REPAIRS: tuple[str, ...] = ("none", "max", "sum", "sharded")
+SCALER_CHECKS: tuple[str, ...] = ("record", "raise")
+
+# -- fp8_gemm (reference/fp8_gemm.py, torch_impl/fp8_gemm.py): an operand's dtype, a
+# scale's (a float32 dequantization scale: torch._scaled_mm's), and a matmul's operands'
+GEMM_FORMATS = FP8_FORMATS
+SCALE_DTYPES: tuple[str, ...] = ("float32",)
+MATMUL_DTYPES: tuple[str, ...] = ("float32",)
+
+# -- optim: torch.optim's own checks (torch/optim/sgd.py, adam.py), which the reference's
+# SGD, Adam and AdamW make with torch's messages. SGD writes `lr < 0.0: refuse` (NaN and
+# inf pass); Adam writes `not 0.0 <= lr: refuse` (NaN refused, inf passes). Nothing above:
+# a momentum of 1.5 or an lr of inf is taken, as torch takes it. dampening is not checked.
+SGD_LRS = FloatRange(0.0, math.inf, nan=True)
+SGD_MOMENTA = FloatRange(0.0, math.inf, nan=True)
+SGD_WEIGHT_DECAYS = FloatRange(0.0, math.inf, nan=True)
+ADAM_LRS = FloatRange(0.0, math.inf)
+ADAM_EPSILONS = FloatRange(0.0, math.inf)
+ADAM_BETAS = FloatRange(0.0, 1.0, high_open=True)  # each of the two
+ADAM_WEIGHT_DECAYS = FloatRange(0.0, math.inf)
 
 
 def check_int(where: str, name: str, value: object, declared: range) -> int:
@@ -113,3 +161,36 @@ def check_flag(where: str, name: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"{where}: {name} must be True or False, got {value!r}")
     return value
+
+
+def check_dtype(where: str, name: str, dtype: str, declared: tuple[str, ...],
+                error: type[Exception] = TypeError) -> str:
+    """`dtype` (a dtype's name as both trees write it: "float32", "float8_e4m3fn") when it
+    is a member of `declared`, else one `error` line naming the members."""
+    if dtype not in declared:
+        raise error(f"{where}: {name} must be {' or '.join(declared)}, got {dtype}")
+    return dtype
+
+
+def check_gemm_shapes(where: str, a: tuple[int, ...], b: tuple[int, ...]) -> None:
+    """a (M, K) and b (K, N), any sides from 0 on, else one ValueError line."""
+    if len(a) != 2 or len(b) != 2 or a[1] != b[0]:
+        raise ValueError(f"{where}: a (M, K) and b (K, N) expected, got shapes {tuple(a)} "
+                         f"and {tuple(b)}")
+
+
+def check_scale_shape(where: str, name: str, shape: tuple[int, ...],
+                      rowwise: tuple[int, ...]) -> None:
+    """A GEMM scale is one value (tensorwise: one element, any shape) or of shape `rowwise`."""
+    if math.prod(shape) != 1 and tuple(shape) != tuple(rowwise):
+        raise ValueError(f"{where}: {name} is one value (tensorwise) or of shape "
+                         f"{tuple(rowwise)} (rowwise), got shape {tuple(shape)}")
+
+
+def check_broadcast(where: str, name: str, shape: tuple[int, ...], to: tuple[int, ...]) -> None:
+    """`shape` broadcasts to `to` and leaves it as it is (NumPy's and torch's rule, one way)."""
+    fits = len(shape) <= len(to) and all(
+        s in (1, t) for s, t in zip(reversed(shape), reversed(to), strict=False))
+    if not fits:
+        raise ValueError(f"{where}: {name} of shape {tuple(shape)} does not broadcast to "
+                         f"x's shape {tuple(to)}")

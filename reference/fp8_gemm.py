@@ -44,49 +44,57 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from common.arg_ranges import (
+    GEMM_FORMATS,
+    MATMUL_DTYPES,
+    SCALE_DTYPES,
+    check_broadcast,
+    check_dtype,
+    check_gemm_shapes,
+    check_scale_shape,
+)
 from reference import mx
 from reference.formats import decode
 
-FP8_FORMATS = {"float8_e4m3fn": ml_dtypes.float8_e4m3fn, "float8_e5m2": ml_dtypes.float8_e5m2}
+# the declared ranges (common/arg_ranges.py): an operand's format, a scale's and a matmul's dtype
+FP8_FORMATS = {name: getattr(ml_dtypes, name) for name in GEMM_FORMATS}
 
 
-def _fmt_of(x: np.ndarray, where: str) -> str:
-    for name, dtype in FP8_FORMATS.items():
-        if x.dtype == dtype:
-            return name
-    raise TypeError(f"{where}: expects an fp8 array (ml_dtypes float8_e4m3fn or float8_e5m2), "
-                    f"got dtype {x.dtype}")
+def _dtype_name(x: np.ndarray) -> str:
+    """The dtype's name as both trees write it ("float32", "float8_e4m3fn")."""
+    return x.dtype.name
 
 
-def _scale(scale: object, shape: tuple[int, ...], where: str) -> np.ndarray:
+def _fmt_of(x: np.ndarray, where: str, name: str) -> str:
+    return check_dtype(where, name, _dtype_name(x), GEMM_FORMATS, TypeError)
+
+
+def _scale(scale: object, shape: tuple[int, ...], where: str, name: str) -> np.ndarray:
     """The float32 dequantization scale: one value, or `shape` (rowwise)."""
     s = np.asarray(scale)
-    if s.dtype != np.float32:
-        raise TypeError(f"{where}: expects a float32 scale, got dtype {s.dtype}")
-    if s.size != 1 and s.shape != shape:
-        raise ValueError(f"{where}: a scale is one value (tensorwise) or of shape {shape} "
-                         f"(rowwise), got shape {s.shape}")
+    check_dtype(where, name, _dtype_name(s), SCALE_DTYPES, TypeError)
+    check_scale_shape(where, name, s.shape, shape)
     return s.reshape(()) if s.size == 1 else s
 
 
 def dequantize(x: np.ndarray, scale: object) -> np.ndarray:
     """f32(decode(x) * scale): fp8 x (ml_dtypes) with its float32 dequantization scale
-    (a scalar, or an array broadcasting against x), as float32."""
-    fmt = _fmt_of(np.asarray(x), "dequantize")
-    codes = np.ascontiguousarray(x).view(np.uint8)
+    (a float32 array broadcasting to x's shape), as float32."""
+    x, s = np.asarray(x), np.asarray(scale)
+    fmt = _fmt_of(x, "dequantize", "x")
+    check_dtype("dequantize", "scale", _dtype_name(s), SCALE_DTYPES, TypeError)
+    check_broadcast("dequantize", "scale", s.shape, x.shape)
+    codes = np.ascontiguousarray(x).view(np.uint8).reshape(x.shape)  # a 0-d x stays 0-d
     values = decode(codes, fmt, dtype=np.float32)  # exact: every fp8 value is a float32
-    return values * np.asarray(scale, dtype=np.float32)  # one float32 rounding each
+    return values * s  # one float32 rounding each
 
 
 def matmul_f32(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """f32(A @ B) of float32 A (M, K), B (K, N): accumulated in float64, rounded once
     (NOTE [ Accumulate in float64, round once ])."""
     for name, m in (("a", a), ("b", b)):
-        if m.dtype != np.float32 or m.ndim != 2:
-            raise TypeError(f"matmul_f32: {name} must be a 2-D float32 array, got "
-                            f"{m.dtype} of shape {m.shape}")
-    if a.shape[1] != b.shape[0]:
-        raise ValueError(f"matmul_f32: shapes {a.shape} and {b.shape} cannot be multiplied")
+        check_dtype("matmul_f32", name, _dtype_name(m), MATMUL_DTYPES, TypeError)
+    check_gemm_shapes("matmul_f32", a.shape, b.shape)
     return (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)  # (M, N)
 
 
@@ -98,14 +106,12 @@ def scaled_mm(a: np.ndarray, b: np.ndarray, scale_a: object, scale_b: object) ->
     (M, N). TypeError for another dtype, ValueError for shapes that do not fit.
     """
     a, b = np.asarray(a), np.asarray(b)
-    _fmt_of(a, "scaled_mm")
-    _fmt_of(b, "scaled_mm")
-    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
-        raise ValueError(f"scaled_mm: a (M, K) and b (K, N) expected, got shapes {a.shape} "
-                         f"and {b.shape}")
+    _fmt_of(a, "scaled_mm", "a")
+    _fmt_of(b, "scaled_mm", "b")
+    check_gemm_shapes("scaled_mm", a.shape, b.shape)
     (m, _), (_, n) = a.shape, b.shape
-    sa = _scale(scale_a, (m, 1), "scaled_mm scale_a")
-    sb = _scale(scale_b, (1, n), "scaled_mm scale_b")
+    sa = _scale(scale_a, (m, 1), "scaled_mm", "scale_a")
+    sb = _scale(scale_b, (1, n), "scaled_mm", "scale_b")
     return matmul_f32(dequantize(a, sa), dequantize(b, sb))
 
 
@@ -115,9 +121,7 @@ def mx_matmul(a: np.ndarray, b: np.ndarray, fmt: str, mode: str = "floor",
     K (block size 32, element format `fmt`, scale mode `mode`, `variant`: reference/mx.py),
     dequantized, and multiplied by `matmul_f32`. Returns float32 (M, N)."""
     a, b = np.asarray(a), np.asarray(b)
-    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
-        raise ValueError(f"mx_matmul: a (M, K) and b (K, N) expected, got shapes {a.shape} "
-                         f"and {b.shape}")
+    check_gemm_shapes("mx_matmul", a.shape, b.shape)
     a_hp = mx.from_mx(mx.to_mx(a, fmt, mode, variant=variant))  # (M, K), blocks along K
     b_hp = mx.from_mx(mx.to_mx(np.ascontiguousarray(b.T), fmt, mode, variant=variant)).T
     return matmul_f32(a_hp, b_hp)

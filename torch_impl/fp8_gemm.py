@@ -33,29 +33,47 @@ from __future__ import annotations
 
 import torch
 
+from common.arg_ranges import (
+    GEMM_FORMATS,
+    MATMUL_DTYPES,
+    SCALE_DTYPES,
+    check_broadcast,
+    check_dtype,
+    check_gemm_shapes,
+    check_scale_shape,
+)
 from torch_impl import mx
 
-FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+# the declared ranges (common/arg_ranges.py): an operand's format, a scale's and a matmul's dtype
+FP8_DTYPES = tuple(getattr(torch, name) for name in GEMM_FORMATS)
 
 
-def _check_fp8(x: object, where: str) -> torch.Tensor:
-    if not isinstance(x, torch.Tensor) or x.dtype not in FP8_DTYPES:
-        what = x.dtype if isinstance(x, torch.Tensor) else type(x).__name__
-        raise TypeError(f"{where}: expects a float8_e4m3fn or float8_e5m2 tensor, got {what}")
-    return x
+def _dtype_name(x: object) -> str:
+    """The dtype's name as both trees write it ("float32", not "torch.float32"); for a
+    non-tensor, what it is instead."""
+    if not isinstance(x, torch.Tensor):
+        return f"{type(x).__name__} (not a tensor)"
+    return str(x.dtype).removeprefix("torch.")
+
+
+def _check_fp8(x: object, where: str, name: str) -> torch.Tensor:
+    check_dtype(where, name, _dtype_name(x), GEMM_FORMATS, TypeError)
+    return x  # type: ignore[return-value]
 
 
 def dequantize(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """f32(x * scale): fp8 x with its float32 dequantization scale (reference: the same)."""
-    return _check_fp8(x, "dequantize").contiguous().to(torch.float32) * scale
+    _check_fp8(x, "dequantize", "x")
+    check_dtype("dequantize", "scale", _dtype_name(scale), SCALE_DTYPES, TypeError)
+    check_broadcast("dequantize", "scale", tuple(scale.shape), tuple(x.shape))
+    return x.contiguous().to(torch.float32) * scale
 
 
 def matmul_f32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """torch's float32 matmul (the reference accumulates in float64 and rounds once)."""
     for name, m in (("a", a), ("b", b)):
-        if m.dtype != torch.float32 or m.dim() != 2:
-            raise TypeError(f"matmul_f32: {name} must be a 2-D float32 tensor, got "
-                            f"{m.dtype} of shape {tuple(m.shape)}")
+        check_dtype("matmul_f32", name, _dtype_name(m), MATMUL_DTYPES, TypeError)
+    check_gemm_shapes("matmul_f32", tuple(a.shape), tuple(b.shape))
     return torch.matmul(a, b)  # (M, N)
 
 
@@ -64,15 +82,12 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
               scale_result: torch.Tensor | None = None) -> torch.Tensor:
     """torch._scaled_mm's CPU kernel in torch ops (module docstring): a (M, K), b (K, N)
     fp8; scales float32, one value each or (M, 1) and (1, N); bias (N,)."""
-    a, b = _check_fp8(a, "scaled_mm"), _check_fp8(b, "scaled_mm")
-    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
-        raise ValueError(f"scaled_mm: a (M, K) and b (K, N) expected, got shapes "
-                         f"{tuple(a.shape)} and {tuple(b.shape)}")
+    a, b = _check_fp8(a, "scaled_mm", "a"), _check_fp8(b, "scaled_mm", "b")
+    check_gemm_shapes("scaled_mm", tuple(a.shape), tuple(b.shape))
     for name, s, rowwise in (("scale_a", scale_a, (a.shape[0], 1)),
                              ("scale_b", scale_b, (1, b.shape[1]))):
-        if s.dtype != torch.float32 or (s.numel() != 1 and tuple(s.shape) != rowwise):
-            raise ValueError(f"scaled_mm: {name} must be float32, one value or of shape "
-                             f"{rowwise}, got {s.dtype} of shape {tuple(s.shape)}")
+        check_dtype("scaled_mm", name, _dtype_name(s), SCALE_DTYPES, TypeError)
+        check_scale_shape("scaled_mm", name, tuple(s.shape), rowwise)
     sa = scale_a.reshape(()) if scale_a.numel() == 1 else scale_a
     sb = scale_b.reshape(()) if scale_b.numel() == 1 else scale_b
     out = matmul_f32(dequantize(a, sa), dequantize(b, sb))
@@ -103,9 +118,7 @@ def cpu_scaled_mm_support() -> tuple[bool, bool]:
 def mx_matmul(a: torch.Tensor, b: torch.Tensor, fmt: str, mode: str = "floor",
               variant: str = "ocp") -> torch.Tensor:
     """The emulated MX product of float32 a (M, K) and b (K, N) (reference: the same)."""
-    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
-        raise ValueError(f"mx_matmul: a (M, K) and b (K, N) expected, got shapes "
-                         f"{tuple(a.shape)} and {tuple(b.shape)}")
+    check_gemm_shapes("mx_matmul", tuple(a.shape), tuple(b.shape))
     a_hp = mx.from_mx(mx.to_mx(a, fmt, mode, variant=variant))  # (M, K), blocks along K
     b_hp = mx.from_mx(mx.to_mx(b.t().contiguous(), fmt, mode, variant=variant)).t()  # (K, N)
     return torch.mm(a_hp, b_hp)

@@ -55,10 +55,11 @@ def _values(v: Any) -> list[Any]:
 
 
 def judge(claim_id: str, ref: Outcome, tor: Outcome, context: str,
-          value_claim: str | None = None) -> None:
+          value_claim: str | None = None, scale: Any = None) -> None:
     """Both trees raised the same one-line error, or both gave values equal as the claim
-    (`value_claim` where values have a claim of their own) compares them; recorded under
-    the claim either way (an error line counts one value)."""
+    (`value_claim` where values have a claim of their own) compares them, with `scale`
+    where the claim is of kind eps; recorded under the claim either way (an error line
+    counts one value)."""
     if ref.error is not None or tor.error is not None:
         same = ref.error == tor.error and "\n" not in str(ref.error)
         assert_observed(claim_id, 0.0 if same else float("inf"), 1,
@@ -68,4 +69,5 @@ def judge(claim_id: str, ref: Outcome, tor: Outcome, context: str,
     assert len(ref_values) == len(torch_values), (context, ref.value, tor.value)
     for i, (r, t) in enumerate(zip(ref_values, torch_values, strict=True)):
         assert_claim(value_claim or claim_id, actual=as_numpy(t) if isinstance(t, torch.Tensor)
-                     else np.asarray(t), expected=np.asarray(r), context=f"{context} [{i}]")
+                     else np.asarray(t), expected=np.asarray(r), context=f"{context} [{i}]",
+                     scale=scale)
