@@ -81,6 +81,7 @@ def block_scales(x: np.ndarray, tile: tuple[int, int], variant: str = "deepseek"
                  ) -> tuple[np.ndarray, np.ndarray]:
     """(multiplier, scale), float32 per tile: x * multiplier is cast, q * scale decodes; the
     variant's rule in the module docstring."""
+    _check(x, tile, variant, "block_scales")  # its own name in the error line
     amax = block_amax(x, tile, variant)
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
         if variant == "deepseek":
@@ -99,6 +100,7 @@ def block_scales(x: np.ndarray, tile: tuple[int, int], variant: str = "deepseek"
 def quantize_blockwise(x: np.ndarray, tile: tuple[int, int], variant: str = "deepseek"
                        ) -> tuple[np.ndarray, np.ndarray]:
     """(codes, scales): float8_e4m3fn codes of x's shape, float32 decode scales per tile."""
+    _check(x, tile, variant, "quantize_blockwise")
     multiplier, scale = block_scales(x, tile, variant)
     m, n = np.shape(x)
     expanded = _expand(multiplier, tile, (m, n))  # (M, N): each element's tile multiplier

@@ -301,11 +301,13 @@ def _check_float32(x: object, where: str) -> np.ndarray:
 
 
 def _check_rbits(rbits: object, shape: tuple[int, ...]) -> np.ndarray:
-    r = np.asarray(rbits)
-    if r.dtype != np.uint8 or r.shape != tuple(shape):
-        raise ValueError(f"rbits must be uint8 of shape {tuple(shape)}, got {r.dtype} of "
-                         f"shape {tuple(r.shape)}")
-    return r
+    if not isinstance(rbits, np.ndarray):  # a list would widen to int64: name what was given
+        raise ValueError(f"rbits must be uint8 of shape {tuple(shape)}, got "
+                         f"{type(rbits).__name__}")
+    if rbits.dtype != np.uint8 or rbits.shape != tuple(shape):
+        raise ValueError(f"rbits must be uint8 of shape {tuple(shape)}, got {rbits.dtype} of "
+                         f"shape {tuple(rbits.shape)}")
+    return rbits
 
 
 def _check(x: object, tile: object, rounding: str, rbits: object, four_over_six: bool,

@@ -46,6 +46,7 @@ def block_amax(x: torch.Tensor, tile: tuple[int, int], variant: str = "deepseek"
 def block_scales(x: torch.Tensor, tile: tuple[int, int], variant: str = "deepseek"
                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """(multiplier, scale), float32 per tile."""
+    _check(x, tile, variant, "block_scales")  # its own name in the error line
     amax = block_amax(x, tile, variant)
     if variant == "deepseek":
         sf = amax.clamp(min=DEEPSEEK_EPS) / E4M3_MAX
@@ -63,6 +64,7 @@ def block_scales(x: torch.Tensor, tile: tuple[int, int], variant: str = "deepsee
 def quantize_blockwise(x: torch.Tensor, tile: tuple[int, int], variant: str = "deepseek"
                        ) -> tuple[torch.Tensor, torch.Tensor]:
     """(codes, scales): float8_e4m3fn codes of x's shape, float32 decode scales per tile."""
+    _check(x, tile, variant, "quantize_blockwise")
     multiplier, scale = block_scales(x, tile, variant)
     m, n = x.shape
     expanded = _expand(multiplier, tile, (m, n))  # (M, N)

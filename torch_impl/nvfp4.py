@@ -247,11 +247,12 @@ def _check_float32(x: object, where: str) -> torch.Tensor:
 
 
 def _check_rbits(rbits: object, shape: tuple[int, ...]) -> torch.Tensor:
-    got = (_name(rbits.dtype), tuple(rbits.shape)) if isinstance(rbits, torch.Tensor) else (
-        type(rbits).__name__, ())
-    if got != ("uint8", tuple(shape)):
-        raise ValueError(f"rbits must be uint8 of shape {tuple(shape)}, got {got[0]} of "
-                         f"shape {got[1]}")
+    if not isinstance(rbits, torch.Tensor):
+        raise ValueError(f"rbits must be uint8 of shape {tuple(shape)}, got "
+                         f"{type(rbits).__name__}")
+    if rbits.dtype != torch.uint8 or tuple(rbits.shape) != tuple(shape):
+        raise ValueError(f"rbits must be uint8 of shape {tuple(shape)}, got "
+                         f"{_name(rbits.dtype)} of shape {tuple(rbits.shape)}")
     return rbits
 
 

@@ -54,6 +54,10 @@ def round_bf16_stochastic(x: torch.Tensor, draws: torch.Tensor, *, variant: str 
                           ) -> torch.Tensor:
     """float32 `x` rounded to bfloat16, away from zero iff draws < the 16 dropped bits."""
     _check_variant(variant)
+    for name, t in (("x", x), ("draws", draws)):  # the reference takes array-likes (asarray)
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"round_bf16_stochastic: {name} must be a torch.Tensor, got "
+                            f"{type(t).__name__}")
     _check_draws(tuple(x.shape), x.dtype, tuple(draws.shape), draws.dtype,
                  int(draws.min()) if draws.numel() else 0,
                  int(draws.max()) if draws.numel() else 0)
