@@ -36,11 +36,21 @@ between the two.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
 
+from common.arg_ranges import (
+    ADAM_BETAS,
+    ADAM_EPSILONS,
+    ADAM_LRS,
+    ADAM_WEIGHT_DECAYS,
+    SGD_LRS,
+    SGD_MOMENTA,
+    SGD_WEIGHT_DECAYS,
+)
 from reference.fma import fma, lerp
 from reference.module import Parameter
 
@@ -57,7 +67,35 @@ from reference.module import Parameter
 # A Python float hyperparameter reaches the kernel as a c10::Scalar converted to the
 # tensor's dtype (`value.to<scalar_t>()`), and float32 kernels compute in float32: torch's
 # `v.mul_(beta2)` is float32(v * float32(beta2)), not float32(v * beta2) (they differ in a
-# sizeable fraction of elements: docs/optim.md). So every scalar below goes through `dt(...)`.
+# sizeable fraction of elements: docs/optim.md). So every scalar below goes through `dt(...)`,
+# or `_checked(..., dt)` where torch's conversion is checked (NOTE [ A scalar torch converts
+# with a check ]).
+
+# NOTE [ A scalar torch converts with a check ]
+# A Scalar passed as an op's `alpha=` or `value=` or as lerp's weight is converted by
+# c10::checked_convert: a FINITE value outside the dtype's range raises
+# `RuntimeError: value cannot be converted to type float without overflow` at the step
+# (inf and NaN pass, as they convert exactly). One passed as a plain operand (`mul_(beta2)`,
+# `add_(eps)`, `div_(c)`) is cast unchecked, to inf. torch's constructors check neither (an
+# lr of 3.5e38 is built), so neither does the reference's; its step raises where torch's
+# does, and computes with IEEE infinities and NaNs elsewhere, silently, as torch's kernels
+# do (np.errstate in the steps: an lr of inf makes inf and NaN there, not an error).
+_CONVERT_NAMES = {np.float32: "float", np.float64: "double"}
+
+
+def _checked(x: float, dt: type) -> np.floating:
+    """x cast to `dt` (np.float32 or np.float64), or torch's RuntimeError where x is finite
+    and outside the dtype's range (NOTE [ A scalar torch converts with a check ])."""
+    if math.isfinite(x) and abs(x) > float(np.finfo(dt).max):  # compared in float64
+        raise RuntimeError(f"value cannot be converted to type {_CONVERT_NAMES[dt]} without "
+                           "overflow")
+    return dt(x)
+
+
+def _cast(x: float, dt: type) -> np.floating:
+    """x cast to `dt` unchecked: past its range, inf (torch's plain scalar operand)."""
+    with np.errstate(over="ignore"):
+        return dt(x)
 
 
 class Optimizer:
@@ -72,14 +110,15 @@ class Optimizer:
     @staticmethod
     def _check_adam(lr: float, betas: tuple[float, float], eps: float) -> None:
         """torch.optim.Adam's checks of lr, betas and eps, with its messages (every Adam-like
-        optimizer here, optim_sr's AdamWSR too, makes them)."""
-        if not 0.0 <= lr:
+        optimizer here, optim_sr's AdamWSR too, makes them), over the declared ranges
+        (common/arg_ranges.py: torch writes `not 0.0 <= lr`, so NaN is refused)."""
+        if lr not in ADAM_LRS:
             raise ValueError(f"Invalid learning rate: {lr}")
-        if not 0.0 <= eps:
+        if eps not in ADAM_EPSILONS:
             raise ValueError(f"Invalid epsilon value: {eps}")
-        if not 0.0 <= betas[0] < 1.0:
+        if betas[0] not in ADAM_BETAS:
             raise ValueError(f"Invalid beta parameter at index 0: {betas[0]}")
-        if not 0.0 <= betas[1] < 1.0:
+        if betas[1] not in ADAM_BETAS:
             raise ValueError(f"Invalid beta parameter at index 1: {betas[1]}")
 
     def __init__(self, params: Iterable[Any], defaults: dict[str, Any], fma: bool) -> None:
@@ -196,11 +235,13 @@ class SGD(Optimizer):
     def __init__(self, params: Iterable[Any], lr: float = 1e-3, momentum: float = 0,
                  dampening: float = 0, weight_decay: float = 0, nesterov: bool = False, *,
                  maximize: bool = False, fma: bool = True) -> None:
-        if lr < 0.0:
+        # torch's checks over the declared ranges (common/arg_ranges.py: torch writes
+        # `lr < 0.0`, so NaN passes)
+        if lr not in SGD_LRS:
             raise ValueError(f"Invalid learning rate: {lr}")
-        if momentum < 0.0:
+        if momentum not in SGD_MOMENTA:
             raise ValueError(f"Invalid momentum value: {momentum}")
-        if weight_decay < 0.0:
+        if weight_decay not in SGD_WEIGHT_DECAYS:
             raise ValueError(f"Invalid weight_decay value: {weight_decay}")
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ValueError("Nesterov momentum requires a momentum and zero dampening")
@@ -209,24 +250,30 @@ class SGD(Optimizer):
         super().__init__(params, defaults, fma)
 
     def step(self) -> None:
-        for group in self.param_groups:
-            lr, momentum, wd = group["lr"], group["momentum"], group["weight_decay"]
-            for p, grad in self._grads(group):
-                dt = p.data.dtype.type
-                if group["maximize"]:
-                    grad = -grad
-                if wd != 0:
-                    grad = fma(p.data, dt(wd), grad, self.fma)
-                if momentum != 0:
-                    state = self.state.setdefault(p, {})
-                    buf = state.get("momentum_buffer")
-                    if buf is None:
-                        buf = grad.copy()
-                    else:
-                        buf = fma(grad, dt(1 - group["dampening"]), buf * dt(momentum), self.fma)
-                    state["momentum_buffer"] = buf
-                    grad = fma(buf, dt(momentum), grad, self.fma) if group["nesterov"] else buf
-                np.copyto(p.data, fma(grad, dt(-lr), p.data, self.fma))
+        with np.errstate(over="ignore", invalid="ignore"):  # IEEE, as torch's kernels
+            for group in self.param_groups:
+                self._step_group(group)
+
+    def _step_group(self, group: dict[str, Any]) -> None:
+        lr, momentum, wd = group["lr"], group["momentum"], group["weight_decay"]
+        for p, grad in self._grads(group):
+            dt = p.data.dtype.type
+            if group["maximize"]:
+                grad = -grad
+            if wd != 0:
+                grad = fma(p.data, _checked(wd, dt), grad, self.fma)  # add(alpha=wd)
+            if momentum != 0:
+                state = self.state.setdefault(p, {})
+                buf = state.get("momentum_buffer")
+                if buf is None:
+                    buf = grad.copy()
+                else:  # buf.mul_(momentum).add_(grad, alpha=1 - dampening)
+                    buf = fma(grad, _checked(1 - group["dampening"], dt),
+                              buf * _cast(momentum, dt), self.fma)
+                state["momentum_buffer"] = buf
+                grad = (fma(buf, _checked(momentum, dt), grad, self.fma) if group["nesterov"]
+                        else buf)
+            np.copyto(p.data, fma(grad, _checked(-lr, dt), p.data, self.fma))
 
 
 class Adam(Optimizer):
@@ -238,8 +285,11 @@ class Adam(Optimizer):
                  decoupled_weight_decay: bool = False, fma: bool = True,
                  sqrt: Callable[[np.ndarray], np.ndarray] = np.sqrt) -> None:
         self._check_adam(lr, betas, eps)
-        if not 0.0 <= weight_decay:
+        if weight_decay not in ADAM_WEIGHT_DECAYS:
             raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        if not (isinstance(betas[0], float) and isinstance(betas[1], float)):
+            # torch's text: its betas may also be two tensors, the reference's may not
+            raise ValueError("betas must be either both floats or both Tensors")
         defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay,
                     "amsgrad": amsgrad, "maximize": maximize,
                     "decoupled_weight_decay": decoupled_weight_decay}
@@ -247,41 +297,46 @@ class Adam(Optimizer):
         self.sqrt = sqrt  # NOTE [ torch's CPU sqrt is MKL's ]
 
     def step(self) -> None:
-        for group in self.param_groups:
-            lr, (beta1, beta2), wd = group["lr"], group["betas"], group["weight_decay"]
-            for p, grad in self._grads(group):
-                dt = p.data.dtype.type
-                state = self.state.setdefault(p, {})
-                if not state:  # lazy initialization, as torch
-                    state["step"] = np.array(0.0, dtype=np.float32)
-                    state["exp_avg"] = np.zeros_like(p.data)
-                    state["exp_avg_sq"] = np.zeros_like(p.data)
-                    if group["amsgrad"]:
-                        state["max_exp_avg_sq"] = np.zeros_like(p.data)
-                if group["maximize"]:
-                    grad = -grad
-                state["step"] += np.float32(1)
-                if wd != 0:
-                    if group["decoupled_weight_decay"]:
-                        np.copyto(p.data, p.data * dt(1 - lr * wd))
-                    else:
-                        grad = fma(p.data, dt(wd), grad, self.fma)
-                state["exp_avg"] = lerp(state["exp_avg"], grad, dt(1 - beta1), self.fma)
-                state["exp_avg_sq"] = fma(grad * dt(1 - beta2), grad,
-                                          state["exp_avg_sq"] * dt(beta2), self.fma)
-                # NOTE [ Adam's bias corrections are Python floats ]
-                # torch's for-loop path reads step with .item() and does the scalar math in
-                # Python (float64, C pow); only the finished scalars meet the tensors.
-                step = float(state["step"])
-                bias_correction1 = 1 - beta1**step
-                bias_correction2 = 1 - beta2**step
-                step_size = lr / bias_correction1
-                bias_correction2_sqrt = bias_correction2**0.5
-                v = state["exp_avg_sq"]
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # IEEE, as torch
+            for group in self.param_groups:
+                self._step_group(group)
+
+    def _step_group(self, group: dict[str, Any]) -> None:
+        lr, (beta1, beta2), wd = group["lr"], group["betas"], group["weight_decay"]
+        for p, grad in self._grads(group):
+            dt = p.data.dtype.type
+            state = self.state.setdefault(p, {})
+            if not state:  # lazy initialization, as torch
+                state["step"] = np.array(0.0, dtype=np.float32)
+                state["exp_avg"] = np.zeros_like(p.data)
+                state["exp_avg_sq"] = np.zeros_like(p.data)
                 if group["amsgrad"]:
-                    state["max_exp_avg_sq"] = v = np.maximum(state["max_exp_avg_sq"], v)
-                denom = self.sqrt(v) / dt(bias_correction2_sqrt) + dt(group["eps"])
-                np.copyto(p.data, p.data + (dt(-step_size) * state["exp_avg"]) / denom)
+                    state["max_exp_avg_sq"] = np.zeros_like(p.data)
+            if group["maximize"]:
+                grad = -grad
+            state["step"] += np.float32(1)
+            if wd != 0:
+                if group["decoupled_weight_decay"]:  # mul_(1 - lr * wd)
+                    np.copyto(p.data, p.data * _cast(1 - lr * wd, dt))
+                else:  # add(param, alpha=wd)
+                    grad = fma(p.data, _checked(wd, dt), grad, self.fma)
+            state["exp_avg"] = lerp(state["exp_avg"], grad, _checked(1 - beta1, dt), self.fma)
+            state["exp_avg_sq"] = fma(grad * _checked(1 - beta2, dt), grad,  # addcmul value=
+                                      state["exp_avg_sq"] * _cast(beta2, dt), self.fma)
+            # NOTE [ Adam's bias corrections are Python floats ]
+            # torch's for-loop path reads step with .item() and does the scalar math in
+            # Python (float64, C pow); only the finished scalars meet the tensors.
+            step = float(state["step"])
+            bias_correction1 = 1 - beta1**step
+            bias_correction2 = 1 - beta2**step
+            step_size = lr / bias_correction1
+            bias_correction2_sqrt = bias_correction2**0.5
+            v = state["exp_avg_sq"]
+            if group["amsgrad"]:
+                state["max_exp_avg_sq"] = v = np.maximum(state["max_exp_avg_sq"], v)
+            denom = self.sqrt(v) / _cast(bias_correction2_sqrt, dt) + _cast(group["eps"], dt)
+            # addcdiv_(exp_avg, denom, value=-step_size)
+            np.copyto(p.data, p.data + (_checked(-step_size, dt) * state["exp_avg"]) / denom)
 
 
 class AdamW(Adam):

@@ -7,6 +7,17 @@ import math
 import numpy as np
 from hypothesis import strategies as st
 
+from common.arg_ranges import (
+    ADAM_BETAS,
+    ADAM_EPSILONS,
+    ADAM_LRS,
+    ADAM_WEIGHT_DECAYS,
+    SGD_LRS,
+    SGD_MOMENTA,
+    SGD_WEIGHT_DECAYS,
+)
+from parity.strategies.edges import declared_values
+
 # torch's CPU kernels process 2 vectors per iteration (32 float32 / 16 float64 with AVX512,
 # 16 / 8 with AVX2) and finish with a scalar tail; sizes around those multiples, 0-d
 # parameters and sizes of one element reach both paths (NOTE [ FMA in torch's CPU kernels ]).
@@ -83,3 +94,18 @@ def sr_bf16_inputs() -> st.SearchStrategy[np.ndarray]:
     NaN and inf, with the edges of SR_EDGES mixed in."""
     word = st.one_of(st.integers(0, 2**32 - 1), st.sampled_from(list(sr_edge_bits())))
     return st.lists(word, min_size=1, max_size=64).map(lambda w: np.array(w, dtype=np.uint32))
+
+
+def optim_declared_hyper(name: str) -> st.SearchStrategy[dict]:
+    """Keyword arguments of SGD, Adam or AdamW, each hyperparameter drawn over the whole of
+    its declared range (common/arg_ranges.py: torch's own checks), its edges often: 0 and
+    inf where torch takes them, betas up to the float just below 1 (`name` SGD, Adam or
+    AdamW)."""
+    if name == "SGD":
+        return st.fixed_dictionaries({"lr": declared_values(SGD_LRS),
+                                      "momentum": declared_values(SGD_MOMENTA),
+                                      "weight_decay": declared_values(SGD_WEIGHT_DECAYS)})
+    return st.fixed_dictionaries({
+        "lr": declared_values(ADAM_LRS), "eps": declared_values(ADAM_EPSILONS),
+        "betas": st.tuples(declared_values(ADAM_BETAS), declared_values(ADAM_BETAS)),
+        "weight_decay": declared_values(ADAM_WEIGHT_DECAYS)})
