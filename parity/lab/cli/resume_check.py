@@ -4,6 +4,9 @@ within --atol), the first that differs named, and the step at which the two runs
 
     python -m parity resume-check module:factory --steps N --at K [--kill] [--atol X]
         [--same-process] [--json]
+    python -m parity resume-check --script COMMAND --resume-flag FLAG [--state FILE]
+        --steps N --at K [--atol X] [--json]
+    python -m parity resume-check --fit module:fit --steps N --at K [--atol X] [--json]
 
 module:factory: a function, importable from the current folder, that takes no arguments and
 returns a trainer: an object with state_dict(), load_state_dict(state) and step(), or a
@@ -18,12 +21,24 @@ the step of the load (docs/your-trainer.md).
 --kill: the checkpoint comes from a process SIGKILLed while saving at step K + 1 into the
 same file; the file must still hold step K, whole. --same-process: resume in this process
 (faster; state kept in module globals is then not tested).
+--script COMMAND: a training script run as it is run, with its own argv (none of
+resume-check's): `{steps}` in COMMAND becomes each run's steps, `{dir}` a fresh folder of
+each run; it runs straight for N steps, for K steps, then for N steps in the K run's folder
+with --resume-flag's words appended; the two files --state names (default {dir}/ckpt.pt),
+read with torch.load(weights_only=True), are compared entry by entry at the end.
+--fit module:fit: a function taking the run resume-check asks for (steps, at, dir,
+resume_from) that trains with the project's callback in a framework's loop (transformers'
+Trainer: parity.lab.your_trainer.callbacks.ResumeCheckCallback; Lightning:
+parity.lab.your_trainer.callbacks_lightning.ResumeCheckLightning); the framework saves at K
+and resumes from its own checkpoint in a fresh process; the digests after each step > K.
 Last line: `resume-check: exact`, `resume-check: within atol X (...)` or
 `resume-check: differs: first entry E, the runs part at step S at P` (E the first final
-entry that differs, P the first entry that parts; with --json, one JSON
-object before it); a trainer that raises: `resume-check: failed: ...`, one line.
+entry that differs, P the first entry that parts; a script: `resume-check: differs: first
+entry E`; with --json, one JSON object before it); a trainer that raises:
+`resume-check: failed: ...`, one line.
 Exit status: 0 the runs agree; 1 they differ, the state needs pickle, or the trainer raised;
-2 bad input (a factory that does not import, steps out of range).
+2 bad input (a factory that does not import, steps out of range, a command without
+{steps} or {dir}, two modes or none).
 """
 
 from __future__ import annotations
@@ -45,8 +60,17 @@ HELP = "does your trainer resume exactly? N steps straight against k, a save, a 
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("factory", metavar="module:factory",
+    p.add_argument("factory", metavar="module:factory", nargs="?",
                    help="the function that builds your trainer, e.g. mytrain:make_trainer")
+    p.add_argument("--script", metavar="COMMAND", default=None,
+                   help="instead: your training command, with {steps} and {dir} in it")
+    p.add_argument("--resume-flag", metavar="FLAG", default=None,
+                   help="with --script: the words that make it resume (e.g. --resume)")
+    p.add_argument("--state", metavar="FILE", default=None,
+                   help="with --script: the file each run saves (default {dir}/ckpt.pt)")
+    p.add_argument("--fit", metavar="module:fit", default=None,
+                   help="instead: your function training a framework's loop with the "
+                        "project's callback (transformers' Trainer, Lightning)")
     p.add_argument("--steps", type=int_at_least(2), required=True, metavar="N",
                    help="steps of the straight run")
     p.add_argument("--at", type=int_at_least(1), required=True, metavar="K",
@@ -60,18 +84,52 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="one JSON object instead of the text")
 
 
-def run(args: argparse.Namespace) -> int:
+def _checked(args: argparse.Namespace) -> str:
+    """The mode the arguments ask for ("factory", "script" or "fit"); UsageError when they
+    ask for none, for two, or for an option another mode takes."""
     if args.at >= args.steps:
         raise UsageError(f"--at {args.at}: must be below --steps {args.steps}")
-    if ":" not in args.factory:
-        raise UsageError(f"{args.factory!r}: expected module:function (e.g. "
-                         "mytrain:make_trainer)")
+    modes = [m for m, v in (("factory", args.factory), ("script", args.script),
+                            ("fit", args.fit)) if v is not None]
+    if len(modes) != 1:
+        raise UsageError("give one of module:factory, --script COMMAND or --fit module:fit"
+                         + (f" (got {' and '.join(modes)})" if modes else ""))
+    mode = modes[0]
+    script_only = [o for o, v in (("--resume-flag", args.resume_flag), ("--state", args.state))
+                   if v is not None]
+    if mode != "script" and script_only:
+        raise UsageError(f"{', '.join(script_only)}: only with --script")
+    if mode == "script" and args.resume_flag is None:
+        raise UsageError("--script needs --resume-flag: the words that make it resume")
+    process_only = [o for o, v in (("--kill", args.kill), ("--same-process",
+                                                           args.same_process)) if v]
+    if mode != "factory" and process_only:
+        raise UsageError(f"{', '.join(process_only)}: only with module:factory")
+    path = args.factory if mode == "factory" else args.fit
+    if mode != "script" and ":" not in path:
+        raise UsageError(f"{path!r}: expected module:function (e.g. mytrain:make_trainer)")
+    return mode
+
+
+def run(args: argparse.Namespace) -> int:
+    mode = _checked(args)
     find_users_modules()
     from parity.lab.your_trainer.resume_check import ResumeCheckError, TrainerFailed, check_resume
 
     try:
-        report = check_resume(args.factory, steps=args.steps, at=args.at, atol=args.atol,
-                              kill=args.kill, fresh_process=not args.same_process)
+        if mode == "script":
+            from parity.lab.your_trainer.resume_script import check_script
+
+            report = check_script(args.script, resume_flag=args.resume_flag,
+                                  state=args.state or "{dir}/ckpt.pt", steps=args.steps,
+                                  at=args.at, atol=args.atol)
+        elif mode == "fit":
+            from parity.lab.your_trainer.resume_fit import check_fit
+
+            report = check_fit(args.fit, steps=args.steps, at=args.at, atol=args.atol)
+        else:
+            report = check_resume(args.factory, steps=args.steps, at=args.at, atol=args.atol,
+                                  kill=args.kill, fresh_process=not args.same_process)
     except ResumeCheckError as e:
         raise UsageError(str(e)) from None
     except (TypeError, TrainerFailed) as e:  # a state that needs pickle; a child that raised

@@ -117,6 +117,8 @@ class ResumeReport:
             return (f"resume-check: within atol {self.atol:g} (bit for bit the runs part at "
                     f"step {self.parted_at})")
         first = self.final[0].entry if self.final else "-"
+        if self.parted_at is None:  # a script's states are compared at the end only
+            return f"resume-check: differs: first entry {first}"
         at = f" at {self.parted[0].entry}" if self.parted else ""
         return (f"resume-check: differs: first entry {first}, the runs part at step "
                 f"{self.parted_at}{at}")
@@ -224,13 +226,14 @@ def compare_final(a: Mapping[str, Any], b: Mapping[str, Any], atol: float | None
 # ---------------------------------------------------------------- running
 
 
-def _child(job: dict[str, Any], cwd: Path, **popen: Any) -> subprocess.Popen:
-    """A fresh interpreter running resume_worker.main on `job`, with this process's sys.path
+def child_process(code: str, job: dict[str, Any], cwd: Path, **popen: Any
+                  ) -> subprocess.Popen:
+    """A fresh interpreter running `code` (`python -c`) on `job`, with this process's sys.path
     (this project's folder first) in the user's working folder."""
     paths = [str(PROJECT), *(str(Path(p or ".").resolve()) for p in sys.path
                              if Path(p or ".").is_dir())]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}
-    return subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(job)], cwd=cwd, env=env,
+    return subprocess.Popen([sys.executable, "-c", code, json.dumps(job)], cwd=cwd, env=env,
                             text=True, **popen)
 
 
@@ -244,9 +247,10 @@ def _kill_while_saving(factory: str, checkpoint: Path, steps: int, at: int, cwd:
     is saving (whatever the trainer prints before that is skipped); what it left behind, in
     one line. Its stderr goes to a file, so no pipe fills while this process reads stdout."""
     with tempfile.TemporaryFile("w+") as err:
-        proc = _child({"mode": "kill", "factory": factory, "checkpoint": str(checkpoint),
-                       "steps": steps, "at": at, "out": ""}, cwd, stdin=subprocess.PIPE,
-                      stdout=subprocess.PIPE, stderr=err)
+        proc = child_process(CHILD, {"mode": "kill", "factory": factory,
+                                     "checkpoint": str(checkpoint), "steps": steps, "at": at,
+                                     "out": ""}, cwd, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=err)
         try:
             assert proc.stdout is not None and proc.stdin is not None
             while (line := proc.stdout.readline()) and line.strip() != SAVING:
@@ -312,9 +316,10 @@ def check_resume(factory: Factory, *, steps: int, at: int, atol: float | None = 
                              "every time")
         if fresh_process or kill:
             out = Path(tmp) / "resumed.pt"
-            proc = _child({"mode": "resume", "factory": factory, "checkpoint": str(checkpoint),
-                           "steps": steps, "at": at, "out": str(out)}, where,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            proc = child_process(CHILD, {"mode": "resume", "factory": factory,
+                                         "checkpoint": str(checkpoint), "steps": steps,
+                                         "at": at, "out": str(out)}, where,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             _, stderr = proc.communicate(timeout=TIMEOUT)
             if proc.returncode != 0:
                 raise _failed("resumed", stderr)

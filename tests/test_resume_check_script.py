@@ -1,0 +1,171 @@
+"""`python -m parity resume-check --script COMMAND` (parity/lab/your_trainer/resume_script.py):
+a training script run as it is run, with its own argv, straight, stopped at k and resumed
+with its own flag; the two state files compared entry by entry.
+
+The default suite's scripts are plain Python written the way nanoGPT's train.py is (globals
+that `--key=value` overrides, any other argument refused, training at import). They save
+in torch's legacy file format, written with pickle alone, so each run costs tens of
+milliseconds, not a torch import (~1.5 s): three runs a check. The real example,
+examples/train_script.py, which imports torch, runs behind `-m slow`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from parity.lab.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# nanoGPT's shape: configuration globals, its configurator over sys.argv (anything not
+# --key=value of a known key is refused: resume-check's own argv would be), training at
+# import, a checkpoint at the end, --init_from=resume; the "batches" are draws from
+# Python's global generator, which the checkpoint holds unless --save_rng=False.
+SCRIPT = '''
+import os, pickle, random, sys
+from ast import literal_eval
+
+out_dir, max_iters, init_from, save_rng, fail_at = "out", 6, "scratch", True, -1
+for arg in sys.argv[1:]:
+    key, _, val = arg[2:].partition("=")
+    if not arg.startswith("--") or not val or key not in globals():
+        raise SystemExit(f"unknown argument {arg}")
+    globals()[key] = literal_eval(val) if key not in ("out_dir", "init_from") else val
+
+MAGIC, VERSION = 0x1950a86a20f9469cfc6c, 1001  # torch.save's legacy format, pickle only
+INFO = {"protocol_version": VERSION, "little_endian": True,
+        "type_sizes": {"short": 2, "int": 4, "long": 4}}
+path = os.path.join(out_dir, "ckpt.pt")
+random.seed(1337)
+w, iter_num = [0.0] * 4, 0
+if init_from == "resume":
+    with open(path, "rb") as f:
+        [pickle.load(f) for _ in range(3)]
+        ckpt = pickle.load(f)
+    w, iter_num = ckpt["w"], ckpt["iter_num"]
+    if "rng" in ckpt:
+        random.setstate(ckpt["rng"])
+while iter_num < max_iters:
+    if iter_num == fail_at and init_from == "resume":
+        raise RuntimeError(f"diverged at {iter_num}")
+    batch = [random.gauss(0.0, 1.0) for _ in w]
+    w = [wi - 0.25 * (wi - b) for wi, b in zip(w, batch)]
+    iter_num += 1
+state = {"w": w, "iter_num": iter_num, **({"rng": random.getstate()} if save_rng else {})}
+with open(path, "wb") as f:
+    for obj in (MAGIC, VERSION, INFO, state, []):
+        pickle.dump(obj, f, protocol=2)
+'''
+
+
+@pytest.fixture
+def script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """train.py in a fresh current folder; the command that runs it, placeholders in it."""
+    (tmp_path / "train.py").write_text(SCRIPT, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    return f"{shlex.quote(sys.executable)} train.py --out_dir={{dir}} --max_iters={{steps}}"
+
+
+def check(command: str, *extra: str, flag: str = "--resume-flag=--init_from=resume",
+          steps: int = 6, at: int = 3) -> list[str]:
+    return ["resume-check", "--script", command, flag, "--steps", str(steps), "--at",
+            str(at), *extra]
+
+
+def test_a_script_reading_its_own_argv_resumes_exactly(
+        script: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """The script refuses any argument but its own --key=value, so resume-check's argv never
+    reached it: straight for 6, stopped at 3, resumed to 6, and the states agree."""
+    assert main(check(script)) == EXIT_OK
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == "resume-check: exact"
+    assert any("--max_iters=3" in ln and ln.strip().startswith("stopped:") for ln in out)
+    assert any(ln.rstrip().endswith("--max_iters=6 --init_from=resume") for ln in out)
+
+
+def test_a_script_that_does_not_save_its_rng_differs_and_the_entries_are_named(
+        script: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without the generator in its checkpoint the resumed run draws the first batches again:
+    every weight differs, named by its path, and the JSON says so; the same script with the
+    generator saved (the repair) is exact."""
+    assert main(check(script + " --save_rng=False", "--json")) == EXIT_FAILED
+    out = capsys.readouterr().out
+    body, _, last = out.rstrip("\n").rpartition("\n")
+    assert last == "resume-check: differs: first entry w.0"
+    report = json.loads(body)
+    assert not report["ok"] and report["parted_at"] is None
+    assert [d["entry"] for d in report["final"]] == ["w.0", "w.1", "w.2", "w.3"]
+    assert main(check(script + " --save_rng=True")) == EXIT_OK
+
+
+def test_a_script_that_fails_or_saves_what_needs_pickle_is_one_line_and_exit_1(
+        script: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A resumed run that raises, a state file holding a range, a --state the script never
+    writes: each is `resume-check: failed: ...`, naming the run and the cause."""
+    assert main(check(script + " --fail_at=4")) == EXIT_FAILED
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith("resume-check: failed: the resumed run (") and last.endswith(
+        "RuntimeError: diverged at 4")
+    (tmp_path / "train.py").write_text(SCRIPT.replace('{"w": w,',
+                                                      '{"w": w, "seen": range(3),'))
+    assert main(check(script)) == EXIT_FAILED
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith("resume-check: failed: the straight run's ckpt.pt cannot be read "
+                           "with torch.load(weights_only=True)")
+    assert main(check(script, "--state", "{dir}/elsewhere.pt")) == EXIT_FAILED
+    assert "saved no elsewhere.pt" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("argv", "words"), [
+    (check("python train.py --out_dir={dir}"), "has no {steps}"),
+    (check("python train.py --max_iters={steps}"), "has no {dir}"),
+    (check("python train.py --out_dir={dir} --max_iters={step}"), "unknown placeholder"),
+    (check("python train.py {dir} {steps}", "--state", "out/ckpt.pt"), "has no {dir}"),
+    (check("python 'train.py {dir} {steps}"), "cannot split"),
+    (check("python train.py {dir} {steps}", flag="--json"), "needs --resume-flag"),
+    (["resume-check", "mytrain:make", "--script", "python t.py {dir} {steps}", "--steps", "4",
+      "--at", "2"], "got factory and script"),
+    (["resume-check", "--steps", "4", "--at", "2"], "give one of"),
+    (check("python train.py {dir} {steps}", "--kill"), "--kill: only with module:factory"),
+    (["resume-check", "m:f", "--state", "{dir}/x.pt", "--steps", "4", "--at", "2"],
+     "--state: only with --script"),
+    (["resume-check", "--fit", "m:f", "--resume-flag=--resume", "--steps", "4", "--at", "2"],
+     "--resume-flag: only with --script"),
+    (["resume-check", "--fit", "nocolon", "--steps", "4", "--at", "2"], "module:function"),
+    (check("no-such-program-here {dir} {steps}"), "cannot run 'no-such-program-here'"),
+], ids=["no steps", "no dir", "unknown placeholder", "state without dir", "unbalanced quote",
+        "no resume flag", "two modes", "no mode", "kill", "state", "resume flag", "fit path",
+        "no program"])
+def test_bad_script_options_are_one_line_and_exit_2(argv: list[str], words: str,
+                                                    tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == EXIT_USAGE
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1 and words in err, err
+
+
+@pytest.mark.slow  # four torch imports each (the command, its three runs): 18-22 s each
+@pytest.mark.parametrize(("extra", "status", "last"), [
+    ("", EXIT_OK, "resume-check: exact"),
+    (" --save_rng=False", EXIT_FAILED, "resume-check: differs: first entry model.0.weight"),
+], ids=["rng saved", "rng left out"])
+def test_the_example_script_resumes_exactly_only_with_its_rng(extra: str, status: int,
+                                                              last: str) -> None:
+    """examples/train_script.py through the real command line, from the project's folder,
+    as docs/your-trainer.md shows it."""
+    command = ("python examples/train_script.py --out_dir={dir} --max_iters={steps}" + extra)
+    done = subprocess.run([sys.executable, "-m", "parity", "resume-check", "--script", command,
+                           "--resume-flag=--init_from=resume", "--state", "{dir}/ckpt.pt",
+                           "--steps", "8", "--at", "4"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == status, done.stderr[-2000:]
+    assert done.stdout.splitlines()[-1] == last
