@@ -25,7 +25,6 @@ from parity.lab.audit_recognize import (
     MISSING,
     NOT_NEEDED,
     PRESENT,
-    UNSAFE,
     recognize,
 )
 from parity.lab.cli import EXIT_FAILED, EXIT_OK, EXIT_UNKNOWN, EXIT_USAGE, main
@@ -91,21 +90,6 @@ def write_safetensors(path: Path, tensors: dict[str, torch.Tensor]) -> None:
     path.write_bytes(struct.pack("<Q", len(text)) + text + data)
 
 
-def accelerate(folder: Path, t: dict[str, Any]) -> Path:
-    """Accelerate's save_state layout; random_states_0.pkl holds what Accelerate puts there."""
-    folder.mkdir()
-    write_safetensors(folder / "model.safetensors", t["model"])
-    torch.save(t["optimizer"], folder / "optimizer.bin")
-    torch.save(t["scheduler"], folder / "scheduler.bin")
-    torch.save(t["scaler"], folder / "scaler.pt")
-    torch.save({"step": 2, "random_state": random.getstate(),
-                "numpy_random_seed": np.random.get_state(),  # noqa: NPY002 (the subject)
-                "torch_manual_seed": torch.get_rng_state(), "torch_cuda_manual_seed": []},
-               folder / "random_states_0.pkl")
-    torch.save({"epoch": 1, "consumed_samples": 64}, folder / "custom_checkpoint_0.pkl")
-    return folder
-
-
 # ---------------------------------------------------------------- what is listed
 
 
@@ -162,24 +146,6 @@ def test_the_table_names_each_row_and_ends_with_the_verdict(
     assert [line.split("  ")[0] for line in out[2:2 + len(ITEMS)]] == list(ITEMS)
     assert out[-1] == ("audit: exact resume impossible: scaler, torch CPU RNG, "
                        "data position, epoch missing")  # nanoGPT's lr is get_lr(iter_num)
-
-
-def test_accelerate_folder_lists_its_files_and_its_pickles_unloaded(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    t = trained()
-    folder = accelerate(tmp_path / "checkpoint_0", t)
-    status, report, _ = audit(folder, capsys)
-    r = rows(report)
-    assert (status, report["kind"]) == (EXIT_FAILED, "Accelerate save_state folder")
-    values = sum(v.numel() for v in t["model"].values())
-    assert (r["model"]["where"], r["model"]["detail"]) == (
-        "model.safetensors", f"{len(t['model'])} tensors, {values} values")
-    assert r["optimizer"]["where"] == "optimizer.bin" and r["scaler"]["where"] == "scaler.pt"
-    for item in ("torch CPU RNG", "numpy RNG", "Python random", "CUDA RNG", "global step"):
-        assert (r[item]["status"], r[item]["where"]) == (UNSAFE, "random_states_0.pkl"), item
-    assert r["epoch"]["status"] == r["data position"]["status"] == UNSAFE
-    assert any("random_states_0.pkl: not loaded" in f and "numpy" in f
-               for f in report["flags"])
 
 
 def test_legacy_numpy_rng_is_refused_naming_the_global_and_never_retried(

@@ -206,6 +206,9 @@ def _position(audit: Audit, path: Path, args: dict[str, Any] | None) -> None:
             _set(audit, item, MISSING, "", "no trainer_state.json")
         audit.flags.append("trainer_state.json missing: Trainer's resume raises "
                            "FileNotFoundError without it")
+        audit.refused = ("a half-written Trainer checkpoint: no trainer_state.json, which "
+                         "Trainer._save_checkpoint writes last (after the weights, optimizer, "
+                         "scheduler and RNG): a save that did not finish (a crash mid-save)")
         return
     try:
         if path.stat().st_size > MAX_JSON:

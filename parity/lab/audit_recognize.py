@@ -55,9 +55,9 @@ STEP_KEYS = ("global_step", "step", "iter_num", "iteration", "num_updates", "glo
 SCALER_KEYS = ("scaler", "grad_scaler", "gradscaler", "native_amp_scaling_state",
                "mixedprecision")
 # the names Accelerate's random_states_<i>.pkl stores its states under
+# (not its "step": Accelerator.step, an accumulation counter; see audit_accelerate.py)
 ACCELERATE_RNG = {"random_state": "Python random", "numpy_random_seed": "numpy RNG",
-                  "torch_manual_seed": "torch CPU RNG", "torch_cuda_manual_seed": "CUDA RNG",
-                  "step": "global step"}
+                  "torch_manual_seed": "torch CPU RNG", "torch_cuda_manual_seed": "CUDA RNG"}
 FP16_NAMES = ("fp16", "float16", "16", "16-mixed", "half")
 NOT_FP16_NAMES = ("fp32", "float32", "32", "32-true", "bf16", "bfloat16", "bf16-mixed",
                   "bf16-true", "64")

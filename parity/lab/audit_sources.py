@@ -1,39 +1,36 @@
 """Reading what `python -m parity audit FILE` is given, safely, into one object tree for
 parity/lab/audit_recognize.py: a torch.save file (a dict, a Lightning `.ckpt`, an optimizer's
 state_dict alone), a `.safetensors` file alone (weights only), a Hugging Face Trainer
-`checkpoint-<step>/` folder (parity/lab/audit_hf.py) or an Accelerate `save_state` folder
-(one entry per file); this project's own checkpoints are recognised before these, by
+`checkpoint-<step>/` folder (parity/lab/audit_hf.py), an Accelerate `save_state` folder
+(audit_accelerate.py) or a torch.distributed.checkpoint folder or shard file
+(audit_dcp.py); this project's own checkpoints are recognised before these, by
 parity/lab/audit_own.py. A folder is taken for one layout only by files that layout alone
 writes; a folder of neither, or of both, is an "unknown layout" listing what it holds.
 
 Nothing here runs a pickle. torch.save files go through parity.lab.your_trainer.audit.load_safely
-(weights_only=True); a `.pkl` file is not loaded at all: its opcodes are read with
-pickletools (which parses, never executes) for the globals it would import and the names it
-holds. `model.safetensors` is read from its header alone (8 bytes little-endian length N,
+(weights_only=True); a pickle that is not a torch.save file is read by parity/lab/
+audit_pickle.py (its opcodes parsed, or a restricted unpickler), never run.
+`model.safetensors` is read from its header alone (8 bytes little-endian length N,
 then N bytes of JSON {name: {"dtype", "shape", "data_offsets"}}): no safetensors library.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import stat
 from pathlib import Path
-from typing import Any
 
+from parity.lab import audit_dcp as dcp
 from parity.lab import audit_lightning as lightning
 from parity.lab import audit_nanogpt as nanogpt
+from parity.lab.audit_accelerate import audit_accelerate, is_accelerate_folder
 from parity.lab.audit_files import safetensors_header, torch_file
 from parity.lab.audit_own import own
-from parity.lab.audit_pickle import unloadable
 from parity.lab.audit_recognize import Audit, AuditInputError, Unloadable, recognize
 
 SHOWN = 8  # names an unknown folder's message lists
-ACCELERATE_FILES = ("model.safetensors", "pytorch_model.bin", "optimizer.bin", "scheduler.bin",
-                    "scaler.pt", "random_states_0.pkl", "sampler.bin")
-# the files only Accelerate's save_state writes (the weights and scaler.pt Trainer writes too)
-ACCELERATE_MARKERS = re.compile(r"optimizer(_\d+)?\.bin|scheduler(_\d+)?\.bin|sampler(_\d+)?\.bin"
-                                r"|random_states_\d+\.pkl|custom_checkpoint_\d+\.pkl")
+
+
 def audit_path(text: str) -> Audit:
     """The Audit of the file or folder `text`; AuditInputError when it cannot be read. This
     project's own formats are recognised first (parity/lab/audit_own.py), then the foreign
@@ -54,9 +51,7 @@ def audit_path(text: str) -> Audit:
     if stat.S_ISDIR(mode):
         return _folder(path)
     if path.suffix == ".distcp":
-        raise AuditInputError(f"{text}: one rank's file of a torch.distributed.checkpoint "
-                              "(DCP); not supported (its entries are located by the "
-                              "folder's .metadata)")
+        return dcp.shard_file(path)
     if path.suffix == ".safetensors":
         return _weights_only(path)
     value = torch_file(path)
@@ -95,16 +90,16 @@ def _weights_only(path: Path) -> Audit:
 
 
 def _folder(path: Path) -> Audit:
-    """A foreign folder: a DCP folder (refused), a Hugging Face Trainer checkpoint-<step>
-    folder or an Accelerate save_state folder, each by the files only it writes."""
+    """A foreign folder: a DCP folder (parity/lab/audit_dcp.py), a Hugging Face Trainer
+    checkpoint-<step> folder (audit_hf.py) or an Accelerate save_state folder
+    (audit_accelerate.py), each by the files only it writes; else an unknown layout."""
     from parity.lab.audit_hf import MARKERS, audit_trainer, is_trainer_folder
 
     names = sorted(p.name for p in path.iterdir())
-    if ".metadata" in names:
-        raise AuditInputError(f"{path}: a torch.distributed.checkpoint (DCP) folder; not "
-                              "supported (pass a torch.save file or an Accelerate folder)")
+    if dcp.METADATA in names or any(dcp.SHARD.fullmatch(n) for n in names):
+        return dcp.audit_dcp(path)
     trainer = is_trainer_folder(names)
-    accelerate = any(ACCELERATE_MARKERS.fullmatch(n) for n in names)
+    accelerate = is_accelerate_folder(names)
     if trainer == accelerate:
         shown = ", ".join(names[:SHOWN]) + (f", ... ({len(names)} in all)"
                                             if len(names) > SHOWN else "")
@@ -113,17 +108,7 @@ def _folder(path: Path) -> Audit:
             + ("; files of both Trainer and Accelerate" if trainer else "")
             + "; audit reads this project's run, step and checkpoint files, a Hugging Face "
             f"Trainer checkpoint folder ({', '.join(MARKERS)}, rng_state.pth), an Accelerate "
-            f"save_state folder ({', '.join(ACCELERATE_FILES)}) or one torch.save file")
-    if trainer:
-        return audit_trainer(path)
-    tree: dict[str, Any] = {}
-    for p in sorted(path.iterdir()):
-        if not p.is_file() or p.is_symlink():
-            continue
-        if p.suffix == ".safetensors":
-            tree[p.name] = safetensors_header(p)
-        elif p.suffix == ".pkl":
-            tree[p.name] = unloadable(p, "a pickle: loading it would run its globals")
-        elif p.suffix in (".bin", ".pt", ".pth"):
-            tree[p.name] = torch_file(p)
-    return recognize(tree, "Accelerate save_state folder")
+            "save_state folder (optimizer.bin, scheduler.bin, random_states_0.pkl), a "
+            "torch.distributed.checkpoint folder (.metadata, __0_0.distcp) or one "
+            "torch.save file")
+    return audit_trainer(path) if trainer else audit_accelerate(path)

@@ -1,0 +1,150 @@
+"""The audit's verdict on an Accelerate `save_state` folder held to a real resume with the
+library (accelerate 1.x, CPU): a user's loop (an MLP with dropout 0.2, AdamW, a cosine lr,
+DataLoader(shuffle=True) of 6 batches an epoch, 3 epochs) prepared by an Accelerator, with
+an object registered for checkpointing that holds the loop's global_step, epoch and
+step_in_epoch; save_state after 4 batches (step_4/) and at epoch 0's end (epoch_0/).
+Resumed as Accelerate's docs do it (load_state, then skip_first_batches(dl, n) mid-epoch),
+its final weights against a straight run's; `audit FOLDER` must say what the comparison
+proves, and audit_accelerate.MEASURED (which it prints) is asserted here.
+
+Cost: importing accelerate (about 1.5 s) and 6 runs of 18 steps (well under 1 s together):
+`slow` with the other real-library resumes (measured 3 s here); tests/test_audit_accelerate.py
+checks the verdicts by default on folders written with Accelerate's file names.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from parity.lab.audit_accelerate import MEASURED
+from parity.lab.cli import EXIT_FAILED, EXIT_OK, EXIT_UNKNOWN
+from tests.test_audit import audit as audit_json
+from tests.test_audit import rows
+
+pytestmark = pytest.mark.slow  # the reason: the module docstring's Cost
+
+PER_EPOCH, BATCH, EPOCHS, MID = 6, 4, 3, 4
+
+
+@pytest.fixture(autouse=True)
+def _global_rngs() -> Iterator[None]:
+    """The runs seed and draw from the global generators: put them back for other tests."""
+    states = (random.getstate(), np.random.get_state(), torch.get_rng_state())  # noqa: NPY002
+    yield
+    random.setstate(states[0])
+    np.random.set_state(states[1])  # noqa: NPY002
+    torch.set_rng_state(states[2])
+
+
+class Progress:
+    """The loop's own position, registered for checkpointing (custom_checkpoint_0.pkl)."""
+
+    def __init__(self) -> None:
+        self.global_step = self.epoch = self.step_in_epoch = 0
+
+    def state_dict(self) -> dict[str, int]:
+        return {"global_step": self.global_step, "epoch": self.epoch,
+                "step_in_epoch": self.step_in_epoch}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.global_step, self.epoch, self.step_in_epoch = (
+            state["global_step"], state["epoch"], state["step_in_epoch"])
+
+
+def train(save: Path | None = None, resume: Path | None = None,
+          register: bool = True) -> dict[str, torch.Tensor]:
+    """EPOCHS epochs from seed 0, saving step_<MID>/ and epoch_0/ under `save`, or resumed
+    from `resume` (without `register`, the loop cannot know its step and starts over); the
+    final weights."""
+    accelerate = pytest.importorskip("accelerate", reason="accelerate is an optional oracle "
+                                                          "(the oracles extra)")
+    torch.manual_seed(0)
+    acc = accelerate.Accelerator(cpu=True)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(),
+                                torch.nn.Dropout(0.2),  # draws from the torch CPU RNG
+                                torch.nn.Linear(8, 1))
+    g = torch.Generator().manual_seed(0)
+    data = torch.utils.data.TensorDataset(torch.randn(BATCH * PER_EPOCH, 4, generator=g),
+                                          torch.randn(BATCH * PER_EPOCH, generator=g))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    cosine = torch.optim.lr_scheduler.CosineAnnealingLR(opt, PER_EPOCH * EPOCHS)
+    model, opt, loader, cosine = acc.prepare(
+        model, opt, torch.utils.data.DataLoader(data, batch_size=BATCH, shuffle=True), cosine)
+    progress = Progress()
+    if register:
+        acc.register_for_checkpointing(progress)
+    if resume is not None:
+        acc.load_state(str(resume))
+    while progress.epoch < EPOCHS:
+        skip = progress.step_in_epoch
+        for x, y in acc.skip_first_batches(loader, skip) if skip else loader:
+            loss = ((model(x).squeeze(-1) - y) ** 2).mean()  # x (B, 4), y (B,)
+            acc.backward(loss)
+            opt.step()
+            cosine.step()
+            opt.zero_grad()
+            progress.global_step += 1
+            progress.step_in_epoch += 1
+            if save is not None and progress.global_step == MID:
+                acc.save_state(str(save / f"step_{MID}"))
+        progress.epoch, progress.step_in_epoch = progress.epoch + 1, 0
+        if save is not None and progress.epoch == 1:
+            acc.save_state(str(save / "epoch_0"))
+    return {k: v.detach().clone() for k, v in acc.unwrap_model(model).state_dict().items()}
+
+
+def difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> tuple[float, int]:
+    """(max |Δw| to MEASURED's 3 digits, tensors differing)."""
+    diffs = [(a[k] - b[k]).abs().max().item() for k in a]
+    return float(f"{max(diffs):.3g}"), sum(d > 0 for d in diffs)
+
+
+def audit(target: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:
+    capsys.readouterr()
+    status, report, err = audit_json(target, capsys)
+    assert report["kind"] == "Accelerate save_state folder", err
+    return status, report
+
+
+def test_accelerate_resumes_are_what_the_audit_says(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """epoch_0/ resumes bit-exact and is audited exact; step_4/ resumes through
+    skip_first_batches on a new shuffled pass, MEASURED["mid-epoch"] away, and is audited
+    unknown (exit 5); epoch_0/'s files under a plain name with no registered step are
+    audited impossible (epoch and global step missing, the pickled 'step' named as the accumulation
+    counter), and a loop that cannot know its step resumes MEASURED["no step"] away."""
+    straight = train()
+    assert difference(train(save=tmp_path), straight) == (0, 0)  # saving: no effect
+
+    status, report = audit(tmp_path / "epoch_0", capsys)
+    r = rows(report)
+    assert (status, report["verdict"]) == (EXIT_OK, "exact resume possible")
+    assert (r["global step"]["where"], r["data position"]["where"]) == (
+        "custom_checkpoint_0.pkl/global_step", "custom_checkpoint_0.pkl/step_in_epoch")
+    assert difference(train(resume=tmp_path / "epoch_0"), straight) == \
+        MEASURED["boundary"] == (0, 0)
+
+    status, report = audit(tmp_path / f"step_{MID}", capsys)
+    assert (status, report["exact"]) == (EXIT_UNKNOWN, False)
+    assert difference(train(resume=tmp_path / f"step_{MID}"), straight) == \
+        MEASURED["mid-epoch"]
+    cost = MEASURED["mid-epoch"]
+    assert f"max |Δw| {cost[0]:g}, {cost[1]} tensors" in report["unknown"]
+
+    plain = tmp_path / "checkpoint"
+    shutil.copytree(tmp_path / "epoch_0", plain)
+    (plain / "custom_checkpoint_0.pkl").unlink()
+    status, report = audit(plain, capsys)
+    assert (status, report["verdict"]) == (EXIT_FAILED,
+                                           "exact resume impossible: epoch, global step missing")
+    assert "'step' = 0 is Accelerate's gradient-accumulation counter" in \
+        rows(report)["global step"]["detail"]
+    assert difference(train(resume=plain, register=False), straight) == MEASURED["no step"]
