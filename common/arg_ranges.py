@@ -92,7 +92,8 @@ BACKOFF_FACTOR_ERROR = "The backoff factor must be < 1.0."
 SEEDS = range(0, 2**32)
 EPOCHS = range(0, 2**32)
 BATCH_INDICES = range(0, 2**32)
-HASH_PURPOSES = range(0, 2**32)  # a purpose is xored into a 32-bit word
+HASH_PURPOSES = range(0, 2**32)  # a purpose and a sub-stream are xored into 32-bit words
+HASH_SUBS = range(0, 2**32)
 HASH_COUNTS = range(0, 2**32 + 1)  # word_i is a bijection for i < 2^32: at most 2^32 words
 SAMPLER_SAMPLES = range(1, 2**32)  # a sampler's num_samples: an index is a 32-bit word
 TASK_SAMPLES = range(1, 2**32 // 64)  # a task's rows are drawn 64 words at a time
@@ -102,6 +103,9 @@ TASK_CLASSES = range(2, 17)
 COPY_PREFIXES = range(1, 1025)
 COPY_VOCAB_SIZES = range(3, 2**16)
 TASK_DTYPES: tuple[str, ...] = ("float32", "float64")
+# torch_impl/data_workers.py's WorkerLoader (torch only: the reference has no processes)
+WORKER_COUNTS = range(0, 257)
+WORKER_BATCH_SIZES = range(1, 2**63)
 # the batch sampler is torch.utils.data.BatchSampler in the twin, so its checks are torch's
 # (torch/utils/data/sampler.py): a Python int above 0 (no upper edge), a bool drop_last,
 # each refused with torch's ValueError text, which the reference's BatchSampler gives too

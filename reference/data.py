@@ -45,11 +45,14 @@ a state saved by one implementation resumes the same stream in the other.
 
 from __future__ import annotations
 
-import operator
+import itertools
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
+
+from common import arg_ranges as ar
+from common.arg_ranges import check_int
 
 MASK32 = 0xFFFF_FFFF
 MIX_MUL1 = 0x7FEB_352D
@@ -67,17 +70,9 @@ VALUE_SCALE = float.fromhex("0x1p-4")  # 0.0625: brings the teacher logits to st
 STATE_KEYS = ("seed", "num_samples", "epoch", "position")
 
 
-def _check_int(where: str, name: str, value: object, lo: int, hi: int) -> int:
-    """`value` as an int in [lo, hi), or a ValueError/TypeError that says so."""
-    if isinstance(value, bool | np.bool_):
-        raise TypeError(f"{where}: {name} must be an integer, got a bool")
-    try:
-        v = operator.index(value)  # type: ignore[arg-type]
-    except TypeError:
-        raise TypeError(f"{where}: {name} must be an integer, got {type(value).__name__}") from None
-    if not lo <= v < hi:
-        raise ValueError(f"{where}: {name}={v} is outside [{lo}, {hi})")
-    return v
+def _check_int(where: str, name: str, value: object, declared: range) -> int:
+    """`value` as an int in its declared range (common/arg_ranges.py), or one line."""
+    return check_int(where, name, value, declared)
 
 
 def mix32(x: np.ndarray) -> np.ndarray:
@@ -90,18 +85,26 @@ def mix32(x: np.ndarray) -> np.ndarray:
     return x ^ (x >> np.uint64(16))
 
 
-def hash_words(seed: int, purpose: int, sub: int, count: int) -> np.ndarray:
-    """word_i(seed, purpose, sub) for i = 0..count-1, as uint64 holding 32-bit values."""
-    seed = _check_int("hash_words", "seed", seed, 0, 2**32)
-    sub = _check_int("hash_words", "sub", sub, 0, 2**32)
+def hash_words(seed: int, purpose: int, sub: int, count: int, *, start: int = 0
+               ) -> np.ndarray:
+    """word_i(seed, purpose, sub) for i = start..start+count-1, as uint64 holding 32-bit
+    values (i < 2^32: the words are distinct)."""
+    seed = _check_int("hash_words", "seed", seed, ar.SEEDS)
+    purpose = _check_int("hash_words", "purpose", purpose, ar.HASH_PURPOSES)
+    sub = _check_int("hash_words", "sub", sub, ar.HASH_SUBS)
+    start = _check_int("hash_words", "start", start, ar.HASH_SUBS)
+    count = _check_int("hash_words", "count", count, range(ar.HASH_COUNTS.stop - start))
     # 1-element arrays: NumPy scalars would warn on the (intended) wraparound.
     key = mix32(mix32(mix32(np.array([seed])) ^ np.uint64(purpose)) ^ np.uint64(sub))
-    i = np.arange(count, dtype=np.uint64)
+    i = np.arange(start, start + count, dtype=np.uint64)
     return mix32(mix32(i ^ key) ^ key)
 
 
 def epoch_order(seed: int, epoch: int, num_samples: int) -> np.ndarray:
     """The order of epoch `epoch`: a permutation of 0..num_samples-1 (int64), unique sort."""
+    _check_int("epoch_order", "seed", seed, ar.SEEDS)
+    _check_int("epoch_order", "epoch", epoch, ar.EPOCHS)
+    _check_int("epoch_order", "num_samples", num_samples, ar.HASH_COUNTS)
     words = hash_words(seed, ORDER, epoch, num_samples)
     return np.argsort(words, kind="stable").astype(np.int64)
 
@@ -122,10 +125,10 @@ def batch_seed(seed: int, epoch: int, batch: int) -> int:
     This loader fetches one batch per batch consumed, so its state is the consumed position
     as it stands; torch_impl/data_workers.py keeps the same rule with worker processes.
     """
-    seed = _check_int("batch_seed", "seed", seed, 0, 2**32)
-    epoch = _check_int("batch_seed", "epoch", epoch, 0, 2**32)
-    batch = _check_int("batch_seed", "batch", batch, 0, 2**32)
-    return int(hash_words(seed, BATCH, epoch, batch + 1)[batch])
+    seed = _check_int("batch_seed", "seed", seed, ar.SEEDS)
+    epoch = _check_int("batch_seed", "epoch", epoch, ar.EPOCHS)
+    batch = _check_int("batch_seed", "batch", batch, ar.BATCH_INDICES)
+    return int(hash_words(seed, BATCH, epoch, 1, start=batch)[0])  # word_batch alone
 
 
 # ---------------------------------------------------------------- the task
@@ -181,14 +184,13 @@ def make_task(
     dtype: type | np.dtype = np.float32,
 ) -> Task:
     """The teacher task of the module docstring, with float inputs/values in `dtype`."""
-    seed = _check_int("make_task", "seed", seed, 0, 2**32)
-    num_samples = _check_int("make_task", "num_samples", num_samples, 1, 2**32 // 64)
-    features = _check_int("make_task", "features", features, 1, 65)
-    hidden = _check_int("make_task", "hidden", hidden, 1, 257)
-    classes = _check_int("make_task", "classes", classes, 2, 17)
+    seed = _check_int("make_task", "seed", seed, ar.SEEDS)
+    num_samples = _check_int("make_task", "num_samples", num_samples, ar.TASK_SAMPLES)
+    features = _check_int("make_task", "features", features, ar.TASK_FEATURES)
+    hidden = _check_int("make_task", "hidden", hidden, ar.TASK_HIDDEN)
+    classes = _check_int("make_task", "classes", classes, ar.TASK_CLASSES)
     dtype = np.dtype(dtype)
-    if dtype not in (np.float32, np.float64):
-        raise ValueError(f"make_task: dtype must be float32 or float64, got {dtype}")
+    ar.check_dtype("make_task", "dtype", dtype.name, ar.TASK_DTYPES, ValueError)
     calib = teacher_logits(_inputs(seed, CALIBRATION, CALIBRATION_SIZE, features),
                             seed, hidden, classes)
     b2 = -np.sort(calib, axis=0)[CALIBRATION_SIZE // 2]  # (c,) upper median, exact
@@ -228,10 +230,10 @@ def make_copy_task(seed: int, num_samples: int, *, prefix: int = 8, vocab_size: 
     back can predict it (the copy positions). The digits before it are uniform and cannot be
     predicted: P - 1 labels, so the mean loss stays >= (P - 1) / (2P) ln(V - 1).
     """
-    seed = _check_int("make_copy_task", "seed", seed, 0, 2**32)
-    num_samples = _check_int("make_copy_task", "num_samples", num_samples, 1, 2**32 // 64)
-    prefix = _check_int("make_copy_task", "prefix", prefix, 1, 1025)
-    vocab_size = _check_int("make_copy_task", "vocab_size", vocab_size, 3, 2**16)
+    seed = _check_int("make_copy_task", "seed", seed, ar.SEEDS)
+    num_samples = _check_int("make_copy_task", "num_samples", num_samples, ar.TASK_SAMPLES)
+    prefix = _check_int("make_copy_task", "prefix", prefix, ar.COPY_PREFIXES)
+    vocab_size = _check_int("make_copy_task", "vocab_size", vocab_size, ar.COPY_VOCAB_SIZES)
     words = hash_words(seed, SEQUENCES, 0, num_samples * prefix).reshape(num_samples, prefix)
     digits = (words % np.uint64(vocab_size - 1)).astype(np.int64)  # (n, P)
     sep = np.full((num_samples, 1), vocab_size - 1, dtype=np.int64)
@@ -256,8 +258,9 @@ class ResumableSampler:
     """
 
     def __init__(self, num_samples: int, seed: int) -> None:
-        self.num_samples = _check_int("ResumableSampler", "num_samples", num_samples, 1, 2**32)
-        self.seed = _check_int("ResumableSampler", "seed", seed, 0, 2**32)
+        self.num_samples = _check_int("ResumableSampler", "num_samples", num_samples,
+                                      ar.SAMPLER_SAMPLES)
+        self.seed = _check_int("ResumableSampler", "seed", seed, ar.SEEDS)
         self.epoch = 0
         self.position = 0
 
@@ -304,16 +307,16 @@ class ResumableSampler:
         if missing or unexpected:
             raise ValueError(f"{where}: missing keys {missing}, unexpected keys {unexpected}; "
                              f"expected exactly {list(STATE_KEYS)}")
-        seed = _check_int(where, "seed", state["seed"], 0, 2**32)
-        n = _check_int(where, "num_samples", state["num_samples"], 1, 2**32)
+        seed = _check_int(where, "seed", state["seed"], ar.SEEDS)
+        n = _check_int(where, "num_samples", state["num_samples"], ar.SAMPLER_SAMPLES)
         if n != self.num_samples:
             raise ValueError(f"{where}: state is for num_samples={n}, this sampler has "
                              f"{self.num_samples}: a different dataset length, a different order")
         if seed != self.seed:
             raise ValueError(f"{where}: state is for seed={seed}, this sampler has seed="
                              f"{self.seed}: a different order")
-        epoch = _check_int(where, "epoch", state["epoch"], 0, 2**32)
-        position = _check_int(where, "position", state["position"], 0, n)
+        epoch = _check_int(where, "epoch", state["epoch"], ar.EPOCHS)
+        position = _check_int(where, "position", state["position"], range(n))
         self.epoch, self.position = epoch, position
 
 
@@ -321,13 +324,19 @@ class BatchSampler:
     """Groups a sampler's indices into lists of batch_size: torch.utils.data.BatchSampler.
 
     The last short batch of an epoch is yielded, or dropped when drop_last; either way the
-    sampler has then moved to the next epoch.
+    sampler has then moved to the next epoch. Its checks are torch's, with torch's texts
+    (common/arg_ranges.py: BATCH_SIZES): a Python int above 0, a bool drop_last.
     """
 
     def __init__(self, sampler: ResumableSampler, batch_size: int, drop_last: bool) -> None:
+        if (not isinstance(batch_size, int) or isinstance(batch_size, bool)
+                or batch_size not in ar.BATCH_SIZES):
+            raise ValueError(ar.BATCH_SIZE_ERROR.format(batch_size))
+        if not isinstance(drop_last, bool):
+            raise ValueError(ar.DROP_LAST_ERROR.format(drop_last))
         self.sampler = sampler
-        self.batch_size = _check_int("BatchSampler", "batch_size", batch_size, 1, 2**63)
-        self.drop_last = bool(drop_last)
+        self.batch_size = batch_size
+        self.drop_last = drop_last
 
     def __len__(self) -> int:
         if self.drop_last:
@@ -335,14 +344,18 @@ class BatchSampler:
         return -(-len(self.sampler) // self.batch_size)
 
     def __iter__(self) -> Iterator[list[int]]:
-        batch: list[int] = []
-        for index in self.sampler:
-            batch.append(index)
-            if len(batch) == self.batch_size:
-                yield batch
-                batch = []
-        if batch and not self.drop_last:
+        # torch's: batch_size items at a time from one iterator of the sampler (islice;
+        # with drop_last, zip of batch_size references to it, which stops at the short one),
+        # so a batch size past sys.maxsize, which both checks take, fails here as in torch
+        indices = iter(self.sampler)
+        if self.drop_last:
+            yield from (list(batch) for batch in zip(*[indices] * self.batch_size,
+                                                     strict=False))
+            return
+        batch = list(itertools.islice(indices, self.batch_size))
+        while batch:
             yield batch
+            batch = list(itertools.islice(indices, self.batch_size))
 
 
 class Loader:

@@ -34,12 +34,14 @@ reference/data.py).
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, Sampler
+
+from common import arg_ranges as ar
+from common.arg_ranges import check_int
 
 MASK32 = 0xFFFF_FFFF
 MIX_MUL1 = 0x7FEB_352D
@@ -59,19 +61,12 @@ __all__ = ["BatchSampler", "ResumableSampler", "Task", "batch_seed", "epoch_orde
            "hash_words", "make_loader", "make_task", "mix32", "teacher_logits", "teacher_weights"]
 
 
-def _check_int(where: str, name: str, value: object, lo: int, hi: int) -> int:
-    """`value` as an int in [lo, hi), or a ValueError/TypeError that says so."""
-    if isinstance(value, bool):
-        raise TypeError(f"{where}: {name} must be an integer, got a bool")
+def _check_int(where: str, name: str, value: object, declared: range) -> int:
+    """`value` as an int in its declared range (common/arg_ranges.py), or one line; a
+    one-element integer tensor is taken as its value."""
     if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point():
         value = value.item()
-    try:
-        v = operator.index(value)  # type: ignore[arg-type]
-    except TypeError:
-        raise TypeError(f"{where}: {name} must be an integer, got {type(value).__name__}") from None
-    if not lo <= v < hi:
-        raise ValueError(f"{where}: {name}={v} is outside [{lo}, {hi})")
-    return v
+    return check_int(where, name, value, declared)
 
 
 def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
@@ -92,13 +87,18 @@ def mix32(x: torch.Tensor) -> torch.Tensor:
 
 
 def hash_words(
-    seed: int, purpose: int, sub: int, count: int, device: torch.device | str = "cpu"
+    seed: int, purpose: int, sub: int, count: int, device: torch.device | str = "cpu", *,
+    start: int = 0
 ) -> torch.Tensor:
-    """word_i(seed, purpose, sub) for i = 0..count-1, as int64 holding 32-bit values."""
-    seed = _check_int("hash_words", "seed", seed, 0, 2**32)
-    sub = _check_int("hash_words", "sub", sub, 0, 2**32)
+    """word_i(seed, purpose, sub) for i = start..start+count-1, as int64 holding 32-bit
+    values."""
+    seed = _check_int("hash_words", "seed", seed, ar.SEEDS)
+    purpose = _check_int("hash_words", "purpose", purpose, ar.HASH_PURPOSES)
+    sub = _check_int("hash_words", "sub", sub, ar.HASH_SUBS)
+    start = _check_int("hash_words", "start", start, ar.HASH_SUBS)
+    count = _check_int("hash_words", "count", count, range(ar.HASH_COUNTS.stop - start))
     key = mix32(mix32(mix32(torch.tensor([seed], device=device)) ^ purpose) ^ sub)
-    i = torch.arange(count, dtype=torch.int64, device=device)
+    i = torch.arange(start, start + count, dtype=torch.int64, device=device)
     return mix32(mix32(i ^ key) ^ key)
 
 
@@ -106,6 +106,9 @@ def epoch_order(
     seed: int, epoch: int, num_samples: int, device: torch.device | str = "cpu"
 ) -> torch.Tensor:
     """The order of epoch `epoch`: a permutation of 0..num_samples-1 (int64), unique sort."""
+    _check_int("epoch_order", "seed", seed, ar.SEEDS)
+    _check_int("epoch_order", "epoch", epoch, ar.EPOCHS)
+    _check_int("epoch_order", "num_samples", num_samples, ar.HASH_COUNTS)
     words = hash_words(seed, ORDER, epoch, num_samples, device)
     return torch.argsort(words, stable=True)
 
@@ -113,10 +116,10 @@ def epoch_order(
 def batch_seed(seed: int, epoch: int, batch: int) -> int:
     """The seed of batch `batch` of epoch `epoch` (NOTE [ Consumed position ] in
     reference/data.py): word_batch(seed, BATCH, epoch), 32 bits, as a Python int."""
-    seed = _check_int("batch_seed", "seed", seed, 0, 2**32)
-    epoch = _check_int("batch_seed", "epoch", epoch, 0, 2**32)
-    batch = _check_int("batch_seed", "batch", batch, 0, 2**32)
-    return int(hash_words(seed, BATCH, epoch, batch + 1)[batch])
+    seed = _check_int("batch_seed", "seed", seed, ar.SEEDS)
+    epoch = _check_int("batch_seed", "epoch", epoch, ar.EPOCHS)
+    batch = _check_int("batch_seed", "batch", batch, ar.BATCH_INDICES)
+    return int(hash_words(seed, BATCH, epoch, 1, start=batch)[0])  # word_batch alone
 
 
 # ---------------------------------------------------------------- the task
@@ -179,13 +182,13 @@ def make_task(
     device: torch.device | str = "cpu",
 ) -> Task:
     """The teacher task of reference/data.py, with float inputs/values in `dtype`."""
-    seed = _check_int("make_task", "seed", seed, 0, 2**32)
-    num_samples = _check_int("make_task", "num_samples", num_samples, 1, 2**32 // 64)
-    features = _check_int("make_task", "features", features, 1, 65)
-    hidden = _check_int("make_task", "hidden", hidden, 1, 257)
-    classes = _check_int("make_task", "classes", classes, 2, 17)
-    if dtype not in (torch.float32, torch.float64):
-        raise ValueError(f"make_task: dtype must be torch.float32 or torch.float64, got {dtype}")
+    seed = _check_int("make_task", "seed", seed, ar.SEEDS)
+    num_samples = _check_int("make_task", "num_samples", num_samples, ar.TASK_SAMPLES)
+    features = _check_int("make_task", "features", features, ar.TASK_FEATURES)
+    hidden = _check_int("make_task", "hidden", hidden, ar.TASK_HIDDEN)
+    classes = _check_int("make_task", "classes", classes, ar.TASK_CLASSES)
+    ar.check_dtype("make_task", "dtype", str(dtype).removeprefix("torch."), ar.TASK_DTYPES,
+                   ValueError)
     calib = teacher_logits(_inputs(seed, CALIBRATION, CALIBRATION_SIZE, features, device),
                             seed, hidden, classes)
     b2 = -torch.sort(calib, dim=0).values[CALIBRATION_SIZE // 2]  # (c,) upper median, exact
@@ -220,10 +223,10 @@ class SequenceTask(Dataset):
 def make_copy_task(seed: int, num_samples: int, *, prefix: int = 8, vocab_size: int = 12,
                    device: torch.device | str = "cpu") -> SequenceTask:
     """The copy task of reference/data.py (make_copy_task), from the same hash words."""
-    seed = _check_int("make_copy_task", "seed", seed, 0, 2**32)
-    num_samples = _check_int("make_copy_task", "num_samples", num_samples, 1, 2**32 // 64)
-    prefix = _check_int("make_copy_task", "prefix", prefix, 1, 1025)
-    vocab_size = _check_int("make_copy_task", "vocab_size", vocab_size, 3, 2**16)
+    seed = _check_int("make_copy_task", "seed", seed, ar.SEEDS)
+    num_samples = _check_int("make_copy_task", "num_samples", num_samples, ar.TASK_SAMPLES)
+    prefix = _check_int("make_copy_task", "prefix", prefix, ar.COPY_PREFIXES)
+    vocab_size = _check_int("make_copy_task", "vocab_size", vocab_size, ar.COPY_VOCAB_SIZES)
     words = hash_words(seed, SEQUENCES, 0, num_samples * prefix, device)
     digits = (words % (vocab_size - 1)).reshape(num_samples, prefix)  # (n, P) int64
     sep = torch.full((num_samples, 1), vocab_size - 1, dtype=torch.int64, device=device)
@@ -243,8 +246,9 @@ class ResumableSampler(Sampler[int]):
 
     def __init__(self, num_samples: int, seed: int) -> None:
         super().__init__()
-        self.num_samples = _check_int("ResumableSampler", "num_samples", num_samples, 1, 2**32)
-        self.seed = _check_int("ResumableSampler", "seed", seed, 0, 2**32)
+        self.num_samples = _check_int("ResumableSampler", "num_samples", num_samples,
+                                      ar.SAMPLER_SAMPLES)
+        self.seed = _check_int("ResumableSampler", "seed", seed, ar.SEEDS)
         self.epoch = 0
         self.position = 0
 
@@ -286,16 +290,16 @@ class ResumableSampler(Sampler[int]):
         if missing or unexpected:
             raise ValueError(f"{where}: missing keys {missing}, unexpected keys {unexpected}; "
                              f"expected exactly {list(STATE_KEYS)}")
-        seed = _check_int(where, "seed", state["seed"], 0, 2**32)
-        n = _check_int(where, "num_samples", state["num_samples"], 1, 2**32)
+        seed = _check_int(where, "seed", state["seed"], ar.SEEDS)
+        n = _check_int(where, "num_samples", state["num_samples"], ar.SAMPLER_SAMPLES)
         if n != self.num_samples:
             raise ValueError(f"{where}: state is for num_samples={n}, this sampler has "
                              f"{self.num_samples}: a different dataset length, a different order")
         if seed != self.seed:
             raise ValueError(f"{where}: state is for seed={seed}, this sampler has seed="
                              f"{self.seed}: a different order")
-        epoch = _check_int(where, "epoch", state["epoch"], 0, 2**32)
-        position = _check_int(where, "position", state["position"], 0, n)
+        epoch = _check_int(where, "epoch", state["epoch"], ar.EPOCHS)
+        position = _check_int(where, "position", state["position"], range(n))
         self.epoch, self.position = epoch, position
 
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, Sampler
 
+from common.arg_ranges import WORKER_BATCH_SIZES, WORKER_COUNTS
 from torch_impl.data import ResumableSampler, SequenceTask, Task, _check_int, batch_seed
 
 Augment = Callable[[tuple[torch.Tensor, ...], torch.Generator], tuple[torch.Tensor, ...]]
@@ -94,8 +95,10 @@ class WorkerLoader:
         if not isinstance(generator, torch.Generator):
             raise TypeError("WorkerLoader: generator must be a torch.Generator (NOTE [ "
                             f"DataLoader base seed ]), got {type(generator).__name__}")
-        self.num_workers = _check_int("WorkerLoader", "num_workers", num_workers, 0, 257)
-        self.batch_size = _check_int("WorkerLoader", "batch_size", batch_size, 1, 2**63)
+        self.num_workers = _check_int("WorkerLoader", "num_workers", num_workers,
+                                      WORKER_COUNTS)
+        self.batch_size = _check_int("WorkerLoader", "batch_size", batch_size,
+                                     WORKER_BATCH_SIZES)
         if num_workers and task.inputs.device.type != "cpu":
             raise ValueError(f"WorkerLoader: num_workers={num_workers} needs the task on the "
                              f"cpu (it is on {task.inputs.device}): a worker process cannot "

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
+from common.arg_ranges import SEEDS
+from parity.strategies.edges import declared_values
+
 # A sampler run: `epochs` epochs of batches, interrupted (state saved, a fresh sampler
 # loaded from it) after `interrupt` batches. `kind` says where the cut fell, for events.
 DATA_INTERRUPTIONS = ("start", "mid_epoch", "epoch_boundary", "end")
@@ -23,7 +26,7 @@ def data_sampler_runs(draw: st.DrawFn, max_samples: int = 64) -> dict:
     hypothesis.event() the edge it really reached.
     """
     want = draw(st.sampled_from(DATA_INTERRUPTIONS))
-    seed = draw(st.integers(0, 2**32 - 1))
+    seed = draw(declared_values(SEEDS))  # the whole declared range, its edges often
     if want == "mid_epoch":  # n // batch_size >= 2: an epoch has an inside
         n = draw(st.integers(2, max_samples))
         batch_size = draw(st.integers(1, n // 2))
@@ -62,7 +65,7 @@ def data_length_cases(draw: st.DrawFn, max_samples: int = 64) -> dict:
     load_state_dict. `where` names the edge reached, for events."""
     n = draw(st.integers(1, max_samples))
     consumed = draw(st.one_of(st.sampled_from((0, n)), st.integers(0, n)))
-    case = {"seed": draw(st.integers(0, 2**32 - 1)), "num_samples": n,
+    case = {"seed": draw(declared_values(SEEDS)), "num_samples": n,
             "batch_size": draw(st.integers(1, n + 2)), "drop_last": draw(st.booleans()),
             "consumed": consumed, "via": draw(st.sampled_from(("iterate", "load_state_dict")))}
     left = n - consumed if consumed < n else n
