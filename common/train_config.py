@@ -12,11 +12,12 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from common.fp8_train import SCALED_PRECISIONS
+from common.fp8_train import GPT_PRECISIONS, SCALED_PRECISIONS, WEIGHT_PRECISIONS
 
 MODELS = ("mlp", "gpt")  # what each tree's train_models.py builds
-# the autocast dtypes of each tree's amp.PRECISIONS, then the scaled GEMMs of fp8_train.py
-PRECISIONS = ("fp32", "bf16", "fp16", *SCALED_PRECISIONS)
+# the autocast dtypes of each tree's amp.PRECISIONS, then the scaled GEMMs of fp8_train.py,
+# then bf16-sr's bfloat16 weights (recipes_train.py)
+PRECISIONS = ("fp32", "bf16", "fp16", *SCALED_PRECISIONS, *WEIGHT_PRECISIONS)
 OPTIMIZERS = {"SGD": {"momentum": 0.9}, "Adam": {}, "AdamW": {"weight_decay": 0.01}}
 SCHEDULES = ("constant", "cosine", "step")
 F32_MAX = float.fromhex("0x1.fffffep+127")  # 3.4028235e38, the largest finite float32
@@ -56,12 +57,15 @@ class TrainConfig:
             _whole("sizes", size, 1)
         _real("dropout", self.dropout, 0.0, 1.0, high_open=True)
         _choice("precision", self.precision, PRECISIONS)
-        if self.precision in SCALED_PRECISIONS and (self.model, self.recompute) != ("gpt",
-                                                                                   "none"):
+        if self.precision in GPT_PRECISIONS and (self.model, self.recompute) != ("gpt", "none"):
             raise ValueError(f"TrainConfig: precision {self.precision!r} trains --model gpt "
-                             f"without recomputation (the scaled layers' shapes are the "
-                             f"transformer's), got model {self.model!r}, recompute "
-                             f"{self.recompute!r}")
+                             f"without recomputation (the scaled layers' shapes and random "
+                             f"bits are the transformer's), got model {self.model!r}, "
+                             f"recompute {self.recompute!r}")
+        if self.precision in WEIGHT_PRECISIONS and self.optimizer != "AdamW":
+            raise ValueError(f"TrainConfig: precision {self.precision!r} trains with AdamWSR, "
+                             f"the AdamW of bfloat16 weights: optimizer must be 'AdamW', got "
+                             f"{self.optimizer!r}")
         _choice("optimizer", self.optimizer, tuple(OPTIMIZERS))
         _real("lr", self.lr, 0.0, math.inf, low_open=True)
         _choice("schedule", self.schedule, SCHEDULES)

@@ -1,7 +1,9 @@
 """The scaled linear layer between the trees: every GEMM operand's cast bit for bit
 (fp8_train.casts), the GEMMs within the float32 order bound (fp8_train.gemm), delayed
 scaling's histories and scales bit for bit (fp8_train.delayed_state); and training with it:
-interrupted and resumed runs equal uninterrupted ones (fp8_train.resume_exact).
+interrupted and resumed runs equal uninterrupted ones (fp8_train.resume_exact), the random
+bits of nvfp4 and bf16-sr included. The 2025-26 recipes written apart:
+parity/test_fp8_train_recipes.py.
 Driver: parity/drivers/fp8_train.py; torchao's Float8Linear: parity/test_fp8_train_torchao.py.
 """
 
@@ -15,8 +17,9 @@ import numpy as np
 import pytest
 import torch
 
-from common.fp8_train import SCALED_PRECISIONS, Recipe, recipe
+from common.fp8_train import GPT_PRECISIONS, SCALED_PRECISIONS, Recipe, needs_bits, recipe
 from common.gpt_config import TRAIN_SHAPE
+from common.recipes_train import BitStream
 from parity.compare import as_numpy, assert_claim, assert_observed
 from parity.drivers import fp8_train as drv
 from parity.drivers import gpt_learn as gl
@@ -113,11 +116,13 @@ def test_delayed_histories_and_scales_are_the_same_bits_in_both_trees() -> None:
 # A small transformer run: 3 batches of 4 an epoch, dropout on, Adam (buffers to restore)
 RUN = {"model": "gpt", "seed": 3, "dropout": 0.2, "optimizer": "Adam", "schedule": "cosine",
        "horizon": 4, "batch_size": 4, "num_samples": 12}
-DEFAULT_RESUME = ("fp8-delayed",)  # the one with state of its own: the amax histories
+# the ones with state of their own: the amax histories, the random bits of nvfp4 and bf16-sr
+DEFAULT_RESUME = ("fp8-delayed", "nvfp4", "bf16-sr")
 
 
 def _resume_case(name: str, precision: str) -> None:
-    config = {**RUN, "precision": precision}
+    config = {**RUN, "precision": precision, "optimizer": "AdamW" if precision == "bf16-sr"
+              else RUN["optimizer"]}
     with one_thread():
         expected = uninterrupted(name, config, 4)
         with tempfile.TemporaryDirectory() as tmp:
@@ -126,6 +131,8 @@ def _resume_case(name: str, precision: str) -> None:
         keys = [k for k in expected["model"] if "fp8_amax_history" in k]
         assert len(keys) == 3 * 4 * TRAIN_SHAPE.n_layer
         assert all(np.any(as_numpy(expected["model"][k]) != 0) for k in keys)
+    if needs_bits(precision):  # the bit stream is in the checkpoint, and moved
+        assert actual["rng"]["bits"] != BitStream(RUN["seed"]).state()
     worst, n = compare_runs(actual, expected)
     assert_observed("fp8_train.resume_exact", worst, n, f"{name} {precision}")
 
@@ -141,9 +148,9 @@ def test_scaled_gpt_run_interrupted_and_resumed_equals_uninterrupted(name: str,
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["reference", "torch"])
-@pytest.mark.parametrize("precision", [p for p in SCALED_PRECISIONS if p not in DEFAULT_RESUME])
+@pytest.mark.parametrize("precision", [p for p in GPT_PRECISIONS if p not in DEFAULT_RESUME])
 def test_every_scaled_precision_resumes_exactly(name: str, precision: str) -> None:
-    """The other four precisions, the same claim."""
+    """The other precisions, the same claim."""
     _resume_case(name, precision)
 
 

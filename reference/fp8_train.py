@@ -19,6 +19,17 @@ weight_hp_t)) and each GEMM casts its own operands. q, by recipe kind:
     fp8, delayed:  s = the layer's stored scale of that tensor; record amax(a) in its history
                    data = cast_to_fp8(a, s, fmt);  q(a) = f32(data) / s
     mx:            q(a) = from_mx(to_mx(a with K last, fmt, "floor")), K moved back
+    blockwise:     tile = W: weight_tile; x, g: tile along K ((1, 128), or (128, 1) where K
+                   is the rows); q(a) = dequantize_blockwise(quantize_blockwise(a, tile,
+                   variant), tile)                      (reference/fp8_blockwise.py)
+    nvfp4:         a with K last; grad_weight's operands: bf16, then the RHT along K (= N);
+                   codes, S, A = nvfp4.quantize(a, 16x16 for W else 1x16, g: stochastic on
+                   the given rbits); q(a) = nvfp4.dequantize(codes, S, A), K moved back
+
+NOTE [ The RHT in grad_weight ]: with M = diag(s) H / 4 per group of 16 along N (M M^T = I),
+(M^T g)^T (M^T x) = g^T M M^T x = g^T x: grad_weight may multiply the transformed operands,
+and the transform spreads an outlier over its 16 neighbours before the 1x16 scaling (TE
+applies it to the columnwise copies of x and g only). The other two GEMMs take no RHT.
 
 NOTE [ Delayed scaling in a layer ]: each scaled layer keeps, per tensor (input, weight,
 grad_output), an amax history (L,) float32 and a scale () float32, as buffers (state, so the
@@ -38,21 +49,38 @@ from __future__ import annotations
 
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from common.fp8_train import DELAYED_TENSORS, Recipe, recipe
-from reference import fp8_scaling, mx
+from common.recipes_train import BitStream, grad_bits
+from reference import fp8_blockwise, fp8_scaling, mx, nvfp4
 from reference.module import Module, Parameter, check_float, check_grad
 from reference.nn import Linear, matmul
 
 
 def quantize(a: np.ndarray, fmt: str, r: Recipe, axis: int,
-             scale: np.ndarray | None = None) -> np.ndarray:
+             scale: np.ndarray | None = None, *, weight: bool = False, rht: bool = False,
+             rbits: np.ndarray | None = None) -> np.ndarray:
     """q(a): the float32 values the GEMM reads for the 2-D float32 operand `a`, its inner
-    dimension K on `axis` (0 or 1); `scale`: delayed scaling's stored scale."""
+    dimension K on `axis` (0 or 1); `scale`: delayed scaling's stored scale; `weight`: a is
+    W (blockwise and nvfp4 tile it so); nvfp4: `rht` transforms it first, `rbits` (uint8,
+    a's shape with K last) round it stochastically."""
     if r.kind == "mx":
         k_last = np.ascontiguousarray(np.moveaxis(a, axis, -1))
         return np.moveaxis(mx.from_mx(mx.to_mx(k_last, fmt, r.mx_mode)), -1, axis)
+    if r.kind == "blockwise":
+        tile = r.weight_tile if weight else (r.tile if axis == 1 else r.tile[::-1])
+        codes, scales = fp8_blockwise.quantize_blockwise(a, tile, r.variant)
+        return fp8_blockwise.dequantize_blockwise(codes, scales, tile)
+    if r.kind == "nvfp4":
+        k_last = np.ascontiguousarray(np.moveaxis(a, axis, -1))  # (M, K)
+        if rht:  # NOTE [ The RHT in grad_weight ]: TE transforms bfloat16 inputs
+            k_last = k_last.astype(ml_dtypes.bfloat16)
+        codes, s, amax = nvfp4.quantize(
+            k_last, r.weight_tile if weight else r.tile, with_rht=rht, rbits=rbits,
+            rounding="nearest_even" if rbits is None else "stochastic")
+        return np.moveaxis(nvfp4.dequantize(codes, s, amax), -1, axis)
     if scale is None:
         data, scale = fp8_scaling.current_scaling(a, fmt, axis if r.rowwise else None,
                                                   r.power_of_2)
@@ -66,19 +94,23 @@ def scaled_forward(x2: np.ndarray, w: np.ndarray, b: np.ndarray | None, r: Recip
     """y2 = q(x2) @ q(W)^T (+ b): the output GEMM (N, out); `scales` for delayed scaling."""
     s = scales or {}
     y2 = matmul(quantize(x2, r.forward, r, 1, s.get("input")),
-                quantize(w, r.forward, r, 1, s.get("weight")).T)
+                quantize(w, r.forward, r, 1, s.get("weight"), weight=True).T)
     return y2 if b is None else y2 + b
 
 
 def scaled_backward(g2: np.ndarray, x2: np.ndarray, w: np.ndarray, r: Recipe,
-                    scales: dict[str, np.ndarray] | None = None
+                    scales: dict[str, np.ndarray] | None = None,
+                    rbits: tuple[np.ndarray, np.ndarray] | None = None
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(dx2, dW, db): the grad_input and grad_weight GEMMs and the bias gradient."""
+    """(dx2, dW, db): the grad_input and grad_weight GEMMs and the bias gradient; `rbits`:
+    the random bits of g (N, out) and of g^T (out, N) where g rounds stochastically."""
     s = scales or {}
-    dx2 = matmul(quantize(g2, r.backward, r, 1, s.get("grad_output")),
-                 quantize(w, r.forward, r, 0, s.get("weight")))
-    dw = matmul(quantize(g2, r.backward, r, 0, s.get("grad_output")).T,
-                quantize(x2, r.forward, r, 0, s.get("input")))
+    bits_in, bits_w = (None, None) if rbits is None else rbits
+    dx2 = matmul(quantize(g2, r.backward, r, 1, s.get("grad_output"), rbits=bits_in),
+                 quantize(w, r.forward, r, 0, s.get("weight"), weight=True))
+    dw = matmul(quantize(g2, r.backward, r, 0, s.get("grad_output"), rht=r.wgrad_rht,
+                         rbits=bits_w).T,
+                quantize(x2, r.forward, r, 0, s.get("input"), rht=r.wgrad_rht))
     return dx2, dw, g2.sum(axis=0)
 
 
@@ -86,11 +118,17 @@ class ScaledLinear(Module):
     """A Linear whose GEMMs are scaled and cast by `precision` (common/fp8_train.py); it takes
     over a Linear's Parameters (torchao's Float8Linear.from_float). Delayed scaling's state
     is its buffers: fp8_amax_history_<t> (L,) and fp8_scale_<t> () for t in input, weight,
-    grad_output (NOTE [ Delayed scaling in a layer ])."""
+    grad_output (NOTE [ Delayed scaling in a layer ]). `bits`: the run's BitStream, which
+    a recipe that rounds g stochastically (nvfp4) draws from at each backward (NOTE [ One
+    bit stream, both trees ] in common/recipes_train.py)."""
 
-    def __init__(self, linear: Linear, precision: str) -> None:
+    def __init__(self, linear: Linear, precision: str, bits: BitStream | None = None) -> None:
         super().__init__()
         self.recipe = recipe(precision)
+        if self.recipe.grad_stochastic and bits is None:
+            raise ValueError(f"ScaledLinear: {precision} rounds gradients stochastically and "
+                             "needs the run's BitStream (bits=)")
+        self.bits = bits
         self.in_features, self.out_features = linear.in_features, linear.out_features
         if linear.weight.data.dtype != np.float32:
             raise TypeError(f"ScaledLinear: the master weights must be float32, got "
@@ -145,7 +183,8 @@ class ScaledLinear(Module):
         g2 = g.astype(np.float32).reshape(-1, self.out_features)  # (N, out)
         if self.recipe.delayed:
             self._record("grad_output", g2)
-        dx2, dw, db = scaled_backward(g2, x2, w, self.recipe, self._scales())
+        rbits = (grad_bits(self.bits, *g2.shape) if self.recipe.grad_stochastic else None)
+        dx2, dw, db = scaled_backward(g2, x2, w, self.recipe, self._scales(), rbits)
         self.weight.accumulate(dw)
         if self.bias is not None:
             self.bias.accumulate(db)
@@ -162,17 +201,18 @@ class ScaledLinear(Module):
             h[...], s[...] = new_h, new_s
 
 
-def convert(model: Module, precision: str) -> list[str]:
+def convert(model: Module, precision: str, bits: BitStream | None = None) -> list[str]:
     """Replace every Linear inside the transformer's blocks (transformer.h.*: c_attn,
-    attn.c_proj, c_fc, mlp.c_proj) by a ScaledLinear of `precision`; the embeddings and
-    lm_head stay float32 (torchao's usual filter leaves the output layer out). Returns the
-    paths converted, in module order."""
+    attn.c_proj, c_fc, mlp.c_proj) by a ScaledLinear of `precision` (drawing from `bits`);
+    the embeddings and lm_head stay float32 (torchao's usual filter leaves the output layer
+    out; TE's NVFP4 recipe keeps the last layers in bf16). Returns the paths converted, in
+    module order."""
     converted = []
     for path, parent in list(model.named_modules()):
         for name, child in list(parent._children.items()):
             full = f"{path}.{name}" if path else name
             if isinstance(child, Linear) and ".h." in f".{full}":
-                scaled = ScaledLinear(child, precision)
+                scaled = ScaledLinear(child, precision, bits)
                 parent._children[name] = scaled
                 object.__setattr__(parent, name, scaled)
                 converted.append(full)

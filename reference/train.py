@@ -4,7 +4,8 @@ resume, faults, the numerics hook) and the checkpoint's inventory are common/tra
 This tree supplies what the loop cannot know: `train_step` (the step, line for line with
 torch_impl/train.py's), and a Run that builds the objects and says where its random state
 is (one numpy Generator: it initializes the weights and then draws every dropout mask, so
-the run's random state is its bit_generator.state).
+the run's random state is its bit_generator.state; a precision that rounds stochastically,
+nvfp4 or bf16-sr, adds the run's BitStream: common/recipes_train.py).
 """
 
 from __future__ import annotations
@@ -16,13 +17,15 @@ from typing import Any
 import numpy as np
 
 from common import train_loop
-from common.fp8_train import autocast_precision
+from common.fp8_train import WEIGHT_PRECISIONS, autocast_precision, needs_bits
+from common.recipes_train import BitStream
 from common.train_config import OPTIMIZERS, TrainConfig
 from common.train_loop import FAULTS, INVENTORY, Phase, StepResult, no_phase
 from reference import amp, faults, loss_scaling, lr_scheduler, numerics, optim, resume
 from reference.gpt import GPT
 from reference.losses import Loss
 from reference.nn import Module
+from reference.recipes_train import BF16SR
 from reference.recompute import Schedule
 from reference.state_digest import state_digest
 from reference.train_models import batch_of, build
@@ -40,10 +43,15 @@ class Run(train_loop.BaseRun):
         super().__init__(config)
         c = config
         self.rng = np.random.default_rng(c.seed)  # initialization, then dropout
-        parts = build(c, self.rng)  # refuses a recompute spec this model cannot take
+        self.bits = BitStream(c.seed) if needs_bits(c.precision) else None  # SR's bits
+        parts = build(c, self.rng, self.bits)  # refuses a recompute spec this model cannot take
         self.model, self.loss_fn = parts.model, parts.loss_fn
-        self.optimizer = getattr(optim, c.optimizer)(self.model.parameters(), lr=c.lr,
-                                                     **OPTIMIZERS[c.optimizer])
+        if c.precision in WEIGHT_PRECISIONS:  # bf16 weights, AdamWSR
+            self.optimizer = BF16SR(self.model.parameters(), self.bits, lr=c.lr,
+                                                  **OPTIMIZERS[c.optimizer])
+        else:
+            self.optimizer = getattr(optim, c.optimizer)(self.model.parameters(), lr=c.lr,
+                                                         **OPTIMIZERS[c.optimizer])
         self.scheduler = _make_scheduler(self.optimizer, c)
         self.scaler = loss_scaling.make_scaler(autocast_precision(c.precision),
                                                init_scale=c.init_scale,
@@ -65,10 +73,15 @@ class Run(train_loop.BaseRun):
                               fault=self.step_fault, phase=phase)
 
     def _rng_state(self) -> dict[str, Any]:
-        return {"model": self.rng.bit_generator.state}  # a new dict at every read
+        rng = {"model": self.rng.bit_generator.state}  # a new dict at every read
+        if self.bits is not None:
+            rng["bits"] = self.bits.state()
+        return rng
 
     def _load_rng(self, rng: Mapping[str, Any]) -> None:
         self.rng.bit_generator.state = rng["model"]
+        if self.bits is not None:
+            self.bits.load(rng["bits"])
 
     def _disabled_scaler(self) -> loss_scaling.GradScaler:
         return loss_scaling.make_scaler("fp32")

@@ -23,6 +23,7 @@ import numpy as np
 
 from common.fp8_train import SCALED_PRECISIONS
 from common.gpt_config import TRAIN_COPY_PREFIX, TRAIN_SHAPE, GPTConfig
+from common.recipes_train import BitStream
 from reference import fp8_train
 from reference.data import ResumableSampler, make_copy_task, make_loader, make_task
 from reference.gpt import GPT
@@ -52,15 +53,15 @@ def gpt_config(c: TrainConfig) -> GPTConfig:
     return replace(TRAIN_SHAPE, dropout=c.dropout)
 
 
-def build(c: TrainConfig, rng: np.random.Generator) -> Parts:
-    """Every part of a run of `c`, the weights drawn from `rng` (ValueError: a recompute spec
-    the model cannot take)."""
+def build(c: TrainConfig, rng: np.random.Generator, bits: BitStream | None = None) -> Parts:
+    """Every part of a run of `c`, the weights drawn from `rng`, a scaled precision's random
+    bits from `bits` (ValueError: a recompute spec the model cannot take)."""
     sampler = ResumableSampler(c.num_samples, c.seed)
     if c.model == "gpt":
         model = GPT(gpt_config(c), rng=rng)
         set_recompute(model, c.recompute)
         if c.precision in SCALED_PRECISIONS:  # the blocks' Linears scaled and cast
-            fp8_train.convert(model, c.precision)
+            fp8_train.convert(model, c.precision, bits)
         task = make_copy_task(c.seed, c.num_samples, prefix=TRAIN_COPY_PREFIX,
                               vocab_size=TRAIN_SHAPE.vocab_size)
         loader = make_loader(task, sampler, c.batch_size, drop_last=True)

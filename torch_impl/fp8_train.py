@@ -12,6 +12,9 @@ differently or hides:
   (claim fp8_train.torchao_scaled_mm).
 - Delayed scaling's histories and scales are registered buffers, so model.state_dict()
   holds them; the backward updates them in place under no_grad.
+- nvfp4's random bits are the reference's numpy arrays (common/recipes_train.py, NOTE [ One
+  bit stream, both trees ]), moved onto the operand's device with torch.from_numpy: torch's
+  own generators would draw other bits.
 """
 
 from __future__ import annotations
@@ -22,15 +25,29 @@ import torch
 from torch import nn
 
 from common.fp8_train import DELAYED_TENSORS, Recipe, recipe
-from torch_impl import fp8_scaling, mx
+from common.recipes_train import BitStream, grad_bits
+from torch_impl import fp8_blockwise, fp8_scaling, mx, nvfp4
 
 
 def quantize(a: torch.Tensor, fmt: str, r: Recipe, axis: int,
-             scale: torch.Tensor | None = None) -> torch.Tensor:
+             scale: torch.Tensor | None = None, *, weight: bool = False, rht: bool = False,
+             rbits: torch.Tensor | None = None) -> torch.Tensor:
     """q(a) of the 2-D float32 operand `a`, its inner dimension K on `axis` (0 or 1)."""
     if r.kind == "mx":
         k_last = a.movedim(axis, -1).contiguous()
         return mx.from_mx(mx.to_mx(k_last, fmt, r.mx_mode)).movedim(-1, axis)
+    if r.kind == "blockwise":
+        tile = r.weight_tile if weight else (r.tile if axis == 1 else r.tile[::-1])
+        codes, scales = fp8_blockwise.quantize_blockwise(a, tile, r.variant)
+        return fp8_blockwise.dequantize_blockwise(codes, scales, tile)
+    if r.kind == "nvfp4":
+        k_last = a.movedim(axis, -1).contiguous()  # (M, K)
+        if rht:  # NOTE [ The RHT in grad_weight ] (reference/fp8_train.py)
+            k_last = k_last.to(torch.bfloat16)
+        codes, s, amax = nvfp4.quantize(
+            k_last, r.weight_tile if weight else r.tile, with_rht=rht, rbits=rbits,
+            rounding="nearest_even" if rbits is None else "stochastic")
+        return nvfp4.dequantize(codes, s, amax).movedim(-1, axis)
     if scale is None:
         data, scale = fp8_scaling.current_scaling(a, fmt, axis if r.rowwise else None,
                                                   r.power_of_2)
@@ -44,20 +61,30 @@ def scaled_forward(x2: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, r:
     """y2 = q(x2) @ q(W)^T (+ b), the weight cast as its transpose (torchao's weight_hp_t)."""
     s = scales or {}
     y2 = torch.mm(quantize(x2, r.forward, r, 1, s.get("input")),
-                  quantize(w.t(), r.forward, r, 0, s.get("weight")))
+                  quantize(w.t(), r.forward, r, 0, s.get("weight"), weight=True))
     return y2 if b is None else y2 + b
 
 
 def scaled_backward(g2: torch.Tensor, x2: torch.Tensor, w: torch.Tensor, r: Recipe,
-                    scales: dict[str, torch.Tensor] | None = None
+                    scales: dict[str, torch.Tensor] | None = None,
+                    rbits: tuple[torch.Tensor, torch.Tensor] | None = None
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dx2, dW, db), torchao's backward: mm(q(g), q(W^T)^T) and mm(q(g)^T, q(x2))."""
     s = scales or {}
-    dx2 = torch.mm(quantize(g2, r.backward, r, 1, s.get("grad_output")),
-                   quantize(w.t(), r.forward, r, 1, s.get("weight")).t())
-    dw = torch.mm(quantize(g2, r.backward, r, 0, s.get("grad_output")).t(),
-                  quantize(x2, r.forward, r, 0, s.get("input")))
+    bits_in, bits_w = (None, None) if rbits is None else rbits
+    dx2 = torch.mm(quantize(g2, r.backward, r, 1, s.get("grad_output"), rbits=bits_in),
+                   quantize(w.t(), r.forward, r, 1, s.get("weight"), weight=True).t())
+    dw = torch.mm(quantize(g2, r.backward, r, 0, s.get("grad_output"), rht=r.wgrad_rht,
+                           rbits=bits_w).t(),
+                  quantize(x2, r.forward, r, 0, s.get("input"), rht=r.wgrad_rht))
     return dx2, dw, g2.sum(dim=0)
+
+
+def torch_bits(bits: BitStream, n: int, d_out: int, device: torch.device
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """common.recipes_train.grad_bits as tensors on `device`: the reference's very bits."""
+    bits_in, bits_w = grad_bits(bits, n, d_out)
+    return torch.from_numpy(bits_in).to(device), torch.from_numpy(bits_w).to(device)
 
 
 class _ScaledMM(torch.autograd.Function):
@@ -79,7 +106,9 @@ class _ScaledMM(torch.autograd.Function):
         layer = ctx.layer
         if layer.recipe.delayed:
             layer._record("grad_output", g2)
-        dx2, dw, _ = scaled_backward(g2, x2, w, layer.recipe, layer._scales())
+        rbits = (torch_bits(layer.bits, *g2.shape, g2.device) if layer.recipe.grad_stochastic
+                 else None)
+        dx2, dw, _ = scaled_backward(g2, x2, w, layer.recipe, layer._scales(), rbits)
         if layer.recipe.delayed:
             layer._update()
         return dx2, dw, None
@@ -88,13 +117,18 @@ class _ScaledMM(torch.autograd.Function):
 class ScaledLinear(nn.Linear):
     """An nn.Linear whose GEMMs are scaled and cast by `precision`, taking over a Linear's
     Parameters (Float8Linear.from_float); delayed scaling's buffers fp8_amax_history_<t>
-    and fp8_scale_<t> (reference/fp8_train.py)."""
+    and fp8_scale_<t>; `bits` the run's BitStream (reference/fp8_train.py)."""
 
-    def __init__(self, linear: nn.Linear, precision: str) -> None:
+    def __init__(self, linear: nn.Linear, precision: str, bits: BitStream | None = None
+                 ) -> None:
         with torch.device("meta"):
             super().__init__(linear.in_features, linear.out_features,
                              bias=linear.bias is not None)
         self.recipe = recipe(precision)
+        if self.recipe.grad_stochastic and bits is None:
+            raise ValueError(f"ScaledLinear: {precision} rounds gradients stochastically and "
+                             "needs the run's BitStream (bits=)")
+        self.bits = bits
         if linear.weight.dtype != torch.float32:
             raise TypeError(f"ScaledLinear: the master weights must be float32, got "
                             f"{linear.weight.dtype}")
@@ -142,7 +176,7 @@ class ScaledLinear(nn.Linear):
         return y2.reshape(*x.shape[:-1], self.out_features)
 
 
-def convert(model: nn.Module, precision: str) -> list[str]:
+def convert(model: nn.Module, precision: str, bits: BitStream | None = None) -> list[str]:
     """Replace every nn.Linear inside the transformer's blocks by a ScaledLinear (the
     reference's convert: lm_head and the embeddings stay float32); the paths converted."""
     converted = []
@@ -150,6 +184,6 @@ def convert(model: nn.Module, precision: str) -> list[str]:
         for name, child in list(parent.named_children()):
             full = f"{path}.{name}" if path else name
             if type(child) is nn.Linear and ".h." in f".{full}":
-                setattr(parent, name, ScaledLinear(child, precision))
+                setattr(parent, name, ScaledLinear(child, precision, bits))
                 converted.append(full)
     return converted

@@ -21,6 +21,8 @@ What PyTorch does differently or hides:
   forward and recomputing under it (reference/recompute.py).
 - The scaler is torch.amp.GradScaler; on CUDA the dropout stream is a CUDA generator.
 - torch's state_dicts hand out live tensors, so a checkpoint's state is a cloned snapshot.
+- nvfp4's and bf16-sr's random bits are the reference's BitStream (numpy, the same bits:
+  NOTE [ One bit stream, both trees ] in common/recipes_train.py), its state in rng["bits"].
 """
 
 from __future__ import annotations
@@ -33,13 +35,15 @@ import torch
 from torch import nn
 
 from common import train_loop
-from common.fp8_train import autocast_precision
+from common.fp8_train import WEIGHT_PRECISIONS, autocast_precision, needs_bits
+from common.recipes_train import BitStream
 from common.train_config import OPTIMIZERS, TrainConfig
 from common.train_loop import FAULTS, INVENTORY, Phase, StepResult, no_phase
 from torch_impl import amp, faults, loss_scaling, numerics, resume
 from torch_impl.data import LOADER, hash_words
 from torch_impl.data_workers import WorkerLoader
 from torch_impl.gpt import GPT
+from torch_impl.recipes_train import BF16SR
 from torch_impl.recompute import Schedule
 from torch_impl.state_digest import state_digest
 from torch_impl.train_models import batch_of, build
@@ -71,13 +75,19 @@ class Run(train_loop.BaseRun):
         self.device = torch.device(device)
         self.generator = torch.Generator().manual_seed(c.seed)  # initialization, then dropout
         self.loader_generator = torch.Generator()
-        parts = build(c, self.generator, self.device, self.loader_generator)
+        self.bits = BitStream(c.seed) if needs_bits(c.precision) else None  # SR's bits
+        parts = build(c, self.generator, self.device, self.loader_generator, self.bits)
         self.model, self.loss_fn = parts.model, parts.loss_fn
         self.cuda_generator = None
         if self.device.type == "cuda":  # dropout on CUDA draws from the device's generator
             self.cuda_generator = torch.Generator(self.device).manual_seed(c.seed)
-        self.optimizer = getattr(torch.optim, c.optimizer)(self.model.parameters(), lr=c.lr,
-                                                           **OPTIMIZERS[c.optimizer])
+        if c.precision in WEIGHT_PRECISIONS:  # bf16 weights, AdamWSR
+            self.optimizer = BF16SR(self.model.parameters(), self.bits, lr=c.lr,
+                                                  **OPTIMIZERS[c.optimizer])
+        else:
+            self.optimizer = getattr(torch.optim, c.optimizer)(self.model.parameters(),
+                                                               lr=c.lr,
+                                                               **OPTIMIZERS[c.optimizer])
         self.scheduler = _make_scheduler(self.optimizer, c)
         self.scaler = loss_scaling.make_scaler(autocast_precision(c.precision), self.device,
                                                init_scale=c.init_scale,
@@ -116,12 +126,16 @@ class Run(train_loop.BaseRun):
         rng = {"model": self.generator.get_state()}
         if self.cuda_generator is not None:
             rng["cuda"] = self.cuda_generator.get_state()
+        if self.bits is not None:
+            rng["bits"] = self.bits.state()
         return rng
 
     def _load_rng(self, rng: Mapping[str, Any]) -> None:
         self.generator.set_state(rng["model"])
         if self.cuda_generator is not None and "cuda" in rng:
             self.cuda_generator.set_state(rng["cuda"])
+        if self.bits is not None:
+            self.bits.load(rng["bits"])
 
     def _snapshot(self, value: Any) -> Any:
         return _snapshot(value)

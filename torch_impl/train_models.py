@@ -20,6 +20,7 @@ from torch import nn
 
 from common.fp8_train import SCALED_PRECISIONS
 from common.gpt_config import TRAIN_COPY_PREFIX, TRAIN_SHAPE, GPTConfig  # plain data
+from common.recipes_train import BitStream
 from torch_impl import fp8_train
 from torch_impl.data import ResumableSampler, make_copy_task, make_loader, make_task
 from torch_impl.gpt import GPT
@@ -62,15 +63,16 @@ def gpt_config(c: TrainConfig) -> GPTConfig:
 
 
 def build(c: TrainConfig, generator: torch.Generator, device: torch.device,
-          loader_generator: torch.Generator) -> Parts:
-    """Every part of a run of `c` on `device`, the weights drawn from `generator`
-    (ValueError: a recompute spec the model cannot take)."""
+          loader_generator: torch.Generator, bits: BitStream | None = None) -> Parts:
+    """Every part of a run of `c` on `device`, the weights drawn from `generator`, a scaled
+    precision's random bits from `bits` (ValueError: a recompute spec the model cannot
+    take)."""
     sampler = ResumableSampler(c.num_samples, c.seed)
     if c.model == "gpt":
         model = GPT(gpt_config(c), generator=generator, device=device)
         set_recompute(model, c.recompute)
         if c.precision in SCALED_PRECISIONS:  # the blocks' Linears scaled and cast
-            fp8_train.convert(model, c.precision)
+            fp8_train.convert(model, c.precision, bits)
         task = make_copy_task(c.seed, c.num_samples, prefix=TRAIN_COPY_PREFIX,
                               vocab_size=TRAIN_SHAPE.vocab_size, device=device)
         loader = make_loader(task, sampler, c.batch_size, drop_last=True,

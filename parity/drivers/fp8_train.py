@@ -3,8 +3,9 @@
 A layer pair: a reference Linear drawn from a seeded generator, its torch twin with the same
 weights, each converted to its tree's ScaledLinear. A run feeds both the same x and g for a
 few steps and records, per step, each tree's cast operands (the q of every GEMM operand, with
-the scales stored before the step), outputs, gradients and buffers, and the scales S of claim
-fp8_train.gemm computed from the reference's cast operands.
+the scales stored before the step and, where g rounds stochastically, the bits the step's
+backward will draw: a copy of the layers' BitStream), outputs, gradients and buffers, and the
+scales S of claim fp8_train.gemm computed from the reference's cast operands.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import numpy as np
 import torch
 
 from common.fp8_train import DELAYED_TENSORS, recipe
+from common.recipes_train import BitStream, grad_bits
 from reference import fp8_train as rfp8
 from reference.nn import Linear
 from torch_impl import fp8_train as tfp8
@@ -38,27 +40,42 @@ class Step:
 
 def layer_pair(precision: str, d_in: int, d_out: int, seed: int
                ) -> tuple[rfp8.ScaledLinear, tfp8.ScaledLinear]:
-    """(reference, torch) ScaledLinear of the same weights (torch's Linear init, a bias)."""
+    """(reference, torch) ScaledLinear of the same weights (torch's Linear init, a bias);
+    each its own BitStream of the same seed where the recipe draws bits."""
     lin = Linear(d_in, d_out, rng=np.random.default_rng(seed))
     twin = torch.nn.Linear(d_in, d_out)
     with torch.no_grad():
         twin.weight.copy_(torch.from_numpy(lin.weight.data))
         twin.bias.copy_(torch.from_numpy(lin.bias.data))
-    return rfp8.ScaledLinear(lin, precision), tfp8.ScaledLinear(twin, precision)
+    stochastic = recipe(precision).grad_stochastic
+    return (rfp8.ScaledLinear(lin, precision, BitStream(seed) if stochastic else None),
+            tfp8.ScaledLinear(twin, precision, BitStream(seed) if stochastic else None))
 
 
 def _operands(q: Any, x2: Any, w: Any, g2: Any, precision: str,
-              scales: dict | None) -> dict[str, Any]:
-    """Every GEMM operand's q, by GEMM and role, from one tree's quantize."""
+              scales: dict | None, rbits: tuple[Any, Any] | None = None) -> dict[str, Any]:
+    """Every GEMM operand's q, by GEMM and role, from one tree's quantize (`rbits`: g's
+    bits for grad_input and grad_weight where g rounds stochastically)."""
     r, s = recipe(precision), scales or {}
+    bits_in, bits_w = (None, None) if rbits is None else rbits
     return {
         "output.x": q(x2, r.forward, r, 1, s.get("input")),
-        "output.W": q(w, r.forward, r, 1, s.get("weight")),
-        "grad_input.g": q(g2, r.backward, r, 1, s.get("grad_output")),
-        "grad_input.W": q(w, r.forward, r, 0, s.get("weight")),
-        "grad_weight.g": q(g2, r.backward, r, 0, s.get("grad_output")),
-        "grad_weight.x": q(x2, r.forward, r, 0, s.get("input")),
+        "output.W": q(w, r.forward, r, 1, s.get("weight"), weight=True),
+        "grad_input.g": q(g2, r.backward, r, 1, s.get("grad_output"), rbits=bits_in),
+        "grad_input.W": q(w, r.forward, r, 0, s.get("weight"), weight=True),
+        "grad_weight.g": q(g2, r.backward, r, 0, s.get("grad_output"), rht=r.wgrad_rht,
+                           rbits=bits_w),
+        "grad_weight.x": q(x2, r.forward, r, 0, s.get("input"), rht=r.wgrad_rht),
     }
+
+
+def step_bits(layer: Any, n: int, d_out: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """The bits `layer`'s next backward will draw (from a copy of its stream), or None."""
+    if layer.bits is None:
+        return None
+    copy = BitStream(0)
+    copy.load(layer.bits.state())
+    return grad_bits(copy, n, d_out)
 
 
 def run_layer(precision: str, shape: tuple[int, int, int], seed: int = 0,
@@ -73,11 +90,13 @@ def run_layer(precision: str, shape: tuple[int, int, int], seed: int = 0,
         g = (rng.standard_normal((n, d_out)) * 1e-3).astype(np.float32)
         rec = Step()
         # the casts, with the scales stored before the step
-        r_q = _operands(rfp8.quantize, x, ref.weight.data, g, precision, ref._scales())
+        r_bits, t_bits = step_bits(ref, n, d_out), step_bits(tor, n, d_out)
+        r_q = _operands(rfp8.quantize, x, ref.weight.data, g, precision, ref._scales(), r_bits)
         t_scales = tor._scales()
         with torch.no_grad():
             t_q = _operands(tfp8.quantize, torch.from_numpy(x), tor.weight.detach(),
-                            torch.from_numpy(g), precision, t_scales)
+                            torch.from_numpy(g), precision, t_scales,
+                            None if t_bits is None else tuple(map(torch.from_numpy, t_bits)))
         rec.casts = {k: (r_q[k], t_q[k].numpy()) for k in r_q}
         # one step of each
         ref.weight.grad = ref.bias.grad = None
@@ -153,4 +172,4 @@ def torchao_scales(shape: tuple[int, int, int], seed: int = 0) -> dict[str, np.n
 
 
 __all__ = ["DELAYED_TENSORS", "SHAPES", "STEPS", "Step", "gemm_scales", "layer_pair",
-           "run_layer", "torchao_layer", "torchao_scales"]
+           "run_layer", "step_bits", "torchao_layer", "torchao_scales"]
