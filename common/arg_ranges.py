@@ -118,6 +118,9 @@ DROP_LAST_ERROR = "drop_last should be a boolean value, but got drop_last={}"
 # SUM, which the reference runs as its SUM); how a torch rank reports a parted step
 SCALER_REPAIRS: tuple[str, ...] = ("none", "max", "sum", "sharded")
 SCALER_CHECKS: tuple[str, ...] = ("record", "raise")
+# the one line both trees refuse an unknown repair with, wherever it is checked (the
+# reference's scaler_step; torch's scaler_step and scaler_job, before any process starts)
+SCALER_REPAIR_ERROR = "repair must be one of {}, got {!r}"
 
 # -- fp8_gemm (reference/fp8_gemm.py, torch_impl/fp8_gemm.py): an operand's dtype, a
 # scale's (a float32 dequantization scale: torch._scaled_mm's), and a matmul's operands'

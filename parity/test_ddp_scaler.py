@@ -166,7 +166,7 @@ def test_bad_scaler_jobs_are_refused_before_any_process_starts() -> None:
     c = drv.config()
     with pytest.raises(ValueError, match=r"fault must be None or \(rank, step\)"):
         tds.scaler_job(c, 3, 2, (2, 1), "none")
-    with pytest.raises(ValueError, match="repair one of"):
+    with pytest.raises(ValueError, match="repair must be one of"):
         tds.scaler_job(c, 3, 2, None, "psum")
     with pytest.raises(ValueError, match="precision must be 'fp16'"):
         tds.scaler_job(drv.TrainConfig(optimizer="SGD", batch_size=12), 3, 2, None, "none")

@@ -29,8 +29,9 @@ With the repair every rank's flag is the same (0 if no rank found one; else >= 1
 rank skips together and updates its scale alike: the ranks stay bit-identical. MAX keeps the
 flag 0 or 1; SUM (torch's ShardedGradScaler, which all-reduces found_inf in its unscale_)
 counts the ranks that found one; step and update ask only whether it is nonzero, so both
-repair. The all-reduce mirrors gloo: SUM is ring_allreduce of a 1-element float32 buffer,
-MAX is exact in any order.
+repair ("sharded", torch's ShardedGradScaler, is its SUM: the reference runs its "sum"). The
+all-reduce mirrors gloo: SUM is ring_allreduce of a 1-element float32 buffer, MAX is exact in
+any order.
 """
 
 from __future__ import annotations
@@ -41,17 +42,22 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from common import rank_check
+from common.arg_ranges import SCALER_REPAIR_ERROR, SCALER_REPAIRS
 from reference import loss_scaling
 from reference.ddp import local_backward, reduce_into, ring_allreduce
 from reference.losses import Loss
 from reference.nn import Module
 
-REPAIRS = ("none", "max", "sum")  # "sum": ShardedGradScaler's all-reduce (ReduceOp.SUM)
+# the declared range (common/arg_ranges.py), the torch tree's: "sharded" is ShardedGradScaler's
+# all-reduce (ReduceOp.SUM in its unscale_), which the reference runs as its "sum"
+REPAIRS = SCALER_REPAIRS
+_REDUCE_OPS = {"max": "max", "sum": "sum", "sharded": "sum"}
 
 
 def check_repair(repair: str) -> None:
-    if repair not in REPAIRS:
-        raise ValueError(f"repair must be one of {REPAIRS}, got {repair!r}")
+    """The check scaler_step makes: `repair` one of REPAIRS, else torch's tree's line."""
+    if not isinstance(repair, str) or repair not in REPAIRS:
+        raise ValueError(SCALER_REPAIR_ERROR.format(REPAIRS, repair))
 
 
 def tamper_(grads: Sequence[np.ndarray]) -> None:
@@ -98,7 +104,8 @@ def scaler_step(replicas: Sequence[Module], loss_fn: Loss, optimizers: Sequence,
     """One DDP step with a GradScaler per rank (NOTE [ found_inf is per rank ]'s recipe):
     local_backward and reduce_into as reference.ddp.ddp_step; then `fault` (rank, step)
     tampers that rank's reduced gradient at that step; each rank's unscale_; `repair` "max"
-    or "sum" all-reduces found_inf ("none": it stays per rank); each rank's step and update;
+    or "sum" ("sharded": as "sum") all-reduces found_inf ("none": it stays per rank); each
+    rank's step and update;
     then the cross-rank check (rank_check) on every rank's state."""
     rank_check.check_fault(fault, len(replicas))
     check_repair(repair)
@@ -110,7 +117,7 @@ def scaler_step(replicas: Sequence[Module], loss_fn: Loss, optimizers: Sequence,
     for rank in range(len(replicas)):
         scalers[rank].unscale_(optimizers[rank])
     if repair != "none":
-        sync_found_inf(scalers, optimizers, repair)
+        sync_found_inf(scalers, optimizers, _REDUCE_OPS[repair])
     record = ScalerRecord(local, own, [], [], [])
     for rank, model in enumerate(replicas):
         scaler, optimizer = scalers[rank], optimizers[rank]

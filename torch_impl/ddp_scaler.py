@@ -32,14 +32,29 @@ import torch.distributed as dist
 from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
 from common import rank_check
+from common.arg_ranges import (
+    SCALER_CHECKS,
+    SCALER_REPAIR_ERROR,
+    SCALER_REPAIRS,
+    WORLD_SIZES,
+    check_choice,
+    check_int,
+)
 from common.train_config import TrainConfig
 from common.train_loop import batches
 from torch_impl import amp, loss_scaling
 from torch_impl.ddp import Replica, replica, shard
 from torch_impl.train_models import batch_of
 
-REPAIRS = ("none", "max", "sum", "sharded")  # "sharded": ShardedGradScaler (its SUM)
-CHECKS = ("record", "raise")
+# the declared ranges (common/arg_ranges.py); "sharded": ShardedGradScaler (its SUM)
+REPAIRS = SCALER_REPAIRS
+CHECKS = SCALER_CHECKS
+
+
+def _check_repair(repair: object) -> None:
+    """The reference's check_repair: one of REPAIRS, else the same line."""
+    if not isinstance(repair, str) or repair not in REPAIRS:
+        raise ValueError(SCALER_REPAIR_ERROR.format(REPAIRS, repair))
 
 
 def tamper_(grads: list[torch.Tensor]) -> None:
@@ -85,6 +100,7 @@ def scaler_step(rep: Replica, scaler: torch.amp.GradScaler, x: torch.Tensor, y: 
     reduced gradient at that step; unscale_; `repair` "max" or "sum" all-reduces found_inf
     ("sharded": ShardedGradScaler's unscale_ did; "none": it stays per rank); step and
     update; then every rank's state gathered and checked (rank_check)."""
+    _check_repair(repair)  # an unknown one was taken as "none"
     c, optimizer, params = rep.config, rep.optimizer, rep.params
     optimizer.zero_grad(set_to_none=True)
     xr, yr = shard(x, rank, world_size), shard(y, rank, world_size)
@@ -118,6 +134,9 @@ def scaler_job(config: TrainConfig, steps: int, world_size: int,
     """`steps` DDP steps of `config`'s MLP in fp16 with a GradScaler per rank; `fault`
     (rank, step): that rank's reduced gradient made +inf at that step (tamper_); `repair`
     one of REPAIRS; `check` "record" (the cross-rank verdict per step) or "raise"."""
+    _check_repair(repair)
+    check_choice("scaler_job", "check", check, CHECKS)
+    world_size = check_int("scaler_job", "world_size", world_size, WORLD_SIZES)
     if config.model != "mlp" or config.optimizer != "SGD" or config.dropout != 0.0:
         raise ValueError("scaler_job: an MLP, optimizer 'SGD', dropout 0")
     if config.precision != "fp16":
@@ -127,9 +146,6 @@ def scaler_job(config: TrainConfig, steps: int, world_size: int,
         raise ValueError(f"scaler_job: batch_size {config.batch_size} does not split into "
                          f"{world_size} equal shards")
     rank_check.check_fault(fault, world_size)
-    if repair not in REPAIRS or check not in CHECKS:
-        raise ValueError(f"scaler_job: repair one of {REPAIRS}, check one of {CHECKS}; got "
-                         f"{repair!r}, {check!r}")
     return {"kind": "scaler", "runner": __name__, "config": config.to_dict(), "steps": steps,
             "world_size": world_size, "fault": fault, "repair": repair, "check": check}
 
