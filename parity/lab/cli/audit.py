@@ -7,11 +7,12 @@ FILE, this project's own formats recognised first: a ckpt-<step>.ckpt file or it
 single-process run folder (the newest file); an N-rank run folder (train --world-size N:
 the newest commit whose files verify, as its resume takes), one of its step-<step>
 folders, or one rank's file (rank-<r>.ckpt, __<r>_0.distcp). Then a torch.save file (a
-dict; a Lightning .ckpt) or an Accelerate save_state folder. A DCP folder of another
-trainer is not supported; a folder of no known layout is named "unknown layout" with what
-it holds. Loading is weights_only=True only: a file that needs pickle is refused, naming
-the globals it needs, and never retried; Accelerate's .pkl files and a step's DCP
-.metadata are not loaded (their pickle is read for the names it holds, nothing is run); a
+dict; a Lightning .ckpt), a Hugging Face Trainer checkpoint-<step> folder, an Accelerate
+save_state folder, or a torch.distributed.checkpoint (DCP) folder or shard file; a folder
+of no known layout is named "unknown layout" with what it holds. Loading is
+weights_only=True only: a file that needs pickle is refused, naming the globals it needs,
+and never retried; any other pickle (Trainer's training_args.bin, a DCP .metadata) is read
+by an unpickler that imports nothing, or parsed for the names it holds: nothing is run. A
 .safetensors file is read from its header.
 Rows: model, optimizer (per-parameter step counts), LR scheduler, GradScaler, RNG states
 (torch CPU, CUDA, numpy, Python's random), data position, epoch, global step. A missing
@@ -23,21 +24,24 @@ An N-rank checkpoint is exact when its commit record verifies and every rank's s
 holds what the N-rank resume reads. A rank file alone is "impossible": the resume takes a
 whole committed step, never one rank's file (it names the step to audit instead); so is a
 step folder no commit record names (a save that did not finish).
-A Hugging Face Trainer checkpoint-<step> folder is read as Trainer writes it: weights,
-optimizer.pt, scheduler.pt, scaler.pt, rng_state.pth (rng_state_<r>.pth a process; loaded
-with numpy's array globals allowed), trainer_state.json (global_step, epoch: the batches
-the resume skips), training_args.bin (read by an unpickler that imports nothing). A
-.safetensors file alone is weights only; an optimizer's state_dict alone is named so.
+Each foreign layout is read as its library resumes it (docs/your-trainer.md): Trainer's
+trainer_state.json gives the batches the resume skips; a Lightning .ckpt's fit-loop
+progress says whether it was saved at an epoch's end (mid-epoch: unknown, never exact);
+Accelerate's pickled "step" is its accumulation counter, the global step is what the user
+registered for checkpointing (custom_checkpoint_<i>.pkl) or the folder's step_<n> name; a
+DCP folder is read by its .metadata. A save cut short (Trainer's folder without its
+trainer_state.json, a DCP folder without its .metadata) is named half-written.
+A .safetensors file alone is weights only; an optimizer's state_dict alone is named so.
 Last line: `audit: exact resume possible`, `audit: exact resume impossible: ...` or `audit:
 unknown: WHY` (nothing required is missing, but the files cannot settle it: Trainer's
-training_args.bin missing or unreadable). With --json, stdout is one JSON object and nothing
-else: file, kind, exact, unknown, refused, needs, rows, flags, verdict (the last line's
-text), measured_on.
+training_args.bin missing, a Lightning or Accelerate checkpoint saved mid-epoch). With
+--json, stdout is one JSON object and nothing else: file, kind, exact, unknown, refused,
+needs, rows, flags, verdict (the last line's text), measured_on.
 Exit status: 0 exact resume possible; 1 impossible (a required entry missing, incomplete or
-loadable only with pickle, the whole file needs pickle, a rank file alone, an uncommitted
-step); 2 bad input (no such path, not a checkpoint, truncated or damaged (a step's file
-that does not match its commit record too), a foreign DCP folder, an unknown layout); 5
-unknown.
+loadable only with pickle, the whole file needs pickle, a rank or shard file alone, an
+uncommitted step, a half-written save); 2 bad input (no such path, not a checkpoint,
+truncated or damaged (a step's file that does not match its commit record too), a pickle
+naming a global it may not hold, an unknown layout); 5 unknown.
 """
 
 from __future__ import annotations
@@ -54,8 +58,8 @@ HELP = "what a checkpoint holds for an exact resume, and what each missing entry
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE",
                    help="a torch.save / Lightning file, a .safetensors file, a Hugging Face "
-                        "Trainer checkpoint-<step> folder, an Accelerate folder, or a "
-                        "mirrortrain checkpoint")
+                        "Trainer checkpoint-<step> folder, an Accelerate folder, a DCP "
+                        "folder, or a mirrortrain checkpoint")
     p.add_argument("--json", action="store_true", help="one JSON object instead of the table")
 
 
