@@ -1,7 +1,7 @@
 """A Hugging Face Trainer run checked by resume-check: the adapter is `fit`, the lines marked
 `+` are all it adds to a Trainer run (the model and data above it are the user's own):
 
-    python -m parity resume-check --fit examples.resume_hf:fit --steps 6 --at 3
+    cd examples && python -m parity resume-check --fit resume_hf:fit --steps 6 --at 3
 
 Trainer trains, saves checkpoint-3 as the TrainingArguments say, and resumes from it in a
 fresh process with `train(resume_from_checkpoint=...)`; the callback records the digests.

@@ -1,7 +1,7 @@
 """A Lightning fit checked by resume-check: the adapter is `fit`, the lines marked `+` are
 all it adds to a fit (the module and data above it are the user's own):
 
-    python -m parity resume-check --fit examples.resume_lightning:fit --steps 8 --at 4
+    cd examples && python -m parity resume-check --fit resume_lightning:fit --steps 8 --at 4
 
 Lightning trains, saves with trainer.save_checkpoint at step 4 (the end of the first epoch:
 a plain DataLoader restarts an epoch it resumes inside of, so a mid-epoch resume is not

@@ -3,9 +3,8 @@ every `--key=value` of sys.argv overrides (nanoGPT's configurator, which refuses
 argument), training at import, a checkpoint at the end, `--init_from=resume` to go on from
 it. It cannot be a factory; resume-check runs it as it is run:
 
-    python -m parity resume-check --script "python examples/train_script.py
-        --out_dir={dir} --max_iters={steps}" --resume-flag "--init_from=resume"
-        --state "{dir}/ckpt.pt" --steps 8 --at 4
+    cd examples && python -m parity resume-check --script "python train_script.py
+        --out_dir={dir} --max_iters={steps}" --resume-flag=--init_from=resume --steps 8 --at 4
 
 A small MLP with dropout, AdamW, batches drawn at random positions of a fixed dataset from
 torch's global generator (nanoGPT's get_batch). The checkpoint holds the model, the

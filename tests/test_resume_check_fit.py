@@ -11,6 +11,7 @@ the real command line: transformers' Trainer (examples/resume_hf.py) and Lightni
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -123,40 +124,58 @@ def test_a_fit_that_does_not_run_the_callback_as_asked_is_one_line_and_exit_2(
     assert status == EXIT_USAGE and len(err.strip().splitlines()) == 1 and words in err, err
 
 
-def _command(fit: str, steps: int, at: int) -> subprocess.CompletedProcess[str]:
-    """`python -m parity resume-check --fit FIT` from the project's folder, as
-    docs/your-trainer.md shows it."""
-    return subprocess.run([sys.executable, "-m", "parity", "resume-check", "--fit", fit,
-                           "--steps", str(steps), "--at", str(at)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+# the commands docs/your-trainer.md shows, run from the project's folder, and their last line
+DOCS = [
+    ("cd examples && python -m parity resume-check --fit resume_hf:fit --steps 6 --at 3",
+     EXIT_OK, "resume-check: exact"),
+    ("cd examples && python -m parity resume-check --fit resume_hf:fit_model_only --steps 6 "
+     "--at 3", EXIT_FAILED, "resume-check: differs: first entry model.fc.weight, the runs "
+                            "part at step 3 at optimizer.state.0.step"),
+    ("cd examples && python -m parity resume-check --fit resume_lightning:fit --steps 8 "
+     "--at 4", EXIT_OK, "resume-check: exact"),
+    ("cd examples && python -m parity resume-check --fit resume_lightning:fit_without_rng "
+     "--steps 8 --at 4", EXIT_FAILED, "resume-check: differs: first entry model.net.0.weight, "
+                                      "the runs part at step 4 at rng.torch"),
+]
 
 
-@pytest.mark.slow  # a transformers import in two processes, two Trainer runs: 10-12 s each
-@pytest.mark.parametrize(("fit", "status", "last"), [
-    ("fit", EXIT_OK, "resume-check: exact"),
-    ("fit_model_only", EXIT_FAILED, "resume-check: differs: first entry model.fc.weight, "
-                                    "the runs part at step 3 at optimizer.state.0.step"),
-], ids=["as written", "save_only_model"])
+def run_docs_command(line: str) -> subprocess.CompletedProcess[str]:
+    """`cd examples && python -m parity ...` as a reader types it in the project's folder
+    (`python`: this interpreter), the project on PYTHONPATH as for every page's commands
+    (tests/test_docs_commands.py)."""
+    folder, _, command = line.removeprefix("cd ").partition(" && ")
+    argv = shlex.split(command)
+    return subprocess.run([sys.executable, *argv[1:]], cwd=ROOT / folder, capture_output=True,
+                          text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1",
+                                                       "PYTHONPATH": str(ROOT)})
+
+
+def test_the_page_shows_the_commands_these_tests_run() -> None:
+    page = (ROOT / "docs" / "your-trainer.md").read_text(encoding="utf-8")
+    for line, _, last in DOCS:
+        assert line in page.splitlines(), line
+        assert f"`{last}`" in page, last
+
+
+@pytest.mark.slow  # a transformers import in two processes, two Trainer runs: 16-18 s each
+@pytest.mark.parametrize(("line", "status", "last"), DOCS[:2], ids=["as written",
+                                                                     "save_only_model"])
 def test_a_hugging_face_trainer_resumes_exactly_unless_it_saves_the_model_only(
-        fit: str, status: int, last: str) -> None:
+        line: str, status: int, last: str) -> None:
     pytest.importorskip("transformers", reason="transformers is an optional oracle (the "
                                                "oracles extra)")
     pytest.importorskip("accelerate", reason="Trainer needs accelerate (the oracles extra)")
-    done = _command(f"examples.resume_hf:{fit}", 6, 3)
+    done = run_docs_command(line)
     assert done.returncode == status, done.stderr[-2000:]
     assert done.stdout.splitlines()[-1] == last
 
 
-@pytest.mark.slow  # a Lightning import in two processes, two fits: ~20 s each
-@pytest.mark.parametrize(("fit", "status", "last"), [
-    ("fit", EXIT_OK, "resume-check: exact"),
-    ("fit_without_rng", EXIT_FAILED, "resume-check: differs: first entry model.net.0.weight, "
-                                     "the runs part at step 4 at rng.torch"),
-], ids=["as written", "rng left out"])
+@pytest.mark.slow  # a Lightning import in two processes, two fits: 19-26 s each
+@pytest.mark.parametrize(("line", "status", "last"), DOCS[2:], ids=["as written",
+                                                                     "rng left out"])
 def test_a_lightning_fit_resumes_exactly_unless_its_checkpoint_lacks_the_rng(
-        fit: str, status: int, last: str) -> None:
+        line: str, status: int, last: str) -> None:
     pytest.importorskip("lightning", reason="lightning is an optional oracle")
-    done = _command(f"examples.resume_lightning:{fit}", 8, 4)
+    done = run_docs_command(line)
     assert done.returncode == status, done.stderr[-2000:]
     assert done.stdout.splitlines()[-1] == last

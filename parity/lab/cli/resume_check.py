@@ -24,8 +24,9 @@ same file; the file must still hold step K, whole. --same-process: resume in thi
 --script COMMAND: a training script run as it is run, with its own argv (none of
 resume-check's): `{steps}` in COMMAND becomes each run's steps, `{dir}` a fresh folder of
 each run; it runs straight for N steps, for K steps, then for N steps in the K run's folder
-with --resume-flag's words appended; the two files --state names (default {dir}/ckpt.pt),
-read with torch.load(weights_only=True), are compared entry by entry at the end.
+with --resume-flag's words appended (a FLAG that starts with a dash is written
+--resume-flag=--resume); the two files --state names (default {dir}/ckpt.pt), read with
+torch.load(weights_only=True), are compared entry by entry at the end.
 --fit module:fit: a function taking the run resume-check asks for (steps, at, dir,
 resume_from) that trains with the project's callback in a framework's loop (transformers'
 Trainer: parity.lab.your_trainer.callbacks.ResumeCheckCallback; Lightning:
@@ -65,7 +66,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--script", metavar="COMMAND", default=None,
                    help="instead: your training command, with {steps} and {dir} in it")
     p.add_argument("--resume-flag", metavar="FLAG", default=None,
-                   help="with --script: the words that make it resume (e.g. --resume)")
+                   help="with --script: the words that make it resume "
+                        "(e.g. --resume-flag=--resume)")
     p.add_argument("--state", metavar="FILE", default=None,
                    help="with --script: the file each run saves (default {dir}/ckpt.pt)")
     p.add_argument("--fit", metavar="module:fit", default=None,

@@ -3,6 +3,9 @@
     scaler_guard.py, scaler_guard_probes.py   ScalerGuard: loss-scaling misuse, at runtime
     resume_check.py, resume_worker.py,        N steps straight against a resume (the check,
     resume_state.py                           its child process, what it reads of a trainer)
+    resume_script.py                          the same for a script run with its own argv
+    resume_fit.py, callbacks.py,              ... and for a loop a framework owns, through a
+    callbacks_lightning.py                    callback (transformers' Trainer, Lightning)
     host_reads.py                             HostReads: the .item() syncs of a loop, by line
     audit.py                                  loading a checkpoint someone else wrote
     accounting_any.py                         bytes and FLOPs of any nn.Module
