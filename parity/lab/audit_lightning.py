@@ -33,8 +33,8 @@ from the torch CPU generator, exact when that is restored. Mid-epoch the verdict
 "unknown", never "exact": with no loader state, a plain DataLoader restarts its epoch. With a
 loader's state saved (a StatefulDataLoader) it is "unknown" at an epoch boundary too: the
 restored loader no longer draws from the torch CPU generator as the straight run's did, so a
-model that draws from it too (dropout) resumes on other masks (measured, even with the
-loader given a generator of its own: max |Δw| 0.0163 mid-epoch, 0.0145 at epoch end).
+model that draws from it too (dropout) resumes on other masks (so too, measured once, with
+the loader given a generator of its own).
 MEASURED holds what tests/test_audit_lightning_resume.py measures for each (it asserts
 these numbers).
 """
