@@ -1,28 +1,36 @@
-"""`python -m parity train --world-size N`: the MLP trained data-parallel over N ranks, with a
-sharded checkpoint every K steps and resume from the newest commit. This tree runs the N
-ranks simulated in one process (reference/ddp.py's ddp_step) and saves them with
+"""`python -m parity train --world-size N`: the MLP or the GPT trained data-parallel over N
+ranks, with a sharded checkpoint every K steps and resume from the newest commit. This tree
+runs the N ranks simulated in one process (reference/ddp.py's ddp_step) and saves them with
 reference/sharded_ckpt.py; torch_impl/ddp_train.py runs the same run in N gloo processes
 under DistributedDataParallel, saved with DCP.
 
 The run (both trees):
 
-    config: model "mlp", optimizer "SGD" (momentum 0.9) at a constant lr, a global batch of
-            batch_size rows of which rank r trains on rows r::N (reference.ddp.shard);
-            precision fp32 | bf16 | fp16 (autocast; fp16 with a GradScaler per rank)
+    config: model "mlp" with optimizer "SGD" (momentum 0.9) at a constant lr, or model
+            "gpt" with "AdamW" (weight decay 0.01) under the schedule of the single-process
+            run (--schedule: cosine, step or constant over the horizon, stepped after every
+            step that is not skipped; its recomputation too); a global batch of batch_size
+            rows of which rank r trains on rows r::N (reference.ddp.shard); precision
+            fp32 | bf16 | fp16 (autocast; fp16 with a GradScaler per rank: the ranks agree
+            on every skip, since DDP's all-reduce carries an inf or NaN of any rank's local
+            gradient to every rank's .grad)
     init:   every rank's weights from the seed (the same), then rank r's dropout stream
             seeded rank_seed(seed, r, 0) (ckpt/commit.py)
-    step:   ddp_step: each rank's local backward on its rows, DDP's reducer (buckets in
-            parameter order at the run's step 1, rebuilt in the ready order after it; NOTE
-            [ DDP's buckets after a resume ] in torch_impl/ddp_train.py), each rank's
-            optimizer phase (unscale, step unless inf/NaN, update)
+    step:   ddp_step (reference/ddp_gpt.py's for the GPT): each rank's local backward on
+            its rows, DDP's reducer (buckets in parameter order at the run's step 1,
+            rebuilt in the ready order after it; NOTE [ DDP's buckets after a resume ] in
+            torch_impl/ddp_train.py), each rank's
+            optimizer phase (unscale, step unless inf/NaN, update), then the schedule
     save:   at every K-th step and the last, every rank's state (the table in
-            torch_impl/sharded_ckpt.py, plus "skipped") and config.json, then the commit
-            record; the newest --keep commits are kept (ckpt.commit_policy.prune)
+            torch_impl/sharded_ckpt.py, the GPT's AdamW and schedule rows included, plus
+            "skipped") and config.json, then the commit record; the newest --keep commits
+            are kept (ckpt.commit_policy.prune)
     resume: from the newest verified commit: at the same N every rank's own state, at
             another N rank 0's replicated entries with every stream re-derived from
             rank_seed(seed, rank, step) (NOTE [ Resharding a DDP checkpoint ])
-    digest: common.state_digest.sharded_state_digest of rank 0's final state; every rank's
-            must be the same (DDP keeps the replicas equal), else the run fails
+    digest: common.state_digest.sharded_state_digest of rank 0's final state (the GPT's:
+            common.ddp_gpt_state.gpt_rank_digest, AdamW's buffers in the momentum's place);
+            every rank's must be the same (DDP keeps the replicas equal), else the run fails
 
 What is exact: a run killed at any moment and resumed at the same N ends with the
 uninterrupted run's digest (every entry a step reads is saved; the buckets after a resume
@@ -44,14 +52,16 @@ import numpy as np
 
 from ckpt import commit_policy
 from ckpt.policy import due
+from common.ddp_gpt_state import gpt_rank_digest
 from common.state_digest import sharded_state_digest
 from common.train_config import OPTIMIZERS, TrainConfig
 from common.train_loop import RanksResult, batches
 from reference import ddp as rddp
-from reference import loss_scaling, optim
+from reference import ddp_gpt, loss_scaling, optim
 from reference import sharded_ckpt as sharded
 from reference.nn import Module
 from reference.state_digest import as_array
+from reference.train import _make_scheduler
 from reference.train_models import batch_of, build
 
 PAYLOAD = sharded.PAYLOAD
@@ -59,12 +69,14 @@ PAYLOAD = sharded.PAYLOAD
 
 @dataclass
 class Rank:
-    """One simulated rank: its model, optimizer, scaler and random stream."""
+    """One simulated rank: its model, optimizer, scaler, random stream and (the GPT's)
+    schedule."""
 
     model: Module
-    optimizer: optim.SGD
+    optimizer: optim.Optimizer
     scaler: loss_scaling.GradScaler
     rng: np.random.Generator
+    scheduler: Any = None
 
 
 def _rank(c: TrainConfig, rank: int) -> tuple[Rank, Any]:
@@ -72,16 +84,20 @@ def _rank(c: TrainConfig, rank: int) -> tuple[Rank, Any]:
     rng = np.random.default_rng(c.seed)  # the weights: the same on every rank
     parts = build(c, rng)
     rng.bit_generator.state = sharded.rank_stream(c.seed, rank, 0)  # its dropout stream
-    opt = optim.SGD(parts.model.parameters(), lr=c.lr, **OPTIMIZERS["SGD"])
+    opt = getattr(optim, c.optimizer)(parts.model.parameters(), lr=c.lr,
+                                      **OPTIMIZERS[c.optimizer])
     scaler = loss_scaling.make_scaler(c.precision, init_scale=c.init_scale,
                                       growth_interval=c.growth_interval)
-    return Rank(parts.model, opt, scaler, rng), parts
+    scheduler = _make_scheduler(opt, c) if c.model == "gpt" else None
+    return Rank(parts.model, opt, scaler, rng, scheduler), parts
 
 
 def rank_state(r: Rank, sampler: Any, step: int, skipped: int, rank: int) -> dict[str, Any]:
     """Rank `rank`'s saved state: torch_impl/sharded_ckpt.py's table, plus "skipped"."""
     state: dict[str, Any] = {f"model/{k}": v for k, v in r.model.state_dict().items()}
-    for i, p in enumerate(r.model.parameters()):
+    if r.scheduler is not None:  # the GPT: AdamW and its schedule
+        state.update(ddp_gpt.optimizer_state(r.optimizer, r.scheduler, r.model.parameters()))
+    for i, p in enumerate(r.model.parameters() if r.scheduler is None else ()):
         buf = r.optimizer.state.get(p, {}).get("momentum_buffer")
         state[f"optim/momentum/{i}"] = np.zeros_like(p.data) if buf is None else buf.copy()
     state["scaler/scale"] = np.float64(r.scaler.get_scale())
@@ -98,7 +114,9 @@ def _apply(state: dict[str, Any], r: Rank, rank: int) -> None:
     """Rank `rank`'s objects set from its loaded state (the data position: _run's sampler)."""
     r.model.load_state_dict({k.removeprefix("model/"): v for k, v in state.items()
                              if k.startswith("model/")})
-    for i, p in enumerate(r.model.parameters()):
+    if r.scheduler is not None:
+        ddp_gpt.load_optimizer_state(state, r.optimizer, r.scheduler, r.model.parameters())
+    for i, p in enumerate(r.model.parameters() if r.scheduler is None else ()):
         r.optimizer.state[p] = {"momentum_buffer": np.array(state[f"optim/momentum/{i}"])}
     sd = r.scaler.state_dict()
     if sd:
@@ -131,10 +149,17 @@ def train(config: TrainConfig, steps: int, world_size: int, directory: str | Pat
     models = [r.model for r in ranks]
     while step < steps:
         x, y = next(data)
-        record = rddp.ddp_step(models, loss_fn, [r.optimizer for r in ranks],
-                               [r.scaler for r in ranks], x, y, step=min(step + 1, 2),
-                               precision=c.precision)
+        optimizers, scalers = [r.optimizer for r in ranks], [r.scaler for r in ranks]
+        if c.model == "gpt":
+            record = ddp_gpt.ddp_step(models, optimizers, scalers, x, y,
+                                      step=min(step + 1, 2), precision=c.precision)
+        else:
+            record = rddp.ddp_step(models, loss_fn, optimizers, scalers, x, y,
+                                   step=min(step + 1, 2), precision=c.precision)
         skip = record.results[0].skipped
+        for r, result in zip(ranks, record.results, strict=True):
+            if r.scheduler is not None and not result.skipped:  # it counts applied updates
+                r.scheduler.step()
         step, skipped = step + 1, skipped + int(skip)
         mean = sum(np.float64(res.loss) for res in record.results) / ws
         log(f"step {step} loss {float(mean):.6g} scale {record.results[0].scale:g} "
@@ -144,7 +169,8 @@ def train(config: TrainConfig, steps: int, world_size: int, directory: str | Pat
                                                    for i, r in enumerate(ranks)],
                                  config=c.to_dict())
             commit_policy.prune(directory, keep)
-    digests = [sharded_state_digest(rank_state(r, sampler, step, skipped, i), as_array)
+    digest = gpt_rank_digest if c.model == "gpt" else sharded_state_digest
+    digests = [digest(rank_state(r, sampler, step, skipped, i), as_array)
                for i, r in enumerate(ranks)]
     if len(set(digests)) != 1:
         raise RuntimeError(f"ddp: the ranks end in different states: digests {digests}")

@@ -40,12 +40,14 @@ import ranks
 from ckpt import commit as ckc
 from ckpt import commit_policy
 from ckpt.policy import due
+from common.ddp_gpt_state import gpt_rank_digest
 from common.state_digest import sharded_state_digest
 from common.train_config import TrainConfig
 from common.train_loop import RanksResult, batches
-from torch_impl import amp, loss_scaling
+from torch_impl import amp, ddp_gpt, loss_scaling
 from torch_impl import ddp as tddp
 from torch_impl import sharded_ckpt as sc
+from torch_impl.data_workers import WorkerLoader
 from torch_impl.state_digest import as_array
 from torch_impl.train_models import batch_of
 
@@ -55,17 +57,17 @@ PAYLOAD = sc.PAYLOAD
 def train(config: TrainConfig, steps: int, world_size: int, directory: str | Path,
           every: int, *, keep: int, start: commit_policy.Start,
           log: Callable[[str], None], collective_timeout: float = 30.0,
-          timeout: float = math.inf) -> RanksResult:
+          timeout: float = math.inf, loader_workers: int = 0) -> RanksResult:
     """Run the N-rank training (the module docstring) from `start` (ckpt.commit_policy's
     decision, taken before) to `steps`; ranks.DDPError if a rank fails, or if the ranks are
     still running after `timeout` seconds (none by default: a run takes as long as it takes;
-    a hung collective ends at collective_timeout)."""
-    job = {"kind": "cli-train", "runner": __name__, "config": config.to_dict(),
-           "steps": steps, "world_size": world_size, "directory": str(directory),
-           "every": every, "keep": keep,
-           "resume": None if start.record is None else start.record.step}
+    a hung collective ends at collective_timeout). `loader_workers`: DataLoader worker
+    processes per rank, each rank fetching the global batch (NOTE [ Loader workers of a
+    rank ])."""
     with tempfile.TemporaryDirectory(prefix="mirrortrain-train-") as tmp:
-        job["log"] = str(Path(tmp) / "rank0.log")
+        job = train_job(config, steps, world_size, directory, every, keep=keep,
+                        resume=None if start.record is None else start.record.step,
+                        log=Path(tmp) / "rank0.log", loader_workers=loader_workers)
         Path(job["log"]).touch()
         stop = threading.Event()
         tail = threading.Thread(target=_tail, args=(Path(job["log"]), log, stop), daemon=True)
@@ -81,6 +83,18 @@ def train(config: TrainConfig, steps: int, world_size: int, directory: str | Pat
         raise ranks.DDPError(f"ddp: the ranks end in different states: digests {digests}")
     first = results[0][0]
     return RanksResult(first["step"], digests[0], first["skipped"])
+
+
+def train_job(config: TrainConfig, steps: int, world_size: int, directory: str | Path,
+              every: int, *, keep: int, resume: int | None, log: str | Path,
+              loader_workers: int = 0) -> dict[str, Any]:
+    """The job every rank runs (`run`): the run of `config` to `steps` in `directory`,
+    resuming its commit of step `resume` (None: from step 0), rank 0 appending its step
+    lines to the file `log`. train() launches one; a test may launch several in a row."""
+    return {"kind": "cli-train", "runner": __name__, "config": config.to_dict(),
+            "steps": steps, "world_size": world_size, "directory": str(directory),
+            "every": every, "keep": keep, "loader_workers": loader_workers,
+            "resume": resume, "log": str(log)}
 
 
 def _tail(path: Path, log: Callable[[str], None], stop: threading.Event) -> None:
@@ -110,19 +124,23 @@ def _orphaned() -> bool:
     return parent is not None and not parent.is_alive()
 
 
-def _state(rep: tddp.Replica, scaler: torch.amp.GradScaler, step: int, skipped: int,
-           rank: int) -> dict[str, torch.Tensor]:
+def _state(rep: tddp.Replica | ddp_gpt.Replica, scaler: torch.amp.GradScaler, step: int,
+           skipped: int, rank: int) -> dict[str, torch.Tensor]:
     state = sc.rank_state(rep, scaler, torch.default_generator, step, rank)
     state["skipped"] = torch.tensor(skipped, dtype=torch.int64)
     return state
 
 
-def _rebuild_buckets(rep: tddp.Replica, shard_rows: int) -> None:
+def _rebuild_buckets(rep: tddp.Replica | ddp_gpt.Replica, shard_rows: int) -> None:
     """NOTE [ DDP's buckets after a resume ]: one backward whose gradients are dropped."""
     c, rng = rep.config, torch.get_rng_state()
-    x = torch.zeros(shard_rows, c.sizes[0])
-    y = torch.zeros(shard_rows, dtype=torch.int64) if c.loss == "cross_entropy" else \
-        torch.zeros(shard_rows, c.sizes[-1])
+    if c.model == "gpt":  # token ids and next tokens, all 0
+        x = torch.zeros(shard_rows, rep.parts.model.config.block_size, dtype=torch.int64)
+        y = torch.zeros_like(x)
+    else:
+        x = torch.zeros(shard_rows, c.sizes[0])
+        y = torch.zeros(shard_rows, dtype=torch.int64) if c.loss == "cross_entropy" else \
+            torch.zeros(shard_rows, c.sizes[-1])
     with amp.autocast(amp.autocast_dtype(c.precision), "cpu"):
         loss = rep.parts.loss_fn(rep.ddp(x), y)
     loss.backward()
@@ -130,12 +148,31 @@ def _rebuild_buckets(rep: tddp.Replica, shard_rows: int) -> None:
     torch.set_rng_state(rng)
 
 
+# NOTE [ Loader workers of a rank ]
+# With --loader-workers K every rank fetches the global batch through its own WorkerLoader of
+# K processes (torch_impl/data_workers.py) and trains on its rows r::N of it, so a run of N
+# ranks has N K workers. A rank is a daemonic process of ranks.launch, and Python refuses a
+# daemonic process children; the rank clears its own daemon flag before its workers start
+# (its launcher still ends it: ranks.launch kills what outlives the launch, and a rank
+# whose launcher is gone ends at its next step). The checkpoint holds the consumed
+# position (NOTE [ Consumed position ] in reference/data.py), so the batches, the saved
+# states and the digest are those of 0 workers.
+
+
+def _workers(rep: tddp.Replica | ddp_gpt.Replica, workers: int) -> None:
+    """NOTE [ Loader workers of a rank ]: the rank's loader fetched by `workers` processes."""
+    multiprocessing.current_process().daemon = False
+    parts, c = rep.parts, rep.config
+    parts.loader = WorkerLoader(parts.task, parts.sampler, c.batch_size, drop_last=True,
+                                generator=torch.Generator(), num_workers=workers)
+
+
 def run(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
     """One rank of the run: resume (if asked), then train, checkpoint and log."""
     _name(rank)
     ws, every, steps = job["world_size"], job["every"], job["steps"]
-    rep = tddp.replica(job, group)
-    c = rep.config
+    c = TrainConfig(**{k: tuple(v) if k == "sizes" else v for k, v in job["config"].items()})
+    rep = ddp_gpt.replica(c, group) if c.model == "gpt" else tddp.replica(job, group)
     scaler = loss_scaling.make_scaler(c.precision, "cpu", init_scale=c.init_scale,
                                       growth_interval=c.growth_interval)
     torch.manual_seed(ckc.rank_seed(c.seed, rank, 0))  # this rank's dropout stream
@@ -154,6 +191,8 @@ def run(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
         if record.world_size != ws:
             torch.manual_seed(ckc.rank_seed(c.seed, rank, step))
         _rebuild_buckets(rep, c.batch_size // ws)
+    if job.get("loader_workers"):
+        _workers(rep, job["loader_workers"])
     log = open(job["log"], "a", encoding="utf-8") if rank == 0 else None
     data = batches(c, rep.parts.loader, batch_of)  # from the sampler's (restored) position
     try:
@@ -161,7 +200,12 @@ def run(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
             if _orphaned():
                 raise RuntimeError("the process that launched this rank is gone")
             x, y = next(data)
-            record = tddp.ddp_step(rep, scaler, x, y, rank=rank, world_size=ws)
+            if isinstance(rep, ddp_gpt.Replica):
+                record = ddp_gpt.ddp_step(rep, scaler, x, y, rank=rank, world_size=ws)
+                if not record.skipped:  # the schedule counts applied updates
+                    rep.scheduler.step()
+            else:
+                record = tddp.ddp_step(rep, scaler, x, y, rank=rank, world_size=ws)
             scale, skip = record.scale, record.skipped
             step, skipped = step + 1, skipped + int(skip)
             mean = record.loss.double()
@@ -178,6 +222,9 @@ def run(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
     finally:
         if log is not None:
             log.close()
+        close = getattr(rep.parts.loader, "close", None)
+        if close is not None:  # a WorkerLoader's processes end here
+            close()
     final = _state(rep, scaler, step, skipped, rank)
-    return {"step": step, "skipped": skipped,
-            "digest": sharded_state_digest(final, as_array)}
+    digest = gpt_rank_digest if c.model == "gpt" else sharded_state_digest
+    return {"step": step, "skipped": skipped, "digest": digest(final, as_array)}

@@ -21,9 +21,16 @@ What torch does, and what this file adds:
   every entry saved here is a tensor (no pickled bytes beside the metadata) and nothing is
   read before the digests match (NOTE [ The trust boundary ] in ckpt/commit.py).
 
-The saved state of rank r (every entry a tensor):
+The saved state of rank r (every entry a tensor; each rank puts every key in its own
+state, and DCP writes a replicated one once):
     model/<name>            the parameters (replicated)
-    optim/momentum/<i>      SGD's momentum buffer of parameter i (replicated)
+    optim/momentum/<i>      SGD's momentum buffer of parameter i (replicated; the MLP)
+    optim/step/<i>          AdamW's step count of parameter i, float32 0-d (the GPT)
+    optim/exp_avg/<i>       AdamW's first moment of parameter i (the GPT)
+    optim/exp_avg_sq/<i>    AdamW's second moment of parameter i (the GPT)
+    optim/lr                the group's current lr, float64 (the GPT: the schedule's
+                            recursion reads it, NOTE [ Chainable schedules ])
+    sched/last_epoch, sched/step_count   the schedule's position (the GPT)
     scaler/scale            the GradScaler's scale, float64 (a power of two: exact)
     scaler/growth_tracker   its growth tracker, int64
     data/epoch, data/position   the sampler's position: which global batch comes next
@@ -62,7 +69,7 @@ from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 from ckpt import CheckpointCorruptError
 from ckpt import commit as ckc
 from common.train_loop import batches
-from torch_impl import amp, loss_scaling
+from torch_impl import amp, ddp_gpt, loss_scaling
 from torch_impl.ddp import Replica, replica
 from torch_impl.train_models import batch_of
 
@@ -179,13 +186,15 @@ def load_sharded(parent: str | os.PathLike, template: Mapping[str, torch.Tensor]
     return record, skipped
 
 
-def rank_state(rep: Replica, scaler: torch.amp.GradScaler, generator: torch.Generator,
-               step: int, rank: int) -> dict[str, torch.Tensor]:
+def rank_state(rep: Replica | ddp_gpt.Replica, scaler: torch.amp.GradScaler,
+               generator: torch.Generator, step: int, rank: int) -> dict[str, torch.Tensor]:
     """This rank's saved state (the module docstring's table), aliasing the live tensors
     where it can (a template for load_sharded fills them in place)."""
     state: dict[str, torch.Tensor] = {f"model/{k}": v for k, v in
                                       rep.parts.model.state_dict(keep_vars=False).items()}
-    for i, p in enumerate(rep.params):
+    if isinstance(rep, ddp_gpt.Replica):  # AdamW and the schedule
+        state.update(ddp_gpt.optimizer_state(rep.optimizer, rep.scheduler, rep.params))
+    for i, p in enumerate(rep.params if isinstance(rep, Replica) else ()):
         buf = rep.optimizer.state.setdefault(p, {}).setdefault(
             "momentum_buffer", torch.zeros_like(p))
         state[f"optim/momentum/{i}"] = buf
@@ -200,10 +209,12 @@ def rank_state(rep: Replica, scaler: torch.amp.GradScaler, generator: torch.Gene
     return state
 
 
-def apply_loaded(state: Mapping[str, torch.Tensor], rep: Replica,
+def apply_loaded(state: Mapping[str, torch.Tensor], rep: Replica | ddp_gpt.Replica,
                  scaler: torch.amp.GradScaler, generator: torch.Generator) -> int:
     """Put what load_sharded filled into the objects rank_state could not alias (the
-    scaler, the sampler, the generator); returns the step."""
+    scaler, the sampler, the generator, the GPT's lr and schedule); returns the step."""
+    if isinstance(rep, ddp_gpt.Replica):
+        ddp_gpt.load_optimizer_state(dict(state), rep.optimizer, rep.scheduler, rep.params)
     sd = scaler.state_dict()
     sd.update(scale=float(state["scaler/scale"]),
               _growth_tracker=int(state["scaler/growth_tracker"]))

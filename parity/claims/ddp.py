@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from parity.claims import Claim, Helper, Manifest, Twin
 from parity.claims.ddp_ckpt import CKPT_CLAIMS, CKPT_ROWS
+from parity.claims.ddp_gpt import GPT_CLAIMS, GPT_ROWS
 from parity.claims.ddp_scaler import SCALER_CLAIMS, SCALER_ROWS
 
 CLAIMS: tuple[Claim, ...] = (
@@ -143,6 +144,7 @@ CLAIMS: tuple[Claim, ...] = (
     ),
     *SCALER_CLAIMS,
     *CKPT_CLAIMS,
+    *GPT_CLAIMS,
 )
 
 _BUCKETS = ("ddp.buckets",)
@@ -154,8 +156,8 @@ _CPP = "DDP's Reducer does this in C++ (NOTE [ DDP's reducer ]): the reference m
 MANIFEST = Manifest(
     topic="ddp",
     modules=("reference.ddp", "torch_impl.ddp", "reference.ddp_scaler", "torch_impl.ddp_scaler",
-             "reference.sharded_ckpt", "torch_impl.sharded_ckpt", "reference.ddp_train",
-             "torch_impl.ddp_train"),
+             "reference.sharded_ckpt", "torch_impl.sharded_ckpt", "reference.ddp_gpt",
+             "torch_impl.ddp_gpt", "reference.ddp_train", "torch_impl.ddp_train"),
     rows=(
         Twin("MIB", reference="reference.ddp:MIB", why=_CPP),
         Twin("MAX_SEGMENT_BYTES", reference="reference.ddp:MAX_SEGMENT_BYTES", claims=_RING,
@@ -192,12 +194,15 @@ MANIFEST = Manifest(
         Twin.same("ddp", "ddp_step", "ddp.params", "ddp.reduced_grads"),
         *SCALER_ROWS,
         *CKPT_ROWS,
+        *GPT_ROWS,
         Twin.same("ddp_train", "PAYLOAD", "ddp.cli_kill_resume"),
         Twin("Rank", reference="reference.ddp_train:Rank", claims=("ddp.cli_kill_resume",),
              why="one simulated rank's objects: a torch rank is a process (run)"),
         Twin("rank_state", reference="reference.ddp_train:rank_state",
              torch="torch_impl.sharded_ckpt:rank_state", claims=("ddp.ckpt_trees",)),
-        Twin.same("ddp_train", "train", "ddp.cli_kill_resume"),
+        Twin.same("ddp_train", "train", "ddp.cli_kill_resume", "ddp.gpt_resume"),
+        Twin("train_job", torch="torch_impl.ddp_train:train_job", claims=("ddp.gpt_resume",),
+             why="the job a torch rank runs (a process); the reference's ranks run in train"),
         Twin("run", reference="reference.ddp_train:train", torch="torch_impl.ddp_train:run",
              claims=("ddp.cli_kill_resume",)),
     ),

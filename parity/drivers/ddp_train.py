@@ -41,11 +41,13 @@ VICTIMS = ("rank", "coordinator")
 _ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
-def argv(impl: str, directory: Path, world_size: int, steps: int = STEPS) -> list[str]:
-    """The command's arguments after `python -m parity`."""
+def argv(impl: str, directory: Path, world_size: int, steps: int = STEPS,
+         options: tuple[str, ...] = OPTIONS) -> list[str]:
+    """The command's arguments after `python -m parity` (`options`: the run's; the GPT's
+    runs add --model gpt and theirs, parity/drivers/ddp_gpt.py)."""
     return ["train", "--impl", impl, "--steps", str(steps), "--checkpoint-dir", str(directory),
             "--checkpoint-every", str(EVERY), "--world-size", str(world_size), "--resume",
-            *OPTIONS]
+            *options]
 
 
 def payload(impl: str) -> str:
@@ -153,13 +155,15 @@ def kill_torch_rank(command: Callable[[], int], directory: Path, world_size: int
 
 
 def kill_process(impl: str, directory: Path, world_size: int, victim: str,
-                 after: int = EVERY, timeout: float = 120.0
-                 ) -> tuple[int, int | None, list[str]]:
-    """Start the command as a process and SIGKILL it at `victim`'s point of a save (the
-    reference), or SIGKILL the command itself (torch, victim "command"); returns (exit
-    status, the step hit or None, the comms of processes left below it a moment later)."""
+                 after: int = EVERY, timeout: float = 120.0,
+                 options: tuple[str, ...] = OPTIONS) -> tuple[int, int | None, list[str]]:
+    """Start the command (argv's, with `options`) as a process and SIGKILL it at `victim`'s
+    point of a save (the reference), or SIGKILL the command itself (torch, victim
+    "command"); returns (exit status, the step hit or None, the comms of processes left
+    below it a moment later)."""
     marker = _marker(impl, victim, world_size)
-    proc = subprocess.Popen([sys.executable, "-m", "parity", *argv(impl, directory, world_size)],
+    command = argv(impl, directory, world_size, options=options)
+    proc = subprocess.Popen([sys.executable, "-m", "parity", *command],
                             cwd=ROOT, env=_ENV, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     try:

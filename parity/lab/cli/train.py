@@ -133,8 +133,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dropout", type=finite_float(low=0.0, high=1.0, high_open=True),
                    default=0.0, help="in [0, 1) (default 0)")
     p.add_argument("--schedule", choices=("constant", "cosine", "step"), default=None,
-                   help="LR schedule over the horizon (default cosine; with --world-size N > "
-                        "1 constant, the only one it takes)")
+                   help="LR schedule over the horizon (default cosine; the MLP on "
+                        "--world-size N > 1 takes constant only, and is constant by default)")
     p.add_argument("--horizon", type=int_at_least(1), default=None, metavar="H",
                    help="the LR schedule's length in steps (default: --steps, or on --resume "
                         "the horizon the run started with); part of the configuration")
@@ -165,18 +165,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--world-size", type=int_at_least(1), default=1, metavar="N",
                    help="train data-parallel on N ranks (default 1: this one process). N > 1: "
                         "--impl torch runs N gloo processes under DDP, --impl reference N "
-                        "simulated ranks; the MLP, SGD (momentum 0.9) at a constant lr, a "
-                        "global batch of 24 rows split r::N (N divides 24), fp32/bf16/fp16; a "
-                        "sharded checkpoint (commit record) each --checkpoint-every. --resume "
-                        "at the same N ends bit for bit as the uninterrupted run; at another N "
-                        "it reshards: parameters, momentum, loss scale and data position as "
-                        "saved, every rank's random stream re-derived from the seed, and the "
-                        "steps after are an N-rank run's, not the old one's (N = 1 resumes "
-                        "such a directory on one rank). The trees' "
-                        "digests differ (their local gradients do, in the last bits). "
-                        "Refused with N > 1: --model gpt, fp8/mx precisions, --recompute, "
-                        "--schedule other than constant, --horizon, --loader-workers, "
-                        "--check-numerics, --fault, --device other than cpu")
+                        "simulated ranks; the MLP with SGD (momentum 0.9) at a constant lr, or "
+                        "--model gpt with AdamW under --schedule (default cosine) and "
+                        "--recompute; a global batch of 24 rows split r::N (N divides 24), "
+                        "fp32/bf16/fp16 (a GradScaler per rank), --loader-workers per rank "
+                        "(torch); a sharded checkpoint (commit record) each "
+                        "--checkpoint-every. --resume at the same N ends bit for bit as the "
+                        "uninterrupted run; at another N it reshards: the replicated state "
+                        "as saved, every rank's random stream re-derived from the seed, and "
+                        "the steps after are an N-rank run's, not the old one's (N = 1 "
+                        "resumes such a directory on one rank). The trees' digests differ "
+                        "(their local gradients do, in the last bits). Refused with N > 1: "
+                        "the fp8/mx precisions, --check-numerics, --fault, --device other "
+                        "than cpu; for the MLP --recompute, --schedule other than constant "
+                        "and --horizon")
 
 
 class _FaultAction(argparse.Action):

@@ -3,23 +3,30 @@ refusals of those it cannot, the directory policy (ckpt.commit_policy), then one
 run (torch_impl/ddp_train.py: N gloo processes; reference/ddp_train.py: N simulated ranks)
 and the same last line as the single-process command, `state-sha256: <64 hex digits>`.
 
-What the N-rank run trains (reference/ddp_train.py has the whole of it): the MLP, SGD with
-momentum 0.9 at a constant lr, a global batch of BATCH rows split r::N, fp32, bf16 or fp16.
-Refused for N > 1, each naming its option: --model gpt, a scaled-GEMM --precision, a
---recompute other than none, --schedule other than constant, --horizon, --loader-workers,
---check-numerics, --fault/--fault-step, --device other than cpu, an N that does not divide
-BATCH. A checkpoint directory of the single-process command, or of the other tree, is
-refused (each tree resumes its own commit records).
+What the N-rank run trains (reference/ddp_train.py has the whole of it): the MLP with SGD
+(momentum 0.9) at a constant lr, or the GPT with AdamW under --schedule (cosine by default,
+over --horizon) and --recompute; a global batch of BATCH rows split r::N; fp32, bf16 or
+fp16; --loader-workers per rank (--impl torch). Refused for N > 1, each naming its option
+and what it takes: a scaled-GEMM --precision (fp8/MX stay single-process), for the MLP a
+--recompute other than none, --schedule other than constant and --horizon, --loader-workers
+with --impl reference, --check-numerics, --fault/--fault-step, --device other than cpu, an
+N that does not divide BATCH. A checkpoint directory of the single-process command, or of
+the other tree, is refused (each tree resumes its own commit records).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
+from typing import Any
 
 from ckpt import CheckpointError, check_config, commit_policy
+from common.gpt_config import TRAIN_SHAPE
+from common.recompute_plans import split_recompute
 from common.train_config import TrainConfig
 from parity.lab.cli import EXIT_FAILED, UsageError
+from reference.recompute import parse_schedule
 
 BATCH = 24  # rows of the global batch: 1, 2, 3, 4, 6, 8, 12 or 24 ranks split it evenly
 PRECISIONS = ("fp32", "bf16", "fp16")  # the autocast ones: ddp_step's and DDP's
@@ -29,22 +36,24 @@ PAYLOADS = {"dcp": "torch", "npy-records": "reference"}  # a commit record's pay
 def refusals(args: argparse.Namespace) -> None:
     """UsageError naming the first option the N-rank run cannot take (module docstring)."""
     n = args.world_size
-    if args.model != "mlp":
-        raise UsageError(f"--model {args.model}: --world-size {n} trains the MLP (--model mlp)")
     if args.precision not in PRECISIONS:
         raise UsageError(f"--precision {args.precision}: --world-size {n} trains in "
                          f"{', '.join(PRECISIONS)} (the scaled GEMMs are single-process)")
-    if args.recompute != "none":
-        raise UsageError(f"--recompute {args.recompute}: --world-size {n} does not recompute")
-    if args.schedule not in (None, "constant"):
-        raise UsageError(f"--schedule {args.schedule}: --world-size {n} trains SGD at a "
-                         "constant lr (--schedule constant)")
-    if args.horizon is not None:
-        raise UsageError(f"--horizon: the LR schedule's length; --world-size {n} trains at a "
-                         "constant lr")
-    if args.loader_workers:
-        raise UsageError(f"--loader-workers {args.loader_workers}: --world-size {n} reads "
-                         "the global batch in each rank's process (0 workers)")
+    if args.model == "mlp":
+        if args.recompute != "none":
+            raise UsageError(f"--recompute {args.recompute}: --world-size {n} recomputes "
+                             "the GPT's blocks (--model gpt); the MLP takes none")
+        if args.schedule not in (None, "constant"):
+            raise UsageError(f"--schedule {args.schedule}: --world-size {n} trains the MLP "
+                             "with SGD at a constant lr (--schedule constant; --model gpt "
+                             "takes cosine, step or constant)")
+        if args.horizon is not None:
+            raise UsageError(f"--horizon: the LR schedule's length; --world-size {n} trains "
+                             "the MLP at a constant lr (--model gpt takes one)")
+    if args.loader_workers and args.impl == "reference":
+        raise UsageError(f"--loader-workers {args.loader_workers}: worker processes are "
+                         "--impl torch's; the reference's simulated ranks have none (its "
+                         "batch order is the consumed order of any number)")
     if args.check_numerics:
         raise UsageError(f"--check-numerics: the numerics detector watches one process; "
                          f"--world-size {n} has none")
@@ -60,14 +69,34 @@ def refusals(args: argparse.Namespace) -> None:
                          f"into {n} equal shards (1, 2, 3, 4, 6, 8, 12 or 24 ranks)")
 
 
-def configuration(args: argparse.Namespace) -> TrainConfig:
-    """The N-rank run's TrainConfig from the command line. Its horizon is 1: a constant lr
-    has no schedule length, so --steps is not bounded by one and a resumed run may be
-    extended (the single-process command's horizon inheritance has nothing to do here)."""
-    return TrainConfig(seed=args.seed, model="mlp", precision=args.precision,
-                       dropout=args.dropout, optimizer="SGD", schedule="constant", horizon=1,
-                       batch_size=BATCH, init_scale=args.init_scale,
-                       growth_interval=args.growth_interval)
+def configuration(args: argparse.Namespace, saved: Mapping[str, Any] | None = None
+                  ) -> TrainConfig:
+    """The N-rank run's TrainConfig from the command line (`saved`: the configuration of the
+    commit it resumes). The MLP's horizon is 1: a constant lr has no schedule length, so
+    --steps is not bounded by one and a resumed run may be extended. The GPT's is the
+    single-process command's: --horizon, else the resumed run's, else --steps, and --steps
+    may not pass it (the schedule would restart)."""
+    if args.model == "mlp":
+        return TrainConfig(seed=args.seed, model="mlp", precision=args.precision,
+                           dropout=args.dropout, optimizer="SGD", schedule="constant",
+                           horizon=1, batch_size=BATCH, init_scale=args.init_scale,
+                           growth_interval=args.growth_interval)
+    inherited = None if saved is None else saved.get("horizon")
+    horizon = (args.horizon if args.horizon is not None
+               else inherited if isinstance(inherited, int) else args.steps)
+    if horizon < args.steps:
+        given = "--horizon" if args.horizon is not None else "the horizon the run started with"
+        raise UsageError(f"--steps {args.steps} is past {given} {horizon}: the LR schedule "
+                         "ends there and would restart (start a new run with a longer "
+                         "--horizon)")
+    try:  # a spec the blocks cannot take is refused here, before any rank starts
+        parse_schedule(split_recompute(args.recompute)[0], TRAIN_SHAPE.n_layer)
+    except ValueError as e:
+        raise UsageError(f"--recompute {args.recompute}: {e}") from None
+    return TrainConfig(seed=args.seed, model="gpt", precision=args.precision,
+                       recompute=args.recompute, dropout=args.dropout, optimizer="AdamW",
+                       schedule=args.schedule or "cosine", horizon=horizon, batch_size=BATCH,
+                       init_scale=args.init_scale, growth_interval=args.growth_interval)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -93,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
                                     notify=notify)
     except CheckpointError as e:
         raise UsageError(_named(str(e))) from None
-    config = configuration(args)
+    config = configuration(args, start.config if start.record is not None else None)
     if start.record is not None:
         try:
             check_config(start.config, config.to_dict(), str(start.record.path))
@@ -107,11 +136,13 @@ def run(args: argparse.Namespace) -> int:
         result = impl.train(config, args.steps, n, args.checkpoint_dir, args.checkpoint_every,
                             keep=args.keep, start=start, log=log)
     else:
+        extra = {"loader_workers": args.loader_workers} if args.loader_workers else {}
         from ranks import DDPError
 
         try:
             result = impl.train(config, args.steps, n, args.checkpoint_dir,
-                                args.checkpoint_every, keep=args.keep, start=start, log=log)
+                                args.checkpoint_every, keep=args.keep, start=start, log=log,
+                                **extra)
         except DDPError as e:  # a rank failed or was killed: the commits so far stand
             print(f"train: {e}", file=sys.stderr, flush=True)
             return EXIT_FAILED

@@ -1,0 +1,41 @@
+"""The state digest of one rank of the N-rank GPT run (`train --world-size N --model gpt`):
+its flat sharded state (the table in torch_impl/sharded_ckpt.py, AdamW's rows) put in the
+canonical order of common/state_digest.py (NOTE [ Canonical state digest ]), so that the
+digest reads the same records as the single-process run's: model/<name> as the model's
+entries, optim/<name>/<i> as parameter i's optimizer buffer <name> (AdamW's exp_avg,
+exp_avg_sq and step), the scaler's scale and growth tracker, the data position. As there,
+the step, the skipped count, the lr and schedule, and the random streams are not in it: a
+wrong one shows in the parameters of the steps after it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from common.state_digest import AsArray, state_digest
+
+ADAMW_ENTRIES = ("step", "exp_avg", "exp_avg_sq")  # torch.optim.AdamW's per-parameter state
+
+
+def gpt_rank_digest(state: Mapping[str, Any], as_array: AsArray) -> str:
+    """state_digest of a GPT rank's flat sharded state (the module docstring)."""
+
+    def scalar(key: str) -> Any:
+        return np.asarray(as_array(state[key])).item()
+
+    optimizer: dict[int, dict[str, Any]] = {}
+    for key, value in state.items():
+        parts = key.split("/")
+        if len(parts) == 3 and parts[0] == "optim" and parts[1] in ADAMW_ENTRIES:
+            optimizer.setdefault(int(parts[2]), {})[parts[1]] = value
+    nested = {"model": {k.removeprefix("model/"): v for k, v in state.items()
+                        if k.startswith("model/")},
+              "optimizer": {"state": optimizer},
+              "scaler": {"scale": float(scalar("scaler/scale")),
+                         "_growth_tracker": int(scalar("scaler/growth_tracker"))},
+              "data": {"epoch": int(scalar("data/epoch")),
+                       "position": int(scalar("data/position"))}}
+    return state_digest(nested, as_array)

@@ -1,0 +1,156 @@
+"""The compact transformer (reference/gpt.py) trained data-parallel over simulated ranks, with
+AdamW: one DDP step of the GPT, the order its gradients become ready (which lays out DDP's
+bucket), and the rank's AdamW and schedule entries of a sharded checkpoint.
+torch_impl/ddp_gpt.py is the same step on the real engine. The reduction itself is
+reference/ddp.py's (NOTE [ DDP's reducer ], NOTE [ gloo's ring segments ]): nothing about
+it depends on the model but the ready order.
+
+One step over ws simulated ranks (reference/train.py's train_step, split where DDP cuts it):
+
+    for rank r:  zero_grad; autocast forward of the GPT on shard(x, r), its own float32
+                 cross-entropy; backward of S_r * loss          (S_r: rank r's GradScaler)
+    reducer:     step_buckets(sizes, step, ready_order(...)); reduce_gradients (f32(1/ws)
+                 pre-division, the ring) into every rank's .grad
+    for rank r:  unscale_, AdamW step unless inf/NaN, update S_r
+                 (the run then steps each rank's schedule unless the step was skipped)
+
+# NOTE [ The GPT's ready order ]
+DDP rebuilds its buckets after the first backward in the order the gradients became ready
+(NOTE [ DDP's reducer ] 2). For the compact GPT (parameters: wte, wpe, then per block ln_1,
+attn.c_attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj, each weight then bias, then ln_f and
+lm_head) torch's engine makes them ready last module first: lm_head, ln_f, then each block
+from the last (mlp.c_proj, mlp.c_fc, ln_2, attn.c_proj, attn.c_attn, ln_1), then wpe, wte.
+Within a module, a LayerNorm's weight before its bias; a Linear's bias before its weight in
+float32 (the bias's AccumulateGrad hangs off AddmmBackward, the weight's behind TBackward),
+its weight first under autocast (both behind a ToCopyBackward), as for the MLP
+(reference.ddp.ready_order). Recomputation (per block or selective) does not change it:
+a checkpointed block's gradients are made in the same order when it is replayed. Observed
+with torch 2.13 and held to the buckets DDP itself reports (claim ddp.gpt_buckets). The
+whole GPT of the train command is about 200 KB, under the first bucket's 1 MiB: from step 2
+on it is one bucket in this order, and from three ranks on that order decides which ring
+chunk, so which summation order, each element gets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from reference import amp
+from reference import ddp as rddp
+from reference.gpt import GPT
+from reference.train import _optimizer_phase
+
+BLOCK_PARAMS = 12  # ln_1, c_attn, attn.c_proj, ln_2, c_fc, mlp.c_proj: a weight and a bias each
+
+
+def ready_order(n_layer: int, precision: str) -> list[int]:
+    """The order the compact GPT's gradients become ready in backward (NOTE [ The GPT's
+    ready order ]), as parameter indices (untied weights, biases on)."""
+    autocast = amp.autocast_dtype(precision) is not None
+
+    def linear(w: int) -> list[int]:
+        return [w, w + 1] if autocast else [w + 1, w]
+
+    head = 2 + BLOCK_PARAMS * n_layer  # ln_f.weight; lm_head.weight follows its bias
+    order = [head + 2, head, head + 1]
+    for layer in reversed(range(n_layer)):
+        b = 2 + BLOCK_PARAMS * layer
+        order += [*linear(b + 10), *linear(b + 8), b + 6, b + 7, *linear(b + 4),
+                  *linear(b + 2), b, b + 1]
+    return [*order, 1, 0]
+
+
+def check_model(model: GPT) -> None:
+    """ValueError unless `model` has the parameter list ready_order describes."""
+    c = model.config
+    if not c.bias or c.tie_weights:
+        raise ValueError("ddp_gpt: the ready order is written for biases on and untied "
+                         f"weights, got bias={c.bias}, tie_weights={c.tie_weights}")
+
+
+def local_backward(replicas: Sequence[GPT], optimizers: Sequence, scalers: Sequence,
+                   x: np.ndarray, y: np.ndarray, *, precision: str,
+                   local_grads: Callable[[int], list[np.ndarray]] | None = None
+                   ) -> tuple[list, list, list, list[float]]:
+    """Each rank as reference.train.train_step's GPT branch up to its backward: (rows, local,
+    own, losses) per rank; `local_grads(rank)`, if given, replaces rank's gradients (a replay
+    of the torch ranks': reference.ddp.ddp_step)."""
+    ws, dtype = len(replicas), amp.autocast_dtype(precision)
+    rows, local, own, losses = [], [], [], []
+    for rank, model in enumerate(replicas):
+        optimizers[rank].zero_grad()
+        xr, yr = rddp.shard(x, rank, ws), rddp.shard(y, rank, ws)  # (B/ws, T) token ids
+        rows.append((xr, yr))
+        with amp.autocast(dtype):
+            _, loss = model.forward(xr, yr)  # its own float32 cross-entropy
+        model.backward(scalers[rank].scale(np.ones_like(loss)))
+        own.append([p.grad for p in model.parameters()])
+        local.append(own[-1] if local_grads is None else local_grads(rank))
+        losses.append(float(loss))
+    return rows, local, own, losses
+
+
+def ddp_step(replicas: Sequence[GPT], optimizers: Sequence, scalers: Sequence,
+             x: np.ndarray, y: np.ndarray, *, step: int, precision: str,
+             local_grads: Callable[[int], list[np.ndarray]] | None = None
+             ) -> rddp.StepRecord:
+    """One DDP step of the GPT over len(replicas) simulated ranks (the module docstring);
+    `step` (1-based) picks DDP's buckets (one in parameter order at 1, the ready order's
+    after). A scaled fp16 backward may overflow on purpose: the scaler's inf/NaN check is how
+    every rank finds out, so NumPy's overflow and invalid warnings are silenced here."""
+    for model in replicas:
+        check_model(model)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        rows, local, own, losses = local_backward(replicas, optimizers, scalers, x, y,
+                                                  precision=precision, local_grads=local_grads)
+        sizes = [g.nbytes for g in local[0]]
+        order = ready_order(replicas[0].config.n_layer, precision)
+        buckets = rddp.step_buckets(sizes, step, order)
+        reduced = rddp.reduce_gradients(local, buckets)
+        for model in replicas:
+            for p, g in zip(model.parameters(), reduced, strict=True):
+                p.grad = g.copy()
+        record = rddp.StepRecord(rows, local, own, reduced, buckets)
+        for rank, model in enumerate(replicas):
+            record.results.append(_optimizer_phase(model, optimizers[rank], scalers[rank],
+                                                   losses[rank], None, None))
+    return record
+
+
+def optimizer_state(optimizer: Any, scheduler: Any, params: Sequence) -> dict[str, Any]:
+    """AdamW's and the schedule's entries of a rank's sharded state (the table in
+    torch_impl/sharded_ckpt.py): optim/step/<i> (float32), optim/exp_avg/<i>,
+    optim/exp_avg_sq/<i> (zeros before the first step, as torch's lazy state starts),
+    optim/lr (the group's current lr, float64: the recursive schedule reads it),
+    sched/last_epoch and sched/step_count."""
+    state: dict[str, Any] = {}
+    for i, p in enumerate(params):
+        s = optimizer.state.get(p) or {}
+        state[f"optim/step/{i}"] = np.array(s.get("step", 0.0), dtype=np.float32)
+        for name in ("exp_avg", "exp_avg_sq"):
+            state[f"optim/{name}/{i}"] = (np.zeros_like(p.data) if name not in s
+                                          else np.array(s[name], copy=True))
+    state["optim/lr"] = np.float64(optimizer.param_groups[0]["lr"])
+    state["sched/last_epoch"] = np.int64(scheduler.last_epoch)
+    state["sched/step_count"] = np.int64(scheduler._step_count)
+    return state
+
+
+def load_optimizer_state(state: dict[str, Any], optimizer: Any, scheduler: Any,
+                         params: Sequence) -> None:
+    """Set AdamW and the schedule from optimizer_state's entries."""
+    for i, p in enumerate(params):
+        optimizer.state[p] = {"step": np.array(state[f"optim/step/{i}"], dtype=np.float32),
+                              "exp_avg": np.array(state[f"optim/exp_avg/{i}"], copy=True),
+                              "exp_avg_sq": np.array(state[f"optim/exp_avg_sq/{i}"],
+                                                     copy=True)}
+    lr = float(state["optim/lr"])
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    sd = scheduler.state_dict()
+    sd.update(last_epoch=int(state["sched/last_epoch"]),
+              _step_count=int(state["sched/step_count"]), _last_lr=[lr])
+    scheduler.load_state_dict(sd)
