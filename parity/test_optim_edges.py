@@ -164,8 +164,3 @@ def test_the_hyperparameter_strategy_reaches_every_declared_edge() -> None:
 def _with_value(hyper: dict[str, Any], arg: str) -> Any:
     return hyper["betas"][int(arg[6])] if arg.startswith("betas[") else hyper[arg]
 
-
-def test_the_reference_is_built_with_the_kernels_it_is_held_to() -> None:
-    """The steps above compare like for like: the reference fuses as this CPU's kernels do
-    and takes torch's square root (drivers.optim), or the bits claims would not be exact."""
-    assert isinstance(FUSED, bool) and torch_sqrt(np.float32([4.0]))[0] == 2.0
