@@ -29,11 +29,14 @@ HERE = Path(__file__).resolve().parent
 STEPS, AT = 6, 3
 
 
-def _loop(run: FitRun, keep_optimizer: bool = True, stop: int | None = None) -> None:
+def _loop(run: FitRun, keep_optimizer: bool = True, stop: int | None = None,
+          keep_position: bool = True) -> None:
     """A framework's fit in miniature: its own loop, checkpoint and resume, calling the
     hooks where ResumeCheckCallback is called (before a step, after it, at the end);
-    `keep_optimizer=False` saves the model alone, as `save_only_model=True` does."""
+    `keep_optimizer=False` saves the model alone, as `save_only_model=True` does;
+    `keep_position=False` restarts its data at the first batch (a position in no state)."""
     torch.manual_seed(0)
+    batches = torch.randn(STEPS, 4, 4, generator=torch.Generator().manual_seed(1))  # (N, B, C)
     model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Dropout(0.2), nn.Linear(8, 1))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     step = 0
@@ -44,13 +47,15 @@ def _loop(run: FitRun, keep_optimizer: bool = True, stop: int | None = None) -> 
             optimizer.load_state_dict(saved["optimizer"])
         torch.set_rng_state(saved["rng"])
         step = saved["step"]
+    position = step if keep_position else 0
 
     def state() -> dict[str, Any]:
         return {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}
 
     while step < (run.steps if stop is None else stop):
         run.before(step, state())
-        x = torch.randn(4, 4)  # (B, C): a batch drawn from the global generator
+        x = batches[position] + torch.randn(4, 4)  # (B, C), noise from the global generator
+        position += 1
         model(x).pow(2).mean().backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -73,6 +78,10 @@ def complete(run: FitRun) -> None:
 
 def model_only(run: FitRun) -> None:
     _loop(run, keep_optimizer=False)
+
+
+def restarts_its_data(run: FitRun) -> None:
+    _loop(run, keep_position=False)
 
 
 def stops_early(run: FitRun) -> None:
@@ -106,6 +115,15 @@ def test_a_complete_framework_loop_resumes_exactly() -> None:
     report = check_fit(complete, steps=STEPS, at=AT, fresh_process=False)
     assert report.ok and report.parted_at is None and report.final == (), str(report)
     assert report.summary() == "resume-check: exact"
+
+
+def test_what_no_state_holds_parts_the_runs_at_the_first_step_that_reads_it() -> None:
+    """A data position in no state and not observed: the load restores everything the
+    digests see, and the runs part after step AT + 1, the first to read another batch, at
+    the first weight."""
+    report = check_fit(restarts_its_data, steps=STEPS, at=AT, fresh_process=False)
+    assert not report.ok and report.parted_at == AT + 1 and report.notes == ()
+    assert report.parted[0].entry == "model.0.weight" == report.final[0].entry
 
 
 @pytest.mark.parametrize(("fit", "words"), [
