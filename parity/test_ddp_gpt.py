@@ -6,7 +6,7 @@ control, the N-rank loss curve against one process's (ddp.gpt_loss_curve).
 
 The default run makes ONE launch of 2 gloo processes (the compact GPT of the train command):
 the replayed jobs in fp32 and fp16 (3 steps each), then the command's job three times
-in a row (uninterrupted to step 4, stopped at 2, resumed to 4); the reference's command runs
+in a row (uninterrupted to step 6, stopped at 2, resumed to 6); the reference's command runs
 here in this process. World sizes 3 and 4, recomputation, the kills, loader workers and the
 60-step loss curve are slow. Driver: parity/drivers/ddp_gpt.py.
 """
@@ -96,19 +96,27 @@ def _lines(path: Path) -> list[str]:
     return path.read_text(encoding="utf-8").splitlines()
 
 
+def _applied_after_the_first(lines: list[str], first: int) -> bool:
+    """Whether a step after `first` was applied (not skipped): one that reads the schedule's
+    position and the AdamW step count the resumed run restored and then advanced."""
+    return any(" skipped 0 " in line for line in lines if int(line.split()[1]) > first)
+
+
 def test_the_gpt_run_stopped_and_resumed_ends_with_the_uninterrupted_digest(
         launched: tuple[Launch, Path]) -> None:
     """ddp.gpt_resume, torch, 2 ranks: the command's run stopped at its step-2 commit and
-    resumed ends at step 4 with the digest of the run that never stopped."""
+    resumed ends at step 6 with the digest of the run that never stopped."""
     (jobs, results), folder = launched
     first = next(i for i, j in enumerate(jobs) if j["kind"] == "cli-train")
     uninterrupted, stopped, resumed = (results[0][first + j] for j in range(3))
     for rank in range(2):  # each rank's digest is checked against the others' by the command
         assert results[rank][first + 2]["digest"] == resumed["digest"]
-    assert stopped["step"] == 2 and resumed["step"] == uninterrupted["step"] == 4
+    assert stopped["step"] == 2 and resumed["step"] == uninterrupted["step"] == 6
     assert stopped["digest"] != uninterrupted["digest"], "guard: the stop was before the end"
-    assert [line.split()[1] for line in _lines(folder / "stopped.log")] == ["1", "2", "3", "4"]
-    assert " skipped 1 " in _lines(folder / "uninterrupted.log")[3], "guard: fp16 skips step 4"
+    lines = _lines(folder / "stopped.log")
+    assert [line.split()[1] for line in lines] == ["1", "2", "3", "4", "5", "6"]
+    assert any(" skipped 1 " in line for line in lines), "guard: fp16 skips a step"
+    assert _applied_after_the_first(lines, 3), "guard: an update after the resumed first"
     assert_claim("ddp.gpt_resume", actual=_hex(resumed["digest"]),
                  expected=_hex(uninterrupted["digest"]), context="torch, 2 ranks, at step 2")
 
@@ -131,13 +139,14 @@ def _command(directory: Path, world_size: int, steps: int, *extra: str,
 def test_the_reference_gpt_run_stopped_and_resumed_ends_with_the_uninterrupted_digest(
         tmp_path: Path) -> None:
     """ddp.gpt_resume, the reference's 2 simulated ranks: stopped at the step-2 commit
-    (--horizon 4: the same schedule), resumed to step 4, the uninterrupted digest."""
-    fast = ("--growth-interval", "1")  # the scale doubles each step: step 3 or 4 skips
-    expected = _command(tmp_path / "uninterrupted", 2, 4, "--horizon", "4", *fast)
+    (--horizon 6: the same schedule), resumed to step 6, the uninterrupted digest."""
+    fast = ("--growth-interval", "1")  # the scale doubles each clean step: steps skip
+    expected = _command(tmp_path / "uninterrupted", 2, 6, "--horizon", "6", *fast)
     assert any(" skipped 1 " in line for line in expected), "guard: fp16 skips a step"
-    _command(tmp_path / "stopped", 2, 2, "--horizon", "4", *fast)
-    lines = _command(tmp_path / "stopped", 2, 4, *fast)  # the horizon the run started with
+    _command(tmp_path / "stopped", 2, 2, "--horizon", "6", *fast)
+    lines = _command(tmp_path / "stopped", 2, 6, *fast)  # the horizon the run started with
     assert lines[0].startswith("step 3 "), "guard: it resumed, not started afresh"
+    assert _applied_after_the_first(lines[:-1], 3), "guard: an update after the resumed first"
     assert_claim("ddp.gpt_resume", actual=_hex(kills.digest(lines)),
                  expected=_hex(kills.digest(expected)), context="reference, 2 ranks")
 

@@ -40,12 +40,11 @@ FP16 = {"init_scale": 2.0**17, "growth_interval": 1}
 # saves at 2, 4, ..., 10): the MLP's fp16 options, whose skips (steps 4 and 6 at 2 torch ranks,
 # 5 at 3, 6 and 7 in the reference) spare step 3, the first after the step-2 commit
 GPT_OPTIONS = ("--model", "gpt", *OPTIONS)
-# What `train --world-size N --model gpt` builds from GPT_OPTIONS and --steps 4 (the stopped
+# What `train --world-size N --model gpt` builds from GPT_OPTIONS and --steps 6 (the stopped
 # and resumed run of the default test: parity/lab/runners/train_ranks.py's configuration)
 RESUME = TrainConfig(model="gpt", precision="fp16", dropout=0.1, optimizer="AdamW",
-                     schedule="cosine", horizon=4, batch_size=24, init_scale=2.0**17,
+                     schedule="cosine", horizon=6, batch_size=24, init_scale=2.0**17,
                      growth_interval=3)
-
 
 def config(precision: str, steps: int = STEPS, seed: int = 0,
            recompute: str = "none") -> TrainConfig:
@@ -63,22 +62,23 @@ def gpt_jobs(world_size: int, precisions: tuple[str, ...], steps: int = STEPS,
             for p in precisions]
 
 
-def resume_jobs(directory: Path, world_size: int, steps: int = 4) -> list[dict]:
+def resume_jobs(directory: Path, world_size: int, steps: int = 6, stop: int = 2
+                ) -> list[dict]:
     """Three runs of the command's job (torch_impl/ddp_train.py's train_job) of RESUME, to be
-    launched in a row: to `steps` uninterrupted (directory/uninterrupted), to `steps` // 2
-    (directory/stopped, committed there), then resumed from that commit to `steps`. Rank 0's
-    step lines go to <name>.log beside them."""
+    launched in a row, committing every `stop` steps: to `steps` uninterrupted
+    (directory/uninterrupted), to `stop` (directory/stopped), then resumed from that commit to
+    `steps`. Rank 0's step lines go to <name>.log beside them. The steps after the resumed
+    run's first read what its first wrote: the schedule steps after an applied update, so a
+    position restored wrongly shows in the update after (a skipped step would hide it)."""
     from torch_impl.ddp_train import train_job
 
-    half = steps // 2
     jobs = []
-    for name, until, resume in (("uninterrupted", steps, None), ("stopped", half, None),
-                                ("stopped", steps, half)):
+    for name, until, resume in (("uninterrupted", steps, None), ("stopped", stop, None),
+                                ("stopped", steps, stop)):
         (directory / name).mkdir(parents=True, exist_ok=True)
-        jobs.append(train_job(RESUME, until, world_size, directory / name, half, keep=2,
+        jobs.append(train_job(RESUME, until, world_size, directory / name, stop, keep=2,
                               resume=resume, log=directory / f"{name}.log"))
     return jobs
-
 
 @dataclass
 class Replay:
