@@ -140,9 +140,10 @@ def test_a_script_that_fails_or_saves_what_needs_pickle_is_one_line_and_exit_1(
      "--resume-flag: only with --script"),
     (["resume-check", "--fit", "nocolon", "--steps", "4", "--at", "2"], "module:function"),
     (check("no-such-program-here {dir} {steps}"), "cannot run 'no-such-program-here'"),
+    (check("./train.py {dir} {steps}"), "cannot run './train.py': no such program"),
 ], ids=["no steps", "no dir", "unknown placeholder", "state without dir", "unbalanced quote",
         "no resume flag", "two modes", "no mode", "kill", "state", "resume flag", "fit path",
-        "no program"])
+        "no program", "no such file"])
 def test_bad_script_options_are_one_line_and_exit_2(argv: list[str], words: str,
                                                     tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch,

@@ -120,11 +120,25 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         if mode == "script":
+            from tqdm import tqdm
+
             from parity.lab.your_trainer.resume_script import check_script
 
-            report = check_script(args.script, resume_flag=args.resume_flag,
-                                  state=args.state or "{dir}/ckpt.pt", steps=args.steps,
-                                  at=args.at, atol=args.atol)
+            bar: list[tqdm] = []  # drawn once the runs start: a usage error is one line
+
+            def progress(what: str) -> None:  # the runs before this one are done
+                if not bar:
+                    bar.append(tqdm(total=3, desc="resume-check", unit="run", leave=False))
+                bar[0].n = ("straight", "stopped", "resumed").index(what)
+                bar[0].set_postfix_str(f"{what} run")
+
+            try:
+                report = check_script(args.script, resume_flag=args.resume_flag,
+                                      state=args.state or "{dir}/ckpt.pt", steps=args.steps,
+                                      at=args.at, atol=args.atol, progress=progress)
+            finally:
+                for b in bar:
+                    b.close()
         elif mode == "fit":
             from parity.lab.your_trainer.resume_fit import check_fit
 

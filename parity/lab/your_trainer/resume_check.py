@@ -32,6 +32,8 @@ takes step k + 1 and is SIGKILLed while saving again into the same file (the pay
 the rename not yet done); the check then requires that file to hold step k, whole (its digest
 verified) and equal to this process's state at k, and resumes from it.
 A state that torch.load(weights_only=True) cannot read back is a TypeError naming the entry.
+A loop that is no factory: a script run with its own argv (resume_script.py), a loop a
+framework owns, through a callback (resume_fit.py); both end in this module's comparison.
 """
 
 from __future__ import annotations

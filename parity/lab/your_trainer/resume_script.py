@@ -27,8 +27,10 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -109,10 +111,11 @@ def _state(what: str, path: Path) -> dict[str, Any]:
 
 
 def check_script(command: str, *, resume_flag: str, state: str = "{dir}/ckpt.pt", steps: int,
-                 at: int, atol: float | None = None, cwd: str | os.PathLike | None = None
-                 ) -> ResumeReport:
+                 at: int, atol: float | None = None, cwd: str | os.PathLike | None = None,
+                 progress: Callable[[str], None] | None = None) -> ResumeReport:
     """Run the script straight, stopped at `at`, and resumed (module docstring); the report
-    of the entries in which the two saved states differ."""
+    of the entries in which the two saved states differ. `progress` is told each run's name
+    as it starts."""
     if any(isinstance(v, bool) or not isinstance(v, int) for v in (steps, at)) or not (
             1 <= at < steps):
         raise ResumeCheckError(f"steps {steps!r}, at {at!r}: need integers with "
@@ -123,6 +126,9 @@ def check_script(command: str, *, resume_flag: str, state: str = "{dir}/ckpt.pt"
         raise ResumeCheckError(f"--state {state!r} has no {{dir}}: the file each run saves "
                                "is in its own folder (e.g. {dir}/ckpt.pt)")
     where = Path.cwd() if cwd is None else Path(cwd)
+    program = Path(where, words[0]) if os.sep in words[0] else shutil.which(words[0])
+    if program is None or not os.access(program, os.X_OK) or Path(program).is_dir():
+        raise ResumeCheckError(f"cannot run {words[0]!r}: no such program")
     with tempfile.TemporaryDirectory(prefix="resume-check-") as tmp:
         a, b = Path(tmp) / "straight", Path(tmp) / "resumed"
         a.mkdir()
@@ -131,6 +137,8 @@ def check_script(command: str, *, resume_flag: str, state: str = "{dir}/ckpt.pt"
                 ("resumed", _fill(words, steps, b) + _fill(flag, steps, b))]
         pid = 0
         for what, argv in runs:
+            if progress is not None:
+                progress(what)
             pid = _run(what, argv, where)
         straight = _state("straight", Path(state.replace("{dir}", str(a))))
         resumed = _state("resumed", Path(state.replace("{dir}", str(b))))
