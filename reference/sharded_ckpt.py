@@ -17,7 +17,8 @@ load_sharded:
     its ranks' containers (each again verified by its own XXH3-128 seal)
 
 The state's keys are the torch twin's (torch_impl/sharded_ckpt.py's table: model/<name>,
-optim/momentum/<i>, scaler/..., data/..., step, rng/rank<r>), so the two trees' states map
+optim/momentum/<i> or the GPT's optim/step|exp_avg|exp_avg_sq/<i>, optim/lr and sched/...,
+scaler/..., data/..., step, rng/rank<r>), so the two trees' states map
 key for key; their payloads do not: the twin's files are DCP's (torch serialization and a
 pickled .metadata), which the reference never reads (NOTE [ No pickle on load ] in
 reference/resume.py), and the reference's containers are not DCP's. Each tree therefore

@@ -1,8 +1,9 @@
-"""`python -m parity train --world-size N --impl torch`: N gloo processes train the MLP under
-DistributedDataParallel, with a sharded checkpoint (torch_impl/sharded_ckpt.py: DCP into a
-fresh step directory, committed by ckpt.commit) every K steps, and resume from the newest
-commit. See reference/ddp_train.py for the run both trees train and what is exact; this
-file says only how the engine runs it.
+"""`python -m parity train --world-size N --impl torch`: N gloo processes train the MLP (SGD)
+or the GPT (AdamW and its schedule: torch_impl/ddp_gpt.py) under DistributedDataParallel,
+with a sharded checkpoint (torch_impl/sharded_ckpt.py: DCP into a fresh step directory,
+committed by ckpt.commit) every K steps, and resume from the newest commit. See
+reference/ddp_train.py for the run both trees train and what is exact; this file says only
+how the engine runs it.
 
 What the engine adds:
 - Each rank is a process of ranks.launch (forkserver, a FileStore rendezvous,
@@ -17,7 +18,9 @@ What the engine adds:
   at step 1, and from three ranks on the ring's chunks then sum some elements in another
   order. So a resumed rank first runs one backward on zero inputs, dropout stream saved and
   restored, gradients dropped (no optimizer step, no scaler): its buckets are then rebuilt
-  in the ready order before the first real step, as the uninterrupted run's are.
+  in the ready order before the first real step, as the uninterrupted run's are (the GPT's:
+  token ids and targets all 0, recomputation and autocast as configured).
+- NOTE [ Loader workers of a rank ] (below): --loader-workers K gives every rank K workers.
 The parent tails rank 0's step lines from a file in a temporary directory and hands them to
 `log` as they come.
 """
