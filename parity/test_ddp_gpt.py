@@ -35,7 +35,7 @@ Launch = tuple[list[dict], list[list[dict]]]
 @pytest.fixture(scope="module")
 def launched(tmp_path_factory: pytest.TempPathFactory) -> tuple[Launch, Path]:
     """The default launch (2 ranks): ((jobs, results[rank][job]), the resume jobs' folder).
-    Measured: 5 to 7 s (torch 2.13 CPU, 2 busy cores), about 2 s of it starting the ranks;
+    Measured: 3.5 to 7 s (torch 2.13 CPU, 2 busy cores), about 2 s of it starting the ranks;
     over the default suite's ~2 s, kept there as the one torch run of the GPT that sees a
     lost AdamW step count, scaler or schedule position (the kills are slow)."""
     import ranks
