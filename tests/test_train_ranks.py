@@ -30,7 +30,6 @@ def _train(directory: Path, *options: str, impl: str = "reference", steps: int =
 
 
 REFUSED = [
-    (("--model", "gpt"), "--model gpt"),
     (("--precision", "fp8-tensorwise"), "--precision fp8-tensorwise"),
     (("--recompute", "sqrt"), "--recompute sqrt"),
     (("--schedule", "cosine"), "--schedule cosine"),
