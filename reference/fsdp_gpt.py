@@ -1,0 +1,224 @@
+"""The compact transformer (reference/gpt.py) trained fully sharded (FSDP2) over simulated
+ranks, with AdamW per shard: one step, each rank's sharded state, and the run of
+`train --world-size N --model gpt --parallel fsdp`. torch_impl/fsdp_gpt.py is the same on
+the real engine (every block and the root fully_shard'ed). The shards, the all-gather and
+the reduce-scatter are reference/fsdp.py's (NOTE [ FSDP2's shards ], NOTE [ FSDP2's
+all-gather ], NOTE [ FSDP2's reduce-scatter on gloo ]); nothing in them depends on the
+model but which parameters form each fully_shard module (`groups`).
+
+One step over ws simulated ranks (the parameters live only as padded shards):
+
+    all_gather:  every parameter from the ranks' shards, cast to param_dtype (bf16: one
+                 rounding; fp32: a copy)
+    for rank r:  the gathered parameters into rank r's replica; forward of the GPT on
+                 shard(x, r), its own float32 cross-entropy; backward; the local gradients
+                 in param_dtype
+    reduce_scatter per fully_shard module (each block; the root: wte, wpe, ln_f, lm_head):
+                 float32 buffers, the ring, ReduceOp.AVG's division by ws
+    for rank r:  AdamW on its unpadded rows (elementwise: each element as the unsharded
+                 AdamW would); the run then steps each rank's schedule
+
+What the reference does otherwise than the engine: under bf16 torch runs every op of the
+forward and backward in bfloat16 (the parameters are bfloat16: no autocast); the reference
+runs its GPT under its autocast emulation (reference/amp.py: bf16 matmuls, float32
+elsewhere) on the bf16-rounded weights, then rounds its gradients to bfloat16. Its own
+local gradients are never torch's bits (a BLAS order, and this); what the claims hold bit
+for bit replays the torch ranks' local gradients (`local_grads`).
+
+The run (`train`): no loss scaler (fp16 is refused: FSDP2 would need a ShardedGradScaler),
+no recomputation; a checkpoint every K steps saves each rank's own rows (model/<name>,
+AdamW's buffers of its shard) beside the replicated entries, in reference/sharded_ckpt.py's
+containers; a resume is at the same world size. The digest is gpt_rank_digest of the
+joined state (every rank's rows concatenated), with a scaler's entries at scale 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from ckpt import commit_policy
+from ckpt.policy import due
+from common.ddp_gpt_state import gpt_rank_digest
+from common.train_config import OPTIMIZERS, TrainConfig
+from common.train_loop import RanksResult, batches
+from reference import amp, ddp_gpt, optim
+from reference import ddp as rddp
+from reference import fsdp as rfsdp
+from reference import sharded_ckpt as sharded
+from reference.gpt import GPT
+from reference.module import Parameter
+from reference.state_digest import as_array
+from reference.train import _make_scheduler
+from reference.train_models import batch_of, build
+
+PRECISIONS = ("fp32", "bf16")  # fp16 would need a ShardedGradScaler: not taken
+PAYLOAD = sharded.PAYLOAD
+PARAM_DTYPES = {"fp32": np.float32, "bf16": ml_dtypes.bfloat16}
+
+
+def groups(n_layer: int) -> list[list[int]]:
+    """The fully_shard modules' parameter indices: each block's 12 (ddp_gpt.BLOCK_PARAMS),
+    then the root's own (wte, wpe, ln_f's weight and bias, lm_head)."""
+    b = ddp_gpt.BLOCK_PARAMS
+    head = 2 + b * n_layer
+    return [list(range(2 + b * k, 2 + b * (k + 1))) for k in range(n_layer)] + [
+        [0, 1, head, head + 1, head + 2]]
+
+
+@dataclass
+class Ranks:
+    """ws simulated FSDP ranks of the GPT: each one's replica (its parameters overwritten by
+    the gathered ones every step; its dropout stream), padded shards [rank][param], the
+    Parameters viewing their unpadded rows, AdamW on them and the schedule."""
+
+    replicas: list[GPT]
+    padded: list[list[np.ndarray]]
+    shards: list[list[Parameter]]
+    optimizers: list[optim.AdamW]
+    schedulers: list[Any]
+    rngs: list[np.random.Generator]  # each replica's dropout stream
+    parts: Any  # rank 0's build: the loader of the global batch, the sampler
+
+
+def simulated_ranks(c: TrainConfig, world_size: int, initial: Sequence[np.ndarray] | None = None,
+                    **adamw: Any) -> Ranks:
+    """ws ranks of `c`'s GPT sharding `initial` (default: the seed's weights); `adamw`:
+    reference.optim.AdamW's arithmetic options (the replay's fma and sqrt)."""
+    if c.model != "gpt" or c.precision not in PRECISIONS or c.recompute != "none":
+        raise ValueError(f"fsdp_gpt: the GPT in {PRECISIONS} without recomputation, got "
+                         f"{c.model!r}, {c.precision!r}, {c.recompute!r}")
+    ws, replicas, rngs, parts0 = world_size, [], [], None
+    for r in range(ws):
+        rng = np.random.default_rng(c.seed)  # the weights: the same on every rank
+        parts = build(c, rng)
+        rng.bit_generator.state = sharded.rank_stream(c.seed, r, 0)  # its dropout stream
+        replicas.append(parts.model)
+        rngs.append(rng)
+        parts0 = parts0 or parts
+    full = [p.data.copy() for p in replicas[0].parameters()] if initial is None else initial
+    padded = [[rfsdp.shard(np.asarray(p), r, ws) for p in full] for r in range(ws)]
+    shards = [[Parameter(rfsdp.unpadded(padded[r][i], p.shape[0], r, ws))  # views
+               for i, p in enumerate(full)] for r in range(ws)]
+    optimizers = [optim.AdamW(ps, lr=c.lr, **OPTIMIZERS["AdamW"], **adamw) for ps in shards]
+    schedulers = [_make_scheduler(opt, c) for opt in optimizers]
+    return Ranks(replicas, padded, shards, optimizers, schedulers, rngs, parts0)
+
+
+@dataclass
+class StepRecord:
+    """One FSDP step of the GPT over the simulated ranks: the gathered parameters [param],
+    the local gradients used [rank][param] (param_dtype), the sharded gradients
+    [rank][param] (float32), each rank's shard loss."""
+
+    gathered: list[np.ndarray]
+    local: list[list[np.ndarray]]
+    grads: list[list[np.ndarray]]
+    losses: list[float]
+
+
+def fsdp_step(ranks: Ranks, x: np.ndarray, y: np.ndarray, *, precision: str,
+              local_grads: Callable[[int], list[np.ndarray]] | None = None) -> StepRecord:
+    """One FSDP step over the simulated ranks (the module docstring); `local_grads(rank)`,
+    if given, replaces rank's own local gradients (a replay of the torch ranks')."""
+    ws, dt = len(ranks.padded), PARAM_DTYPES[precision]
+    shapes = [p.data.shape for p in ranks.replicas[0].parameters()]
+    gathered = [rfsdp.all_gather([ranks.padded[r][i] for r in range(ws)], shape, dt)
+                for i, shape in enumerate(shapes)]
+    local, losses = [], []
+    for rank, model in enumerate(ranks.replicas):
+        model.zero_grad()
+        for p, g in zip(model.parameters(), gathered, strict=True):
+            np.copyto(p.data, g.astype(p.data.dtype))  # a bf16 value is exact in float32
+        xr, yr = rddp.shard(x, rank, ws), rddp.shard(y, rank, ws)  # (B/ws, T) token ids
+        with amp.autocast(amp.autocast_dtype(precision)):
+            _, loss = model.forward(xr, yr)  # its own float32 cross-entropy
+        model.backward(np.ones_like(loss))
+        own = [p.grad.astype(dt) for p in model.parameters()]
+        local.append(own if local_grads is None else local_grads(rank))
+        losses.append(float(loss))
+    record = rfsdp.fsdp_step(ranks.padded, ranks.shards, ranks.optimizers, local,
+                             groups(ranks.replicas[0].config.n_layer), param_dtype=dt,
+                             reduce_dtype=np.float32)
+    return StepRecord(gathered, local, record.grads, losses)
+
+
+def rank_state(ranks: Ranks, rank: int, step: int) -> dict[str, Any]:
+    """Rank `rank`'s saved state: model/<name> its unpadded rows, AdamW's buffers of its
+    shards and the schedule (ddp_gpt.optimizer_state), the data position, the step, its
+    stream (torch_impl/sharded_ckpt.py's table, without a scaler)."""
+    names = [n for n, _ in ranks.replicas[rank].named_parameters()]
+    state: dict[str, Any] = {f"model/{n}": p.data.copy()
+                             for n, p in zip(names, ranks.shards[rank], strict=True)}
+    state.update(ddp_gpt.optimizer_state(ranks.optimizers[rank], ranks.schedulers[rank],
+                                         ranks.shards[rank]))
+    sampler = ranks.parts.sampler
+    state["data/epoch"] = np.int64(sampler.epoch)
+    state["data/position"] = np.int64(sampler.position)
+    state["step"] = np.int64(step)
+    state[f"rng/rank{rank}"] = ranks.rngs[rank].bit_generator.state
+    return state
+
+
+def apply_state(state: dict[str, Any], ranks: Ranks, rank: int) -> None:
+    """Rank `rank` set from its loaded state (the data position: the run's sampler)."""
+    names = [n for n, _ in ranks.replicas[rank].named_parameters()]
+    for n, p in zip(names, ranks.shards[rank], strict=True):
+        np.copyto(p.data, state[f"model/{n}"])  # into the padded shard's rows
+    ddp_gpt.load_optimizer_state(state, ranks.optimizers[rank], ranks.schedulers[rank],
+                                 ranks.shards[rank])
+    ranks.rngs[rank].bit_generator.state = state[f"rng/rank{rank}"]
+
+
+def joined_state(states: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Every rank's rows joined along dim 0 (a 0-d entry, AdamW's step, rank 0's), with a
+    scaler's entries at scale 1: the state gpt_rank_digest reads."""
+    joined: dict[str, Any] = {}
+    for key, value in states[0].items():
+        if key.startswith("model/") or (key.startswith("optim/") and np.ndim(value) > 0):
+            joined[key] = np.concatenate([np.asarray(s[key]) for s in states])
+        elif not key.startswith("rng/"):
+            joined[key] = value
+    joined["scaler/scale"], joined["scaler/growth_tracker"] = np.float64(1.0), np.int64(0)
+    return joined
+
+
+def train(config: TrainConfig, steps: int, world_size: int, directory: str | Path,
+          every: int, *, keep: int, start: commit_policy.Start,
+          log: Callable[[str], None]) -> RanksResult:
+    """Run the N-rank FSDP training (the module docstring) from `start` to `steps`."""
+    c, ws = config, world_size
+    ranks = simulated_ranks(c, ws)
+    sampler, step = ranks.parts.sampler, 0
+    if start.record is not None:
+        record, states = sharded.load_sharded(directory, ws, c.seed)
+        if record.step != start.record.step or record.world_size != ws:
+            raise RuntimeError(f"{directory}: its newest commit is step {record.step} of "
+                               f"{record.world_size} ranks, the command chose step "
+                               f"{start.record.step} at {ws} (changed since?)")
+        for rank, state in enumerate(states):
+            apply_state(state, ranks, rank)
+        sampler.load_state_dict({**sampler.state_dict(), "epoch": int(states[0]["data/epoch"]),
+                                 "position": int(states[0]["data/position"])})
+        step = int(states[0]["step"])
+    data = batches(c, ranks.parts.loader, batch_of)  # from the sampler's (restored) position
+    while step < steps:
+        x, y = next(data)
+        record = fsdp_step(ranks, x, y, precision=c.precision)
+        for scheduler in ranks.schedulers:
+            scheduler.step()
+        step += 1
+        mean = sum(np.float64(loss) for loss in record.losses) / ws
+        log(f"step {step} loss {float(mean):.6g} scale 1 skipped 0 (total 0)")
+        if due(step, steps, every):
+            sharded.save_sharded(directory, step, [rank_state(ranks, r, step)
+                                                   for r in range(ws)],
+                                 config={**c.to_dict(), "parallel": "fsdp"})
+            commit_policy.prune(directory, keep)
+    joined = joined_state([rank_state(ranks, r, step) for r in range(ws)])
+    return RanksResult(step, gpt_rank_digest(joined, as_array), 0)

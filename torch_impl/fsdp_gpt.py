@@ -1,0 +1,337 @@
+"""The compact transformer under FSDP2 with AdamW: every block and the root `fully_shard`ed,
+torch.optim.AdamW on the sharded DTensors, the run's schedule; one rank's step, its sharded
+state through torch.distributed.checkpoint.state_dict, and the rank's side of
+`train --world-size N --model gpt --parallel fsdp`. See reference/fsdp_gpt.py for the step
+over simulated ranks and the run; reference/fsdp.py for the arithmetic (NOTE [ FSDP2's
+shards ], NOTE [ FSDP2's all-gather ], NOTE [ FSDP2's reduce-scatter on gloo ]).
+
+What the engine does that the reference states:
+- precision "bf16": MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32): each
+  module all-gathers its shards cast to bfloat16 and runs its forward and backward on them
+  (every op in bfloat16: no autocast); the local gradients are bfloat16, copied into a
+  float32 buffer and reduce-scattered (ReduceOp.AVG). "fp32": no policy, float32 throughout.
+- The fully_shard modules are the blocks (each its 12 parameters) and the root (wte, wpe,
+  ln_f, lm_head): reference.fsdp_gpt.groups. The root's pre-forward hook runs first, so the
+  root's parameters gather before the first block's.
+- AdamW (for-loop path on CPU) steps each DTensor's local rows: elementwise, as on a plain
+  tensor; the schedule is torch.optim.lr_scheduler's (torch_impl/train.py's choice).
+- The rank's state: get_state_dict (sharded: every model entry and AdamW buffer a DTensor
+  of this rank's rows) flattened to the table of torch_impl/sharded_ckpt.py keyed by the
+  parameter's index, and DCP writes each rank's rows; set_state_dict puts a loaded one back.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+import ranks
+from ckpt import commit as ckc
+from ckpt import commit_policy
+from ckpt.policy import due
+from common.ddp_gpt_state import gpt_rank_digest
+from common.train_config import OPTIMIZERS, TrainConfig
+from common.train_loop import RanksResult, batches
+from torch_impl import sharded_ckpt as sc
+from torch_impl.ddp import shard
+from torch_impl.state_digest import as_array
+from torch_impl.train import _make_scheduler
+from torch_impl.train_models import batch_of, build
+
+PAYLOAD = sc.PAYLOAD
+
+PRECISIONS = ("fp32", "bf16")  # fp16 would need a ShardedGradScaler: not taken
+ADAMW_ENTRIES = ("step", "exp_avg", "exp_avg_sq")
+
+
+def policy(precision: str) -> MixedPrecisionPolicy | None:
+    """The MixedPrecisionPolicy of a precision: bf16's, or none (fp32)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"fsdp_gpt: precision one of {PRECISIONS}, got {precision!r} (fp16 "
+                         "would need a ShardedGradScaler, which this run leaves out)")
+    if precision == "fp32":
+        return None
+    return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """This rank's rows of a DTensor (a plain tensor as it is), cloned."""
+    return (t.to_local() if hasattr(t, "to_local") else t).detach().clone()
+
+
+@dataclass
+class Replica:
+    """One rank's side of an FSDP2 run of the GPT: its config, model parts (the model
+    fully_shard'ed), parameter names, initial full parameters, AdamW, the schedule and, if
+    recorded, each step's gathered parameters and local gradients by parameter index."""
+
+    config: TrainConfig
+    parts: Any
+    names: list[str]
+    initial: list[torch.Tensor]
+    optimizer: torch.optim.AdamW
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    gathered: dict[int, torch.Tensor] = field(default_factory=dict)
+    local: dict[int, torch.Tensor] = field(default_factory=dict)
+
+    @property
+    def params(self) -> list[torch.nn.Parameter]:
+        return list(self.parts.model.parameters())
+
+
+def replica(config: TrainConfig, group: Any, record: bool = False) -> Replica:
+    """The GPT of `config` (its seed: the same full weights on every rank), every block and
+    then the root fully_shard'ed on `group` under policy(precision), AdamW and the schedule;
+    `record`: hooks keep each step's all-gathered parameters and local gradients."""
+    c = config
+    if c.model != "gpt" or c.optimizer != "AdamW" or c.recompute != "none":
+        raise ValueError(f"fsdp_gpt.replica: model 'gpt', optimizer 'AdamW', recompute "
+                         f"'none'; got {c.model!r}, {c.optimizer!r}, {c.recompute!r}")
+    mp = policy(c.precision)
+    parts = build(c, torch.Generator().manual_seed(c.seed), torch.device("cpu"),
+                  torch.Generator())
+    model = parts.model
+    names = [n for n, _ in model.named_parameters()]
+    initial = [p.detach().clone() for p in model.parameters()]
+    mesh = DeviceMesh.from_group(group if group is not None else dist.group.WORLD, "cpu")
+    kwargs = {"mesh": mesh} if mp is None else {"mesh": mesh, "mp_policy": mp}
+    for block in model.transformer.h:
+        fully_shard(block, **kwargs)
+    fully_shard(model, **kwargs)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=c.lr, **OPTIMIZERS["AdamW"])
+    rep = Replica(c, parts, names, initial, optimizer, _make_scheduler(optimizer, c))
+    if record:
+        index = {n: i for i, n in enumerate(names)}
+        modules = [("", model)] + [(f"transformer.h.{k}.", b)
+                                   for k, b in enumerate(model.transformer.h)]
+        for prefix, module in modules:
+            mine = [index[n] for n in names if n.startswith(prefix) and
+                    (prefix or not n.startswith("transformer.h."))]
+            module.register_forward_pre_hook(_recorder(rep, mine))
+    return rep
+
+
+def _recorder(rep: Replica, indices: list[int]) -> Callable[..., None]:
+    """A forward pre-hook (after FSDP's all-gather): the unsharded parameters, and a tensor
+    hook on each for its local gradient (before FSDP's reduce-scatter)."""
+    def hook(module: torch.nn.Module, args: Any) -> None:
+        for i in indices:
+            p = rep.parts.model.get_parameter(rep.names[i])
+            rep.gathered[i] = p.detach().clone()
+            p.register_hook(lambda g, i=i: rep.local.__setitem__(i, g.detach().clone()))
+    return hook
+
+
+@dataclass
+class StepRecord:
+    """One FSDP2 step of the GPT on this rank: its rows (x, y), the sharded gradients
+    [param] (this rank's rows, float32) and its shard's loss (float32)."""
+
+    rows: tuple[torch.Tensor, torch.Tensor]
+    grads: list[torch.Tensor]
+    loss: torch.Tensor
+
+
+def fsdp_step(rep: Replica, x: torch.Tensor, y: torch.Tensor, *, rank: int,
+              world_size: int) -> StepRecord:
+    """One FSDP2 step of the GPT on rank `rank`, which trains on shard(x, rank, ws): zero_grad,
+    the forward (each module's all-gather before it), the float32 next-token loss of its
+    rows, backward (each module's reduce-scatter after it), AdamW on the shards. The run
+    steps the schedule after it (reference.fsdp_gpt.fsdp_step)."""
+    rep.optimizer.zero_grad(set_to_none=True)
+    # (B/ws, T) token ids; contiguous, as NextTokenLoss's view(-1) of the targets needs
+    xr, yr = (shard(t, rank, world_size).contiguous() for t in (x, y))
+    logits, _ = rep.parts.model(xr)  # (B/ws, T, V), param_dtype
+    loss = rep.parts.loss_fn((logits.float(), None), yr)
+    loss.backward()  # the reduce-scatters run here, module by module
+    grads = [_local(p.grad) for p in rep.params]
+    rep.optimizer.step()
+    return StepRecord((xr, yr), grads, loss.detach().clone())
+
+
+def rank_state(rep: Replica, generator: torch.Generator, step: int, rank: int,
+               full: bool = False) -> dict[str, torch.Tensor]:
+    """This rank's state, the table of torch_impl/sharded_ckpt.py: model/<name>,
+    optim/step|exp_avg|exp_avg_sq/<i>, optim/lr, sched/..., data/..., step, rng/rank<r>
+    (no scaler: bf16 and fp32 have none). From get_state_dict: sharded DTensors (aliasing
+    the live ones: a template for load_sharded fills them), or with `full` every entry
+    all-gathered (every rank then holds the same full tensors: the digest's). Before the
+    first step, get_state_dict creates AdamW's state by a step at lr 0 on zero gradients
+    (step 1, zero moments): only a template, which the load overwrites."""
+    options = StateDictOptions(full_state_dict=full)
+    model_sd, optim_sd = get_state_dict(rep.parts.model, rep.optimizer, options=options)
+    state: dict[str, torch.Tensor] = {f"model/{k}": v for k, v in model_sd.items()}
+    index = {n: i for i, n in enumerate(rep.names)}
+    for name, entries in optim_sd["state"].items():
+        for key in ADAMW_ENTRIES:
+            state[f"optim/{key}/{index[name]}"] = entries[key]
+    state["optim/lr"] = torch.tensor(rep.optimizer.param_groups[0]["lr"], dtype=torch.float64)
+    state["sched/last_epoch"] = torch.tensor(rep.scheduler.last_epoch, dtype=torch.int64)
+    state["sched/step_count"] = torch.tensor(rep.scheduler._step_count, dtype=torch.int64)
+    sampler = rep.parts.sampler
+    state["data/epoch"] = torch.tensor(sampler.epoch, dtype=torch.int64)
+    state["data/position"] = torch.tensor(sampler.position, dtype=torch.int64)
+    state["step"] = torch.tensor(step, dtype=torch.int64)
+    state[f"rng/rank{rank}"] = generator.get_state()
+    return state
+
+
+def apply_loaded(state: dict[str, torch.Tensor], rep: Replica, generator: torch.Generator,
+                 rank: int) -> int:
+    """set_state_dict from a loaded rank_state (model and AdamW: this rank's rows), then the
+    lr, the schedule, the sampler and the stream; returns the step."""
+    model_sd = {k.removeprefix("model/"): v for k, v in state.items() if k.startswith("model/")}
+    lr = float(state["optim/lr"])
+    _, optim_sd = get_state_dict(rep.parts.model, rep.optimizer)
+    for name in optim_sd["state"]:
+        i = rep.names.index(name)
+        optim_sd["state"][name] = {k: state[f"optim/{k}/{i}"] for k in ADAMW_ENTRIES}
+    for g in optim_sd["param_groups"]:
+        g["lr"] = lr
+    set_state_dict(rep.parts.model, rep.optimizer, model_state_dict=model_sd,
+                   optim_state_dict=optim_sd)
+    sd = rep.scheduler.state_dict()
+    sd.update(last_epoch=int(state["sched/last_epoch"]),
+              _step_count=int(state["sched/step_count"]), _last_lr=[lr])
+    rep.scheduler.load_state_dict(sd)
+    rep.parts.sampler.load_state_dict({**rep.parts.sampler.state_dict(),
+                                       "epoch": int(state["data/epoch"]),
+                                       "position": int(state["data/position"])})
+    generator.set_state(state[f"rng/rank{rank}"])
+    return int(state["step"])
+
+
+def digest_state(rep: Replica, generator: torch.Generator, step: int, rank: int
+                 ) -> dict[str, torch.Tensor]:
+    """The full state (every rank's rows joined) with the DDP run's scaler entries (a run
+    without a scaler: scale 1, tracker 0), for common.ddp_gpt_state.gpt_rank_digest."""
+    state = rank_state(rep, generator, step, rank, full=True)
+    state["scaler/scale"] = torch.tensor(1.0, dtype=torch.float64)
+    state["scaler/growth_tracker"] = torch.tensor(0, dtype=torch.int64)
+    return state
+
+
+def gpt_job(config: TrainConfig, steps: int, world_size: int) -> dict[str, Any]:
+    """`steps` FSDP2 steps of `config`'s GPT, each recorded (parity/drivers/fsdp_gpt.py)."""
+    policy(config.precision)
+    if config.model != "gpt" or config.dropout != 0.0 or config.batch_size % world_size:
+        raise ValueError("fsdp_gpt.gpt_job: the GPT, dropout 0, a batch that splits evenly")
+    return {"kind": "fsdp-gpt", "runner": __name__, "config": config.to_dict(),
+            "steps": steps, "world_size": world_size}
+
+
+def train_job(config: TrainConfig, steps: int, world_size: int, directory: str | Path,
+              every: int, *, keep: int, resume: int | None, log: str | Path) -> dict[str, Any]:
+    """The job every rank of `train --parallel fsdp` runs (run, below)."""
+    policy(config.precision)
+    return {"kind": "fsdp-gpt-train", "runner": __name__,
+            "config": config.to_dict(), "steps": steps, "world_size": world_size,
+            "directory": str(directory), "every": every, "keep": keep, "resume": resume,
+            "log": str(log)}
+
+
+# -- How a rank runs this: the drivers' job and the command's (harness) -----------------------
+
+
+def run(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
+    """One rank of a job: "fsdp-gpt" (every step recorded: the drivers') or
+    "fsdp-gpt-train" (the command: resume if asked, train, checkpoint, log)."""
+    from torch_impl.ddp_train import _name, _orphaned
+
+    ws, steps = job["world_size"], job["steps"]
+    c = TrainConfig(**{k: tuple(v) if k == "sizes" else v for k, v in job["config"].items()})
+    record = job["kind"] == "fsdp-gpt"
+    if not record:
+        _name(rank)
+    rep = replica(c, group, record=record)
+    generator = torch.default_generator  # nn.Dropout's: this rank's stream
+    torch.manual_seed(ckc.rank_seed(c.seed, rank, 0))
+    step = 0
+    if not record and job["resume"] is not None:
+        template = rank_state(rep, generator, 0, rank)
+        commit, _ = sc.load_sharded(job["directory"], template, group)
+        if commit.step != job["resume"] or commit.world_size != ws:
+            raise RuntimeError(f"{job['directory']}: its newest commit is step {commit.step} "
+                               f"of {commit.world_size} ranks, the command chose step "
+                               f"{job['resume']} at {ws} (changed since?)")
+        step = apply_loaded(template, rep, generator, rank)
+    log = open(job["log"], "a", encoding="utf-8") if rank == 0 and not record else None
+    data = batches(c, rep.parts.loader, batch_of)  # from the sampler's (restored) position
+    out: list[dict[str, Any]] = []
+    try:
+        while step < steps:
+            if not record and _orphaned():
+                raise RuntimeError("the process that launched this rank is gone")
+            x, y = next(data)
+            lr = rep.optimizer.param_groups[0]["lr"]
+            rep.gathered.clear()
+            rep.local.clear()
+            rec = fsdp_step(rep, x, y, rank=rank, world_size=ws)
+            rep.scheduler.step()
+            step += 1
+            if record:
+                n = len(rep.names)
+                out.append({"gathered": [rep.gathered[i] for i in range(n)],
+                            "local": [rep.local[i] for i in range(n)], "grads": rec.grads,
+                            "params": [_local(p) for p in rep.params], "loss": rec.loss,
+                            "lr": lr})
+                continue
+            mean = rec.loss.double()
+            dist.all_reduce(mean, group=group)  # the global batch's loss: the shards' mean
+            if log is not None:
+                log.write(f"step {step} loss {float(mean) / ws:.6g} scale 1 skipped 0 "
+                          "(total 0)\n")
+                log.flush()
+            if due(step, steps, job["every"]):
+                sc.save_sharded(job["directory"], step, rank_state(rep, generator, step, rank),
+                                rank, group, config={**job["config"], "parallel": "fsdp"})
+                if rank == 0:
+                    commit_policy.prune(job["directory"], job["keep"])
+    finally:
+        if log is not None:
+            log.close()
+    if record:
+        state = {k: _local(v) for k, v in rank_state(rep, generator, step, rank).items()
+                 if k.startswith("optim/")}
+        return {"initial": rep.initial, "steps": out, "state": state}
+    final = digest_state(rep, generator, step, rank)
+    return {"step": step, "skipped": 0, "digest": gpt_rank_digest(final, as_array)}
+
+
+def train(config: TrainConfig, steps: int, world_size: int, directory: str | Path,
+          every: int, *, keep: int, start: commit_policy.Start,
+          log: Callable[[str], None], collective_timeout: float = 30.0,
+          timeout: float = math.inf) -> RanksResult:
+    """`train --world-size N --model gpt --parallel fsdp --impl torch`: N gloo ranks run
+    train_job (reference/fsdp_gpt.py's train is the run); ranks.DDPError if one fails."""
+    from torch_impl.ddp_train import _tail
+
+    with tempfile.TemporaryDirectory(prefix="mirrortrain-fsdp-") as tmp:
+        job = train_job(config, steps, world_size, directory, every, keep=keep,
+                        resume=None if start.record is None else start.record.step,
+                        log=Path(tmp) / "rank0.log")
+        Path(job["log"]).touch()
+        stop = threading.Event()
+        tail = threading.Thread(target=_tail, args=(Path(job["log"]), log, stop), daemon=True)
+        tail.start()
+        try:
+            results = ranks.launch([job], world_size, timeout=timeout,
+                                   collective_timeout=collective_timeout)
+        finally:
+            stop.set()
+            tail.join()
+    digests = [r[0]["digest"] for r in results]
+    if len(set(digests)) != 1:
+        raise ranks.DDPError(f"fsdp: the ranks' joined states differ: digests {digests}")
+    return RanksResult(results[0][0]["step"], digests[0], 0)
