@@ -145,6 +145,32 @@ CLAIMS: tuple[Claim, ...] = (
     *SCALER_CLAIMS,
     *CKPT_CLAIMS,
     *GPT_CLAIMS,
+    Claim(
+        id="ddp.async_resume",
+        statement=(
+            "A 2-rank DDP run (the MLP, fp16, a per-rank stream) saving with dcp.async_save "
+            "(staged copies, the write in the background, the commit after every rank's data "
+            "is durable): each commit loads the bits of the state at its step although the "
+            "parameters changed (the next step, or NaN written over them) before the held "
+            "write began; saves asked for while the previous one still wrote commit whole; "
+            "a resume from the step-4 commit ends at step 6 with the uninterrupted run's "
+            "bits; and (slow) a rank SIGKILLed, raising or hanging in its write, or the "
+            "coordinator SIGKILLed between the data and the record, leaves step 2 the newest "
+            "commit, loadable, and a resume from it ends with the uninterrupted bits."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "NOTE [ An async save commits after its data is durable ] (reference/"
+            "async_ckpt.py): async_save stages by copy before it returns (torch_impl/"
+            "async_ckpt.py), so the bytes written are the step's whatever the live tensors "
+            "do next; the record is written only after every rank's future completed and its "
+            "files were fsynced and gathered, and a save starts only after the previous one "
+            "committed, so no record names data that is not durable (NOTE [ A checkpoint "
+            "exists when its commit record does ]); the run is deterministic and the saved "
+            "state holds every entry a step reads (ddp.ckpt_resume)."
+        ),
+    ),
 )
 
 _BUCKETS = ("ddp.buckets",)
@@ -153,11 +179,31 @@ _REDUCED = ("ddp.reduced_grads", "ddp.own_reduced")
 _DDP = "torch.nn.parallel.DistributedDataParallel"
 _CPP = "DDP's Reducer does this in C++ (NOTE [ DDP's reducer ]): the reference mirrors it"
 
+_ASYNC = ("ddp.async_resume",)
+_ASYNC_JOB = "a job one rank runs under ranks/launcher.py: the tests' runs of the saver"
+_ASYNC_ROWS = (
+    Twin.same("async_ckpt", "PAYLOAD", *_ASYNC),
+    Twin.same("async_ckpt", "MODES", *_ASYNC),
+    Twin("FAULTS", torch="torch_impl.async_ckpt:FAULTS", claims=_ASYNC,
+         why="where a seeded fault strikes in a rank's background write: a simulated rank has "
+             "no process of its own"),
+    Twin("refusal", torch="torch_impl.async_ckpt:refusal", claims=_ASYNC,
+         why="pinned staging needs CUDA: the reference stages NumPy copies only"),
+    Twin("now", reference="reference.async_ckpt:now", claims=_ASYNC,
+         why="the events' clock; torch's saver reads time.monotonic in place"),
+    Twin("stage", reference="reference.async_ckpt:stage",
+         alias="torch.distributed.checkpoint.staging.BlockingAsyncStager", claims=_ASYNC),
+    Twin.same("async_ckpt", "AsyncSaver", *_ASYNC),
+    Twin("async_job", torch="torch_impl.async_ckpt:async_job", why=_ASYNC_JOB),
+    Twin("run", torch="torch_impl.async_ckpt:run", claims=_ASYNC, why=_ASYNC_JOB),
+)
+
 MANIFEST = Manifest(
     topic="ddp",
     modules=("reference.ddp", "torch_impl.ddp", "reference.ddp_scaler", "torch_impl.ddp_scaler",
              "reference.sharded_ckpt", "torch_impl.sharded_ckpt", "reference.ddp_gpt",
-             "torch_impl.ddp_gpt", "reference.ddp_train", "torch_impl.ddp_train"),
+             "torch_impl.ddp_gpt", "reference.ddp_train", "torch_impl.ddp_train",
+             "reference.async_ckpt", "torch_impl.async_ckpt"),
     rows=(
         Twin("MIB", reference="reference.ddp:MIB", why=_CPP),
         Twin("MAX_SEGMENT_BYTES", reference="reference.ddp:MAX_SEGMENT_BYTES", claims=_RING,
@@ -195,6 +241,7 @@ MANIFEST = Manifest(
         *SCALER_ROWS,
         *CKPT_ROWS,
         *GPT_ROWS,
+        *_ASYNC_ROWS,
         Twin.same("ddp_train", "PAYLOAD", "ddp.cli_kill_resume"),
         Twin("Rank", reference="reference.ddp_train:Rank", claims=("ddp.cli_kill_resume",),
              why="one simulated rank's objects: a torch rank is a process (run)"),
