@@ -40,6 +40,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.staging import BlockingAsyncStager
 
 from ckpt import commit as ckc
@@ -65,6 +66,16 @@ def refusal(mode: str) -> str | None:
         return ("--async-save pinned: page-locked staging needs CUDA (torch.cuda.is_available()"
                 " is False here); --async-save copy stages into plain CPU memory")
     return None
+
+
+def _first_line(error: BaseException) -> str:
+    """The failure in one line: DCP's CheckpointException (a BaseException listing each
+    failed rank's exception with its traceback) as its first rank's error."""
+    if isinstance(error, CheckpointException) and error.failures:
+        rank, cause = min(error.failures.items())  # (exception, its frames) on a peer
+        return f"rank {rank}: {_first_line(cause[0] if isinstance(cause, tuple) else cause)}"
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
 
 
 class _Writer(sc._Writer):
@@ -184,10 +195,9 @@ class AsyncSaver:
         except FutureTimeout:
             raise RuntimeError(f"async save of step {step} on rank {self.rank}: not committed "
                                f"after {self.timeout:g} s (a rank hung?)") from None
-        except Exception as e:  # any failure of the write ends the run
+        except (Exception, CheckpointException) as e:  # any failure ends the run
             raise RuntimeError(f"async save of step {step} on rank {self.rank} failed: "
-                               f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-                               ) from None
+                               f"{_first_line(e)}") from None
         return step
 
     def close(self) -> None:
