@@ -165,7 +165,7 @@ def rank_state(ranks: Ranks, rank: int, step: int) -> dict[str, Any]:
     return state
 
 
-def apply_state(state: dict[str, Any], ranks: Ranks, rank: int) -> None:
+def apply_loaded(state: dict[str, Any], ranks: Ranks, rank: int) -> None:
     """Rank `rank` set from its loaded state (the data position: the run's sampler)."""
     names = [n for n, _ in ranks.replicas[rank].named_parameters()]
     for n, p in zip(names, ranks.shards[rank], strict=True):
@@ -175,7 +175,7 @@ def apply_state(state: dict[str, Any], ranks: Ranks, rank: int) -> None:
     ranks.rngs[rank].bit_generator.state = state[f"rng/rank{rank}"]
 
 
-def joined_state(states: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def digest_state(states: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Every rank's rows joined along dim 0 (a 0-d entry, AdamW's step, rank 0's), with a
     scaler's entries at scale 1: the state gpt_rank_digest reads."""
     joined: dict[str, Any] = {}
@@ -202,7 +202,7 @@ def train(config: TrainConfig, steps: int, world_size: int, directory: str | Pat
                                f"{record.world_size} ranks, the command chose step "
                                f"{start.record.step} at {ws} (changed since?)")
         for rank, state in enumerate(states):
-            apply_state(state, ranks, rank)
+            apply_loaded(state, ranks, rank)
         sampler.load_state_dict({**sampler.state_dict(), "epoch": int(states[0]["data/epoch"]),
                                  "position": int(states[0]["data/position"])})
         step = int(states[0]["step"])
@@ -220,5 +220,5 @@ def train(config: TrainConfig, steps: int, world_size: int, directory: str | Pat
                                                    for r in range(ws)],
                                  config={**c.to_dict(), "parallel": "fsdp"})
             commit_policy.prune(directory, keep)
-    joined = joined_state([rank_state(ranks, r, step) for r in range(ws)])
+    joined = digest_state([rank_state(ranks, r, step) for r in range(ws)])
     return RanksResult(step, gpt_rank_digest(joined, as_array), 0)

@@ -49,9 +49,8 @@ from torch_impl.state_digest import as_array
 from torch_impl.train import _make_scheduler
 from torch_impl.train_models import batch_of, build
 
-PAYLOAD = sc.PAYLOAD
-
 PRECISIONS = ("fp32", "bf16")  # fp16 would need a ShardedGradScaler: not taken
+PAYLOAD = sc.PAYLOAD
 ADAMW_ENTRIES = ("step", "exp_avg", "exp_avg_sq")
 
 

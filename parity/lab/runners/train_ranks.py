@@ -31,6 +31,7 @@ from reference.recompute import parse_schedule
 BATCH = 24  # rows of the global batch: 1, 2, 3, 4, 6, 8, 12 or 24 ranks split it evenly
 PRECISIONS = ("fp32", "bf16", "fp16")  # the autocast ones: ddp_step's and DDP's
 PAYLOADS = {"dcp": "torch", "npy-records": "reference"}  # a commit record's payload -> --impl
+FSDP_PRECISIONS = ("fp32", "bf16")  # --parallel fsdp's: no loss scaler
 
 
 def refusals(args: argparse.Namespace) -> None:
@@ -64,9 +65,40 @@ def refusals(args: argparse.Namespace) -> None:
         raise UsageError(f"--device {args.device}: --world-size {n} runs gloo on the cpu")
     if args.device is not None and args.impl == "reference":
         raise UsageError("--device applies to --impl torch; the reference runs on NumPy")
+    async_save = getattr(args, "async_save", None)
+    if async_save == "pinned" and args.impl == "reference":
+        raise UsageError("--async-save pinned: page-locked staging is torch's; the reference "
+                         "stages a NumPy copy (--async-save copy)")
+    if async_save is not None and getattr(args, "parallel", "ddp") != "ddp":
+        raise UsageError(f"--async-save {async_save}: saves the DDP run's checkpoints "
+                         "(--parallel ddp)")
+    if async_save is not None and args.impl == "torch":
+        from torch_impl.async_ckpt import refusal
+
+        why = refusal(async_save)
+        if why is not None:
+            raise UsageError(why)
     if BATCH % n:
         raise UsageError(f"--world-size {n}: the global batch of {BATCH} rows does not split "
                          f"into {n} equal shards (1, 2, 3, 4, 6, 8, 12 or 24 ranks)")
+    fsdp_refusals(args)
+
+
+def fsdp_refusals(args: argparse.Namespace) -> None:
+    """UsageError for what --parallel fsdp does not take (reference/fsdp_gpt.py's run)."""
+    if getattr(args, "parallel", "ddp") != "fsdp":
+        return
+    if args.model != "gpt":
+        raise UsageError(f"--parallel fsdp: shards the GPT (--model gpt), not the {args.model}")
+    if args.precision not in FSDP_PRECISIONS:
+        raise UsageError(f"--precision {args.precision}: --parallel fsdp trains in "
+                         f"{', '.join(FSDP_PRECISIONS)} (fp16 would need a ShardedGradScaler, "
+                         "left out)")
+    if args.recompute != "none":
+        raise UsageError(f"--recompute {args.recompute}: --parallel fsdp recomputes nothing")
+    if args.loader_workers:
+        raise UsageError(f"--loader-workers {args.loader_workers}: --parallel fsdp fetches "
+                         "the batches in the rank's process")
 
 
 def configuration(args: argparse.Namespace, saved: Mapping[str, Any] | None = None
@@ -103,10 +135,15 @@ def run(args: argparse.Namespace) -> int:
     """The N-rank command (the module docstring)."""
     refusals(args)
     n = args.world_size
+    fsdp = getattr(args, "parallel", "ddp") == "fsdp"
     if args.impl == "reference":
         from reference import ddp_train as impl
+        if fsdp:
+            from reference import fsdp_gpt as impl  # type: ignore[no-redef]
     else:
         from torch_impl import ddp_train as impl
+        if fsdp:
+            from torch_impl import fsdp_gpt as impl  # type: ignore[no-redef]
 
     def notify(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
@@ -124,8 +161,14 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(_named(str(e))) from None
     config = configuration(args, start.config if start.record is not None else None)
     if start.record is not None:
+        if fsdp and start.record.world_size != n:
+            raise UsageError(f"--parallel fsdp resumes at the world size that saved: "
+                             f"{start.record.path.name} has {start.record.world_size} ranks, "
+                             f"--world-size is {n}")
         try:
-            check_config(start.config, config.to_dict(), str(start.record.path))
+            check_config(start.config, {**config.to_dict(), **({"parallel": "fsdp"} if fsdp
+                                                               else {})},
+                         str(start.record.path))
         except CheckpointError as e:
             raise UsageError(str(e)) from None
         was = start.record.world_size
@@ -134,9 +177,11 @@ def run(args: argparse.Namespace) -> int:
             "entries as saved, every rank's stream re-derived from the seed)"))
     if args.impl == "reference":
         result = impl.train(config, args.steps, n, args.checkpoint_dir, args.checkpoint_every,
-                            keep=args.keep, start=start, log=log)
+                            keep=args.keep, start=start, log=log,
+                            **_async(args))
     else:
         extra = {"loader_workers": args.loader_workers} if args.loader_workers else {}
+        extra.update(_async(args))
         from ranks import DDPError
 
         try:
@@ -148,6 +193,12 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_FAILED
     print(f"state-sha256: {result.digest}", flush=True)
     return 0
+
+
+def _async(args: argparse.Namespace) -> dict[str, str]:
+    """--async-save passed on to the tree's train (only when given)."""
+    mode = getattr(args, "async_save", None)
+    return {} if mode is None else {"async_save": mode}
 
 
 def _named(message: str) -> str:
