@@ -24,7 +24,9 @@ The run (both trees):
     save:   at every K-th step and the last, every rank's state (the table in
             torch_impl/sharded_ckpt.py, the GPT's AdamW and schedule rows included, plus
             "skipped") and config.json, then the commit record; the newest --keep commits
-            are kept (ckpt.commit_policy.prune)
+            are kept (ckpt.commit_policy.prune). --async-save: the same files and record,
+            staged and written in the background (NOTE [ An async save commits after its
+            data is durable ] in reference/async_ckpt.py)
     resume: from the newest verified commit: at the same N every rank's own state, at
             another N rank 0's replicated entries with every stream re-derived from
             rank_seed(seed, rank, step) (NOTE [ Resharding a DDP checkpoint ])
@@ -59,6 +61,7 @@ from common.train_loop import RanksResult, batches
 from reference import ddp as rddp
 from reference import ddp_gpt, loss_scaling, optim
 from reference import sharded_ckpt as sharded
+from reference.async_ckpt import AsyncSaver
 from reference.nn import Module
 from reference.state_digest import as_array
 from reference.train import _make_scheduler
@@ -128,9 +131,10 @@ def _apply(state: dict[str, Any], r: Rank, rank: int) -> None:
 
 def train(config: TrainConfig, steps: int, world_size: int, directory: str | Path,
           every: int, *, keep: int, start: commit_policy.Start,
-          log: Callable[[str], None]) -> RanksResult:
+          log: Callable[[str], None], async_save: str | None = None) -> RanksResult:
     """Run the N-rank training (the module docstring) from `start` (ckpt.commit_policy's
-    decision, taken before) to `steps`."""
+    decision, taken before) to `steps`. `async_save` ("copy"): the checkpoints saved by a
+    background thread (reference/async_ckpt.py)."""
     c, ws = config, world_size
     ranks, parts = zip(*(_rank(c, r) for r in range(ws)), strict=True)
     sampler, loader, loss_fn = parts[0].sampler, parts[0].loader, parts[0].loss_fn
@@ -147,6 +151,7 @@ def train(config: TrainConfig, steps: int, world_size: int, directory: str | Pat
         step, skipped = int(states[0]["step"]), int(states[0]["skipped"])
     data = batches(c, loader, batch_of)  # from the sampler's (restored) position
     models = [r.model for r in ranks]
+    saver = None if async_save is None else AsyncSaver()
     while step < steps:
         x, y = next(data)
         optimizers, scalers = [r.optimizer for r in ranks], [r.scaler for r in ranks]
@@ -164,11 +169,17 @@ def train(config: TrainConfig, steps: int, world_size: int, directory: str | Pat
         mean = sum(np.float64(res.loss) for res in record.results) / ws
         log(f"step {step} loss {float(mean):.6g} scale {record.results[0].scale:g} "
             f"skipped {int(skip)} (total {skipped})")
-        if due(step, steps, every):
+        if due(step, steps, every) and saver is not None:  # staged; written meanwhile
+            saver.save(directory, step, [rank_state(r, sampler, step, skipped, i)
+                                         for i, r in enumerate(ranks)], config=c.to_dict(),
+                       after_commit=lambda: commit_policy.prune(directory, keep))
+        elif due(step, steps, every):
             sharded.save_sharded(directory, step, [rank_state(r, sampler, step, skipped, i)
                                                    for i, r in enumerate(ranks)],
                                  config=c.to_dict())
             commit_policy.prune(directory, keep)
+    if saver is not None:
+        saver.close()  # the last save committed (or its error raised) before the digest
     digest = gpt_rank_digest if c.model == "gpt" else sharded_state_digest
     digests = [digest(rank_state(r, sampler, step, skipped, i), as_array)
                for i, r in enumerate(ranks)]

@@ -21,6 +21,9 @@ What the engine adds:
   in the ready order before the first real step, as the uninterrupted run's are (the GPT's:
   token ids and targets all 0, recomputation and autocast as configured).
 - NOTE [ Loader workers of a rank ] (below): --loader-workers K gives every rank K workers.
+- --async-save: each rank's AsyncSaver (torch_impl/async_ckpt.py: dcp.async_save on a
+  process group of its own) stages the state and returns; the write and the commit go on
+  while the rank trains, and the next save (or the end of the run) waits for the commit.
 The parent tails rank 0's step lines from a file in a temporary directory and hands them to
 `log` as they come.
 """
@@ -50,27 +53,32 @@ from common.train_loop import RanksResult, batches
 from torch_impl import amp, ddp_gpt, loss_scaling
 from torch_impl import ddp as tddp
 from torch_impl import sharded_ckpt as sc
+from torch_impl.async_ckpt import AsyncSaver
 from torch_impl.data_workers import WorkerLoader
 from torch_impl.state_digest import as_array
 from torch_impl.train_models import batch_of
 
 PAYLOAD = sc.PAYLOAD
+_ASYNC_TIMEOUT = 600.0  # seconds a rank waits for its previous async save's commit
 
 
 def train(config: TrainConfig, steps: int, world_size: int, directory: str | Path,
           every: int, *, keep: int, start: commit_policy.Start,
           log: Callable[[str], None], collective_timeout: float = 30.0,
-          timeout: float = math.inf, loader_workers: int = 0) -> RanksResult:
+          timeout: float = math.inf, loader_workers: int = 0,
+          async_save: str | None = None) -> RanksResult:
     """Run the N-rank training (the module docstring) from `start` (ckpt.commit_policy's
     decision, taken before) to `steps`; ranks.DDPError if a rank fails, or if the ranks are
     still running after `timeout` seconds (none by default: a run takes as long as it takes;
     a hung collective ends at collective_timeout). `loader_workers`: DataLoader worker
     processes per rank, each rank fetching the global batch (NOTE [ Loader workers of a
-    rank ])."""
+    rank ]). `async_save` (a mode of torch_impl.async_ckpt.MODES): the checkpoints saved
+    in the background (NOTE [ An async save commits after its data is durable ])."""
     with tempfile.TemporaryDirectory(prefix="mirrortrain-train-") as tmp:
         job = train_job(config, steps, world_size, directory, every, keep=keep,
                         resume=None if start.record is None else start.record.step,
-                        log=Path(tmp) / "rank0.log", loader_workers=loader_workers)
+                        log=Path(tmp) / "rank0.log", loader_workers=loader_workers,
+                        async_save=async_save)
         Path(job["log"]).touch()
         stop = threading.Event()
         tail = threading.Thread(target=_tail, args=(Path(job["log"]), log, stop), daemon=True)
@@ -90,14 +98,14 @@ def train(config: TrainConfig, steps: int, world_size: int, directory: str | Pat
 
 def train_job(config: TrainConfig, steps: int, world_size: int, directory: str | Path,
               every: int, *, keep: int, resume: int | None, log: str | Path,
-              loader_workers: int = 0) -> dict[str, Any]:
+              loader_workers: int = 0, async_save: str | None = None) -> dict[str, Any]:
     """The job every rank runs (`run`): the run of `config` to `steps` in `directory`,
     resuming its commit of step `resume` (None: from step 0), rank 0 appending its step
     lines to the file `log`. train() launches one; a test may launch several in a row."""
     return {"kind": "cli-train", "runner": __name__, "config": config.to_dict(),
             "steps": steps, "world_size": world_size, "directory": str(directory),
             "every": every, "keep": keep, "loader_workers": loader_workers,
-            "resume": resume, "log": str(log)}
+            "resume": resume, "log": str(log), "async_save": async_save}
 
 
 def _tail(path: Path, log: Callable[[str], None], stop: threading.Event) -> None:
@@ -196,6 +204,8 @@ def run(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
         _rebuild_buckets(rep, c.batch_size // ws)
     if job.get("loader_workers"):
         _workers(rep, job["loader_workers"])
+    mode = job.get("async_save")
+    saver = None if mode is None else AsyncSaver(group, rank, mode, timeout=_ASYNC_TIMEOUT)
     log = open(job["log"], "a", encoding="utf-8") if rank == 0 else None
     data = batches(c, rep.parts.loader, batch_of)  # from the sampler's (restored) position
     try:
@@ -217,11 +227,17 @@ def run(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
                 log.write(f"step {step} loss {float(mean) / ws:.6g} scale {scale:g} "
                           f"skipped {int(skip)} (total {skipped})\n")
                 log.flush()
-            if due(step, steps, every):
+            if due(step, steps, every) and saver is not None:  # staged; written meanwhile
+                saver.save(job["directory"], step, _state(rep, scaler, step, skipped, rank),
+                           config=job["config"], after_commit=lambda: commit_policy.prune(
+                               job["directory"], job["keep"]))
+            elif due(step, steps, every):
                 sc.save_sharded(job["directory"], step, _state(rep, scaler, step, skipped, rank),
                                 rank, group, config=job["config"])
                 if rank == 0:
                     commit_policy.prune(job["directory"], job["keep"])
+        if saver is not None:
+            saver.close()  # the last save committed (or its error raised) before the digest
     finally:
         if log is not None:
             log.close()

@@ -7,6 +7,7 @@
         [--schedule S] [--horizon H] [--init-scale S] [--growth-interval G]
         [--device D] [--loader-workers N] [--quiet] [--check-numerics]
         [--fault NAME|list] [--fault-step K] [--world-size N]
+        [--async-save [copy|pinned]]
 
 Prints one line per step (step, loss, loss scale, skipped steps) and, as its LAST line,
 `state-sha256: <64 hex digits>`: train.state_digest of the final state (NOTE [ Canonical
@@ -56,6 +57,9 @@ torch, simulated ranks for --impl reference) with sharded checkpoints committed 
 parity/lab/runners/train_ranks.py, which refuses the options the N-rank run cannot take,
 and docs/distributed.md. --resume in a directory of commit records continues them at any
 --world-size, 1 included (then one rank: a one-process launch, or one simulated rank).
+--async-save (with --world-size N) saves in the background: the state is staged (copied)
+before training goes on, each rank writes its copy, and the commit record is written only
+once every rank's data is durable; the next save waits for it (docs/distributed.md).
 The implementation is imported only when chosen: `--impl reference` never imports torch
 (unless it converts a torch checkpoint).
 """
@@ -179,6 +183,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "the fp8/mx precisions, --check-numerics, --fault, --device other "
                         "than cpu; for the MLP --recompute, --schedule other than constant "
                         "and --horizon")
+    p.add_argument("--async-save", nargs="?", const="copy", default=None,
+                   choices=("copy", "pinned"), metavar="copy|pinned",
+                   help="--world-size N's checkpoints saved in the background (--impl torch: "
+                        "dcp.async_save; reference: a thread): the state staged by copy before "
+                        "the next step, the commit record only after every rank's write is "
+                        "durable, the next save waiting for it. copy (the default): fresh CPU "
+                        "memory each save; pinned: one page-locked buffer (torch, CUDA only)")
 
 
 class _FaultAction(argparse.Action):
@@ -246,6 +257,10 @@ def run(args: argparse.Namespace) -> int:
         from parity.lab.runners import train_ranks  # N ranks (or 1, resuming N's commits)
 
         return train_ranks.run(args)
+    if args.async_save is not None:
+        raise UsageError(f"--async-save {args.async_save}: the sharded checkpoints of "
+                         "--world-size N are saved in the background; the one-process "
+                         "checkpoint is written in place (give --world-size N)")
     if committed:
         raise UsageError(f"{args.checkpoint_dir} holds commit records of an N-rank run "
                          "(--world-size N --resume continues them, N = 1 included): choose "
