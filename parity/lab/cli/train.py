@@ -6,7 +6,7 @@
         [--precision P] [--recompute SPEC] [--seed S] [--dropout P]
         [--schedule S] [--horizon H] [--init-scale S] [--growth-interval G]
         [--device D] [--loader-workers N] [--quiet] [--check-numerics]
-        [--fault NAME|list] [--fault-step K] [--world-size N]
+        [--fault NAME|list] [--fault-step K] [--world-size N] [--parallel ddp|fsdp]
         [--async-save [copy|pinned]]
 
 Prints one line per step (step, loss, loss scale, skipped steps) and, as its LAST line,
@@ -190,6 +190,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "the next step, the commit record only after every rank's write is "
                         "durable, the next save waiting for it. copy (the default): fresh CPU "
                         "memory each save; pinned: one page-locked buffer (torch, CUDA only)")
+    p.add_argument("--parallel", choices=("ddp", "fsdp"), default="ddp",
+                   help="how --world-size N > 1 splits the work: ddp (the default: every rank "
+                        "holds the model) or fsdp (FSDP2: --model gpt only, every block and "
+                        "the root fully_shard'ed, AdamW on each rank's rows; fp32, or bf16 as "
+                        "MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32); "
+                        "fp16, --recompute, --loader-workers and a resume at another N "
+                        "refused; docs/distributed.md)")
 
 
 class _FaultAction(argparse.Action):
@@ -253,6 +260,9 @@ def run(args: argparse.Namespace) -> int:
     model cannot take) and, on --resume, loads the chosen checkpoint into it."""
     committed = os.path.isdir(args.checkpoint_dir) and any(
         n.startswith("COMMITTED-") for n in os.listdir(args.checkpoint_dir))
+    if args.parallel != "ddp" and args.world_size == 1:
+        raise UsageError(f"--parallel {args.parallel}: shards over N > 1 ranks; give "
+                         "--world-size N")
     if args.world_size > 1 or (committed and (args.resume or args.resume_strict)):
         from parity.lab.runners import train_ranks  # N ranks (or 1, resuming N's commits)
 
