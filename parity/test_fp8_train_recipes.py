@@ -1,7 +1,8 @@
 """The 2025-26 training recipes: fp8-blockwise-{deepseek,torchao,te} and nvfp4 held to the
 recipe written apart from their quantizers (fp8_train.recipe_spec), bf16-sr's BF16SR between
 the trees and to the plain AdamWSR (fp8_train.bf16_sr), a precision that needs the
-transformer refusing the MLP in one line, and the learning control (fp8_train.recipes_learn).
+transformer refusing the MLP in one line, and the learning control (slow; no claim, see
+its test).
 Between the trees (casts, GEMMs, resume): parity/test_fp8_train.py, whose precisions include
 these. Driver: parity/drivers/fp8_train_recipes.py.
 """
@@ -13,7 +14,7 @@ import functools
 import numpy as np
 import pytest
 
-from parity.compare import assert_claim, assert_observed
+from parity.compare import assert_claim
 from parity.drivers import fp8_train_recipes as drv
 from parity.drivers.fp8_train import SHAPES
 from parity.drivers.train import one_thread
@@ -70,14 +71,18 @@ def _fp32_losses() -> tuple[float, ...]:
     return tuple(drv.learn("torch", "fp32"))
 
 
-@pytest.mark.slow  # 1000 steps: fp32 30 s, bf16-sr 53 s, blockwise 125-205 s, nvfp4 671 s
-@pytest.mark.report  # measured on 2 busy cores (nvfp4 0.11 s a step on an idle one)
+# Not a claim the report runs (as the older recipes' control in test_fp8_train.py): 1000
+# steps take fp32 30 s, bf16-sr 53 s, blockwise 125-205 s, nvfp4 671 s on 2 busy cores
+# (nvfp4 0.11 s a step on an idle one), ~20 CPU-minutes in all, where the whole report
+# takes about one. `pytest -m slow` runs it.
+@pytest.mark.slow
 @pytest.mark.parametrize("precision", drv.LEARN_PRECISIONS)
 def test_the_gpt_learns_in_every_2025_26_recipe_within_the_margin_of_fp32(precision: str
                                                                            ) -> None:
     """The learning control: the last 20 steps' mean loss at most LEARN_MARGIN above the fp32
     run's and at least LEARN_FALL below the run's first 20 steps', the same 1000 steps."""
     losses = drv.learn("torch", precision)
-    assert_observed("fp8_train.recipes_learn", drv.misses(losses, list(_fp32_losses())), 1,
-                    f"{precision}: first and last means {drv.window_means(losses)}, fp32's "
-                    f"{drv.window_means(list(_fp32_losses()))}")
+    fp32 = list(_fp32_losses())
+    assert drv.misses(losses, fp32) == 0, (
+        f"{precision}: first and last means {drv.window_means(losses)}, fp32's "
+        f"{drv.window_means(fp32)}")
