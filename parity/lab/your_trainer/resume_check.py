@@ -26,7 +26,9 @@ What check_resume does:
   3. the verdict: every entry of the two final states equal bit for bit, or within `atol`
      (floating tensors and floats; everything else exactly, NaN where NaN). The report names
      the entries that differ (dotted paths, the first first) and the step at which the runs
-     part: the first t >= k whose digests differ (t = k: right after the load).
+     part: the first t >= k whose digests differ (t = k: right after the load). A state
+     that stops following the trainer (built once, returned again) fails it too, the stale
+     entry first (NOTE [ A state that does not move ] in resume_stale.py).
 With kill=True the checkpoint comes from another fresh process that takes k steps, saves,
 takes step k + 1 and is SIGKILLed while saving again into the same file (the payload written,
 the rename not yet done); the check then requires that file to hold step k, whole (its digest
@@ -52,6 +54,7 @@ from typing import Any
 
 import torch
 
+from parity.lab.your_trainer.resume_stale import stale_entry
 from parity.lab.your_trainer.resume_state import digests, flatten
 from parity.lab.your_trainer.resume_worker import (
     SAVING,
@@ -332,6 +335,12 @@ def check_resume(factory: Factory, *, steps: int, at: int, atol: float | None = 
     gaps = [(t, d) for t, (a, b) in enumerate(zip(straight[at:], trail, strict=True), at)
             if (d := parted(a, b, used))]
     final_gaps = compare_final(final, resumed["final"], atol)
+    if (stale := stale_entry(straight)) is not None:  # NOTE [ A state that does not move ]
+        name, twin, copied, lags = stale
+        final_gaps.insert(0, Difference(name, "state", (
+            f"state_dict() keeps {twin} as it was at step {copied} from step {lags} on, while "
+            "the trainer's moves: a state built once and returned again (every save writes "
+            "the first's values)")))
     return ResumeReport(steps, at, atol, not final_gaps, gaps[0][0] if gaps else None,
                         tuple(gaps[0][1]) if gaps else (), tuple(final_gaps), killed,
                         tuple(notes), resumed["pid"])
