@@ -191,12 +191,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "durable, the next save waiting for it. copy (the default): fresh CPU "
                         "memory each save; pinned: one page-locked buffer (torch, CUDA only)")
     p.add_argument("--parallel", choices=("ddp", "fsdp"), default="ddp",
-                   help="how --world-size N > 1 splits the work: ddp (the default: every rank "
-                        "holds the model) or fsdp (FSDP2: --model gpt only, every block and "
-                        "the root fully_shard'ed, AdamW on each rank's rows; fp32, or bf16 as "
-                        "MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32); "
-                        "fp16, --recompute, --loader-workers and a resume at another N "
-                        "refused; docs/distributed.md)")
+                   help="--world-size N's split: ddp (default) or fsdp (FSDP2 of --model gpt, "
+                        "fp32 or bf16, resumed at the same N; docs/distributed.md)")
 
 
 class _FaultAction(argparse.Action):
