@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -112,7 +113,8 @@ class AsyncSaver:
 
     events: (what, step, start, end) in time.monotonic() seconds (the same clock in every
     process of this machine): "stage" (async_save's call), "write" (this rank's data),
-    "commit" (digests, gather, the record, the barrier after it)."""
+    "commit" (digests, gather, the record, the barrier after it). `timeout`: seconds a
+    wait, and a collective of the saves' group, may take."""
 
     def __init__(self, group: Any, rank: int, mode: str = "copy",
                  timeout: float = 60.0) -> None:
@@ -121,7 +123,8 @@ class AsyncSaver:
             raise ValueError(why)
         self.rank, self.mode, self.timeout = rank, mode, timeout
         members = list(range(dist.get_world_size(group)))
-        self.group = dist.new_group(members, use_local_synchronization=True)
+        self.group = dist.new_group(members, timeout=timedelta(seconds=timeout),
+                                    use_local_synchronization=True)  # not 30 min
         self.stager = BlockingAsyncStager(cache_staged_state_dict=(mode == "pinned"))
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="commit")
         self.pending: tuple[int, Future] | None = None
