@@ -38,9 +38,10 @@ Launch = tuple[list[dict], list[list[dict]]]
 @pytest.fixture(scope="module")
 def launched(tmp_path_factory: pytest.TempPathFactory) -> tuple[Launch, Path]:
     """The default launch (2 ranks): ((jobs, results[rank][job]), the resume jobs' folder).
-    Measured: 3 to 4.5 s (torch 2.13 CPU, 2 busy cores), about 2.5 s of it starting the
-    ranks (a launch of one 1-step job alone: 2.7 s); kept in the default suite as the one
-    torch run that sees a lost reduce dtype or a rank's AdamW rows not restored."""
+    Measured: 3 to 4.5 s (torch 2.13 CPU, 2 cores), about 2.5 s of it starting the ranks
+    (a launch of one 1-step job alone: 2.7 s); 11 s with the cores shared at load 6.5.
+    Kept in the default suite as the one torch run that sees a lost reduce dtype or a
+    rank's AdamW rows not restored."""
     import ranks
 
     tmp = tmp_path_factory.mktemp("fsdp_gpt")
@@ -181,6 +182,30 @@ def test_the_command_refuses_what_fsdp_does_not_take(tmp_path: Path,
         err = capsys.readouterr().err.strip()
         assert said in err and len(err.splitlines()) == 1, err
         assert not directory.exists() or not any(directory.iterdir())
+
+
+
+def test_a_resume_at_another_world_size_or_of_the_other_parallel_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """An FSDP run's commit resumed at another N, or by --parallel ddp, and a DDP run's
+    resumed by --parallel fsdp: one line, exit 2, the directory as it was."""
+    fsdp, ddp = tmp_path / "fsdp", tmp_path / "ddp"
+    _command(fsdp, 2, 2)
+    opts = [o for o in drv.RESUME_OPTIONS if o not in ("--parallel", "fsdp")]
+    assert main(["train", "--impl", "reference", "--world-size", "2", "--steps", "2",
+                 "--checkpoint-dir", str(ddp), "--quiet", *opts]) == 0
+    capsys.readouterr()
+    before = {d: sorted(p.name for p in d.iterdir()) for d in (fsdp, ddp)}
+    base = ["train", "--impl", "reference", "--steps", "4", "--resume"]
+    for directory, extra, said in ((fsdp, ["--world-size", "3", *drv.RESUME_OPTIONS],
+                                    "has 2 ranks"),
+                                   (fsdp, ["--world-size", "2", *opts], "parallel: 'fsdp'"),
+                                   (ddp, ["--world-size", "2", *drv.RESUME_OPTIONS],
+                                    "parallel: not in the checkpoint")):
+        assert main([*base, "--checkpoint-dir", str(directory), *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert said in err and len(err.splitlines()) == 1, err
+    assert before == {d: sorted(p.name for p in d.iterdir()) for d in (fsdp, ddp)}
 
 
 # ------------------------------------------------------------------------- slow
