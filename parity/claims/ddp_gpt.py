@@ -89,6 +89,33 @@ GPT_CLAIMS: tuple[Claim, ...] = (
         ),
     ),
     Claim(
+        id="ddp.gpt_reshard",
+        statement=(
+            "`train --world-size N --model gpt` (AdamW, cosine schedule, fp16 with a "
+            "GradScaler, dropout from every rank's own stream) committed by 2 ranks and resumed "
+            "with --resume on 1, that run's commit resumed on 3: every resumed rank holds the "
+            "saved replicated entries bit for bit (the reference: every entry of the table, "
+            "the parameters, AdamW's step, exp_avg and exp_avg_sq, the lr and the schedule's "
+            "position, the scale and growth tracker, the data position, the step and skipped "
+            "count; torch: those of the state digest) and its stream is the rule's, seeded by "
+            "rank_seed(seed, rank, step); and at the same N after the reshard (3 ranks), a run "
+            "stopped at a commit and resumed ends with the digest of the one that went on "
+            "(default: the reference's simulated ranks; slow: torch's gloo ranks)."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "NOTE [ Resharding a DDP checkpoint ]: every rank of a DDP run holds the same "
+            "replicated entries, so loading them at any world size is a read of the same bits "
+            "(rank 0's file in the reference; DCP's planner reads each key from the file its "
+            "writer chose); the data position is global (ranks take rows r::N of one global "
+            "batch), so it carries over; only the streams cannot map and are re-derived, a "
+            "pure function of (seed, rank, step). The digest across the world-size change is "
+            "not the uninterrupted N run's (a mean over N' shards rounds otherwise: "
+            "ddp.gpt_loss_curve bounds that); at one N the resume is ddp.gpt_resume's, exact."
+        ),
+    ),
+    Claim(
         id="ddp.gpt_loss_curve",
         statement=(
             "The learning control: the loss of a float32 N-rank torch run of the compact GPT "
@@ -118,7 +145,7 @@ GPT_CLAIMS: tuple[Claim, ...] = (
 )
 
 _STEP = ("ddp.gpt_reduced_grads", "ddp.gpt_adamw")
-_STATE = ("ddp.gpt_adamw", "ddp.gpt_resume")
+_STATE = ("ddp.gpt_adamw", "ddp.gpt_resume", "ddp.gpt_reshard")
 GPT_ROWS: tuple[Twin, ...] = (
     Twin("BLOCK_PARAMS", reference="reference.ddp_gpt:BLOCK_PARAMS", claims=("ddp.gpt_buckets",),
          why="the parameter count of a block, which the ready order steps by"),
