@@ -37,7 +37,7 @@ BACKENDS = ("gloo", "nccl")
 # naming a runner not listed still runs, importing it in each rank.
 PRELOAD = ("torch", "torch._dynamo", "ranks.launcher", "ranks.faults", "torch_impl.ddp_jobs",
            "torch_impl.ddp_scaler", "torch_impl.fsdp", "torch_impl.sharded_ckpt",
-           "torch_impl.ddp_train")
+           "torch_impl.ddp_train", "torch_impl.fsdp_gpt")
 
 
 class DDPError(RuntimeError):
