@@ -31,8 +31,9 @@ same protocol, the same files as reference/sharded_ckpt.py's save, the same comm
         return
     wait(): the background's result (raising its error in one line), within `timeout`
 
-events: (what, step, start, end) in time.monotonic() seconds: "stage", "write" (every
-rank's files), "commit" (digests and the record), as torch_impl/async_ckpt.py records them.
+events: (what, step, start, end) in time.monotonic() seconds: "wait" (for the previous
+commit), "stage", "write" (every rank's files), "commit" (digests and the record), as
+torch_impl/async_ckpt.py records them.
 """
 
 from __future__ import annotations
@@ -90,7 +91,9 @@ class AsyncSaver:
         `after_commit` runs after the record (the run's pruning)."""
         if not states:
             raise ValueError("AsyncSaver.save: at least one rank's state")
+        t0 = now()
         self.wait()
+        self._mark("wait", step, t0, now())
         t0 = now()
         staged = [stage(s) for s in states]
         self._mark("stage", step, t0, now())

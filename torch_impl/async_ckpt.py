@@ -112,7 +112,8 @@ class AsyncSaver:
     one, collectively (it makes the saves' own process group).
 
     events: (what, step, start, end) in time.monotonic() seconds (the same clock in every
-    process of this machine): "stage" (async_save's call), "write" (this rank's data),
+    process of this machine): "wait" (for the previous commit, then the fresh directory),
+    "stage" (async_save's call), "write" (this rank's data),
     "commit" (digests, gather, the record, the barrier after it). `timeout`: seconds a
     wait, and a collective of the saves' group, may take."""
 
@@ -145,11 +146,13 @@ class AsyncSaver:
         `after_commit` runs on rank 0 after the record (the run's pruning)."""
         if any(not isinstance(v, torch.Tensor) for v in state.values()):
             raise TypeError("AsyncSaver.save: every entry must be a tensor")
+        t0 = time.monotonic()
         self.wait()
         directory = ckc.step_dir(parent, step)
         if self.rank == 0:
             ckc.make_fresh(parent, step)
         dist.barrier(group=self.group)  # the directory exists before any rank writes
+        self._mark("wait", step, t0, time.monotonic())
         writer = _Writer(directory, self.rank, fault, gate,
                          lambda what, t0, t1: self._mark(what, step, t0, t1))
         t0 = time.monotonic()
