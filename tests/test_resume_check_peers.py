@@ -163,3 +163,13 @@ def test_the_stale_state_guard_names_an_entry_that_stops_following_the_trainer()
     lagging = _trail(({"m.w": "a"}, {"trainer.m.w": "a"}), ({"m.w": "b"}, {"trainer.m.w": "b"}),
                      ({"m.w": "b"}, {"trainer.m.w": "c"}))  # live at first, then cached
     assert stale_entry(lagging) == ("m.w", "trainer.m.w", 1, 2)
+
+
+def test_the_page_shows_each_example_with_the_line_these_tests_hold_it_to() -> None:
+    """docs/your-trainer.md's table and commands: each example's command, with the steps
+    these tests use, and its faulty loop's last line."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "your-trainer.md").read_text()
+    for name, steps, at, last in CASES:
+        assert (f"cd examples/peers && python -m parity resume-check {name}:faulty --steps "
+                f"{steps} --at {at}") in page, name
+        assert f"`{last}`" in page, name

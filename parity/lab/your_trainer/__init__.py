@@ -2,7 +2,8 @@
 
     scaler_guard.py, scaler_guard_probes.py   ScalerGuard: loss-scaling misuse, at runtime
     resume_check.py, resume_worker.py,        N steps straight against a resume (the check,
-    resume_state.py                           its child process, what it reads of a trainer)
+    resume_state.py, resume_stale.py          its child process, what it reads of a trainer,
+                                              a state that stops following its trainer)
     resume_script.py                          the same for a script run with its own argv
     resume_fit.py, callbacks.py,              ... and for a loop a framework owns, through a
     callbacks_lightning.py                    callback (transformers' Trainer, Lightning)
