@@ -57,9 +57,8 @@ torch, simulated ranks for --impl reference) with sharded checkpoints committed 
 parity/lab/runners/train_ranks.py, which refuses the options the N-rank run cannot take,
 and docs/distributed.md. --resume in a directory of commit records continues them at any
 --world-size, 1 included (then one rank: a one-process launch, or one simulated rank).
---async-save (with --world-size N) saves in the background: the state is staged (copied)
-before training goes on, each rank writes its copy, and the commit record is written only
-once every rank's data is durable; the next save waits for it (docs/distributed.md).
+--async-save (N ranks) stages a copy and writes it in the background; the record follows
+every rank's durable write, the next save waits for it (docs/distributed.md).
 The implementation is imported only when chosen: `--impl reference` never imports torch
 (unless it converts a torch checkpoint).
 """
@@ -185,11 +184,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "and --horizon")
     p.add_argument("--async-save", nargs="?", const="copy", default=None,
                    choices=("copy", "pinned"), metavar="copy|pinned",
-                   help="--world-size N's checkpoints saved in the background (--impl torch: "
-                        "dcp.async_save; reference: a thread): the state staged by copy before "
-                        "the next step, the commit record only after every rank's write is "
-                        "durable, the next save waiting for it. copy (the default): fresh CPU "
-                        "memory each save; pinned: one page-locked buffer (torch, CUDA only)")
+                   help="--world-size N's saves staged by copy and written in the background, "
+                        "committed once durable (copy: the default; pinned: torch on CUDA)")
     p.add_argument("--parallel", choices=("ddp", "fsdp"), default="ddp",
                    help="--world-size N's split: ddp (default) or fsdp (FSDP2 of --model gpt, "
                         "fp32 or bf16, resumed at the same N; docs/distributed.md)")
