@@ -324,8 +324,8 @@ def _command(directory: Path, impl: str, *extra: str) -> list[str]:
     return out.getvalue().strip().splitlines()
 
 
-def test_the_command_refuses_pinned_staging_it_cannot_run_in_one_line(tmp_path: Path,
-                                                                       capsys: object) -> None:
+def test_the_command_refuses_pinned_staging_it_cannot_run_in_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """--async-save pinned: refused by the reference always and by torch without CUDA;
     --async-save without --world-size N: refused (exit 2, one line, nothing created)."""
     from parity.lab.cli import main
@@ -337,9 +337,24 @@ def test_the_command_refuses_pinned_staging_it_cannot_run_in_one_line(tmp_path: 
         directory = tmp_path / f"{impl}-{mode}-{n}"
         status = main(["train", "--impl", impl, "--steps", "2", "--checkpoint-dir",
                        str(directory), "--world-size", n, "--async-save", mode])
-        err = capsys.readouterr().err.strip()  # type: ignore[attr-defined]
+        err = capsys.readouterr().err.strip()
         assert status == 2 and len(err.splitlines()) == 1 and "--async-save" in err, err
         assert not directory.exists()
+
+
+def test_the_reference_command_saving_asynchronously_ends_with_the_sync_digest(
+        tmp_path: Path) -> None:
+    """`train --impl reference --world-size 2 --async-save` (saves at 2, 4, ... 10, --keep
+    2) prints the digest of the same run saving synchronously and keeps the same commits.
+    Measured: 0.5 s."""
+    sync = _command(tmp_path / "sync", "reference")
+    asynchronous = _command(tmp_path / "async", "reference", "--async-save")
+    assert asynchronous[:-1] == sync[:-1], "the step lines"
+    assert_claim(CLAIM, actual=np.frombuffer(bytes.fromhex(kills.digest(asynchronous)), np.uint8),
+                 expected=np.frombuffer(bytes.fromhex(kills.digest(sync)), np.uint8),
+                 context="reference, 2 ranks")
+    names = [[p.name for p in ckc.records(tmp_path / d)] for d in ("sync", "async")]
+    assert names[0] == names[1] == ["COMMITTED-00000010.json", "COMMITTED-00000008.json"]
 
 
 @pytest.mark.slow

@@ -154,9 +154,11 @@ CLAIMS: tuple[Claim, ...] = (
             "parameters changed (the next step, or NaN written over them) before the held "
             "write began; saves asked for while the previous one still wrote commit whole; "
             "a resume from the step-4 commit ends at step 6 with the uninterrupted run's "
-            "bits; and (slow) a rank SIGKILLed, raising or hanging in its write, or the "
+            "bits; a rank SIGKILLed or raising in its write (hanging: slow), or the "
             "coordinator SIGKILLed between the data and the record, leaves step 2 the newest "
-            "commit, loadable, and a resume from it ends with the uninterrupted bits."
+            "commit, loadable, and a resume from it ends with the uninterrupted bits; `train "
+            "--world-size 2 --async-save` ends on the sync run's digest, killed and resumed "
+            "too (slow: both trees, both victims)."
         ),
         kind="bits",
         bound=0,
