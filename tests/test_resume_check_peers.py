@@ -145,8 +145,8 @@ def _trail(*steps: tuple[dict[str, str], dict[str, str]]) -> list[dict[str, dict
 def test_the_stale_state_guard_names_an_entry_that_stops_following_the_trainer() -> None:
     """NOTE [ A state that does not move ]: a state entry equal to the trainer's entry of
     the same name, then kept while the trainer's moves, is named with both steps; a live
-    state, a state entry of another name, and a state entry that merely equals an unrelated
-    entry are not."""
+    state, a state entry of another name, one that merely equals an unrelated entry, and a
+    copy kept on purpose under a name of its own are not."""
     stale = _trail(({"model.w": "a", "pos": "0"}, {"trainer.model.w": "a", "trainer.pos": "0"}),
                    ({"model.w": "a", "pos": "0"}, {"trainer.model.w": "b", "trainer.pos": "1"}))
     assert stale_entry(stale) == ("model.w", "trainer.model.w", 0, 1)
@@ -160,9 +160,15 @@ def test_the_stale_state_guard_names_an_entry_that_stops_following_the_trainer()
     frozen = _trail(({"buf.zero": "z"}, {"trainer.net.w": "z"}),
                     ({"buf.zero": "z"}, {"trainer.net.w": "y"}))
     assert stale_entry(frozen) is None
+    best = _trail(({"best.w": "a", "model.w": "a"}, {"trainer.model.w": "a"}),
+                  ({"best.w": "a", "model.w": "b"}, {"trainer.model.w": "b"}))
+    assert stale_entry(best) is None  # the best weights so far, kept on purpose
     lagging = _trail(({"m.w": "a"}, {"trainer.m.w": "a"}), ({"m.w": "b"}, {"trainer.m.w": "b"}),
                      ({"m.w": "b"}, {"trainer.m.w": "c"}))  # live at first, then cached
     assert stale_entry(lagging) == ("m.w", "trainer.m.w", 1, 2)
+    lazy = _trail(({}, {}), ({"opt.s": "a"}, {"trainer.opt.s": "a"}),
+                  ({"opt.s": "a"}, {"trainer.opt.s": "b"}))  # an entry made at step 1
+    assert stale_entry(lazy) == ("opt.s", "trainer.opt.s", 1, 2)
 
 
 def test_the_page_shows_each_example_with_the_line_these_tests_hold_it_to() -> None:

@@ -8,43 +8,36 @@ checkpoint path caches what it stages) saves that first state at every save: "th
 save writes the first's values". Both runs then end on the same stale dict, and comparing
 them finds nothing. What shows it is the uninterrupted run alone: an entry of the state that
 equals, by digest, the trainer's own entry of the same name at some step t (the state's
-`model.0.weight`, the observed `trainer.model.0.weight`: the same name after their first
-component), and still holds that digest at the first later step at which the trainer's
-entry has moved. Such an entry is stale; the first one (the state's order) is reported,
-with the step it copied and the step from which it lags. Names and digests must both
-match, so two entries that are merely equal (two zero tensors) are not confused, and a
-state that leaves an entry out is not stale (the missing-entry checks name it).
+`model.0.weight` and the observed `trainer.model.0.weight`: the state's key names the
+trainer's attribute), and still holds that digest at the first later step at which the
+trainer's entry has moved. Such an entry is stale; the first one (the state's order) is
+reported, with the step it copied and the step from which it lags. Names and digests must
+both match, so two entries that are merely equal (two zero tensors) are not confused, a
+copy kept on purpose under a name of its own (`best.0.weight`, the best weights so far) is
+not taken for the model, and a state that leaves an entry out is not stale (the
+missing-entry checks name it). A state whose keys name no attribute is not watched.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 __all__ = ["stale_entry"]
 
 Digests = dict[str, dict[str, str]]  # one step of a trail: {"state": ..., "observed": ...}
 
 
-def _tail(name: str) -> str:
-    """A state entry's name after its first component ("model.0.weight" -> "0.weight")."""
-    return name.partition(".")[2] or name
-
-
-def _twin(name: str, observed: Sequence[str]) -> str | None:
+def _twin(name: str, observed: Collection[str]) -> str | None:
     """The trainer's observed entry of the same name (NOTE [ A state that does not move ])."""
-    tail = _tail(name)
-    found = [o for o in observed if o.startswith("trainer.") and o.endswith("." + tail)]
-    exact = [o for o in found if o == f"trainer.{name}"]
-    return (exact or found or [None])[0]
+    return f"trainer.{name}" if f"trainer.{name}" in observed else None
 
 
 def stale_entry(trail: Sequence[Digests]) -> tuple[str, str, int, int] | None:
     """(state entry, the trainer's entry it copies, the step it copied, the first step it
     lags) of the first stale entry in an uninterrupted run's digests, or None."""
-    if not trail:
-        return None
-    observed = list(trail[0]["observed"])
-    for name in trail[0]["state"]:
+    names = dict.fromkeys(n for step in trail for n in step["state"])  # first seen first
+    observed = {n for step in trail for n in step["observed"]}  # AdamW's state comes later
+    for name in names:
         twin = _twin(name, observed)
         if twin is None:
             continue
