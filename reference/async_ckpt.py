@@ -57,6 +57,10 @@ PAYLOAD = resume.PAYLOAD  # an async save's files and record are a sync save's
 MODES = ("copy",)  # torch's "pinned" (page-locked staging) has no NumPy counterpart
 
 
+class AsyncSaveError(RuntimeError):
+    """Rule 5: an async save failed or was not committed in time (one line, its step)."""
+
+
 def now() -> float:
     """The events' clock: time.monotonic (one clock for every process of a machine)."""
     return time.monotonic()
@@ -129,11 +133,11 @@ class AsyncSaver:
         try:
             future.result(timeout=self.timeout)
         except FutureTimeout:
-            raise RuntimeError(f"async save of step {step}: not committed after "
+            raise AsyncSaveError(f"async save of step {step}: not committed after "
                                f"{self.timeout:g} s") from None
         except Exception as e:  # any failure of the write ends the run
             first = str(e).splitlines()[0] if str(e) else ""
-            raise RuntimeError(f"async save of step {step} failed: {type(e).__name__}: "
+            raise AsyncSaveError(f"async save of step {step} failed: {type(e).__name__}: "
                                f"{first}") from None
         return step
 

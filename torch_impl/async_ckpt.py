@@ -59,6 +59,10 @@ MODES = ("copy", "pinned")
 FAULTS = ("kill_in_write", "raise_in_write", "hang_in_write", "kill_before_commit")
 
 
+class AsyncSaveError(RuntimeError):
+    """Rule 5: an async save failed or was not committed in time (one line, its step)."""
+
+
 def refusal(mode: str) -> str | None:
     """Why `mode` cannot run here (one line), or None."""
     if mode not in MODES:
@@ -190,7 +194,7 @@ class AsyncSaver:
 
     def wait(self) -> int | None:
         """Block until the pending save (if any) is committed; returns its step. A save
-        that failed, or is not committed within `timeout` seconds, raises RuntimeError in
+        that failed, or is not committed within `timeout` seconds, raises AsyncSaveError in
         one line naming the step (its data is then no checkpoint: no record names it)."""
         if self.pending is None:
             return None
@@ -199,10 +203,10 @@ class AsyncSaver:
         try:
             future.result(timeout=self.timeout)
         except FutureTimeout:
-            raise RuntimeError(f"async save of step {step} on rank {self.rank}: not committed "
+            raise AsyncSaveError(f"async save of step {step} on rank {self.rank}: not committed "
                                f"after {self.timeout:g} s (a rank hung?)") from None
         except (Exception, CheckpointException) as e:  # any failure ends the run
-            raise RuntimeError(f"async save of step {step} on rank {self.rank} failed: "
+            raise AsyncSaveError(f"async save of step {step} on rank {self.rank} failed: "
                                f"{_first_line(e)}") from None
         return step
 

@@ -189,6 +189,7 @@ _ASYNC_ROWS = (
     Twin("FAULTS", torch="torch_impl.async_ckpt:FAULTS", claims=_ASYNC,
          why="where a seeded fault strikes in a rank's background write: a simulated rank has "
              "no process of its own"),
+    Twin.same("async_ckpt", "AsyncSaveError", *_ASYNC),
     Twin("refusal", torch="torch_impl.async_ckpt:refusal", claims=_ASYNC,
          why="pinned staging needs CUDA: the reference stages NumPy copies only"),
     Twin("now", reference="reference.async_ckpt:now", claims=_ASYNC,

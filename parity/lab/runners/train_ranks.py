@@ -176,9 +176,15 @@ def run(args: argparse.Namespace) -> int:
             "" if was == n else f" (written by {was} ranks, resharded to {n}: the replicated "
             "entries as saved, every rank's stream re-derived from the seed)"))
     if args.impl == "reference":
-        result = impl.train(config, args.steps, n, args.checkpoint_dir, args.checkpoint_every,
-                            keep=args.keep, start=start, log=log,
-                            **_async(args))
+        from reference.async_ckpt import AsyncSaveError
+
+        try:
+            result = impl.train(config, args.steps, n, args.checkpoint_dir,
+                                args.checkpoint_every, keep=args.keep, start=start, log=log,
+                                **_async(args))
+        except AsyncSaveError as e:  # its step is no checkpoint: the commits so far stand
+            print(f"train: {e}", file=sys.stderr, flush=True)
+            return EXIT_FAILED
     else:
         extra = {"loader_workers": args.loader_workers} if args.loader_workers else {}
         extra.update(_async(args))
