@@ -9,8 +9,8 @@ commit loadable and resumable to the uninterrupted bits. The reference's twin
 Default cost: one launch of 2 gloo processes (uninterrupted, held writes, the resume from
 them, overlapping saves: 3 to 6 s measured, torch 2.13 CPU, 2 busy cores), then for each of
 the two kills and the raise a failing launch and a resume (under 1 s each, the forkserver
-warm), and the reference's saves in this process (under 1 s). The hang is slow (its
-timeouts).
+warm), and the reference's saves and commands in this process (under 0.5 s): about 6 s
+in all. The hang and the torch command's kills are slow.
 """
 
 from __future__ import annotations
@@ -346,7 +346,7 @@ def test_the_reference_command_saving_asynchronously_ends_with_the_sync_digest(
         tmp_path: Path) -> None:
     """`train --impl reference --world-size 2 --async-save` (saves at 2, 4, ... 10, --keep
     2) prints the digest of the same run saving synchronously and keeps the same commits.
-    Measured: 0.5 s."""
+    Measured: 0.1 s."""
     sync = _command(tmp_path / "sync", "reference")
     asynchronous = _command(tmp_path / "async", "reference", "--async-save")
     assert asynchronous[:-1] == sync[:-1], "the step lines"
@@ -399,7 +399,7 @@ def test_the_reference_command_whose_async_write_fails_ends_in_one_line_and_resu
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The reference's background write of step 4 raises (a full disk, seeded): the command
     ends with one line naming the step and exit 1, step 2 is the newest commit, and
-    --resume ends on the sync run's digest. Measured: 0.5 s."""
+    --resume ends on the sync run's digest. Measured: 0.15 s."""
     from parity.lab.cli import main
     from reference import async_ckpt as ra
 
