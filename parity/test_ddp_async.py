@@ -10,7 +10,7 @@ Default cost: one launch of 2 gloo processes (uninterrupted, held writes, the re
 them, overlapping saves: 3 to 6 s measured, torch 2.13 CPU, 2 busy cores), then for each of
 the two kills and the raise a failing launch and a resume (under 1 s each, the forkserver
 warm), and the reference's saves and commands in this process (under 0.5 s): about 6 s
-in all. The hang and the torch command's kills are slow.
+in all. The hang and the commands' kills (both trees) are slow.
 """
 
 from __future__ import annotations
