@@ -15,8 +15,9 @@ A global generator is compared only if the uninterrupted run draws from it (its 
 changes over the steps): one nobody uses differs between two processes for no reason.
 Floats and tensors held as attributes are not observed: they are as often the last loss as
 state. Observed entries do not decide the verdict (the saved state does, and the stale-state
-guard of resume_stale.py reads them); they name the cause: a trainer that saves no RNG state parts from the uninterrupted run at `rng.torch`
-right after the load, one step before its weights do.
+guard of resume_stale.py reads them); they name the cause: a trainer that saves no RNG
+state parts from the uninterrupted run at `rng.torch` right after the load, one step before
+its weights do.
 """
 
 from __future__ import annotations
