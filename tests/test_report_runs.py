@@ -31,7 +31,8 @@ def broken_oracle_report(tmp_path_factory: pytest.TempPathFactory
     fake.mkdir()
     (fake / "__init__.py").write_text('raise ImportError("a broken install of torchao")\n')
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(fake.parent), str(ROOT), os.environ.get("PYTHONPATH", "")])}
+        [str(fake.parent), str(ROOT), os.environ.get("PYTHONPATH", "")]),
+           "PYTEST_XDIST_AUTO_NUM_WORKERS": "1"}  # one process: the suite has the cores
     return subprocess.run([sys.executable, "-m", "parity", "report", "--topic", "mx", "--json",
                            "--out", ""], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=300, check=False)

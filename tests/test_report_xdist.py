@@ -124,3 +124,15 @@ def test_a_derandomized_pytest_run_has_every_local_module_loaded_at_its_first_te
         cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
         text=True, timeout=300, check=False)
     assert done.returncode == 0, (done.stdout[-1500:], done.stderr[-1500:])
+
+
+def test_the_workers_are_xdists_auto_count_when_it_is_given(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """PYTEST_XDIST_AUTO_NUM_WORKERS (xdist's own knob for `-n auto`) caps the report's
+    workers as the cores do: 1 gives one process (0, no xdist), 3 gives three for 5 files
+    and two for 2."""
+    from parity.lab import report
+
+    for given, files, expected in (("1", 5, 0), ("3", 5, 3), ("3", 2, 2), ("3", 1, 0)):
+        monkeypatch.setenv("PYTEST_XDIST_AUTO_NUM_WORKERS", given)
+        assert report.workers(files) == expected, (given, files)

@@ -133,9 +133,13 @@ INDUCTOR_CACHE = "MIRRORTRAIN_REPORT_INDUCTOR_CACHE"
 
 def workers(files: int) -> int:
     """pytest-xdist workers for a run of `files` test files: one per core, no more than files;
-    0 (no xdist: one process) for a single file or a single core."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
-        os.cpu_count() or 1)
+    0 (no xdist: one process) for a single file or a single core. The cores are xdist's own
+    `-n auto` count: PYTEST_XDIST_AUTO_NUM_WORKERS when set (a report run inside a test
+    whose suite already has every core busy sets 1), else the cores this process may use."""
+    given = os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS", "")
+    cpus = int(given) if given.isdigit() else (
+        len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+            os.cpu_count() or 1))
     n = min(cpus, files)
     return n if n > 1 else 0
 
