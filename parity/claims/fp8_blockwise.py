@@ -112,16 +112,107 @@ CLAIMS: tuple[Claim, ...] = (
             "the edge tiles that moves a count shows."
         ),
     ),
+    Claim(
+        id="fp8_blockwise.gemm_twins",
+        statement=(
+            "blockwise_mm (a's 1x128 tiles times b's 128x128 blocks, the exact product of each "
+            "128-element chunk of K rounded to float32, scaled by f32(a_scale * b_scale), "
+            "added to a float32 sum) gives the same float32 outputs in both trees, bit for "
+            "bit (NaN as a class), for every quantization variant, K a multiple of 128 or "
+            "not, N not a multiple of 128, on codes with NaN and scales with inf."
+        ),
+        kind="nan_class",
+        bound=0,
+        reason=(
+            "Each chunk's float64 matmul of e4m3 values is exact in any order of addition "
+            "(NOTE [ The chunk sum is exact ] in reference/fp8_blockwise_gemm.py), so NumPy's "
+            "and torch's BLAS give the same float64 numbers; the rest is the same correctly "
+            "rounded float32 operations (a rounding to float32, two products, one sum) in "
+            "the same order; a NaN code or 0 times an inf scale makes a NaN whose sign the "
+            "library sets, hence NaN as a class."
+        ),
+    ),
+    Claim(
+        id="fp8_blockwise.gemm_rule",
+        statement=(
+            "The reference blockwise_mm is its docstring's rule, DeepGEMM's promotion (sm90_"
+            "fp8_gemm_1d2d.cuh, commit 54e2261): per chunk c of 128 along K, y = f32(y + "
+            "f32(f32(sa_ic sb_cj) f32(P_c))), P_c the chunk's exact dot product of decoded "
+            "codes, chunks in increasing order from y = 0."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "The test writes the rule apart, one output at a time: P_c as math.fsum of "
+            "Python float products of the decoded codes (each product and the sum exact, "
+            "NOTE [ The chunk sum is exact ]), then NumPy float32 scalars for the three "
+            "roundings: the same correctly rounded operations, so the same bits."
+        ),
+    ),
+    Claim(
+        id="fp8_blockwise.gemm_bound",
+        statement=(
+            "blockwise_mm's Y is within (gamma_{C+2}(u) + gamma_K(2^-53)) |A| |B| of the "
+            "float64 product of the exactly dequantized operands A, B (C = ceil(K / 128) "
+            "chunks, u = 2^-24), for every variant's codes and scales, same-sign operands and "
+            "N(0, 1) ones, K from 256 (C = 2) to 4096."
+        ),
+        kind="eps",
+        bound=1.0,
+        scale="(gamma_{C+2}(u) + gamma_K(2^-53)) |A||B| / eps, u = 2^-24, eps = 2^-52",
+        reason=(
+            "NOTE [ Blockwise GEMM error budget ] in parity/claims/fp8_blockwise_bounds.py: "
+            "per chunk three float32 roundings of an exact sum (promotion, scale product, "
+            "scaling), then C - 1 float32 additions, (1 + theta_3)(1 + theta_{C-1}) = 1 + "
+            "theta_{C+2} (Higham 3.3), against a float64 truth within gamma_K(2^-53) |A||B|; "
+            "no probabilistic term, no underflow on the tested operands. Reached: same-sign "
+            "operands at C = 2 spend more than half of it."
+        ),
+    ),
+    Claim(
+        id="fp8_blockwise.gemm_variants_agree",
+        statement=(
+            "Where every tile's amax is 448 * 2^k (k in [-10, 10]), the three variants give "
+            "the same codes and scales and so blockwise_mm the same outputs, bit for bit."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "At amax = 448 * 2^k each rule's scale is the power of two 2^k, exactly: "
+            "DeepSeek's f32(amax / 448), torchao's f32(1 / f32(448 / amax)) and TE's "
+            "448 / amax rounded down to a power of two (already one); x * 2^-k is exact, so "
+            "the codes are the same, and the GEMM a function of codes and scales."
+        ),
+    ),
+    Claim(
+        id="fp8_blockwise.gemm_disagreements",
+        statement=(
+            "The GEMM table in docs/fp8.md, section Blockwise fp8, is what the reference "
+            "computes: for each input class (parity/strategies/fp8_blockwise.py "
+            "blockwise_gemm_operands), how many of blockwise_mm's outputs differ (NaN as one "
+            "value) under each pair of quantization variants."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "Counts are integers, computed from the reference on a fixed seed's operands and "
+            "rendered into the page by python -m parity docs; the test recomputes them against "
+            "the committed page: any change to a rule or to the operands that moves a count "
+            "shows."
+        ),
+    ),
 )
 
 _TWINS = ("fp8_blockwise.twins",)
 _VARIANTS = ("fp8_blockwise.deepseek", "fp8_blockwise.torchao",
              "fp8_blockwise.transformer_engine")
+_GEMM = ("fp8_blockwise.gemm_twins", "fp8_blockwise.gemm_rule", "fp8_blockwise.gemm_bound")
 _same = Twin.same
 
 MANIFEST = Manifest(
     topic="fp8_blockwise",
-    modules=("reference.fp8_blockwise", "torch_impl.fp8_blockwise"),
+    modules=("reference.fp8_blockwise", "torch_impl.fp8_blockwise",
+             "reference.fp8_blockwise_gemm", "torch_impl.fp8_blockwise_gemm"),
     rows=(
         _same("fp8_blockwise", "TILE_1x128", *_TWINS),
         _same("fp8_blockwise", "TILE_128x128", *_TWINS),
@@ -135,6 +226,9 @@ MANIFEST = Manifest(
         _same("fp8_blockwise", "quantize_blockwise", *_TWINS, *_VARIANTS,
               "fp8_blockwise.disagreements"),
         _same("fp8_blockwise", "dequantize_blockwise", "fp8_blockwise.dequantize"),
+        _same("fp8_blockwise_gemm", "CHUNK", *_GEMM),
+        _same("fp8_blockwise_gemm", "blockwise_mm", *_GEMM, "fp8_blockwise.gemm_variants_agree",
+              "fp8_blockwise.gemm_disagreements"),
     ),
     headline="parity/test_fp8_blockwise.py::"
              "test_blockwise_1x128_gives_the_same_codes_and_scales_in_both_trees",

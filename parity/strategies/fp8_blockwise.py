@@ -76,3 +76,39 @@ def blockwise_tensors(draw: st.DrawFn, max_size: int = 300
     tile = draw(st.sampled_from([(1, 128), (128, 128), (1, 16), (3, 5)]) | st.tuples(side, side))
     variant = draw(declared_values(BLOCKWISE_VARIANTS))
     return x, tile, variant
+
+
+def _pow2_tiles(rng: np.random.Generator, shape: tuple[int, int], tile: tuple[int, int]
+                ) -> np.ndarray:
+    """float32 (M, K) whose every tile has amax exactly 448 * 2^k, k in [-10, 10] per tile."""
+    m, k = shape
+    r, c = tile
+    x = rng.uniform(-1.0, 1.0, shape)
+    for i in range(0, m, r):
+        for j in range(0, k, c):
+            block = x[i : i + r, j : j + c]
+            block[np.unravel_index(np.argmax(np.abs(block)), block.shape)] = rng.choice([-1, 1])
+            block *= 448.0 * 2.0 ** int(rng.integers(-10, 11))
+    return x.astype(np.float32)
+
+
+def blockwise_gemm_operands(seed: int = 0, m: int = 16, k: int = 512, n: int = 256
+                            ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Input class -> (x (M, K), w (K, N)) float32: the GEMM's activations (1x128 tiles) and
+    weights (128x128 blocks), one pair per class of docs/fp8.md's GEMM table, in its order."""
+    rng = np.random.default_rng(seed)
+    normal = rng.standard_normal((m, k)).astype(np.float32)
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    heavy = rng.standard_t(3, (m, k)).astype(np.float32)
+    heavy_w = rng.standard_t(3, (k, n)).astype(np.float32)
+    small = (rng.standard_normal((m, k)) * 1e-6).astype(np.float32)
+    with_inf = normal.copy()
+    with_inf[3, 200] = np.inf
+    return {
+        "N(0, 1) both": (normal, w),
+        "every tile's amax 448 * 2^k": (_pow2_tiles(rng, (m, k), (1, 128)),
+                                        _pow2_tiles(rng, (k, n), (128, 128))),
+        "Student-t (3 dof) both": (heavy, heavy_w),
+        "activations ~1e-6 (below DeepSeek's 1e-4 floor)": (small, w),
+        "one +inf activation": (with_inf, w),
+    }
