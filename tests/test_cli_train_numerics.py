@@ -1,10 +1,13 @@
-"""`train --check-numerics` and `--fault-step` as a user runs them (subprocesses): a second run
-that stops at the same step keeps the first run's replay file (NOTE [ A replay file replaces
-nothing ] in parity/lab/runners/replay_file.py), and --fault-step K means what its help says:
-the fault is seeded after K steps, so the line `step K+1` is the first to show it."""
+"""`train --check-numerics` and `--fault-step` as a user runs them (the command's main): a
+second run that stops at the same step keeps the first run's replay file (NOTE [ A replay
+file replaces nothing ] in parity/lab/runners/replay_file.py), and --fault-step K means what
+its help says: the fault is seeded after K steps, so the line `step K+1` is the first to
+show it."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import re
@@ -22,9 +25,19 @@ ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 
 
 def _train(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "parity", "train", "--impl", "reference",
-                           *args], cwd=cwd, env=ENV, capture_output=True, text=True,
-                          timeout=300)
+    """`python -m parity train --impl reference ARGS` in `cwd`, through the command's own
+    main in this process (a subprocess each paid ~1.5 s of imports: the command line as a
+    process is tests/test_cli_paths.py's and the --help run's below)."""
+    out, err = io.StringIO(), io.StringIO()
+    here = os.getcwd()
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            status = main(["train", "--impl", "reference", *args])
+    finally:
+        os.chdir(here)
+    return subprocess.CompletedProcess(["train", *args], status, out.getvalue(),
+                                       err.getvalue())
 
 
 def test_a_second_run_keeps_the_first_runs_replay_and_says_where_its_own_went(
