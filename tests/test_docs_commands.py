@@ -10,8 +10,9 @@ backslash continues it, `#` starts a comment. Each one is
   command costs to run. A synopsis (a line with placeholders: `[--x]`, `{a,b}`, `a|b`, `DIR`,
   `...`) is held to its command's and options' names only;
 - run as a reader runs it, unless listed in SLOW (run behind `-m slow`) or NOT_RUN (with the
-  reason): `python -m parity ...` with the project on PYTHONPATH, each page's commands in
-  order in one temporary folder (a page's later commands read what its earlier ones wrote).
+  reason): `python -m parity ...` (the command line's main in the test's process; SLOW's
+  as processes of their own, the project on PYTHONPATH), each page's commands in order in
+  one temporary folder (a page's later commands read what its earlier ones wrote).
   The exit status must be the one the page implies: 3 for a `--check-numerics` run with a
   seeded fault (numerics.md: "Exit status 3 means found"; README: "exit 3") and for the
   replay of its file (numerics.md: "it named a node"), 0 otherwise.
@@ -248,13 +249,20 @@ def parse_problem(command: Command) -> str | None:
 
 
 def run(command: Command, cwd: Path) -> list[str]:
-    """Run `command` in `cwd` as a reader would; what is wrong with its outcome."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-    env.setdefault("OMP_NUM_THREADS", "1")  # the suite's processes share the cores
-    done = subprocess.run([sys.executable, "-m", "parity", *command.argv], cwd=cwd, env=env,
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                          timeout=TIMEOUT)
+    """Run `command` in `cwd` as a reader would; what is wrong with its outcome. The quick
+    commands run through the command line's own main in this process (`python -m parity`
+    is that main: a process each paid its imports, ~2 s, for nothing the page promises);
+    the slow ones as a process of their own, the reader's way to the letter."""
+    if command.text not in SLOW:
+        done = _in_process(command, cwd)
+    else:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH"))
+                                            if p)
+        env.setdefault("OMP_NUM_THREADS", "1")  # the suite's processes share the cores
+        done = subprocess.run([sys.executable, "-m", "parity", *command.argv], cwd=cwd,
+                              env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                              text=True, timeout=TIMEOUT)
     problems = []
     want = expected_status(command)
     if done.returncode != want:
@@ -265,6 +273,24 @@ def run(command: Command, cwd: Path) -> list[str]:
     problems += [f"{command.where}: `{command.text}` did not print the line the page shows: "
                  f"{line.strip()}" for line in command.shown if line.strip() not in printed]
     return problems
+
+
+def _in_process(command: Command, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`python -m parity ARGV` in `cwd` through parity.lab.cli.main, its outcome as a
+    process's would read."""
+    from parity.lab.cli import main
+
+    out, err, here = io.StringIO(), io.StringIO(), os.getcwd()
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                status = main(list(command.argv))
+            except SystemExit as e:  # argparse's --help and usage errors
+                status = e.code if isinstance(e.code, int) else 1
+    finally:
+        os.chdir(here)
+    return subprocess.CompletedProcess(command.argv, status, out.getvalue(), err.getvalue())
 
 
 def run_page(page: str, commands: list[Command], tmp_path: Path) -> None:
