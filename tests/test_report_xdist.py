@@ -106,6 +106,38 @@ def test_a_claims_n_does_not_depend_on_the_files_run_before_it() -> None:
     assert ns[0] and ns[0] == ns[1] == ns[2], ns
 
 
+class _Config:
+    """What conftest.pytest_configure reads of a pytest config: its options, and
+    `workerinput` on an xdist worker."""
+
+    def __init__(self, profile: str, numprocesses: int | None, worker: bool) -> None:
+        self.options = {"hypothesis_profile": profile, "numprocesses": numprocesses}
+        if worker:
+            self.workerinput = {}
+
+    def getoption(self, name: str, default: object = None) -> object:
+        return self.options.get(name, default)
+
+
+def test_configure_imports_every_local_module_under_a_derandomized_profile_only(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The root conftest's pytest_configure calls import_local_modules under the report and
+    ci profiles (derandomized), in a process that runs tests (one alone, an xdist worker),
+    and not under dev or fuzz, nor in xdist's controller. (A process of its own where a
+    module no test imports is loaded: the slow test below.)"""
+    import conftest
+
+    calls: list[str] = []
+    monkeypatch.setattr(conftest, "import_local_modules", lambda: calls.append("x") or [])
+    cases = {("report", None, False): 1, ("report", 2, True): 1, ("ci", 0, False): 1,
+             ("report", 2, False): 0, ("dev", None, False): 0, ("fuzz", 2, True): 0}
+    for (profile, n, worker), expected in cases.items():
+        calls.clear()
+        conftest.pytest_configure(_Config(profile, n, worker))  # type: ignore[arg-type]
+        assert len(calls) == expected, (profile, n, worker)
+
+
+@pytest.mark.slow  # a pytest process importing the whole project: ~5 s idle, ~11 s busy
 def test_a_derandomized_pytest_run_has_every_local_module_loaded_at_its_first_test(
         tmp_path: Path) -> None:
     """The root conftest, under the report profile, has imported every local module before
