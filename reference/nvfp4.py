@@ -44,6 +44,29 @@ by element in index order in float32, of |f32(f32(f32(P_i * S_k) * A) / 1536) - 
 a 16x16 tile's 16 row sums added as a tree ((r_i + r_i+8), then halves); the block keeps S4
 iff its error is strictly below S6's (a tie keeps S6). TE refuses it with RHT or stochastic
 rounding; so does quantize.
+
+rounding="deepgemm" swaps only the last cast, fp4(clamp(...)), for DeepGEMM's
+(deep_gemm/utils/math.py, _quantize_to_fp4_e2m1, commit
+54e22612409371d6364144b69086735beb54e98b, lines 73-82):
+
+    ax = x.abs()
+    # {0, 0.5, 1, 1.5, 2, 3, 4, 6}
+    # midpoints: 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0
+    code = torch.zeros_like(x, dtype=torch.uint8)
+    for boundary in (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0):
+        code += (ax > boundary).to(torch.uint8)
+    sign = (x < 0) & (code != 0)
+    code = code | (sign.to(torch.uint8) << 3)
+
+The magnitude's code counts the midpoints strictly below |x|: every tie goes to the smaller
+magnitude (toward zero). Nearest even agrees where the smaller neighbour is the even code
+(0.25 -> 0, 1.25 -> 1, 2.5 -> 2, 5 -> 4) and parts at the other three ties: 0.75 -> 0.5 (TE
+1), 1.75 -> 1.5 (TE 2), 3.5 -> 3 (TE 4). Beyond that: a result of magnitude 0 is +0 (TE
+keeps the sign: -0.1 -> -0), a NaN is +0 (its comparisons are false; TE's cast: the zero of
+the opposite sign, above), and no clamp is needed (|x| > 5, inf included, -> 6). DeepGEMM
+pairs this cast with its own scale (amax / 6 per 1x32 or 1x128, float32 or ue8m0), not TE's
+chain: here it is the rounding variant of TE's chain, the cast compared on the same scaled
+values. Four Over Six, whose candidates are nearest even, refuses it.
 """
 
 from __future__ import annotations
@@ -55,7 +78,8 @@ from reference import formats
 from reference.mx import E4M3_MAX, F32_MAX, FP4_MAX
 
 TILES = ((1, 16), (16, 16))  # activations and gradients; weights
-ROUNDINGS = ("nearest_even", "stochastic")
+ROUNDINGS = ("nearest_even", "stochastic", "deepgemm")
+_DEEPGEMM_MIDPOINTS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)  # exact in float32
 FOUR_OVER_SIX_E4M3_MAX = np.float32(256)  # TE's nvfp4_4over6_e4m3_use_256 default, 'all'
 # TE's get_wgrad_sign_vector ("https://xkcd.com/221/"): bit i of 0xD7E8 set where s_i = -1
 SIGN_VECTOR = np.array([1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1], np.float32)
@@ -245,9 +269,20 @@ def _round(blocks: np.ndarray, r: np.ndarray, rounding: str, rbits: np.ndarray |
     shape = blocks.shape
     if rounding == "nearest_even":
         return formats.encode(np.clip(q, -FP4_MAX, FP4_MAX), "float4_e2m1fn")
+    if rounding == "deepgemm":
+        return _round_deepgemm(q)
     r = np.zeros((shape[0], shape[1] * _GROUP), np.uint8)
     r[: rbits.shape[0], : rbits.shape[1]] = rbits
     return formats.encode(round_fp4_stochastic(q, r.reshape(shape)), "float4_e2m1fn")
+
+
+def _round_deepgemm(q: np.ndarray) -> np.ndarray:
+    """fp4 codes by DeepGEMM's _quantize_to_fp4_e2m1 (module docstring): the magnitude's code
+    is the count of midpoints below |q|, the sign bit only on a nonzero magnitude."""
+    with np.errstate(invalid="ignore"):  # a NaN compares false: code 0
+        mag = sum((np.abs(q) > np.float32(m)).astype(np.uint8) for m in _DEEPGEMM_MIDPOINTS)
+        sign = (q < 0) & (mag != 0)
+    return (mag | (sign.astype(np.uint8) << 3)).astype(np.uint8)
 
 
 def _grid_step(v: np.ndarray) -> np.ndarray:
@@ -329,6 +364,9 @@ def _check(x: object, tile: object, rounding: str, rbits: object, four_over_six:
     if four_over_six and (with_rht or rounding == "stochastic"):
         raise ValueError("quantize: Four Over Six takes neither the RHT nor stochastic "
                          "rounding (TE refuses both)")
+    if four_over_six and rounding == "deepgemm":
+        raise ValueError("quantize: Four Over Six rounds its candidates to nearest even; "
+                         "rounding='deepgemm' is refused with it")
     if with_rht:
         _bf16_groups(a, "quantize")
     return a.astype(np.float32)  # bfloat16 widens exactly

@@ -26,7 +26,8 @@ import torch.nn.functional as F
 from torch_impl.mx import E4M3_MAX, F32_MAX, FP4_MAX, round_elements
 
 TILES = ((1, 16), (16, 16))
-ROUNDINGS = ("nearest_even", "stochastic")
+ROUNDINGS = ("nearest_even", "stochastic", "deepgemm")
+_DEEPGEMM_MIDPOINTS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)
 FOUR_OVER_SIX_E4M3_MAX = 256.0
 SIGN_VECTOR = torch.tensor([1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1],
                            dtype=torch.float32)
@@ -183,9 +184,20 @@ def _round(blocks: torch.Tensor, r: torch.Tensor, rounding: str, rbits: torch.Te
     shape = tuple(blocks.shape)
     if rounding == "nearest_even":
         return round_elements(q.clamp(-FP4_MAX, FP4_MAX), "float4_e2m1fn")
+    if rounding == "deepgemm":
+        return _round_deepgemm(q)
     r = torch.zeros((shape[0], shape[1] * _GROUP), dtype=torch.uint8, device=q.device)
     r[: rbits.shape[0], : rbits.shape[1]] = rbits
     return round_elements(round_fp4_stochastic(q, r.reshape(shape)), "float4_e2m1fn")
+
+
+def _round_deepgemm(q: torch.Tensor) -> torch.Tensor:
+    """DeepGEMM's _quantize_to_fp4_e2m1, its own torch lines (reference: the source)."""
+    mag = torch.zeros_like(q, dtype=torch.uint8)
+    for m in _DEEPGEMM_MIDPOINTS:
+        mag += (q.abs() > m).to(torch.uint8)
+    sign = (q < 0) & (mag != 0)
+    return mag | (sign.to(torch.uint8) << 3)
 
 
 def _grid_step(v: torch.Tensor) -> torch.Tensor:
@@ -275,6 +287,9 @@ def _check(x: object, tile: object, rounding: str, rbits: object, four_over_six:
     if four_over_six and (with_rht or rounding == "stochastic"):
         raise ValueError("quantize: Four Over Six takes neither the RHT nor stochastic "
                          "rounding (TE refuses both)")
+    if four_over_six and rounding == "deepgemm":
+        raise ValueError("quantize: Four Over Six rounds its candidates to nearest even; "
+                         "rounding='deepgemm' is refused with it")
     if with_rht:
         _bf16_groups(x, "quantize")
     return x.to(torch.float32)  # bfloat16 widens exactly
