@@ -137,7 +137,9 @@ def test_the_docs_table_of_gemm_disagreements_is_the_computed_one() -> None:
     """docs/fp8.md's GEMM table (python -m parity docs) is the reference's counts now."""
     counts = drv.variant_disagreements()
     page = FP8_PAGE.read_text(encoding="utf-8")
-    section = page.split("<!-- generated: blockwise-gemm", 1)[1].split("<!-- end generated", 1)[0]
+    begin = "<!-- generated: blockwise-gemm"
+    assert begin in page, "docs/fp8.md lacks the GEMM table's markers (python -m parity docs)"
+    section = page.split(begin, 1)[1].split("<!-- end generated", 1)[0]
     committed = []
     for name in counts:
         found = re.search(rf"^\| {re.escape(name)} \|([\d |]+)\|$", section, flags=re.M)

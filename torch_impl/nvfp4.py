@@ -15,6 +15,8 @@ cases); same public names, same order. What PyTorch does differently or hides:
   tensor by a tensor. (1.0 / tensor is exact that way: the product by 1 does not round.)
 - The RHT's 16-term sum is a loop of float32 `+` in index order, not a matmul: a BLAS or
   tensor-core sum has its own order (reference.nvfp4.rht says when the order can show).
+- rounding="deepgemm" is DeepGEMM's own torch lines (`code += (ax > boundary)` over the
+  seven midpoints), which the reference quotes.
 Works on CPU and CUDA tensors alike.
 """
 
