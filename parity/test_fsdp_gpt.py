@@ -6,9 +6,10 @@ parameters (fsdp.gpt_all_gather), the reduce-scattered gradient shards
 digest (fsdp.gpt_resume); the learning control against one process (fsdp.gpt_loss_curve).
 
 The default run makes ONE launch of 2 gloo processes: the replayed jobs in fp32 and bf16 (3
-steps each), then the command's job three times in a row (uninterrupted to step 4, stopped
-at 2, resumed to 4); the reference's command runs here in this process. World sizes 3 and
-4, the reference's resume at 3 ranks and the 60-step loss curve are slow.
+steps each) and fp16 (4 steps, its ShardedGradScaler's skips: fsdp.gpt_scaler), then the
+command's fp16 job three times in a row (uninterrupted to step 4, stopped at 2, resumed to
+4); the reference's command runs here in this process (bf16 and fp16). World sizes 3 and 4,
+torch's bf16 resume, the reference's resume at 3 ranks and the 60-step loss curve are slow.
 Driver: parity/drivers/fsdp_gpt.py.
 """
 
@@ -31,21 +32,23 @@ if not tfsdp.RULE_STATED:
     pytest.skip(tfsdp.NOT_STATED, allow_module_level=True)
 pytest.importorskip("torch.distributed.checkpoint.state_dict")
 
-PRECISIONS = ("fp32", "bf16")
+PRECISIONS = ("fp32", "bf16", "fp16")
 Launch = tuple[list[dict], list[list[dict]]]
 
 
 @pytest.fixture(scope="module")
 def launched(tmp_path_factory: pytest.TempPathFactory) -> tuple[Launch, Path]:
     """The default launch (2 ranks): ((jobs, results[rank][job]), the resume jobs' folder).
-    Measured: 3 to 4.5 s (torch 2.13 CPU, 2 cores), about 2.5 s of it starting the ranks
-    (a launch of one 1-step job alone: 2.7 s); 11 s with the cores shared at load 6.5.
-    Kept in the default suite as the one torch run that sees a lost reduce dtype or a
-    rank's AdamW rows not restored."""
+    Measured: 4.4 to 4.7 s (torch 2.13 CPU, 2 cores, load about 2), about 2.5 s of it
+    starting the ranks; the fp32 and bf16 jobs with a bf16 resume alone, before fp16 was
+    taken: 2.8 to 5.5 s on the same machine back to back (the fp16 job and its resume in
+    place of bf16's add about 1 s). Kept in the default suite as the one torch run that
+    sees a lost reduce dtype, a found_inf left per rank, or a rank's AdamW rows or the
+    scaler's tracker not restored."""
     import ranks
 
     tmp = tmp_path_factory.mktemp("fsdp_gpt")
-    jobs = drv.gpt_jobs(2, PRECISIONS) + drv.resume_jobs(tmp, 2)
+    jobs = drv.gpt_jobs(2, PRECISIONS) + drv.resume_jobs(tmp, 2, config=drv.RESUME_FP16)
     return (jobs, ranks.launch(jobs, 2, timeout=300)), tmp
 
 
@@ -70,6 +73,10 @@ def _check_step(launch: Launch, precision: str) -> int:
                 assert_claim("fsdp.gpt_adamw", actual=rp.params[k][rank][i],
                              expected=torch_step["params"][i], context=where)
                 seen += 1
+            for key, value in rp.scaler[k][rank].items():
+                assert_claim("fsdp.gpt_scaler", actual=np.float64(value),
+                             expected=np.float64(torch_step[key]),
+                             context=f"{precision} ws {ws} step {k + 1} rank {rank} {key}")
             assert_claim("fsdp.gpt_adamw", actual=np.float64(rp.lrs[k]),
                          expected=np.float64(torch_step["lr"]), context=f"lr at step {k + 1}")
     for rank in range(ws):
@@ -89,14 +96,33 @@ def test_the_gpt_fsdp_step_matches_the_simulated_ranks_bitwise(
     parameters, reduce-scatter to the same gradient shards and end every step with the same
     rows and AdamW state, bit for bit."""
     launch = launched[0]
-    assert _check_step(launch, precision) == 3 * 2 * 53  # steps x ranks x parameters
     jobs, results = launch
     index = next(i for i, j in enumerate(jobs) if j["config"]["precision"] == precision)
+    steps = jobs[index]["steps"]
+    assert _check_step(launch, precision) == steps * 2 * 53  # steps x ranks x parameters
     local = results[0][index]["steps"][0]["local"][0]
-    assert str(local.dtype) == ("torch.bfloat16" if precision == "bf16" else "torch.float32"), \
+    dtypes = {"fp32": "torch.float32", "bf16": "torch.bfloat16", "fp16": "torch.float16"}
+    assert str(local.dtype) == dtypes[precision], \
         "guard: the policy's param_dtype reached the backward"
     rows = [results[r][index]["steps"][0]["grads"][1].shape[0] for r in range(2)]
     assert rows == [8, 8], f"guard: wpe's 16 rows split into two shards: {rows}"
+    if precision == "fp16":
+        assert _scaler_cases(results, index) == {"grew", "skipped on both", "skipped on one"}
+
+
+def _scaler_cases(results: list[list[dict]], index: int) -> set[str]:
+    """Which of fsdp.gpt_scaler's cases rank 0's fp16 run reached: a growth, a skip whose
+    inf both ranks' rows held, and one whose inf only one rank's rows held (where a
+    found_inf left per rank would split the ranks)."""
+    cases = set()
+    for k, step in enumerate(results[0][index]["steps"]):
+        if step["next_scale"] > step["scale"]:
+            cases.add("grew")
+        finite = [all(bool(g.isfinite().all()) for g in results[r][index]["steps"][k]["grads"])
+                  for r in range(2)]
+        if step["skipped"]:
+            cases.add("skipped on one" if any(finite) else "skipped on both")
+    return cases
 
 
 def _lines(path: Path) -> list[str]:
@@ -105,53 +131,77 @@ def _lines(path: Path) -> list[str]:
 
 def test_the_fsdp_run_stopped_and_resumed_ends_with_the_uninterrupted_digest(
         launched: tuple[Launch, Path]) -> None:
-    """fsdp.gpt_resume, torch, 2 ranks: the command's run (bf16, dropout) stopped at its
-    step-2 commit and resumed (DCP of get_state_dict's shards, set_state_dict) ends at step 4
-    with the digest of the run that never stopped."""
-    (jobs, results), folder = launched
-    first = next(i for i, j in enumerate(jobs) if j["kind"] == "fsdp-gpt-train")
+    """fsdp.gpt_resume, torch, 2 ranks: the command's run (fp16 with its ShardedGradScaler,
+    dropout) stopped at its step-2 commit and resumed (DCP of get_state_dict's shards,
+    set_state_dict, the scaler's state) ends at step 4 with the digest and the log of the
+    run that never stopped."""
+    _check_resume(*launched, "fp16")
+
+
+def _check_resume(launch: Launch, folder: Path, precision: str) -> None:
+    jobs, results = launch
+    first = next(i for i, j in enumerate(jobs) if j["kind"] == "fsdp-gpt-train"
+                 and j["config"]["precision"] == precision)
     uninterrupted, stopped, resumed = (results[0][first + j] for j in range(3))
     for rank in range(2):
         assert results[rank][first + 2]["digest"] == resumed["digest"]
     assert stopped["step"] == 2 and resumed["step"] == uninterrupted["step"] == 4
     assert stopped["digest"] != uninterrupted["digest"], "guard: the stop was before the end"
-    assert [line.split()[1] for line in _lines(folder / "stopped.log")] == ["1", "2", "3", "4"]
+    logs = {name: _lines(folder / precision / f"{name}.log")
+            for name in ("uninterrupted", "stopped")}
+    assert [line.split()[1] for line in logs["stopped"]] == ["1", "2", "3", "4"]
+    if precision == "fp16":  # guard: the scale grew after the stop (the tracker mattered)
+        scales = [float(line.split()[5]) for line in logs["uninterrupted"]]
+        assert scales[3] == 2 * scales[0], scales
     assert_claim("fsdp.gpt_resume", actual=_hex(resumed["digest"]),
-                 expected=_hex(uninterrupted["digest"]), context="torch, 2 ranks, at step 2")
+                 expected=_hex(uninterrupted["digest"]),
+                 context=f"torch, {precision}, 2 ranks, at step 2")
+    assert logs["stopped"] == logs["uninterrupted"], "the resumed run logged otherwise"
 
 
 def _hex(digest: str) -> np.ndarray:
     return np.frombuffer(bytes.fromhex(digest), np.uint8)
 
 
-def _command(directory: Path, world_size: int, steps: int, impl: str = "reference"
-             ) -> list[str]:
+def _command(directory: Path, world_size: int, steps: int, impl: str = "reference",
+             options: tuple[str, ...] = drv.RESUME_OPTIONS) -> list[str]:
     """The command's stdout lines, run here (exit status 0 asserted)."""
     out = io.StringIO()
     argv = ["train", "--impl", impl, "--world-size", str(world_size), "--steps", str(steps),
-            "--checkpoint-dir", str(directory), *drv.RESUME_OPTIONS]
+            "--checkpoint-dir", str(directory), *options]
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
         status = main([*argv, *(["--resume"] if directory.exists() else [])])
     assert status == 0
     return out.getvalue().strip().splitlines()
 
 
-def _reference_resume(tmp_path: Path, world_size: int) -> None:
-    expected = _command(tmp_path / "uninterrupted", world_size, 4)
-    _command(tmp_path / "stopped", world_size, 2)
-    lines = _command(tmp_path / "stopped", world_size, 4)
+OPTIONS = {"bf16": drv.RESUME_OPTIONS, "fp16": drv.RESUME_FP16_OPTIONS}
+
+
+def _reference_resume(tmp_path: Path, world_size: int, precision: str = "bf16") -> None:
+    options = OPTIONS[precision]
+    expected = _command(tmp_path / "uninterrupted", world_size, 4, options=options)
+    _command(tmp_path / "stopped", world_size, 2, options=options)
+    lines = _command(tmp_path / "stopped", world_size, 4, options=options)
     assert lines[0].startswith("step 3 "), "guard: it resumed, not started afresh"
-    assert lines[-1] != _command(tmp_path / "short", world_size, 2)[-1], "guard: steps matter"
+    assert lines == expected[2:], "the resumed run logged otherwise"
+    assert lines[-1] != _command(tmp_path / "short", world_size, 2, options=options)[-1], \
+        "guard: steps matter"
+    if precision == "fp16":  # guard: the scale grew after the stop (the tracker mattered)
+        scales = [float(line.split()[5]) for line in expected[:-1]]
+        assert scales[3] == 2 * scales[0], scales
     assert_claim("fsdp.gpt_resume", actual=_hex(lines[-1].split()[-1]),
                  expected=_hex(expected[-1].split()[-1]),
-                 context=f"reference, {world_size} ranks")
+                 context=f"reference, {precision}, {world_size} ranks")
 
 
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
 def test_the_reference_fsdp_run_stopped_and_resumed_ends_with_the_uninterrupted_digest(
-        tmp_path: Path) -> None:
-    """fsdp.gpt_resume, the reference's 2 simulated ranks: each rank's rows saved in its own
-    container at step 2, resumed to step 4, the uninterrupted digest."""
-    _reference_resume(tmp_path, 2)
+        tmp_path: Path, precision: str) -> None:
+    """fsdp.gpt_resume, the reference's 2 simulated ranks (bf16; fp16 with a scaler per
+    rank): each rank's rows and the scaler's state saved in its own container at step 2,
+    resumed to step 4, the uninterrupted log and digest."""
+    _reference_resume(tmp_path, 2, precision)
 
 
 def test_the_two_rank_fsdp_loss_curve_follows_the_single_process_run(
@@ -169,11 +219,9 @@ def test_the_two_rank_fsdp_loss_curve_follows_the_single_process_run(
 
 def test_the_command_refuses_what_fsdp_does_not_take(tmp_path: Path,
                                                      capsys: pytest.CaptureFixture) -> None:
-    """One line and exit 2 for fp16 (no ShardedGradScaler), the MLP, --recompute and one
-    rank; nothing written."""
+    """One line and exit 2 for the MLP, --recompute and one rank; nothing written."""
     base = ["train", "--impl", "reference", "--steps", "2", "--parallel", "fsdp"]
-    cases = [(["--model", "gpt", "--world-size", "2", "--precision", "fp16"], "ShardedGradScaler"),
-             (["--world-size", "2"], "--model gpt"),
+    cases = [(["--world-size", "2"], "--model gpt"),
              (["--model", "gpt", "--world-size", "2", "--recompute", "1"], "--recompute"),
              (["--model", "gpt"], "--world-size N")]
     for i, (extra, said) in enumerate(cases):
@@ -211,17 +259,30 @@ def test_a_resume_at_another_world_size_or_of_the_other_parallel_is_refused(
 # ------------------------------------------------------------------------- slow
 
 @pytest.mark.slow
+def test_the_bf16_fsdp_run_stopped_and_resumed_ends_with_the_uninterrupted_digest(
+        tmp_path: Path) -> None:
+    """fsdp.gpt_resume, torch, 2 ranks, bf16 (no scaler; the default test's fp16 run takes
+    the same path with one). Measured: 2 to 4 s, 2.5 s of it starting the ranks."""
+    import ranks
+
+    jobs = drv.resume_jobs(tmp_path, 2)
+    _check_resume((jobs, ranks.launch(jobs, 2, timeout=300)), tmp_path, "bf16")
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("world_size", [3, 4])
 def test_the_gpt_fsdp_step_matches_at_three_and_four_ranks(world_size: int) -> None:
-    """fsdp.gpt_all_gather, fsdp.gpt_reduce_scatter, fsdp.gpt_adamw at 3 and 4 ranks (rows
-    16 and 32 that 3 does not divide: short last chunks), fp32 and bf16.
+    """fsdp.gpt_all_gather, fsdp.gpt_reduce_scatter, fsdp.gpt_adamw, fsdp.gpt_scaler at 3
+    and 4 ranks (rows 16 and 32 that 3 does not divide: short last chunks), fp32, bf16 and
+    fp16.
     Measured: 3.5 s each."""
     import ranks
 
     jobs = drv.gpt_jobs(world_size, PRECISIONS)
     launch = (jobs, ranks.launch(jobs, world_size, timeout=300))
-    for precision in PRECISIONS:
-        assert _check_step(launch, precision) == 3 * world_size * 53
+    for job in jobs:
+        precision = job["config"]["precision"]
+        assert _check_step(launch, precision) == job["steps"] * world_size * 53
 
 
 @pytest.mark.slow

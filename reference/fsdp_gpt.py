@@ -8,28 +8,48 @@ model but which parameters form each fully_shard module (`groups`).
 
 One step over ws simulated ranks (the parameters live only as padded shards):
 
-    all_gather:  every parameter from the ranks' shards, cast to param_dtype (bf16: one
-                 rounding; fp32: a copy)
+    all_gather:  every parameter from the ranks' shards, cast to param_dtype (bf16, fp16:
+                 one rounding; fp32: a copy)
     for rank r:  the gathered parameters into rank r's replica; forward of the GPT on
-                 shard(x, r), its own float32 cross-entropy; backward; the local gradients
-                 in param_dtype
+                 shard(x, r), its own float32 cross-entropy; backward of S * loss (S: the
+                 scaler's scale, fp16; else 1); the local gradients in param_dtype
     reduce_scatter per fully_shard module (each block; the root: wte, wpe, ln_f, lm_head):
                  float32 buffers, the ring, ReduceOp.AVG's division by ws
-    for rank r:  AdamW on its unpadded rows (elementwise: each element as the unsharded
-                 AdamW would); the run then steps each rank's schedule
+    fp16:        each rank's unscale_ of its own rows (g <- g * f32(1/S); found_inf_r: an
+                 inf or NaN among them), found_inf all-reduced (NOTE [ found_inf under
+                 FSDP2 ]), so every rank skips or steps together
+    for rank r:  AdamW on its unpadded rows unless found_inf (elementwise: each element as
+                 the unsharded AdamW would); the scale's update; the run then steps each
+                 rank's schedule unless the step was skipped
 
-What the reference does otherwise than the engine: under bf16 torch runs every op of the
-forward and backward in bfloat16 (the parameters are bfloat16: no autocast); the reference
-runs its GPT under its autocast emulation (reference/amp.py: bf16 matmuls, float32
-elsewhere) on the bf16-rounded weights, then rounds its gradients to bfloat16. Its own
+# NOTE [ found_inf under FSDP2 ]
+A rank's sharded gradient holds only its rows of the reduced sum: an inf that one rank's
+local gradient carried reaches the rows of the one rank that owns that element, and only
+that rank's unscale_ sees it (unlike DDP, where every rank holds the whole sum: NOTE
+[ found_inf is per rank ] in reference/ddp_scaler.py). Left per rank, that rank would skip
+and halve its scale while the others step. On torch 2.13 the flag is all-reduced twice:
+the DTensor dispatch of `_amp_foreach_non_finite_check_and_unscale_` (its
+found_inf_reduce_handler) takes found_inf as Partial("max") over the mesh and makes it
+full (MAX: 1 on every rank if any rank found one), then ShardedGradScaler.unscale_
+all-reduces it with ReduceOp.SUM on its process group (ws). Step and update ask only
+whether it is nonzero (ShardedGradScaler's CPU update: found_inf >= 1 backs off), so
+every rank skips and updates alike; the reference runs both all-reduces
+(reference.ddp_scaler.sync_found_inf, "max" then "sum": 0 or ws, exact).
+
+What the reference does otherwise than the engine: under bf16 (fp16) torch runs every op
+of the forward and backward in bfloat16 (float16; the parameters are param_dtype: no
+autocast); the reference runs its GPT under its autocast emulation (reference/amp.py:
+low-precision matmuls, float32 elsewhere) on the rounded weights, then rounds its
+gradients to param_dtype. Its own
 local gradients are never torch's bits (a BLAS order, and this); what the claims hold bit
 for bit replays the torch ranks' local gradients (`local_grads`).
 
-The run (`train`): no loss scaler (fp16 is refused: FSDP2 would need a ShardedGradScaler),
-no recomputation; a checkpoint every K steps saves each rank's own rows (model/<name>,
-AdamW's buffers of its shard) beside the replicated entries, in reference/sharded_ckpt.py's
-containers; a resume is at the same world size. The digest is gpt_rank_digest of the
-joined state (every rank's rows concatenated), with a scaler's entries at scale 1.
+The run (`train`): fp16 with a loss scaler per rank (the same on every rank: the repaired
+found_inf), no recomputation; a checkpoint every K steps saves each rank's own rows
+(model/<name>, AdamW's buffers of its shard) beside the replicated entries (the scaler's
+scale and growth tracker among them), in reference/sharded_ckpt.py's containers; a resume
+is at the same world size. The digest is gpt_rank_digest of the joined state (every rank's
+rows concatenated; bf16 and fp32: the disabled scaler's scale 1, tracker 0).
 """
 
 from __future__ import annotations
@@ -47,19 +67,20 @@ from ckpt.policy import due
 from common.ddp_gpt_state import gpt_rank_digest
 from common.train_config import OPTIMIZERS, TrainConfig
 from common.train_loop import RanksResult, batches
-from reference import amp, ddp_gpt, optim
+from reference import amp, ddp_gpt, loss_scaling, optim
 from reference import ddp as rddp
 from reference import fsdp as rfsdp
 from reference import sharded_ckpt as sharded
+from reference.ddp_scaler import sync_found_inf
 from reference.gpt import GPT
 from reference.module import Parameter
 from reference.state_digest import as_array
 from reference.train import _make_scheduler
 from reference.train_models import batch_of, build
 
-PRECISIONS = ("fp32", "bf16")  # fp16 would need a ShardedGradScaler: not taken
+PRECISIONS = ("fp32", "bf16", "fp16")
 PAYLOAD = sharded.PAYLOAD
-PARAM_DTYPES = {"fp32": np.float32, "bf16": ml_dtypes.bfloat16}
+PARAM_DTYPES = {"fp32": np.float32, "bf16": ml_dtypes.bfloat16, "fp16": np.float16}
 
 
 def groups(n_layer: int) -> list[list[int]]:
@@ -75,13 +96,15 @@ def groups(n_layer: int) -> list[list[int]]:
 class Ranks:
     """ws simulated FSDP ranks of the GPT: each one's replica (its parameters overwritten by
     the gathered ones every step; its dropout stream), padded shards [rank][param], the
-    Parameters viewing their unpadded rows, AdamW on them and the schedule."""
+    Parameters viewing their unpadded rows, AdamW on them, the schedule and the loss scaler
+    (enabled for fp16 only)."""
 
     replicas: list[GPT]
     padded: list[list[np.ndarray]]
     shards: list[list[Parameter]]
     optimizers: list[optim.AdamW]
     schedulers: list[Any]
+    scalers: list[loss_scaling.GradScaler]
     rngs: list[np.random.Generator]  # each replica's dropout stream
     parts: Any  # rank 0's build: the loader of the global batch, the sampler
 
@@ -107,60 +130,102 @@ def simulated_ranks(c: TrainConfig, world_size: int, initial: Sequence[np.ndarra
                for i, p in enumerate(full)] for r in range(ws)]
     optimizers = [optim.AdamW(ps, lr=c.lr, **OPTIMIZERS["AdamW"], **adamw) for ps in shards]
     schedulers = [_make_scheduler(opt, c) for opt in optimizers]
-    return Ranks(replicas, padded, shards, optimizers, schedulers, rngs, parts0)
+    scalers = [loss_scaling.make_scaler(c.precision, init_scale=c.init_scale,
+                                        growth_interval=c.growth_interval) for _ in range(ws)]
+    return Ranks(replicas, padded, shards, optimizers, schedulers, scalers, rngs, parts0)
 
 
 @dataclass
 class StepRecord:
     """One FSDP step of the GPT over the simulated ranks: the gathered parameters [param],
     the local gradients used [rank][param] (param_dtype), the sharded gradients
-    [rank][param] (float32), each rank's shard loss."""
+    [rank][param] (float32, still scaled), each rank's shard loss, and per rank the scale
+    the step used, the found_inf it read (after both all-reduces), whether it skipped."""
 
     gathered: list[np.ndarray]
     local: list[list[np.ndarray]]
     grads: list[list[np.ndarray]]
     losses: list[float]
+    scale: list[float]
+    found_inf: list[float]
+    skipped: list[bool]
 
 
 def fsdp_step(ranks: Ranks, x: np.ndarray, y: np.ndarray, *, precision: str,
               local_grads: Callable[[int], list[np.ndarray]] | None = None) -> StepRecord:
     """One FSDP step over the simulated ranks (the module docstring); `local_grads(rank)`,
-    if given, replaces rank's own local gradients (a replay of the torch ranks')."""
-    ws, dt = len(ranks.padded), PARAM_DTYPES[precision]
+    if given, replaces rank's own local gradients (a replay of the torch ranks'). A scaled
+    fp16 backward may overflow on purpose (the scaler's check is how the ranks find out), so
+    NumPy's overflow and invalid warnings are silenced here."""
+    ws, dt, scalers = len(ranks.padded), PARAM_DTYPES[precision], ranks.scalers
     shapes = [p.data.shape for p in ranks.replicas[0].parameters()]
     gathered = [rfsdp.all_gather([ranks.padded[r][i] for r in range(ws)], shape, dt)
                 for i, shape in enumerate(shapes)]
     local, losses = [], []
-    for rank, model in enumerate(ranks.replicas):
-        model.zero_grad()
-        for p, g in zip(model.parameters(), gathered, strict=True):
-            np.copyto(p.data, g.astype(p.data.dtype))  # a bf16 value is exact in float32
-        xr, yr = rddp.shard(x, rank, ws), rddp.shard(y, rank, ws)  # (B/ws, T) token ids
-        with amp.autocast(amp.autocast_dtype(precision)):
-            _, loss = model.forward(xr, yr)  # its own float32 cross-entropy
-        model.backward(np.ones_like(loss))
-        own = [p.grad.astype(dt) for p in model.parameters()]
-        local.append(own if local_grads is None else local_grads(rank))
-        losses.append(float(loss))
-    record = rfsdp.fsdp_step(ranks.padded, ranks.shards, ranks.optimizers, local,
-                             groups(ranks.replicas[0].config.n_layer), param_dtype=dt,
-                             reduce_dtype=np.float32)
-    return StepRecord(gathered, local, record.grads, losses)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for rank, model in enumerate(ranks.replicas):
+            model.zero_grad()
+            for p, g in zip(model.parameters(), gathered, strict=True):
+                np.copyto(p.data, g.astype(p.data.dtype))  # bf16, fp16: exact in float32
+            xr, yr = rddp.shard(x, rank, ws), rddp.shard(y, rank, ws)  # (B/ws, T) token ids
+            with amp.autocast(amp.autocast_dtype(precision)):
+                _, loss = model.forward(xr, yr)  # its own float32 cross-entropy
+            model.backward(scalers[rank].scale(np.ones_like(loss)))
+            own = [p.grad.astype(dt) for p in model.parameters()]
+            local.append(own if local_grads is None else local_grads(rank))
+            losses.append(float(loss))
+    grads: list[list[Any]] = [[None] * len(shapes) for _ in range(ws)]
+    for group in groups(ranks.replicas[0].config.n_layer):  # one reduce-scatter per module
+        rows = rfsdp.reduce_scatter([[local[r][i] for i in group] for r in range(ws)],
+                                    np.float32)
+        for r in range(ws):
+            for i, g in zip(group, rows[r], strict=True):
+                grads[r][i] = g
+    record = StepRecord(gathered, local, grads, losses, [], [], [])
+    for r in range(ws):
+        for p, g in zip(ranks.shards[r], grads[r], strict=True):
+            p.grad = g.copy()
+        record.scale.append(scalers[r].get_scale())
+    _optimizer_phase(ranks, record)
+    return record
 
 
-def rank_state(ranks: Ranks, rank: int, step: int) -> dict[str, Any]:
+def _optimizer_phase(ranks: Ranks, record: StepRecord) -> None:
+    """NOTE [ found_inf under FSDP2 ]: every rank's unscale_ of its own rows, found_inf
+    all-reduced twice (MAX, then SUM), AdamW unless it is nonzero, the scale's update."""
+    scalers, optimizers = ranks.scalers, ranks.optimizers
+    if scalers[0].is_enabled():
+        for scaler, optimizer in zip(scalers, optimizers, strict=True):
+            scaler.unscale_(optimizer)  # found_inf: inf or NaN in this rank's rows
+        sync_found_inf(scalers, optimizers, "max")  # the DTensor op's Partial("max")
+        sync_found_inf(scalers, optimizers, "sum")  # ShardedGradScaler.unscale_'s SUM
+    for scaler, optimizer in zip(scalers, optimizers, strict=True):
+        enabled = scaler.is_enabled()
+        record.found_inf.append(float(scaler._found_inf_per_device(optimizer)["cpu"])
+                                if enabled else 0.0)
+        scaler.step(optimizer)
+        record.skipped.append(loss_scaling.step_skipped(scaler, optimizer))
+        scaler.update()
+
+
+def rank_state(ranks: Ranks, rank: int, step: int, skipped: int = 0) -> dict[str, Any]:
     """Rank `rank`'s saved state: model/<name> its unpadded rows, AdamW's buffers of its
-    shards and the schedule (ddp_gpt.optimizer_state), the data position, the step, its
-    stream (torch_impl/sharded_ckpt.py's table, without a scaler)."""
+    shards and the schedule (ddp_gpt.optimizer_state), the scaler's scale and growth
+    tracker (fp32, bf16: 1 and 0), the data position, the step, the skipped steps, its
+    stream (torch_impl/sharded_ckpt.py's table)."""
     names = [n for n, _ in ranks.replicas[rank].named_parameters()]
     state: dict[str, Any] = {f"model/{n}": p.data.copy()
                              for n, p in zip(names, ranks.shards[rank], strict=True)}
     state.update(ddp_gpt.optimizer_state(ranks.optimizers[rank], ranks.schedulers[rank],
                                          ranks.shards[rank]))
+    scaler = ranks.scalers[rank]
+    state["scaler/scale"] = np.float64(scaler.get_scale())
+    state["scaler/growth_tracker"] = np.int64(scaler._get_growth_tracker())
     sampler = ranks.parts.sampler
     state["data/epoch"] = np.int64(sampler.epoch)
     state["data/position"] = np.int64(sampler.position)
     state["step"] = np.int64(step)
+    state["skipped"] = np.int64(skipped)
     state[f"rng/rank{rank}"] = ranks.rngs[rank].bit_generator.state
     return state
 
@@ -172,19 +237,23 @@ def apply_loaded(state: dict[str, Any], ranks: Ranks, rank: int) -> None:
         np.copyto(p.data, state[f"model/{n}"])  # into the padded shard's rows
     ddp_gpt.load_optimizer_state(state, ranks.optimizers[rank], ranks.schedulers[rank],
                                  ranks.shards[rank])
+    sd = ranks.scalers[rank].state_dict()
+    if sd:  # fp16's; a disabled scaler has no state
+        sd.update(scale=float(state["scaler/scale"]),
+                  _growth_tracker=int(state["scaler/growth_tracker"]))
+        ranks.scalers[rank].load_state_dict(sd)
     ranks.rngs[rank].bit_generator.state = state[f"rng/rank{rank}"]
 
 
 def digest_state(states: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Every rank's rows joined along dim 0 (a 0-d entry, AdamW's step, rank 0's), with a
-    scaler's entries at scale 1: the state gpt_rank_digest reads."""
+    """Every rank's rows joined along dim 0 (a 0-d entry, AdamW's step, rank 0's; the
+    scaler's, the same on every rank): the state gpt_rank_digest reads."""
     joined: dict[str, Any] = {}
     for key, value in states[0].items():
         if key.startswith("model/") or (key.startswith("optim/") and np.ndim(value) > 0):
             joined[key] = np.concatenate([np.asarray(s[key]) for s in states])
         elif not key.startswith("rng/"):
             joined[key] = value
-    joined["scaler/scale"], joined["scaler/growth_tracker"] = np.float64(1.0), np.int64(0)
     return joined
 
 
@@ -194,7 +263,7 @@ def train(config: TrainConfig, steps: int, world_size: int, directory: str | Pat
     """Run the N-rank FSDP training (the module docstring) from `start` to `steps`."""
     c, ws = config, world_size
     ranks = simulated_ranks(c, ws)
-    sampler, step = ranks.parts.sampler, 0
+    sampler, step, skipped = ranks.parts.sampler, 0, 0
     if start.record is not None:
         record, states = sharded.load_sharded(directory, ws, c.seed)
         if record.step != start.record.step or record.world_size != ws:
@@ -205,20 +274,21 @@ def train(config: TrainConfig, steps: int, world_size: int, directory: str | Pat
             apply_loaded(state, ranks, rank)
         sampler.load_state_dict({**sampler.state_dict(), "epoch": int(states[0]["data/epoch"]),
                                  "position": int(states[0]["data/position"])})
-        step = int(states[0]["step"])
+        step, skipped = int(states[0]["step"]), int(states[0]["skipped"])
     data = batches(c, ranks.parts.loader, batch_of)  # from the sampler's (restored) position
     while step < steps:
         x, y = next(data)
         record = fsdp_step(ranks, x, y, precision=c.precision)
-        for scheduler in ranks.schedulers:
-            scheduler.step()
-        step += 1
+        for scheduler in ranks.schedulers if not record.skipped[0] else ():
+            scheduler.step()  # the schedule counts applied updates
+        step, skipped = step + 1, skipped + int(record.skipped[0])
         mean = sum(np.float64(loss) for loss in record.losses) / ws
-        log(f"step {step} loss {float(mean):.6g} scale 1 skipped 0 (total 0)")
+        log(f"step {step} loss {float(mean):.6g} scale {record.scale[0]:g} skipped "
+            f"{int(record.skipped[0])} (total {skipped})")
         if due(step, steps, every):
-            sharded.save_sharded(directory, step, [rank_state(ranks, r, step)
+            sharded.save_sharded(directory, step, [rank_state(ranks, r, step, skipped)
                                                    for r in range(ws)],
                                  config={**c.to_dict(), "parallel": "fsdp"})
             commit_policy.prune(directory, keep)
     joined = digest_state([rank_state(ranks, r, step) for r in range(ws)])
-    return RanksResult(step, gpt_rank_digest(joined, as_array), 0)
+    return RanksResult(step, gpt_rank_digest(joined, as_array), skipped)

@@ -6,10 +6,21 @@ over simulated ranks and the run; reference/fsdp.py for the arithmetic (NOTE [ F
 shards ], NOTE [ FSDP2's all-gather ], NOTE [ FSDP2's reduce-scatter on gloo ]).
 
 What the engine does that the reference states:
-- precision "bf16": MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32): each
-  module all-gathers its shards cast to bfloat16 and runs its forward and backward on them
-  (every op in bfloat16: no autocast); the local gradients are bfloat16, copied into a
-  float32 buffer and reduce-scattered (ReduceOp.AVG). "fp32": no policy, float32 throughout.
+- precision "bf16" ("fp16"): MixedPrecisionPolicy(param_dtype=bfloat16 (float16),
+  reduce_dtype=float32): each module all-gathers its shards cast to param_dtype and runs its
+  forward and backward on them (every op in it: no autocast); the local gradients are
+  param_dtype, copied into a float32 buffer and reduce-scattered (ReduceOp.AVG). "fp32": no
+  policy, float32 throughout. fp16 is bf16's policy with float16, not the one-process run's
+  autocast (float32 weights, float16 matmuls): FSDP2 casts what it gathers, and the float16
+  gradients it then reduces are what a scaler must keep from underflow and watch for
+  overflow; the reduce stays float32, so the sum of ws scaled gradients cannot overflow.
+- fp16's scaler is ShardedGradScaler (make_scaler): unscale_ runs
+  `_amp_foreach_non_finite_check_and_unscale_` on this rank's DTensor gradients (their local
+  rows times f32(1/S)), whose DTensor dispatch already takes found_inf as Partial("max") and
+  all-reduces it; unscale_ then all-reduces it again with ReduceOp.SUM (NOTE [ found_inf
+  under FSDP2 ] in reference/fsdp_gpt.py). Its CPU update is its own Python rule, the
+  same bits as the reference's for power-of-two factors. Its scale and growth tracker are
+  saved beside the replicated entries; a skipped step does not step the schedule.
 - The fully_shard modules are the blocks (each its 12 parameters) and the root (wte, wpe,
   ln_f, lm_head): reference.fsdp_gpt.groups. The root's pre-forward hook runs first, so the
   root's parameters gather before the first block's.
@@ -25,6 +36,7 @@ from __future__ import annotations
 import math
 import tempfile
 import threading
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +47,7 @@ import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
 import ranks
 from ckpt import commit as ckc
@@ -43,25 +56,37 @@ from ckpt.policy import due
 from common.ddp_gpt_state import gpt_rank_digest
 from common.train_config import OPTIMIZERS, TrainConfig
 from common.train_loop import RanksResult, batches
+from torch_impl import loss_scaling
 from torch_impl import sharded_ckpt as sc
 from torch_impl.ddp import shard
 from torch_impl.state_digest import as_array
 from torch_impl.train import _make_scheduler
 from torch_impl.train_models import batch_of, build
 
-PRECISIONS = ("fp32", "bf16")  # fp16 would need a ShardedGradScaler: not taken
+PRECISIONS = ("fp32", "bf16", "fp16")
 PAYLOAD = sc.PAYLOAD
+PARAM_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 ADAMW_ENTRIES = ("step", "exp_avg", "exp_avg_sq")
 
 
+
+
 def policy(precision: str) -> MixedPrecisionPolicy | None:
-    """The MixedPrecisionPolicy of a precision: bf16's, or none (fp32)."""
+    """The MixedPrecisionPolicy of a precision: param_dtype bf16's or fp16's with a float32
+    reduce, or none (fp32)."""
     if precision not in PRECISIONS:
-        raise ValueError(f"fsdp_gpt: precision one of {PRECISIONS}, got {precision!r} (fp16 "
-                         "would need a ShardedGradScaler, which this run leaves out)")
+        raise ValueError(f"fsdp_gpt: precision one of {PRECISIONS}, got {precision!r}")
     if precision == "fp32":
         return None
-    return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    return MixedPrecisionPolicy(param_dtype=PARAM_DTYPES[precision], reduce_dtype=torch.float32)
+
+
+def make_scaler(c: TrainConfig, group: Any) -> ShardedGradScaler:
+    """ShardedGradScaler on `group`, enabled for fp16 only (disabled: scale 1, tracker 0,
+    step is optimizer.step): unscale_ multiplies this rank's gradient rows by f32(1/S) and
+    all-reduces found_inf (ReduceOp.SUM) before step reads it."""
+    return ShardedGradScaler("cpu", init_scale=c.init_scale, growth_interval=c.growth_interval,
+                             enabled=c.precision == "fp16", process_group=group)
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
@@ -81,6 +106,7 @@ class Replica:
     initial: list[torch.Tensor]
     optimizer: torch.optim.AdamW
     scheduler: torch.optim.lr_scheduler.LRScheduler
+    scaler: ShardedGradScaler
     gathered: dict[int, torch.Tensor] = field(default_factory=dict)
     local: dict[int, torch.Tensor] = field(default_factory=dict)
 
@@ -109,7 +135,8 @@ def replica(config: TrainConfig, group: Any, record: bool = False) -> Replica:
         fully_shard(block, **kwargs)
     fully_shard(model, **kwargs)
     optimizer = torch.optim.AdamW(model.parameters(), lr=c.lr, **OPTIMIZERS["AdamW"])
-    rep = Replica(c, parts, names, initial, optimizer, _make_scheduler(optimizer, c))
+    rep = Replica(c, parts, names, initial, optimizer, _make_scheduler(optimizer, c),
+                  make_scaler(c, group))
     if record:
         index = {n: i for i, n in enumerate(names)}
         modules = [("", model)] + [(f"transformer.h.{k}.", b)
@@ -135,35 +162,53 @@ def _recorder(rep: Replica, indices: list[int]) -> Callable[..., None]:
 @dataclass
 class StepRecord:
     """One FSDP2 step of the GPT on this rank: its rows (x, y), the sharded gradients
-    [param] (this rank's rows, float32) and its shard's loss (float32)."""
+    [param] (this rank's rows, float32, still scaled), its shard's loss (float32), the scale
+    the step used, the found_inf step read (summed over the ranks), whether it skipped."""
 
     rows: tuple[torch.Tensor, torch.Tensor]
     grads: list[torch.Tensor]
     loss: torch.Tensor
+    scale: float = 1.0
+    found_inf: float = 0.0
+    skipped: bool = False
 
 
 def fsdp_step(rep: Replica, x: torch.Tensor, y: torch.Tensor, *, rank: int,
               world_size: int) -> StepRecord:
     """One FSDP2 step of the GPT on rank `rank`, which trains on shard(x, rank, ws): zero_grad,
     the forward (each module's all-gather before it), the float32 next-token loss of its
-    rows, backward (each module's reduce-scatter after it), AdamW on the shards. The run
-    steps the schedule after it (reference.fsdp_gpt.fsdp_step)."""
+    rows, backward of S * loss (each module's reduce-scatter after it), then the scaler's
+    unscale_ of this rank's rows (found_inf all-reduced), AdamW on the shards unless inf or
+    NaN, update. The run steps the schedule after it unless it skipped
+    (reference.fsdp_gpt.fsdp_step)."""
+    scaler = rep.scaler
     rep.optimizer.zero_grad(set_to_none=True)
     # (B/ws, T) token ids; contiguous, as NextTokenLoss's view(-1) of the targets needs
     xr, yr = (shard(t, rank, world_size).contiguous() for t in (x, y))
     logits, _ = rep.parts.model(xr)  # (B/ws, T, V), param_dtype
     loss = rep.parts.loss_fn((logits.float(), None), yr)
-    loss.backward()  # the reduce-scatters run here, module by module
+    scaler.scale(loss).backward()  # the reduce-scatters run here, module by module
     grads = [_local(p.grad) for p in rep.params]
-    rep.optimizer.step()
-    return StepRecord((xr, yr), grads, loss.detach().clone())
+    record = StepRecord((xr, yr), grads, loss.detach().clone(), scaler.get_scale())
+    with warnings.catch_warnings():  # found_inf is (1,): the DTensor dispatch says so
+        warnings.filterwarnings("ignore", "Found a non-scalar tensor with numel=1",
+                                UserWarning)
+        scaler.unscale_(rep.optimizer)  # this rank's rows; NOTE [ found_inf under FSDP2 ]
+    if scaler.is_enabled():
+        record.found_inf = sum(v.item() for v in
+                               scaler._found_inf_per_device(rep.optimizer).values())
+    scaler.step(rep.optimizer)
+    record.skipped = loss_scaling.step_skipped(scaler, rep.optimizer)
+    scaler.update()
+    return record
 
 
 def rank_state(rep: Replica, generator: torch.Generator, step: int, rank: int,
-               full: bool = False) -> dict[str, torch.Tensor]:
+               full: bool = False, skipped: int = 0) -> dict[str, torch.Tensor]:
     """This rank's state, the table of torch_impl/sharded_ckpt.py: model/<name>,
-    optim/step|exp_avg|exp_avg_sq/<i>, optim/lr, sched/..., data/..., step, rng/rank<r>
-    (no scaler: bf16 and fp32 have none). From get_state_dict: sharded DTensors (aliasing
+    optim/step|exp_avg|exp_avg_sq/<i>, optim/lr, sched/..., scaler/scale and
+    scaler/growth_tracker (bf16 and fp32: 1 and 0, the disabled scaler's), data/..., step,
+    skipped, rng/rank<r>. From get_state_dict: sharded DTensors (aliasing
     the live ones: a template for load_sharded fills them), or with `full` every entry
     all-gathered (every rank then holds the same full tensors: the digest's). Before the
     first step, get_state_dict creates AdamW's state by a step at lr 0 on zero gradients
@@ -178,10 +223,14 @@ def rank_state(rep: Replica, generator: torch.Generator, step: int, rank: int,
     state["optim/lr"] = torch.tensor(rep.optimizer.param_groups[0]["lr"], dtype=torch.float64)
     state["sched/last_epoch"] = torch.tensor(rep.scheduler.last_epoch, dtype=torch.int64)
     state["sched/step_count"] = torch.tensor(rep.scheduler._step_count, dtype=torch.int64)
+    state["scaler/scale"] = torch.tensor(rep.scaler.get_scale(), dtype=torch.float64)
+    state["scaler/growth_tracker"] = torch.tensor(rep.scaler._get_growth_tracker(),
+                                                  dtype=torch.int64)
     sampler = rep.parts.sampler
     state["data/epoch"] = torch.tensor(sampler.epoch, dtype=torch.int64)
     state["data/position"] = torch.tensor(sampler.position, dtype=torch.int64)
     state["step"] = torch.tensor(step, dtype=torch.int64)
+    state["skipped"] = torch.tensor(skipped, dtype=torch.int64)
     state[f"rng/rank{rank}"] = generator.get_state()
     return state
 
@@ -189,7 +238,7 @@ def rank_state(rep: Replica, generator: torch.Generator, step: int, rank: int,
 def apply_loaded(state: dict[str, torch.Tensor], rep: Replica, generator: torch.Generator,
                  rank: int) -> int:
     """set_state_dict from a loaded rank_state (model and AdamW: this rank's rows), then the
-    lr, the schedule, the sampler and the stream; returns the step."""
+    lr, the schedule, the scaler, the sampler and the stream; returns the step."""
     model_sd = {k.removeprefix("model/"): v for k, v in state.items() if k.startswith("model/")}
     lr = float(state["optim/lr"])
     _, optim_sd = get_state_dict(rep.parts.model, rep.optimizer)
@@ -204,6 +253,11 @@ def apply_loaded(state: dict[str, torch.Tensor], rep: Replica, generator: torch.
     sd.update(last_epoch=int(state["sched/last_epoch"]),
               _step_count=int(state["sched/step_count"]), _last_lr=[lr])
     rep.scheduler.load_state_dict(sd)
+    sd = rep.scaler.state_dict()
+    if sd:  # fp16's; a disabled scaler has no state
+        sd.update(scale=float(state["scaler/scale"]),
+                  _growth_tracker=int(state["scaler/growth_tracker"]))
+        rep.scaler.load_state_dict(sd)
     rep.parts.sampler.load_state_dict({**rep.parts.sampler.state_dict(),
                                        "epoch": int(state["data/epoch"]),
                                        "position": int(state["data/position"])})
@@ -213,12 +267,9 @@ def apply_loaded(state: dict[str, torch.Tensor], rep: Replica, generator: torch.
 
 def digest_state(rep: Replica, generator: torch.Generator, step: int, rank: int
                  ) -> dict[str, torch.Tensor]:
-    """The full state (every rank's rows joined) with the DDP run's scaler entries (a run
-    without a scaler: scale 1, tracker 0), for common.ddp_gpt_state.gpt_rank_digest."""
-    state = rank_state(rep, generator, step, rank, full=True)
-    state["scaler/scale"] = torch.tensor(1.0, dtype=torch.float64)
-    state["scaler/growth_tracker"] = torch.tensor(0, dtype=torch.int64)
-    return state
+    """The full state (every rank's rows joined; the scaler's entries as the DDP run's),
+    for common.ddp_gpt_state.gpt_rank_digest."""
+    return rank_state(rep, generator, step, rank, full=True)
 
 
 def gpt_job(config: TrainConfig, steps: int, world_size: int) -> dict[str, Any]:
@@ -256,7 +307,7 @@ def run(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
     rep = replica(c, group, record=record)
     generator = torch.default_generator  # nn.Dropout's: this rank's stream
     torch.manual_seed(ckc.rank_seed(c.seed, rank, 0))
-    step = 0
+    step, skipped = 0, 0
     if not record and job["resume"] is not None:
         template = rank_state(rep, generator, 0, rank)
         commit, _ = sc.load_sharded(job["directory"], template, group)
@@ -264,7 +315,7 @@ def run(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
             raise RuntimeError(f"{job['directory']}: its newest commit is step {commit.step} "
                                f"of {commit.world_size} ranks, the command chose step "
                                f"{job['resume']} at {ws} (changed since?)")
-        step = apply_loaded(template, rep, generator, rank)
+        step, skipped = apply_loaded(template, rep, generator, rank), int(template["skipped"])
     log = open(job["log"], "a", encoding="utf-8") if rank == 0 and not record else None
     data = batches(c, rep.parts.loader, batch_of)  # from the sampler's (restored) position
     out: list[dict[str, Any]] = []
@@ -277,24 +328,29 @@ def run(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
             rep.gathered.clear()
             rep.local.clear()
             rec = fsdp_step(rep, x, y, rank=rank, world_size=ws)
-            rep.scheduler.step()
-            step += 1
+            if not rec.skipped:  # the schedule counts applied updates
+                rep.scheduler.step()
+            step, skipped = step + 1, skipped + int(rec.skipped)
             if record:
                 n = len(rep.names)
                 out.append({"gathered": [rep.gathered[i] for i in range(n)],
                             "local": [rep.local[i] for i in range(n)], "grads": rec.grads,
                             "params": [_local(p) for p in rep.params], "loss": rec.loss,
-                            "lr": lr})
+                            "lr": lr, "scale": rec.scale, "found_inf": rec.found_inf,
+                            "skipped": rec.skipped,
+                            "tracker": rep.scaler._get_growth_tracker(),
+                            "next_scale": rep.scaler.get_scale()})
                 continue
             mean = rec.loss.double()
             dist.all_reduce(mean, group=group)  # the global batch's loss: the shards' mean
             if log is not None:
-                log.write(f"step {step} loss {float(mean) / ws:.6g} scale 1 skipped 0 "
-                          "(total 0)\n")
+                log.write(f"step {step} loss {float(mean) / ws:.6g} scale {rec.scale:g} "
+                          f"skipped {int(rec.skipped)} (total {skipped})\n")
                 log.flush()
             if due(step, steps, job["every"]):
-                sc.save_sharded(job["directory"], step, rank_state(rep, generator, step, rank),
-                                rank, group, config={**job["config"], "parallel": "fsdp"})
+                state = rank_state(rep, generator, step, rank, skipped=skipped)
+                sc.save_sharded(job["directory"], step, state, rank, group,
+                                config={**job["config"], "parallel": "fsdp"})
                 if rank == 0:
                     commit_policy.prune(job["directory"], job["keep"])
     finally:
@@ -305,7 +361,7 @@ def run(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
                  if k.startswith("optim/")}
         return {"initial": rep.initial, "steps": out, "state": state}
     final = digest_state(rep, generator, step, rank)
-    return {"step": step, "skipped": 0, "digest": gpt_rank_digest(final, as_array)}
+    return {"step": step, "skipped": skipped, "digest": gpt_rank_digest(final, as_array)}
 
 
 def train(config: TrainConfig, steps: int, world_size: int, directory: str | Path,
@@ -333,4 +389,4 @@ def train(config: TrainConfig, steps: int, world_size: int, directory: str | Pat
     digests = [r[0]["digest"] for r in results]
     if len(set(digests)) != 1:
         raise ranks.DDPError(f"fsdp: the ranks' joined states differ: digests {digests}")
-    return RanksResult(results[0][0]["step"], digests[0], 0)
+    return RanksResult(results[0][0]["step"], digests[0], results[0][0]["skipped"])

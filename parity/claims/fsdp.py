@@ -173,11 +173,12 @@ CLAIMS: tuple[Claim, ...] = (
     Claim(
         id="fsdp.gpt_adamw",
         statement=(
-            "After each of 3 FSDP2 steps of the compact GPT (torch.optim.AdamW on the "
-            "sharded DTensors, weight decay 0.01, the cosine schedule), every torch rank's "
-            "rows of every parameter are the reference rank's AdamW on its shards, bit for "
-            "bit; so are the lr of every step and, after the last, every rank's AdamW state "
-            "(step, exp_avg, exp_avg_sq of its rows), fp32 and bf16, world sizes 2 "
+            "After each of 3 FSDP2 steps of the compact GPT (4 in fp16; torch.optim.AdamW "
+            "on the sharded DTensors, weight decay 0.01, the cosine schedule), every torch "
+            "rank's rows of every parameter are the reference rank's AdamW on its shards, "
+            "bit for bit (fp16: unscaled, or left as they were where the step skipped); so "
+            "are the lr of every step and, after the last, every rank's AdamW state (step, "
+            "exp_avg, exp_avg_sq of its rows), fp32, bf16 and fp16, world sizes 2 "
             "(default), 3 and 4 (slow)."
         ),
         kind="bits",
@@ -188,14 +189,42 @@ CLAIMS: tuple[Claim, ...] = (
             "rows, so each element rounds as the unsharded AdamW's would (fsdp."
             "unsharded_state's argument); the reference's AdamW as torch's CPU kernel (fused "
             "multiply-adds, torch's own sqrt: NOTE [ torch's CPU sqrt is MKL's ]) and the "
-            "schedule's float64 recursion (NOTE [ Chainable schedules ])."
+            "schedule's float64 recursion (NOTE [ Chainable schedules ]). fp16: the unscale "
+            "is one float32 product by f32(1/S) per element on either side, and a skip is "
+            "the same decision on every rank of both trees (fsdp.gpt_scaler)."
+        ),
+        torch_since=(2, 8),
+    ),
+    Claim(
+        id="fsdp.gpt_scaler",
+        statement=(
+            "In fp16 (MixedPrecisionPolicy(param_dtype=float16, reduce_dtype=float32), "
+            "ShardedGradScaler from 2^18 growing every 2 clean steps), at every step of the "
+            "GPT's FSDP2 run every torch rank's scale used, found_inf read by step (after "
+            "unscale_'s all-reduces), skip decision, and growth tracker and scale after "
+            "update are the reference rank's (per-shard unscale_, found_inf all-reduced MAX "
+            "then SUM, the shared skip, GradScaler's update), bit for bit; the 2-rank run "
+            "reaches two growths, a skip on both ranks' rows and a skip whose inf only rank "
+            "0's rows held (default), world sizes 3 and 4 (slow)."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "found_inf is a count of the ranks that found an inf or NaN in their rows: both "
+            "trees test the same bits (fsdp.gpt_reduce_scatter) for finiteness and reduce "
+            "the flags MAX (the DTensor dispatch's Partial(\"max\")) then SUM "
+            "(ShardedGradScaler.unscale_): integers, exact in float32 in any order (NOTE "
+            "[ found_inf under FSDP2 ]). The update multiplies the scale by 2 or 1/2 (exact "
+            "for a power of two) and counts clean steps: integer arithmetic, the same rule "
+            "(ShardedGradScaler's CPU update: found_inf >= 1 backs off)."
         ),
         torch_since=(2, 8),
     ),
     Claim(
         id="fsdp.gpt_resume",
         statement=(
-            "`train --world-size N --model gpt --parallel fsdp` (bf16, dropout 0.1 from "
+            "`train --world-size N --model gpt --parallel fsdp` (bf16, and fp16 with "
+            "--init-scale 262144 --growth-interval 3; dropout 0.1 from "
             "every rank's own stream, cosine, a commit every 2 steps) stopped after its "
             "step-2 commit and resumed with --resume at the same N prints the digest of the "
             "run that never stopped (the joined state: every rank's rows concatenated): "
@@ -208,7 +237,8 @@ CLAIMS: tuple[Claim, ...] = (
         reason=(
             "Every entry a step reads is saved by the rank that holds it: its rows of every "
             "parameter and of AdamW's exp_avg and exp_avg_sq, the step counts, the lr and "
-            "the schedule's position, the data position and the rank's stream; a load puts "
+            "the schedule's position, the scaler's scale and growth tracker (the same on "
+            "every rank), the data position and the rank's stream; a load puts "
             "each back into the same rows (the same N: the same chunks); the rest is the "
             "same deterministic arithmetic, and the digest is a function of the final bits."
         ),
@@ -252,15 +282,17 @@ _JOB = "how a torch rank runs this (the drivers' job, the launcher's entry): har
 
 _GSTEP = ("fsdp.gpt_all_gather", "fsdp.gpt_reduce_scatter", "fsdp.gpt_adamw")
 _GSTATE = ("fsdp.gpt_adamw", "fsdp.gpt_resume")
+_GSCALER = ("fsdp.gpt_scaler",)
 GPT_ROWS: tuple[Twin, ...] = (
     Twin.same("fsdp_gpt", "PRECISIONS", *_GSTEP),
     Twin.same("fsdp_gpt", "PAYLOAD", "fsdp.gpt_resume"),
-    Twin("PARAM_DTYPES", reference="reference.fsdp_gpt:PARAM_DTYPES", claims=_GSTEP,
-         why="the reference's param_dtype per precision; torch's is in its policy"),
+    Twin.same("fsdp_gpt", "PARAM_DTYPES", *_GSTEP),
     Twin("ADAMW_ENTRIES", torch="torch_impl.fsdp_gpt:ADAMW_ENTRIES", claims=_GSTATE,
          why="get_state_dict's AdamW entries, flattened; the reference's are its own dicts"),
     Twin("policy", torch="torch_impl.fsdp_gpt:policy", claims=_GSTEP,
          why="the MixedPrecisionPolicy of a precision: the reference casts by PARAM_DTYPES"),
+    Twin("make_scaler", reference="reference.loss_scaling:make_scaler",
+         torch="torch_impl.fsdp_gpt:make_scaler", claims=(*_GSCALER, "fsdp.gpt_resume")),
     Twin("groups", reference="reference.fsdp_gpt:groups",
          alias="torch.distributed.fsdp.fully_shard", claims=("fsdp.gpt_reduce_scatter",)),
     Twin("Ranks", reference="reference.fsdp_gpt:Ranks", claims=_GSTEP,
@@ -271,8 +303,8 @@ GPT_ROWS: tuple[Twin, ...] = (
          why="one torch rank's fully_shard'ed GPT: a simulated rank is an entry of Ranks"),
     Twin("replica", torch="torch_impl.fsdp_gpt:replica", claims=_GSTEP,
          why="fully_shard's the blocks and the root on a process group"),
-    Twin.same("fsdp_gpt", "StepRecord", *_GSTEP),
-    Twin.same("fsdp_gpt", "fsdp_step", *_GSTEP, "fsdp.gpt_loss_curve"),
+    Twin.same("fsdp_gpt", "StepRecord", *_GSTEP, *_GSCALER),
+    Twin.same("fsdp_gpt", "fsdp_step", *_GSTEP, *_GSCALER, "fsdp.gpt_loss_curve"),
     Twin.same("fsdp_gpt", "rank_state", *_GSTATE),
     Twin.same("fsdp_gpt", "apply_loaded", "fsdp.gpt_resume"),
     Twin.same("fsdp_gpt", "digest_state", "fsdp.gpt_resume"),

@@ -28,6 +28,11 @@ from reference.train_models import batch_of
 
 STEPS = 3
 BATCH = 12  # rows of the global batch: 6 or 4 a rank at 2 or 3 ranks
+# fp16's scaler: from 2^18 (float16's backward overflows from about 2^19 on the seed's
+# batches), growing every 2 clean steps: at 2 ranks steps 1 and 2 step and grow the scale,
+# step 3 overflows on both ranks' rows, step 4 on rank 0's alone (the all-reduce's case)
+FP16_SCALER = {"init_scale": 2.0**18, "growth_interval": 2}
+FP16_STEPS = 4
 # What `train --world-size N --model gpt --parallel fsdp` builds from RESUME_OPTIONS and
 # --steps 4: the stopped and resumed run of the default test (dropout on: every rank's
 # stream is restored too)
@@ -35,33 +40,50 @@ RESUME_OPTIONS = ("--model", "gpt", "--parallel", "fsdp", "--precision", "bf16",
                   "--dropout", "0.1", "--horizon", "4", "--checkpoint-every", "2")
 RESUME = TrainConfig(model="gpt", precision="bf16", dropout=0.1, optimizer="AdamW",
                      schedule="cosine", horizon=4, batch_size=24)
+# the same run in fp16 (RESUME_FP16_OPTIONS): its step-2 commit holds growth tracker 2, and
+# the scale grows at step 3
+RESUME_FP16_OPTIONS = (*RESUME_OPTIONS[:5], "fp16", *RESUME_OPTIONS[6:], "--init-scale",
+                       "262144", "--growth-interval", "3")
+RESUME_FP16 = TrainConfig(model="gpt", precision="fp16", dropout=0.1, optimizer="AdamW",
+                          schedule="cosine", horizon=4, batch_size=24, init_scale=2.0**18,
+                          growth_interval=3)
 
 
 def config(precision: str, steps: int = STEPS, seed: int = 0) -> TrainConfig:
-    """An FSDP2 GPT run's configuration: AdamW, cosine over the run's steps, BATCH rows."""
+    """An FSDP2 GPT run's configuration: AdamW, cosine over the run's steps, BATCH rows;
+    fp16's scaler FP16_SCALER."""
     return TrainConfig(seed=seed, model="gpt", precision=precision, optimizer="AdamW",
-                       schedule="cosine", horizon=steps, batch_size=BATCH, num_samples=48)
+                       schedule="cosine", horizon=steps, batch_size=BATCH, num_samples=48,
+                       **(FP16_SCALER if precision == "fp16" else {}))
 
 
-def gpt_jobs(world_size: int, precisions: tuple[str, ...], steps: int = STEPS) -> list[dict]:
+def gpt_jobs(world_size: int, precisions: tuple[str, ...], steps: int | None = None
+             ) -> list[dict]:
+    """One recorded job a precision, `steps` steps (default: STEPS, fp16 FP16_STEPS)."""
     from torch_impl import fsdp_gpt
 
-    return [fsdp_gpt.gpt_job(config(p, steps), steps, world_size) for p in precisions]
+    jobs = []
+    for p in precisions:
+        n = steps or (FP16_STEPS if p == "fp16" else STEPS)
+        jobs.append(fsdp_gpt.gpt_job(config(p, n), n, world_size))
+    return jobs
 
 
-def resume_jobs(directory: Path, world_size: int, steps: int = 4, stop: int = 2
-                ) -> list[dict]:
-    """Three runs of the command's job (torch_impl/fsdp_gpt.py's train_job) of RESUME, to be
-    launched in a row, committing every `stop` steps: to `steps` uninterrupted, to `stop`,
-    then resumed from that commit to `steps`."""
+def resume_jobs(directory: Path, world_size: int, steps: int = 4, stop: int = 2,
+                config: TrainConfig = RESUME) -> list[dict]:
+    """Three runs of the command's job (torch_impl/fsdp_gpt.py's train_job) of `config`
+    (RESUME, RESUME_FP16), to be launched in a row, committing every `stop` steps: to `steps`
+    uninterrupted, to `stop`, then resumed from that commit to `steps`; in folders named
+    after the precision."""
     from torch_impl.fsdp_gpt import train_job
 
     jobs = []
     for name, until, resume in (("uninterrupted", steps, None), ("stopped", stop, None),
                                 ("stopped", steps, stop)):
-        (directory / name).mkdir(parents=True, exist_ok=True)
-        jobs.append(train_job(RESUME, until, world_size, directory / name, stop, keep=2,
-                              resume=resume, log=directory / f"{name}.log"))
+        folder = directory / config.precision / name
+        folder.mkdir(parents=True, exist_ok=True)
+        jobs.append(train_job(config, until, world_size, folder, stop, keep=2, resume=resume,
+                              log=directory / config.precision / f"{name}.log"))
     return jobs
 
 
@@ -69,13 +91,15 @@ def resume_jobs(directory: Path, world_size: int, steps: int = 4, stop: int = 2
 class Replay:
     """The reference's simulated ranks replaying a torch fsdp-gpt job: per step the gathered
     parameters [param], the sharded gradients [rank][param], each rank's rows after AdamW
-    [rank][param] and the lr it stepped with; at the end each rank's AdamW and schedule
-    state (reference.ddp_gpt.optimizer_state's keys over its shards)."""
+    [rank][param], the lr it stepped with and each rank's scaler [rank] (the scale the step
+    used, found_inf, skipped, the growth tracker and scale after update); at the end each
+    rank's AdamW and schedule state (reference.ddp_gpt.optimizer_state's keys)."""
 
     gathered: list[list[np.ndarray]] = field(default_factory=list)
     grads: list[list[list[np.ndarray]]] = field(default_factory=list)
     params: list[list[list[np.ndarray]]] = field(default_factory=list)
     lrs: list[float] = field(default_factory=list)
+    scaler: list[list[dict[str, Any]]] = field(default_factory=list)
     optimizer: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -98,8 +122,13 @@ def replay(job: dict, results: list[list[dict]], index: int) -> Replay:
             return [as_numpy(g) for g in results[rank][index]["steps"][k]["local"]]
 
         record = rfsdp_gpt.fsdp_step(ranks, x, y, precision=c.precision, local_grads=local)
-        for scheduler in ranks.schedulers:
-            scheduler.step()
+        for scheduler, skipped in zip(ranks.schedulers, record.skipped, strict=True):
+            if not skipped:  # the schedule counts applied updates
+                scheduler.step()
+        out.scaler.append([{"scale": record.scale[r], "found_inf": record.found_inf[r],
+                            "skipped": record.skipped[r],
+                            "tracker": ranks.scalers[r]._get_growth_tracker(),
+                            "next_scale": ranks.scalers[r].get_scale()} for r in range(ws)])
         out.gathered.append(record.gathered)
         out.grads.append(record.grads)
         out.params.append([[p.data.copy() for p in ps] for ps in ranks.shards])

@@ -31,7 +31,6 @@ from reference.recompute import parse_schedule
 BATCH = 24  # rows of the global batch: 1, 2, 3, 4, 6, 8, 12 or 24 ranks split it evenly
 PRECISIONS = ("fp32", "bf16", "fp16")  # the autocast ones: ddp_step's and DDP's
 PAYLOADS = {"dcp": "torch", "npy-records": "reference"}  # a commit record's payload -> --impl
-FSDP_PRECISIONS = ("fp32", "bf16")  # --parallel fsdp's: no loss scaler
 
 
 def refusals(args: argparse.Namespace) -> None:
@@ -90,10 +89,6 @@ def fsdp_refusals(args: argparse.Namespace) -> None:
         return
     if args.model != "gpt":
         raise UsageError(f"--parallel fsdp: shards the GPT (--model gpt), not the {args.model}")
-    if args.precision not in FSDP_PRECISIONS:
-        raise UsageError(f"--precision {args.precision}: --parallel fsdp trains in "
-                         f"{', '.join(FSDP_PRECISIONS)} (fp16 would need a ShardedGradScaler, "
-                         "left out)")
     if args.recompute != "none":
         raise UsageError(f"--recompute {args.recompute}: --parallel fsdp recomputes nothing")
     if args.loader_workers:
