@@ -21,14 +21,14 @@ CLAIMS: tuple[Claim, ...] = (
     Claim(
         id="nvfp4.twins",
         statement=(
-            "torch_impl.nvfp4 gives the reference's bits: quantize's fp4 codes, e4m3 scale "
-            "codes and global amax for both tiles (1x16, 16x16), nearest-even and stochastic "
-            "rounding (on the same rbits), Four Over Six on and off, with and without the "
-            "RHT; dequantize's float32 values; round_fp4_stochastic's values; rht's and "
-            "rht_inverse's bfloat16 outputs; on the edge tensors (all zero, one inf, one NaN, "
-            "a block far below the amax, subnormals, amaxes at powers of two, an amax below "
-            "2688 / FLT_MAX, a Four Over Six tie, shapes the tiles do not divide) and under "
-            "hypothesis; NaN as a class, and codes wherever the value decodes to a number."
+            "torch_impl.nvfp4 gives the reference's bits: quantize's fp4 codes, e4m3 scale codes "
+            "and global amax for both tiles (1x16, 16x16), nearest-even, stochastic (on the same "
+            "rbits) and DeepGEMM's ties-down rounding, Four Over Six on and off, with and without "
+            "the RHT; dequantize's float32 values; round_fp4_stochastic's values; rht's and "
+            "rht_inverse's bfloat16 outputs; on the edge tensors (all zero, one inf, one NaN, a "
+            "block far below the amax, subnormals, amaxes at powers of two, an amax below 2688 / "
+            "FLT_MAX, a Four Over Six tie, shapes the tiles do not divide) and under hypothesis; "
+            "NaN as a class, and codes wherever the value decodes to a number."
         ),
         kind="nan_class",
         bound=0,

@@ -70,7 +70,7 @@ def nvfp4_cases(draw: st.DrawFn) -> dict:
     for value in draw(st.lists(st.sampled_from([0.0, np.inf, -np.inf, np.nan, 2.0**-149]),
                                max_size=3)):
         x[rng.integers(0, m), rng.integers(0, n)] = value
-    rounding = draw(st.sampled_from(("nearest_even", "stochastic")))
+    rounding = draw(st.sampled_from(("nearest_even", "stochastic", "deepgemm")))
     four_over_six = not with_rht and rounding == "nearest_even" and draw(st.booleans())
     if with_rht or draw(st.booleans()):
         x = x.astype(ml_dtypes.bfloat16)
