@@ -14,6 +14,14 @@ there:
   the two rows are not counted missing, and the verdict is "unknown", saying why, never
   "exact" (exit 5). Without the RNG the RNG row is the gap, and these two stay named with
   what losing them costs.
+
+A file with train.py's own `config` (every global of the script: eval_interval among them)
+and best_val_loss was written by train.py's loop, which draws the batch the next step trains
+on (its prefetch, `X, Y = get_batch('train')`) before the eval that writes the checkpoint,
+and draws it again on resume. An RNG state taken on the line that saves is then not the
+straight run's; the one taken just before that prefetch is. The file cannot show which was
+saved, so the verdict stays unknown, saying so with what each measured (MEASURED) and the
+fix; without the RNG, the flag says what the resume cost and the fix.
 """
 
 from __future__ import annotations
@@ -24,6 +32,16 @@ from typing import Any
 from parity.lab.audit_recognize import MISSING, NOT_NEEDED, PRESENT, Audit, Row
 
 KIND = "nanoGPT-style checkpoint"
+# max |Δw| of the weights at iteration 8 resumed from iteration 4 against a straight run's,
+# and the tensors differing (of 10): examples/nanogpt_train.py (a 1-layer GPT, dropout 0.1,
+# 2 micro-steps of 4 sequences, get_lr's warmup and cosine, float16 on the CPU: the scaler
+# disabled), its checkpoint without the RNG ("no"), with torch.get_rng_state() taken on the
+# line that saves ("at_save") and before the prefetch ("before_batch");
+# tests/test_audit_nanogpt_resume.py measures them again
+MEASURED = {"no": (0.0649, 10), "at_save": (0.0627, 10), "before_batch": (0.0, 0)}
+FIX = ("keep rng = torch.get_rng_state() just before each X, Y = get_batch('train'), save it "
+       "in the checkpoint, and torch.set_rng_state it after loading, before the first "
+       "get_batch (measured exact)")
 
 
 def adjust(audit: Audit, top: Mapping[str, Any]) -> Audit:
@@ -51,11 +69,25 @@ def adjust(audit: Audit, top: Mapping[str, Any]) -> Audit:
             audit.unknown = ("nanoGPT's get_batch resumes from the torch RNG saved here, but "
                              "the file cannot show that the batches come from it: a loader "
                              "of epochs needs its position saved (resume-check settles it)")
+    train_py = "best_val_loss" in top and "eval_interval" in config
+    if train_py and audit.unknown is not None and audit.refused is None:
+        at_save, before = MEASURED["at_save"], MEASURED["before_batch"]
+        audit.unknown = (
+            "train.py draws the batch its next step trains on before the eval that writes "
+            "the checkpoint, and a resume draws it again: the torch RNG saved here resumes "
+            "it only if taken just before that draw, which the file cannot show, nor that "
+            "the batches come from get_batch (measured on examples/nanogpt_train.py: taken "
+            f"on the line that saves, max |Δw| {at_save[0]:g}, {at_save[1]} tensors "
+            f"differing; before the draw, exact: {before[1]} differing). Fix: {FIX}")
     audit.flags = [f for f in audit.flags if not f.startswith("nanoGPT-style")]
     missing = [i for i in ("scaler", "torch CPU RNG", "data position")
                if audit.row(i).status == MISSING]
     if missing:
+        cost = MEASURED["no"]
         audit.flags.append(f"nanoGPT-style checkpoint (model, optimizer, model_args, "
                            f"iter_num): no {', '.join(missing)}; its resume is not exact (its "
-                           "lr is get_lr(iter_num): no scheduler is needed)")
+                           "lr is get_lr(iter_num): no scheduler is needed)"
+                           + (f"; measured on examples/nanogpt_train.py without the RNG: max "
+                              f"|Δw| {cost[0]:g}, {cost[1]} tensors differing. Fix: {FIX}"
+                              if train_py else ""))
     return audit
