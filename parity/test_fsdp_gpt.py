@@ -48,7 +48,8 @@ def launched(tmp_path_factory: pytest.TempPathFactory) -> tuple[Launch, Path]:
     import ranks
 
     tmp = tmp_path_factory.mktemp("fsdp_gpt")
-    jobs = drv.gpt_jobs(2, PRECISIONS) + drv.resume_jobs(tmp, 2, config=drv.RESUME_FP16)
+    jobs = drv.gpt_jobs(2, PRECISIONS) + drv.resume_jobs(tmp, 2, config=drv.RESUME_FP16,
+                                                         recompute=drv.RECOMPUTE)
     return (jobs, ranks.launch(jobs, 2, timeout=300)), tmp
 
 
@@ -133,8 +134,9 @@ def test_the_fsdp_run_stopped_and_resumed_ends_with_the_uninterrupted_digest(
         launched: tuple[Launch, Path]) -> None:
     """fsdp.gpt_resume, torch, 2 ranks: the command's run (fp16 with its ShardedGradScaler,
     dropout) stopped at its step-2 commit and resumed (DCP of get_state_dict's shards,
-    set_state_dict, the scaler's state) ends at step 4 with the digest and the log of the
-    run that never stopped."""
+    set_state_dict, the scaler's state), both recomputing (drv.RECOMPUTE: checkpointed
+    segments of fully_shard'ed blocks), ends at step 4 with the digest and the log of the
+    run that never stopped and never recomputed."""
     _check_resume(*launched, "fp16")
 
 
@@ -147,6 +149,9 @@ def _check_resume(launch: Launch, folder: Path, precision: str) -> None:
         assert results[rank][first + 2]["digest"] == resumed["digest"]
     assert stopped["step"] == 2 and resumed["step"] == uninterrupted["step"] == 4
     assert stopped["digest"] != uninterrupted["digest"], "guard: the stop was before the end"
+    if jobs[first + 1]["config"]["recompute"] != "none":
+        assert stopped["forwards"] + resumed["forwards"] > uninterrupted["forwards"], \
+            "guard: the blocks ran again in the backward"
     logs = {name: _lines(folder / precision / f"{name}.log")
             for name in ("uninterrupted", "stopped")}
     assert [line.split()[1] for line in logs["stopped"]] == ["1", "2", "3", "4"]
@@ -178,11 +183,15 @@ def _command(directory: Path, world_size: int, steps: int, impl: str = "referenc
 OPTIONS = {"bf16": drv.RESUME_OPTIONS, "fp16": drv.RESUME_FP16_OPTIONS}
 
 
-def _reference_resume(tmp_path: Path, world_size: int, precision: str = "bf16") -> None:
+def _reference_resume(tmp_path: Path, world_size: int, precision: str = "bf16",
+                      recompute: str = "none") -> None:
+    """The reference's command to 4 steps, and stopped at 2 and resumed to 4 recomputing
+    `recompute`: the same log lines from step 3 on and the same digest."""
     options = OPTIONS[precision]
     expected = _command(tmp_path / "uninterrupted", world_size, 4, options=options)
-    _command(tmp_path / "stopped", world_size, 2, options=options)
-    lines = _command(tmp_path / "stopped", world_size, 4, options=options)
+    stopped = (*options, "--recompute", recompute)
+    _command(tmp_path / "stopped", world_size, 2, options=stopped)
+    lines = _command(tmp_path / "stopped", world_size, 4, options=stopped)
     assert lines[0].startswith("step 3 "), "guard: it resumed, not started afresh"
     assert lines == expected[2:], "the resumed run logged otherwise"
     assert lines[-1] != _command(tmp_path / "short", world_size, 2, options=options)[-1], \
@@ -199,9 +208,10 @@ def _reference_resume(tmp_path: Path, world_size: int, precision: str = "bf16") 
 def test_the_reference_fsdp_run_stopped_and_resumed_ends_with_the_uninterrupted_digest(
         tmp_path: Path, precision: str) -> None:
     """fsdp.gpt_resume, the reference's 2 simulated ranks (bf16; fp16 with a scaler per
-    rank): each rank's rows and the scaler's state saved in its own container at step 2,
-    resumed to step 4, the uninterrupted log and digest."""
-    _reference_resume(tmp_path, 2, precision)
+    rank, its stopped and resumed runs recomputing drv.RECOMPUTE): each rank's rows and the
+    scaler's state saved in its own container at step 2, resumed to step 4, the log and
+    digest of the run that never stopped (nor recomputed)."""
+    _reference_resume(tmp_path, 2, precision, "none" if precision == "bf16" else drv.RECOMPUTE)
 
 
 def test_the_two_rank_fsdp_loss_curve_follows_the_single_process_run(
@@ -219,10 +229,9 @@ def test_the_two_rank_fsdp_loss_curve_follows_the_single_process_run(
 
 def test_the_command_refuses_what_fsdp_does_not_take(tmp_path: Path,
                                                      capsys: pytest.CaptureFixture) -> None:
-    """One line and exit 2 for the MLP, --recompute and one rank; nothing written."""
+    """One line and exit 2 for the MLP and one rank; nothing written."""
     base = ["train", "--impl", "reference", "--steps", "2", "--parallel", "fsdp"]
     cases = [(["--world-size", "2"], "--model gpt"),
-             (["--model", "gpt", "--world-size", "2", "--recompute", "1"], "--recompute"),
              (["--model", "gpt"], "--world-size N")]
     for i, (extra, said) in enumerate(cases):
         directory = tmp_path / f"d{i}"
@@ -283,6 +292,21 @@ def test_the_gpt_fsdp_step_matches_at_three_and_four_ranks(world_size: int) -> N
     for job in jobs:
         precision = job["config"]["precision"]
         assert _check_step(launch, precision) == job["steps"] * world_size * 53
+
+
+@pytest.mark.slow
+def test_the_fsdp_run_with_loader_workers_resumes_to_the_digest_of_none(tmp_path: Path) -> None:
+    """fsdp.gpt_resume, torch, 2 ranks, fp16: the stopped and resumed runs fetching through 2
+    loader workers a rank (and recomputing) end with the digest of the run that fetched in
+    the rank's process. Measured: 9 s (the workers' start)."""
+    import ranks
+
+    jobs = drv.resume_jobs(tmp_path, 2, config=drv.RESUME_FP16, recompute=drv.RECOMPUTE,
+                           loader_workers=2)
+    results = ranks.launch(jobs, 2, timeout=300)
+    assert [results[0][j]["loader"] for j in range(3)] == ["DataLoader", "WorkerLoader",
+                                                           "WorkerLoader"], "guard: workers"
+    _check_resume((jobs, results), tmp_path, "fp16")
 
 
 @pytest.mark.slow

@@ -45,7 +45,8 @@ local gradients are never torch's bits (a BLAS order, and this); what the claims
 for bit replays the torch ranks' local gradients (`local_grads`).
 
 The run (`train`): fp16 with a loss scaler per rank (the same on every rank: the repaired
-found_inf), no recomputation; a checkpoint every K steps saves each rank's own rows
+found_inf); --recompute as the single-process run's (each replica's blocks: the same bits
+as without); a checkpoint every K steps saves each rank's own rows
 (model/<name>, AdamW's buffers of its shard) beside the replicated entries (the scaler's
 scale and growth tracker among them), in reference/sharded_ckpt.py's containers; a resume
 is at the same world size. The digest is gpt_rank_digest of the joined state (every rank's
@@ -113,9 +114,9 @@ def simulated_ranks(c: TrainConfig, world_size: int, initial: Sequence[np.ndarra
                     **adamw: Any) -> Ranks:
     """ws ranks of `c`'s GPT sharding `initial` (default: the seed's weights); `adamw`:
     reference.optim.AdamW's arithmetic options (the replay's fma and sqrt)."""
-    if c.model != "gpt" or c.precision not in PRECISIONS or c.recompute != "none":
-        raise ValueError(f"fsdp_gpt: the GPT in {PRECISIONS} without recomputation, got "
-                         f"{c.model!r}, {c.precision!r}, {c.recompute!r}")
+    if c.model != "gpt" or c.precision not in PRECISIONS:
+        raise ValueError(f"fsdp_gpt: the GPT in {PRECISIONS}, got {c.model!r}, "
+                         f"{c.precision!r}")
     ws, replicas, rngs, parts0 = world_size, [], [], None
     for r in range(ws):
         rng = np.random.default_rng(c.seed)  # the weights: the same on every rank

@@ -21,6 +21,10 @@ What the engine does that the reference states:
   under FSDP2 ] in reference/fsdp_gpt.py). Its CPU update is its own Python rule, the
   same bits as the reference's for power-of-two factors. Its scale and growth tracker are
   saved beside the replicated entries; a skipped step does not step the schedule.
+- --recompute is the one-process run's (torch_impl/recompute_gpt.py): torch.utils.checkpoint
+  (non-reentrant) around segments of fully_shard'ed blocks, so a recomputed block's
+  pre-forward hook all-gathers its shards again in the backward; --loader-workers K gives
+  each rank K workers (NOTE [ Loader workers of a rank ] in torch_impl/ddp_train.py).
 - The fully_shard modules are the blocks (each its 12 parameters) and the root (wte, wpe,
   ln_f, lm_head): reference.fsdp_gpt.groups. The root's pre-forward hook runs first, so the
   root's parameters gather before the first block's.
@@ -120,9 +124,9 @@ def replica(config: TrainConfig, group: Any, record: bool = False) -> Replica:
     then the root fully_shard'ed on `group` under policy(precision), AdamW and the schedule;
     `record`: hooks keep each step's all-gathered parameters and local gradients."""
     c = config
-    if c.model != "gpt" or c.optimizer != "AdamW" or c.recompute != "none":
-        raise ValueError(f"fsdp_gpt.replica: model 'gpt', optimizer 'AdamW', recompute "
-                         f"'none'; got {c.model!r}, {c.optimizer!r}, {c.recompute!r}")
+    if c.model != "gpt" or c.optimizer != "AdamW":
+        raise ValueError(f"fsdp_gpt.replica: model 'gpt', optimizer 'AdamW'; got "
+                         f"{c.model!r}, {c.optimizer!r}")
     mp = policy(c.precision)
     parts = build(c, torch.Generator().manual_seed(c.seed), torch.device("cpu"),
                   torch.Generator())
@@ -282,13 +286,16 @@ def gpt_job(config: TrainConfig, steps: int, world_size: int) -> dict[str, Any]:
 
 
 def train_job(config: TrainConfig, steps: int, world_size: int, directory: str | Path,
-              every: int, *, keep: int, resume: int | None, log: str | Path) -> dict[str, Any]:
-    """The job every rank of `train --parallel fsdp` runs (run, below)."""
+              every: int, *, keep: int, resume: int | None, log: str | Path,
+              loader_workers: int = 0) -> dict[str, Any]:
+    """The job every rank of `train --parallel fsdp` runs (run, below); `loader_workers`:
+    each rank's DataLoader workers (NOTE [ Loader workers of a rank ] in
+    torch_impl/ddp_train.py)."""
     policy(config.precision)
     return {"kind": "fsdp-gpt-train", "runner": __name__,
             "config": config.to_dict(), "steps": steps, "world_size": world_size,
             "directory": str(directory), "every": every, "keep": keep, "resume": resume,
-            "log": str(log)}
+            "log": str(log), "loader_workers": loader_workers}
 
 
 # -- How a rank runs this: the drivers' job and the command's (harness) -----------------------
@@ -297,7 +304,7 @@ def train_job(config: TrainConfig, steps: int, world_size: int, directory: str |
 def run(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
     """One rank of a job: "fsdp-gpt" (every step recorded: the drivers') or
     "fsdp-gpt-train" (the command: resume if asked, train, checkpoint, log)."""
-    from torch_impl.ddp_train import _name, _orphaned
+    from torch_impl.ddp_train import _name, _orphaned, _workers
 
     ws, steps = job["world_size"], job["steps"]
     c = TrainConfig(**{k: tuple(v) if k == "sizes" else v for k, v in job["config"].items()})
@@ -316,6 +323,11 @@ def run(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
                                f"of {commit.world_size} ranks, the command chose step "
                                f"{job['resume']} at {ws} (changed since?)")
         step, skipped = apply_loaded(template, rep, generator, rank), int(template["skipped"])
+    if not record and job.get("loader_workers"):
+        _workers(rep, job["loader_workers"])  # type: ignore[arg-type]
+    forwards = [0]  # the blocks' forwards, recomputed ones included (the tests' guard)
+    for block in rep.parts.model.transformer.h:
+        block.register_forward_pre_hook(lambda *_: forwards.__setitem__(0, forwards[0] + 1))
     log = open(job["log"], "a", encoding="utf-8") if rank == 0 and not record else None
     data = batches(c, rep.parts.loader, batch_of)  # from the sampler's (restored) position
     out: list[dict[str, Any]] = []
@@ -337,9 +349,8 @@ def run(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
                             "local": [rep.local[i] for i in range(n)], "grads": rec.grads,
                             "params": [_local(p) for p in rep.params], "loss": rec.loss,
                             "lr": lr, "scale": rec.scale, "found_inf": rec.found_inf,
-                            "skipped": rec.skipped,
-                            "tracker": rep.scaler._get_growth_tracker(),
-                            "next_scale": rep.scaler.get_scale()})
+                            "skipped": rec.skipped, "next_scale": rep.scaler.get_scale(),
+                            "tracker": rep.scaler._get_growth_tracker()})
                 continue
             mean = rec.loss.double()
             dist.all_reduce(mean, group=group)  # the global batch's loss: the shards' mean
@@ -356,18 +367,22 @@ def run(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
     finally:
         if log is not None:
             log.close()
+        close = getattr(rep.parts.loader, "close", None)
+        if close is not None:  # a WorkerLoader's processes end here
+            close()
     if record:
         state = {k: _local(v) for k, v in rank_state(rep, generator, step, rank).items()
                  if k.startswith("optim/")}
         return {"initial": rep.initial, "steps": out, "state": state}
     final = digest_state(rep, generator, step, rank)
-    return {"step": step, "skipped": skipped, "digest": gpt_rank_digest(final, as_array)}
+    return {"step": step, "skipped": skipped, "forwards": forwards[0],
+            "loader": type(rep.parts.loader).__name__, "digest": gpt_rank_digest(final, as_array)}
 
 
 def train(config: TrainConfig, steps: int, world_size: int, directory: str | Path,
           every: int, *, keep: int, start: commit_policy.Start,
           log: Callable[[str], None], collective_timeout: float = 30.0,
-          timeout: float = math.inf) -> RanksResult:
+          timeout: float = math.inf, loader_workers: int = 0) -> RanksResult:
     """`train --world-size N --model gpt --parallel fsdp --impl torch`: N gloo ranks run
     train_job (reference/fsdp_gpt.py's train is the run); ranks.DDPError if one fails."""
     from torch_impl.ddp_train import _tail
@@ -375,7 +390,7 @@ def train(config: TrainConfig, steps: int, world_size: int, directory: str | Pat
     with tempfile.TemporaryDirectory(prefix="mirrortrain-fsdp-") as tmp:
         job = train_job(config, steps, world_size, directory, every, keep=keep,
                         resume=None if start.record is None else start.record.step,
-                        log=Path(tmp) / "rank0.log")
+                        log=Path(tmp) / "rank0.log", loader_workers=loader_workers)
         Path(job["log"]).touch()
         stop = threading.Event()
         tail = threading.Thread(target=_tail, args=(Path(job["log"]), log, stop), daemon=True)

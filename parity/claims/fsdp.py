@@ -227,7 +227,10 @@ CLAIMS: tuple[Claim, ...] = (
             "--init-scale 262144 --growth-interval 3; dropout 0.1 from "
             "every rank's own stream, cosine, a commit every 2 steps) stopped after its "
             "step-2 commit and resumed with --resume at the same N prints the digest of the "
-            "run that never stopped (the joined state: every rank's rows concatenated): "
+            "run that never stopped (the joined state: every rank's rows concatenated), "
+            "in fp16 also when the stopped and resumed runs recompute (uniform:2+selective: "
+            "checkpointed segments of the fully_shard'ed blocks) and, torch, slow, fetch "
+            "through 2 loader workers a rank while the uninterrupted one does neither: "
             "torch (DCP of get_state_dict's sharded state, set_state_dict on load) and the "
             "reference (each simulated rank's rows in its own container), 2 ranks (default) "
             "and 3 (slow)."
@@ -240,7 +243,10 @@ CLAIMS: tuple[Claim, ...] = (
             "the schedule's position, the scaler's scale and growth tracker (the same on "
             "every rank), the data position and the rank's stream; a load puts "
             "each back into the same rows (the same N: the same chunks); the rest is the "
-            "same deterministic arithmetic, and the digest is a function of the final bits."
+            "same deterministic arithmetic, and the digest is a function of the final bits. "
+            "A recomputed segment re-gathers the same shards and replays its forward with "
+            "the saved random state: the same bits as the tensors it did not keep; the "
+            "workers fetch the batches of the consumed position the rank would."
         ),
         torch_since=(2, 8),
     ),

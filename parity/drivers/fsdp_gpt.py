@@ -12,7 +12,7 @@ same global batches (parity/drivers/ddp_gpt.py's one_process_losses).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,7 @@ RESUME = TrainConfig(model="gpt", precision="bf16", dropout=0.1, optimizer="Adam
                      schedule="cosine", horizon=4, batch_size=24)
 # the same run in fp16 (RESUME_FP16_OPTIONS): its step-2 commit holds growth tracker 2, and
 # the scale grows at step 3
+RECOMPUTE = "uniform:2+selective"  # what the stopped and resumed runs of the tests recompute
 RESUME_FP16_OPTIONS = (*RESUME_OPTIONS[:5], "fp16", *RESUME_OPTIONS[6:], "--init-scale",
                        "262144", "--growth-interval", "3")
 RESUME_FP16 = TrainConfig(model="gpt", precision="fp16", dropout=0.1, optimizer="AdamW",
@@ -70,20 +71,26 @@ def gpt_jobs(world_size: int, precisions: tuple[str, ...], steps: int | None = N
 
 
 def resume_jobs(directory: Path, world_size: int, steps: int = 4, stop: int = 2,
-                config: TrainConfig = RESUME) -> list[dict]:
+                config: TrainConfig = RESUME, recompute: str = "none",
+                loader_workers: int = 0) -> list[dict]:
     """Three runs of the command's job (torch_impl/fsdp_gpt.py's train_job) of `config`
     (RESUME, RESUME_FP16), to be launched in a row, committing every `stop` steps: to `steps`
-    uninterrupted, to `stop`, then resumed from that commit to `steps`; in folders named
+    uninterrupted, to `stop`, then resumed from that commit to `steps`, these two with
+    `recompute` and `loader_workers` (the uninterrupted run: none, 0); in folders named
     after the precision."""
     from torch_impl.fsdp_gpt import train_job
 
+    other = replace(config, recompute=recompute)
     jobs = []
-    for name, until, resume in (("uninterrupted", steps, None), ("stopped", stop, None),
-                                ("stopped", steps, stop)):
+    for name, until, resume, c, workers in (
+            ("uninterrupted", steps, None, config, 0),
+            ("stopped", stop, None, other, loader_workers),
+            ("stopped", steps, stop, other, loader_workers)):
         folder = directory / config.precision / name
         folder.mkdir(parents=True, exist_ok=True)
-        jobs.append(train_job(config, until, world_size, folder, stop, keep=2, resume=resume,
-                              log=directory / config.precision / f"{name}.log"))
+        jobs.append(train_job(c, until, world_size, folder, stop, keep=2, resume=resume,
+                              log=directory / config.precision / f"{name}.log",
+                              loader_workers=workers))
     return jobs
 
 

@@ -89,11 +89,6 @@ def fsdp_refusals(args: argparse.Namespace) -> None:
         return
     if args.model != "gpt":
         raise UsageError(f"--parallel fsdp: shards the GPT (--model gpt), not the {args.model}")
-    if args.recompute != "none":
-        raise UsageError(f"--recompute {args.recompute}: --parallel fsdp recomputes nothing")
-    if args.loader_workers:
-        raise UsageError(f"--loader-workers {args.loader_workers}: --parallel fsdp fetches "
-                         "the batches in the rank's process")
 
 
 def configuration(args: argparse.Namespace, saved: Mapping[str, Any] | None = None
