@@ -5,15 +5,18 @@ GradScaler disabled by train.py's own rule: it warns that CUDA is not available)
 way of saving the RNG (none, taken on the line that saves, taken before the prefetch), and
 in bfloat16; the weights of each run's checkpoint at iteration 8 against the straight run's
 (max |Δw|, tensors differing), the iteration-4 checkpoint audited with `audit --json`. The
-numbers are parity/lab/audit_nanogpt.MEASURED, which the audit prints: asserted here.
+numbers are parity/lab/audit_nanogpt.MEASURED, which the audit prints: asserted here. And
+`resume-check --script` on the same script, whose verdict train.py's config decides.
 
-Cost: 11 runs of the script, each a fresh interpreter importing torch (about 2 s): slow
-(measured 26 s in all on a busy 2-core machine); tests/test_audit_nanogpt.py checks the
+Cost: 14 runs of the script, each a fresh interpreter importing torch (about 2 s): slow
+(measured 32 s in all on a busy 2-core machine); tests/test_audit_nanogpt.py checks the
 verdicts by default on the layout these runs write (asserted the same here).
 """
 
 from __future__ import annotations
 
+import json
+import shlex
 import shutil
 import subprocess
 import sys
@@ -24,7 +27,7 @@ import pytest
 import torch
 
 from parity.lab.audit_nanogpt import FIX, MEASURED
-from parity.lab.cli import EXIT_FAILED, EXIT_UNKNOWN
+from parity.lab.cli import EXIT_FAILED, EXIT_UNKNOWN, main
 from tests.test_audit import audit, rows
 from tests.test_audit_nanogpt import SCRIPT, train_py_checkpoint
 
@@ -121,3 +124,20 @@ def test_bfloat16_on_the_cpu_trains_as_float16_and_resumes_exactly(
     assert (got, report["exact"]) == (EXIT_UNKNOWN, False)
     assert (rows(report)["scaler"]["status"], rows(report)["scaler"]["need"]) == \
         ("not needed", "if trained in fp16")
+
+
+def test_resume_check_on_train_py_names_only_its_config_strings(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`resume-check --script` on the script saving the RNG before the prefetch: every
+    weight and optimizer entry equal, yet "differs", at the two strings train.py's config
+    records from its own command line (out_dir, the {dir} of each run, and init_from)."""
+    monkeypatch.chdir(tmp_path)
+    command = (f"{shlex.quote(sys.executable)} {shlex.quote(str(SCRIPT))} --out_dir={{dir}} "
+               "--max_iters={steps} --save_rng=before_batch")
+    assert main(["resume-check", "--script", command, "--resume-flag=--init_from=resume",
+                 "--steps", str(N), "--at", str(HALF), "--json"]) == EXIT_FAILED
+    body, _, last = capsys.readouterr().out.rstrip("\n").rpartition("\n")
+    assert last == "resume-check: differs: first entry config.out_dir"
+    assert [d["entry"] for d in json.loads(body)["final"]] == ["config.out_dir",
+                                                                "config.init_from"]
