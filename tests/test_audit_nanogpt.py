@@ -110,3 +110,15 @@ def test_with_the_rng_unknown_says_where_it_must_be_taken(
     torch.save(own_loop, tmp_path / "own.pt")
     got, report, _ = audit(tmp_path / "own.pt", capsys)
     assert got == EXIT_UNKNOWN and report["unknown"].startswith("nanoGPT's get_batch")
+
+
+def test_the_page_prints_the_measured_resumes() -> None:
+    """docs/your-trainer.md's nanoGPT table holds MEASURED (the slow test measures it again),
+    each row beside the way of saving it measured."""
+    page = (SCRIPT.parents[1] / "docs" / "your-trainer.md").read_text(encoding="utf-8")
+    table = {line.split(" | ")[0].split("`")[-2]: line.rsplit(" | ", 1)[-1]
+             for line in page.splitlines() if line.startswith(("| train.py's keys alone",
+                                                               "| `rng_state` taken"))}
+    expected = {k: "**0** |" if v == (0.0, 0) else f"{v[0]:g} ({v[1]}) |"
+                for k, v in nanogpt.MEASURED.items()}
+    assert table == expected
