@@ -39,10 +39,10 @@ Launch = tuple[list[dict], list[list[dict]]]
 @pytest.fixture(scope="module")
 def launched(tmp_path_factory: pytest.TempPathFactory) -> tuple[Launch, Path]:
     """The default launch (2 ranks): ((jobs, results[rank][job]), the resume jobs' folder).
-    Measured: 4.4 to 4.7 s (torch 2.13 CPU, 2 cores, load about 2), about 2.5 s of it
-    starting the ranks; the fp32 and bf16 jobs with a bf16 resume alone, before fp16 was
-    taken: 2.8 to 5.5 s on the same machine back to back (the fp16 job and its resume in
-    place of bf16's add about 1 s). Kept in the default suite as the one torch run that
+    Measured: 2.8 to 3.1 s (torch 2.13 CPU, 2 cores, load about 2), about 2.5 s of it
+    starting the ranks; the launch before fp16 was taken (fp32 and bf16 jobs, a bf16
+    resume) 2.4 to 4.3 s, back to back on the same machine: the fp16 job and its resume in
+    place of bf16's add well under 1 s. Kept in the default suite as the one torch run that
     sees a lost reduce dtype, a found_inf left per rank, or a rank's AdamW rows or the
     scaler's tracker not restored."""
     import ranks

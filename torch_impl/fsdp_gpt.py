@@ -279,8 +279,10 @@ def digest_state(rep: Replica, generator: torch.Generator, step: int, rank: int
 def gpt_job(config: TrainConfig, steps: int, world_size: int) -> dict[str, Any]:
     """`steps` FSDP2 steps of `config`'s GPT, each recorded (parity/drivers/fsdp_gpt.py)."""
     policy(config.precision)
-    if config.model != "gpt" or config.dropout != 0.0 or config.batch_size % world_size:
-        raise ValueError("fsdp_gpt.gpt_job: the GPT, dropout 0, a batch that splits evenly")
+    if (config.model != "gpt" or config.dropout != 0.0 or config.batch_size % world_size
+            or config.recompute != "none"):  # the recorder hooks the first forward's only
+        raise ValueError("fsdp_gpt.gpt_job: the GPT, dropout 0, no recomputation, a batch "
+                         "that splits evenly")
     return {"kind": "fsdp-gpt", "runner": __name__, "config": config.to_dict(),
             "steps": steps, "world_size": world_size}
 
