@@ -27,7 +27,7 @@ import pytest
 import torch
 
 from parity.lab.audit_nanogpt import FIX, MEASURED
-from parity.lab.cli import EXIT_FAILED, EXIT_UNKNOWN, main
+from parity.lab.cli import EXIT_FAILED, EXIT_OK, EXIT_UNKNOWN, main
 from tests.test_audit import audit, rows
 from tests.test_audit_nanogpt import SCRIPT, train_py_checkpoint
 
@@ -131,7 +131,8 @@ def test_resume_check_on_train_py_names_only_its_config_strings(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """`resume-check --script` on the script saving the RNG before the prefetch: every
     weight and optimizer entry equal, yet "differs", at the two strings train.py's config
-    records from its own command line (out_dir, the {dir} of each run, and init_from)."""
+    records from its own command line (out_dir, the {dir} of each run, and init_from);
+    with those two named by --ignore, exact."""
     monkeypatch.chdir(tmp_path)
     command = (f"{shlex.quote(sys.executable)} {shlex.quote(str(SCRIPT))} --out_dir={{dir}} "
                "--max_iters={steps} --save_rng=before_batch")
@@ -141,3 +142,7 @@ def test_resume_check_on_train_py_names_only_its_config_strings(
     assert last == "resume-check: differs: first entry config.out_dir"
     assert [d["entry"] for d in json.loads(body)["final"]] == ["config.out_dir",
                                                                 "config.init_from"]
+    assert main(["resume-check", "--script", command, "--resume-flag=--init_from=resume",
+                 "--ignore", "config.out_dir", "--ignore", "config.init_from",
+                 "--steps", str(N), "--at", str(HALF)]) == EXIT_OK  # the two named apart
+    assert capsys.readouterr().out.splitlines()[-1] == "resume-check: exact"

@@ -33,6 +33,7 @@ import os, pickle, random, sys
 from ast import literal_eval
 
 out_dir, max_iters, init_from, save_rng, fail_at = "out", 6, "scratch", True, -1
+save_config = False  # True: the state records the run's own command line, as nanoGPT's does
 for arg in sys.argv[1:]:
     key, _, val = arg[2:].partition("=")
     if not arg.startswith("--") or not val or key not in globals():
@@ -59,6 +60,8 @@ while iter_num < max_iters:
     w = [wi - 0.25 * (wi - b) for wi, b in zip(w, batch)]
     iter_num += 1
 state = {"w": w, "iter_num": iter_num, **({"rng": random.getstate()} if save_rng else {})}
+if save_config:
+    state["config"] = {"out_dir": out_dir, "init_from": init_from, "max_iters": max_iters}
 with open(path, "wb") as f:
     for obj in (MAGIC, VERSION, INFO, state, []):
         pickle.dump(obj, f, protocol=2)
@@ -185,3 +188,31 @@ def test_the_example_script_resumes_exactly_only_with_its_rng(line: str, status:
                                                        "PYTHONPATH": str(ROOT)})
     assert done.returncode == status, done.stderr[-2000:]
     assert done.stdout.splitlines()[-1] == last
+
+
+def test_entries_the_command_lines_make_differ_are_ignored_when_named_and_listed(
+        script: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A state recording its own command line (nanoGPT's config: the run's folder, the
+    resume flag's value) differs by construction; --ignore 'config.*' leaves those entries
+    out of the verdict and lists each with what differed; a pattern that matches nothing is
+    said, and ignores nothing; --ignore needs --script."""
+    command = script + " --save_config=True"
+    assert main(check(command)) == EXIT_FAILED
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "resume-check: differs: first entry config.out_dir")
+    assert main(check(command, "--ignore", "config.out_dir", "--ignore",
+                      "config.init_from")) == EXIT_OK
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == "resume-check: exact"
+    ignored = [ln for ln in out if "ignored (--ignore):" in ln]
+    assert len(ignored) == 1 and "config.out_dir (" in ignored[0] and (
+        "config.init_from (" in ignored[0]) and "max_iters" not in ignored[0]
+    assert main(check(command, "--ignore", "config.*", "--ignore", "confg.out_dir")) == (
+        EXIT_OK)
+    out = capsys.readouterr().out
+    assert "--ignore 'confg.out_dir' matches no entry" in out
+    assert main(check(command, "--ignore", "confg.*")) == EXIT_FAILED
+    capsys.readouterr()
+    assert main(["resume-check", "mod:f", "--ignore", "x", "--steps", "4", "--at", "2"]) == (
+        EXIT_USAGE)
+    assert "--ignore: only with --script" in capsys.readouterr().err

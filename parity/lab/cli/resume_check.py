@@ -5,7 +5,7 @@ within --atol), the first that differs named, and the step at which the two runs
     python -m parity resume-check module:factory --steps N --at K [--kill] [--atol X]
         [--same-process] [--json]
     python -m parity resume-check --script COMMAND --resume-flag FLAG [--state FILE]
-        --steps N --at K [--atol X] [--json]
+        [--ignore ENTRY ...] --steps N --at K [--atol X] [--json]
     python -m parity resume-check --fit module:fit --steps N --at K [--atol X] [--json]
 
 module:factory: a function, importable from the current folder, that takes no arguments and
@@ -26,7 +26,9 @@ resume-check's): `{steps}` in COMMAND becomes each run's steps, `{dir}` a fresh 
 each run; it runs straight for N steps, for K steps, then for N steps in the K run's folder
 with --resume-flag's words appended (a FLAG that starts with a dash is written
 --resume-flag=--resume); the two files --state names (default {dir}/ckpt.pt), read with
-torch.load(weights_only=True), are compared entry by entry at the end.
+torch.load(weights_only=True), are compared entry by entry at the end; --ignore ENTRY
+(repeatable, fnmatch) leaves out of the verdict an entry the runs' own command lines make
+differ (nanoGPT's config.out_dir), listing what it left.
 --fit module:fit: a function taking the run resume-check asks for (steps, at, dir,
 resume_from) that trains with the project's callback in a framework's loop (transformers'
 Trainer: parity.lab.your_trainer.callbacks.ResumeCheckCallback; Lightning:
@@ -70,6 +72,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(e.g. --resume-flag=--resume)")
     p.add_argument("--state", metavar="FILE", default=None,
                    help="with --script: the file each run saves (default {dir}/ckpt.pt)")
+    p.add_argument("--ignore", metavar="ENTRY", action="append", default=None,
+                   help="with --script: an entry the runs' own command lines make differ "
+                        "(e.g. config.out_dir), left out of the verdict and listed; an "
+                        "fnmatch pattern of dotted names; repeatable")
     p.add_argument("--fit", metavar="module:fit", default=None,
                    help="instead: your function training a framework's loop with the "
                         "project's callback (transformers' Trainer, Lightning)")
@@ -97,7 +103,8 @@ def _checked(args: argparse.Namespace) -> str:
         raise UsageError("give one of module:factory, --script COMMAND or --fit module:fit"
                          + (f" (got {' and '.join(modes)})" if modes else ""))
     mode = modes[0]
-    script_only = [o for o, v in (("--resume-flag", args.resume_flag), ("--state", args.state))
+    script_only = [o for o, v in (("--resume-flag", args.resume_flag), ("--state", args.state),
+                                  ("--ignore", args.ignore))
                    if v is not None]
     if mode != "script" and script_only:
         raise UsageError(f"{', '.join(script_only)}: only with --script")
@@ -135,7 +142,8 @@ def run(args: argparse.Namespace) -> int:
             try:
                 report = check_script(args.script, resume_flag=args.resume_flag,
                                       state=args.state or "{dir}/ckpt.pt", steps=args.steps,
-                                      at=args.at, atol=args.atol, progress=progress)
+                                      at=args.at, atol=args.atol, progress=progress,
+                                      ignore=tuple(args.ignore or ()))
             finally:
                 for b in bar:
                     b.close()

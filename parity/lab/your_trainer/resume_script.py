@@ -18,12 +18,18 @@ compared entry by entry as the factory mode compares its final states (resume_ch
 bit for bit, or within `atol`, the entries that differ named by dotted path. A script's
 steps are not seen one by one, so there is no step at which the runs part, only what
 differs at the end.
+Entries the runs' own command lines make differ (nanoGPT's `config` records out_dir, the
+run's own folder, and init_from, the resume flag's value) can be named with `ignore`
+(fnmatch patterns of dotted entry names): they are left out of the verdict and listed under
+it, what differed in each; a pattern that matches no entry of either state is a note too
+(a typo would otherwise ignore nothing, silently).
 Not seen: whether the resumed run loaded the file at all. A script that ignores the flag and
 trains N steps from its seed ends where the straight run ends, and is "exact".
 """
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 import shlex
@@ -37,6 +43,7 @@ from typing import Any
 import torch
 
 from parity.lab.your_trainer.resume_check import ResumeReport, compare_final
+from parity.lab.your_trainer.resume_state import flatten
 from parity.lab.your_trainer.resume_worker import ResumeCheckError, TrainerFailed
 
 __all__ = ["check_script"]
@@ -112,10 +119,13 @@ def _state(what: str, path: Path) -> dict[str, Any]:
 
 def check_script(command: str, *, resume_flag: str, state: str = "{dir}/ckpt.pt", steps: int,
                  at: int, atol: float | None = None, cwd: str | os.PathLike | None = None,
-                 progress: Callable[[str], None] | None = None) -> ResumeReport:
+                 progress: Callable[[str], None] | None = None,
+                 ignore: tuple[str, ...] = ()) -> ResumeReport:
     """Run the script straight, stopped at `at`, and resumed (module docstring); the report
-    of the entries in which the two saved states differ. `progress` is told each run's name
-    as it starts."""
+    of the entries in which the two saved states differ, those matching an `ignore` pattern
+    listed apart. `progress` is told each run's name as it starts."""
+    if isinstance(ignore, str) or not all(isinstance(p, str) and p for p in ignore):
+        raise ResumeCheckError(f"ignore {ignore!r}: need a tuple of non-empty entry patterns")
     if any(isinstance(v, bool) or not isinstance(v, int) for v in (steps, at)) or not (
             1 <= at < steps):
         raise ResumeCheckError(f"steps {steps!r}, at {at!r}: need integers with "
@@ -143,6 +153,15 @@ def check_script(command: str, *, resume_flag: str, state: str = "{dir}/ckpt.pt"
         straight = _state("straight", Path(state.replace("{dir}", str(a))))
         resumed = _state("resumed", Path(state.replace("{dir}", str(b))))
     final = compare_final(straight, resumed, atol)
-    notes = tuple(f"  {what + ':':9} {shlex.join(argv)}" for what, argv in runs)
+    notes = ["the runs (their states compared at the end only):",
+             *(f"  {what + ':':9} {shlex.join(argv)}" for what, argv in runs)]
+    if ignore:
+        names = [*flatten(straight), *flatten(resumed)]
+        left = [d for d in final if any(fnmatch.fnmatchcase(d.entry, p) for p in ignore)]
+        final = [d for d in final if d not in left]
+        notes.append("ignored (--ignore): " + (", ".join(f"{d.entry} ({d.detail})"
+                                                         for d in left) or "nothing differed"))
+        notes += [f"--ignore {p!r} matches no entry" for p in ignore
+                  if not any(fnmatch.fnmatchcase(n, p) for n in names)]
     return ResumeReport(steps, at, atol, not final, None, (), tuple(final), None,
-                        ("the runs (their states compared at the end only):", *notes), pid)
+                        tuple(notes), pid)
