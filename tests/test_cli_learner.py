@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from parity.lab.cli import train as train_cli
+from parity.lab.runners import train_output
 from tests.test_cli import assert_one_line_error, run_cli
 
 
@@ -26,7 +26,8 @@ def test_the_numerics_table_names_the_steps_this_process_ran(
 
 def test_the_numerics_table_aligns_long_module_names() -> None:
     names = ["act:a", "grad:transformer.h.11.attn.c_attn.weight_with_a_long_suffix"]
-    text = train_cli._table([{n: [1, 22, 333, 4444, 5, 6] for n in names}], "counts of step 7")
+    text = train_output.counts_table([{n: [1, 22, 333, 4444, 5, 6] for n in names}],
+                                     "counts of step 7")
     lines = text.splitlines()
     assert len({len(line) for line in lines}) == 1, text  # every column ends where the head's
     ends = [line.index(" 1 ") if " 1 " in line else None for line in lines[1:]]

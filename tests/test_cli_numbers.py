@@ -10,7 +10,7 @@ import tracemalloc
 
 import pytest
 
-from parity.lab.cli import train as train_cli
+from parity.lab.runners import train_output
 from reference import accounting_gpt as ragpt
 from reference.accounting import held_bytes
 from tests.test_cli import assert_one_line_error, run_cli
@@ -53,15 +53,15 @@ def test_more_sweep_workers_than_cpus_are_refused(capsys: pytest.CaptureFixture[
 
 def test_a_run_of_years_says_how_long_once(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = iter([0.0, 1.0, 2.5, 3.0, 4.0])
-    monkeypatch.setattr(train_cli.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(train_output.time, "perf_counter", lambda: next(clock))
     said: list[str] = []
-    eta = train_cli.RunLength(10**12, said.append)
+    eta = train_output.RunLength(10**12, said.append)
     for step in (1, 2, 6, 7, 8):  # 5 steps in 2.5 s: 0.5 s a step
         eta.step(f"step {step} loss 1 scale 1 skipped 0 (total 0)")
     years = (10**12 - 6) * 0.5 / (365.25 * 86400)
     assert said == [f"train: {10**12 - 6:,} steps to go at 500 ms a step: about {years:,.1f} "
                     "years; Ctrl-C stops it in one line, keeping the checkpoints written so far"]
-    short = train_cli.RunLength(100, said.append)
+    short = train_output.RunLength(100, said.append)
     clock = iter([0.0, 3.0])
     for step in (1, 2):
         short.step(f"step {step} loss 1")
