@@ -9,6 +9,7 @@ parity/drivers/loss_scaling_train.py.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -82,7 +83,8 @@ def test_update_rule_matches_torch_kernel_bitwise(scale: float, factors: tuple[f
 
 
 def test_update_rule_caps_growth_and_collapses_to_zero_like_torch(device: str) -> None:
-    """At float32 max growth is dropped; repeated backoff from the smallest subnormal gives 0;
+    """At float32 max growth is dropped; repeated backoff from the smallest subnormal gives 0,
+    and an infinite growth of that 0 (NaN) is dropped too, without a warning;
     the scale grows on the growth_interval-th finite step, not one before or after."""
     big = float(np.finfo(np.float32).max) / 1.5
     a, b = update_pair(big, 0, 0.0, 2.0, 0.5, 1, device)
@@ -93,6 +95,10 @@ def test_update_rule_caps_growth_and_collapses_to_zero_like_torch(device: str) -
     a, b = update_pair(tiny, 0, 1.0, 2.0, 0.5, 1, device)
     assert_claim("loss_scaling.update_rule", actual=b, expected=a,
                  context="backoff below the smallest subnormal")
+    assert a[0] == 0
+    a, b = update_pair(0.0, 0, 0.0, math.inf, 0.5, 1, device)  # 0 * inf: NaN, dropped
+    assert_claim("loss_scaling.update_rule", actual=b, expected=a,
+                 context="a scale of 0 grown by an infinite factor")
     assert a[0] == 0
     for tracker, grows in ((2, False), (3, True)):  # growth_interval 4: the 4th success grows
         a, b = update_pair(1024.0, tracker, 0.0, 2.0, 0.5, 4, device)

@@ -99,7 +99,9 @@ def update_scale_(scale: np.ndarray, growth_tracker: np.ndarray, found_inf: np.n
         return hysteresis_tracker
     successful = growth_tracker + np.int32(1)
     if successful == growth_interval:
-        with np.errstate(over="ignore"):  # an infinite growth is computed, then dropped
+        # an infinite growth is computed, then dropped; so is a NaN one, 0 * inf (a scale
+        # backed off to 0 grown by an infinite factor: torch's isfinite drops it alike)
+        with np.errstate(over="ignore", invalid="ignore"):
             grown = (scale.astype(np.float64) * np.float64(growth_factor)).astype(np.float32)
         if np.isfinite(grown):
             scale[...] = grown
