@@ -66,6 +66,7 @@ settings.register_profile(
     "fuzz",
     max_examples=FUZZ_EXAMPLES,
     deadline=None,
+    derandomize=False,  # said: hypothesis' own default is derandomized where CI is set
     print_blob=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
