@@ -5,6 +5,7 @@ in conftest.py)."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -82,9 +83,18 @@ def test_a_derandomized_run_has_imported_every_local_module_before_its_first_exa
                 continue
             parts = path.relative_to(ROOT).with_suffix("").parts
             name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            if name in conftest.ADAPTERS:
+                continue
             if name not in sys.modules and importlib.util.find_spec(name) is not None:
                 missing.append(name)
     assert missing == []
+    imports = re.compile(r"^\s*(from|import)\s+parity\.lab\.your_trainer(\.callbacks|"
+                         r"\s+import\s+.*\bcallbacks)", re.MULTILINE)
+    importers = [str(p.relative_to(ROOT)) for package in conftest.LOCAL_PACKAGES
+                 for p in (ROOT / package).rglob("*.py") if "__pycache__" not in p.parts
+                 and not p.stem.startswith("callbacks")
+                 and imports.search(p.read_text(encoding="utf-8"))]
+    assert importers == [], "a module importing an adapter makes a worker see it"
     source = (ROOT / "parity" / "lab" / "report.py").read_text(encoding="utf-8")
     assert 'Path(tmp) / "tests" / "inductor"' in source
 
