@@ -74,24 +74,34 @@ def train(config: TrainConfig, steps: int, world_size: int, directory: str | Pat
     processes per rank, each rank fetching the global batch (NOTE [ Loader workers of a
     rank ]). `async_save` (a mode of torch_impl.async_ckpt.MODES): the checkpoints saved
     in the background (NOTE [ An async save commits after its data is durable ])."""
-    with tempfile.TemporaryDirectory(prefix="mirrortrain-train-") as tmp:
-        job = train_job(config, steps, world_size, directory, every, keep=keep,
-                        resume=None if start.record is None else start.record.step,
-                        log=Path(tmp) / "rank0.log", loader_workers=loader_workers,
-                        async_save=async_save)
+    return _run_ranks(lambda rank0_log: train_job(
+        config, steps, world_size, directory, every, keep=keep,
+        resume=None if start.record is None else start.record.step, log=rank0_log,
+        loader_workers=loader_workers, async_save=async_save),
+        world_size, log, "ddp", timeout=timeout, collective_timeout=collective_timeout)
+
+
+def _run_ranks(make_job: Callable[[Path], dict[str, Any]], world_size: int,
+              log: Callable[[str], None], what: str, *, timeout: float,
+              collective_timeout: float) -> RanksResult:
+    """Launch the job `make_job` builds (given the path rank 0 logs its lines to, which are
+    passed on to `log` as they come) on `world_size` gloo ranks; the run's result, every
+    rank's digest the same (ranks.DDPError naming `what` if not, or if a rank fails)."""
+    with tempfile.TemporaryDirectory(prefix=f"mirrortrain-{what}-") as tmp:
+        job = make_job(Path(tmp) / "rank0.log")
         Path(job["log"]).touch()
         stop = threading.Event()
         tail = threading.Thread(target=_tail, args=(Path(job["log"]), log, stop), daemon=True)
         tail.start()
         try:
             results = ranks.launch([job], world_size, timeout=timeout,
-                                  collective_timeout=collective_timeout)
+                                   collective_timeout=collective_timeout)
         finally:
             stop.set()
             tail.join()
     digests = [r[0]["digest"] for r in results]
     if len(set(digests)) != 1:
-        raise ranks.DDPError(f"ddp: the ranks end in different states: digests {digests}")
+        raise ranks.DDPError(f"{what}: the ranks end in different states: digests {digests}")
     first = results[0][0]
     return RanksResult(first["step"], digests[0], first["skipped"])
 

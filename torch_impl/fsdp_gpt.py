@@ -38,8 +38,6 @@ What the engine does that the reference states:
 from __future__ import annotations
 
 import math
-import tempfile
-import threading
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -53,7 +51,6 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
-import ranks
 from ckpt import commit as ckc
 from ckpt import commit_policy
 from ckpt.policy import due
@@ -387,23 +384,10 @@ def train(config: TrainConfig, steps: int, world_size: int, directory: str | Pat
           timeout: float = math.inf, loader_workers: int = 0) -> RanksResult:
     """`train --world-size N --model gpt --parallel fsdp --impl torch`: N gloo ranks run
     train_job (reference/fsdp_gpt.py's train is the run); ranks.DDPError if one fails."""
-    from torch_impl.ddp_train import _tail
+    from torch_impl.ddp_train import _run_ranks
 
-    with tempfile.TemporaryDirectory(prefix="mirrortrain-fsdp-") as tmp:
-        job = train_job(config, steps, world_size, directory, every, keep=keep,
-                        resume=None if start.record is None else start.record.step,
-                        log=Path(tmp) / "rank0.log", loader_workers=loader_workers)
-        Path(job["log"]).touch()
-        stop = threading.Event()
-        tail = threading.Thread(target=_tail, args=(Path(job["log"]), log, stop), daemon=True)
-        tail.start()
-        try:
-            results = ranks.launch([job], world_size, timeout=timeout,
-                                   collective_timeout=collective_timeout)
-        finally:
-            stop.set()
-            tail.join()
-    digests = [r[0]["digest"] for r in results]
-    if len(set(digests)) != 1:
-        raise ranks.DDPError(f"fsdp: the ranks' joined states differ: digests {digests}")
-    return RanksResult(results[0][0]["step"], digests[0], results[0][0]["skipped"])
+    return _run_ranks(lambda rank0_log: train_job(
+        config, steps, world_size, directory, every, keep=keep,
+        resume=None if start.record is None else start.record.step, log=rank0_log,
+        loader_workers=loader_workers),
+        world_size, log, "fsdp", timeout=timeout, collective_timeout=collective_timeout)
