@@ -13,29 +13,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
-from common.state_digest import AsArray, state_digest
+from common.state_digest import AsArray, sharded_state_digest
 
 ADAMW_ENTRIES = ("step", "exp_avg", "exp_avg_sq")  # torch.optim.AdamW's per-parameter state
 
 
 def gpt_rank_digest(state: Mapping[str, Any], as_array: AsArray) -> str:
     """state_digest of a GPT rank's flat sharded state (the module docstring)."""
-
-    def scalar(key: str) -> Any:
-        return np.asarray(as_array(state[key])).item()
-
-    optimizer: dict[int, dict[str, Any]] = {}
-    for key, value in state.items():
-        parts = key.split("/")
-        if len(parts) == 3 and parts[0] == "optim" and parts[1] in ADAMW_ENTRIES:
-            optimizer.setdefault(int(parts[2]), {})[parts[1]] = value
-    nested = {"model": {k.removeprefix("model/"): v for k, v in state.items()
-                        if k.startswith("model/")},
-              "optimizer": {"state": optimizer},
-              "scaler": {"scale": float(scalar("scaler/scale")),
-                         "_growth_tracker": int(scalar("scaler/growth_tracker"))},
-              "data": {"epoch": int(scalar("data/epoch")),
-                       "position": int(scalar("data/position"))}}
-    return state_digest(nested, as_array)
+    return sharded_state_digest(state, as_array, buffers={n: n for n in ADAMW_ENTRIES})

@@ -55,19 +55,25 @@ def state_digest(state: Mapping[str, Any], as_array: AsArray) -> str:
     return h.hexdigest()
 
 
-def sharded_state_digest(state: Mapping[str, Any], as_array: AsArray) -> str:
+def sharded_state_digest(state: Mapping[str, Any], as_array: AsArray,
+                         buffers: Mapping[str, str] | None = None) -> str:
     """state_digest of one rank's flat sharded state (the table in torch_impl/sharded_ckpt.py),
-    put in the canonical order: model/<name> as the model's entries, optim/momentum/<i> as
-    parameter i's "momentum_buffer", scaler/scale and scaler/growth_tracker as the scaler's
-    plain values "scale" (a float) and "_growth_tracker" (an int), data/epoch and
-    data/position. As in state_digest, the step, the skipped count and the random streams
+    put in the canonical order: model/<name> as the model's entries, optim/<b>/<i> as
+    parameter i's buffer buffers[b] (by default optim/momentum/<i> as its
+    "momentum_buffer", SGD's; the GPT's AdamW: common/ddp_gpt_state.py), scaler/scale and
+    scaler/growth_tracker as the scaler's plain values "scale" (a float) and
+    "_growth_tracker" (an int), data/epoch and data/position. As in state_digest, the step, the skipped count and the random streams
     are not in it."""
 
     def scalar(key: str) -> Any:
         return np.asarray(as_array(state[key])).item()
 
-    optimizer = {int(k.rsplit("/", 1)[1]): {"momentum_buffer": v} for k, v in state.items()
-                 if k.startswith("optim/momentum/")}
+    buffers = {"momentum": "momentum_buffer"} if buffers is None else buffers
+    optimizer: dict[int, dict[str, Any]] = {}
+    for key, value in state.items():
+        parts = key.split("/")
+        if len(parts) == 3 and parts[0] == "optim" and parts[1] in buffers:
+            optimizer.setdefault(int(parts[2]), {})[buffers[parts[1]]] = value
     nested = {"model": {k.removeprefix("model/"): v for k, v in state.items()
                         if k.startswith("model/")},
               "optimizer": {"state": optimizer},
