@@ -62,8 +62,8 @@ def sharded_state_digest(state: Mapping[str, Any], as_array: AsArray,
     parameter i's buffer buffers[b] (by default optim/momentum/<i> as its
     "momentum_buffer", SGD's; the GPT's AdamW: common/ddp_gpt_state.py), scaler/scale and
     scaler/growth_tracker as the scaler's plain values "scale" (a float) and
-    "_growth_tracker" (an int), data/epoch and data/position. As in state_digest, the step, the skipped count and the random streams
-    are not in it."""
+    "_growth_tracker" (an int), data/epoch and data/position. As in state_digest, the
+    step, the skipped count and the random streams are not in it."""
 
     def scalar(key: str) -> Any:
         return np.asarray(as_array(state[key])).item()
