@@ -216,3 +216,6 @@ def test_entries_the_command_lines_make_differ_are_ignored_when_named_and_listed
     assert main(["resume-check", "mod:f", "--ignore", "x", "--steps", "4", "--at", "2"]) == (
         EXIT_USAGE)
     assert "--ignore: only with --script" in capsys.readouterr().err
+    assert main(check(command, "--ignore", " ")) == EXIT_USAGE
+    assert capsys.readouterr().err.strip().endswith(
+        "--ignore ' ': an entry pattern cannot be empty")

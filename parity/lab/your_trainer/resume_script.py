@@ -124,8 +124,11 @@ def check_script(command: str, *, resume_flag: str, state: str = "{dir}/ckpt.pt"
     """Run the script straight, stopped at `at`, and resumed (module docstring); the report
     of the entries in which the two saved states differ, those matching an `ignore` pattern
     listed apart. `progress` is told each run's name as it starts."""
-    if isinstance(ignore, str) or not all(isinstance(p, str) and p for p in ignore):
-        raise ResumeCheckError(f"ignore {ignore!r}: need a tuple of non-empty entry patterns")
+    if isinstance(ignore, str):
+        raise ResumeCheckError(f"ignore {ignore!r}: give a tuple of entry patterns")
+    for pattern in ignore:
+        if not isinstance(pattern, str) or not pattern.strip():
+            raise ResumeCheckError(f"--ignore {pattern!r}: an entry pattern cannot be empty")
     if any(isinstance(v, bool) or not isinstance(v, int) for v in (steps, at)) or not (
             1 <= at < steps):
         raise ResumeCheckError(f"steps {steps!r}, at {at!r}: need integers with "
