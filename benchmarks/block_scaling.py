@@ -37,7 +37,6 @@ import argparse
 import datetime
 import logging
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -52,6 +51,7 @@ import ml_dtypes  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from benchmarks.formats import cpu_model  # noqa: E402  (the one reading of the CPU's name)
 from reference import fp8_blockwise as rfb  # noqa: E402
 from reference import nvfp4 as rnv  # noqa: E402
 from reference import optim_sr as rsr  # noqa: E402
@@ -166,16 +166,6 @@ def measure(m: int, n: int, repeats: int, clock: Callable[[], float]) -> dict:
                 entry["ratio"].append(base / s)
         print(f"repeat {r + 1}/{repeats} done", file=sys.stderr)
     return rows
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.machine()
 
 
 def header(m: int, n: int, repeats: int, clock_name: str, load: float) -> str:

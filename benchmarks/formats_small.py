@@ -37,23 +37,13 @@ import torch  # noqa: E402
 
 import reference.formats as ref  # noqa: E402
 import torch_impl.formats as tim  # noqa: E402
+from benchmarks.formats import cpu_model  # noqa: E402  (the one reading of the CPU's name)
 from parity.oracles import ML_DTYPES, SMALL_FORMATS  # noqa: E402
 
 JSON = ROOT / "docs" / "data" / "formats_small_encode.json"
 CHUNK = 1 << 16  # parity/sweep.py's chunk
 CHUNKS = 8  # per timing
 TWIN_TARGET_S = 15.0
-
-
-def cpu_model() -> str:
-    """The CPU's model name (Linux /proc/cpuinfo), else the platform's machine type."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.machine()
 
 
 def ns_per_input(fn: object, chunks: list[np.ndarray]) -> float:
