@@ -7,7 +7,9 @@ digest as an uninterrupted one.
 this order: every model entry in state_dict order; every optimizer buffer, parameter index
 ascending, buffer name sorted ("optimizer/<i>/<name>"); every scaler entry, key sorted
 ("scaler/<key>"); then "data/epoch" and "data/position". An array record is
-name NUL dtype.str NUL shape NUL raw-bytes (little-endian, C order); a plain value's is
+name NUL dtype NUL shape NUL raw-bytes (little-endian, C order), where dtype is the
+little-endian dtype.str, or the name for ml_dtypes' types (whose str, a bare '<V2', '<V1'
+or '<f1', does not tell e4m3fn from another 1-byte format); a plain value's is
 name NUL "py" NUL repr(value). Each tree says only which of its values are arrays and how
 they become NumPy (reference/state_digest.py, torch_impl/state_digest.py), so a state and
 its cross-implementation mapping have the same digest. Random streams and
@@ -31,7 +33,9 @@ def _record(name: str, value: Any, as_array: AsArray) -> bytes:
     a = as_array(value)
     if a is not None:
         a = np.ascontiguousarray(a)
-        body = (f"{name}\0{a.dtype.newbyteorder('<').str}\0{','.join(map(str, a.shape))}\0"
+        ml = a.dtype.type.__module__ == "ml_dtypes"
+        kind = a.dtype.name if ml else a.dtype.newbyteorder("<").str
+        body = (f"{name}\0{kind}\0{','.join(map(str, a.shape))}\0"
                 .encode() + a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes())
     else:
         body = f"{name}\0py\0{value!r}".encode()
