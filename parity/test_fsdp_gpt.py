@@ -242,10 +242,11 @@ def test_the_command_refuses_what_fsdp_does_not_take(tmp_path: Path,
 
 
 
-def test_a_resume_at_another_world_size_or_of_the_other_parallel_is_refused(
+def test_a_resume_of_the_other_parallel_is_refused_at_any_world_size(
         tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    """An FSDP run's commit resumed at another N, or by --parallel ddp, and a DDP run's
-    resumed by --parallel fsdp: one line, exit 2, the directory as it was."""
+    """An FSDP run's commit resumed by --parallel ddp, and a DDP run's resumed by
+    --parallel fsdp, at the same N and at another (where either would reshard): one line,
+    exit 2, the directory as it was."""
     fsdp, ddp = tmp_path / "fsdp", tmp_path / "ddp"
     _command(fsdp, 2, 2)
     opts = [o for o in drv.RESUME_OPTIONS if o not in ("--parallel", "fsdp")]
@@ -254,11 +255,11 @@ def test_a_resume_at_another_world_size_or_of_the_other_parallel_is_refused(
     capsys.readouterr()
     before = {d: sorted(p.name for p in d.iterdir()) for d in (fsdp, ddp)}
     base = ["train", "--impl", "reference", "--steps", "4", "--resume"]
-    for directory, extra, said in ((fsdp, ["--world-size", "3", *drv.RESUME_OPTIONS],
-                                    "has 2 ranks"),
-                                   (fsdp, ["--world-size", "2", *opts], "parallel: 'fsdp'"),
-                                   (ddp, ["--world-size", "2", *drv.RESUME_OPTIONS],
-                                    "parallel: not in the checkpoint")):
+    for directory, n, extra, said in (
+            (fsdp, "2", opts, "parallel: 'fsdp'"), (fsdp, "3", opts, "parallel: 'fsdp'"),
+            (ddp, "2", drv.RESUME_OPTIONS, "parallel: not in the checkpoint"),
+            (ddp, "3", drv.RESUME_OPTIONS, "parallel: not in the checkpoint")):
+        extra = ["--world-size", n, *extra]
         assert main([*base, "--checkpoint-dir", str(directory), *extra]) == 2
         err = capsys.readouterr().err.strip()
         assert said in err and len(err.splitlines()) == 1, err

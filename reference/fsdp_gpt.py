@@ -49,8 +49,9 @@ found_inf); --recompute as the single-process run's (each replica's blocks: the 
 as without); a checkpoint every K steps saves each rank's own rows
 (model/<name>, AdamW's buffers of its shard) beside the replicated entries (the scaler's
 scale and growth tracker among them), in reference/sharded_ckpt.py's containers; a resume
-is at the same world size. The digest is gpt_rank_digest of the joined state (every rank's
-rows concatenated; bf16 and fp32: the disabled scaler's scale 1, tracker 0).
+at another world size joins the saved rows and cuts them anew (reference/fsdp_gpt_ckpt.py,
+NOTE [ Resharding an FSDP checkpoint ]). The digest is gpt_rank_digest of the joined state
+(every rank's rows concatenated; bf16 and fp32: the disabled scaler's scale 1, tracker 0).
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ from reference import ddp as rddp
 from reference import fsdp as rfsdp
 from reference import sharded_ckpt as sharded
 from reference.ddp_scaler import sync_found_inf
+from reference.fsdp_gpt_ckpt import apply_loaded, digest_state, load_ranks, rank_state
 from reference.gpt import GPT
 from reference.module import Parameter
 from reference.state_digest import as_array
@@ -209,55 +211,6 @@ def _optimizer_phase(ranks: Ranks, record: StepRecord) -> None:
         scaler.update()
 
 
-def rank_state(ranks: Ranks, rank: int, step: int, skipped: int = 0) -> dict[str, Any]:
-    """Rank `rank`'s saved state: model/<name> its unpadded rows, AdamW's buffers of its
-    shards and the schedule (ddp_gpt.optimizer_state), the scaler's scale and growth
-    tracker (fp32, bf16: 1 and 0), the data position, the step, the skipped steps, its
-    stream (torch_impl/sharded_ckpt.py's table)."""
-    names = [n for n, _ in ranks.replicas[rank].named_parameters()]
-    state: dict[str, Any] = {f"model/{n}": p.data.copy()
-                             for n, p in zip(names, ranks.shards[rank], strict=True)}
-    state.update(ddp_gpt.optimizer_state(ranks.optimizers[rank], ranks.schedulers[rank],
-                                         ranks.shards[rank]))
-    scaler = ranks.scalers[rank]
-    state["scaler/scale"] = np.float64(scaler.get_scale())
-    state["scaler/growth_tracker"] = np.int64(scaler._get_growth_tracker())
-    sampler = ranks.parts.sampler
-    state["data/epoch"] = np.int64(sampler.epoch)
-    state["data/position"] = np.int64(sampler.position)
-    state["step"] = np.int64(step)
-    state["skipped"] = np.int64(skipped)
-    state[f"rng/rank{rank}"] = ranks.rngs[rank].bit_generator.state
-    return state
-
-
-def apply_loaded(state: dict[str, Any], ranks: Ranks, rank: int) -> None:
-    """Rank `rank` set from its loaded state (the data position: the run's sampler)."""
-    names = [n for n, _ in ranks.replicas[rank].named_parameters()]
-    for n, p in zip(names, ranks.shards[rank], strict=True):
-        np.copyto(p.data, state[f"model/{n}"])  # into the padded shard's rows
-    ddp_gpt.load_optimizer_state(state, ranks.optimizers[rank], ranks.schedulers[rank],
-                                 ranks.shards[rank])
-    sd = ranks.scalers[rank].state_dict()
-    if sd:  # fp16's; a disabled scaler has no state
-        sd.update(scale=float(state["scaler/scale"]),
-                  _growth_tracker=int(state["scaler/growth_tracker"]))
-        ranks.scalers[rank].load_state_dict(sd)
-    ranks.rngs[rank].bit_generator.state = state[f"rng/rank{rank}"]
-
-
-def digest_state(states: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Every rank's rows joined along dim 0 (a 0-d entry, AdamW's step, rank 0's; the
-    scaler's, the same on every rank): the state gpt_rank_digest reads."""
-    joined: dict[str, Any] = {}
-    for key, value in states[0].items():
-        if key.startswith("model/") or (key.startswith("optim/") and np.ndim(value) > 0):
-            joined[key] = np.concatenate([np.asarray(s[key]) for s in states])
-        elif not key.startswith("rng/"):
-            joined[key] = value
-    return joined
-
-
 def train(config: TrainConfig, steps: int, world_size: int, directory: str | Path,
           every: int, *, keep: int, start: commit_policy.Start,
           log: Callable[[str], None]) -> RanksResult:
@@ -266,11 +219,10 @@ def train(config: TrainConfig, steps: int, world_size: int, directory: str | Pat
     ranks = simulated_ranks(c, ws)
     sampler, step, skipped = ranks.parts.sampler, 0, 0
     if start.record is not None:
-        record, states = sharded.load_sharded(directory, ws, c.seed)
-        if record.step != start.record.step or record.world_size != ws:
-            raise RuntimeError(f"{directory}: its newest commit is step {record.step} of "
-                               f"{record.world_size} ranks, the command chose step "
-                               f"{start.record.step} at {ws} (changed since?)")
+        record, states = load_ranks(directory, ws, c.seed)  # resharded if ws differs
+        if record.step != start.record.step:
+            raise RuntimeError(f"{directory}: its newest commit is step {record.step}, the "
+                               f"command chose step {start.record.step} (changed since?)")
         for rank, state in enumerate(states):
             apply_loaded(state, ranks, rank)
         sampler.load_state_dict({**sampler.state_dict(), "epoch": int(states[0]["data/epoch"]),

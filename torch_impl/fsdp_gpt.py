@@ -30,9 +30,11 @@ What the engine does that the reference states:
   root's parameters gather before the first block's.
 - AdamW (for-loop path on CPU) steps each DTensor's local rows: elementwise, as on a plain
   tensor; the schedule is torch.optim.lr_scheduler's (torch_impl/train.py's choice).
-- The rank's state: get_state_dict (sharded: every model entry and AdamW buffer a DTensor
-  of this rank's rows) flattened to the table of torch_impl/sharded_ckpt.py keyed by the
-  parameter's index, and DCP writes each rank's rows; set_state_dict puts a loaded one back.
+- The rank's state (torch_impl/fsdp_gpt_ckpt.py): get_state_dict (sharded: every model
+  entry and AdamW buffer a DTensor of this rank's rows) flattened to the table of
+  torch_impl/sharded_ckpt.py keyed by the parameter's index, and DCP writes each rank's
+  rows; set_state_dict puts a loaded one back, at any world size (DCP reshards the
+  DTensors: NOTE [ Resharding an FSDP checkpoint ] in reference/fsdp_gpt_ckpt.py).
 """
 
 from __future__ import annotations
@@ -46,7 +48,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
@@ -60,6 +61,7 @@ from common.train_loop import RanksResult, batches
 from torch_impl import loss_scaling
 from torch_impl import sharded_ckpt as sc
 from torch_impl.ddp import shard
+from torch_impl.fsdp_gpt_ckpt import digest_state, load_ranks, rank_state
 from torch_impl.state_digest import as_array
 from torch_impl.train import _make_scheduler
 from torch_impl.train_models import batch_of, build
@@ -67,9 +69,6 @@ from torch_impl.train_models import batch_of, build
 PRECISIONS = ("fp32", "bf16", "fp16")
 PAYLOAD = sc.PAYLOAD
 PARAM_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-ADAMW_ENTRIES = ("step", "exp_avg", "exp_avg_sq")
-
-
 
 
 def policy(precision: str) -> MixedPrecisionPolicy | None:
@@ -204,75 +203,6 @@ def fsdp_step(rep: Replica, x: torch.Tensor, y: torch.Tensor, *, rank: int,
     return record
 
 
-def rank_state(rep: Replica, generator: torch.Generator, step: int, rank: int,
-               full: bool = False, skipped: int = 0) -> dict[str, torch.Tensor]:
-    """This rank's state, the table of torch_impl/sharded_ckpt.py: model/<name>,
-    optim/step|exp_avg|exp_avg_sq/<i>, optim/lr, sched/..., scaler/scale and
-    scaler/growth_tracker (bf16 and fp32: 1 and 0, the disabled scaler's), data/..., step,
-    skipped, rng/rank<r>. From get_state_dict: sharded DTensors (aliasing
-    the live ones: a template for load_sharded fills them), or with `full` every entry
-    all-gathered (every rank then holds the same full tensors: the digest's). Before the
-    first step, get_state_dict creates AdamW's state by a step at lr 0 on zero gradients
-    (step 1, zero moments): only a template, which the load overwrites."""
-    options = StateDictOptions(full_state_dict=full)
-    model_sd, optim_sd = get_state_dict(rep.parts.model, rep.optimizer, options=options)
-    state: dict[str, torch.Tensor] = {f"model/{k}": v for k, v in model_sd.items()}
-    index = {n: i for i, n in enumerate(rep.names)}
-    for name, entries in optim_sd["state"].items():
-        for key in ADAMW_ENTRIES:
-            state[f"optim/{key}/{index[name]}"] = entries[key]
-    state["optim/lr"] = torch.tensor(rep.optimizer.param_groups[0]["lr"], dtype=torch.float64)
-    state["sched/last_epoch"] = torch.tensor(rep.scheduler.last_epoch, dtype=torch.int64)
-    state["sched/step_count"] = torch.tensor(rep.scheduler._step_count, dtype=torch.int64)
-    state["scaler/scale"] = torch.tensor(rep.scaler.get_scale(), dtype=torch.float64)
-    state["scaler/growth_tracker"] = torch.tensor(rep.scaler._get_growth_tracker(),
-                                                  dtype=torch.int64)
-    sampler = rep.parts.sampler
-    state["data/epoch"] = torch.tensor(sampler.epoch, dtype=torch.int64)
-    state["data/position"] = torch.tensor(sampler.position, dtype=torch.int64)
-    state["step"] = torch.tensor(step, dtype=torch.int64)
-    state["skipped"] = torch.tensor(skipped, dtype=torch.int64)
-    state[f"rng/rank{rank}"] = generator.get_state()
-    return state
-
-
-def apply_loaded(state: dict[str, torch.Tensor], rep: Replica, generator: torch.Generator,
-                 rank: int) -> int:
-    """set_state_dict from a loaded rank_state (model and AdamW: this rank's rows), then the
-    lr, the schedule, the scaler, the sampler and the stream; returns the step."""
-    model_sd = {k.removeprefix("model/"): v for k, v in state.items() if k.startswith("model/")}
-    lr = float(state["optim/lr"])
-    _, optim_sd = get_state_dict(rep.parts.model, rep.optimizer)
-    for name in optim_sd["state"]:
-        i = rep.names.index(name)
-        optim_sd["state"][name] = {k: state[f"optim/{k}/{i}"] for k in ADAMW_ENTRIES}
-    for g in optim_sd["param_groups"]:
-        g["lr"] = lr
-    set_state_dict(rep.parts.model, rep.optimizer, model_state_dict=model_sd,
-                   optim_state_dict=optim_sd)
-    sd = rep.scheduler.state_dict()
-    sd.update(last_epoch=int(state["sched/last_epoch"]),
-              _step_count=int(state["sched/step_count"]), _last_lr=[lr])
-    rep.scheduler.load_state_dict(sd)
-    sd = rep.scaler.state_dict()
-    if sd:  # fp16's; a disabled scaler has no state
-        sd.update(scale=float(state["scaler/scale"]),
-                  _growth_tracker=int(state["scaler/growth_tracker"]))
-        rep.scaler.load_state_dict(sd)
-    rep.parts.sampler.load_state_dict({**rep.parts.sampler.state_dict(),
-                                       "epoch": int(state["data/epoch"]),
-                                       "position": int(state["data/position"])})
-    generator.set_state(state[f"rng/rank{rank}"])
-    return int(state["step"])
-
-
-def digest_state(rep: Replica, generator: torch.Generator, step: int, rank: int
-                 ) -> dict[str, torch.Tensor]:
-    """The full state (every rank's rows joined; the scaler's entries as the DDP run's),
-    for common.ddp_gpt_state.gpt_rank_digest."""
-    return rank_state(rep, generator, step, rank, full=True)
-
-
 def gpt_job(config: TrainConfig, steps: int, world_size: int) -> dict[str, Any]:
     """`steps` FSDP2 steps of `config`'s GPT, each recorded (parity/drivers/fsdp_gpt.py)."""
     policy(config.precision)
@@ -314,14 +244,11 @@ def run(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
     generator = torch.default_generator  # nn.Dropout's: this rank's stream
     torch.manual_seed(ckc.rank_seed(c.seed, rank, 0))
     step, skipped = 0, 0
-    if not record and job["resume"] is not None:
-        template = rank_state(rep, generator, 0, rank)
-        commit, _ = sc.load_sharded(job["directory"], template, group)
-        if commit.step != job["resume"] or commit.world_size != ws:
-            raise RuntimeError(f"{job['directory']}: its newest commit is step {commit.step} "
-                               f"of {commit.world_size} ranks, the command chose step "
-                               f"{job['resume']} at {ws} (changed since?)")
-        step, skipped = apply_loaded(template, rep, generator, rank), int(template["skipped"])
+    if not record and job["resume"] is not None:  # resharded if ws differs
+        commit, step, skipped = load_ranks(job["directory"], rep, generator, rank, ws, group)
+        if commit.step != job["resume"]:
+            raise RuntimeError(f"{job['directory']}: its newest commit is step {commit.step}, "
+                               f"the command chose step {job['resume']} (changed since?)")
     if not record and job.get("loader_workers"):
         _workers(rep, job["loader_workers"])  # type: ignore[arg-type]
     forwards = [0]  # the blocks' forwards, recomputed ones included (the tests' guard)

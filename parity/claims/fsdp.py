@@ -251,6 +251,36 @@ CLAIMS: tuple[Claim, ...] = (
         torch_since=(2, 8),
     ),
     Claim(
+        id="fsdp.gpt_reshard",
+        statement=(
+            "`train --world-size N --model gpt --parallel fsdp` (AdamW, cosine schedule, fp16 "
+            "with a ShardedGradScaler, dropout from every rank's own stream) committed by 2 "
+            "ranks and resumed with --resume on 1, that run's commit resumed on 3 (rows 16, "
+            "32 and 128 cut into uneven chunks): right after each load every rank holds its "
+            "rows of every sharded entry (the parameters, AdamW's exp_avg and exp_avg_sq) "
+            "cut from the saved full tensors (the saved ranks' rows joined) by torch.chunk's "
+            "rule at the new N and every replicated entry as saved (step counts, lr, "
+            "schedule, scaler, data position, step, skipped), bit for bit, so the joined "
+            "state's digest is the saving run's; its stream is rank_seed(seed, rank, step)'s; "
+            "and at 3 ranks a run stopped at a commit and resumed ends with the digest of "
+            "the one that went on: the reference's simulated ranks (default) and torch's "
+            "gloo ranks (2 -> 3 default, 2 -> 1 -> 3 slow)."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "NOTE [ Resharding an FSDP checkpoint ]: rank r's saved rows are chunk r of the "
+            "full tensor (unpadded), their concatenation is the full tensor, a rank at N' "
+            "takes its chunk of it: copies of rows (the reference joins and cuts; DCP's "
+            "planner reads each rank's overlap of the saved chunks by global offset into the "
+            "DTensors of N'). The replicated entries are a read; the streams are re-derived "
+            "(NOTE [ Resharding a DDP checkpoint ]). Across the change of N no digest is the "
+            "N run's (a mean over N' shards rounds otherwise: fsdp.gpt_loss_curve); at one N "
+            "the resume is fsdp.gpt_resume's, exact."
+        ),
+        torch_since=(2, 8),
+    ),
+    Claim(
         id="fsdp.gpt_loss_curve",
         statement=(
             "The learning control: the loss of a float32 FSDP2 run of the compact GPT on N "
@@ -287,14 +317,14 @@ _INSIDE = "inside fully_shard (FSDP2's private parameter and collective code)"
 _JOB = "how a torch rank runs this (the drivers' job, the launcher's entry): harness"
 
 _GSTEP = ("fsdp.gpt_all_gather", "fsdp.gpt_reduce_scatter", "fsdp.gpt_adamw")
-_GSTATE = ("fsdp.gpt_adamw", "fsdp.gpt_resume")
+_GSTATE = ("fsdp.gpt_adamw", "fsdp.gpt_resume", "fsdp.gpt_reshard")
+_GLOAD = ("fsdp.gpt_resume", "fsdp.gpt_reshard")
+_DCP = "torch's DCP planner joins and cuts the DTensors' rows by their global offsets"
 _GSCALER = ("fsdp.gpt_scaler",)
 GPT_ROWS: tuple[Twin, ...] = (
     Twin.same("fsdp_gpt", "PRECISIONS", *_GSTEP),
     Twin.same("fsdp_gpt", "PAYLOAD", "fsdp.gpt_resume"),
     Twin.same("fsdp_gpt", "PARAM_DTYPES", *_GSTEP),
-    Twin("ADAMW_ENTRIES", torch="torch_impl.fsdp_gpt:ADAMW_ENTRIES", claims=_GSTATE,
-         why="get_state_dict's AdamW entries, flattened; the reference's are its own dicts"),
     Twin("policy", torch="torch_impl.fsdp_gpt:policy", claims=_GSTEP,
          why="the MixedPrecisionPolicy of a precision: the reference casts by PARAM_DTYPES"),
     Twin("make_scaler", reference="reference.loss_scaling:make_scaler",
@@ -311,20 +341,31 @@ GPT_ROWS: tuple[Twin, ...] = (
          why="fully_shard's the blocks and the root on a process group"),
     Twin.same("fsdp_gpt", "StepRecord", *_GSTEP, *_GSCALER),
     Twin.same("fsdp_gpt", "fsdp_step", *_GSTEP, *_GSCALER, "fsdp.gpt_loss_curve"),
-    Twin.same("fsdp_gpt", "rank_state", *_GSTATE),
-    Twin.same("fsdp_gpt", "apply_loaded", "fsdp.gpt_resume"),
-    Twin.same("fsdp_gpt", "digest_state", "fsdp.gpt_resume"),
     Twin("gpt_job", torch="torch_impl.fsdp_gpt:gpt_job", claims=_GSTEP, why=_JOB),
     Twin("train_job", torch="torch_impl.fsdp_gpt:train_job", claims=("fsdp.gpt_resume",),
          why=_JOB),
     Twin("run", torch="torch_impl.fsdp_gpt:run", claims=(*_GSTEP, "fsdp.gpt_resume"),
          why=_JOB),
-    Twin.same("fsdp_gpt", "train", "fsdp.gpt_resume"),
+    Twin.same("fsdp_gpt", "train", *_GLOAD),
+    # the checkpoint (reference/fsdp_gpt_ckpt.py, torch_impl/fsdp_gpt_ckpt.py)
+    Twin("ADAMW_ENTRIES", torch="torch_impl.fsdp_gpt_ckpt:ADAMW_ENTRIES", claims=_GSTATE,
+         why="get_state_dict's AdamW entries, flattened; the reference's are its own dicts"),
+    Twin("SHARDED", reference="reference.fsdp_gpt_ckpt:SHARDED", claims=("fsdp.gpt_reshard",),
+         why=_DCP),
+    Twin("is_sharded", reference="reference.fsdp_gpt_ckpt:is_sharded",
+         claims=("fsdp.gpt_reshard",), why=_DCP),
+    Twin.same("fsdp_gpt_ckpt", "rank_state", *_GSTATE),
+    Twin.same("fsdp_gpt_ckpt", "apply_loaded", *_GLOAD),
+    Twin.same("fsdp_gpt_ckpt", "digest_state", *_GLOAD),
+    Twin("cut", reference="reference.fsdp_gpt_ckpt:cut", claims=("fsdp.gpt_reshard",),
+         why=_DCP),
+    Twin.same("fsdp_gpt_ckpt", "load_ranks", *_GLOAD),
 )
 
 MANIFEST = Manifest(
     topic="fsdp",
-    modules=("reference.fsdp", "torch_impl.fsdp", "reference.fsdp_gpt", "torch_impl.fsdp_gpt"),
+    modules=("reference.fsdp", "torch_impl.fsdp", "reference.fsdp_gpt", "torch_impl.fsdp_gpt",
+             "reference.fsdp_gpt_ckpt", "torch_impl.fsdp_gpt_ckpt"),
     rows=(
         Twin("REDUCE_DTYPES", torch="torch_impl.fsdp:REDUCE_DTYPES", claims=("fsdp.reduce_dtype",),
              why="the reduce dtypes a job takes by name: the reference takes its arrays'"),

@@ -151,10 +151,6 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(_named(str(e))) from None
     config = configuration(args, start.config if start.record is not None else None)
     if start.record is not None:
-        if fsdp and start.record.world_size != n:
-            raise UsageError(f"--parallel fsdp resumes at the world size that saved: "
-                             f"{start.record.path.name} has {start.record.world_size} ranks, "
-                             f"--world-size is {n}")
         try:
             check_config(start.config, {**config.to_dict(), **({"parallel": "fsdp"} if fsdp
                                                                else {})},
@@ -163,8 +159,9 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(str(e)) from None
         was = start.record.world_size
         notify(f"resumed from {start.record.path.name} at step {start.record.step}" + (
-            "" if was == n else f" (written by {was} ranks, resharded to {n}: the replicated "
-            "entries as saved, every rank's stream re-derived from the seed)"))
+            "" if was == n else f" (written by {was} ranks, resharded to {n}: "
+            + ("every rank's rows cut anew from the saved ones, " if fsdp else "")
+            + "the replicated entries as saved, every rank's stream re-derived from the seed)"))
     if args.impl == "reference":
         from reference.async_ckpt import AsyncSaveError
 
