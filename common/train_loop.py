@@ -254,7 +254,7 @@ def train(run_class: type[BaseRun], config: TrainConfig | Configure, steps: int,
     `resume_from_latest`, `overwrite`, or a CheckpointError refusing, with nothing changed;
     docs/resume.md has the table). `foreign` maps another tree's payload kind to a loader
     returning THIS tree's state (python -m parity train passes the cross-implementation
-    mapping); a converted state's random streams restart from the seed. `strict` (with
+    mapping); a converted state's dropout streams restart from the seed. `strict` (with
     `resume_from_latest`): nothing to resume is a refusal. `log` receives each step's line;
     `notify` (default: `log`) what the directory policy says and the line naming the
     checkpoint resumed from (python -m parity train sends these to stderr).
@@ -306,7 +306,7 @@ def train(run_class: type[BaseRun], config: TrainConfig | Configure, steps: int,
             run.load_state_dict(found.state)
             _say(notify, f"resumed from {found.entry.name} at step {run.step}" + (
                 "" if found.entry.payload == tree.resume.PAYLOAD else f" (written by "
-                f"{found.entry.writer}, converted; random streams restart from the seed)"))
+                f"{found.entry.writer}, converted; dropout streams restart from the seed)"))
         if fault is not None and not run.step <= fault_step < steps:
             raise ValueError(f"train: fault {fault.name} is seeded before step {fault_step}, "
                              f"but this run takes steps {run.step} to {steps - 1}: it would "

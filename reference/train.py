@@ -79,7 +79,8 @@ class Run(train_loop.BaseRun):
         return rng
 
     def _load_rng(self, rng: Mapping[str, Any]) -> None:
-        self.rng.bit_generator.state = rng["model"]
+        if "model" in rng:  # absent from a mapped state (NOTE [ Cross-implementation mapping ])
+            self.rng.bit_generator.state = rng["model"]
         if self.bits is not None:
             self.bits.load(rng["bits"])
 

@@ -269,7 +269,7 @@ def test_resume_continues_from_the_other_implementation_through_the_mapping(
     run, lines = _train(tree, 12, tmp_path, every=2, keep=1, resume_from_latest=True,
                         foreign=converters(name))
     assert any(line.startswith("resumed from ckpt-00000004.ckpt at step 4 (written by ") and
-               "converted; random streams restart from the seed" in line for line in lines)
+               "converted; dropout streams restart from the seed" in line for line in lines)
     assert _steps(lines) == list(range(5, 13)) and run.step == 12
     assert {k: _listing(tmp_path)[k] for k in theirs} == theirs
     assert sorted(set(os.listdir(tmp_path)) - set(theirs)) == ["ckpt-00000012.ckpt"]

@@ -23,6 +23,7 @@ differs:
 
 from __future__ import annotations
 
+import copy
 import os
 import pickle
 from collections.abc import Callable, Mapping
@@ -43,6 +44,7 @@ from ckpt import (  # the one family, re-exported: torch_impl.resume.CheckpointE
     CheckpointWriteError,
     check_matches,
 )
+from common.fp8_train import WEIGHT_PRECISIONS
 from torch_impl.state_mapping import (
     optimizer_state_from_torch,
     optimizer_state_to_torch,
@@ -165,11 +167,19 @@ def CheckpointManager(directory: str | os.PathLike | Path, keep: int = 3,
 #              order itself is a hash both trees compute (NOTE [ Counter-based hashing
 #              instead of a Generator ] in reference/data.py)
 #   config, fingerprint, step, epoch, skipped: plain values, copied
-# NOT mapped: rng. numpy's PCG64 and torch's Mersenne Twister / Philox are different
-# generators; no state of one reproduces the other's stream. The mapped state carries
-# rng = None, and a loop resuming it keeps the streams it was built with (train.py: seeded
-# from the config's seed): the same parameters, optimizer, schedule, scaler and data
-# position, but from then on other dropout masks, so not the same run unless dropout is off.
+#   optimizer of bf16-sr (a WEIGHT_PRECISION: BF16SR, AdamWSR over bfloat16 copies) has
+#              no torch class behind it: both trees' groups hold the same keys (lr, betas,
+#              eps, weight_decay, amsgrad, initial_lr, params), copied with arrays <->
+#              tensors of the same bits
+#   rng["bits"] the random bits of stochastic rounding (bf16-sr, nvfp4) are ONE stream in
+#              both trees, numpy's PCG64 (NOTE [ One bit stream, both trees ] in
+#              common/recipes_train.py): its state, plain ints, copied
+# NOT mapped: the rest of rng. numpy's PCG64 and torch's Mersenne Twister / Philox are
+# different generators; no state of one reproduces the other's stream. The mapped state
+# carries rng = None (or only its "bits"), and a loop resuming it keeps the dropout streams
+# it was built with (train.py: seeded from the config's seed): the same parameters,
+# optimizer, schedule, scaler and data position, but from then on other dropout masks, so
+# not the same run unless dropout is off.
 
 
 def _arrays_to_tensors(value: Any) -> Any:
@@ -196,6 +206,14 @@ MAPPED_KEYS = ("config", "step", "epoch", "model", "optimizer", "scheduler", "sc
 CONVERTED = ("model", "optimizer", "scheduler", "scaler", "rng")
 
 
+def _bits(state: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The carried part of rng (NOTE [ Cross-implementation mapping ]): the bit stream."""
+    rng = state.get("rng")
+    if not isinstance(rng, Mapping) or "bits" not in rng:
+        return None
+    return {"bits": copy.deepcopy(dict(rng["bits"]))}
+
+
 def _plain(state: Mapping[str, Any]) -> dict[str, Any]:
     """Every entry but the converted ones, copied (config, counters, data, fingerprint...)."""
     return {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in state.items()
@@ -207,14 +225,17 @@ def state_from_reference(ref_state: Mapping[str, Any]) -> dict[str, Any]:
     missing = [k for k in MAPPED_KEYS if k not in ref_state]
     if missing:
         raise ValueError(f"state_from_reference: missing keys {missing}")
-    optimizer = ref_state["config"]["optimizer"]
+    config = ref_state["config"]
+    optimizer = (_arrays_to_tensors(ref_state["optimizer"])
+                 if config.get("precision") in WEIGHT_PRECISIONS
+                 else optimizer_state_to_torch(ref_state["optimizer"], config["optimizer"]))
     return {
         **_plain(ref_state),
         "model": state_dict_to_torch(ref_state["model"]),
-        "optimizer": optimizer_state_to_torch(ref_state["optimizer"], optimizer),
+        "optimizer": optimizer,
         "scheduler": scheduler_state_to_torch(ref_state["scheduler"]),
         "scaler": _arrays_to_tensors(ref_state["scaler"]),
-        "rng": None,
+        "rng": _bits(ref_state),
     }
 
 
@@ -223,13 +244,16 @@ def state_to_reference(torch_state: Mapping[str, Any]) -> dict[str, Any]:
     missing = [k for k in MAPPED_KEYS if k not in torch_state]
     if missing:
         raise ValueError(f"state_to_reference: missing keys {missing}")
+    config = torch_state["config"]
+    optimizer = (_tensors_to_arrays(torch_state["optimizer"])
+                 if config.get("precision") in WEIGHT_PRECISIONS
+                 # the name: torch 2.6's Adam groups do not say whether decay is decoupled
+                 else optimizer_state_from_torch(torch_state["optimizer"], config["optimizer"]))
     return {
         **_plain(torch_state),
         "model": state_dict_from_torch(torch_state["model"]),
-        # the name: torch 2.6's Adam groups do not say whether decay is decoupled
-        "optimizer": optimizer_state_from_torch(torch_state["optimizer"],
-                                                torch_state["config"]["optimizer"]),
+        "optimizer": optimizer,
         "scheduler": scheduler_state_from_torch(torch_state["scheduler"]),
         "scaler": _tensors_to_arrays(torch_state["scaler"]),
-        "rng": None,
+        "rng": _bits(torch_state),
     }

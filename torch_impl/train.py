@@ -131,7 +131,8 @@ class Run(train_loop.BaseRun):
         return rng
 
     def _load_rng(self, rng: Mapping[str, Any]) -> None:
-        self.generator.set_state(rng["model"])
+        if "model" in rng:  # absent from a mapped state (NOTE [ Cross-implementation mapping ])
+            self.generator.set_state(rng["model"])
         if self.cuda_generator is not None and "cuda" in rng:
             self.cuda_generator.set_state(rng["cuda"])
         if self.bits is not None:

@@ -52,7 +52,9 @@ CLAIMS: tuple[Claim, ...] = (
             "newest checkpoint the OTHER implementation wrote at step k, continues through the "
             "state mapping and says so: asked for k steps it prints the writer's state-sha256, "
             "in both directions; continued to n > k, its step counter, data position, skipped "
-            "count and lr equal those of an uninterrupted run of its own implementation."
+            "count and lr equal those of an uninterrupted run of its own implementation, and "
+            "so does the random bits' stream of a precision that rounds stochastically "
+            "(bf16-sr, whose optimizer has no torch class, and nvfp4; the GPT)."
         ),
         kind="bits",
         bound=0,
@@ -61,8 +63,9 @@ CLAIMS: tuple[Claim, ...] = (
             "implementation-independent (train.digest_cross_impl); the counters, the data order "
             "(a hash of (seed, epoch)) and the lr schedule (a function of the applied updates, "
             "fp32: none skipped) do not depend on the arithmetic. The parameters after the "
-            "switch are NOT claimed equal: the trees' matmuls round differently, and the random "
-            "streams restart from the seed (NOTE [ Cross-implementation mapping ])."
+            "switch are NOT claimed equal: the trees' matmuls round differently, and the dropout "
+            "streams restart from the seed; the bits of stochastic rounding are one PCG64 "
+            "stream in both trees, its state copied (NOTE [ Cross-implementation mapping ])."
         ),
     ),
 )

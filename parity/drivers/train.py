@@ -129,15 +129,17 @@ def max_param_difference(actual: dict[str, Any], expected: dict[str, Any]) -> fl
 
 
 def cross_impl_resume(writer: str, reader: str, directory: Path, device: str = "cpu",
-                      model: str = "mlp") -> list[tuple[str, np.ndarray, np.ndarray]]:
-    """`writer` trains 5 steps (horizon 9) of `model` into `directory`; `reader` resumes it
-    through the cross-implementation mapping, once asked for 5 steps, once for 9. Returns
-    (what, actual, expected) byte arrays: the digest at step 5 against the writer's, then
-    step, skipped count, data position and lr against an uninterrupted `reader` run of 9
+                      model: str = "mlp", precision: str = "fp32"
+                      ) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    """`writer` trains 5 steps (horizon 9) of `model` at `precision` into `directory`;
+    `reader` resumes it through the cross-implementation mapping, once asked for 5 steps,
+    once for 9. Returns (what, actual, expected) byte arrays: the digest at step 5 against
+    the writer's, then step, skipped count, data position, lr and (a precision that rounds
+    stochastically) the random bits' stream against an uninterrupted `reader` run of 9
     steps."""
     from parity.drivers.resume_cross import converters
 
-    config = {"seed": 3, "horizon": 9, "model": model}
+    config = {"seed": 3, "horizon": 9, "model": model, "precision": precision}
     w, r = impl(writer), impl(reader)
     written = w.train(w.TrainConfig(**config), 5, directory, 5, **on(writer, device))
     at_k = r.train(r.TrainConfig(**config), 5, directory, 5, resume_from_latest=True,
@@ -149,13 +151,16 @@ def cross_impl_resume(writer: str, reader: str, directory: Path, device: str = "
     def text(value: Any) -> np.ndarray:
         return np.frombuffer(repr(value).encode(), np.uint8)
 
-    return [("digest at the checkpoint's step",
-             np.frombuffer(bytes.fromhex(r.state_digest(at_k.state_dict())), np.uint8),
-             np.frombuffer(bytes.fromhex(w.state_digest(written.state_dict())), np.uint8)),
-            ("step", text(run.step), text(own.step)),
-            ("skipped", text(run.skipped), text(own.skipped)),
-            ("data position", text(run.sampler.state_dict()), text(own.sampler.state_dict())),
-            ("lr", text(run.scheduler.get_last_lr()), text(own.scheduler.get_last_lr()))]
+    out = [("digest at the checkpoint's step",
+            np.frombuffer(bytes.fromhex(r.state_digest(at_k.state_dict())), np.uint8),
+            np.frombuffer(bytes.fromhex(w.state_digest(written.state_dict())), np.uint8)),
+           ("step", text(run.step), text(own.step)),
+           ("skipped", text(run.skipped), text(own.skipped)),
+           ("data position", text(run.sampler.state_dict()), text(own.sampler.state_dict())),
+           ("lr", text(run.scheduler.get_last_lr()), text(own.scheduler.get_last_lr()))]
+    if own.bits is not None:  # the one stream both trees draw (NOTE [ Cross-implementation
+        out.append(("bits", text(run.bits.state()), text(own.bits.state())))  # mapping ])
+    return out
 
 
 # ---------------------------------------------------------------- real processes

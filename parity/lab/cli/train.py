@@ -32,8 +32,9 @@ random bits common/recipes_train.py's): docs/fp8.md.
 With --resume, a checkpoint the OTHER implementation wrote is continued through the
 cross-implementation state mapping (torch_impl/resume.py), and the run says so. What
 continues exactly: the parameters, optimizer buffers, step counts, lr schedule, loss scale
-and data position (the digest at the checkpoint's step is the writer's). What does not: the
-random streams restart from the seed (numpy's and torch's generators cannot be mapped), and
+and data position (the digest at the checkpoint's step is the writer's), and the random bits
+of stochastic rounding (one stream in both trees). What does not: the dropout streams
+restart from the seed (numpy's and torch's generators cannot be mapped), and
 from there the two trees' arithmetic differs within the declared tolerances, so the
 trajectory is not bit-equal to either tree's uninterrupted run.
 
