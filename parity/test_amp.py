@@ -28,9 +28,9 @@ from parity.drivers.amp import (
     linear_pairs_at,
     model_pairs,
     reliable,
-    toward,
 )
 from parity.drivers.amp_context import nested_states, saved_signatures
+from parity.drivers.lp_ordinal import toward
 from parity.strategies import examples
 from reference import amp as ramp
 from reference import nn as rnn

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from parity.compare import assert_claim, assert_observed
 from parity.drivers import gpt as dg
 from parity.drivers import gpt_amp as ga
-from parity.drivers.amp import toward
+from parity.drivers.lp_ordinal import toward
 from parity.strategies import examples, gpt_batches, gpt_configs
 from reference import amp as ramp
 from reference import gpt as rgpt

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from parity.compare import as_numpy
+from parity.drivers.lp_ordinal import rounding_spread
 from reference import amp as ramp
 from reference import nn as rnn
 from reference.formats import decode, encode, get_format, quantize
@@ -254,39 +255,6 @@ def _activation_constants(module: torch.nn.Module) -> tuple[float, float]:
 
 
 # -- the compact model, layer by layer on the reference's own run
-def ordinal(v: np.ndarray, fmt: str) -> np.ndarray:
-    """The position of round-to-nearest-even(v) among the members of fmt, as a signed
-    integer (+0 and -0 are both 0; neighbours differ by 1)."""
-    f = get_format(fmt)
-    with np.errstate(over="ignore"):
-        code = encode(np.asarray(v, dtype=np.float64), fmt).astype(np.int64)
-    magnitude = code & (2 ** (f.bits - 1) - 1)
-    return np.where(code >> (f.bits - 1) == 1, -magnitude, magnitude)
-
-
-def from_ordinal(o: np.ndarray, fmt: str) -> np.ndarray:
-    """The member of fmt at ordinal o (float32), the inverse of `ordinal` on members."""
-    f = get_format(fmt)
-    code = np.abs(o) | np.where(o < 0, 1 << (f.bits - 1), 0)
-    return decode(code.astype(f.code_dtype), fmt, dtype=np.float32)
-
-
-def rounding_spread(v: np.ndarray, delta: np.ndarray, fmt: str) -> np.ndarray:
-    """k = ord(q(v + delta)) - ord(q(v - delta)): two values within delta of v round to
-    members at most k apart (q is monotone); k = 0 when no rounding boundary of fmt lies in
-    [v - delta, v + delta], i.e. both results must be the same member."""
-    v = np.asarray(v, dtype=np.float64)
-    d = np.asarray(delta, dtype=np.float64) * (1 + 2.0**-40) + 2.0**-50 * np.abs(v)
-    return ordinal(v + d, fmt) - ordinal(v - d, fmt)
-
-
-def toward(b: np.ndarray, a: np.ndarray, k: np.ndarray, fmt: str) -> np.ndarray:
-    """b moved toward a by at most k members of fmt: ulp_distance(a, toward(b, a, k)) is
-    max(0, ulp_distance(a, b) - k), the ulps beyond a per-element allowance k."""
-    oa, ob = ordinal(a, fmt), ordinal(b, fmt)
-    return from_ordinal(ob + np.clip(oa - ob, -k, k), fmt)
-
-
 def _gamma2(k: int) -> float:
     """Each float32 side within gamma_k of the exact sum, the float64 reference value
     within k 2^-53 of it: the half-width of the interval both results round from."""

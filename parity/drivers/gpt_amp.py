@@ -22,8 +22,8 @@ from parity.drivers.amp import (
     f32,
     float32_accumulation,
     require_members,
-    rounding_spread,
 )
+from parity.drivers.lp_ordinal import rounding_spread
 from reference import amp as ramp
 from reference import gpt as rgpt
 from reference import nn as rnn

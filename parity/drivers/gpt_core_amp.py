@@ -31,7 +31,8 @@ import numpy as np
 import torch
 
 from parity.drivers import gpt as dg
-from parity.drivers.amp import SUFFIX, _gamma2, f32, rounding_spread
+from parity.drivers.amp import SUFFIX, _gamma2, f32
+from parity.drivers.lp_ordinal import rounding_spread
 from reference import amp as ramp
 from reference import attention as rattn
 from reference import gpt as rgpt

@@ -112,7 +112,7 @@ def end_differences(batch: int = 4, seed: int = 7) -> list[dict]:
     dropout 0, torch on one thread, bf16 and fp16: where the difference is born, the loss's
     difference in float32 ulps, the logits differing (count, max lp ulps), the parameter
     gradients differing (tensors, elements) and the worst max |a - b| / max |b|."""
-    from parity.drivers.amp import ordinal
+    from parity.drivers.lp_ordinal import ordinal
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the suite's setting: torch's CPU sums depend on the threads
