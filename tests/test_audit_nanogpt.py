@@ -61,12 +61,17 @@ def train_py_checkpoint(rng: bool, **overrides: Any) -> dict[str, Any]:
     ({"dtype": "float16"}, True, EXIT_UNKNOWN, set(), "if trained in float16 on CUDA"),
     ({"dtype": "bfloat16"}, True, EXIT_UNKNOWN, set(), "if trained in fp16"),
     ({"dtype": "float16", "device": "cuda"}, True, EXIT_FAILED, {"scaler"}, "required"),
+    ({"dtype": "float16", "device": "cuda:1"}, True, EXIT_FAILED, {"scaler"}, "required"),
+    # 'mps' has no 'cuda' in it: train.py runs it as device_type 'cpu', float32, no autocast
+    ({"dtype": "float16", "device": "mps"}, True, EXIT_UNKNOWN, set(),
+     "if trained in float16 on CUDA"),
 ])
 def test_a_train_py_checkpoint_is_read_as_train_py_runs(
         config: dict[str, Any], rng: bool, status: int, gaps: set[str], scaler_need: str,
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """No scheduler (its lr is get_lr(iter_num)); no scaler on the CPU (train.py's
-    GradScaler disables itself without CUDA) nor in bfloat16; without the RNG impossible,
+    """No scheduler (its lr is get_lr(iter_num)); no scaler on a device without 'cuda' in
+    its name (train.py's device_type is then 'cpu', and its GradScaler disables itself
+    without CUDA) nor in bfloat16; without the RNG impossible,
     naming it; with it unknown, never exact."""
     torch.save(train_py_checkpoint(rng, **config), tmp_path / "ckpt.pt")
     got, report, _ = audit(tmp_path / "ckpt.pt", capsys)

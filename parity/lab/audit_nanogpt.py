@@ -5,8 +5,10 @@ there:
 - scheduler: its learning rate is get_lr(iter_num), a pure function of the saved iter_num:
   there is no scheduler state to lose;
 - scaler: train.py makes torch.cuda.amp.GradScaler(enabled=(dtype == 'float16')), which
-  disables itself without CUDA, and a 'cpu' device never autocasts: needed only for float16
-  on CUDA (a config that names neither keeps the generic rule: needed if fp16);
+  disables itself without CUDA, and its device_type is 'cuda' if 'cuda' in device else
+  'cpu', where it never autocasts (ctx = nullcontext()): so a device without 'cuda' in its
+  name ('cpu', 'mps') trains float32 and needs no scaler; needed only for float16 on CUDA
+  (a config that names no device keeps the generic rule: needed if fp16);
 - data position and epoch: nanoGPT's get_batch draws each batch's offsets with
   torch.randint from the global generator, so it has no position and no epoch, and the torch
   CPU RNG saved resumes its batches exactly. But the file cannot show the loader: a script
@@ -57,8 +59,9 @@ def adjust(audit: Audit, top: Mapping[str, Any]) -> Audit:
 
     set_row("scheduler", "lr is get_lr(iter_num), and iter_num is saved",
             "not in nanoGPT: its lr is a function of iter_num")
-    if device.startswith("cpu"):
-        set_row("scaler", "device 'cpu': the GradScaler disables itself without CUDA",
+    if device and "cuda" not in device:  # train.py's own test of its device_type
+        set_row("scaler", f"device {device!r}: train.py's device_type is 'cpu', which never "
+                          "autocasts, and its GradScaler disables itself without CUDA",
                 "if trained in float16 on CUDA")
     if audit.row("torch CPU RNG").status == PRESENT:
         for item in ("data position", "epoch"):
