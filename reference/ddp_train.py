@@ -13,9 +13,15 @@ The run (both trees):
             rows of which rank r trains on rows r::N (reference.ddp.shard); precision
             fp32 | bf16 | fp16 (autocast; fp16 with a GradScaler per rank: the ranks agree
             on every skip, since DDP's all-reduce carries an inf or NaN of any rank's local
-            gradient to every rank's .grad)
+            gradient to every rank's .grad), or, for the GPT, a scaled precision of
+            common/fp8_train.py (the blocks' GEMMs scaled per rank from its own shard;
+            fp8-delayed's amaxes reduced with MAX before the scale update: NOTE [ Delayed
+            scaling on N ranks ] in reference/ddp_gpt.py) or bf16-sr (BF16SR on the reduced
+            gradient); nvfp4's and bf16-sr's bits by NOTE [ Random bits on N ranks ]
+            (common/ddp_bits.py): bf16-sr's one stream shared by every rank, nvfp4's one a
+            rank
     init:   every rank's weights from the seed (the same), then rank r's dropout stream
-            seeded rank_seed(seed, r, 0) (ckpt/commit.py)
+            seeded rank_seed(seed, r, 0) (ckpt/commit.py), and its bits (rank_bits)
     step:   ddp_step (reference/ddp_gpt.py's for the GPT): each rank's local backward on
             its rows, DDP's reducer (buckets in parameter order at the run's step 1,
             rebuilt in the ready order after it; NOTE [ DDP's buckets after a resume ] in
@@ -23,12 +29,14 @@ The run (both trees):
             optimizer phase (unscale, step unless inf/NaN, update), then the schedule
     save:   at every K-th step and the last, every rank's state (the table in
             torch_impl/sharded_ckpt.py, the GPT's AdamW and schedule rows included, plus
-            "skipped") and config.json, then the commit record; the newest --keep commits
+            "skipped", and the bits' state: "bits" shared, "bits/rank<r>" per rank) and
+            config.json, then the commit record; the newest --keep commits
             are kept (ckpt.commit_policy.prune). --async-save: the same files and record,
             staged and written in the background (NOTE [ An async save commits after its
             data is durable ] in reference/async_ckpt.py)
     resume: from the newest verified commit: at the same N every rank's own state, at
-            another N rank 0's replicated entries with every stream re-derived from
+            another N rank 0's replicated entries (bf16-sr's shared bits among them) with
+            every per-rank stream (dropout's, nvfp4's bits) re-derived from
             rank_seed(seed, rank, step) (NOTE [ Resharding a DDP checkpoint ])
     digest: common.state_digest.sharded_state_digest of rank 0's final state (the GPT's:
             common.ddp_gpt_state.gpt_rank_digest, AdamW's buffers in the momentum's place);
@@ -54,7 +62,10 @@ import numpy as np
 
 from ckpt import commit_policy
 from ckpt.policy import due
+from common.ddp_bits import bits_key, rank_bits, shared
 from common.ddp_gpt_state import gpt_rank_digest
+from common.fp8_train import WEIGHT_PRECISIONS, autocast_precision
+from common.recipes_train import BitStream
 from common.state_digest import sharded_state_digest
 from common.train_config import OPTIMIZERS, TrainConfig
 from common.train_loop import RanksResult, batches
@@ -63,6 +74,7 @@ from reference import ddp_gpt, loss_scaling, optim
 from reference import sharded_ckpt as sharded
 from reference.async_ckpt import AsyncSaver
 from reference.nn import Module
+from reference.recipes_train import BF16SR
 from reference.state_digest import as_array
 from reference.train import _make_scheduler
 from reference.train_models import batch_of, build
@@ -73,26 +85,32 @@ PAYLOAD = sharded.PAYLOAD
 @dataclass
 class Rank:
     """One simulated rank: its model, optimizer, scaler, random stream and (the GPT's)
-    schedule."""
+    schedule and bits (nvfp4, bf16-sr)."""
 
     model: Module
     optimizer: optim.Optimizer
     scaler: loss_scaling.GradScaler
     rng: np.random.Generator
     scheduler: Any = None
+    bits: BitStream | None = None
+    precision: str = "fp32"
 
 
 def _rank(c: TrainConfig, rank: int) -> tuple[Rank, Any]:
     """Rank `rank` of a run of `c` and its parts (build's: the loader of the global batch)."""
     rng = np.random.default_rng(c.seed)  # the weights: the same on every rank
-    parts = build(c, rng)
+    bits = rank_bits(c.seed, c.precision, rank)  # NOTE [ Random bits on N ranks ]
+    parts = build(c, rng, bits)
     rng.bit_generator.state = sharded.rank_stream(c.seed, rank, 0)  # its dropout stream
-    opt = getattr(optim, c.optimizer)(parts.model.parameters(), lr=c.lr,
-                                      **OPTIMIZERS[c.optimizer])
-    scaler = loss_scaling.make_scaler(c.precision, init_scale=c.init_scale,
+    if c.precision in WEIGHT_PRECISIONS:  # bf16 weights, AdamWSR on the shared bits
+        opt: Any = BF16SR(parts.model.parameters(), bits, lr=c.lr, **OPTIMIZERS[c.optimizer])
+    else:
+        opt = getattr(optim, c.optimizer)(parts.model.parameters(), lr=c.lr,
+                                          **OPTIMIZERS[c.optimizer])
+    scaler = loss_scaling.make_scaler(autocast_precision(c.precision), init_scale=c.init_scale,
                                       growth_interval=c.growth_interval)
     scheduler = _make_scheduler(opt, c) if c.model == "gpt" else None
-    return Rank(parts.model, opt, scaler, rng, scheduler), parts
+    return Rank(parts.model, opt, scaler, rng, scheduler, bits, c.precision), parts
 
 
 def rank_state(r: Rank, sampler: Any, step: int, skipped: int, rank: int) -> dict[str, Any]:
@@ -110,11 +128,15 @@ def rank_state(r: Rank, sampler: Any, step: int, skipped: int, rank: int) -> dic
     state["step"] = np.int64(step)
     state["skipped"] = np.int64(skipped)
     state[f"rng/rank{rank}"] = r.rng.bit_generator.state
+    if r.bits is not None:
+        state[bits_key(r.precision, rank)] = r.bits.state()
     return state
 
 
-def _apply(state: dict[str, Any], r: Rank, rank: int) -> None:
-    """Rank `rank`'s objects set from its loaded state (the data position: _run's sampler)."""
+def _apply(state: dict[str, Any], r: Rank, rank: int, c: TrainConfig, resharded: bool) -> None:
+    """Rank `rank`'s objects set from its loaded state (the data position: _run's sampler);
+    `resharded` (another world size saved it): a per-rank bit stream is re-derived, not read
+    (NOTE [ Random bits on N ranks ])."""
     r.model.load_state_dict({k.removeprefix("model/"): v for k, v in state.items()
                              if k.startswith("model/")})
     if r.scheduler is not None:
@@ -127,6 +149,10 @@ def _apply(state: dict[str, Any], r: Rank, rank: int) -> None:
                   _growth_tracker=int(state["scaler/growth_tracker"]))
         r.scaler.load_state_dict(sd)
     r.rng.bit_generator.state = state[f"rng/rank{rank}"]
+    if r.bits is not None and resharded and not shared(c.precision):
+        r.bits.load(rank_bits(c.seed, c.precision, rank, int(state["step"])).state())
+    elif r.bits is not None:
+        r.bits.load(state[bits_key(c.precision, rank)])
 
 
 def train(config: TrainConfig, steps: int, world_size: int, directory: str | Path,
@@ -145,7 +171,7 @@ def train(config: TrainConfig, steps: int, world_size: int, directory: str | Pat
             raise RuntimeError(f"{directory}: its newest commit is step {record.step}, the "
                                f"command chose step {start.record.step} (changed since?)")
         for rank, (r, state) in enumerate(zip(ranks, states, strict=True)):
-            _apply(state, r, rank)
+            _apply(state, r, rank, c, record.world_size != ws)
         sampler.load_state_dict({**sampler.state_dict(), "epoch": int(states[0]["data/epoch"]),
                                  "position": int(states[0]["data/position"])})
         step, skipped = int(states[0]["step"]), int(states[0]["skipped"])

@@ -21,6 +21,10 @@ What the engine adds:
   in the ready order before the first real step, as the uninterrupted run's are (the GPT's:
   token ids and targets all 0, recomputation and autocast as configured).
 - NOTE [ Loader workers of a rank ] (below): --loader-workers K gives every rank K workers.
+- A scaled precision's BitStream (nvfp4, bf16-sr) is saved as 37 bytes (ddp_gpt.bits_tensor:
+  DCP saves tensors only); at another world size a per-rank stream's key is dropped from the
+  template and the stream re-derived, as the dropout stream's (NOTE [ Random bits on N
+  ranks ] in common/ddp_bits.py).
 - --async-save: each rank's AsyncSaver (torch_impl/async_ckpt.py: dcp.async_save on a
   process group of its own) stages the state and returns; the write and the commit go on
   while the rank trains, and the next save (or the end of the run) waits for the commit.
@@ -46,7 +50,9 @@ import ranks
 from ckpt import commit as ckc
 from ckpt import commit_policy
 from ckpt.policy import due
+from common.ddp_bits import bits_key, rank_bits, shared
 from common.ddp_gpt_state import gpt_rank_digest
+from common.fp8_train import autocast_precision
 from common.state_digest import sharded_state_digest
 from common.train_config import TrainConfig
 from common.train_loop import RanksResult, batches
@@ -108,14 +114,18 @@ def _run_ranks(make_job: Callable[[Path], dict[str, Any]], world_size: int,
 
 def train_job(config: TrainConfig, steps: int, world_size: int, directory: str | Path,
               every: int, *, keep: int, resume: int | None, log: str | Path,
-              loader_workers: int = 0, async_save: str | None = None) -> dict[str, Any]:
+              loader_workers: int = 0, async_save: str | None = None,
+              record: bool = False) -> dict[str, Any]:
     """The job every rank runs (`run`): the run of `config` to `steps` in `directory`,
     resuming its commit of step `resume` (None: from step 0), rank 0 appending its step
-    lines to the file `log`. train() launches one; a test may launch several in a row."""
+    lines to the file `log`. train() launches one; a test may launch several in a row.
+    `record` (the GPT's tests): the rank's result also holds its initial parameters, every
+    step's local and reduced gradients, buckets, lr, skip and amax vector, and its final
+    parameters and state (_recorded)."""
     return {"kind": "cli-train", "runner": __name__, "config": config.to_dict(),
             "steps": steps, "world_size": world_size, "directory": str(directory),
             "every": every, "keep": keep, "loader_workers": loader_workers,
-            "resume": resume, "log": str(log), "async_save": async_save}
+            "resume": resume, "log": str(log), "async_save": async_save, "record": record}
 
 
 def _tail(path: Path, log: Callable[[str], None], stop: threading.Event) -> None:
@@ -149,12 +159,31 @@ def _state(rep: tddp.Replica | ddp_gpt.Replica, scaler: torch.amp.GradScaler, st
            skipped: int, rank: int) -> dict[str, torch.Tensor]:
     state = sc.rank_state(rep, scaler, torch.default_generator, step, rank)
     state["skipped"] = torch.tensor(skipped, dtype=torch.int64)
+    if isinstance(rep, ddp_gpt.Replica):  # nvfp4's or bf16-sr's bits
+        state.update(ddp_gpt.bits_state(rep, rank))
     return state
 
 
+def _load_bits(state: dict[str, torch.Tensor], rep: tddp.Replica | ddp_gpt.Replica,
+               rank: int, resharded: bool, step: int) -> None:
+    """The rank's BitStream from its loaded entry, or re-derived at `step` where another
+    world size saved a per-rank one (NOTE [ Random bits on N ranks ])."""
+    bits, c = getattr(rep, "bits", None), rep.config
+    if bits is None:
+        return
+    if resharded and not shared(c.precision):
+        bits.load(rank_bits(c.seed, c.precision, rank, step).state())
+    else:
+        bits.load(ddp_gpt.bits_dict(state[bits_key(c.precision, rank)]))
+
+
 def _rebuild_buckets(rep: tddp.Replica | ddp_gpt.Replica, shard_rows: int) -> None:
-    """NOTE [ DDP's buckets after a resume ]: one backward whose gradients are dropped."""
+    """NOTE [ DDP's buckets after a resume ]: one backward whose gradients are dropped (and
+    whatever it moved: the dropout stream, a BitStream, the delayed-scaling buffers)."""
     c, rng = rep.config, torch.get_rng_state()
+    bits = getattr(rep, "bits", None)
+    drawn = None if bits is None else bits.state()
+    buffers = {name: b.detach().clone() for name, b in rep.parts.model.named_buffers()}
     if c.model == "gpt":  # token ids and next tokens, all 0
         x = torch.zeros(shard_rows, rep.parts.model.config.block_size, dtype=torch.int64)
         y = torch.zeros_like(x)
@@ -162,11 +191,16 @@ def _rebuild_buckets(rep: tddp.Replica | ddp_gpt.Replica, shard_rows: int) -> No
         x = torch.zeros(shard_rows, c.sizes[0])
         y = torch.zeros(shard_rows, dtype=torch.int64) if c.loss == "cross_entropy" else \
             torch.zeros(shard_rows, c.sizes[-1])
-    with amp.autocast(amp.autocast_dtype(c.precision), "cpu"):
+    with amp.autocast(amp.autocast_dtype(autocast_precision(c.precision)), "cpu"):
         loss = rep.parts.loss_fn(rep.ddp(x), y)
     loss.backward()
     rep.optimizer.zero_grad(set_to_none=True)
     torch.set_rng_state(rng)
+    if bits is not None:
+        bits.load(drawn)
+    with torch.no_grad():
+        for name, b in rep.parts.model.named_buffers():
+            b.copy_(buffers[name])
 
 
 # NOTE [ Loader workers of a rank ]
@@ -194,8 +228,8 @@ def run(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
     ws, every, steps = job["world_size"], job["every"], job["steps"]
     c = TrainConfig(**{k: tuple(v) if k == "sizes" else v for k, v in job["config"].items()})
     rep = ddp_gpt.replica(c, group) if c.model == "gpt" else tddp.replica(job, group)
-    scaler = loss_scaling.make_scaler(c.precision, "cpu", init_scale=c.init_scale,
-                                      growth_interval=c.growth_interval)
+    scaler = loss_scaling.make_scaler(autocast_precision(c.precision), "cpu",
+                                      init_scale=c.init_scale, growth_interval=c.growth_interval)
     torch.manual_seed(ckc.rank_seed(c.seed, rank, 0))  # this rank's dropout stream
     step, skipped = 0, 0
     if job["resume"] is not None:
@@ -204,10 +238,14 @@ def run(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
         if record.step != job["resume"]:
             raise RuntimeError(f"{job['directory']}: its newest commit is step {record.step}, "
                                f"the command chose step {job['resume']} (changed since?)")
-        if record.world_size != ws:  # NOTE [ Resharding a DDP checkpoint ]: re-derived
+        resharded = record.world_size != ws
+        if resharded:  # NOTE [ Resharding a DDP checkpoint ]: re-derived
             del template[f"rng/rank{rank}"]
+            if not shared(c.precision):
+                template.pop(bits_key(c.precision, rank), None)
         sc.load_sharded(job["directory"], template, group)
         step = sc.apply_loaded(template, rep, scaler, torch.default_generator)
+        _load_bits(template, rep, rank, resharded, step)
         skipped = int(template["skipped"])
         if record.world_size != ws:
             torch.manual_seed(ckc.rank_seed(c.seed, rank, step))
@@ -218,15 +256,19 @@ def run(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
     saver = None if mode is None else AsyncSaver(group, rank, mode, timeout=_ASYNC_TIMEOUT)
     log = open(job["log"], "a", encoding="utf-8") if rank == 0 else None
     data = batches(c, rep.parts.loader, batch_of)  # from the sampler's (restored) position
+    recorded: list[dict[str, Any]] | None = [] if job.get("record") else None
     try:
         while step < steps:
             if _orphaned():
                 raise RuntimeError("the process that launched this rank is gone")
             x, y = next(data)
             if isinstance(rep, ddp_gpt.Replica):
+                lr = rep.optimizer.param_groups[0]["lr"]
                 record = ddp_gpt.ddp_step(rep, scaler, x, y, rank=rank, world_size=ws)
                 if not record.skipped:  # the schedule counts applied updates
                     rep.scheduler.step()
+                if recorded is not None:
+                    recorded.append(_step_record(rep, record, lr))
             else:
                 record = tddp.ddp_step(rep, scaler, x, y, rank=rank, world_size=ws)
             scale, skip = record.scale, record.skipped
@@ -256,4 +298,25 @@ def run(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
             close()
     final = _state(rep, scaler, step, skipped, rank)
     digest = gpt_rank_digest if c.model == "gpt" else sharded_state_digest
-    return {"step": step, "skipped": skipped, "digest": digest(final, as_array)}
+    result = {"step": step, "skipped": skipped, "digest": digest(final, as_array)}
+    if recorded is not None and isinstance(rep, ddp_gpt.Replica):
+        result.update(_recorded(rep, recorded, final))
+    return result
+
+
+def _step_record(rep: ddp_gpt.Replica, record: tddp.StepRecord, lr: float) -> dict[str, Any]:
+    """What a recorded job keeps of a step (the keys of torch_impl/ddp_jobs.py's gpt_job)."""
+    return {"local": record.local, "reduced": record.reduced, "buckets": record.buckets,
+            "loss": record.loss, "scale": record.scale, "skipped": record.skipped, "lr": lr,
+            "amax": None if rep.amax is None else rep.amax.clone()}
+
+
+def _recorded(rep: ddp_gpt.Replica, steps: list[dict[str, Any]],
+              final: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """A recorded job's result beside the digest: the initial parameters, every step, the
+    final parameters, AdamW's or BF16SR's entries ("optimizer") and the whole final state."""
+    state = {k: v.detach().clone() for k, v in final.items()}
+    return {"initial": rep.initial, "steps": steps,
+            "final": [p.detach().clone() for p in rep.params],
+            "optimizer": {k: v for k, v in state.items() if k.startswith(("optim/", "sched/"))},
+            "state": state}
