@@ -243,5 +243,5 @@ def train(config: TrainConfig, steps: int, world_size: int, directory: str | Pat
                                                    for r in range(ws)],
                                  config={**c.to_dict(), "parallel": "fsdp"})
             commit_policy.prune(directory, keep)
-    joined = digest_state([rank_state(ranks, r, step) for r in range(ws)])
+    joined = digest_state([rank_state(ranks, r, step, skipped) for r in range(ws)])
     return RanksResult(step, gpt_rank_digest(joined, as_array), skipped)
