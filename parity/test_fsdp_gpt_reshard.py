@@ -44,6 +44,7 @@ if not tfsdp.RULE_STATED:
 
 SEED = 0  # the command's default --seed
 LEGS = ((2, 2), (1, 4), (3, 6))  # (world size, steps): 2 -> 1 -> 3 ranks
+BACK = 2  # then the 3 ranks' commit (uneven chunks saved) loaded on 2
 HORIZON = 6
 OPTIONS = (*drv.RESUME_FP16_OPTIONS, "--horizon", str(HORIZON))  # the last --horizon holds
 # The entries the claim calls sharded (a rank's rows): the parameters and AdamW's moments
@@ -164,7 +165,7 @@ def test_the_reference_fsdp_gpt_resharded_two_one_three_holds_the_saved_state(
     rank every rank's chunk of the saved full state, the replicated entries, the rule's
     stream and the saving run's digest, then on to the commit at 4; on 3 ranks the same,
     with uneven chunks; then at 3 ranks, stopped at 5 and resumed to 6, the digest of 4 to 6
-    in one run."""
+    in one run; last, that 3-rank commit (its saved chunks uneven) loaded on 2 ranks."""
     run = tmp_path / "run"
     (n0, s0), (n1, s1), (n2, s2) = LEGS
     first = _command(run, n0, s0)
@@ -182,6 +183,7 @@ def test_the_reference_fsdp_gpt_resharded_two_one_three_holds_the_saved_state(
     assert any(" skipped 0 " in line for line in rest[:-1]), "guard: an applied update"
     assert_claim("fsdp.gpt_reshard", actual=_digest(rest), expected=_digest(whole),
                  context=f"{n2} ranks, stopped at {s1 + 1}")
+    _check_load(run, BACK, s2, n2, whole, monkeypatch)  # the saved chunks uneven
 
 
 # ------------------------------------------------------------------------- torch
@@ -246,7 +248,7 @@ def test_the_torch_fsdp_gpt_resharded_two_to_three_holds_the_saved_state(
     """fsdp.gpt_reshard, torch's gloo ranks (the command's job): 2 ranks to the commit at 2,
     resumed on 3 asking for no step: every rank holds its chunk of the 2 ranks' rows (DCP's
     planner across uneven DTensor shards), the replicated entries and the rule's stream,
-    and prints the saving run's digest. Measured: 5.5 to 6.0 s (two launches, about 2.5 s
+    and prints the saving run's digest. Measured: 5.5 to 7.1 s (two launches, about 2.5 s
     each to start the ranks; torch 2.13 CPU, 2 busy cores): the one torch run in the
     default suite that sees DCP's reshard of uneven DTensor shards."""
     import ranks
@@ -265,8 +267,8 @@ def test_the_torch_fsdp_gpt_resharded_two_one_three_holds_the_saved_state(
         tmp_path: Path) -> None:
     """fsdp.gpt_reshard, torch's gloo ranks: 2 -> 1 -> 3 as the reference's test, each load
     checked as the default torch test checks 2 -> 3; at 3 ranks, stopped at 5 and resumed,
-    the digest of 4 to 6 in one run. Measured: 9.1 to 9.3 s (three launches; torch 2.13
-    CPU, 2 busy cores)."""
+    the digest of 4 to 6 in one run; that 3-rank commit loaded on 2. Measured: 10.8 s (four
+    launches; torch 2.13 CPU, 2 busy cores)."""
     import ranks
 
     run_dir, split = tmp_path / "run", tmp_path / "split"
@@ -290,6 +292,9 @@ def test_the_torch_fsdp_gpt_resharded_two_one_three_holds_the_saved_state(
         assert_claim("fsdp.gpt_reshard", actual=_hex(three[rank][3]["digest"]),
                      expected=_hex(whole["digest"]),
                      context=f"torch, {n2} ranks, stopped at {s1 + 1}, rank {rank}")
+    back = ranks.launch([_job(tmp_path, run_dir, BACK, s2, 1, s2)], BACK, timeout=300)
+    _check_torch_load([r[1] for r in three], [r[0] for r in back], s2,
+                      f"torch, {n2} -> {BACK} (uneven chunks saved)")
 
 
 def _hex(digest: str) -> np.ndarray:
