@@ -345,3 +345,19 @@ def test_block_sizes_at_and_past_the_usual_give_the_same_bits_in_both_trees(
                          context=f"{context} scales")
             assert_claim("mx.twins", actual=tor.elements, expected=ref.elements,
                          context=f"{context} elements")
+
+
+def test_fp4_elements_round_as_the_reference_at_every_boundary(device: str) -> None:
+    """round_elements to fp4, nearest even: torch's count of the boundaries passed against
+    the reference's float64 rounding at each midpoint of fp4 (ties to the even code),
+    its float32 neighbours, each magnitude, +-0, +-6, NaN of both signs, and N(0, 2) draws."""
+    mids = np.array([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0], np.float32)
+    mags = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], np.float32)
+    near = np.concatenate([mids, np.nextafter(mids, np.float32(0)),
+                           np.nextafter(mids, np.float32(7)), mags,
+                           np.nextafter(mags[1:], np.float32(0)), [2.0**-149, np.nan]])
+    draws = np.clip(np.random.default_rng(5).normal(0, 2, 4096), -6, 6)
+    q = np.concatenate([near, -near, draws]).astype(np.float32)
+    expected = rmx.round_elements(q, "float4_e2m1fn")
+    actual = tmx.round_elements(torch.from_numpy(q).to(device), "float4_e2m1fn").cpu().numpy()
+    assert_claim("mx.twins", actual=actual, expected=expected, context="fp4 boundaries")
