@@ -11,6 +11,8 @@ One step over ws simulated ranks (reference/train.py's train_step, split where D
                  cross-entropy; backward of S_r * loss          (S_r: rank r's GradScaler)
     reducer:     step_buckets(sizes, step, ready_order(...)); reduce_gradients (f32(1/ws)
                  pre-division, the ring) into every rank's .grad
+    fp8-delayed: reduce_amax of every rank's amax_vector; update_scales on every rank
+                 (NOTE [ Delayed scaling on N ranks ])
     for rank r:  unscale_, AdamW step unless inf/NaN, update S_r
                  (the run then steps each rank's schedule unless the step was skipped)
 
@@ -101,6 +103,28 @@ def check_model(model: GPT) -> None:
                          f"weights, got bias={c.bias}, tie_weights={c.tie_weights}")
 
 
+def local_backward(replicas: Sequence[GPT], optimizers: Sequence, scalers: Sequence,
+                   x: np.ndarray, y: np.ndarray, *, precision: str,
+                   local_grads: Callable[[int], list[np.ndarray]] | None = None
+                   ) -> tuple[list, list, list, list[float]]:
+    """Each rank as reference.train.train_step's GPT branch up to its backward: (rows, local,
+    own, losses) per rank; `local_grads(rank)`, if given, replaces rank's gradients (a replay
+    of the torch ranks': reference.ddp.ddp_step)."""
+    ws, dtype = len(replicas), amp.autocast_dtype(autocast_precision(precision))
+    rows, local, own, losses = [], [], [], []
+    for rank, model in enumerate(replicas):
+        optimizers[rank].zero_grad()
+        xr, yr = rddp.shard(x, rank, ws), rddp.shard(y, rank, ws)  # (B/ws, T) token ids
+        rows.append((xr, yr))
+        with amp.autocast(dtype):
+            _, loss = model.forward(xr, yr)  # its own float32 cross-entropy
+        model.backward(scalers[rank].scale(np.ones_like(loss)))
+        own.append([p.grad for p in model.parameters()])
+        local.append(own[-1] if local_grads is None else local_grads(rank))
+        losses.append(float(loss))
+    return rows, local, own, losses
+
+
 def defer_scale_updates(model: GPT) -> list[ScaledLinear]:
     """NOTE [ Delayed scaling on N ranks ] 1: the model's fp8-delayed ScaledLinears, in module
     order, their end-of-backward update deferred to update_scales (idempotent)."""
@@ -134,28 +158,6 @@ def update_scales(layers: Sequence[ScaledLinear], amax: np.ndarray) -> None:
         for t in DELAYED_TENSORS:
             layer.buffers_of()[f"fp8_amax_history_{t}"][0] = next(values)
         ScaledLinear._update(layer)
-
-
-def local_backward(replicas: Sequence[GPT], optimizers: Sequence, scalers: Sequence,
-                   x: np.ndarray, y: np.ndarray, *, precision: str,
-                   local_grads: Callable[[int], list[np.ndarray]] | None = None
-                   ) -> tuple[list, list, list, list[float]]:
-    """Each rank as reference.train.train_step's GPT branch up to its backward: (rows, local,
-    own, losses) per rank; `local_grads(rank)`, if given, replaces rank's gradients (a replay
-    of the torch ranks': reference.ddp.ddp_step)."""
-    ws, dtype = len(replicas), amp.autocast_dtype(autocast_precision(precision))
-    rows, local, own, losses = [], [], [], []
-    for rank, model in enumerate(replicas):
-        optimizers[rank].zero_grad()
-        xr, yr = rddp.shard(x, rank, ws), rddp.shard(y, rank, ws)  # (B/ws, T) token ids
-        rows.append((xr, yr))
-        with amp.autocast(dtype):
-            _, loss = model.forward(xr, yr)  # its own float32 cross-entropy
-        model.backward(scalers[rank].scale(np.ones_like(loss)))
-        own.append([p.grad for p in model.parameters()])
-        local.append(own[-1] if local_grads is None else local_grads(rank))
-        losses.append(float(loss))
-    return rows, local, own, losses
 
 
 def ddp_step(replicas: Sequence[GPT], optimizers: Sequence, scalers: Sequence,

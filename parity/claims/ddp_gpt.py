@@ -67,6 +67,57 @@ GPT_CLAIMS: tuple[Claim, ...] = (
         ),
     ),
     Claim(
+        id="ddp.gpt_scaled",
+        statement=(
+            "The scaled precisions and bf16-sr on N ranks: 3 DDP steps of the compact GPT run by "
+            "the command's own loop (AdamW, bf16-sr's BF16SR; the cosine schedule), and the "
+            "reference's simulated ranks replaying the torch ranks' local gradients (fp8-delayed: "
+            "and their amax vectors) with their own bits hold the bits of DDP's bucket and "
+            "reduced gradient at every step and of every rank's final parameters, optimizer "
+            "state, lr, delayed scaling's amax histories and scales and BitStream state; every "
+            "rank ends with the same parameters, optimizer state and buffers, bf16-sr's BitStream "
+            "is the same on every rank and nvfp4's differs rank to rank (default: 2 ranks, "
+            "fp8-delayed, nvfp4, bf16-sr, fp8-rowwise; slow: every scaled precision at 2 and 3 "
+            "ranks)."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "The GEMMs' formats stop at each rank's local gradient: what DDP reduces is float32, "
+            "so ddp.gpt_reduced_grads' argument holds unchanged (the same layout, pre-division "
+            "and ring; a scaled model's ready order is float32's), and AdamW is ddp.gpt_adamw's. "
+            "bf16-sr: BF16SR on the same reduced gradient with the same draws (NOTE [ Random bits "
+            "on N ranks ] 1: one shared stream) is fp8_train.bf16_sr's step, so every rank and the "
+            "reference apply the same update. fp8-delayed: a MAX of float32 values is exact in "
+            "any order, and the update after it is fp8_scaling.delayed_update, bit for bit "
+            "between the trees (fp8_scaling.delayed_trees). A BitStream's state is integers, "
+            "advanced by the same draws, shape by shape, in both trees (NOTE [ One bit stream, "
+            "both trees ])."
+        ),
+    ),
+    Claim(
+        id="ddp.gpt_scaled_local",
+        statement=(
+            "Each rank scales from its own shard: at the first DDP step of the compact GPT at a "
+            "current-scaled precision (fp8-rowwise, nvfp4 by default; slow: tensorwise, mxfp8, "
+            "mxfp4, the three blockwise fp8 and fp8-delayed too), every torch rank's local "
+            "gradient is bit-identical to torch's single-process backward, without DDP, of the "
+            "same GPT on that rank's rows of the global batch, drawing that rank's own bits "
+            "(nvfp4: BitStream(rank_seed(seed, rank, 0)))."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "DDP adds hooks and a reduction after each gradient is made, nothing inside the "
+            "forward or the backward (its buffer broadcast copies equal values); each cast "
+            "scales the rank's own x and g (torchao's Float8Linear under DDP reduces no amax: "
+            "hp_tensor_to_float8_dynamic, reduce_amax=False), so the same ops on the same "
+            "operands with the same bits, one intra-op thread in both, give the same bits. An "
+            "amax taken over the ranks, or another rank's bits, moves the casts of every rank "
+            "whose shard does not hold the max (the test guards that the ranks' amaxes differ)."
+        ),
+    ),
+    Claim(
         id="ddp.gpt_resume",
         statement=(
             "`train --world-size N --model gpt` (AdamW, cosine schedule, fp16 with skipped "
@@ -74,7 +125,9 @@ GPT_CLAIMS: tuple[Claim, ...] = (
             "a commit, or SIGKILLed during a save, and resumed with --resume at the same N "
             "prints the state digest of the run that was never stopped: both trees (default: "
             "2 ranks, stopped; slow: world sizes 2 and 3, both trees, both kill points, "
-            "recomputation and loader workers)."
+            "recomputation and loader workers); so does the run at nvfp4 (its per-rank bits) "
+            "and at bf16-sr (its shared bits and bfloat16 moments), stopped at step 2 of 4 "
+            "(default: both trees, 2 ranks; slow: every scaled precision, 3 ranks)."
         ),
         kind="bits",
         bound=0,
@@ -82,8 +135,10 @@ GPT_CLAIMS: tuple[Claim, ...] = (
             "Every entry a step reads is saved per rank (the table in "
             "torch_impl/sharded_ckpt.py: AdamW's step, exp_avg and exp_avg_sq, the group's lr "
             "and the schedule's position, the scale and growth tracker, the data position, "
-            "the rank's stream) and restored on every rank; the buckets after a resume are "
-            "rebuilt before the first step (NOTE [ DDP's buckets after a resume ]); loader "
+            "the rank's stream; the model's buffers, fp8-delayed's histories and scales; the "
+            "BitStream: NOTE [ Random bits on N ranks ]) and restored on every rank; the "
+            "buckets after a resume are rebuilt before the first step by a backward that "
+            "draws nothing it keeps (NOTE [ DDP's buckets after a resume ]); loader "
             "workers keep the consumed position (NOTE [ Consumed position ]); the rest is the "
             "same deterministic arithmetic, and the digest is a function of the final bits."
         ),
@@ -144,7 +199,8 @@ GPT_CLAIMS: tuple[Claim, ...] = (
     ),
 )
 
-_STEP = ("ddp.gpt_reduced_grads", "ddp.gpt_adamw")
+_STEP = ("ddp.gpt_reduced_grads", "ddp.gpt_adamw", "ddp.gpt_scaled")
+_DELAYED = ("ddp.gpt_scaled",)
 _STATE = ("ddp.gpt_adamw", "ddp.gpt_resume", "ddp.gpt_reshard")
 GPT_ROWS: tuple[Twin, ...] = (
     Twin("BLOCK_PARAMS", reference="reference.ddp_gpt:BLOCK_PARAMS", claims=("ddp.gpt_buckets",),
@@ -157,10 +213,23 @@ GPT_ROWS: tuple[Twin, ...] = (
          why="every simulated rank's backward: a torch rank runs its own, in ddp_step"),
     Twin("Replica", torch="torch_impl.ddp_gpt:Replica", claims=_STEP,
          why="one torch rank's GPT under DDP: a simulated rank is an entry of ddp_step's lists"),
-    Twin("replica", torch="torch_impl.ddp_gpt:replica", claims=_STEP,
+    Twin("replica", torch="torch_impl.ddp_gpt:replica",
+         claims=(*_STEP, "ddp.gpt_scaled_local"),
          why="builds a Replica on a process group; the reference builds its ranks with "
              "train_models.build"),
+    Twin.same("ddp_gpt", "defer_scale_updates", *_DELAYED),
+    Twin.same("ddp_gpt", "amax_vector", *_DELAYED),
+    Twin.same("ddp_gpt", "reduce_amax", *_DELAYED),
+    Twin.same("ddp_gpt", "update_scales", *_DELAYED),
     Twin.same("ddp_gpt", "ddp_step", *_STEP, "ddp.gpt_loss_curve"),
     Twin.same("ddp_gpt", "optimizer_state", *_STATE),
     Twin.same("ddp_gpt", "load_optimizer_state", *_STATE),
+    Twin("bits_state", torch="torch_impl.ddp_gpt:bits_state",
+         claims=("ddp.gpt_resume", "ddp.gpt_scaled"),
+         why="the BitStream's entry of a torch rank's state; the reference's rank_state "
+             "stores the state dict itself"),
+    Twin("bits_tensor", torch="torch_impl.ddp_gpt:bits_tensor", claims=("ddp.gpt_resume",),
+         why="DCP saves tensors only; the reference's container takes the dict"),
+    Twin("bits_dict", torch="torch_impl.ddp_gpt:bits_dict", claims=("ddp.gpt_resume",),
+         why="bits_tensor's inverse"),
 )
