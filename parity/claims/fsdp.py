@@ -253,18 +253,17 @@ CLAIMS: tuple[Claim, ...] = (
     Claim(
         id="fsdp.gpt_reshard",
         statement=(
-            "`train --world-size N --model gpt --parallel fsdp` (AdamW, cosine schedule, fp16 "
-            "with a ShardedGradScaler, dropout from every rank's own stream) committed by 2 "
-            "ranks and resumed with --resume on 1, that run's commit resumed on 3 (rows 16, "
-            "32 and 128 cut into uneven chunks): right after each load every rank holds its "
-            "rows of every sharded entry (the parameters, AdamW's exp_avg and exp_avg_sq) "
-            "cut from the saved full tensors (the saved ranks' rows joined) by torch.chunk's "
-            "rule at the new N and every replicated entry as saved (step counts, lr, "
-            "schedule, scaler, data position, step, skipped), bit for bit, so the joined "
-            "state's digest is the saving run's; its stream is rank_seed(seed, rank, step)'s; "
-            "and at 3 ranks a run stopped at a commit and resumed ends with the digest of "
-            "the one that went on: the reference's simulated ranks (default) and torch's "
-            "gloo ranks (2 -> 3 default, 2 -> 1 -> 3 slow)."
+            "`train --world-size N --model gpt --parallel fsdp` (fp16 with its scaler, "
+            "dropout) committed by 2 ranks and resumed with --resume on 1, that run's commit "
+            "resumed on 3 (rows 16, 32 and 128 in uneven chunks), then on 2: right after each "
+            "load every rank holds its rows of every sharded entry (the parameters, AdamW's "
+            "exp_avg and exp_avg_sq) cut from the saved full tensors (the saved ranks' rows "
+            "joined) by torch.chunk's rule at the new N and every replicated entry as saved "
+            "(step counts, lr, schedule, scaler, data position, step, skipped), bit for bit, "
+            "so the joined state's digest is the saving run's; its stream is rank_seed(seed, "
+            "rank, step)'s; at 3 ranks a run stopped at a commit and resumed ends with the "
+            "digest of the one that went on: the reference's simulated ranks (default) and "
+            "torch's gloo ranks (2 -> 3 default; 2 -> 1 -> 3 -> 2 slow)."
         ),
         kind="bits",
         bound=0,
