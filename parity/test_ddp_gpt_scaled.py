@@ -15,12 +15,15 @@ The other precisions, 3 ranks and the reference's resume at every precision are 
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from ckpt import commit as ckc
+from common.ddp_bits import bits_key, rank_bits, shared
 from common.fp8_train import GPT_PRECISIONS, RECIPES
 from parity.compare import as_numpy, assert_claim
 from parity.drivers import ddp_gpt as drv
@@ -33,6 +36,7 @@ RECORDED = ("fp8-delayed", "fp8-rowwise")  # recorded 2 steps, without a resume
 RESUMED = ("nvfp4", "bf16-sr")  # a scaled precision with bits, and bf16-sr's shared ones
 DEFAULT = (*RECORDED, *RESUMED)
 LOCAL = ("fp8-rowwise", "nvfp4")  # ddp.gpt_scaled_local's default precisions
+SEED = 0  # the command's default --seed
 Launch = tuple[list[dict], list[list[dict]]]
 
 
@@ -197,6 +201,37 @@ def test_the_reference_scaled_run_stopped_and_resumed_ends_with_the_uninterrupte
         tmp_path: Path, precision: str) -> None:
     """ddp.gpt_resume, the reference's 2 simulated ranks, at nvfp4 and bf16-sr."""
     _reference_resume(tmp_path, precision)
+
+
+@pytest.mark.parametrize("precision", RESUMED)
+def test_a_resharded_scaled_run_keeps_the_shared_bits_and_rederives_each_ranks(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, precision: str) -> None:
+    """ddp.gpt_reshard's rule for the bits, the reference's ranks: committed by 2 ranks at
+    step 1 and resumed on 3 (no step taken), bf16-sr's every rank holds the saved shared
+    stream, nvfp4's rank r the stream BitStream(rank_seed(seed, r, 1))."""
+    from reference import ddp_train, resume
+
+    run, options = tmp_path / "run", ("--precision", precision, "--horizon", "4")
+    _command(run, 1, *options)
+    saved = resume.load_checkpoint(ckc.step_dir(run, 1) / "rank-0.ckpt")
+    held: dict[int, dict] = {}
+    real = ddp_train.rank_state
+
+    def spy(r: object, sampler: object, at: int, skipped: int, rank: int) -> dict:
+        state = real(r, sampler, at, skipped, rank)
+        held[rank] = copy.deepcopy(state)
+        return state
+
+    monkeypatch.setattr(ddp_train, "rank_state", spy)
+    assert _command(run, 1, *options, world_size=3)[0].startswith("state-sha256: ")
+    for rank in range(3):
+        key = bits_key(precision, rank)
+        rule = saved[key] if shared(precision) else \
+            rank_bits(SEED, precision, rank, 1).state()
+        assert_claim("ddp.gpt_reshard", actual=_bits(held[rank][key]), expected=_bits(rule),
+                     context=f"{precision} 2 -> 3 ranks, rank {rank}")
+    if not shared(precision):  # guard: a re-derived stream, not the one rank 0 saved
+        assert held[0]["bits/rank0"] != saved["bits/rank0"]
 
 
 @pytest.mark.parametrize(("options", "named"), [
