@@ -155,7 +155,10 @@ GPT_CLAIMS: tuple[Claim, ...] = (
             "count; torch: those of the state digest) and its stream is the rule's, seeded by "
             "rank_seed(seed, rank, step); and at the same N after the reshard (3 ranks), a run "
             "stopped at a commit and resumed ends with the digest of the one that went on "
-            "(default: the reference's simulated ranks; slow: torch's gloo ranks)."
+            "(default: the reference's simulated ranks; slow: torch's gloo ranks). A scaled "
+            "run's bits, committed by 2 ranks and resumed on 3: bf16-sr's shared stream on "
+            "every rank as saved, nvfp4's rank r stream BitStream(rank_seed(seed, r, step)) "
+            "(default: the reference; slow: torch)."
         ),
         kind="bits",
         bound=0,
@@ -165,7 +168,9 @@ GPT_CLAIMS: tuple[Claim, ...] = (
             "(rank 0's file in the reference; DCP's planner reads each key from the file its "
             "writer chose); the data position is global (ranks take rows r::N of one global "
             "batch), so it carries over; only the streams cannot map and are re-derived, a "
-            "pure function of (seed, rank, step). The digest across the world-size change is "
+            "pure function of (seed, rank, step); so are nvfp4's per-rank bits, and bf16-sr's "
+            "shared ones are a replicated entry (NOTE [ Random bits on N ranks ]). The digest "
+            "across the world-size change is "
             "not the uninterrupted N run's (a mean over N' shards rounds otherwise: "
             "ddp.gpt_loss_curve bounds that); at one N the resume is ddp.gpt_resume's, exact."
         ),
