@@ -248,7 +248,7 @@ def test_the_torch_fsdp_gpt_resharded_two_to_three_holds_the_saved_state(
     """fsdp.gpt_reshard, torch's gloo ranks (the command's job): 2 ranks to the commit at 2,
     resumed on 3 asking for no step: every rank holds its chunk of the 2 ranks' rows (DCP's
     planner across uneven DTensor shards), the replicated entries and the rule's stream,
-    and prints the saving run's digest. Measured: 5.5 to 7.1 s (two launches, about 2.5 s
+    and prints the saving run's digest. Measured: 4.3 to 7.1 s (two launches, about 2.5 s
     each to start the ranks; torch 2.13 CPU, 2 busy cores): the one torch run in the
     default suite that sees DCP's reshard of uneven DTensor shards."""
     import ranks
@@ -267,8 +267,8 @@ def test_the_torch_fsdp_gpt_resharded_two_one_three_holds_the_saved_state(
         tmp_path: Path) -> None:
     """fsdp.gpt_reshard, torch's gloo ranks: 2 -> 1 -> 3 as the reference's test, each load
     checked as the default torch test checks 2 -> 3; at 3 ranks, stopped at 5 and resumed,
-    the digest of 4 to 6 in one run; that 3-rank commit loaded on 2. Measured: 10.8 s (four
-    launches; torch 2.13 CPU, 2 busy cores)."""
+    the digest of 4 to 6 in one run; that 3-rank commit loaded on 2. Measured: 10.8 to
+    11.6 s (four launches; torch 2.13 CPU, 2 busy cores)."""
     import ranks
 
     run_dir, split = tmp_path / "run", tmp_path / "split"
