@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from parity.lab.audit_accelerate import MEASURED
-from parity.lab.audit_recognize import MISSING, PRESENT, UNSAFE
+from parity.lab.audit_accelerate import LOADERS, MEASURED, STATEFUL_FIX
+from parity.lab.audit_recognize import INCOMPLETE, MISSING, PRESENT, UNSAFE
 from parity.lab.cli import EXIT_FAILED, EXIT_OK, EXIT_UNKNOWN
 from tests.test_audit import audit, rows, trained, write_safetensors
 
@@ -107,19 +107,101 @@ def test_the_folders_name_is_read_as_accelerates_examples_name_it(
     assert "the folder's name" in (r["global step"]["where"], r["epoch"]["where"])
 
 
-def test_a_stateful_loaders_state_is_unknown_and_a_refused_rng_file_unsafe(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """dl_state_dict.bin (use_stateful_dataloader) is found but not held to a resume:
-    unknown; a random_states pickle weights_only refuses leaves its RNG rows unsafe."""
-    state = {"global_step": 4, "epoch": 0, "step_in_epoch": 4}
-    folder = save_state(tmp_path / "a", state, extra={"dl_state_dict.bin": {
-        "_num_yielded": 4, "_sampler_iter_yielded": 4}})
+def loader_state(batches: int, end: bool, sampler: bool) -> dict[str, Any]:
+    """A one-process StatefulDataLoader's state_dict() as Accelerate saves it (torchdata 0.11,
+    the keys of tests/test_audit_accelerate_resume.py's folders), `batches` of 4 samples
+    yielded; `sampler`: torchdata's RandomSampler (its generator's state at the epoch's
+    start), else torch's (no state)."""
+    iter_state = {"samples_yielded": 4 * batches, "sampler_iter_state": {
+        "yielded": 4 * batches, "generator": torch.Generator().manual_seed(1).get_state()}}
+    return {"_index_sampler_state": None, "_sampler_iter_state": iter_state if sampler else None,
+            "_sampler_iter_yielded": batches, "_num_yielded": batches,
+            "_IterableDataset_len_called": None, "_shared_seed": None, "fetcher_state": None,
+            "dataset_state": None, "_iterator_finished": end}
+
+
+PROGRESS = {"global_step": 4, "epoch": 0, "step_in_epoch": 4}
+
+
+@pytest.mark.parametrize(("end", "where"), [(False, "mid-epoch"), (True, "boundary")])
+def test_a_loader_state_without_a_sampler_state_is_impossible_with_the_fix(
+        end: bool, where: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """dl_state_dict.bin of DataLoader(shuffle=True) under use_stateful_dataloader: the batch
+    count alone, no sampler state, so the resumed loader draws a new order (or draws once
+    more at an epoch's end): data position incomplete (exit 1), measured, with the fix."""
+    folder = save_state(tmp_path / "a", PROGRESS, extra={
+        "dl_state_dict.bin": loader_state(6 if end else 4, end, sampler=False)})
     status, report, _ = audit(folder, capsys)
-    assert status == EXIT_UNKNOWN and "dl_state_dict.bin" in report["unknown"]
-    assert rows(report)["data position"]["where"] == "dl_state_dict.bin"
-    folder = save_state(tmp_path / "b", state)
+    row = rows(report)["data position"]
+    assert (status, report["verdict"]) == (EXIT_FAILED,
+                                           "exact resume impossible: data position incomplete")
+    assert (row["status"], row["where"]) == (INCOMPLETE, "dl_state_dict.bin")
+    cost = MEASURED[f"stateless {where}"]
+    assert f"max |Δw| {cost[0]:g}, {cost[1]} tensors differing" in row["detail"]
+    assert row["detail"].endswith(f"Fix: {STATEFUL_FIX}")
+    assert ("at an epoch's end" if end else "4 batches into the epoch") in row["detail"]
+
+
+@pytest.mark.parametrize(("end", "where"), [(False, "mid-epoch"), (True, "boundary")])
+def test_a_sampler_state_is_unknown_for_the_dataloaders_generator_is_unseen(
+        end: bool, where: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """torchdata's RandomSampler state restores the order, but the DataLoader's generator,
+    which the resumed extra iterator draws from, is in no file: unknown (exit 5) with the
+    three measured loaders (none, the sampler's, its own: exact), never exact; the torch CPU
+    RNG is random_states_0.pkl's, never the sampler's generator in dl_state_dict.bin."""
+    folder = save_state(tmp_path / "a", PROGRESS, extra={
+        "dl_state_dict.bin": loader_state(6 if end else 4, end, sampler=True)})
+    status, report, _ = audit(folder, capsys)
+    assert (status, report["exact"]) == (EXIT_UNKNOWN, False)
+    for loader in ("stateful", "shared generator", "own generator"):
+        cost = MEASURED[f"{loader} {where}"]
+        assert f"max |Δw| {cost[0]:g}" in report["unknown"]
+    assert MEASURED[f"own generator {where}"] == (0.0, 0)
+    assert report["unknown"].endswith(f"Fix: {STATEFUL_FIX}")
+    r = rows(report)
+    assert r["torch CPU RNG"]["where"] == "random_states_0.pkl/torch_manual_seed"
+    (folder / "random_states_0.pkl").unlink()
+    status, report, _ = audit(folder, capsys)
+    row = rows(report)["torch CPU RNG"]
+    cost = MEASURED[f"own generator {where} no rng"]
+    assert (status, report["verdict"]) == (EXIT_FAILED,
+                                           "exact resume impossible: torch CPU RNG missing")
+    assert (row["status"], row["where"]) == (MISSING, "")
+    assert f"max |Δw| {cost[0]:g}, {cost[1]} tensors differing" in row["detail"]
+
+
+def test_a_loader_state_of_another_shape_is_unknown_and_a_refused_file_unsafe(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A StatefulDataLoader state with worker processes (no _num_yielded at its top) and a
+    seedable sampler's sampler.bin were never held to a resume: unknown; a dl_state_dict.bin
+    weights_only refuses leaves the data position unsafe, and a random_states pickle it
+    refuses the RNG rows: impossible."""
+    folder = save_state(tmp_path / "s", PROGRESS, extra={"sampler.bin": {"epoch": 0}})
+    status, report, _ = audit(folder, capsys)
+    assert status == EXIT_UNKNOWN and report["unknown"].startswith("sampler.bin: a seedable")
+    folder = save_state(tmp_path / "a", PROGRESS, extra={"dl_state_dict.bin": {
+        "_snapshot": {}, "_steps_since_snapshot": 4, "_iterator_finished": False}})
+    status, report, _ = audit(folder, capsys)
+    assert status == EXIT_UNKNOWN and "worker processes" in report["unknown"]
+    torch.save({"bad": np.random.default_rng(0)}, folder / "dl_state_dict.bin")
+    status, report, _ = audit(folder, capsys)
+    assert (status, rows(report)["data position"]["status"]) == (EXIT_FAILED, UNSAFE)
+    folder = save_state(tmp_path / "b", PROGRESS)
     torch.save({"step": 0, "torch_manual_seed": torch.get_rng_state(),
                 "bad": np.random.default_rng(0)}, folder / "random_states_0.pkl")
     status, report, _ = audit(folder, capsys)
     assert status == EXIT_FAILED
     assert rows(report)["torch CPU RNG"]["status"] == UNSAFE
+
+
+def test_the_page_prints_the_measured_stateful_resumes() -> None:
+    """docs/your-trainer.md's stateful-loader table holds MEASURED (the slow test measures it
+    again): one row a loader, its four resumes in MEASURED's order."""
+    page = (Path(__file__).parents[1] / "docs" / "your-trainer.md").read_text(encoding="utf-8")
+    table = [[c.strip() for c in line.strip().strip("|").split("|")]
+             for line in page.splitlines() if line.startswith("| `") and "Loader" in line]
+    cells = {row[0].strip("`"): row[2:] for row in table}
+    number = {k: "**0**" if v == (0.0, 0) else f"{v[0]:g} ({v[1]})" for k, v in MEASURED.items()}
+    assert cells == {text: [number[f"{k} {w}"] for w in ("mid-epoch", "boundary",
+                                                         "mid-epoch no rng", "boundary no rng")]
+                     for k, text in LOADERS.items()}

@@ -1,15 +1,16 @@
 """The audit's verdict on an Accelerate `save_state` folder held to a real resume with the
 library (accelerate 1.x, CPU): a user's loop (an MLP with dropout 0.2, AdamW, a cosine lr,
-DataLoader(shuffle=True) of 6 batches an epoch, 3 epochs) prepared by an Accelerator, with
-an object registered for checkpointing that holds the loop's global_step, epoch and
+a shuffled loader of 6 batches an epoch, 3 epochs) prepared by an Accelerator, with an
+object registered for checkpointing that holds the loop's global_step, epoch and
 step_in_epoch; save_state after 4 batches (step_4/) and at epoch 0's end (epoch_0/).
-Resumed as Accelerate's docs do it (load_state, then skip_first_batches(dl, n) mid-epoch),
-its final weights against a straight run's; `audit FOLDER` must say what the comparison
-proves, and audit_accelerate.MEASURED (which it prints) is asserted here.
+Resumed as Accelerate's docs do it: load_state, then skip_first_batches(dl, n) mid-epoch;
+with use_stateful_dataloader=True, load_state alone (the loader's state in
+dl_state_dict.bin). The final weights against a straight run's; `audit FOLDER` must say
+what the comparison proves, and audit_accelerate.MEASURED (which it prints) is asserted here.
 
-Cost: importing accelerate (about 1.5 s) and 6 runs of 18 steps (well under 1 s together):
-`slow` with the other real-library resumes (measured 3 s here); tests/test_audit_accelerate.py
-checks the verdicts by default on folders written with Accelerate's file names.
+Cost: importing accelerate and torchdata (about 2 s) and 30 runs of 18 steps (about 2 s
+together): `slow` with the other real-library resumes; tests/test_audit_accelerate.py checks
+the verdicts by default on folders written with Accelerate's file names and states.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ import numpy as np
 import pytest
 import torch
 
-from parity.lab.audit_accelerate import MEASURED
+from parity.lab.audit_accelerate import LOADERS, MEASURED
+from parity.lab.audit_recognize import MISSING
 from parity.lab.cli import EXIT_FAILED, EXIT_OK, EXIT_UNKNOWN
 from tests.test_audit import audit as audit_json
 from tests.test_audit import rows
@@ -59,15 +61,33 @@ class Progress:
             state["global_step"], state["epoch"], state["step_in_epoch"])
 
 
-def train(save: Path | None = None, resume: Path | None = None,
-          register: bool = True) -> dict[str, torch.Tensor]:
+def loader_of(kind: str, data: torch.utils.data.Dataset[Any]) -> Any:
+    """The loader given to prepare, by audit_accelerate.LOADERS' name."""
+    if kind == "stateless":
+        return torch.utils.data.DataLoader(data, batch_size=BATCH, shuffle=True)
+    stateful = pytest.importorskip("torchdata.stateful_dataloader",
+                                   reason="torchdata's StatefulDataLoader is not installed")
+    g = torch.Generator().manual_seed(0)
+    return {"stateful": lambda: stateful.StatefulDataLoader(data, batch_size=BATCH,
+                                                            shuffle=True),
+            "shared generator": lambda: stateful.StatefulDataLoader(
+                data, batch_size=BATCH, shuffle=True, generator=g),
+            "own generator": lambda: stateful.StatefulDataLoader(
+                data, batch_size=BATCH, sampler=stateful.sampler.RandomSampler(data),
+                generator=g)}[kind]()
+
+
+def train(save: Path | None = None, resume: Path | None = None, register: bool = True,
+          loader: str | None = None) -> dict[str, torch.Tensor]:
     """EPOCHS epochs from seed 0, saving step_<MID>/ and epoch_0/ under `save`, or resumed
-    from `resume` (without `register`, the loop cannot know its step and starts over); the
-    final weights."""
+    from `resume` (without `register`, the loop cannot know its step and starts over); with
+    `loader` (a LOADERS name) under use_stateful_dataloader=True, resumed by load_state
+    alone; the final weights."""
     accelerate = pytest.importorskip("accelerate", reason="accelerate is an optional oracle "
                                                           "(the oracles extra)")
     torch.manual_seed(0)
-    acc = accelerate.Accelerator(cpu=True)
+    acc = accelerate.Accelerator(cpu=True, dataloader_config=accelerate.DataLoaderConfiguration(
+        use_stateful_dataloader=loader is not None))
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(),
                                 torch.nn.Dropout(0.2),  # draws from the torch CPU RNG
                                 torch.nn.Linear(8, 1))
@@ -76,16 +96,16 @@ def train(save: Path | None = None, resume: Path | None = None,
                                           torch.randn(BATCH * PER_EPOCH, generator=g))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     cosine = torch.optim.lr_scheduler.CosineAnnealingLR(opt, PER_EPOCH * EPOCHS)
-    model, opt, loader, cosine = acc.prepare(
-        model, opt, torch.utils.data.DataLoader(data, batch_size=BATCH, shuffle=True), cosine)
+    model, opt, dl, cosine = acc.prepare(model, opt, loader_of(loader or "stateless", data),
+                                         cosine)
     progress = Progress()
     if register:
         acc.register_for_checkpointing(progress)
     if resume is not None:
         acc.load_state(str(resume))
     while progress.epoch < EPOCHS:
-        skip = progress.step_in_epoch
-        for x, y in acc.skip_first_batches(loader, skip) if skip else loader:
+        skip = 0 if loader else progress.step_in_epoch  # a stateful loader skips itself
+        for x, y in acc.skip_first_batches(dl, skip) if skip else dl:
             loss = ((model(x).squeeze(-1) - y) ** 2).mean()  # x (B, 4), y (B,)
             acc.backward(loss)
             opt.step()
@@ -148,3 +168,42 @@ def test_accelerate_resumes_are_what_the_audit_says(
     assert "'step' = 0 is Accelerate's gradient-accumulation counter" in \
         rows(report)["global step"]["detail"]
     assert difference(train(resume=plain, register=False), straight) == MEASURED["no step"]
+
+
+@pytest.mark.filterwarnings("ignore:'set_vital' is deprecated:UserWarning")  # torchdata 0.11
+@pytest.mark.parametrize("loader", list(LOADERS))
+def test_stateful_loader_resumes_are_what_the_audit_says(
+        loader: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """use_stateful_dataloader=True, each loader of LOADERS given to prepare, resumed by
+    load_state alone from step_4/ and epoch_0/, each with and without random_states_0.pkl:
+    the resume is MEASURED["<loader> <where>[ no rng]"] away, and the audit says impossible
+    (a sampler without state; the RNG file gone) or unknown (the DataLoader's generator
+    unseen: one folder for the exact loader and the inexact ones), with those numbers, never
+    exact."""
+    straight = train(loader=loader)
+    assert difference(train(save=tmp_path, loader=loader), straight) == (0, 0)
+    for folder, where in ((tmp_path / f"step_{MID}", "mid-epoch"),
+                          (tmp_path / "epoch_0", "boundary")):
+        plain = tmp_path / f"{folder.name}_no_rng"
+        shutil.copytree(folder, plain)
+        (plain / "random_states_0.pkl").unlink()
+        for target, key in ((folder, f"{loader} {where}"), (plain, f"{loader} {where} no rng")):
+            assert difference(train(resume=target, loader=loader), straight) == MEASURED[key]
+            status, report = audit(target, capsys)
+            r = rows(report)
+            assert r["data position"]["where"] == "dl_state_dict.bin"
+            if target == plain:
+                cost = MEASURED[f"own generator {where} no rng"]
+                assert status == EXIT_FAILED and r["torch CPU RNG"]["status"] == MISSING
+                assert f"max |Δw| {cost[0]:g}, {cost[1]} tensors" in \
+                    r["torch CPU RNG"]["detail"]
+            elif loader == "stateless":
+                assert (status, report["verdict"]) == (
+                    EXIT_FAILED, "exact resume impossible: data position incomplete")
+                assert f"max |Δw| {MEASURED[key][0]:g}, {MEASURED[key][1]} tensors" in \
+                    r["data position"]["detail"]
+            else:
+                assert (status, report["exact"]) == (EXIT_UNKNOWN, False)
+                for k in ("stateful", "shared generator", "own generator"):
+                    cost = MEASURED[f"{k} {where}"]
+                    assert f"max |Δw| {cost[0]:g}" in report["unknown"]
