@@ -36,6 +36,13 @@ state, and DCP writes a replicated one once):
     data/epoch, data/position   the sampler's position: which global batch comes next
     step                    the steps taken
     rng/rank<r>             rank r's own generator (the stream dropout would draw from)
+    bits                    bf16-sr's BitStream state, shared by every rank (replicated;
+                            37 uint8: torch_impl.ddp_gpt.bits_tensor)
+    bits/rank<r>            nvfp4's BitStream state of rank r (per rank, re-derived at
+                            another world size: NOTE [ Random bits on N ranks ])
+A scaled precision's model/<name> rows include fp8-delayed's buffers (the amax histories
+and scales, replicated); bf16-sr's optim/exp_avg|exp_avg_sq/<i> are its bfloat16 moments
+widened to float32 (exact).
 
 # NOTE [ Resharding a DDP checkpoint ]
 Every DDP rank holds the whole model, so resharding the replicated entries is a read: any

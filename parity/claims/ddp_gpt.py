@@ -69,16 +69,16 @@ GPT_CLAIMS: tuple[Claim, ...] = (
     Claim(
         id="ddp.gpt_scaled",
         statement=(
-            "The scaled precisions and bf16-sr on N ranks: 3 DDP steps of the compact GPT run by "
-            "the command's own loop (AdamW, bf16-sr's BF16SR; the cosine schedule), and the "
+            "The scaled precisions and bf16-sr on N ranks: 2 to 4 DDP steps of the compact GPT "
+            "run by the command's own loop (AdamW, bf16-sr's BF16SR; the cosine schedule), and the "
             "reference's simulated ranks replaying the torch ranks' local gradients (fp8-delayed: "
             "and their amax vectors) with their own bits hold the bits of DDP's bucket and "
             "reduced gradient at every step and of every rank's final parameters, optimizer "
             "state, lr, delayed scaling's amax histories and scales and BitStream state; every "
             "rank ends with the same parameters, optimizer state and buffers, bf16-sr's BitStream "
             "is the same on every rank and nvfp4's differs rank to rank (default: 2 ranks, "
-            "fp8-delayed, nvfp4, bf16-sr, fp8-rowwise; slow: every scaled precision at 2 and 3 "
-            "ranks)."
+            "fp8-delayed and fp8-rowwise 2 steps, nvfp4 and bf16-sr 4; slow: every scaled "
+            "precision at 2 and 3 ranks, 3 steps)."
         ),
         kind="bits",
         bound=0,
