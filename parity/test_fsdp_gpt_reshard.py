@@ -14,9 +14,8 @@ shards rounds otherwise (fsdp.gpt_loss_curve).
 
 Default: the reference's simulated ranks in this process (the command's own run, observed
 through rank_state, the function it saves and digests with), and one torch load 2 -> 3.
-Slow: torch's gloo ranks 2 -> 1 -> 3. The command refuses `--parallel fsdp --world-size 1`
-before its runner (parity/lab/cli/train.py), so the 1-rank leg calls the runner the command
-calls for N ranks (parity/lab/runners/train_ranks.run) with the command's parsed arguments.
+Slow: torch's gloo ranks 2 -> 1 -> 3. The 1-rank leg is the command's `--world-size 1
+--resume` in a directory of commit records, which continues them on one rank.
 """
 
 from __future__ import annotations
@@ -35,8 +34,7 @@ import pytest
 from ckpt import commit as ckc
 from parity.compare import as_numpy, assert_claim
 from parity.drivers import fsdp_gpt as drv
-from parity.lab.cli import build_parser, main
-from parity.lab.runners import train_ranks
+from parity.lab.cli import main
 from torch_impl import fsdp as tfsdp
 
 if not tfsdp.RULE_STATED:
@@ -52,18 +50,12 @@ ROWS = ("model/", "optim/exp_avg/", "optim/exp_avg_sq/")
 
 
 def _command(directory: Path, world_size: int, steps: int, *extra: str) -> list[str]:
-    """The reference's command's stdout lines (exit status 0 asserted), run here; one rank:
-    its runner (the module docstring)."""
+    """The reference's command's stdout lines (exit status 0 asserted), run here."""
     argv = ["train", "--impl", "reference", "--world-size", str(world_size), "--steps",
             str(steps), "--checkpoint-dir", str(directory), "--resume", *OPTIONS, *extra]
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-        if world_size > 1:
-            status = main(argv)
-        else:
-            args = build_parser().parse_args(argv)
-            args.prog = "parity"
-            status = train_ranks.run(args)
+        status = main(argv)
     assert status == 0
     return out.getvalue().strip().splitlines()
 

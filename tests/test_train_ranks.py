@@ -55,6 +55,19 @@ def test_an_option_the_ranks_cannot_take_is_refused_naming_it(
     assert not (tmp_path / "run").exists()
 
 
+def test_fsdp_on_one_rank_is_refused_unless_it_resumes_a_commit(tmp_path: Path) -> None:
+    """FSDP2 shards over N > 1 ranks: one rank, started afresh, is one line and exit 2; one
+    rank resuming a 2-rank FSDP2 commit continues it (fsdp.gpt_reshard holds what it loads)."""
+    gpt = ("--model", "gpt", "--parallel", "fsdp", "--horizon", "6")
+    status, lines, err = _train(tmp_path / "fresh", *gpt, world_size=1)
+    assert (status, lines) == (2, []) and "--parallel fsdp" in err and err.count("\n") == 1
+    assert not (tmp_path / "fresh").exists()
+    assert _train(tmp_path / "run", *gpt, steps=2)[0] == 0
+    status, lines, err = _train(tmp_path / "run", *gpt, "--resume", steps=4, world_size=1)
+    assert status == 0 and lines[-1].startswith("state-sha256: "), err
+    assert ckc.newest(tmp_path / "run", "npy-records")[0].world_size == 1
+
+
 def test_device_cuda_is_refused_for_the_ranks(tmp_path: Path) -> None:
     status, _, err = _train(tmp_path / "run", "--device", "cuda", impl="torch")
     assert status == 2 and "--device cuda" in err and "gloo on the cpu" in err, err

@@ -190,7 +190,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "committed once durable (copy: the default; pinned: torch on CUDA)")
     p.add_argument("--parallel", choices=("ddp", "fsdp"), default="ddp",
                    help="--world-size N's split: ddp (default) or fsdp (FSDP2 of --model gpt, "
-                        "fp32 or bf16, resumed at the same N; docs/distributed.md)")
+                        "fp32, bf16 or fp16, resumed at any N; docs/distributed.md)")
 
 
 class _FaultAction(argparse.Action):
@@ -254,10 +254,11 @@ def run(args: argparse.Namespace) -> int:
     model cannot take) and, on --resume, loads the chosen checkpoint into it."""
     committed = os.path.isdir(args.checkpoint_dir) and any(
         n.startswith("COMMITTED-") for n in os.listdir(args.checkpoint_dir))
-    if args.parallel != "ddp" and args.world_size == 1:
+    resuming = committed and (args.resume or args.resume_strict)
+    if args.parallel != "ddp" and args.world_size == 1 and not resuming:
         raise UsageError(f"--parallel {args.parallel}: shards over N > 1 ranks; give "
-                         "--world-size N")
-    if args.world_size > 1 or (committed and (args.resume or args.resume_strict)):
+                         "--world-size N (or resume an N-rank commit on 1)")
+    if args.world_size > 1 or resuming:
         from parity.lab.runners import train_ranks  # N ranks (or 1, resuming N's commits)
 
         return train_ranks.run(args)
