@@ -63,11 +63,12 @@ class Progress:
 
 def loader_of(kind: str, data: torch.utils.data.Dataset[Any]) -> Any:
     """The loader given to prepare, by audit_accelerate.LOADERS' name."""
-    if kind == "stateless":
-        return torch.utils.data.DataLoader(data, batch_size=BATCH, shuffle=True)
+    g = torch.Generator().manual_seed(0)
+    if kind in ("stateless", "generator"):  # "generator": a DataLoader's own
+        return torch.utils.data.DataLoader(data, batch_size=BATCH, shuffle=True,
+                                           generator=g if kind == "generator" else None)
     stateful = pytest.importorskip("torchdata.stateful_dataloader",
                                    reason="torchdata's StatefulDataLoader is not installed")
-    g = torch.Generator().manual_seed(0)
     return {"stateful": lambda: stateful.StatefulDataLoader(data, batch_size=BATCH,
                                                             shuffle=True),
             "shared generator": lambda: stateful.StatefulDataLoader(
@@ -78,16 +79,16 @@ def loader_of(kind: str, data: torch.utils.data.Dataset[Any]) -> Any:
 
 
 def train(save: Path | None = None, resume: Path | None = None, register: bool = True,
-          loader: str | None = None) -> dict[str, torch.Tensor]:
+          loader: str = "stateless", stateful: bool = False) -> dict[str, torch.Tensor]:
     """EPOCHS epochs from seed 0, saving step_<MID>/ and epoch_0/ under `save`, or resumed
-    from `resume` (without `register`, the loop cannot know its step and starts over); with
-    `loader` (a LOADERS name) under use_stateful_dataloader=True, resumed by load_state
-    alone; the final weights."""
+    from `resume` (without `register`, the loop cannot know its step and starts over) by
+    skip_first_batches; `stateful`: under use_stateful_dataloader=True, resumed by load_state
+    alone; `loader` the loader_of() given to prepare; the final weights."""
     accelerate = pytest.importorskip("accelerate", reason="accelerate is an optional oracle "
                                                           "(the oracles extra)")
     torch.manual_seed(0)
     acc = accelerate.Accelerator(cpu=True, dataloader_config=accelerate.DataLoaderConfiguration(
-        use_stateful_dataloader=loader is not None))
+        use_stateful_dataloader=stateful))
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(),
                                 torch.nn.Dropout(0.2),  # draws from the torch CPU RNG
                                 torch.nn.Linear(8, 1))
@@ -96,15 +97,14 @@ def train(save: Path | None = None, resume: Path | None = None, register: bool =
                                           torch.randn(BATCH * PER_EPOCH, generator=g))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     cosine = torch.optim.lr_scheduler.CosineAnnealingLR(opt, PER_EPOCH * EPOCHS)
-    model, opt, dl, cosine = acc.prepare(model, opt, loader_of(loader or "stateless", data),
-                                         cosine)
+    model, opt, dl, cosine = acc.prepare(model, opt, loader_of(loader, data), cosine)
     progress = Progress()
     if register:
         acc.register_for_checkpointing(progress)
     if resume is not None:
         acc.load_state(str(resume))
     while progress.epoch < EPOCHS:
-        skip = 0 if loader else progress.step_in_epoch  # a stateful loader skips itself
+        skip = 0 if stateful else progress.step_in_epoch  # a stateful loader skips itself
         for x, y in acc.skip_first_batches(dl, skip) if skip else dl:
             loss = ((model(x).squeeze(-1) - y) ** 2).mean()  # x (B, 4), y (B,)
             acc.backward(loss)
@@ -136,7 +136,9 @@ def audit(target: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[s
 
 def test_accelerate_resumes_are_what_the_audit_says(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """epoch_0/ resumes bit-exact and is audited exact; step_4/ resumes through
+    """epoch_0/ resumes bit-exact and is audited exact, its data position saying that a
+    DataLoader with a generator of its own (no file holds it) resumes MEASURED["boundary
+    generator"] away; step_4/ resumes through
     skip_first_batches on a new shuffled pass, MEASURED["mid-epoch"] away, and is audited
     unknown (exit 5); epoch_0/'s files under a plain name with no registered step are
     audited impossible (epoch and global step missing, the pickled 'step' named as the accumulation
@@ -151,6 +153,14 @@ def test_accelerate_resumes_are_what_the_audit_says(
         "custom_checkpoint_0.pkl/global_step", "custom_checkpoint_0.pkl/step_in_epoch")
     assert difference(train(resume=tmp_path / "epoch_0"), straight) == \
         MEASURED["boundary"] == (0, 0)
+    own = train(loader="generator")  # the same folder's keys, the DataLoader's generator in none
+    assert difference(train(save=tmp_path / "own", loader="generator"), own) == (0, 0)
+    assert audit(tmp_path / "own" / "epoch_0", capsys)[0] == EXIT_OK
+    assert difference(train(resume=tmp_path / "own" / "epoch_0", loader="generator"), own) == \
+        MEASURED["boundary generator"]
+    cost = MEASURED["boundary generator"]
+    assert f"(with one: max |Δw| {cost[0]:g}, {cost[1]} tensors differing)" in \
+        r["data position"]["detail"]
 
     status, report = audit(tmp_path / f"step_{MID}", capsys)
     assert (status, report["exact"]) == (EXIT_UNKNOWN, False)
@@ -180,15 +190,16 @@ def test_stateful_loader_resumes_are_what_the_audit_says(
     (a sampler without state; the RNG file gone) or unknown (the DataLoader's generator
     unseen: one folder for the exact loader and the inexact ones), with those numbers, never
     exact."""
-    straight = train(loader=loader)
-    assert difference(train(save=tmp_path, loader=loader), straight) == (0, 0)
+    straight = train(loader=loader, stateful=True)
+    assert difference(train(save=tmp_path, loader=loader, stateful=True), straight) == (0, 0)
     for folder, where in ((tmp_path / f"step_{MID}", "mid-epoch"),
                           (tmp_path / "epoch_0", "boundary")):
         plain = tmp_path / f"{folder.name}_no_rng"
         shutil.copytree(folder, plain)
         (plain / "random_states_0.pkl").unlink()
         for target, key in ((folder, f"{loader} {where}"), (plain, f"{loader} {where} no rng")):
-            assert difference(train(resume=target, loader=loader), straight) == MEASURED[key]
+            assert difference(train(resume=target, loader=loader, stateful=True),
+                              straight) == MEASURED[key]
             status, report = audit(target, capsys)
             r = rows(report)
             assert r["data position"]["where"] == "dl_state_dict.bin"

@@ -29,7 +29,12 @@ The data position, without use_stateful_dataloader: a loop resumed mid-epoch cal
 shuffling sampler draws a new order (from the torch generator load_state restored, not the
 one the straight run drew the epoch's order from), so the skipped batches are not the ones
 trained on. Measured (MEASURED, held by
-tests/test_audit_accelerate_resume.py): exact at an epoch's end, not mid-epoch.
+tests/test_audit_accelerate_resume.py): exact at an epoch's end, not mid-epoch. Exact at an
+epoch's end only where the DataLoader draws its order from the torch generator, i.e. has no
+generator= of its own, which no file records: the audit reads that unseen setting as the
+default has it and says so in the row, as it reads the numpy and Python RNG rows ("if the
+run draws from numpy"). Where the default does not resume exactly and only a setting no file
+records does (below), the verdict is "unknown".
 
 NOTE [ A stateful loader's resume ]
 With DataLoaderConfiguration(use_stateful_dataloader=True), prepare() rebuilds the loader as a
@@ -89,12 +94,15 @@ IN_EPOCH = ("step_in_epoch", "batch_in_epoch", "batches_done", "batch_idx", "pos
 # max |Δw| after the resume against a straight run, tensors differing (of 4): an MLP with
 # dropout 0.2, AdamW, cosine lr, DataLoader(shuffle=True) of 6 batches an epoch, 3 epochs;
 # "mid-epoch": saved after 4 batches, resumed by load_state + skip_first_batches(dl, 4);
-# "boundary": saved at epoch 0's end; "no step": the same folder, the loop not knowing its
-# step and so starting over at epoch 0. The rest: use_stateful_dataloader=True, resumed by
-# load_state alone (NOTE [ A stateful loader's resume ]), "<loader> <where>[ no rng]": the
-# loader given to prepare, LOADERS' names; "mid-epoch" saved after 4 batches, "boundary" at
-# epoch 0's end; "no rng" the same folder without random_states_0.pkl
+# "boundary": saved at epoch 0's end; "boundary generator": the same with
+# DataLoader(shuffle=True, generator=g), whose generator no file holds; "no step": the
+# epoch 0 folder, the loop not knowing its step and so starting over at epoch 0. The rest:
+# use_stateful_dataloader=True, resumed by load_state alone (NOTE [ A stateful loader's
+# resume ]), "<loader> <where>[ no rng]": the loader given to prepare, LOADERS' names;
+# "mid-epoch" saved after 4 batches, "boundary" at epoch 0's end; "no rng" the same folder
+# without random_states_0.pkl
 MEASURED = {"mid-epoch": (0.0241, 4), "boundary": (0.0, 0), "no step": (0.00237, 4),
+            "boundary generator": (0.0172, 4),
             "stateless mid-epoch": (0.0241, 4), "stateless boundary": (0.0213, 4),
             "stateless mid-epoch no rng": (0.0356, 4), "stateless boundary no rng": (0.0184, 4),
             "stateful mid-epoch": (0.0152, 4), "stateful boundary": (0.0146, 4),
@@ -213,7 +221,7 @@ def _position(audit: Audit, tree: dict[str, Any], custom: dict[str, dict[str, An
     dl_state_dict.bin: the loop skips batches itself)."""
     samplers = sorted(n for n in tree if n.startswith("sampler"))
     at = _registered(custom, IN_EPOCH)
-    mid, boundary = MEASURED["mid-epoch"], MEASURED["boundary"]
+    mid, boundary, own = (MEASURED[k] for k in ("mid-epoch", "boundary", "boundary generator"))
     if samplers:
         _set(audit, "data position", PRESENT, ", ".join(samplers), "a seedable sampler's state")
         audit.unknown = (f"{', '.join(samplers)}: a seedable sampler's saved state, which this "
@@ -223,7 +231,8 @@ def _position(audit: Audit, tree: dict[str, Any], custom: dict[str, dict[str, An
         _set(audit, "data position", PRESENT, where,
              "at an epoch's end: the resumed loop starts the next epoch, whose order the "
              "DataLoader draws from the torch generator load_state restores (measured: max "
-             f"|Δw| {boundary[0]:g})")
+             f"|Δw| {boundary[0]:g}), if it has no generator= of its own, which no file "
+             f"holds (with one: max |Δw| {own[0]:g}, {own[1]} tensors differing)")
     else:
         seen = (f"{at[1]} batches into the epoch ({at[0]})" if at
                 else "where in the epoch it was saved cannot be seen (no registered "
