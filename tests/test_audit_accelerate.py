@@ -1,8 +1,9 @@
 """`python -m parity audit` on Accelerate `save_state` folders written here file by file as
 accelerate 1.x writes them (the names of tests/test_audit_accelerate_resume.py's real
 folders: model.safetensors, optimizer.bin, scheduler.bin, random_states_0.pkl a torch.save
-dict, custom_checkpoint_0.pkl the registered object's state_dict), no accelerate needed.
-The slow test holds each verdict to Accelerate's own load_state."""
+dict, custom_checkpoint_0.pkl the registered object's state_dict, dl_state_dict.bin a
+StatefulDataLoader's state_dict), no accelerate or torchdata needed. The slow test holds
+each verdict to Accelerate's own load_state."""
 
 from __future__ import annotations
 
