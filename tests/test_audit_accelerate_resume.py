@@ -8,7 +8,7 @@ with use_stateful_dataloader=True, load_state alone (the loader's state in
 dl_state_dict.bin). The final weights against a straight run's; `audit FOLDER` must say
 what the comparison proves, and audit_accelerate.MEASURED (which it prints) is asserted here.
 
-Cost: importing accelerate and torchdata (about 2 s) and 30 runs of 18 steps (about 2 s
+Cost: importing accelerate and torchdata (about 2 s) and 32 runs of 18 steps (about 2 s
 together): `slow` with the other real-library resumes; tests/test_audit_accelerate.py checks
 the verdicts by default on folders written with Accelerate's file names and states.
 """
