@@ -52,6 +52,10 @@ scale and growth tracker among them), in reference/sharded_ckpt.py's containers;
 at another world size joins the saved rows and cuts them anew (reference/fsdp_gpt_ckpt.py,
 NOTE [ Resharding an FSDP checkpoint ]). The digest is gpt_rank_digest of the joined state
 (every rank's rows concatenated; bf16 and fp32: the disabled scaler's scale 1, tracker 0).
+--async-save: the same containers and record through reference/async_ckpt.py's AsyncSaver
+(the DDP run's): every rank's state staged (copied) before save returns, written and
+committed by a background thread while the ranks train on, pruned after the commit; the
+next save, and the end of the run before its digest, wait for the commit.
 """
 
 from __future__ import annotations
@@ -73,6 +77,7 @@ from reference import amp, ddp_gpt, loss_scaling, optim
 from reference import ddp as rddp
 from reference import fsdp as rfsdp
 from reference import sharded_ckpt as sharded
+from reference.async_ckpt import AsyncSaver
 from reference.ddp_scaler import sync_found_inf
 from reference.fsdp_gpt_ckpt import apply_loaded, digest_state, load_ranks, rank_state
 from reference.gpt import GPT
@@ -213,8 +218,9 @@ def _optimizer_phase(ranks: Ranks, record: StepRecord) -> None:
 
 def train(config: TrainConfig, steps: int, world_size: int, directory: str | Path,
           every: int, *, keep: int, start: commit_policy.Start,
-          log: Callable[[str], None]) -> RanksResult:
-    """Run the N-rank FSDP training (the module docstring) from `start` to `steps`."""
+          log: Callable[[str], None], async_save: str | None = None) -> RanksResult:
+    """Run the N-rank FSDP training (the module docstring) from `start` to `steps`;
+    `async_save` ("copy"): the checkpoints saved by a background thread."""
     c, ws = config, world_size
     ranks = simulated_ranks(c, ws)
     sampler, step, skipped = ranks.parts.sampler, 0, 0
@@ -229,6 +235,7 @@ def train(config: TrainConfig, steps: int, world_size: int, directory: str | Pat
                                  "position": int(states[0]["data/position"])})
         step, skipped = int(states[0]["step"]), int(states[0]["skipped"])
     data = batches(c, ranks.parts.loader, batch_of)  # from the sampler's (restored) position
+    saver = None if async_save is None else AsyncSaver()
     while step < steps:
         x, y = next(data)
         record = fsdp_step(ranks, x, y, precision=c.precision)
@@ -238,10 +245,17 @@ def train(config: TrainConfig, steps: int, world_size: int, directory: str | Pat
         mean = sum(np.float64(loss) for loss in record.losses) / ws
         log(f"step {step} loss {float(mean):.6g} scale {record.scale[0]:g} skipped "
             f"{int(record.skipped[0])} (total {skipped})")
-        if due(step, steps, every):
-            sharded.save_sharded(directory, step, [rank_state(ranks, r, step, skipped)
-                                                   for r in range(ws)],
-                                 config={**c.to_dict(), "parallel": "fsdp"})
-            commit_policy.prune(directory, keep)
+        if not due(step, steps, every):
+            continue
+        states = [rank_state(ranks, r, step, skipped) for r in range(ws)]
+        config = {**c.to_dict(), "parallel": "fsdp"}
+        if saver is not None:  # staged; written meanwhile
+            saver.save(directory, step, states, config=config,
+                       after_commit=lambda: commit_policy.prune(directory, keep))
+            continue
+        sharded.save_sharded(directory, step, states, config=config)
+        commit_policy.prune(directory, keep)
+    if saver is not None:
+        saver.close()  # the last save committed (or its error raised) before the digest
     joined = digest_state([rank_state(ranks, r, step, skipped) for r in range(ws)])
     return RanksResult(step, gpt_rank_digest(joined, as_array), skipped)

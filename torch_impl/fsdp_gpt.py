@@ -35,6 +35,11 @@ What the engine does that the reference states:
   torch_impl/sharded_ckpt.py keyed by the parameter's index, and DCP writes each rank's
   rows; set_state_dict puts a loaded one back, at any world size (DCP reshards the
   DTensors: NOTE [ Resharding an FSDP checkpoint ] in reference/fsdp_gpt_ckpt.py).
+- --async-save: each rank's AsyncSaver (torch_impl/async_ckpt.py, the DDP run's) stages
+  that table and returns: BlockingAsyncStager copies every DTensor's local rows into fresh
+  CPU memory (a DTensor of the same mesh and placement: DCP still writes them at their
+  global offsets), since get_state_dict's DTensors alias the live shards that the next
+  AdamW step overwrites in place, and AdamW's step counts with them.
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ from common.train_config import OPTIMIZERS, TrainConfig
 from common.train_loop import RanksResult, batches
 from torch_impl import loss_scaling
 from torch_impl import sharded_ckpt as sc
+from torch_impl.async_ckpt import AsyncSaver
 from torch_impl.ddp import shard
 from torch_impl.fsdp_gpt_ckpt import digest_state, load_ranks, rank_state
 from torch_impl.state_digest import as_array
@@ -216,15 +222,17 @@ def gpt_job(config: TrainConfig, steps: int, world_size: int) -> dict[str, Any]:
 
 def train_job(config: TrainConfig, steps: int, world_size: int, directory: str | Path,
               every: int, *, keep: int, resume: int | None, log: str | Path,
-              loader_workers: int = 0) -> dict[str, Any]:
+              loader_workers: int = 0, async_save: str | None = None) -> dict[str, Any]:
     """The job every rank of `train --parallel fsdp` runs (run, below); `loader_workers`:
     each rank's DataLoader workers (NOTE [ Loader workers of a rank ] in
-    torch_impl/ddp_train.py)."""
+    torch_impl/ddp_train.py); `async_save` (a mode of torch_impl.async_ckpt.MODES): the
+    checkpoints saved in the background (NOTE [ An async save commits after its data is
+    durable ] in reference/async_ckpt.py)."""
     policy(config.precision)
     return {"kind": "fsdp-gpt-train", "runner": __name__,
             "config": config.to_dict(), "steps": steps, "world_size": world_size,
             "directory": str(directory), "every": every, "keep": keep, "resume": resume,
-            "log": str(log), "loader_workers": loader_workers}
+            "log": str(log), "loader_workers": loader_workers, "async_save": async_save}
 
 
 # -- How a rank runs this: the drivers' job and the command's (harness) -----------------------
@@ -233,7 +241,7 @@ def train_job(config: TrainConfig, steps: int, world_size: int, directory: str |
 def run(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
     """One rank of a job: "fsdp-gpt" (every step recorded: the drivers') or
     "fsdp-gpt-train" (the command: resume if asked, train, checkpoint, log)."""
-    from torch_impl.ddp_train import _name, _orphaned, _workers
+    from torch_impl.ddp_train import _ASYNC_TIMEOUT, _name, _orphaned, _workers
 
     ws, steps = job["world_size"], job["steps"]
     c = TrainConfig(**{k: tuple(v) if k == "sizes" else v for k, v in job["config"].items()})
@@ -254,6 +262,8 @@ def run(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
     forwards = [0]  # the blocks' forwards, recomputed ones included (the tests' guard)
     for block in rep.parts.model.transformer.h:
         block.register_forward_pre_hook(lambda *_: forwards.__setitem__(0, forwards[0] + 1))
+    mode = None if record else job.get("async_save")
+    saver = None if mode is None else AsyncSaver(group, rank, mode, timeout=_ASYNC_TIMEOUT)
     log = open(job["log"], "a", encoding="utf-8") if rank == 0 and not record else None
     data = batches(c, rep.parts.loader, batch_of)  # from the sampler's (restored) position
     out: list[dict[str, Any]] = []
@@ -284,12 +294,20 @@ def run(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
                 log.write(f"step {step} loss {float(mean) / ws:.6g} scale {rec.scale:g} "
                           f"skipped {int(rec.skipped)} (total {skipped})\n")
                 log.flush()
-            if due(step, steps, job["every"]):
-                state = rank_state(rep, generator, step, rank, skipped=skipped)
-                sc.save_sharded(job["directory"], step, state, rank, group,
-                                config={**job["config"], "parallel": "fsdp"})
-                if rank == 0:
-                    commit_policy.prune(job["directory"], job["keep"])
+            if not due(step, steps, job["every"]):
+                continue
+            state = rank_state(rep, generator, step, rank, skipped=skipped)  # live DTensors
+            config = {**job["config"], "parallel": "fsdp"}
+            if saver is not None:  # staged (copied) before it returns; written meanwhile
+                saver.save(job["directory"], step, state, config=config,
+                           after_commit=lambda: commit_policy.prune(job["directory"],
+                                                                    job["keep"]))
+                continue
+            sc.save_sharded(job["directory"], step, state, rank, group, config=config)
+            if rank == 0:
+                commit_policy.prune(job["directory"], job["keep"])
+        if saver is not None:
+            saver.close()  # the last save committed (or its error raised) before the digest
     finally:
         if log is not None:
             log.close()
@@ -308,7 +326,8 @@ def run(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
 def train(config: TrainConfig, steps: int, world_size: int, directory: str | Path,
           every: int, *, keep: int, start: commit_policy.Start,
           log: Callable[[str], None], collective_timeout: float = 30.0,
-          timeout: float = math.inf, loader_workers: int = 0) -> RanksResult:
+          timeout: float = math.inf, loader_workers: int = 0,
+          async_save: str | None = None) -> RanksResult:
     """`train --world-size N --model gpt --parallel fsdp --impl torch`: N gloo ranks run
     train_job (reference/fsdp_gpt.py's train is the run); ranks.DDPError if one fails."""
     from torch_impl.ddp_train import _run_ranks
@@ -316,5 +335,5 @@ def train(config: TrainConfig, steps: int, world_size: int, directory: str | Pat
     return _run_ranks(lambda rank0_log: train_job(
         config, steps, world_size, directory, every, keep=keep,
         resume=None if start.record is None else start.record.step, log=rank0_log,
-        loader_workers=loader_workers),
+        loader_workers=loader_workers, async_save=async_save),
         world_size, log, "fsdp", timeout=timeout, collective_timeout=collective_timeout)

@@ -82,9 +82,6 @@ def refusals(args: argparse.Namespace) -> None:
     if async_save == "pinned" and args.impl == "reference":
         raise UsageError("--async-save pinned: page-locked staging is torch's; the reference "
                          "stages a NumPy copy (--async-save copy)")
-    if async_save is not None and getattr(args, "parallel", "ddp") != "ddp":
-        raise UsageError(f"--async-save {async_save}: saves the DDP run's checkpoints "
-                         "(--parallel ddp)")
     if async_save is not None and args.impl == "torch":
         from torch_impl.async_ckpt import refusal
 
