@@ -54,6 +54,8 @@ and so replicated entries of the checkpoint, stay equal. Here, on N ranks:
    simulated ranks here; a max is exact, in any order);
 3. every rank writes the reduced amaxes into slot 0 and runs the layer's update
    (update_scales: fp8_scaling.delayed_update, as in one process).
+A NaN amax is outside what the claims hold: np.maximum propagates it, and which operand
+gloo's MAX keeps against a NaN is its comparison's business (not measured here).
 The current-scaling recipes (tensorwise, rowwise, MX, blockwise, nvfp4) reduce nothing:
 each rank scales its x and g from its own shard, as torchao's Float8Linear does under DDP
 (hp_tensor_to_float8_dynamic with reduce_amax=False; torchao reduces an amax only for
