@@ -262,8 +262,8 @@ OTHERS = tuple(p for p in GPT_PRECISIONS if p not in DEFAULT)
 def test_every_scaled_precision_matches_the_simulated_ranks(tmp_path: Path,
                                                             world_size: int) -> None:
     """ddp.gpt_scaled and ddp.gpt_scaled_local at every scaled precision (the default's too
-    at 3 ranks, where the ready order decides the ring's chunks). Measured: 8.4 s at 2 ranks,
-    14.1 s at 3 (torch 2.13 CPU, 2 busy cores)."""
+    at 3 ranks, where the ready order decides the ring's chunks). Measured: 4.9 to 8.4 s at 2
+    ranks, 7.5 to 14.1 s at 3 (torch 2.13 CPU, 2 busy cores)."""
     import ranks
 
     precisions = OTHERS if world_size == 2 else GPT_PRECISIONS
@@ -286,7 +286,7 @@ def test_every_scaled_precision_matches_the_simulated_ranks(tmp_path: Path,
 def test_every_scaled_run_resumes_to_the_uninterrupted_digest(tmp_path: Path,
                                                               precision: str) -> None:
     """ddp.gpt_resume at every precision: the reference at 2 ranks, torch at 3.
-    Measured: 1.9 to 4.3 s each."""
+    Measured: 1.5 to 8 s each (mxfp4 the slowest), about 50 s in all."""
     _reference_resume(tmp_path / "reference", precision)
     _reference_resume(tmp_path / "torch", precision, world_size=3, impl="torch")
 
@@ -297,7 +297,7 @@ def test_a_torch_resharded_scaled_run_keeps_the_shared_bits_and_rederives_each_r
         tmp_path: Path, precision: str) -> None:
     """The same rule on torch's gloo ranks: the command's job committed by 2 ranks at step 2,
     resumed on 3 asking for no step (recorded: the state it holds is what it loaded).
-    Measured: 0.9 to 3.3 s each."""
+    Measured: 0.5 to 3.3 s each."""
     import ranks
     from torch_impl.ddp_gpt import bits_tensor
     from torch_impl.ddp_train import train_job
