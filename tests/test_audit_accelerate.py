@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from parity.lab.audit_accelerate import LOADERS, MEASURED, STATEFUL_FIX
+from parity.lab.audit_accelerate import GENERATOR_FIX, LOADERS, MEASURED, STATEFUL_FIX
 from parity.lab.audit_recognize import INCOMPLETE, MISSING, PRESENT, UNSAFE
 from parity.lab.cli import EXIT_FAILED, EXIT_OK, EXIT_UNKNOWN
 from tests.test_audit import audit, rows, trained, write_safetensors
@@ -40,14 +40,18 @@ def save_state(folder: Path, registered: dict[str, int] | None, counter: int = 0
     return folder
 
 
-def test_saved_at_an_epochs_end_with_the_step_registered_is_exact(
+EPOCH_END = {"global_step": 6, "epoch": 1, "step_in_epoch": 0}
+
+
+def test_saved_at_an_epochs_end_with_its_generator_registered_is_exact(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Every piece where load_state finds it; random_states_0.pkl read with numpy's array
-    globals allowed (nothing run); the step and position from the registered state, the
-    position's row naming the one setting no file holds (a DataLoader's own generator) and
-    what it measured."""
-    folder = save_state(tmp_path / "epoch_0", {"global_step": 6, "epoch": 1,
-                                                "step_in_epoch": 0})
+    globals allowed (nothing run); the step and position from the registered state, and the
+    DataLoader's generator registered (custom_checkpoint_1.pkl, a state other than the torch
+    CPU generator's, which stays random_states_0.pkl's): exact, as measured."""
+    generator = {"generator": torch.Generator().manual_seed(7).get_state()}
+    folder = save_state(tmp_path / "epoch_0", EPOCH_END,
+                        extra={"custom_checkpoint_1.pkl": generator})
     status, report, err = audit(folder, capsys)
     r = rows(report)
     assert (status, report["kind"], report["verdict"]) == (
@@ -59,14 +63,37 @@ def test_saved_at_an_epochs_end_with_the_step_registered_is_exact(
         "torch CPU RNG": (PRESENT, "random_states_0.pkl/torch_manual_seed"),
         "numpy RNG": (PRESENT, "random_states_0.pkl/numpy_random_seed"),
         "Python random": (PRESENT, "random_states_0.pkl/random_state"),
-        "data position": (PRESENT, "custom_checkpoint_0.pkl/step_in_epoch"),
+        "data position": (PRESENT, "custom_checkpoint_0.pkl/step_in_epoch, "
+                                   "custom_checkpoint_1.pkl/generator"),
         "epoch": (PRESENT, "custom_checkpoint_0.pkl/epoch"),
         "global step": (PRESENT, "custom_checkpoint_0.pkl/global_step")}
     assert r["global step"]["detail"] == "6 (registered for checkpointing)"
-    own = MEASURED["boundary generator"]
-    assert r["data position"]["detail"].endswith(
-        f"(measured: max |Δw| {MEASURED['boundary'][0]:g}), if it has no generator= of its own, "
-        f"which no file holds (with one: max |Δw| {own[0]:g}, {own[1]} tensors differing)")
+    cost = MEASURED["boundary registered generator"]
+    assert cost == (0.0, 0)
+    assert f"(measured, registered: max |Δw| {cost[0]:g})" in r["data position"]["detail"]
+
+
+@pytest.mark.parametrize("registered", [None, "torch CPU generator's copy"])
+def test_saved_at_an_epochs_end_is_unknown_for_the_dataloaders_generator_is_unseen(
+        registered: str | None, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """At an epoch's end with no generator of the loop's own registered (none, or only a copy
+    of the torch CPU generator's state, which random_states_0.pkl holds already): exact
+    without a DataLoader generator= (measured 0), not with one, which no file holds: unknown
+    (exit 5), both measurements and the fix named, never exact."""
+    folder = save_state(tmp_path / "epoch_0", EPOCH_END)
+    if registered:
+        saved = torch.load(folder / "random_states_0.pkl", weights_only=False)
+        torch.save({"rng": saved["torch_manual_seed"]}, folder / "custom_checkpoint_1.pkl")
+    status, report, _ = audit(folder, capsys)
+    r = rows(report)
+    assert (status, report["exact"]) == (EXIT_UNKNOWN, False)
+    assert (r["data position"]["status"], r["data position"]["where"]) == (
+        PRESENT, "custom_checkpoint_0.pkl/step_in_epoch")
+    assert r["torch CPU RNG"]["status"] == PRESENT
+    boundary, own = MEASURED["boundary"], MEASURED["boundary generator"]
+    assert f"(measured: max |Δw| {boundary[0]:g})" in report["unknown"]
+    assert f"measured: max |Δw| {own[0]:g}, {own[1]} tensors differing" in report["unknown"]
+    assert report["unknown"].endswith(f"Fix: {GENERATOR_FIX}")
 
 
 def test_the_pickled_step_is_the_accumulation_counter_not_the_global_step(

@@ -28,13 +28,16 @@ The data position, without use_stateful_dataloader: a loop resumed mid-epoch cal
 `accelerator.skip_first_batches(dl, n)`, which starts a NEW pass over the DataLoader: a
 shuffling sampler draws a new order (from the torch generator load_state restored, not the
 one the straight run drew the epoch's order from), so the skipped batches are not the ones
-trained on. Measured (MEASURED, held by
-tests/test_audit_accelerate_resume.py): exact at an epoch's end, not mid-epoch. Exact at an
-epoch's end only where the DataLoader draws its order from the torch generator, i.e. has no
-generator= of its own, which no file records: the audit reads that unseen setting as the
-default has it and says so in the row, as it reads the numpy and Python RNG rows ("if the
-run draws from numpy"). Where the default does not resume exactly and only a setting no file
-records does (below), the verdict is "unknown".
+trained on. At an epoch's end the resumed loop starts the next epoch, whose order the
+DataLoader draws from its generator: the torch CPU generator load_state restores if it was
+given no generator= of its own (exact), else its own, which no Accelerate file holds
+(DataLoader(shuffle=True, generator=g), the documented way to make a loader reproducible: the
+next epoch repeats the order g drew first). The folders of the two loops hold the same keys,
+so such a folder is "unknown", never "exact"; exact where the loop registers the generator
+for checkpointing (an object whose state_dict() holds g.get_state()): the registered state
+is seen in custom_checkpoint_<i>.pkl as a torch generator's other than the torch CPU
+generator's (random_states_<p>.pkl's), and never read as the torch CPU RNG. Measured
+(MEASURED, held by tests/test_audit_accelerate_resume.py).
 
 NOTE [ A stateful loader's resume ]
 With DataLoaderConfiguration(use_stateful_dataloader=True), prepare() rebuilds the loader as a
@@ -72,6 +75,7 @@ from parity.lab.audit_recognize import (
     MISSING,
     PRESENT,
     STEP_KEYS,
+    TORCH_CPU_RNG_BYTES,
     UNSAFE,
     Audit,
     Row,
@@ -95,14 +99,15 @@ IN_EPOCH = ("step_in_epoch", "batch_in_epoch", "batches_done", "batch_idx", "pos
 # dropout 0.2, AdamW, cosine lr, DataLoader(shuffle=True) of 6 batches an epoch, 3 epochs;
 # "mid-epoch": saved after 4 batches, resumed by load_state + skip_first_batches(dl, 4);
 # "boundary": saved at epoch 0's end; "boundary generator": the same with
-# DataLoader(shuffle=True, generator=g), whose generator no file holds; "no step": the
+# DataLoader(shuffle=True, generator=g), whose generator no file holds; "boundary registered
+# generator": that loop with g registered for checkpointing (GENERATOR_FIX); "no step": the
 # epoch 0 folder, the loop not knowing its step and so starting over at epoch 0. The rest:
 # use_stateful_dataloader=True, resumed by load_state alone (NOTE [ A stateful loader's
 # resume ]), "<loader> <where>[ no rng]": the loader given to prepare, LOADERS' names;
 # "mid-epoch" saved after 4 batches, "boundary" at epoch 0's end; "no rng" the same folder
 # without random_states_0.pkl
 MEASURED = {"mid-epoch": (0.0241, 4), "boundary": (0.0, 0), "no step": (0.00237, 4),
-            "boundary generator": (0.0172, 4),
+            "boundary generator": (0.0172, 4), "boundary registered generator": (0.0, 0),
             "stateless mid-epoch": (0.0241, 4), "stateless boundary": (0.0213, 4),
             "stateless mid-epoch no rng": (0.0356, 4), "stateless boundary no rng": (0.0184, 4),
             "stateful mid-epoch": (0.0152, 4), "stateful boundary": (0.0146, 4),
@@ -118,9 +123,15 @@ LOADERS = {"stateless": "DataLoader(shuffle=True)",
            "stateful": "StatefulDataLoader(shuffle=True)",
            "shared generator": "StatefulDataLoader(shuffle=True, generator=g)",
            "own generator": "StatefulDataLoader(sampler=RandomSampler(data), generator=g)"}
-FIX = ("save_state at epoch ends only (measured exact), with the global step registered "
+# the "boundary registered generator" loop, measured exact at an epoch's end
+GENERATOR_FIX = ("give the DataLoader a generator and register it for checkpointing: "
+                 "DataLoader(data, shuffle=True, generator=g) and "
+                 "accelerator.register_for_checkpointing(obj), obj.state_dict() returning "
+                 "{'generator': g.get_state()} and obj.load_state_dict(s) calling "
+                 "g.set_state(s['generator']) (measured exact at an epoch's end)")
+FIX = ("save_state at epoch ends only, with the global step registered "
        "(accelerator.register_for_checkpointing of an object whose state_dict() holds "
-       "global_step, epoch and step_in_epoch)")
+       f"global_step, epoch and step_in_epoch); {GENERATOR_FIX}")
 # the "own generator" loader, measured exact (RandomSampler: torchdata's, whose state holds
 # its generator; the DataLoader's generator apart from it)
 STATEFUL_FIX = ("give the sampler and the DataLoader a generator each: StatefulDataLoader(data, "
@@ -149,6 +160,7 @@ def audit_accelerate(path: Path) -> Audit:
             tree[p.name] = torch_file(p)
     # a loader's state holds its sampler's generator, never the torch CPU generator's
     loaders = {n: tree.pop(n) for n in sorted(tree) if LOADER.fullmatch(n)}
+    generators = _own_generators(tree)
     audit = recognize(tree, KIND)
     audit.flags[:] = [f for f in audit.flags if not f.startswith("legacy np.random")]
     custom = {n: v for n, v in tree.items() if CUSTOM.fullmatch(n) and isinstance(v, dict)}
@@ -157,8 +169,38 @@ def audit_accelerate(path: Path) -> Audit:
     if loaders:
         _stateful(audit, loaders)
     else:
-        _position(audit, tree, custom, named)
+        _position(audit, tree, custom, named, generators)
     return audit
+
+
+def _is_generator_state(v: Any) -> bool:
+    """A torch.Generator's get_state(): a uint8 tensor of TORCH_CPU_RNG_BYTES."""
+    return (is_tensor(v) and str(v.dtype).removeprefix("torch.") == "uint8"
+            and tuple(v.shape) == (TORCH_CPU_RNG_BYTES,))
+
+
+def _own_generators(tree: dict[str, Any]) -> list[str]:
+    """Where the registered states (custom_checkpoint_<i>.pkl) hold a torch generator's state
+    other than the torch CPU generator's (random_states_<p>.pkl's): the loop's own generators,
+    taken out of `tree` so that they are not read as the torch CPU RNG."""
+    torch_states = [v["torch_manual_seed"] for n, v in tree.items() if RNG.fullmatch(n)
+                    and isinstance(v, dict) and _is_generator_state(v.get("torch_manual_seed"))]
+    found: list[str] = []
+
+    def strip(value: Any, path: str) -> Any:
+        if not isinstance(value, dict):
+            return value
+        kept = {}
+        for k, v in value.items():
+            if _is_generator_state(v) and not any(bool((v == t).all()) for t in torch_states):
+                found.append(f"{path}/{k}")
+            else:
+                kept[k] = strip(v, f"{path}/{k}")
+        return kept
+
+    for name in [n for n in tree if CUSTOM.fullmatch(n)]:
+        tree[name] = strip(tree[name], name)
+    return found
 
 
 def _set(audit: Audit, item: str, status: str, where: str, detail: str,
@@ -216,23 +258,36 @@ def _step(audit: Audit, tree: dict[str, Any], custom: dict[str, dict[str, Any]],
 
 
 def _position(audit: Audit, tree: dict[str, Any], custom: dict[str, dict[str, Any]],
-              named: re.Match[str] | None) -> None:
+              named: re.Match[str] | None, generators: list[str]) -> None:
     """Where in the epoch the folder was saved, and so whether the resume is exact (no
-    dl_state_dict.bin: the loop skips batches itself)."""
+    dl_state_dict.bin: the loop skips batches itself); `generators`: the loop's own
+    generators registered for checkpointing."""
     samplers = sorted(n for n in tree if n.startswith("sampler"))
     at = _registered(custom, IN_EPOCH)
-    mid, boundary, own = (MEASURED[k] for k in ("mid-epoch", "boundary", "boundary generator"))
+    mid, boundary, own, registered = (MEASURED[k] for k in (
+        "mid-epoch", "boundary", "boundary generator", "boundary registered generator"))
     if samplers:
         _set(audit, "data position", PRESENT, ", ".join(samplers), "a seedable sampler's state")
         audit.unknown = (f"{', '.join(samplers)}: a seedable sampler's saved state, which this "
                          "audit has not held to a resume; unknown")
+    elif ((at and at[1] == 0) or (named and named.group(1) == "epoch")) and generators:
+        _set(audit, "data position", PRESENT,
+             ", ".join([at[0] if at else "the folder's name", *generators]),
+             "at an epoch's end, a generator of the loop's own registered for checkpointing: "
+             "the resumed loop starts the next epoch, whose order the DataLoader draws from "
+             "its generator= (measured, registered: max |Δw| "
+             f"{registered[0]:g}), or without one from the torch generator load_state "
+             f"restores (measured: max |Δw| {boundary[0]:g})")
     elif (at and at[1] == 0) or (named and named.group(1) == "epoch"):
-        where = at[0] if at else "the folder's name"
-        _set(audit, "data position", PRESENT, where,
+        _set(audit, "data position", PRESENT, at[0] if at else "the folder's name",
              "at an epoch's end: the resumed loop starts the next epoch, whose order the "
-             "DataLoader draws from the torch generator load_state restores (measured: max "
-             f"|Δw| {boundary[0]:g}), if it has no generator= of its own, which no file "
-             f"holds (with one: max |Δw| {own[0]:g}, {own[1]} tensors differing)")
+             "DataLoader draws from its generator")
+        audit.unknown = (
+            "saved at an epoch's end: the next epoch's order comes from the DataLoader's "
+            "generator, the torch generator load_state restores if it has no generator= of "
+            f"its own (measured: max |Δw| {boundary[0]:g}), else its own, which no file "
+            "holds (DataLoader(shuffle=True, generator=g) measured: max |Δw| "
+            f"{own[0]:g}, {own[1]} tensors differing). Fix: {GENERATOR_FIX}")
     else:
         seen = (f"{at[1]} batches into the epoch ({at[0]})" if at
                 else "where in the epoch it was saved cannot be seen (no registered "
