@@ -127,7 +127,8 @@ GPT_CLAIMS: tuple[Claim, ...] = (
             "2 ranks, stopped; slow: world sizes 2 and 3, both trees, both kill points, "
             "recomputation and loader workers); so does the run at nvfp4 (its per-rank bits) "
             "and at bf16-sr (its shared bits and bfloat16 moments), stopped at step 2 of 4 "
-            "(default: both trees, 2 ranks; slow: every scaled precision, 3 ranks)."
+            "(default, 2 ranks: torch at nvfp4, the reference at bf16-sr; slow: every scaled "
+            "precision and bf16-sr, the reference at 2 ranks, torch at 3)."
         ),
         kind="bits",
         bound=0,
