@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 
-from parity.lab.audit_lightning import MEASURED
+from parity.lab.audit_lightning import FIX, MEASURED
 from parity.lab.audit_recognize import MISSING, PRESENT
 from parity.lab.cli import EXIT_FAILED, EXIT_OK, EXIT_UNKNOWN
 from tests.test_audit import audit, rows, trained
@@ -42,14 +42,18 @@ def fit_loop(stage: str, loader: list[dict[str, Any]] | None = None) -> dict[str
             "epoch_progress": {"total": epoch, "current": epoch}}
 
 
-def lightning_ckpt(stage: str, rng: bool = True,
-                   loader: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """A .ckpt of a LightningModule with the RNG hooks of parity/lab/audit_lightning.py."""
+def lightning_ckpt(stage: str, rng: bool = True, loader: list[dict[str, Any]] | None = None,
+                   generator: bool = True) -> dict[str, Any]:
+    """A .ckpt of a LightningModule with the RNG hooks of parity/lab/audit_lightning.py
+    (`rng`), and the DataLoader's generator saved by a Callback (`generator`: the
+    LoaderGenerator of tests/test_audit_lightning_resume.py, under "callbacks")."""
     t = trained()
+    callbacks = ({"LoaderGenerator": {"generator": torch.Generator().manual_seed(7).get_state()}}
+                 if generator else {})
     state = {"epoch": 0 if stage != "last batch" else 1, "global_step": 4,
              "pytorch-lightning_version": "2.6.6",
              "state_dict": {f"net.{k}": v for k, v in t["model"].items()},
-             "loops": {"fit_loop": fit_loop(stage, loader)}, "callbacks": {},
+             "loops": {"fit_loop": fit_loop(stage, loader)}, "callbacks": callbacks,
              "optimizer_states": [t["optimizer"]], "lr_schedulers": [t["scheduler"]]}
     return {**state, "torch_rng_state": torch.get_rng_state()} if rng else state
 
@@ -63,16 +67,43 @@ def run_audit(tmp_path: Path, state: dict[str, Any], capsys: pytest.CaptureFixtu
 
 
 @pytest.mark.parametrize("stage", ["epoch end", "last batch"])
-def test_a_lightning_checkpoint_at_an_epoch_boundary_with_its_rng_is_exact(
+def test_a_lightning_checkpoint_at_an_epoch_boundary_with_its_generators_is_exact(
         stage: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """At an epoch's end (or after its last batch) the next epoch's order is drawn from the
-    torch CPU generator the hook saved: exact, as Lightning's resume measured (0)."""
+    DataLoader's generator: with the torch CPU generator's state (the hook's) and one besides
+    (a Callback's), exact, as Lightning's resume measured (0)."""
     status, report = run_audit(tmp_path, lightning_ckpt(stage), capsys)
     r = rows(report)
     assert (status, report["verdict"]) == (EXIT_OK, "exact resume possible")
     assert (r["data position"]["status"], r["data position"]["where"]) == (
         PRESENT, "loops/fit_loop/epoch_progress")
-    assert r["torch CPU RNG"]["where"] == "torch_rng_state"
+    assert "2 generator states (callbacks/LoaderGenerator/generator, torch_rng_state)" in \
+        r["data position"]["detail"]
+    cost = MEASURED["boundary registered generator"]
+    assert cost == (0.0, 0) and f"max |Δw| {cost[0]:g})" in r["data position"]["detail"]
+
+
+@pytest.mark.parametrize(("stage", "rng", "generator", "twice"), [
+    ("epoch end", True, False, False), ("last batch", True, False, False),
+    ("epoch end", False, True, False), ("epoch end", True, False, True)])
+def test_an_epoch_boundary_with_one_generator_state_is_unknown(
+        stage: str, rng: bool, generator: bool, twice: bool, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """One generator state (the hook's torch CPU RNG alone, a Callback's alone, or the torch
+    CPU RNG saved twice): exact if the DataLoader has no generator= of its own (measured 0),
+    not with one, which Lightning does not reseed and no key holds: unknown (exit 5) with
+    both measurements and the fix, never exact."""
+    state = lightning_ckpt(stage, rng=rng, generator=generator)
+    if twice:
+        state["callbacks"] = {"RNG": {"torch": state["torch_rng_state"].clone()}}
+    status, report = run_audit(tmp_path, state, capsys)
+    assert (status, report["exact"]) == (EXIT_UNKNOWN, False)
+    assert rows(report)["data position"]["status"] == PRESENT
+    text = report["unknown"]
+    for key in ("boundary generator", "last batch generator"):
+        assert f"{MEASURED[key][0]:g}, {MEASURED[key][1]} " in text
+    assert f"(measured: max |Δw| {MEASURED['boundary'][0]:g})" in text
+    assert text.endswith(f"Fix: {FIX}")
 
 
 def test_a_16_mixed_lightning_checkpoint_names_where_each_piece_is(
@@ -95,7 +126,8 @@ def test_a_16_mixed_lightning_checkpoint_names_where_each_piece_is(
 
 def test_a_lightning_checkpoint_without_its_rng_is_impossible(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    status, report = run_audit(tmp_path, lightning_ckpt("epoch end", rng=False), capsys)
+    status, report = run_audit(tmp_path, lightning_ckpt("epoch end", rng=False,
+                                                        generator=False), capsys)
     assert (status, report["verdict"]) == (EXIT_FAILED,
                                            "exact resume impossible: torch CPU RNG missing")
 

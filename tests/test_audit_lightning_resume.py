@@ -5,11 +5,12 @@ with the real ModelCheckpoint writing after every 4 steps and at each epoch's en
 resumed by `Trainer.fit(ckpt_path=...)`, its final weights against the straight run's; and
 `audit FILE` must say what the comparison proves. The RNG is saved the way
 parity/lab/audit_lightning.py names (the module's on_save_checkpoint/on_load_checkpoint
-hooks storing torch.get_rng_state() as "torch_rng_state"). The max |Δw| and the tensors
+hooks storing torch.get_rng_state() as "torch_rng_state"); the DataLoader's own generator,
+where it has one, by the Callback audit_lightning.FIX names. The max |Δw| and the tensors
 differing are audit_lightning.MEASURED, which the audit prints: asserted here.
 
-Cost: importing lightning (about 3 s) and 14 fits of 18 steps (3 s together) on a busy 2-core
-machine: over the default suite's few seconds, so `slow` (measured 7 s in all here);
+Cost: importing lightning (about 3 s) and 18 fits of 18 steps (5 s together) on a busy 2-core
+machine: over the default suite's few seconds, so `slow` (measured 10 s in all here);
 tests/test_audit_lightning.py checks the verdicts by default on files written by torch.save
 with the keys these runs wrote.
 """
@@ -103,6 +104,31 @@ def plain_loader() -> torch.utils.data.DataLoader:
     return torch.utils.data.DataLoader(data, batch_size=BATCH, shuffle=True)
 
 
+def generator_loader() -> torch.utils.data.DataLoader:
+    """The plain loader given a generator of its own, which Lightning saves nowhere."""
+    return torch.utils.data.DataLoader(plain_loader().dataset, batch_size=BATCH, shuffle=True,
+                                       generator=torch.Generator().manual_seed(0))
+
+
+def loader_generator(generator: torch.Generator) -> Any:
+    """The fix audit_lightning.FIX names: a Callback saving the DataLoader's generator
+    (Lightning keeps a callback's state_dict() under "callbacks/LoaderGenerator")."""
+    L = lightning()
+
+    class LoaderGenerator(L.pytorch.Callback):
+        @property
+        def state_key(self) -> str:  # the class's qualname names a local class otherwise
+            return "LoaderGenerator"
+
+        def state_dict(self) -> dict[str, torch.Tensor]:
+            return {"generator": generator.get_state()}
+
+        def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+            generator.set_state(state["generator"])
+
+    return LoaderGenerator()
+
+
 def stateful_loader() -> Any:
     stateful = pytest.importorskip("torchdata.stateful_dataloader",
                                    reason="torchdata's StatefulDataLoader is not installed")
@@ -110,10 +136,10 @@ def stateful_loader() -> Any:
 
 
 def fit(loader: Callable[[], Any], save: Path | None = None, resume: Path | None = None,
-        save_rng: bool = True) -> dict[str, torch.Tensor]:
+        save_rng: bool = True, save_generator: bool = False) -> dict[str, torch.Tensor]:
     """EPOCHS epochs from seed 0 (from checkpoint `resume` if given), writing checkpoints under
-    `save` if given (steps/ every EVERY steps, epochs/ at each epoch's end); the final
-    weights."""
+    `save` if given (steps/ every EVERY steps, epochs/ at each epoch's end), the loader's
+    generator saved by loader_generator() if `save_generator`; the final weights."""
     L = lightning()
     callbacks = [] if save is None else [
         L.pytorch.callbacks.ModelCheckpoint(save / "steps", every_n_train_steps=EVERY,
@@ -122,10 +148,13 @@ def fit(loader: Callable[[], Any], save: Path | None = None, resume: Path | None
                                             save_on_train_epoch_end=True)]
     torch.manual_seed(0)
     model = module_class(save_rng)()
+    dl = loader()
+    if save_generator:
+        callbacks.append(loader_generator(dl.generator))
     trainer = L.Trainer(max_epochs=EPOCHS, accelerator="cpu", logger=False,
                         enable_checkpointing=save is not None, callbacks=callbacks,
                         enable_progress_bar=False, enable_model_summary=False)
-    trainer.fit(model, loader(), ckpt_path=str(resume) if resume else None)
+    trainer.fit(model, dl, ckpt_path=str(resume) if resume else None)
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
@@ -147,19 +176,38 @@ def audit(target: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[s
 def test_lightning_resumes_with_a_plain_dataloader_are_what_the_audit_says(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """With the RNG hooks and a plain DataLoader: the epoch-end file and the file written after
-    epoch 1's last batch resume bit-exact and are audited exact; the file written after
-    batch 4 resumes on a restarted epoch (Lightning warns) with MEASURED["plain"], and is
-    audited unknown (exit 5), never possible. Without the hooks the epoch-end file is
-    audited impossible (RNG missing) and its resume differs."""
-    straight = fit(plain_loader)
+    epoch 1's last batch resume bit-exact, but the same loop with DataLoader(shuffle=True,
+    generator=g) writes files of the same keys that resume MEASURED["boundary generator"] and
+    ["last batch generator"] away (Lightning does not reseed g): all four are audited unknown
+    (exit 5) with those numbers; with g saved by a Callback (the fix) they are audited exact
+    and resume MEASURED["boundary registered generator"]; the file written after batch 4
+    resumes on a restarted epoch (Lightning warns) with MEASURED["plain"], and is audited
+    unknown, never possible. Without the hooks the epoch-end file is audited impossible (RNG
+    missing) and its resume differs."""
+    straight, own = fit(plain_loader), fit(generator_loader)
     saved = tmp_path / "saved"
     assert difference(fit(plain_loader, save=saved), straight) == (0, 0)  # saving: no effect
-    for file in (saved / "epochs" / "epoch=0-step=6.ckpt",
-                 saved / "steps" / "epoch=1-step=12.ckpt"):
-        status, report = audit(file, capsys)
-        assert (status, report["verdict"]) == (EXIT_OK, "exact resume possible"), file
-        assert difference(fit(plain_loader, resume=file), straight) == \
+    assert difference(fit(generator_loader, save=tmp_path / "own"), own) == (0, 0)
+    assert difference(fit(generator_loader, save=tmp_path / "fixed", save_generator=True),
+                      own) == (0, 0)
+    for file, key in ((Path("epochs", "epoch=0-step=6.ckpt"), "boundary generator"),
+                      (Path("steps", "epoch=1-step=12.ckpt"), "last batch generator")):
+        assert difference(fit(plain_loader, resume=saved / file), straight) == \
             MEASURED["boundary"] == (0, 0)
+        assert difference(fit(generator_loader, resume=tmp_path / "own" / file), own) == \
+            MEASURED[key]
+        for folder in (saved, tmp_path / "own"):
+            status, report = audit(folder / file, capsys)
+            assert (status, report["exact"]) == (EXIT_UNKNOWN, False), folder / file
+            assert f"max |Δw| {MEASURED['boundary'][0]:g})" in report["unknown"]
+            assert f"{MEASURED[key][0]:g}, {MEASURED[key][1]} " in report["unknown"]
+        status, report = audit(tmp_path / "fixed" / file, capsys)
+        assert (status, report["verdict"]) == (EXIT_OK, "exact resume possible"), file
+        assert "callbacks/LoaderGenerator/generator" in \
+            rows(report)["data position"]["detail"]
+        assert difference(fit(generator_loader, resume=tmp_path / "fixed" / file,
+                              save_generator=True), own) == \
+            MEASURED["boundary registered generator"] == (0, 0)
 
     mid = saved / "steps" / "epoch=0-step=4.ckpt"
     status, report = audit(mid, capsys)
