@@ -12,16 +12,14 @@ between the data and the record, leaves the previous commit to resume from.
 Default: one launch of 2 gloo ranks (fp16 with its scaler, dropout, 4 steps, a commit every
 2: the sync run, the held writes, the stop at 2 and the resume), the reference's command in
 this process (its reshard and faults too). Slow: torch's reshard 2 -> 3 and its kills.
+Driver: parity/drivers/fsdp_async.py.
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
 import io
 import shutil
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -31,89 +29,20 @@ import pytest
 from ckpt import commit as ckc
 from ckpt import commit_policy
 from parity.compare import assert_claim
+from parity.drivers import fsdp_async as fa
 from parity.drivers import fsdp_gpt as drv
 from parity.lab.cli import main
-from reference.fsdp_gpt_ckpt import is_sharded
 from torch_impl import fsdp as tfsdp
 
 if not tfsdp.RULE_STATED:
     pytest.skip(tfsdp.NOT_STATED, allow_module_level=True)
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch")
 pytest.importorskip("torch.distributed.checkpoint.state_dict")
 
 CLAIM = "fsdp.gpt_async_resume"
 STEPS, EVERY = 4, 2
 DELAY = 0.3  # seconds each write of the stopped run is held: its last save returns at once
 OPTIONS = (*drv.RESUME_FP16_OPTIONS, "--async-save")
-
-
-# ------------------------------------------------------------------------- torch
-
-def run(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
-    """A torch rank's job of these tests: the command's (torch_impl/fsdp_gpt.py's run) with
-    its AsyncSaver.save observed: each save's state cloned as it was handed over, each
-    write held by job["gate"] ("next_step": until the rank's next step ended, the last one
-    until its live parameters are NaN; seconds: a delay), job["fault"] (what, rank, step)
-    struck; returns beyond the run's result the snapshots, the saver's events, when each
-    step ended, whether the live parameters read NaN, and the commits there at its return."""
-    from torch_impl import async_ckpt, fsdp_gpt
-
-    saved: dict[int, dict[str, Any]] = {}
-    ended: dict[int, float] = {}
-    reps, savers, nan = [], [], []
-    stepped = [threading.Event()]
-    real_save, real_step = async_ckpt.AsyncSaver.save, fsdp_gpt.fsdp_step
-
-    def step(rep: Any, *args: Any, **kw: Any) -> Any:
-        out = real_step(rep, *args, **kw)
-        reps.append(rep)
-        ended[len(ended) + 1] = time.monotonic()
-        stepped[0].set()  # the parameters moved on: a held write may go
-        return out
-
-    def save(self: Any, parent: Any, at: int, state: dict[str, Any], **kw: Any) -> None:
-        savers.append(self)
-        saved[at] = {k: _local(v) for k, v in state.items()}
-        released = stepped[0] = threading.Event()
-        if job["gate"] == "next_step":
-            kw["gate"] = lambda: released.wait(60)
-        elif job["gate"] is not None:
-            kw["gate"] = lambda: time.sleep(job["gate"])
-        if job["fault"] is not None and tuple(job["fault"][1:]) == (rank, at):
-            kw["fault"] = job["fault"][0]
-        real_save(self, parent, at, state, **kw)
-        if job["gate"] == "next_step" and at == job["steps"]:  # no next step: NaN instead
-            with torch.no_grad():
-                for k, v in state.items():
-                    if k.startswith("model/"):
-                        v.to_local().fill_(float("nan"))
-            nan.append(all(bool(torch.isnan(p.to_local()).all()) for p in reps[-1].params))
-            released.set()
-
-    async_ckpt.AsyncSaver.save, fsdp_gpt.fsdp_step = save, step  # this job only
-    try:
-        out = fsdp_gpt.run(job, rank, group)
-    finally:
-        async_ckpt.AsyncSaver.save, fsdp_gpt.fsdp_step = real_save, real_step
-    records = [p.name for p in ckc.records(job["directory"])]
-    return {**out, "saved": saved, "ended": ended, "nan": nan, "records": records,
-            "returned": time.monotonic(), "events": savers[0].events if savers else []}
-
-
-def _local(v: Any) -> Any:
-    return (v.to_local() if hasattr(v, "to_local") else v).detach().clone()
-
-
-def _job(directory: Path, world_size: int, steps: int, every: int, resume: int | None,
-         mode: str | None = "copy", gate: str | float | None = None,
-         fault: tuple[str, int, int] | None = None) -> dict[str, Any]:
-    from torch_impl.fsdp_gpt import train_job
-
-    directory.mkdir(parents=True, exist_ok=True)
-    return {**train_job(drv.RESUME_FP16, steps, world_size, directory, every, keep=10,
-                        resume=resume, log=directory.parent / f"{directory.name}.log",
-                        async_save=mode),
-            "runner": __name__, "gate": gate, "fault": fault}
 
 
 @pytest.fixture(scope="module")
@@ -125,34 +54,11 @@ def launched(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[list[
     import ranks
 
     tmp = tmp_path_factory.mktemp("fsdp_async")
-    jobs = [_job(tmp / "sync", 2, STEPS, EVERY, None, mode=None),
-            _job(tmp / "held", 2, STEPS, EVERY, None, gate="next_step"),
-            _job(tmp / "stopped", 2, EVERY, EVERY, None, gate=DELAY),
-            _job(tmp / "stopped", 2, STEPS, EVERY, EVERY)]
+    jobs = [fa.job(tmp / "sync", 2, STEPS, EVERY, None, mode=None),
+            fa.job(tmp / "held", 2, STEPS, EVERY, None, gate="next_step"),
+            fa.job(tmp / "stopped", 2, EVERY, EVERY, None, gate=DELAY),
+            fa.job(tmp / "stopped", 2, STEPS, EVERY, EVERY)]
     return tmp, ranks.launch(jobs, 2, timeout=300)
-
-
-def read_back(directory: Path, step: int, rank: int, world_size: int) -> dict[str, Any]:
-    """Rank `rank`'s state in the commit of `step` (verified), read here: every saved
-    tensor in full, then the sharded entries cut to the rank's chunk (torch.chunk's rule)."""
-    import torch.distributed.checkpoint as dcp
-
-    from torch_impl import sharded_ckpt as sc
-
-    record = ckc.read_record(ckc.record_path(directory, step))
-    ckc.verify(record)
-    reader = dcp.FileSystemReader(record.directory)
-    full = {k: torch.zeros(m.size, dtype=m.properties.dtype)
-            for k, m in reader.read_metadata().state_dict_metadata.items()}
-    with sc.dcp_notices_ignored():
-        dcp.load(full, storage_reader=reader, **sc.no_dist_kwargs())
-    out = {}
-    for k, v in full.items():
-        if is_sharded(k):
-            chunks = torch.chunk(v, world_size)
-            v = chunks[rank] if rank < len(chunks) else v[:0]
-        out[k] = v
-    return out
 
 
 def _assert_state(got: dict[str, Any], want: dict[str, Any], context: str) -> None:
@@ -182,7 +88,7 @@ def test_an_fsdp_commit_holds_the_steps_shards_though_they_changed_before_its_wr
         assert write[EVERY][0] >= held["ended"][EVERY + 1], "guard: step 3 ran first"
         assert held["nan"] == [True], "guard: get_state_dict's DTensors alias the shards"
         for step in (EVERY, STEPS):
-            _assert_state(read_back(tmp / "held", step, rank, 2), held["saved"][step],
+            _assert_state(fa.read_back(tmp / "held", step, rank, 2), held["saved"][step],
                           f"rank {rank} step {step}")
 
 
@@ -237,48 +143,8 @@ def _digest(directory: Path, world_size: int, steps: int, *extra: str,
     return lines
 
 
-@contextlib.contextmanager
-def _observed(monkeypatch: pytest.MonkeyPatch, gate: str | float) -> Any:
-    """The reference run's AsyncSaver.save observed as `run` observes torch's: each save's
-    states copied as handed over, each write held by `gate` ("next_step": until the next
-    step ended, the last one until the live shards are NaN; seconds: a delay)."""
-    from reference import async_ckpt as ra
-    from reference import fsdp_gpt as rf
-
-    seen: dict[str, Any] = {"saved": {}, "ended": {}, "savers": [], "ranks": []}
-    stepped = [threading.Event()]
-    real_save, real_step = ra.AsyncSaver.save, rf.fsdp_step
-
-    def step(ranks: Any, *args: Any, **kw: Any) -> Any:
-        out = real_step(ranks, *args, **kw)
-        seen["ranks"].append(ranks)
-        seen["ended"][len(seen["ended"]) + 1] = time.monotonic()
-        stepped[0].set()
-        return out
-
-    def save(self: Any, parent: Any, at: int, states: list[dict], **kw: Any) -> None:
-        seen["savers"].append(self)
-        seen["saved"][at] = [{k: copy.deepcopy(v) if k.startswith("rng/")
-                              else np.array(v, copy=True) for k, v in s.items()}
-                             for s in states]
-        released = stepped[0] = threading.Event()
-        kw["gate"] = ((lambda: released.wait(60)) if gate == "next_step"
-                      else lambda: time.sleep(float(gate)))
-        real_save(self, parent, at, states, **kw)
-        if gate == "next_step" and at == STEPS:  # no next step: NaN over the shards
-            for shard in seen["ranks"][-1].shards:
-                for p in shard:
-                    p.data[...] = np.nan
-            released.set()
-
-    monkeypatch.setattr(ra.AsyncSaver, "save", save)
-    monkeypatch.setattr(rf, "fsdp_step", step)
-    yield seen
-    monkeypatch.undo()
-
-
 def test_reference_async_fsdp_commits_hold_the_step_and_resume_to_the_sync_digest(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path) -> None:
     """The reference's 2 simulated ranks: the async run's step lines and digest are the sync
     run's; with each write held until the shards moved on (the last: NaN over them), every
     commit read back is each rank's state as saved; stopped at its commit of step 2 (the
@@ -287,7 +153,7 @@ def test_reference_async_fsdp_commits_hold_the_step_and_resume_to_the_sync_diges
 
     sync = _digest(tmp_path / "sync", 2, STEPS, options=drv.RESUME_FP16_OPTIONS)
     assert _digest(tmp_path / "async", 2, STEPS) == sync, "the async run's lines"
-    with _observed(monkeypatch, "next_step") as seen:
+    with fa.observed("next_step", STEPS) as seen:
         _digest(tmp_path / "held", 2, STEPS)
     write = _events({"events": seen["savers"][0].events}, "write")
     assert write[EVERY][0] >= seen["ended"][EVERY + 1], "guard: step 3 ran first"
@@ -300,7 +166,7 @@ def test_reference_async_fsdp_commits_hold_the_step_and_resume_to_the_sync_diges
             for k in sorted(set(want) - {f"rng/rank{rank}"}):
                 assert_claim(CLAIM, actual=np.asarray(got[k]), expected=want[k],
                              context=f"reference rank {rank} step {step}: {k}")
-    with _observed(monkeypatch, DELAY):
+    with fa.observed(DELAY, STEPS):
         _digest(tmp_path / "stopped", 2, EVERY)
         assert [p.name for p in ckc.records(tmp_path / "stopped")] == [
             f"COMMITTED-{EVERY:08d}.json"], "the command returned before its last commit"
@@ -380,11 +246,11 @@ def test_torch_async_fsdp_resumed_on_three_ranks_stops_and_resumes_to_its_digest
     import ranks
 
     went_on, stopped = tmp_path / "went_on", tmp_path / "stopped"
-    ranks.launch([_job(went_on, 2, EVERY, EVERY, None)], 2, timeout=300)
+    ranks.launch([fa.job(went_on, 2, EVERY, EVERY, None)], 2, timeout=300)
     shutil.copytree(went_on, stopped)
-    results = ranks.launch([_job(went_on, 3, STEPS, EVERY, EVERY),
-                            _job(stopped, 3, EVERY + 1, 1, EVERY),
-                            _job(stopped, 3, STEPS, 1, EVERY + 1)], 3, timeout=300)
+    results = ranks.launch([fa.job(went_on, 3, STEPS, EVERY, EVERY),
+                            fa.job(stopped, 3, EVERY + 1, 1, EVERY),
+                            fa.job(stopped, 3, STEPS, 1, EVERY + 1)], 3, timeout=300)
     assert results[0][1]["step"] == EVERY + 1 and results[0][2]["step"] == STEPS
     assert ckc.newest(stopped, "dcp")[0].world_size == 3
     for rank in range(3):
@@ -405,7 +271,7 @@ def test_torch_an_fsdp_rank_killed_in_an_async_save_leaves_step_2_to_resume(
     import ranks
 
     directory = tmp_path / "killed"
-    job = _job(directory, 2, STEPS, EVERY, None, fault=(what, victim, STEPS))
+    job = fa.job(directory, 2, STEPS, EVERY, None, fault=(what, victim, STEPS))
     with pytest.raises(ranks.DDPError) as error:
         ranks.launch([job], 2, timeout=120)
     assert f"rank {victim} was killed by SIGKILL" in str(error.value), error.value
@@ -419,7 +285,7 @@ def test_torch_an_fsdp_rank_killed_in_an_async_save_leaves_step_2_to_resume(
     commit_policy.start(directory, "dcp", resume=True, overwrite=False, strict=False,
                         notify=removed.append)
     assert len(removed) == 1 and f"step-{STEPS:08d}" in removed[0], removed
-    resumed = ranks.launch([_job(directory, 2, STEPS, EVERY, EVERY)], 2, timeout=300)
+    resumed = ranks.launch([fa.job(directory, 2, STEPS, EVERY, EVERY)], 2, timeout=300)
     whole = launched[1][0][0]
     for rank in range(2):
         assert_claim(CLAIM, actual=_hex(resumed[rank][0]["digest"]),
