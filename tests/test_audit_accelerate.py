@@ -238,3 +238,17 @@ def test_the_page_prints_the_measured_stateful_resumes() -> None:
     assert cells == {text: [number[f"{k} {w}"] for w in ("mid-epoch", "boundary",
                                                          "mid-epoch no rng", "boundary no rng")]
                      for k, text in LOADERS.items()}
+
+
+def test_the_page_prints_the_measured_epoch_end_resumes() -> None:
+    """docs/your-trainer.md's save_state table holds MEASURED's epoch-end resumes (the slow
+    test measures them again) beside the verdicts the audit gives those folders."""
+    page = (Path(__file__).parents[1] / "docs" / "your-trainer.md").read_text(encoding="utf-8")
+    unknown, exact = "unknown: the DataLoader's generator (5)", "exact resume possible (0)"
+    own = MEASURED["boundary generator"]
+    for row in (f"| epoch_0/, Progress registered | {unknown} | **0** |",
+                f"| epoch_0/, the same loop with `DataLoader(shuffle=True, generator=g)` | "
+                f"{unknown} | {own[0]:g} ({own[1]}):",
+                f"| epoch_0/, that loop with `GeneratorState(g)` registered | {exact} | **0** |"):
+        assert row in page
+    assert MEASURED["boundary"] == MEASURED["boundary registered generator"] == (0.0, 0)

@@ -163,3 +163,16 @@ def test_a_stateful_loaders_checkpoint_is_unknown_even_at_an_epoch_boundary(
     assert (row["status"], row["where"]) == (PRESENT,
                                              "loops/fit_loop/state_dict/combined_loader")
     assert f"max |Δw| {MEASURED[key][0]:g}, {MEASURED[key][1]} tensors" in report["unknown"]
+
+
+def test_the_page_prints_the_measured_epoch_end_resumes() -> None:
+    """docs/your-trainer.md's Lightning table holds MEASURED's epoch-end resumes (the slow
+    test measures them again) beside the verdicts the audit gives those files."""
+    page = (Path(__file__).parents[1] / "docs" / "your-trainer.md").read_text(encoding="utf-8")
+    own, last = MEASURED["boundary generator"], MEASURED["last batch generator"]
+    assert (f"| the same two, the loop with `DataLoader(shuffle=True, generator=g)` | unknown: "
+            f"the DataLoader's generator (5) | {own[0]:g} ({own[1]}); {last[0]:g} ({last[1]}) |"
+            ) in page
+    assert ("| the same two, `g` saved by the `LoaderGenerator` Callback | exact resume "
+            "possible (0) | **0**; **0** |") in page
+    assert MEASURED["boundary"] == MEASURED["boundary registered generator"] == (0.0, 0)

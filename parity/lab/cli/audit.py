@@ -28,15 +28,20 @@ Each foreign layout is read as its library resumes it (docs/your-trainer.md): Tr
 trainer_state.json gives the batches the resume skips; a Lightning .ckpt's fit-loop
 progress says whether it was saved at an epoch's end (mid-epoch: unknown, never exact);
 Accelerate's pickled "step" is its accumulation counter, the global step is what the user
-registered for checkpointing (custom_checkpoint_<i>.pkl) or the folder's step_<n> name; a
-DCP folder is read by its .metadata. A save cut short (Trainer's folder without its
-trainer_state.json, a DCP folder without its .metadata) is named half-written.
+registered for checkpointing (custom_checkpoint_<i>.pkl) or the folder's step_<n> name. A
+Lightning or Accelerate checkpoint saved at an epoch's end is exact only where it holds a
+torch generator's state besides the torch CPU generator's (the DataLoader's generator=,
+saved by a Callback or registered for checkpointing), else unknown: a DataLoader's own
+generator, in no file, draws the next epoch's order. A DCP folder is read by its .metadata.
+A save cut short (Trainer's folder without its trainer_state.json, a DCP folder without its
+.metadata) is named half-written.
 A .safetensors file alone is weights only; an optimizer's state_dict alone is named so.
 Last line: `audit: exact resume possible`, `audit: exact resume impossible: ...` or `audit:
 unknown: WHY` (nothing required is missing, but the files cannot settle it: Trainer's
-training_args.bin missing, a Lightning or Accelerate checkpoint saved mid-epoch). With
---json, stdout is one JSON object and nothing else: file, kind, exact, unknown, refused,
-needs, rows, flags, verdict (the last line's text), measured_on.
+training_args.bin missing, a Lightning or Accelerate checkpoint saved mid-epoch, or at an
+epoch's end without its DataLoader's generator). With --json, stdout is one JSON object and
+nothing else: file, kind, exact, unknown, refused, needs, rows, flags, verdict (the last
+line's text), measured_on.
 Exit status: 0 exact resume possible; 1 impossible (a required entry missing, incomplete or
 loadable only with pickle, the whole file needs pickle, a rank or shard file alone, an
 uncommitted step, a half-written save); 2 bad input (no such path, not a checkpoint,
