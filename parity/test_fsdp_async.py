@@ -11,7 +11,8 @@ between the data and the record, leaves the previous commit to resume from.
 
 Default: one launch of 2 gloo ranks (fp16 with its scaler, dropout, 4 steps, a commit every
 2: the sync run, the held writes, the stop at 2 and the resume), the reference's command in
-this process (its reshard and faults too). Slow: torch's reshard 2 -> 3 and its kills.
+this process (its reshard and faults too), pinned staging refused in one line. Slow:
+torch's reshard 2 -> 3, its kills, and its command against the sync command's digest.
 Driver: parity/drivers/fsdp_async.py.
 """
 
@@ -36,7 +37,7 @@ from torch_impl import fsdp as tfsdp
 
 if not tfsdp.RULE_STATED:
     pytest.skip(tfsdp.NOT_STATED, allow_module_level=True)
-pytest.importorskip("torch")
+torch = pytest.importorskip("torch")
 pytest.importorskip("torch.distributed.checkpoint.state_dict")
 
 CLAIM = "fsdp.gpt_async_resume"
@@ -122,6 +123,21 @@ def test_a_stopped_async_fsdp_run_resumes_to_the_uninterrupted_digest(
                      expected=_hex(whole["digest"]), context=f"torch rank {rank}")
     assert f"COMMITTED-{STEPS:08d}.json" in resumed["records"], resumed["records"]
 
+
+
+@pytest.mark.parametrize("impl", ["reference", "torch"])
+def test_pinned_fsdp_staging_is_refused_where_it_cannot_run_in_one_line(
+        tmp_path: Path, impl: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--parallel fsdp --async-save pinned`: refused by the reference always and by torch
+    without CUDA, as under DDP (exit 2, one line, nothing created); torch with CUDA runs it."""
+    if impl == "torch" and torch.cuda.is_available():
+        pytest.skip("CUDA is present: pinned staging runs")
+    status = main(["train", "--impl", impl, "--world-size", "2", "--steps", "2",
+                   "--checkpoint-dir", str(tmp_path / "run"), *drv.RESUME_OPTIONS,
+                   "--async-save", "pinned"])
+    err = capsys.readouterr().err
+    assert status == 2 and len(err.splitlines()) == 1 and "--async-save pinned" in err, err
+    assert not (tmp_path / "run").exists()
 
 # ------------------------------------------------------------------------- the reference
 
@@ -290,3 +306,24 @@ def test_torch_an_fsdp_rank_killed_in_an_async_save_leaves_step_2_to_resume(
     for rank in range(2):
         assert_claim(CLAIM, actual=_hex(resumed[rank][0]["digest"]),
                      expected=_hex(whole["digest"]), context=f"torch, {what}, rank {rank}")
+
+
+@pytest.mark.slow
+def test_torch_the_fsdp_command_saving_asynchronously_prints_the_sync_digest(
+        tmp_path: Path) -> None:
+    """`train --impl torch --parallel fsdp --async-save --keep 1`: the sync command's digest,
+    and only the last commit kept (pruned after each commit). Measured: 6 s (two commands)."""
+    def command(directory: Path, *extra: str) -> str:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+            status = main(["train", "--impl", "torch", "--world-size", "2", "--steps",
+                           str(STEPS), "--checkpoint-dir", str(directory), "--keep", "1",
+                           *drv.RESUME_FP16_OPTIONS, *extra])
+        assert status == 0
+        return out.getvalue().strip().splitlines()[-1].split()[-1]
+
+    sync, asynchronous = command(tmp_path / "sync"), command(tmp_path / "async", "--async-save")
+    assert [p.name for p in ckc.records(tmp_path / "async")] == [f"COMMITTED-{STEPS:08d}.json"]
+    assert sorted(p.name for p in (tmp_path / "async").iterdir()) == [
+        f"COMMITTED-{STEPS:08d}.json", f"step-{STEPS:08d}"]
+    assert_claim(CLAIM, actual=_hex(asynchronous), expected=_hex(sync), context="the command")
