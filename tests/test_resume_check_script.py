@@ -219,3 +219,39 @@ def test_entries_the_command_lines_make_differ_are_ignored_when_named_and_listed
     assert main(check(command, "--ignore", " ")) == EXIT_USAGE
     assert capsys.readouterr().err.strip().endswith(
         "--ignore ' ': an entry pattern cannot be empty")
+
+
+def test_a_script_that_ignores_its_resume_flag_is_caught_by_the_probe(
+        script: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A resume flag the script takes but acts on nowhere (--fail_at=-2: no step is -2): the
+    "resumed" run trains 6 steps from its seed and ends where the straight run ends. The
+    probe, resumed from the stopped run's file with its floats moved, ends there too: the
+    verdict names the file the resumed run does not read. With the real flag the probe ends
+    elsewhere (the file is read) and the verdict is exact."""
+    assert main(check(script, flag="--resume-flag=--fail_at=-2")) == EXIT_FAILED
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == "resume-check: differs: the resumed run does not read ckpt.pt"
+    assert any(ln.strip().startswith("probe:") and ln.rstrip().endswith("--fail_at=-2")
+               for ln in out)
+    assert main(check(script)) == EXIT_OK
+    assert capsys.readouterr().out.splitlines()[-1] == "resume-check: exact"
+
+
+def test_a_file_with_no_floating_value_is_not_probed_and_says_so(tmp_path: Path) -> None:
+    """The probe moves floating tensors, or where there are none Python floats; a file of
+    integers and strings is left as it is (no probe file) and the note says why."""
+    import torch
+
+    from parity.lab.your_trainer.resume_script import _moved, _write_probe
+
+    saved = tmp_path / "ckpt.pt"
+    torch.save({"iter_num": 3, "tag": "x", "counts": torch.arange(4)}, saved)
+    probe = tmp_path / "probe" / "ckpt.pt"
+    assert _write_probe(saved, probe) == "not probed: ckpt.pt holds no floating value to move"
+    assert not probe.exists()
+    state = {"w": [0.0, -2.0], "t": torch.tensor([4.0]), "k": (1, 0.5), "b": True}
+    moved, n = _moved(state, floats=False)  # a file with tensors: those, the floats kept
+    assert n == 1 and moved["t"].item() == 4.0 + 5 * 2.0**-8 and moved["w"] == [0.0, -2.0]
+    moved, n = _moved(state, floats=True)  # without: the Python floats
+    assert n == 3 and moved["b"] is True and moved["k"][0] == 1 and moved["t"].item() == 4.0
+    assert moved["w"] == [2.0**-8, -2.0 + 3 * 2.0**-8] and moved["k"][1] == 0.5 + 1.5 * 2.0**-8

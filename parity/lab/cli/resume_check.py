@@ -129,14 +129,15 @@ def run(args: argparse.Namespace) -> int:
         if mode == "script":
             from tqdm import tqdm
 
-            from parity.lab.your_trainer.resume_script import check_script
+            from parity.lab.your_trainer.resume_script import RUNS, check_script
 
             bar: list[tqdm] = []  # drawn once the runs start: a usage error is one line
 
             def progress(what: str) -> None:  # the runs before this one are done
                 if not bar:
-                    bar.append(tqdm(total=3, desc="resume-check", unit="run", leave=False))
-                bar[0].n = ("straight", "stopped", "resumed").index(what)
+                    bar.append(tqdm(total=len(RUNS), desc="resume-check", unit="run",
+                                    leave=False))
+                bar[0].n = RUNS.index(what)
                 bar[0].set_postfix_str(f"{what} run")
 
             try:

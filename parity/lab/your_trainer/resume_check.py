@@ -81,8 +81,9 @@ TIMEOUT = 600.0  # seconds a child may take
 
 @dataclass(frozen=True)
 class Difference:
-    """One entry that differs: its dotted path, "state" (in state_dict()) or "observed" (on
-    the trainer or a global generator only), and how it differs."""
+    """One entry that differs: its dotted path, "state" (in state_dict()), "observed" (on
+    the trainer or a global generator only) or "loaded" (a script's checkpoint file its
+    resumed run does not read: resume_script.py), and how it differs."""
 
     entry: str
     where: str
@@ -122,6 +123,8 @@ class ResumeReport:
             return (f"resume-check: within atol {self.atol:g} (bit for bit the runs part at "
                     f"step {self.parted_at})")
         first = self.final[0].entry if self.final else "-"
+        if self.final and self.final[0].where == "loaded":  # resume_script.py's probe
+            return f"resume-check: differs: the resumed run does not read {first}"
         if self.parted_at is None:  # a script's states are compared at the end only
             return f"resume-check: differs: first entry {first}"
         at = f" at {self.parted[0].entry}" if self.parted else ""
