@@ -47,3 +47,20 @@ def test_every_docs_link_to_a_repository_file_resolves() -> None:
             if not (page.parent / target).exists():
                 missing.append(f"{page.name}: {target}")
     assert not missing, missing
+
+
+def test_the_readme_topic_table_links_every_twin_module_and_every_parity_test_file() -> None:
+    """The README's table of topics (one topic, one stem, every tree) is the index a reader
+    starts from: each twin module of every topic's manifest, and each parity/test_*.py, is
+    linked in it."""
+    import importlib
+
+    from parity.claims import TOPICS
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    table = "\n".join(ln for ln in text.splitlines() if ln.startswith("| "))
+    modules = [m for t in TOPICS
+               for m in importlib.import_module(f"parity.claims.{t}").MANIFEST.modules]
+    tests = [f"parity/{p.name}" for p in sorted((ROOT / "parity").glob("test_*.py"))]
+    paths = [m.replace(".", "/") + ".py" for m in modules] + tests
+    assert [p for p in paths if f"]({p})" not in table] == []
