@@ -66,6 +66,10 @@ SLOW: dict[str, str] = {
     "--resume": "three gloo processes: ~7 s",
     "python -m parity train --impl torch --world-size 2 --steps 1 --checkpoint-dir runs/t1":
         "two gloo processes: ~6 s",
+    "python -m parity train --impl torch --world-size 2 --model gpt --parallel fsdp --steps 100 "
+    "--horizon 200 --checkpoint-dir runs/f2": "100 FSDP2 steps of the GPT on two gloo ranks: ~9 s",
+    "python -m parity train --impl torch --world-size 3 --model gpt --parallel fsdp --steps 200 "
+    "--checkpoint-dir runs/f2 --resume": "100 FSDP2 steps of the GPT on three gloo ranks: ~12 s",
     "python -m parity profile --impl torch": "a profiled run with its pictures: ~5 s",
     "python -m parity profile --impl reference": "a profiled run with its pictures: ~3 s",
     "python -m parity profile --impl reference --model gpt --precision bf16 --recompute sqrt":
