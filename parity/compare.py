@@ -193,7 +193,8 @@ def non_members(x: Any, fmt: str) -> np.ndarray:
 
 def _ulps(c: Claim, actual: Any, expected: Any) -> float:
     """The `ulps` branch of `measure`: members only, NaN positions must agree."""
-    from reference.formats import get_format, ulp_distance
+    from parity.ulps import ulp_distance
+    from reference.formats import get_format
 
     a, b = as_numpy(actual), as_numpy(expected)
     _same_shape_and_dtype(a, b, f"claim {c.id}: ")

@@ -14,9 +14,10 @@ from hypothesis import strategies as st
 
 from parity.compare import numpy_dtype
 from parity.strategies import examples
+from parity.ulps import ulp_distance
 from reference import amp, recompute
 from reference import nn as rnn
-from reference.formats import quantize, ulp_distance
+from reference.formats import quantize
 
 F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
 

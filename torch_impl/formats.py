@@ -5,8 +5,8 @@ draw_random_words (FORMATS and get_format from torch_impl/format_spec.py). Where
 differ in shape: a torch cast yields values, whose bits are the codes, so here `quantize`
 holds the rounding and `encode` is quantize plus a bit view; the reference rounds on codes,
 so there `encode` holds the rounding and `quantize` is encode plus decode. `is_member` and
-`ulp_distance` (measuring in a format) exist in the reference only. What PyTorch does
-differently or hides:
+`ulp_distance` (measuring in a format) are no twins: parity/ulps.py, the proof's ruler. What
+PyTorch does differently or hides:
 
 - Round to nearest even is `Tensor.to(dtype)`: C++ bit tricks (c10/util/Half.h,
   BFloat16.h, torch/headeronly/util/Float8_*.h) or hardware conversion instructions (F16C,

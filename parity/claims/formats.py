@@ -198,11 +198,6 @@ MANIFEST = Manifest(
         Twin("quantize", reference="reference.formats:quantize",
              torch="torch_impl.formats:quantize", claims=("formats.toward_zero",
                                                           "formats.contract")),
-        Twin("is_member", reference="reference.formats:is_member",
-             why="a measure in a format, the reference's alone: torch has no membership "
-                 "test (tests/test_formats_reference.py holds it)"),
-        Twin("ulp_distance", reference="reference.formats:ulp_distance",
-             why="the reference's ruler: parity/compare.py counts ulps claims with it"),
         *SMALL_ROWS,
     ),
     helpers=(

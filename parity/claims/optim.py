@@ -90,7 +90,7 @@ CLAIMS: tuple[Claim, ...] = (
         bound=1,
         reason=(
             "As optim.torch_sqrt_f32_ulps (MKL VML vdSqrt, < 1 ulp), counted on float64's codes "
-            "(reference.formats.ulp_distance)."
+            "(parity.ulps.ulp_distance)."
         ),
         fmt="float64",
     ),
