@@ -53,7 +53,25 @@ def launched(tmp_path_factory: pytest.TempPathFactory) -> tuple[Launch, Path]:
     for p in RESUMED:  # the uninterrupted run recorded too
         jobs += drv.resume_jobs(tmp / p, 2, steps=4, stop=2, run=drv.resume_config(p),
                                 record=True)
+    jobs.append({"kind": "amax-nan", "runner": __name__, "world_size": 2})  # run, below
     return (jobs, ranks.launch(jobs, 2, timeout=300)), tmp
+
+
+# Each rank's amax vector for the NaN job: a NaN on one rank at places a ring puts in other
+# chunks (0, 2, 5, 7, 10), on both (3), an inf, zeros; length 12 over 2 ranks
+NAN = float("nan")
+AMAX_NAN = ([NAN, 1.0, 2.0, NAN, 0.0, NAN, 4.0, 1.5, 0.0, 3.0, 2.5, 7.0],
+            [1.0, 3.0, NAN, NAN, 0.0, 2.0, float("inf"), NAN, 0.0, 1.0, NAN, 6.0])
+
+
+def run(job: dict, rank: int, group: object) -> dict:
+    """A rank of the amax-nan job: torch_impl.ddp_gpt.reduce_amax of its AMAX_NAN row."""
+    import torch
+
+    from torch_impl.ddp_gpt import reduce_amax
+
+    assert job["kind"] == "amax-nan"
+    return {"reduced": reduce_amax(torch.tensor(AMAX_NAN[rank]), group)}
 
 
 def _index(jobs: list[dict], precision: str) -> int:
@@ -136,6 +154,22 @@ def test_the_scaled_ddp_run_matches_the_simulated_ranks_bitwise(
         index = _index(jobs, precision)
         local = [as_numpy(results[r][index]["steps"][-1]["amax"]) for r in range(2)]
         assert not np.array_equal(local[0], local[1])
+
+
+def test_an_amax_nan_on_any_rank_survives_the_reduction(
+        launched: tuple[Launch, Path]) -> None:
+    """ddp.gpt_scaled's amaxes where a rank's is NaN: the engine's reduction (gloo's MAX keeps
+    or loses a NaN by its place in the ring) against the reference's, NaN-propagating, on
+    every rank, bit for bit (NOTE [ Delayed scaling on N ranks ])."""
+    from reference.ddp_gpt import reduce_amax
+
+    jobs, results = launched[0]
+    index = next(i for i, j in enumerate(jobs) if j["kind"] == "amax-nan")
+    expected = reduce_amax([np.array(v, np.float32) for v in AMAX_NAN])
+    assert int(np.isnan(expected).sum()) == 6  # guard: each rank's NaNs and the shared one
+    for rank in range(2):
+        assert_claim("ddp.gpt_scaled", actual=as_numpy(results[rank][index]["reduced"]),
+                     expected=expected, context=f"amax NaN, rank {rank}")
 
 
 @pytest.mark.parametrize("precision", LOCAL)

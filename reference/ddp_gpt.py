@@ -54,8 +54,14 @@ and so replicated entries of the checkpoint, stay equal. Here, on N ranks:
    simulated ranks here; a max is exact, in any order);
 3. every rank writes the reduced amaxes into slot 0 and runs the layer's update
    (update_scales: fp8_scaling.delayed_update, as in one process).
-A NaN amax is outside what the claims hold: np.maximum propagates it, and which operand
-gloo's MAX keeps against a NaN is its comparison's business (not measured here).
+A NaN amax (an overflow in some rank's shard) propagates: the reduced amax is NaN wherever
+any rank's is, the canonical quiet NaN, so every rank keeps its previous scale
+(delayed_update takes no non-finite amax), as one process does, whose amax over the whole
+batch (torch.amax) is NaN then. gloo's MAX does not promise that: a NaN survives or is lost
+by the element's place in the ring (measured, torch 2.13, 2 ranks, 3 elements: rank 0's
+NaN survives at element 0 and is lost to rank 1's 1.0 at element 2; rank 1's the other way
+round), so the engine carries a second row, where any rank had a NaN, in the same
+all-reduce (torch_impl/ddp_gpt.py's reduce_amax).
 The current-scaling recipes (tensorwise, rowwise, MX, blockwise, nvfp4) reduce nothing:
 each rank scales its x and g from its own shard, as torchao's Float8Linear does under DDP
 (hp_tensor_to_float8_dynamic with reduce_amax=False; torchao reduces an amax only for
@@ -147,9 +153,10 @@ def amax_vector(layers: Sequence[ScaledLinear]) -> np.ndarray:
 
 
 def reduce_amax(vectors: Sequence[np.ndarray]) -> np.ndarray:
-    """The ranks' amax vectors reduced with MAX, element by element (dist.all_reduce's MAX;
-    exact in any order)."""
-    return np.maximum.reduce([np.asarray(v, dtype=np.float32) for v in vectors])
+    """The ranks' amax vectors reduced with MAX, element by element (exact in any order), a
+    NaN of any rank kept as the canonical quiet NaN (NOTE [ Delayed scaling on N ranks ])."""
+    top = np.maximum.reduce([np.asarray(v, dtype=np.float32) for v in vectors])
+    return np.where(np.isnan(top), np.float32(np.nan), top)
 
 
 def update_scales(layers: Sequence[ScaledLinear], amax: np.ndarray) -> None:

@@ -111,8 +111,12 @@ def amax_vector(layers: Sequence[ScaledLinear]) -> torch.Tensor:
 
 def reduce_amax(amax: torch.Tensor, group: Any) -> torch.Tensor:
     """The ranks' amax vectors reduced with MAX (TE's reduce_tensor_across_group_op_max), in
-    place; returned."""
-    dist.all_reduce(amax, op=dist.ReduceOp.MAX, group=group)
+    place; returned. A NaN of any rank is kept, as the canonical quiet NaN: gloo's MAX keeps
+    or loses it by the element's place in the ring, so a second row of the same all-reduce
+    says where any rank had one (NOTE [ Delayed scaling on N ranks ])."""
+    both = torch.stack([amax, torch.isnan(amax).to(amax.dtype)])
+    dist.all_reduce(both, op=dist.ReduceOp.MAX, group=group)
+    amax.copy_(torch.where(both[1] > 0, torch.full_like(amax, float("nan")), both[0]))
     return amax
 
 

@@ -78,7 +78,9 @@ GPT_CLAIMS: tuple[Claim, ...] = (
             "rank ends with the same parameters, optimizer state and buffers, bf16-sr's BitStream "
             "is the same on every rank and nvfp4's differs rank to rank (default: 2 ranks, "
             "fp8-delayed and fp8-rowwise 2 steps, nvfp4 and bf16-sr 4; slow: every scaled "
-            "precision at 2 and 3 ranks, 3 steps)."
+            "precision at 2 and 3 ranks, 3 steps); an amax vector with a NaN on one rank or "
+            "both, at places the ring gives other chunks, reduces to the reference's, NaN "
+            "wherever any rank's is (default, 2 ranks)."
         ),
         kind="bits",
         bound=0,
@@ -89,10 +91,11 @@ GPT_CLAIMS: tuple[Claim, ...] = (
             "bf16-sr: BF16SR on the same reduced gradient with the same draws (NOTE [ Random bits "
             "on N ranks ] 1: one shared stream) is fp8_train.bf16_sr's step, so every rank and the "
             "reference apply the same update. fp8-delayed: a MAX of float32 values is exact in "
-            "any order, and the update after it is fp8_scaling.delayed_update, bit for bit "
-            "between the trees (fp8_scaling.delayed_trees). A BitStream's state is integers, "
-            "advanced by the same draws, shape by shape, in both trees (NOTE [ One bit stream, "
-            "both trees ])."
+            "any order, a NaN carried apart (gloo's MAX keeps or loses it by place: NOTE "
+            "[ Delayed scaling on N ranks ]), and the update after it is "
+            "fp8_scaling.delayed_update, bit for bit between the trees "
+            "(fp8_scaling.delayed_trees). A BitStream's state is integers, advanced by the same "
+            "draws, shape by shape, in both trees (NOTE [ One bit stream, both trees ])."
         ),
     ),
     Claim(
