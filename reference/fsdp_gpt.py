@@ -15,12 +15,37 @@ One step over ws simulated ranks (the parameters live only as padded shards):
                  scaler's scale, fp16; else 1); the local gradients in param_dtype
     reduce_scatter per fully_shard module (each block; the root: wte, wpe, ln_f, lm_head):
                  float32 buffers, the ring, ReduceOp.AVG's division by ws
+    fp8-delayed: reduce_amax of every rank's amax_vector; update_scales on every rank
+                 (NOTE [ Scaled GEMMs under FSDP2 ] 3)
     fp16:        each rank's unscale_ of its own rows (g <- g * f32(1/S); found_inf_r: an
                  inf or NaN among them), found_inf all-reduced (NOTE [ found_inf under
                  FSDP2 ]), so every rank skips or steps together
     for rank r:  AdamW on its unpadded rows unless found_inf (elementwise: each element as
                  the unsharded AdamW would); the scale's update; the run then steps each
                  rank's schedule unless the step was skipped
+
+# NOTE [ Scaled GEMMs under FSDP2 ]
+`--parallel fsdp --precision P` for the scaled precisions of common/fp8_train.py:
+1. The all-gather stays in high precision: float32 parameters, no MixedPrecisionPolicy (a
+   scaled precision runs without autocast in one process: all but its scaled GEMMs is
+   float32); the reduce-scatter is float32's, as today.
+2. Each rank's ScaledLinear casts the GATHERED full weight W (FSDP2 puts the unsharded
+   parameter in the module before its forward; here the gathered one is copied into each
+   replica), so every rank's weight scales agree, as under DDP where W is replicated; it
+   casts its own shard's x and g, scaled from them alone (NOTE [ Delayed scaling on N
+   ranks ]: current scaling reduces nothing).
+3. fp8-delayed: each layer's update deferred (defer_scale_updates), the ranks' amax
+   vectors reduced with MAX after the backward (reduce_amax, NaN kept), update_scales on
+   every rank (reference/ddp_gpt.py's, unchanged). The histories and scales are module
+   buffers, which fully_shard does not shard: model/<name> entries replicated on every
+   rank (equal by the reduction), so they reshard as a read.
+4. nvfp4: rank r draws from its own BitStream, as under DDP (NOTE [ Random bits on N
+   ranks ] 2): bits/rank<r>, restored at the same world size, re-derived at another.
+Not built: torchao's float8 all-gather (float8/fsdp_utils.py: each rank casts its SHARD of
+W to float8 before the all-gather, with a scale from the amax all-reduced over the shards,
+so the weight crosses the wire in fp8): another mechanism, the cast moved before the
+gather. bf16-sr stays refused: its AdamWSR over a rank's rows would draw the shared stream
+for those rows only, so the ranks' streams would part (NOTE [ Random bits on N ranks ] 1).
 
 # NOTE [ found_inf under FSDP2 ]
 A rank's sharded gradient holds only its rows of the reduced sum: an inf that one rank's
@@ -70,7 +95,10 @@ import numpy as np
 
 from ckpt import commit_policy
 from ckpt.policy import due
+from common.ddp_bits import rank_bits
 from common.ddp_gpt_state import gpt_rank_digest
+from common.fp8_train import SCALED_PRECISIONS, autocast_precision
+from common.recipes_train import BitStream
 from common.train_config import OPTIMIZERS, TrainConfig
 from common.train_loop import RanksResult, batches
 from reference import amp, ddp_gpt, loss_scaling, optim
@@ -86,9 +114,15 @@ from reference.state_digest import as_array
 from reference.train import _make_scheduler
 from reference.train_models import batch_of, build
 
-PRECISIONS = ("fp32", "bf16", "fp16")
+PRECISIONS = ("fp32", "bf16", "fp16", *SCALED_PRECISIONS)  # not bf16-sr (NOTE below)
 PAYLOAD = sharded.PAYLOAD
 PARAM_DTYPES = {"fp32": np.float32, "bf16": ml_dtypes.bfloat16, "fp16": np.float16}
+
+
+def param_dtype(precision: str) -> Any:
+    """What the all-gather casts to: bf16's and fp16's param_dtype; float32 for fp32 and every
+    scaled precision (NOTE [ Scaled GEMMs under FSDP2 ] 1)."""
+    return PARAM_DTYPES[autocast_precision(precision)]
 
 
 def groups(n_layer: int) -> list[list[int]]:
@@ -115,6 +149,8 @@ class Ranks:
     scalers: list[loss_scaling.GradScaler]
     rngs: list[np.random.Generator]  # each replica's dropout stream
     parts: Any  # rank 0's build: the loader of the global batch, the sampler
+    config: TrainConfig
+    bits: list[BitStream | None]  # each rank's (nvfp4): NOTE [ Random bits on N ranks ]
 
 
 def simulated_ranks(c: TrainConfig, world_size: int, initial: Sequence[np.ndarray] | None = None,
@@ -124,10 +160,11 @@ def simulated_ranks(c: TrainConfig, world_size: int, initial: Sequence[np.ndarra
     if c.model != "gpt" or c.precision not in PRECISIONS:
         raise ValueError(f"fsdp_gpt: the GPT in {PRECISIONS}, got {c.model!r}, "
                          f"{c.precision!r}")
-    ws, replicas, rngs, parts0 = world_size, [], [], None
+    ws, replicas, rngs, bits, parts0 = world_size, [], [], [], None
     for r in range(ws):
         rng = np.random.default_rng(c.seed)  # the weights: the same on every rank
-        parts = build(c, rng)
+        bits.append(rank_bits(c.seed, c.precision, r))
+        parts = build(c, rng, bits[-1])
         rng.bit_generator.state = sharded.rank_stream(c.seed, r, 0)  # its dropout stream
         replicas.append(parts.model)
         rngs.append(rng)
@@ -138,9 +175,10 @@ def simulated_ranks(c: TrainConfig, world_size: int, initial: Sequence[np.ndarra
                for i, p in enumerate(full)] for r in range(ws)]
     optimizers = [optim.AdamW(ps, lr=c.lr, **OPTIMIZERS["AdamW"], **adamw) for ps in shards]
     schedulers = [_make_scheduler(opt, c) for opt in optimizers]
-    scalers = [loss_scaling.make_scaler(c.precision, init_scale=c.init_scale,
+    scalers = [loss_scaling.make_scaler(autocast_precision(c.precision), init_scale=c.init_scale,
                                         growth_interval=c.growth_interval) for _ in range(ws)]
-    return Ranks(replicas, padded, shards, optimizers, schedulers, scalers, rngs, parts0)
+    return Ranks(replicas, padded, shards, optimizers, schedulers, scalers, rngs, parts0, c,
+                 bits)
 
 
 @dataclass
@@ -148,7 +186,8 @@ class StepRecord:
     """One FSDP step of the GPT over the simulated ranks: the gathered parameters [param],
     the local gradients used [rank][param] (param_dtype), the sharded gradients
     [rank][param] (float32, still scaled), each rank's shard loss, and per rank the scale
-    the step used, the found_inf it read (after both all-reduces), whether it skipped."""
+    the step used, the found_inf it read (after both all-reduces), whether it skipped;
+    fp8-delayed: each rank's amax vector before the reduction [rank] (else empty)."""
 
     gathered: list[np.ndarray]
     local: list[list[np.ndarray]]
@@ -157,31 +196,41 @@ class StepRecord:
     scale: list[float]
     found_inf: list[float]
     skipped: list[bool]
+    amax: list[np.ndarray]
 
 
 def fsdp_step(ranks: Ranks, x: np.ndarray, y: np.ndarray, *, precision: str,
-              local_grads: Callable[[int], list[np.ndarray]] | None = None) -> StepRecord:
+              local_grads: Callable[[int], list[np.ndarray]] | None = None,
+              local_amax: Callable[[int], np.ndarray] | None = None) -> StepRecord:
     """One FSDP step over the simulated ranks (the module docstring); `local_grads(rank)`,
-    if given, replaces rank's own local gradients (a replay of the torch ranks'). A scaled
-    fp16 backward may overflow on purpose (the scaler's check is how the ranks find out), so
-    NumPy's overflow and invalid warnings are silenced here."""
-    ws, dt, scalers = len(ranks.padded), PARAM_DTYPES[precision], ranks.scalers
+    if given, replaces rank's own local gradients, `local_amax(rank)` its amax vector (a
+    replay of the torch ranks'). A scaled fp16 backward may overflow on purpose (the
+    scaler's check is how the ranks find out), so NumPy's overflow and invalid warnings are
+    silenced here."""
+    ws, dt, scalers = len(ranks.padded), param_dtype(precision), ranks.scalers
     shapes = [p.data.shape for p in ranks.replicas[0].parameters()]
     gathered = [rfsdp.all_gather([ranks.padded[r][i] for r in range(ws)], shape, dt)
                 for i, shape in enumerate(shapes)]
     local, losses = [], []
-    with np.errstate(over="ignore", invalid="ignore"):
+    delayed = [ddp_gpt.defer_scale_updates(model) for model in ranks.replicas]
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         for rank, model in enumerate(ranks.replicas):
             model.zero_grad()
             for p, g in zip(model.parameters(), gathered, strict=True):
                 np.copyto(p.data, g.astype(p.data.dtype))  # bf16, fp16: exact in float32
             xr, yr = rddp.shard(x, rank, ws), rddp.shard(y, rank, ws)  # (B/ws, T) token ids
-            with amp.autocast(amp.autocast_dtype(precision)):
+            with amp.autocast(amp.autocast_dtype(autocast_precision(precision))):
                 _, loss = model.forward(xr, yr)  # its own float32 cross-entropy
             model.backward(scalers[rank].scale(np.ones_like(loss)))
             own = [p.grad.astype(dt) for p in model.parameters()]
             local.append(own if local_grads is None else local_grads(rank))
             losses.append(float(loss))
+        amax = [ddp_gpt.amax_vector(layers) if local_amax is None else local_amax(r)
+                for r, layers in enumerate(delayed)] if delayed[0] else []
+        if amax:  # NOTE [ Scaled GEMMs under FSDP2 ] 3
+            reduced = ddp_gpt.reduce_amax(amax)
+            for layers in delayed:
+                ddp_gpt.update_scales(layers, reduced)
     grads: list[list[Any]] = [[None] * len(shapes) for _ in range(ws)]
     for group in groups(ranks.replicas[0].config.n_layer):  # one reduce-scatter per module
         rows = rfsdp.reduce_scatter([[local[r][i] for i in group] for r in range(ws)],
@@ -189,7 +238,7 @@ def fsdp_step(ranks: Ranks, x: np.ndarray, y: np.ndarray, *, precision: str,
         for r in range(ws):
             for i, g in zip(group, rows[r], strict=True):
                 grads[r][i] = g
-    record = StepRecord(gathered, local, grads, losses, [], [], [])
+    record = StepRecord(gathered, local, grads, losses, [], [], [], amax)
     for r in range(ws):
         for p, g in zip(ranks.shards[r], grads[r], strict=True):
             p.grad = g.copy()

@@ -7,7 +7,10 @@ A rank's state is the table of torch_impl/sharded_ckpt.py. Its SHARDED entries h
 the rank's rows (dim-0 chunk r of NOTE [ FSDP2's shards ], unpadded): model/<name> and
 AdamW's optim/exp_avg/<i>, optim/exp_avg_sq/<i>. Every other entry is replicated (the same
 on every rank): AdamW's 0-d step counts, the lr, the schedule, the scaler's scale and growth
-tracker, the data position, the step, the skipped count; rng/rank<r> is the rank's own.
+tracker, the data position, the step, the skipped count, the model's buffers (fp8-delayed's
+histories and scales, model/<name> too: fully_shard shards parameters only); rng/rank<r>
+and nvfp4's bits/rank<r> are the rank's own (NOTE [ Scaled GEMMs under FSDP2 ] in
+reference/fsdp_gpt.py).
 (`ranks` below is reference.fsdp_gpt.Ranks, typed Any: that module imports this one.)
 
 # NOTE [ Resharding an FSDP checkpoint ]
@@ -35,16 +38,21 @@ from typing import Any
 import numpy as np
 
 from ckpt import commit as ckc
+from common.ddp_bits import bits_key, rank_bits
+from common.fp8_train import DELAYED_TENSORS
 from reference import ddp_gpt, resume
 from reference import fsdp as rfsdp
 from reference import sharded_ckpt as sharded
 
 SHARDED = ("model/", "optim/exp_avg/", "optim/exp_avg_sq/")  # the prefixes of a rank's rows
+BUFFERS = tuple(f"fp8_{b}_{t}" for t in DELAYED_TENSORS for b in ("amax_history", "scale"))
+OWN = ("rng/", "bits/")  # a rank's own streams: never joined, re-derived at another size
 
 
 def is_sharded(key: str) -> bool:
-    """Whether entry `key` holds a rank's rows (the module docstring)."""
-    return key.startswith(SHARDED)
+    """Whether entry `key` holds a rank's rows (the module docstring): a model entry that is
+    a parameter, not a buffer (replicated)."""
+    return key.startswith(SHARDED) and key.rsplit(".", 1)[-1] not in BUFFERS
 
 
 def rank_state(ranks: Any, rank: int, step: int, skipped: int = 0) -> dict[str, Any]:
@@ -55,6 +63,7 @@ def rank_state(ranks: Any, rank: int, step: int, skipped: int = 0) -> dict[str, 
     names = [n for n, _ in ranks.replicas[rank].named_parameters()]
     state: dict[str, Any] = {f"model/{n}": p.data.copy()
                              for n, p in zip(names, ranks.shards[rank], strict=True)}
+    state.update({f"model/{n}": b.copy() for n, b in ranks.replicas[rank].named_buffers()})
     state.update(ddp_gpt.optimizer_state(ranks.optimizers[rank], ranks.schedulers[rank],
                                          ranks.shards[rank]))
     scaler = ranks.scalers[rank]
@@ -66,15 +75,20 @@ def rank_state(ranks: Any, rank: int, step: int, skipped: int = 0) -> dict[str, 
     state["step"] = np.int64(step)
     state["skipped"] = np.int64(skipped)
     state[f"rng/rank{rank}"] = ranks.rngs[rank].bit_generator.state
+    if ranks.bits[rank] is not None:
+        state[bits_key(ranks.config.precision, rank)] = ranks.bits[rank].state()
     return state
 
 
 def apply_loaded(state: dict[str, Any], ranks: Any, rank: int) -> None:
     """Rank `rank` set from its loaded state (the data position: the run's sampler); a
-    sharded entry must be this rank's rows at this world size (load_ranks cuts them)."""
+    sharded entry must be this rank's rows at this world size (load_ranks cuts them); the
+    bits, where load_ranks left them out (another world size), re-derived at the step."""
     names = [n for n, _ in ranks.replicas[rank].named_parameters()]
     for n, p in zip(names, ranks.shards[rank], strict=True):
         np.copyto(p.data, state[f"model/{n}"])  # into the padded shard's rows
+    for n, b in ranks.replicas[rank].named_buffers():
+        np.copyto(b, state[f"model/{n}"])
     ddp_gpt.load_optimizer_state(state, ranks.optimizers[rank], ranks.schedulers[rank],
                                  ranks.shards[rank])
     sd = ranks.scalers[rank].state_dict()
@@ -83,14 +97,19 @@ def apply_loaded(state: dict[str, Any], ranks: Any, rank: int) -> None:
                   _growth_tracker=int(state["scaler/growth_tracker"]))
         ranks.scalers[rank].load_state_dict(sd)
     ranks.rngs[rank].bit_generator.state = state[f"rng/rank{rank}"]
+    c, bits = ranks.config, ranks.bits[rank]
+    if bits is not None:
+        key = bits_key(c.precision, rank)
+        bits.load(state[key] if key in state else
+                  rank_bits(c.seed, c.precision, rank, int(state["step"])).state())
 
 
 def digest_state(states: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The full state: every sharded entry's rows joined along dim 0 in rank order; the
-    replicated entries rank 0's (the same on every rank); no stream. The state
-    gpt_rank_digest reads, and what load_ranks cuts anew."""
+    replicated entries rank 0's (the same on every rank); no stream, no per-rank bits. The
+    state gpt_rank_digest reads, and what load_ranks cuts anew."""
     return {k: np.concatenate([np.asarray(s[k]) for s in states]) if is_sharded(k) else v
-            for k, v in states[0].items() if not k.startswith("rng/")}
+            for k, v in states[0].items() if not k.startswith(OWN)}
 
 
 def cut(full: dict[str, Any], rank: int, world_size: int) -> dict[str, Any]:
@@ -108,7 +127,8 @@ def load_ranks(parent: str | os.PathLike, world_size: int, seed: int
     """The newest verified commit's states for `world_size` simulated ranks (NOTE
     [ Resharding an FSDP checkpoint ]): at the world size that saved, its ranks' own; at
     another, every saved rank's rows joined and cut anew, the replicated entries as saved
-    and the streams reference.sharded_ckpt.load_sharded re-derives."""
+    and the streams reference.sharded_ckpt.load_sharded re-derives (the bits: apply_loaded
+    re-derives them)."""
     record, states = sharded.load_sharded(parent, world_size, seed)
     if record.world_size == world_size:
         return record, states

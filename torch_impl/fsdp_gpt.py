@@ -14,6 +14,13 @@ What the engine does that the reference states:
   autocast (float32 weights, float16 matmuls): FSDP2 casts what it gathers, and the float16
   gradients it then reduces are what a scaler must keep from underflow and watch for
   overflow; the reduce stays float32, so the sum of ws scaled gradients cannot overflow.
+- A scaled precision (NOTE [ Scaled GEMMs under FSDP2 ] in reference/fsdp_gpt.py): no
+  policy, so the all-gather and the reduce-scatter are float32's; FSDP2 registers the
+  unsharded weight in each ScaledLinear before its block's forward, so its _ScaledMM casts
+  (and saves for the backward, re-gathered there) the full W; fp8-delayed's amaxes are
+  reduced on the FSDP group after the backward (its reduce-scatters done), as the DDP run
+  does (torch_impl/ddp_gpt.py's defer_scale_updates, amax_vector, reduce_amax,
+  update_scales); nvfp4's bits are the rank's own (common.ddp_bits.rank_bits).
 - fp16's scaler is ShardedGradScaler (make_scaler): unscale_ runs
   `_amp_foreach_non_finite_check_and_unscale_` on this rank's DTensor gradients (their local
   rows times f32(1/S)), whose DTensor dispatch already takes found_inf as Partial("max") and
@@ -60,29 +67,33 @@ from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 from ckpt import commit as ckc
 from ckpt import commit_policy
 from ckpt.policy import due
+from common.ddp_bits import rank_bits
 from common.ddp_gpt_state import gpt_rank_digest
+from common.fp8_train import SCALED_PRECISIONS
+from common.recipes_train import BitStream
 from common.train_config import OPTIMIZERS, TrainConfig
 from common.train_loop import RanksResult, batches
-from torch_impl import loss_scaling
+from torch_impl import ddp_gpt, loss_scaling
 from torch_impl import sharded_ckpt as sc
 from torch_impl.async_ckpt import AsyncSaver
 from torch_impl.ddp import shard
+from torch_impl.fp8_train import ScaledLinear
 from torch_impl.fsdp_gpt_ckpt import digest_state, load_ranks, rank_state
 from torch_impl.state_digest import as_array
 from torch_impl.train import _make_scheduler
 from torch_impl.train_models import batch_of, build
 
-PRECISIONS = ("fp32", "bf16", "fp16")
+PRECISIONS = ("fp32", "bf16", "fp16", *SCALED_PRECISIONS)  # not bf16-sr (reference NOTE)
 PAYLOAD = sc.PAYLOAD
 PARAM_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def policy(precision: str) -> MixedPrecisionPolicy | None:
     """The MixedPrecisionPolicy of a precision: param_dtype bf16's or fp16's with a float32
-    reduce, or none (fp32)."""
+    reduce, or none (fp32 and the scaled precisions: float32 all-gathers)."""
     if precision not in PRECISIONS:
         raise ValueError(f"fsdp_gpt: precision one of {PRECISIONS}, got {precision!r}")
-    if precision == "fp32":
+    if precision not in PARAM_DTYPES:
         return None
     return MixedPrecisionPolicy(param_dtype=PARAM_DTYPES[precision], reduce_dtype=torch.float32)
 
@@ -104,7 +115,9 @@ def _local(t: torch.Tensor) -> torch.Tensor:
 class Replica:
     """One rank's side of an FSDP2 run of the GPT: its config, model parts (the model
     fully_shard'ed), parameter names, initial full parameters, AdamW, the schedule and, if
-    recorded, each step's gathered parameters and local gradients by parameter index."""
+    recorded, each step's gathered parameters and local gradients by parameter index;
+    `group`; `bits`: the rank's BitStream (nvfp4); `delayed`: the fp8-delayed layers and
+    `amax`, this rank's amax vector of the last step before the reduction."""
 
     config: TrainConfig
     parts: Any
@@ -115,6 +128,10 @@ class Replica:
     scaler: ShardedGradScaler
     gathered: dict[int, torch.Tensor] = field(default_factory=dict)
     local: dict[int, torch.Tensor] = field(default_factory=dict)
+    group: Any = None
+    bits: BitStream | None = None
+    delayed: list[ScaledLinear] = field(default_factory=list)
+    amax: torch.Tensor | None = None
 
     @property
     def params(self) -> list[torch.nn.Parameter]:
@@ -130,8 +147,9 @@ def replica(config: TrainConfig, group: Any, record: bool = False) -> Replica:
         raise ValueError(f"fsdp_gpt.replica: model 'gpt', optimizer 'AdamW'; got "
                          f"{c.model!r}, {c.optimizer!r}")
     mp = policy(c.precision)
+    bits = rank_bits(c.seed, c.precision, dist.get_rank(group))
     parts = build(c, torch.Generator().manual_seed(c.seed), torch.device("cpu"),
-                  torch.Generator())
+                  torch.Generator(), bits)
     model = parts.model
     names = [n for n, _ in model.named_parameters()]
     initial = [p.detach().clone() for p in model.parameters()]
@@ -142,7 +160,8 @@ def replica(config: TrainConfig, group: Any, record: bool = False) -> Replica:
     fully_shard(model, **kwargs)
     optimizer = torch.optim.AdamW(model.parameters(), lr=c.lr, **OPTIMIZERS["AdamW"])
     rep = Replica(c, parts, names, initial, optimizer, _make_scheduler(optimizer, c),
-                  make_scaler(c, group))
+                  make_scaler(c, group), group=group, bits=bits,
+                  delayed=ddp_gpt.defer_scale_updates(model))
     if record:
         index = {n: i for i, n in enumerate(names)}
         modules = [("", model)] + [(f"transformer.h.{k}.", b)
@@ -194,6 +213,9 @@ def fsdp_step(rep: Replica, x: torch.Tensor, y: torch.Tensor, *, rank: int,
     logits, _ = rep.parts.model(xr)  # (B/ws, T, V), param_dtype
     loss = rep.parts.loss_fn((logits.float(), None), yr)
     scaler.scale(loss).backward()  # the reduce-scatters run here, module by module
+    if rep.delayed:  # NOTE [ Scaled GEMMs under FSDP2 ] 3
+        rep.amax = ddp_gpt.amax_vector(rep.delayed)
+        ddp_gpt.update_scales(rep.delayed, ddp_gpt.reduce_amax(rep.amax.clone(), rep.group))
     grads = [_local(p.grad) for p in rep.params]
     record = StepRecord((xr, yr), grads, loss.detach().clone(), scaler.get_scale())
     with warnings.catch_warnings():  # found_inf is (1,): the DTensor dispatch says so
@@ -286,7 +308,9 @@ def run(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
                             "params": [_local(p) for p in rep.params], "loss": rec.loss,
                             "lr": lr, "scale": rec.scale, "found_inf": rec.found_inf,
                             "skipped": rec.skipped, "next_scale": rep.scaler.get_scale(),
-                            "tracker": rep.scaler._get_growth_tracker()})
+                            "tracker": rep.scaler._get_growth_tracker(), "amax": rep.amax,
+                            "buffers": {n: b.detach().clone() for n, b in
+                                        rep.parts.model.named_buffers()}})
                 continue
             mean = rec.loss.double()
             dist.all_reduce(mean, group=group)  # the global batch's loss: the shards' mean
@@ -316,11 +340,12 @@ def run(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
             close()
     if record:
         state = {k: _local(v) for k, v in rank_state(rep, generator, step, rank).items()
-                 if k.startswith("optim/")}
+                 if k.startswith(("optim/", "bits"))}
         return {"initial": rep.initial, "steps": out, "state": state}
     final = digest_state(rep, generator, step, rank)
     return {"step": step, "skipped": skipped, "forwards": forwards[0],
-            "loader": type(rep.parts.loader).__name__, "digest": gpt_rank_digest(final, as_array)}
+            "loader": type(rep.parts.loader).__name__, "digest": gpt_rank_digest(final, as_array),
+            "bits": None if rep.bits is None else ddp_gpt.bits_tensor(rep.bits.state())}
 
 
 def train(config: TrainConfig, steps: int, world_size: int, directory: str | Path,

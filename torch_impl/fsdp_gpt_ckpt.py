@@ -14,6 +14,11 @@ What the engine does that the reference states:
   own rows (DefaultLoadPlanner over the ChunkStorageMetadata): the reference's join and cut,
   done by the planner. set_state_dict then puts the rows into the sharded parameters and
   AdamW's state.
+- The model's buffers (fp8-delayed's histories and scales) are plain tensors in
+  get_state_dict's model entries (fully_shard shards parameters only): replicated entries,
+  the same on every rank, which DCP writes once and loads at any world size; nvfp4's bits
+  are the rank's (bits/rank<r>: torch_impl.ddp_gpt.bits_state), left out of the template
+  and re-derived at another world size (NOTE [ Random bits on N ranks ]).
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
 from ckpt import commit as ckc
+from common.ddp_bits import bits_key, rank_bits, shared
+from torch_impl import ddp_gpt
 from torch_impl import sharded_ckpt as sc
 
 ADAMW_ENTRIES = ("step", "exp_avg", "exp_avg_sq")
@@ -59,6 +66,8 @@ def rank_state(rep: Any, generator: torch.Generator, step: int, rank: int,
     state["step"] = torch.tensor(step, dtype=torch.int64)
     state["skipped"] = torch.tensor(skipped, dtype=torch.int64)
     state[f"rng/rank{rank}"] = generator.get_state()
+    if rep.bits is not None:
+        state.update(ddp_gpt.bits_state(rep, rank))
     return state
 
 
@@ -91,6 +100,10 @@ def apply_loaded(state: dict[str, torch.Tensor], rep: Any, generator: torch.Gene
                                        "position": int(state["data/position"])})
     if f"rng/rank{rank}" in state:
         generator.set_state(state[f"rng/rank{rank}"])
+    c, key = rep.config, bits_key(rep.config.precision, rank)
+    if rep.bits is not None:  # the saved bits, else (another world size) re-derived
+        rep.bits.load(ddp_gpt.bits_dict(state[key]) if key in state else
+                      rank_bits(c.seed, c.precision, rank, int(state["step"])).state())
     return int(state["step"])
 
 
@@ -111,6 +124,8 @@ def load_ranks(parent: str | os.PathLike, rep: Any, generator: torch.Generator,
     record, _ = ckc.newest(parent, sc.PAYLOAD)
     if record.world_size != world_size:  # NOTE [ Resharding a DDP checkpoint ]: re-derived
         del template[f"rng/rank{rank}"]
+        if not shared(rep.config.precision):
+            template.pop(bits_key(rep.config.precision, rank), None)
     commit, _ = sc.load_sharded(parent, template, group)
     if commit.path != record.path:
         raise RuntimeError(f"{parent}: its newest commit changed while loading")

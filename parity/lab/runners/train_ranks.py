@@ -6,16 +6,17 @@ and the same last line as the single-process command, `state-sha256: <64 hex dig
 What the N-rank run trains (reference/ddp_train.py has the whole of it): the MLP with SGD
 (momentum 0.9) at a constant lr, or the GPT with AdamW under --schedule (cosine by default,
 over --horizon) and --recompute; a global batch of BATCH rows split r::N; fp32, bf16 or
-fp16, and for the GPT under DDP every scaled precision of common/fp8_train.py and bf16-sr
-(each rank scaling from its own shard, fp8-delayed's amaxes reduced with MAX, the random
-bits by NOTE [ Random bits on N ranks ]); --loader-workers per rank (--impl torch). Refused
-for N > 1, each naming its option and what it takes: a scaled --precision or bf16-sr for the
-MLP (the GPT's blocks are what they convert) or under --parallel fsdp (FSDP2's float8 weight
-all-gather is another mechanism), for the MLP a --recompute other than none, --schedule
-other than constant and --horizon, --loader-workers with --impl reference, --check-numerics,
---fault/--fault-step, --device other than cpu, an N that does not divide BATCH. A checkpoint
-directory of the single-process command, or of the other tree, is refused (each tree resumes
-its own commit records).
+fp16, and for the GPT every scaled precision of common/fp8_train.py (DDP or FSDP2) and
+bf16-sr (DDP) (each rank scaling from its own shard, fp8-delayed's amaxes reduced with MAX,
+the random bits by NOTE [ Random bits on N ranks ]); --loader-workers per rank (--impl
+torch). Refused for N > 1, each naming its option and what it takes: a scaled --precision
+or bf16-sr for the MLP (the GPT's blocks are what they convert), bf16-sr under --parallel
+fsdp (NOTE [ Scaled GEMMs under FSDP2 ] in reference/fsdp_gpt.py), for the MLP a
+--recompute other than none, --schedule other than constant and --horizon,
+--loader-workers with --impl reference, --check-numerics, --fault/--fault-step, --device
+other than cpu, an N that does not divide BATCH. A checkpoint directory of the
+single-process command, or of the other tree, is refused (each tree resumes its own commit
+records).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ckpt import CheckpointError, check_config, commit_policy
-from common.fp8_train import GPT_PRECISIONS
+from common.fp8_train import GPT_PRECISIONS, WEIGHT_PRECISIONS
 from common.gpt_config import TRAIN_SHAPE
 from common.recompute_plans import split_recompute
 from common.train_config import TrainConfig
@@ -35,7 +36,7 @@ from reference.recompute import parse_schedule
 
 BATCH = 24  # rows of the global batch: 1, 2, 3, 4, 6, 8, 12 or 24 ranks split it evenly
 PRECISIONS = ("fp32", "bf16", "fp16")  # the autocast ones: ddp_step's and DDP's
-SCALED = GPT_PRECISIONS  # the scaled GEMMs and bf16-sr: the GPT under DDP only
+SCALED = GPT_PRECISIONS  # the scaled GEMMs and bf16-sr: the GPT (bf16-sr under DDP only)
 PAYLOADS = {"dcp": "torch", "npy-records": "reference"}  # a commit record's payload -> --impl
 
 
@@ -46,10 +47,10 @@ def refusals(args: argparse.Namespace) -> None:
         raise UsageError(f"--precision {args.precision}: converts the GPT's blocks (--model "
                          f"gpt); --world-size {n} trains the {args.model} in "
                          f"{', '.join(PRECISIONS)}")
-    if args.precision in SCALED and getattr(args, "parallel", "ddp") != "ddp":
+    if args.precision in WEIGHT_PRECISIONS and getattr(args, "parallel", "ddp") != "ddp":
         raise UsageError(f"--precision {args.precision}: --world-size {n} trains it under "
-                         "--parallel ddp (FSDP2 would all-gather float8 weights: another "
-                         "mechanism, not built)")
+                         "--parallel ddp (its AdamWSR over each FSDP2 rank's rows would part "
+                         "the one shared bit stream)")
     if args.precision not in (*PRECISIONS, *SCALED):
         raise UsageError(f"--precision {args.precision}: --world-size {n} trains in "
                          f"{', '.join((*PRECISIONS, *SCALED))}")
