@@ -222,6 +222,83 @@ GPT_CLAIMS: tuple[Claim, ...] = (
         ),
         torch_since=(2, 8),
     ),
+    Claim(
+        id="fsdp.gpt_scaled",
+        statement=(
+            "The scaled precisions under FSDP2 (no MixedPrecisionPolicy: float32 all-gather "
+            "and reduce-scatter; each rank's ScaledLinears cast the gathered weight and its "
+            "own shard's x and g): 2 steps of the compact GPT (AdamW, cosine) on the torch "
+            "ranks, and the reference's simulated ranks replaying their local gradients "
+            "(fp8-delayed: and their amax vectors) with their own bits, hold the bits of "
+            "the gathered parameters, the reduce-scattered gradient shards and every rank's "
+            "rows after AdamW at every step, and of every rank's final AdamW state, lr, "
+            "delayed scaling's amax histories and scales (the same on every rank) and "
+            "BitStream state (nvfp4: rank r's own, different rank to rank) (default: 2 "
+            "ranks, fp8-delayed, nvfp4 and fp8-rowwise; slow: every scaled precision at 2 "
+            "and 3 ranks)."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "Without a policy the parameters are gathered and their gradients reduced in "
+            "float32, fsdp.gpt_all_gather's and fsdp.gpt_reduce_scatter's fp32 case (the "
+            "formats stop at each rank's local gradient), and AdamW on the rows is "
+            "fsdp.gpt_adamw's. fp8-delayed: a MAX of float32 values is exact in any order, "
+            "a NaN carried apart (NOTE [ Delayed scaling on N ranks ]), then "
+            "fp8_scaling.delayed_update, bit for bit between the trees; every rank writes "
+            "the same reduced amaxes, so its buffers are every other rank's. A BitStream's "
+            "state is integers advanced by the same draws, shape by shape, in both trees "
+            "(NOTE [ One bit stream, both trees ]); each rank's is seeded by rank_seed."
+        ),
+        torch_since=(2, 8),
+    ),
+    Claim(
+        id="fsdp.gpt_scaled_local",
+        statement=(
+            "Each FSDP2 rank casts the gathered weight and its own shard: at the first step "
+            "of the compact GPT at a scaled precision (fp8-delayed, nvfp4 and fp8-rowwise by "
+            "default; slow: every scaled precision, 2 and 3 ranks), every torch rank's local "
+            "gradient is bit-identical to torch's single-process backward, without FSDP, of "
+            "the same GPT on that rank's rows with that rank's own bits; and at every step "
+            "the weight entry of every rank's fp8-delayed amax vector is the largest "
+            "magnitude of the gathered weight."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "FSDP2 gathers the float32 shards into the full weight (copies) and registers it "
+            "in the module before the block's forward, so the ScaledLinear's casts read the "
+            "same W as one process (NOTE [ Scaled GEMMs under FSDP2 ] 2); x and g are the "
+            "rank's rows; the same ops on the same operands with the same bits, one "
+            "intra-op thread in both, give the same bits, and an amax is a max: exact. A "
+            "weight scaled from the rank's shard moves the cast wherever the shard does not "
+            "hold the weight's max."
+        ),
+        torch_since=(2, 8),
+    ),
+    Claim(
+        id="fsdp.gpt_scaled_resume",
+        statement=(
+            "`train --world-size N --model gpt --parallel fsdp --precision P --horizon 4` "
+            "stopped after its step-2 commit and resumed with --resume at the same N prints "
+            "the digest of the run that never stopped (nvfp4 and fp8-delayed, torch and the "
+            "reference, 2 ranks (default); slow: every scaled precision); committed by 2 "
+            "ranks and resumed on 3, every rank holds the saved delayed-scaling buffers "
+            "and nvfp4's rank r the stream BitStream(rank_seed(seed, r, step)) (default: "
+            "the reference; slow: torch)."
+        ),
+        kind="bits",
+        bound=0,
+        reason=(
+            "fsdp.gpt_resume's argument, with the two entries a scaled run adds: "
+            "fp8-delayed's histories and scales are module buffers, which fully_shard does "
+            "not shard (replicated model/<name> entries, equal on every rank, a read at any "
+            "world size), and nvfp4's bits/rank<r> is the rank's own BitStream state, "
+            "restored at the same N and re-derived at another (NOTE [ Random bits on N "
+            "ranks ]); the digest is a function of the final bits."
+        ),
+        torch_since=(2, 8),
+    ),
 )
 
 _GSTEP = ("fsdp.gpt_all_gather", "fsdp.gpt_reduce_scatter", "fsdp.gpt_adamw")
@@ -230,10 +307,14 @@ _GLOAD = ("fsdp.gpt_resume", "fsdp.gpt_reshard")
 _ASYNC = ("fsdp.gpt_async_resume",)
 _DCP = "torch's DCP planner joins and cuts the DTensors' rows by their global offsets"
 _GSCALER = ("fsdp.gpt_scaler",)
+_SCALED = ("fsdp.gpt_scaled", "fsdp.gpt_scaled_local")
+_SRESUME = ("fsdp.gpt_scaled_resume",)
 GPT_ROWS: tuple[Twin, ...] = (
     Twin.same("fsdp_gpt", "PRECISIONS", *_GSTEP),
     Twin.same("fsdp_gpt", "PAYLOAD", "fsdp.gpt_resume"),
     Twin.same("fsdp_gpt", "PARAM_DTYPES", *_GSTEP),
+    Twin("param_dtype", reference="reference.fsdp_gpt:param_dtype", claims=(*_GSTEP, *_SCALED),
+         why="what the all-gather casts to: torch's policy (none for a scaled precision)"),
     Twin("policy", torch="torch_impl.fsdp_gpt:policy", claims=_GSTEP,
          why="the MixedPrecisionPolicy of a precision: the reference casts by PARAM_DTYPES"),
     Twin("make_scaler", reference="reference.loss_scaling:make_scaler",
@@ -249,7 +330,7 @@ GPT_ROWS: tuple[Twin, ...] = (
     Twin("replica", torch="torch_impl.fsdp_gpt:replica", claims=_GSTEP,
          why="fully_shard's the blocks and the root on a process group"),
     Twin.same("fsdp_gpt", "StepRecord", *_GSTEP, *_GSCALER),
-    Twin.same("fsdp_gpt", "fsdp_step", *_GSTEP, *_GSCALER, "fsdp.gpt_loss_curve"),
+    Twin.same("fsdp_gpt", "fsdp_step", *_GSTEP, *_GSCALER, *_SCALED, "fsdp.gpt_loss_curve"),
     Twin("gpt_job", torch="torch_impl.fsdp_gpt:gpt_job", claims=_GSTEP, why=HARNESS),
     Twin("train_job", torch="torch_impl.fsdp_gpt:train_job", claims=("fsdp.gpt_resume", *_ASYNC),
          why=HARNESS),
@@ -261,10 +342,14 @@ GPT_ROWS: tuple[Twin, ...] = (
          why="get_state_dict's AdamW entries, flattened; the reference's are its own dicts"),
     Twin("SHARDED", reference="reference.fsdp_gpt_ckpt:SHARDED", claims=("fsdp.gpt_reshard",),
          why=_DCP),
+    Twin("BUFFERS", reference="reference.fsdp_gpt_ckpt:BUFFERS", claims=_SRESUME,
+         why="get_state_dict gives a buffer as a plain tensor, a DTensor only for a parameter"),
+    Twin("OWN", reference="reference.fsdp_gpt_ckpt:OWN", claims=_SRESUME,
+         why="the torch rank's load leaves its own entries out of the template instead"),
     Twin("is_sharded", reference="reference.fsdp_gpt_ckpt:is_sharded",
          claims=("fsdp.gpt_reshard",), why=_DCP),
-    Twin.same("fsdp_gpt_ckpt", "rank_state", *_GSTATE),
-    Twin.same("fsdp_gpt_ckpt", "apply_loaded", *_GLOAD),
+    Twin.same("fsdp_gpt_ckpt", "rank_state", *_GSTATE, *_SRESUME),
+    Twin.same("fsdp_gpt_ckpt", "apply_loaded", *_GLOAD, *_SRESUME),
     Twin.same("fsdp_gpt_ckpt", "digest_state", *_GLOAD),
     Twin("cut", reference="reference.fsdp_gpt_ckpt:cut", claims=("fsdp.gpt_reshard",),
          why=_DCP),

@@ -70,6 +70,13 @@ def gpt_jobs(world_size: int, precisions: tuple[str, ...], steps: int | None = N
     return jobs
 
 
+def scaled_config(precision: str) -> TrainConfig:
+    """What `train --world-size N --model gpt --parallel fsdp --precision P --horizon 4`
+    builds (the scaled resume's run: no scaler, no dropout)."""
+    return TrainConfig(model="gpt", precision=precision, optimizer="AdamW", schedule="cosine",
+                       horizon=4, batch_size=24)
+
+
 def resume_jobs(directory: Path, world_size: int, steps: int = 4, stop: int = 2,
                 config: TrainConfig = RESUME, recompute: str = "none",
                 loader_workers: int = 0) -> list[dict]:
@@ -100,7 +107,8 @@ class Replay:
     parameters [param], the sharded gradients [rank][param], each rank's rows after AdamW
     [rank][param], the lr it stepped with and each rank's scaler [rank] (the scale the step
     used, found_inf, skipped, the growth tracker and scale after update); at the end each
-    rank's AdamW and schedule state (reference.ddp_gpt.optimizer_state's keys)."""
+    rank's AdamW and schedule state (reference.ddp_gpt.optimizer_state's keys), its model
+    buffers (fp8-delayed's histories and scales) and its BitStream's state (nvfp4)."""
 
     gathered: list[list[np.ndarray]] = field(default_factory=list)
     grads: list[list[list[np.ndarray]]] = field(default_factory=list)
@@ -108,13 +116,16 @@ class Replay:
     lrs: list[float] = field(default_factory=list)
     scaler: list[list[dict[str, Any]]] = field(default_factory=list)
     optimizer: list[dict[str, Any]] = field(default_factory=list)
+    buffers: list[dict[str, np.ndarray]] = field(default_factory=list)
+    bits: list[dict[str, Any] | None] = field(default_factory=list)
 
 
 def replay(job: dict, results: list[list[dict]], index: int) -> Replay:
     """The reference's ranks on job `index` of a launch (results[rank][index]): the torch
     run's initial parameters, its batches, its local gradients; AdamW with torch's CPU sqrt
     and fused multiply-adds (NOTE [ torch's CPU sqrt is MKL's ], NOTE [ FMA in torch's CPU
-    kernels ]) and the same schedule."""
+    kernels ]) and the same schedule; fp8-delayed: the torch ranks' amax vectors too; nvfp4:
+    each rank's own bits (common.ddp_bits.rank_bits)."""
     c = TrainConfig(**{k: tuple(v) if k == "sizes" else v for k, v in job["config"].items()})
     ws = job["world_size"]
     initial = [as_numpy(t) for t in results[0][index]["initial"]]
@@ -128,7 +139,11 @@ def replay(job: dict, results: list[list[dict]], index: int) -> Replay:
         def local(rank: int, k: int = k) -> list[np.ndarray]:
             return [as_numpy(g) for g in results[rank][index]["steps"][k]["local"]]
 
-        record = rfsdp_gpt.fsdp_step(ranks, x, y, precision=c.precision, local_grads=local)
+        def amax(rank: int, k: int = k) -> np.ndarray:
+            return as_numpy(results[rank][index]["steps"][k]["amax"])
+
+        record = rfsdp_gpt.fsdp_step(ranks, x, y, precision=c.precision, local_grads=local,
+                                     local_amax=amax)
         for scheduler, skipped in zip(ranks.schedulers, record.skipped, strict=True):
             if not skipped:  # the schedule counts applied updates
                 scheduler.step()
@@ -142,6 +157,8 @@ def replay(job: dict, results: list[list[dict]], index: int) -> Replay:
     for opt, scheduler, ps in zip(ranks.optimizers, ranks.schedulers, ranks.shards,
                                   strict=True):
         out.optimizer.append(rgpt.optimizer_state(opt, scheduler, ps))
+    out.buffers = [{n: b.copy() for n, b in m.named_buffers()} for m in ranks.replicas]
+    out.bits = [None if b is None else b.state() for b in ranks.bits]
     return out
 
 
