@@ -273,7 +273,7 @@ def test_a_resharded_scaled_run_keeps_the_shared_bits_and_rederives_each_ranks(
 
 @pytest.mark.parametrize(("options", "named"), [
     (("--model", "mlp", "--precision", "nvfp4"), "--model gpt"),
-    (("--model", "gpt", "--parallel", "fsdp", "--precision", "fp8-rowwise"), "--parallel ddp"),
+    (("--model", "gpt", "--parallel", "fsdp", "--precision", "bf16-sr"), "--parallel ddp"),
 ])
 def test_a_scaled_precision_outside_the_ddp_gpt_is_refused_in_one_line(
         tmp_path: Path, options: tuple[str, ...], named: str) -> None:
