@@ -190,7 +190,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "committed once durable (copy: the default; pinned: torch on CUDA)")
     p.add_argument("--parallel", choices=("ddp", "fsdp"), default="ddp",
                    help="--world-size N's split: ddp (default) or fsdp (FSDP2 of --model gpt, "
-                        "fp32, bf16 or fp16, resumed at any N; docs/distributed.md)")
+                        "every precision but bf16-sr, --async-save too, resumed at any N; "
+                        "docs/distributed.md)")
 
 
 class _FaultAction(argparse.Action):
