@@ -51,7 +51,9 @@ from typing import Any
 import numpy as np
 
 from ckpt import commit as ckc
+from ckpt import commit_policy
 from reference import resume
+from reference import sharded_ckpt as sharded
 
 PAYLOAD = resume.PAYLOAD  # an async save's files and record are a sync save's
 MODES = ("copy",)  # torch's "pinned" (page-locked staging) has no NumPy counterpart
@@ -147,3 +149,16 @@ class AsyncSaver:
             self.wait()
         finally:
             self.pool.shutdown(wait=False)
+
+
+def save_step(directory: str | os.PathLike, step: int, states: Sequence[Mapping[str, Any]], *,
+              saver: AsyncSaver | None, config: dict[str, Any], keep: int) -> None:
+    """Commit `states` (every simulated rank's) as `step`'s checkpoint, the newest `keep`
+    kept: through `saver` (staged, written in the background, pruned after its commit) or,
+    without one, in place (sharded_ckpt.save_sharded, then the prune)."""
+    if saver is not None:
+        saver.save(directory, step, states, config=config,
+                   after_commit=lambda: commit_policy.prune(directory, keep))
+        return
+    sharded.save_sharded(directory, step, states, config=config)
+    commit_policy.prune(directory, keep)

@@ -72,7 +72,7 @@ from common.train_loop import RanksResult, batches
 from reference import ddp as rddp
 from reference import ddp_gpt, loss_scaling, optim
 from reference import sharded_ckpt as sharded
-from reference.async_ckpt import AsyncSaver
+from reference.async_ckpt import AsyncSaver, save_step
 from reference.nn import Module
 from reference.recipes_train import BF16SR
 from reference.state_digest import as_array
@@ -195,15 +195,10 @@ def train(config: TrainConfig, steps: int, world_size: int, directory: str | Pat
         mean = sum(np.float64(res.loss) for res in record.results) / ws
         log(f"step {step} loss {float(mean):.6g} scale {record.results[0].scale:g} "
             f"skipped {int(skip)} (total {skipped})")
-        if due(step, steps, every) and saver is not None:  # staged; written meanwhile
-            saver.save(directory, step, [rank_state(r, sampler, step, skipped, i)
-                                         for i, r in enumerate(ranks)], config=c.to_dict(),
-                       after_commit=lambda: commit_policy.prune(directory, keep))
-        elif due(step, steps, every):
-            sharded.save_sharded(directory, step, [rank_state(r, sampler, step, skipped, i)
-                                                   for i, r in enumerate(ranks)],
-                                 config=c.to_dict())
-            commit_policy.prune(directory, keep)
+        if due(step, steps, every):  # with a saver: staged, written meanwhile
+            save_step(directory, step, [rank_state(r, sampler, step, skipped, i)
+                                        for i, r in enumerate(ranks)], saver=saver,
+                      config=c.to_dict(), keep=keep)
     if saver is not None:
         saver.close()  # the last save committed (or its error raised) before the digest
     digest = gpt_rank_digest if c.model == "gpt" else sharded_state_digest

@@ -105,7 +105,7 @@ from reference import amp, ddp_gpt, loss_scaling, optim
 from reference import ddp as rddp
 from reference import fsdp as rfsdp
 from reference import sharded_ckpt as sharded
-from reference.async_ckpt import AsyncSaver
+from reference.async_ckpt import AsyncSaver, save_step
 from reference.ddp_scaler import sync_found_inf
 from reference.fsdp_gpt_ckpt import apply_loaded, digest_state, load_ranks, rank_state
 from reference.gpt import GPT
@@ -298,12 +298,7 @@ def train(config: TrainConfig, steps: int, world_size: int, directory: str | Pat
             continue
         states = [rank_state(ranks, r, step, skipped) for r in range(ws)]
         config = {**c.to_dict(), "parallel": "fsdp"}
-        if saver is not None:  # staged; written meanwhile
-            saver.save(directory, step, states, config=config,
-                       after_commit=lambda: commit_policy.prune(directory, keep))
-            continue
-        sharded.save_sharded(directory, step, states, config=config)
-        commit_policy.prune(directory, keep)
+        save_step(directory, step, states, saver=saver, config=config, keep=keep)
     if saver is not None:
         saver.close()  # the last save committed (or its error raised) before the digest
     joined = digest_state([rank_state(ranks, r, step, skipped) for r in range(ws)])

@@ -45,6 +45,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.staging import BlockingAsyncStager
 
 from ckpt import commit as ckc
+from ckpt import commit_policy
 from common.train_loop import batches
 from torch_impl import amp, loss_scaling
 from torch_impl import sharded_ckpt as sc
@@ -217,6 +218,21 @@ class AsyncSaver:
         finally:
             self.pool.shutdown(wait=False)
             self.stager.close()
+
+
+def save_step(directory: str | os.PathLike, step: int, state: Mapping[str, torch.Tensor],
+              rank: int, group: Any, *, saver: AsyncSaver | None, config: dict[str, Any],
+              keep: int) -> None:
+    """Commit this rank's `state` as `step`'s checkpoint, the newest `keep` kept: through
+    `saver` (staged before it returns, written in the background, pruned by rank 0 after its
+    commit) or, without one, in place (sharded_ckpt.save_sharded, then rank 0's prune)."""
+    if saver is not None:
+        saver.save(directory, step, state, config=config,
+                   after_commit=lambda: commit_policy.prune(directory, keep))
+        return
+    sc.save_sharded(directory, step, state, rank, group, config=config)
+    if rank == 0:
+        commit_policy.prune(directory, keep)
 
 
 def async_job(config: Any, steps: int, world_size: int, directory: str, every: int, *,

@@ -59,7 +59,7 @@ from common.train_loop import RanksResult, batches
 from torch_impl import amp, ddp_gpt, loss_scaling
 from torch_impl import ddp as tddp
 from torch_impl import sharded_ckpt as sc
-from torch_impl.async_ckpt import AsyncSaver
+from torch_impl.async_ckpt import AsyncSaver, save_step
 from torch_impl.data_workers import WorkerLoader
 from torch_impl.state_digest import as_array
 from torch_impl.train_models import batch_of
@@ -279,15 +279,9 @@ def run(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
                 log.write(f"step {step} loss {float(mean) / ws:.6g} scale {scale:g} "
                           f"skipped {int(skip)} (total {skipped})\n")
                 log.flush()
-            if due(step, steps, every) and saver is not None:  # staged; written meanwhile
-                saver.save(job["directory"], step, _state(rep, scaler, step, skipped, rank),
-                           config=job["config"], after_commit=lambda: commit_policy.prune(
-                               job["directory"], job["keep"]))
-            elif due(step, steps, every):
-                sc.save_sharded(job["directory"], step, _state(rep, scaler, step, skipped, rank),
-                                rank, group, config=job["config"])
-                if rank == 0:
-                    commit_policy.prune(job["directory"], job["keep"])
+            if due(step, steps, every):  # with a saver: staged, written meanwhile
+                save_step(job["directory"], step, _state(rep, scaler, step, skipped, rank),
+                          rank, group, saver=saver, config=job["config"], keep=job["keep"])
         if saver is not None:
             saver.close()  # the last save committed (or its error raised) before the digest
     finally:

@@ -75,7 +75,7 @@ from common.train_config import OPTIMIZERS, TrainConfig
 from common.train_loop import RanksResult, batches
 from torch_impl import ddp_gpt, loss_scaling
 from torch_impl import sharded_ckpt as sc
-from torch_impl.async_ckpt import AsyncSaver
+from torch_impl.async_ckpt import AsyncSaver, save_step
 from torch_impl.ddp import shard
 from torch_impl.fp8_train import ScaledLinear
 from torch_impl.fsdp_gpt_ckpt import digest_state, load_ranks, rank_state
@@ -322,14 +322,8 @@ def run(job: dict[str, Any], rank: int, group: Any) -> dict[str, Any]:
                 continue
             state = rank_state(rep, generator, step, rank, skipped=skipped)  # live DTensors
             config = {**job["config"], "parallel": "fsdp"}
-            if saver is not None:  # staged (copied) before it returns; written meanwhile
-                saver.save(job["directory"], step, state, config=config,
-                           after_commit=lambda: commit_policy.prune(job["directory"],
-                                                                    job["keep"]))
-                continue
-            sc.save_sharded(job["directory"], step, state, rank, group, config=config)
-            if rank == 0:
-                commit_policy.prune(job["directory"], job["keep"])
+            save_step(job["directory"], step, state, rank, group, saver=saver, config=config,
+                      keep=job["keep"])  # with a saver: staged (copied), written meanwhile
         if saver is not None:
             saver.close()  # the last save committed (or its error raised) before the digest
     finally:

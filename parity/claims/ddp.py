@@ -197,6 +197,7 @@ _ASYNC_ROWS = (
     Twin("stage", reference="reference.async_ckpt:stage",
          alias="torch.distributed.checkpoint.staging.BlockingAsyncStager", claims=_ASYNC),
     Twin.same("async_ckpt", "AsyncSaver", *_ASYNC),
+    Twin.same("async_ckpt", "save_step", *_ASYNC),
     Twin("async_job", torch="torch_impl.async_ckpt:async_job", why=_ASYNC_JOB),
     Twin("run", torch="torch_impl.async_ckpt:run", claims=_ASYNC, why=_ASYNC_JOB),
 )
