@@ -205,6 +205,9 @@ MANIFEST = Manifest(
                "kernel tuning: encode's block-by-block fast path, held bit-equal to "
                "encode_stepwise (tests/test_encode_fast.py); stays beside formats.py, which "
                "runs it"),
+        Helper("reference.encode_pack",
+               "kernel tuning: the fast path's pack step, convention by convention (split from "
+               "encode_kernels.py along the step); stays beside it, which runs it"),
     ),
     headline="parity/test_formats.py::test_float16_rounding_matches_torch_cast_bitwise",
 )

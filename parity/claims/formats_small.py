@@ -189,7 +189,7 @@ SMALL_ROWS: tuple[Twin, ...] = (
     Twin("nearest_float32", reference="reference.encode_kernels:round_nearest_even",
          torch="torch_impl.small_formats:nearest_float32",
          claims=("formats.small_torch_twin", "formats.small_sweep")),
-    Twin("pack_carried", reference="reference.encode_kernels:pack",
+    Twin("pack_carried", reference="reference.encode_pack:pack",
          torch="torch_impl.small_formats:pack_carried", claims=("formats.small_torch_twin",)),
     Twin("pack", reference="reference.small_formats:pack",
          torch="torch_impl.small_formats:pack",
